@@ -1,0 +1,277 @@
+"""Memory-efficient scaled dot-product attention (online softmax, FlashAttention-style).
+
+The `[T, S]` score matrix never exists: queries are processed in blocks of `q_block` rows, and for
+each query block the keys are visited in blocks of `kv_block` columns while a running max `m`,
+normaliser `l` and un-normalised output `acc` are updated (Milakov & Gimelshein 2018; Rabe & Staats
+2021; Dao et al. 2022). The backward pass is a `custom_vjp` that recomputes each score block from
+`q`, `k` and the saved row log-sum-exp instead of storing the weights, so forward and backward both
+use O(block) extra memory. Causal attention skips key blocks that lie wholly in the future.
+
+Call it through `attention.scaled_dot_product_attention(..., implementation='chunked')`, which
+validates the inputs; the function here assumes they are valid.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+  """Everything about a call that is not an array; hashable for `custom_vjp`."""
+  q_len: int
+  kv_len: int
+  q_block: int
+  kv_block: int
+  is_causal: bool
+  scale: float
+  dropout_rate: float
+
+  @property
+  def num_q_blocks(self) -> int:
+    return -(-self.q_len // self.q_block)
+
+  @property
+  def num_kv_blocks(self) -> int:
+    return -(-self.kv_len // self.kv_block)
+
+
+def _pad_axis(x: Array | None, axis: int, size: int, value=0) -> Array | None:
+  """Pads `x` along `axis` to `size`, unless that axis is a broadcast (size-1) axis."""
+  if x is None or x.shape[axis] in (1, size):
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, size - x.shape[axis])
+  return jnp.pad(x, widths, constant_values=value)
+
+
+def _slice(x: Array | None, axis: int, start, size: int) -> Array | None:
+  """`x[..., start:start+size, ...]` along `axis`; broadcast (size-1) axes are kept as they are."""
+  if x is None or x.shape[axis] == 1:
+    return x
+  return lax.dynamic_slice_in_dim(x, start, size, axis)
+
+
+def _block_inputs(st: _Static, i, j, bias, mask, rng, lead_shape):
+  """Bias, validity mask and dropout keep-mask of score block (query block i, key block j)."""
+  bq, bk = st.q_block, st.kv_block
+  bias_ij = _slice(_slice(bias, -2, i * bq, bq), -1, j * bk, bk)
+  valid = _slice(_slice(mask, -2, i * bq, bq), -1, j * bk, bk)
+  k_pos = j * bk + jnp.arange(bk)                         # [bk]
+  if st.is_causal:
+    q_pos = i * bq + jnp.arange(bq)                       # [bq]
+    causal = k_pos[None, :] <= q_pos[:, None]             # [bq, bk]
+    valid = causal if valid is None else valid & causal
+  if st.num_kv_blocks * bk != st.kv_len:                  # keys padded up to whole blocks
+    real = k_pos < st.kv_len                              # [bk]
+    valid = real if valid is None else valid & real
+  keep = None
+  if st.dropout_rate > 0.0:
+    block_rng = jax.random.fold_in(jax.random.fold_in(rng, i), j)
+    keep = jax.random.bernoulli(block_rng, 1.0 - st.dropout_rate, (*lead_shape, bq, bk))
+  return bias_ij, valid, keep
+
+
+def _scores(st: _Static, q_i, k_j, bias_ij, valid):
+  """Scaled, biased, masked scores of one block, `[..., bq, bk]` in float32; masked = -inf."""
+  s = jnp.einsum("...td,...sd->...ts", q_i, k_j, preferred_element_type=jnp.float32) * st.scale
+  if bias_ij is not None:
+    s = s + bias_ij.astype(jnp.float32)
+  if valid is not None:
+    s = jnp.where(valid, s, -jnp.inf)
+  return s
+
+
+def _num_kv_blocks_for(st: _Static, i):
+  """Key blocks that query block i needs: all, or with causal masking only up to its diagonal."""
+  if not st.is_causal:
+    return st.num_kv_blocks
+  return jnp.minimum(st.num_kv_blocks, ((i + 1) * st.q_block + st.kv_block - 1) // st.kv_block)
+
+
+def _first_q_block_for(st: _Static, j):
+  """First query block that key block j contributes to (0 unless causal)."""
+  return (j * st.kv_block) // st.q_block if st.is_causal else 0
+
+
+def _forward(st: _Static, q, k, v, bias, mask, rng):
+  """Returns (output `[..., Tp, Dv]`, row log-sum-exp `[..., Tp]`) for padded inputs."""
+  lead = q.shape[:-2]
+  bq, bk, dv = st.q_block, st.kv_block, v.shape[-1]
+
+  def query_block(args):
+    i, q_i = args                                                   # q_i: [..., bq, D]
+
+    def key_block(j, carry):
+      m, l, acc = carry                                             # [..., bq], [..., bq], [..., bq, Dv]
+      bias_ij, valid, keep = _block_inputs(st, i, j, bias, mask, rng, lead)
+      s = _scores(st, q_i, _slice(k, -2, j * bk, bk), bias_ij, valid)   # [..., bq, bk]
+      m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+      m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)           # rows with no key seen yet
+      p = jnp.exp(s - m_safe[..., None])                            # masked -> exp(-inf) = 0
+      alpha = jnp.exp(m - m_safe)
+      l = l * alpha + jnp.sum(p, axis=-1)
+      if keep is not None:
+        p = jnp.where(keep, p / (1.0 - st.dropout_rate), 0.0)
+      pv = jnp.einsum("...ts,...sv->...tv", p.astype(v.dtype), _slice(v, -2, j * bk, bk),
+                      preferred_element_type=jnp.float32)
+      return m_new, l, acc * alpha[..., None] + pv
+
+    init = (jnp.full((*lead, bq), -jnp.inf, jnp.float32), jnp.zeros((*lead, bq), jnp.float32),
+            jnp.zeros((*lead, bq, dv), jnp.float32))
+    m, l, acc = lax.fori_loop(0, _num_kv_blocks_for(st, i), key_block, init)
+    seen = l > 0.0                                                  # False: row fully masked
+    out = acc / jnp.where(seen, l, 1.0)[..., None]
+    lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
+    return out.astype(q.dtype), lse
+
+  q_blocks = jnp.moveaxis(q.reshape(*lead, st.num_q_blocks, bq, q.shape[-1]), -3, 0)
+  out, lse = lax.map(query_block, (jnp.arange(st.num_q_blocks), q_blocks))
+  out = jnp.moveaxis(out, 0, -3).reshape(*lead, st.num_q_blocks * bq, dv)   # [..., Tp, Dv]
+  lse = jnp.moveaxis(lse, 0, -2).reshape(*lead, st.num_q_blocks * bq)       # [..., Tp]
+  return out, lse
+
+
+def _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng, lead):
+  """Recomputes block (i, j) and returns (dropped weights P̃, dS) with dS = ∂loss/∂scores."""
+  bias_ij, valid, keep = _block_inputs(st, i, j, bias, mask, rng, lead)
+  p = jnp.exp(_scores(st, q_i, k_j, bias_ij, valid) - lse_i[..., None])     # [..., bq, bk]
+  dp = jnp.einsum("...tv,...sv->...ts", do_i, v_j, preferred_element_type=jnp.float32)
+  if keep is not None:
+    inv_keep = 1.0 / (1.0 - st.dropout_rate)
+    p_dropped = jnp.where(keep, p * inv_keep, 0.0)
+    dp = jnp.where(keep, dp * inv_keep, 0.0)
+  else:
+    p_dropped = p
+  return p_dropped, p * (dp - delta_i[..., None])
+
+
+def _backward(st: _Static, res, d_out):
+  q, k, v, bias, mask, rng, out, lse = res
+  lead = q.shape[:-2]
+  bq, bk = st.q_block, st.kv_block
+  delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)  # [..., Tp]
+
+  def dq_block(args):                                   # dQ_i = Σ_j dS_ij K_j
+    i, q_i, do_i, lse_i, delta_i = args
+
+    def key_block(j, dq_i):
+      k_j, v_j = _slice(k, -2, j * bk, bk), _slice(v, -2, j * bk, bk)
+      _, ds = _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng, lead)
+      return dq_i + jnp.einsum("...ts,...sd->...td", ds.astype(k.dtype), k_j,
+                               preferred_element_type=jnp.float32)
+
+    dq_i = lax.fori_loop(0, _num_kv_blocks_for(st, i), key_block,
+                         jnp.zeros(q_i.shape, jnp.float32))
+    return (dq_i * st.scale).astype(q.dtype)
+
+  def dkv_block(args):                                  # dK_j = Σ_i dS_ijᵀ Q_i, dV_j = Σ_i P̃_ijᵀ dO_i
+    j, k_j, v_j = args
+    d_bias_shape = None if bias is None else (*bias.shape[:-1], 1 if bias.shape[-1] == 1 else bk)
+
+    def query_block(i, carry):
+      dk_j, dv_j, d_bias_j = carry
+      q_i, do_i = _slice(q, -2, i * bq, bq), _slice(d_out, -2, i * bq, bq)
+      lse_i, delta_i = _slice(lse, -1, i * bq, bq), _slice(delta, -1, i * bq, bq)
+      p, ds = _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng, lead)
+      dk_j = dk_j + jnp.einsum("...ts,...td->...sd", ds.astype(q.dtype), q_i,
+                               preferred_element_type=jnp.float32)
+      dv_j = dv_j + jnp.einsum("...ts,...tv->...sv", p.astype(d_out.dtype), do_i,
+                               preferred_element_type=jnp.float32)
+      if d_bias_j is not None:
+        d_bias_j = _accumulate_bias_grad(d_bias_j, ds, i * bq, bias.shape)
+      return dk_j, dv_j, d_bias_j
+
+    init = (jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32),
+            None if bias is None else jnp.zeros(d_bias_shape, jnp.float32))
+    dk_j, dv_j, d_bias_j = lax.fori_loop(_first_q_block_for(st, j), st.num_q_blocks,
+                                         query_block, init)
+    return (dk_j * st.scale).astype(k.dtype), dv_j.astype(v.dtype), d_bias_j
+
+  def per_block(x, size):                                # [..., n*size, X] -> [n, ..., size, X]
+    return jnp.moveaxis(x.reshape(*x.shape[:-2], x.shape[-2] // size, size, x.shape[-1]), -3, 0)
+
+  def unblock(x):                                        # [n, ..., size, X] -> [..., n*size, X]
+    x = jnp.moveaxis(x, 0, -3)
+    return x.reshape(*x.shape[:-3], x.shape[-3] * x.shape[-2], x.shape[-1])
+
+  nq, nk = st.num_q_blocks, st.num_kv_blocks
+  def per_row_block(x):                                  # [..., nq*bq] -> [nq, ..., bq]
+    return jnp.moveaxis(x.reshape(*lead, nq, bq), -2, 0)
+
+  dq = lax.map(dq_block, (jnp.arange(nq), per_block(q, bq), per_block(d_out, bq),
+                          per_row_block(lse), per_row_block(delta)))
+  dk, dv, d_bias = lax.map(dkv_block, (jnp.arange(nk), per_block(k, bk), per_block(v, bk)))
+  if d_bias is not None:
+    if bias.shape[-1] == 1:
+      d_bias = d_bias.sum(0)
+    else:                                                # [nk, ..., Tp, bk] -> [..., Tp, nk*bk]
+      d_bias = jnp.moveaxis(d_bias, 0, -2)
+      d_bias = d_bias.reshape(*d_bias.shape[:-2], nk * bk)
+    d_bias = d_bias.astype(bias.dtype)
+  return unblock(dq), unblock(dk), unblock(dv), d_bias, None, None
+
+
+def _accumulate_bias_grad(d_bias_j, ds, q_start, bias_shape):
+  """Adds block dS `[..., bq, bk]` into the bias-gradient column `d_bias_j`, reducing broadcast dims."""
+  lead_axes = tuple(a for a in range(ds.ndim - 2) if bias_shape[a] == 1 and ds.shape[a] != 1)
+  ds = jnp.sum(ds, axis=lead_axes, keepdims=True)
+  if bias_shape[-1] == 1:
+    ds = jnp.sum(ds, axis=-1, keepdims=True)
+  if bias_shape[-2] == 1:
+    return d_bias_j + jnp.sum(ds, axis=-2, keepdims=True)
+  rows = lax.dynamic_slice_in_dim(d_bias_j, q_start, ds.shape[-2], -2)
+  return lax.dynamic_update_slice_in_dim(d_bias_j, rows + ds, q_start, -2)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _chunked(st: _Static, q, k, v, bias, mask, rng):
+  return _forward(st, q, k, v, bias, mask, rng)[0]
+
+
+def _chunked_fwd(st: _Static, q, k, v, bias, mask, rng):
+  out, lse = _forward(st, q, k, v, bias, mask, rng)
+  return out, (q, k, v, bias, mask, rng, out, lse)
+
+
+_chunked.defvjp(_chunked_fwd, _backward)
+
+
+def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
+                      bias: Array | None = None, is_causal: bool = False, scale: float,
+                      dropout_rate: float = 0.0, dropout_rng: Array | None = None,
+                      q_block: int = 512, kv_block: int = 512) -> Array:
+  """Blocked online-softmax attention; see the module docstring.
+
+  Args:
+    q: queries `[..., T, D]`.
+    k: keys `[..., S, D]`, same leading dims as q.
+    v: values `[..., S, Dv]`, same leading dims as q.
+    mask: boolean, broadcastable to `[..., T, S]` and of the same rank; True = may attend.
+    bias: added to the scores, broadcastable to `[..., T, S]` and of the same rank.
+    is_causal: apply `causal_mask(T, S)` (query i sees keys 0..i).
+    scale: score multiplier.
+    dropout_rate: dropout on the attention weights.
+    dropout_rng: PRNG key, required when dropout_rate > 0.
+    q_block: query rows per block (clipped to T).
+    kv_block: key columns per block (clipped to S).
+
+  Returns:
+    Output `[..., T, Dv]`; fully masked query rows give zeros.
+  """
+  t, s = q.shape[-2], k.shape[-2]
+  st = _Static(q_len=t, kv_len=s, q_block=min(q_block, t), kv_block=min(kv_block, s),
+               is_causal=is_causal, scale=float(scale), dropout_rate=float(dropout_rate))
+  tp, sp = st.num_q_blocks * st.q_block, st.num_kv_blocks * st.kv_block
+  q = _pad_axis(q, -2, tp)
+  k, v = _pad_axis(k, -2, sp), _pad_axis(v, -2, sp)
+  bias = _pad_axis(_pad_axis(bias, -2, tp), -1, sp)
+  mask = _pad_axis(_pad_axis(mask, -2, tp, False), -1, sp, False)
+  if dropout_rate == 0.0:
+    dropout_rng = None
+  return _chunked(st, q, k, v, bias, mask, dropout_rng)[..., :t, :]
