@@ -19,7 +19,7 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	touch $@
 
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.attention_bench

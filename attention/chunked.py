@@ -152,81 +152,79 @@ def _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng,
 
 
 def _backward(st: _Static, res, d_out):
+  """One pass over key blocks j (outer) and the query blocks i that see them (inner).
+
+  dV_j and dK_j accumulate in the inner loop's carry; dQ_i and the bias gradient are added into
+  full-size buffers, which XLA updates in place. Each score block is recomputed once.
+  """
   q, k, v, bias, mask, rng, out, lse = res
   lead = q.shape[:-2]
   bq, bk = st.q_block, st.kv_block
   delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)  # [..., Tp]
 
-  def dq_block(args):                                   # dQ_i = Σ_j dS_ij K_j
-    i, q_i, do_i, lse_i, delta_i = args
+  def key_block(j, carry):
+    dq, dk, dv, d_bias = carry
+    k_j, v_j = _slice(k, -2, j * bk, bk), _slice(v, -2, j * bk, bk)
 
-    def key_block(j, dq_i):
-      k_j, v_j = _slice(k, -2, j * bk, bk), _slice(v, -2, j * bk, bk)
-      _, ds = _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng, lead)
-      return dq_i + jnp.einsum("...ts,...sd->...td", ds.astype(k.dtype), k_j,
-                               preferred_element_type=jnp.float32)
-
-    dq_i = lax.fori_loop(0, _num_kv_blocks_for(st, i), key_block,
-                         jnp.zeros(q_i.shape, jnp.float32))
-    return (dq_i * st.scale).astype(q.dtype)
-
-  def dkv_block(args):                                  # dK_j = Σ_i dS_ijᵀ Q_i, dV_j = Σ_i P̃_ijᵀ dO_i
-    j, k_j, v_j = args
-    d_bias_shape = None if bias is None else (*bias.shape[:-1], 1 if bias.shape[-1] == 1 else bk)
-
-    def query_block(i, carry):
-      dk_j, dv_j, d_bias_j = carry
+    def query_block(i, inner):
+      dq, dk_j, dv_j, d_bias = inner
       q_i, do_i = _slice(q, -2, i * bq, bq), _slice(d_out, -2, i * bq, bq)
       lse_i, delta_i = _slice(lse, -1, i * bq, bq), _slice(delta, -1, i * bq, bq)
-      p, ds = _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng, lead)
+      bias_ij, valid, keep = _block_inputs(st, i, j, bias, mask, rng, lead)
+      p = jnp.exp(_scores(st, q_i, k_j, bias_ij, valid) - lse_i[..., None])  # [..., bq, bk]
+      dp = jnp.einsum("...tv,...sv->...ts", do_i, v_j, preferred_element_type=jnp.float32)
+      if keep is not None:                             # dropout: P̃ = P·Z/(1-r), dP = dP̃·Z/(1-r)
+        inv_keep = 1.0 / (1.0 - st.dropout_rate)
+        p_used, dp = jnp.where(keep, p * inv_keep, 0.0), jnp.where(keep, dp * inv_keep, 0.0)
+      else:
+        p_used = p
+      ds = p * (dp - delta_i[..., None])                                     # ∂loss/∂scores
+      dv_j = dv_j + jnp.einsum("...ts,...tv->...sv", p_used.astype(d_out.dtype), do_i,
+                               preferred_element_type=jnp.float32)
       dk_j = dk_j + jnp.einsum("...ts,...td->...sd", ds.astype(q.dtype), q_i,
                                preferred_element_type=jnp.float32)
-      dv_j = dv_j + jnp.einsum("...ts,...tv->...sv", p.astype(d_out.dtype), do_i,
-                               preferred_element_type=jnp.float32)
-      if d_bias_j is not None:
-        d_bias_j = _accumulate_bias_grad(d_bias_j, ds, i * bq, bias.shape)
-      return dk_j, dv_j, d_bias_j
+      dq_i = jnp.einsum("...ts,...sd->...td", ds.astype(k.dtype), k_j,
+                        preferred_element_type=jnp.float32)
+      dq = _add_block(dq, dq_i, (-2,), (i * bq,))
+      if d_bias is not None:
+        d_bias = _add_block(d_bias, _reduce_to(ds, d_bias.shape, bq, bk), (-2, -1),
+                            (i * bq, j * bk))
+      return dq, dk_j, dv_j, d_bias
 
-    init = (jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32),
-            None if bias is None else jnp.zeros(d_bias_shape, jnp.float32))
-    dk_j, dv_j, d_bias_j = lax.fori_loop(_first_q_block_for(st, j), st.num_q_blocks,
-                                         query_block, init)
-    return (dk_j * st.scale).astype(k.dtype), dv_j.astype(v.dtype), d_bias_j
+    zeros_j = (jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32))
+    dq, dk_j, dv_j, d_bias = lax.fori_loop(_first_q_block_for(st, j), st.num_q_blocks,
+                                           query_block, (dq, *zeros_j, d_bias))
+    dk = lax.dynamic_update_slice_in_dim(dk, dk_j * st.scale, j * bk, -2)
+    dv = lax.dynamic_update_slice_in_dim(dv, dv_j, j * bk, -2)
+    return dq, dk, dv, d_bias
 
-  def per_block(x, size):                                # [..., n*size, X] -> [n, ..., size, X]
-    return jnp.moveaxis(x.reshape(*x.shape[:-2], x.shape[-2] // size, size, x.shape[-1]), -3, 0)
-
-  def unblock(x):                                        # [n, ..., size, X] -> [..., n*size, X]
-    x = jnp.moveaxis(x, 0, -3)
-    return x.reshape(*x.shape[:-3], x.shape[-3] * x.shape[-2], x.shape[-1])
-
-  nq, nk = st.num_q_blocks, st.num_kv_blocks
-  def per_row_block(x):                                  # [..., nq*bq] -> [nq, ..., bq]
-    return jnp.moveaxis(x.reshape(*lead, nq, bq), -2, 0)
-
-  dq = lax.map(dq_block, (jnp.arange(nq), per_block(q, bq), per_block(d_out, bq),
-                          per_row_block(lse), per_row_block(delta)))
-  dk, dv, d_bias = lax.map(dkv_block, (jnp.arange(nk), per_block(k, bk), per_block(v, bk)))
-  if d_bias is not None:
-    if bias.shape[-1] == 1:
-      d_bias = d_bias.sum(0)
-    else:                                                # [nk, ..., Tp, bk] -> [..., Tp, nk*bk]
-      d_bias = jnp.moveaxis(d_bias, 0, -2)
-      d_bias = d_bias.reshape(*d_bias.shape[:-2], nk * bk)
-    d_bias = d_bias.astype(bias.dtype)
-  return unblock(dq), unblock(dk), unblock(dv), d_bias, None, None
+  init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros(k.shape, jnp.float32),
+          jnp.zeros(v.shape, jnp.float32),
+          None if bias is None else jnp.zeros(bias.shape, jnp.float32))
+  dq, dk, dv, d_bias = lax.fori_loop(0, st.num_kv_blocks, key_block, init)
+  d_bias = None if bias is None else d_bias.astype(bias.dtype)
+  return ((dq * st.scale).astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_bias,
+          None, None)
 
 
-def _accumulate_bias_grad(d_bias_j, ds, q_start, bias_shape):
-  """Adds block dS `[..., bq, bk]` into the bias-gradient column `d_bias_j`, reducing broadcast dims."""
-  lead_axes = tuple(a for a in range(ds.ndim - 2) if bias_shape[a] == 1 and ds.shape[a] != 1)
-  ds = jnp.sum(ds, axis=lead_axes, keepdims=True)
-  if bias_shape[-1] == 1:
-    ds = jnp.sum(ds, axis=-1, keepdims=True)
-  if bias_shape[-2] == 1:
-    return d_bias_j + jnp.sum(ds, axis=-2, keepdims=True)
-  rows = lax.dynamic_slice_in_dim(d_bias_j, q_start, ds.shape[-2], -2)
-  return lax.dynamic_update_slice_in_dim(d_bias_j, rows + ds, q_start, -2)
+def _reduce_to(ds, shape, bq, bk):
+  """Sums block dS `[..., bq, bk]` over the dims that a bias of `shape` broadcasts along."""
+  block_shape = (*shape[:-2], 1 if shape[-2] == 1 else bq, 1 if shape[-1] == 1 else bk)
+  axes = tuple(a for a, (n, m) in enumerate(zip(block_shape, ds.shape)) if n == 1 and m != 1)
+  return jnp.sum(ds, axis=axes, keepdims=True)
+
+
+def _add_block(buffer, block, axes, starts):
+  """`buffer[block position] += block`, where `block` sits at `starts` along `axes`.
+
+  Axes along which the buffer has size 1 (broadcast) are not offset.
+  """
+  index = [0] * buffer.ndim
+  for axis, start in zip(axes, starts):
+    if buffer.shape[axis] != 1:
+      index[axis] = start
+  current = lax.dynamic_slice(buffer, index, block.shape)
+  return lax.dynamic_update_slice(buffer, current + block, index)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
