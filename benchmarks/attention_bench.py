@@ -140,9 +140,9 @@ def peak_memory(name, batch, length, backward):
 
 
 def gflops(batch, length, backward):
-  """Matmul FLOPs of attention: 2 matmuls of 2·B·N·T·S·H forward, 2.5x that for backward."""
+  """Matmul FLOPs of attention: 2 matmuls of 2·B·N·T·S·H forward, backward adds 2x (model FLOPs, recomputation not counted)."""
   forward = 4 * batch * HEADS * length * length * HEAD_DIM
-  return forward * (3.5 if backward else 1.0) / 1e9
+  return forward * (3.0 if backward else 1.0) / 1e9
 
 
 def main():
