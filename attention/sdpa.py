@@ -74,7 +74,8 @@ def _cudnn_unsupported(q, k, v, dropout_rate, return_weights) -> str | None:
   if q.dtype not in (jnp.float16, jnp.bfloat16):
     return f"it needs float16 or bfloat16 inputs, got {q.dtype}"
   if q.shape[-1] % 8 or q.shape[-1] > 128 or v.shape[-1] != q.shape[-1]:
-    return f"it needs equal query/value head sizes <= 128 and divisible by 8, got D={q.shape[-1]}, Dv={v.shape[-1]}"
+    return ("it needs equal query/value head sizes <= 128 and divisible by 8, "
+            f"got D={q.shape[-1]}, Dv={v.shape[-1]}")
   if dropout_rate > 0.0:
     return "jax.nn exposes no cuDNN dropout"
   if return_weights:
@@ -124,7 +125,8 @@ def _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementat
   if dropout_rate > 0.0 and dropout_rng is None:
     raise ValueError("scaled_dot_product_attention: dropout_rate > 0 needs a dropout_rng.")
   if scale is not None and not isinstance(scale, numbers.Real):
-    raise ValueError(f"scaled_dot_product_attention: scale must be a Python number, got {type(scale).__name__}.")
+    raise ValueError(
+        f"scaled_dot_product_attention: scale must be a number, got {type(scale).__name__}.")
   if implementation is not None and implementation not in KERNELS:
     raise ValueError(
         f"Unknown attention implementation {implementation!r}; valid implementations: "

@@ -135,12 +135,13 @@ def peak_memory(name, batch, length, backward):
          json.dumps([name, batch, length, backward])]
   done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
   if done.returncode != 0:
-    return f"failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"
+    last_line = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+    return f"failed: {last_line[0]}"
   return int(done.stdout.strip().splitlines()[-1])
 
 
 def gflops(batch, length, backward):
-  """Matmul FLOPs of attention: 2 matmuls of 2·B·N·T·S·H forward, backward adds 2x (model FLOPs, recomputation not counted)."""
+  """Model GFLOPs: forward is 2 matmuls of 2·B·N·T·S·H; backward adds twice that (recompute not counted)."""
   forward = 4 * batch * HEADS * length * length * HEAD_DIM
   return forward * (3.0 if backward else 1.0) / 1e9
 
