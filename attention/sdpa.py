@@ -43,10 +43,8 @@ def _reference(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_r
 
 
 def _chunked(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng):
-  rank = q.ndim
-  expand = lambda x: None if x is None else x.reshape((1,) * (rank - x.ndim) + x.shape)
-  out = chunked_attention(q, k, v, mask=expand(mask), bias=expand(bias), is_causal=is_causal,
-                          scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+  out = chunked_attention(q, k, v, mask=mask, bias=bias, is_causal=is_causal, scale=scale,
+                          dropout_rate=dropout_rate, dropout_rng=dropout_rng)
   return out, None
 
 

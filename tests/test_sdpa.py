@@ -73,6 +73,7 @@ CASES = {
     "padding_causal_bias": dict(t=17, s=17, lengths=(9, 17), is_causal=True, bias=True),
     "full_bias": dict(t=10, s=23, bias=True, full_bias=True),
     "key_bias_row": dict(t=10, s=23, bias=True, key_bias=True),
+    "low_rank_bias": dict(t=9, s=12, bias=True, low_rank_bias=True),
     "explicit_scale": dict(t=7, s=7, scale=0.3),
 }
 
@@ -86,8 +87,9 @@ def test_chunked_equals_reference_values_and_gradients(rng, case, blocks):
   mask = padding_mask(jnp.array(c["lengths"]), c["s"])[:, None] if "lengths" in c else None
   bias = None
   if c.get("bias"):
-    shape = (2, 3, c["t"], c["s"]) if c.get("full_bias") else (
-        (2, 1, 1, c["s"]) if c.get("key_bias") else (1, 3, c["t"], c["s"]))
+    shape = ((2, 3, c["t"], c["s"]) if c.get("full_bias") else
+             (2, 1, 1, c["s"]) if c.get("key_bias") else
+             (c["t"], c["s"]) if c.get("low_rank_bias") else (1, 3, c["t"], c["s"]))
     bias = jnp.asarray(rng.standard_normal(shape), jnp.float32)
   kwargs = dict(mask=mask, is_causal=c.get("is_causal", False), scale=c.get("scale"))
   cotangent = jnp.asarray(rng.standard_normal((2, 3, c["t"], 5)), jnp.float32)
