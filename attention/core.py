@@ -24,6 +24,16 @@ def check_mask(mask: Array | None, scores_shape: tuple[int, ...], name: str) -> 
         f"[..., T, S] = {tuple(scores_shape)}.")
 
 
+def check_kv(k: Array, v: Array, name: str) -> None:
+  """Raises ValueError unless keys `[..., S, D]` and values `[..., S, Dv]` share the length S."""
+  if v.ndim < 2:
+    raise ValueError(f"{name}: values need shape [..., S, Dv], got v{tuple(v.shape)}.")
+  if k.shape[-2] != v.shape[-2]:
+    raise ValueError(
+        f"{name}: keys have S={k.shape[-2]} but values have S={v.shape[-2]} "
+        f"(k{tuple(k.shape)}, v{tuple(v.shape)}).")
+
+
 def masked_softmax(scores: Array, mask: Array | None = None, axis: int = -1) -> Array:
   """Softmax over keys that leaves masked keys at exactly zero weight.
 
@@ -75,10 +85,7 @@ def attention(q: Array, k: Array, v: Array, *,
   Returns:
     `(output [..., T, Dv], weights [..., T, S])`.
   """
-  if k.shape[-2] != v.shape[-2]:
-    raise ValueError(
-        f"attention: keys have S={k.shape[-2]} but values have S={v.shape[-2]} "
-        f"(k{tuple(k.shape)}, v{tuple(v.shape)}).")
+  check_kv(k, v, "attention")
   weights = masked_softmax(score_fn(q, k), mask)
   return attend(weights, v), weights
 

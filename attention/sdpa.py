@@ -16,8 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from attention.chunked import chunked_attention
-from attention.core import attend, check_mask, masked_softmax
+from attention.core import attend, check_kv, check_mask, masked_softmax
 from attention.masks import causal_mask, combine_masks
+from attention.scores import check_qk
 
 Array = jax.Array
 
@@ -93,18 +94,8 @@ def _pick(q, k, v, dropout_rate, return_weights) -> str:
 
 def _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation):
   """Raises ValueError, before any tracing, on inputs no implementation could handle."""
-  if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
-    raise ValueError(
-        f"scaled_dot_product_attention: q, k, v need shape [..., length, features], got "
-        f"q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}.")
-  if q.shape[-1] != k.shape[-1]:
-    raise ValueError(
-        f"scaled_dot_product_attention: query features D={q.shape[-1]} differ from key features "
-        f"D={k.shape[-1]} (q{tuple(q.shape)}, k{tuple(k.shape)}).")
-  if k.shape[-2] != v.shape[-2]:
-    raise ValueError(
-        f"scaled_dot_product_attention: keys have S={k.shape[-2]} but values have "
-        f"S={v.shape[-2]} (k{tuple(k.shape)}, v{tuple(v.shape)}).")
+  check_qk(q, k, "scaled_dot_product_attention")
+  check_kv(k, v, "scaled_dot_product_attention")
   try:
     lead = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
   except ValueError:
