@@ -1,0 +1,77 @@
+"""Input pipeline speed: batches/s of the training iterator of the default number_words en->de task.
+
+    python -m benchmarks.data_bench                       # batch 64, prepares the data on first use
+    python -m benchmarks.data_bench --batch_size=256 --json=/tmp/data_bench.json
+
+Reports the one-off costs (preparing the TFDS dataset, which is skipped when `--data_dir`
+already holds it; building the tokenizers; tokenizing the train split) and then the steady
+state of `task.batches('train', shuffle=True)`: median batches/s over `--repeats` runs of
+`--batches` batches, with the share of padding in inputs and targets.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+from absl import logging
+import numpy as np
+
+import data
+
+
+def _timed(fn):
+  start = time.perf_counter()
+  out = fn()
+  return out, time.perf_counter() - start
+
+
+def run(args: argparse.Namespace) -> dict:
+  """Builds the task and times its training iterator; returns the figures."""
+  config = data.default_config()
+  config.data_dir = args.data_dir
+  config.batch_size = args.batch_size
+  with tempfile.TemporaryDirectory() as vocab_dir:
+    task, build_s = _timed(lambda: data.build_task(config, vocab_dir))
+  it, tokenize_s = _timed(lambda: task.batches(config.train_split, batch_size=args.batch_size,
+                                               shuffle=True, seed=0))
+  next(it)  # The first batch also computes the epoch's plan; the loop below includes later ones.
+  rates, pads = [], []
+  for _ in range(args.repeats):
+    batches, seconds = _timed(lambda: [next(it) for _ in range(args.batches)])
+    rates.append(args.batches / seconds)
+    pads.append([float(np.mean([(b[key] == 0).mean() for b in batches]))
+                 for key in ("inputs", "targets")])
+  rate = statistics.median(rates)
+  return {"task": task.name, "batch_size": args.batch_size, "examples": len(task.encoded("train")),
+          "batches_per_epoch": it.batches_per_epoch, "build_task_s": build_s,
+          "tokenize_s": tokenize_s, "batches_per_s": rate, "ms_per_batch": 1e3 / rate,
+          "examples_per_s": rate * args.batch_size, "input_padding": pads[-1][0],
+          "target_padding": pads[-1][1]}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--batch_size", type=int, default=64)
+  parser.add_argument("--batches", type=int, default=2000, help="batches per timed run")
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--data_dir", default="", help="TFDS data dir ('' = ~/tensorflow_datasets)")
+  parser.add_argument("--json", default="", help="also write the results to this JSON file")
+  args = parser.parse_args()
+  logging.set_verbosity(logging.WARNING)
+  r = run(args)
+  print(f"# input pipeline, {r['task']}, {r['examples']} train examples, {os.cpu_count()} CPUs")
+  print("| batch | batches/s | ms/batch | examples/s | input pad | target pad | build_task s | "
+        "tokenize s |\n|---|---|---|---|---|---|---|---|")
+  print(f"| {r['batch_size']} | {r['batches_per_s']:.0f} | {r['ms_per_batch']:.3f} | "
+        f"{r['examples_per_s']:.0f} | {r['input_padding']:.1%} | {r['target_padding']:.1%} | "
+        f"{r['build_task_s']:.1f} | {r['tokenize_s']:.2f} |")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(r, f, indent=1)
+
+
+if __name__ == "__main__":
+  main()

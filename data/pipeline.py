@@ -1,0 +1,225 @@
+"""Token ids in flat NumPy arrays, and a deterministic, resumable iterator of padded batches.
+
+A split is tokenized once into `EncodedSplit` (flat ids plus offsets: compact even for large
+corpora). Each epoch is then a list of global batches of example positions, computed from
+`(seed + epoch)` alone, so the iterator's whole state is `{'epoch', 'batch'}` and a restored
+iterator yields exactly the batch the saved one would have yielded next.
+
+Padding stays small through length bucketing: a batch is padded to the smallest multiple of
+`bucket_step` that holds its longest row, and batches group rows of similar length (training:
+sorted within pools of `_POOL_BATCHES` batches of a shuffled order; evaluation: sorted
+globally). Every host computes the same global batches and takes its own slice of rows.
+"""
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from absl import logging
+import numpy as np
+
+from data.tokenizers import EOS_ID
+
+# Training batches are formed from pools of this many batches, sorted by length: larger pools
+# pad less but make batches of similar-length examples more often.
+_POOL_BATCHES = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedSplit:
+  """Token ids of the examples of a split that fit the length limits, each ending with EOS.
+
+  Attributes:
+    index: `[K]` position of each kept example in the split's example list.
+    source: flat source ids; example k is `source[source_offsets[k]:source_offsets[k + 1]]`.
+    source_offsets: `[K + 1]` offsets into `source`.
+    target: flat target ids.
+    target_offsets: `[K + 1]` offsets into `target`.
+  """
+  index: np.ndarray
+  source: np.ndarray
+  source_offsets: np.ndarray
+  target: np.ndarray
+  target_offsets: np.ndarray
+
+  def __len__(self) -> int:
+    return len(self.index)
+
+  @property
+  def source_lengths(self) -> np.ndarray:
+    return np.diff(self.source_offsets)
+
+  @property
+  def target_lengths(self) -> np.ndarray:
+    return np.diff(self.target_offsets)
+
+
+def _flatten(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+  offsets = np.zeros(len(sequences) + 1, np.int64)
+  np.cumsum([len(s) for s in sequences], out=offsets[1:])
+  flat = np.fromiter((i for s in sequences for i in s), np.int32, count=int(offsets[-1]))
+  return flat, offsets
+
+
+def encode_split(name: str, sources: Sequence[list[int]], targets: Sequence[list[int]], *,
+                 max_input_length: int, max_target_length: int, truncate: bool) -> EncodedSplit:
+  """Appends EOS to tokenized examples and drops (or truncates) those over the length limits.
+
+  Args:
+    name: the split's name, for the log and errors.
+    sources: source ids of every example, without EOS.
+    targets: target ids of every example, without EOS.
+    max_input_length: longest source kept, EOS excluded.
+    max_target_length: longest target kept, EOS excluded.
+    truncate: cut long examples to the limits instead of dropping them.
+
+  Returns:
+    The kept examples.
+
+  Raises:
+    ValueError: if no example is left, naming the limit that removed them.
+  """
+  kept, kept_sources, kept_targets = [], [], []
+  too_long = {"max_input_length": 0, "max_target_length": 0}
+  long_examples = 0
+  for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
+    source_over, target_over = len(source) > max_input_length, len(target) > max_target_length
+    too_long["max_input_length"] += source_over
+    too_long["max_target_length"] += target_over
+    if source_over or target_over:
+      long_examples += 1
+      if not truncate:
+        continue
+    kept.append(i)
+    kept_sources.append(list(source[:max_input_length]) + [EOS_ID])
+    kept_targets.append(list(target[:max_target_length]) + [EOS_ID])
+  limits = {"max_input_length": max_input_length, "max_target_length": max_target_length}
+  reasons = ", ".join(f"{n} over {field}={limits[field]}" for field, n in too_long.items() if n)
+  if not sources:
+    raise ValueError(f"Split {name!r} has no examples.")
+  if not kept:
+    raise ValueError(f"Split {name!r} is empty after filtering: all {len(sources)} examples are "
+                     f"too long ({reasons}); raise the config.dataset limit(s) or set "
+                     "config.dataset.truncate=True.")
+  if long_examples:
+    logging.warning("Split %r: %s %d of %d examples as too long (%s).", name,
+                    "truncated" if truncate else "dropped", long_examples, len(sources), reasons)
+  source, source_offsets = _flatten(kept_sources)
+  target, target_offsets = _flatten(kept_targets)
+  return EncodedSplit(np.asarray(kept, np.int32), source, source_offsets, target, target_offsets)
+
+
+def _padded_length(length: int, step: int) -> int:
+  return -(-length // step) * step
+
+
+def _gather(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int) -> np.ndarray:
+  """Rows `rows` of a flat sequence store, 0-padded to `width`: `[len(rows), width]`."""
+  starts = offsets[rows][:, None]                             # [R, 1]
+  lengths = offsets[rows + 1][:, None] - starts               # [R, 1]
+  cols = np.arange(width)[None, :]                            # [1, W]
+  positions = np.minimum(starts + cols, len(flat) - 1)        # [R, W], clipped past the end
+  return np.where(cols < lengths, flat[positions], 0).astype(np.int32)
+
+
+class BatchIterator:
+  """Padded batches `{'inputs' [B, S], 'targets' [B, T], 'index' [B]}` of one split, resumable.
+
+  Every epoch visits each kept example exactly once; its last batch may be partial and is then
+  filled with all-zero rows whose 'index' is -1. Use `get_state`/`set_state` to checkpoint.
+  """
+
+  def __init__(self, encoded: EncodedSplit, *, batch_size: int, shuffle: bool, seed: int,
+               num_epochs: int | None, process_index: int, process_count: int,
+               bucket_step: int):
+    """See `data.Task.batches`; `batch_size` is global, this host yields its share of rows."""
+    self._encoded = encoded
+    self._batch_size = batch_size
+    self._host_rows = batch_size // process_count
+    self._first_row = process_index * self._host_rows
+    self._shuffle = shuffle
+    self._seed = seed
+    self._num_epochs = num_epochs
+    self._bucket_step = bucket_step
+    self._source_lengths = encoded.source_lengths
+    self._target_lengths = encoded.target_lengths
+    self._epoch = 0
+    self._batch = 0
+    self._plan_epoch = -1
+    self._plan: list[np.ndarray] = []
+
+  @property
+  def batches_per_epoch(self) -> int:
+    """Number of (global) batches in one epoch."""
+    return -(-len(self._encoded) // self._batch_size)
+
+  def _epoch_plan(self, epoch: int) -> list[np.ndarray]:
+    """The global batches of `epoch`, as arrays of positions into the encoded split."""
+    if epoch == self._plan_epoch:
+      return self._plan
+    size = self._batch_size
+    if self._shuffle:
+      rng = np.random.default_rng(self._seed + epoch)
+      order = rng.permutation(len(self._encoded))
+      pool = size * _POOL_BATCHES
+      batches = []
+      for start in range(0, len(order), pool):
+        chunk = self._by_length(order[start:start + pool])
+        batches.extend(chunk[i:i + size] for i in range(0, len(chunk), size))
+      plan = [batches[i] for i in rng.permutation(len(batches))]
+    else:
+      order = self._by_length(np.arange(len(self._encoded)))
+      plan = [order[i:i + size] for i in range(0, len(order), size)]
+    self._plan_epoch, self._plan = epoch, plan
+    return plan
+
+  def _by_length(self, rows: np.ndarray) -> np.ndarray:
+    """`rows` stably sorted by source length, then target length."""
+    return rows[np.lexsort((self._target_lengths[rows], self._source_lengths[rows]))]
+
+  def __iter__(self) -> "BatchIterator":
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    if self._batch >= self.batches_per_epoch:
+      self._epoch, self._batch = self._epoch + 1, 0
+    if self._num_epochs is not None and self._epoch >= self._num_epochs:
+      raise StopIteration
+    rows = self._epoch_plan(self._epoch)[self._batch]
+    self._batch += 1
+    return self._assemble(rows)
+
+  def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    # The padded lengths come from the global batch, so all hosts agree on the shapes.
+    s = _padded_length(int(self._source_lengths[rows].max()), self._bucket_step)
+    t = _padded_length(int(self._target_lengths[rows].max()), self._bucket_step)
+    mine = rows[self._first_row:self._first_row + self._host_rows]
+    n = len(mine)
+    e = self._encoded
+    batch = {"inputs": np.zeros((self._host_rows, s), np.int32),
+             "targets": np.zeros((self._host_rows, t), np.int32),
+             "index": np.full((self._host_rows,), -1, np.int32)}
+    batch["inputs"][:n] = _gather(e.source, e.source_offsets, mine, s)
+    batch["targets"][:n] = _gather(e.target, e.target_offsets, mine, t)
+    batch["index"][:n] = e.index[mine]
+    return batch
+
+  def get_state(self) -> dict[str, int]:
+    """The position of the next batch, `{'epoch': int, 'batch': int}` (JSON-able)."""
+    return {"epoch": self._epoch, "batch": self._batch}
+
+  def set_state(self, state: Mapping[str, int]) -> None:
+    """Restores a position from `get_state`; the next batch is the one that followed it.
+
+    Values may be Python ints or 0-d integer arrays (as a checkpoint library may return them).
+    """
+    if not isinstance(state, Mapping) or set(state) != {"epoch", "batch"}:
+      raise ValueError(f"Iterator state must be a dict with keys 'epoch' and 'batch', got "
+                       f"{state!r}.")
+    values = [np.asarray(state[key]) for key in ("epoch", "batch")]
+    if not all(v.shape == () and np.issubdtype(v.dtype, np.integer) and v >= 0 for v in values):
+      raise ValueError(f"Iterator state values must be non-negative ints, got {state!r}.")
+    epoch, batch = (int(v) for v in values)
+    if batch > self.batches_per_epoch:
+      raise ValueError(f"Iterator state batch={batch} exceeds the {self.batches_per_epoch} "
+                       "batches per epoch of this split and batch size.")
+    self._epoch, self._batch = epoch, batch

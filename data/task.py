@@ -1,0 +1,242 @@
+"""`build_task`: from `config.dataset` to examples, tokenizers and batches.
+
+    task = data.build_task(config.dataset, workdir)
+    train_iter = task.batches('train', batch_size=64, shuffle=True, seed=0)
+    batch = next(train_iter)        # {'inputs': [B, S], 'targets': [B, T], 'index': [B]}
+
+The dataset is read through `tfds` data sources (array_record files, no TensorFlow): Attend's
+own builders (`number_words`, `dates`, `tsv_parallel`) are prepared offline on first use; any
+other registered TFDS dataset is prepared by TFDS as usual (which may need the internet).
+"""
+
+import functools
+import os
+from typing import Any
+
+from absl import logging
+import jax
+import ml_collections
+import tensorflow_datasets as tfds
+
+from data import tsv_parallel
+from data.config import validate_config
+from data.dates import Dates
+from data.number_words import NumberWords
+from data.pipeline import BatchIterator, EncodedSplit, encode_split
+from data.text import TextOptions
+from data.tokenizers import Tokenizer, build_tokenizer, load_tokenizers, save_tokenizers
+
+OWN_BUILDERS = {"dates": Dates, "number_words": NumberWords,
+                "tsv_parallel": tsv_parallel.TsvParallel}
+_READ_CHUNK = 4096
+
+
+def _text(value: Any) -> str:
+  """A text feature as str: the real data sources give bytes, `tfds.testing.mock_data` str."""
+  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _read_all(source: Any) -> list[dict[str, Any]]:
+  """Every record of a TFDS data source, in order, read in chunks (4x faster than one by one)."""
+  n = len(source)
+  try:
+    return [example for start in range(0, n, _READ_CHUNK)
+            for example in source.__getitems__(list(range(start, min(n, start + _READ_CHUNK))))]
+  except TypeError:  # The data sources of tfds.testing.mock_data only support indexing.
+    return [source[i] for i in range(n)]
+
+
+def _builder_class(name: str) -> type[tfds.core.DatasetBuilder]:
+  if name in OWN_BUILDERS:
+    return OWN_BUILDERS[name]
+  try:
+    return tfds.builder_cls(name)
+  except tfds.core.registered.DatasetNotFoundError:
+    pass
+  # The legacy translation builders (wmt14_translate, ...) register only when imported.
+  import tensorflow_datasets.translate  # noqa: F401  pylint: disable=g-import-not-at-top
+  try:
+    return tfds.builder_cls(name)
+  except tfds.core.registered.DatasetNotFoundError:
+    translations = sorted(n for n in tfds.list_builders(with_community_datasets=False)
+                          if "translate" in n)
+    raise ValueError(f"config.dataset.name={name!r} is not a known dataset; valid: "
+                     f"{sorted(OWN_BUILDERS)} or any registered TFDS dataset, e.g. "
+                     f"{translations}.") from None
+
+
+def _make_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
+  """The TFDS builder `config` names, with its builder config checked."""
+  cls = _builder_class(config.name)
+  data_dir = os.path.expanduser(config.data_dir) if config.data_dir else None
+  kwargs = {"data_dir": data_dir, "file_format": "array_record"}
+  if config.name == "tsv_parallel":  # Its builder config comes from the file, not builder_config.
+    return cls(config=tsv_parallel.config_for_path(config.tsv_path), **kwargs)
+  valid = sorted(cls.builder_configs)
+  if config.builder_config and config.builder_config not in valid:
+    raise ValueError(f"config.dataset.builder_config={config.builder_config!r} is not a config "
+                     f"of {config.name}; valid: {valid or 'none (use an empty string)'}.")
+  return cls(config=config.builder_config or None, **kwargs)
+
+
+class Task:
+  """A prepared dataset with its tokenizers: examples and padded batches of any split.
+
+  Attributes:
+    name: the dataset, e.g. 'number_words/en_de'.
+    config: the validated `config.dataset`.
+    preprocess: the config's text preprocessing, `str -> str` (apply it to new input text).
+    source_tokenizer: tokenizer of the source side.
+    target_tokenizer: tokenizer of the target side; the same object when the vocab is shared.
+  """
+
+  def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict,
+               source_tokenizer: Tokenizer | None = None,
+               target_tokenizer: Tokenizer | None = None):
+    """Wraps a prepared builder; `build_task` is the usual way to get one."""
+    self.config = config
+    self._builder = builder
+    self.name = builder.info.full_name.rsplit("/", 1)[0]
+    self.preprocess = TextOptions(
+        lowercase=config.lowercase, strip_accents=config.strip_accents,
+        split_cjk=config.split_cjk, split_punctuation=config.split_punctuation)
+    self.source_tokenizer = source_tokenizer
+    self.target_tokenizer = target_tokenizer
+    self._examples: dict[str, list[tuple[str, str]]] = {}
+    self._encoded: dict[str, EncodedSplit] = {}
+    features = set(builder.info.features.keys())
+    for field in ("source_key", "target_key"):
+      if config[field] not in features:
+        raise ValueError(f"config.dataset.{field}={config[field]!r} is not a feature of "
+                         f"{self.name}; valid: {sorted(features)}.")
+
+  def _check_split(self, split: str) -> None:
+    # Mocked builders (tfds.testing.mock_data) know no split names; they accept any split.
+    known = list(self._builder.info.splits.keys())
+    base = split.split("[")[0]
+    if known and base not in known:
+      raise ValueError(f"Split {split!r} is not a split of {self.name}; valid: {sorted(known)}.")
+
+  def examples(self, split: str) -> list[tuple[str, str]]:
+    """`(source_text, target_text)` of every example of `split`, preprocessed, in split order.
+
+    Args:
+      split: a split name ('train', 'validation', 'test'; TFDS slices such as 'train[:10%]' work).
+
+    Returns:
+      The examples (read once, then cached).
+    """
+    if split not in self._examples:
+      self._check_split(split)
+      records = _read_all(self._builder.as_data_source(split=split))
+      keys = self.config.source_key, self.config.target_key
+      preprocess = self.preprocess
+      self._examples[split] = [(preprocess(_text(ex[keys[0]])), preprocess(_text(ex[keys[1]])))
+                               for ex in records]
+      logging.info("%s %s: %d examples.", self.name, split, len(self._examples[split]))
+    return self._examples[split]
+
+  def encoded(self, split: str) -> EncodedSplit:
+    """Token ids of the examples of `split` that fit the length limits (tokenized once)."""
+    if split not in self._encoded:
+      pairs = self.examples(split)
+      self._encoded[split] = encode_split(
+          f"{self.name} {split}",
+          [self.source_tokenizer.encode(source) for source, _ in pairs],
+          [self.target_tokenizer.encode(target) for _, target in pairs],
+          max_input_length=self.config.max_input_length,
+          max_target_length=self.config.max_target_length, truncate=self.config.truncate)
+    return self._encoded[split]
+
+  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
+              num_epochs: int | None = None, process_index: int | None = None,
+              process_count: int | None = None) -> BatchIterator:
+    """A resumable iterator of this host's padded batches of `split`.
+
+    Args:
+      split: the split to read.
+      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
+      shuffle: reshuffle every epoch (with `seed + epoch`); False gives a fixed order sorted by
+        length, which pads least (map rows back to examples with 'index').
+      seed: the shuffling seed.
+      num_epochs: epochs before StopIteration; None repeats forever.
+      process_index: this host's index; default `jax.process_index()`.
+      process_count: number of hosts; default `jax.process_count()`.
+
+    Returns:
+      An iterator of `{'inputs': int32 [b, S], 'targets': int32 [b, T], 'index': int32 [b]}`
+      with `b = batch_size // process_count`: ids then EOS, 0-padded to multiples of
+      `config.bucket_step`; 'index' is the row's position in `examples(split)`, -1 for padding
+      rows. `get_state()` / `set_state()` save and restore its position.
+
+    Raises:
+      ValueError: for a bad batch size, epoch count or host index.
+    """
+    process_index = jax.process_index() if process_index is None else process_index
+    process_count = jax.process_count() if process_count is None else process_count
+    if process_count < 1 or not 0 <= process_index < process_count:
+      raise ValueError(f"process_index must be in [0, process_count), got {process_index} of "
+                       f"{process_count}.")
+    if batch_size < 1 or batch_size % process_count:
+      raise ValueError(f"batch_size must be a positive multiple of process_count="
+                       f"{process_count}, got {batch_size}.")
+    if num_epochs is not None and num_epochs < 1:
+      raise ValueError(f"num_epochs must be None (forever) or at least 1, got {num_epochs}.")
+    return BatchIterator(self.encoded(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
+                         num_epochs=num_epochs, process_index=process_index,
+                         process_count=process_count, bucket_step=self.config.bucket_step)
+
+
+def _check_saved(config: ml_collections.FrozenConfigDict, source: Tokenizer, target: Tokenizer,
+                 vocab_dir: str) -> None:
+  saved = {"source_vocab": source.kind, "target_vocab": target.kind,
+           "shared_vocab": source is target}
+  for field, value in saved.items():
+    if config[field] != value:
+      raise ValueError(f"config.dataset.{field}={config[field]!r} but the tokenizers saved in "
+                       f"{vocab_dir} have {field}={value!r}; use that or another directory.")
+
+
+def build_task(dataset_config: Any, vocab_dir: str) -> Task:
+  """Prepares the dataset and its tokenizers.
+
+  The dataset is prepared into `dataset_config.data_dir` if it is not there yet. Tokenizers are
+  loaded from `vocab_dir` when it holds saved ones (so eval and resumed runs use exactly the
+  training vocabulary); otherwise they are built from the train split and saved there.
+
+  Args:
+    dataset_config: `config.dataset`, see `data.default_config()`; missing fields take defaults.
+    vocab_dir: directory for the tokenizer files (usually the workdir).
+
+  Returns:
+    The task.
+
+  Raises:
+    ValueError: for a bad config field, naming it and the valid values.
+    FileNotFoundError: if `tsv_path` names no file.
+  """
+  config = validate_config(dataset_config)
+  builder = _make_builder(config)
+  builder.download_and_prepare()
+  task = Task(builder, config)
+  loaded = load_tokenizers(vocab_dir)
+  if loaded:
+    _check_saved(config, *loaded, vocab_dir)
+    task.source_tokenizer, task.target_tokenizer = loaded
+    logging.info("Loaded tokenizers from %s.", vocab_dir)
+    return task
+  pairs = task.examples(config.train_split)
+  build = functools.partial(build_tokenizer, vocab_size=config.vocab_size)
+  sources = [source for source, _ in pairs]
+  targets = [target for _, target in pairs]
+  if config.shared_vocab:
+    task.source_tokenizer = task.target_tokenizer = build(config.source_vocab, sources + targets)
+  else:
+    task.source_tokenizer = build(config.source_vocab, sources)
+    task.target_tokenizer = build(config.target_vocab, targets)
+  save_tokenizers(vocab_dir, task.source_tokenizer, task.target_tokenizer, dataset=task.name)
+  logging.info("Built tokenizers from %s %s (sizes %d, %d) and saved them in %s.", task.name,
+               config.train_split, task.source_tokenizer.vocab_size,
+               task.target_tokenizer.vocab_size, vocab_dir)
+  return task
+

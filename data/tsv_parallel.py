@@ -1,0 +1,131 @@
+"""`tsv_parallel`: a local tab-separated parallel corpus, e.g. the Anki / Tatoeba files.
+
+Each line is `english<TAB>other[<TAB>attribution]`; feature 'source' is the first column and
+'target' the second (swap config.dataset.source_key/target_key to translate into English).
+Lines without a tab or with an empty side are skipped and counted in one warning.
+
+Splits are disjoint by source sentence: all translations of "Go." land in the same split, so
+the model is never tested on a sentence it saw in training. 5% of the distinct sources go to
+validation and 5% to test (at least one each), chosen by a fixed seed. The builder config is
+named after the file and a hash of its bytes, so an edited file is prepared afresh.
+"""
+
+import collections
+import dataclasses
+import hashlib
+import re
+
+from absl import logging
+from etils import epath
+import numpy as np
+import tensorflow_datasets as tfds
+
+HOLDOUT_FRACTION = 0.05
+_SEED = 0
+
+
+@dataclasses.dataclass(eq=False)
+class TsvParallelConfig(tfds.core.BuilderConfig):
+  """The corpus file.
+
+  Attributes:
+    path: the tab-separated file.
+  """
+  path: str = ""
+
+
+def config_for_path(path: str) -> TsvParallelConfig:
+  """A config named `<file name>_<hash of contents>` for the file at `path`.
+
+  Raises:
+    FileNotFoundError: if there is no file at `path`.
+  """
+  file = epath.Path(path).expanduser()
+  if not file.is_file():
+    raise FileNotFoundError(f"config.dataset.tsv_path: no such file: {path!r}.")
+  digest = hashlib.sha256(file.read_bytes()).hexdigest()[:12]
+  stem = re.sub(r"[^a-z0-9]+", "_", file.name.lower()).strip("_") or "tsv"
+  return TsvParallelConfig(name=f"{stem}_{digest}", path=str(file),
+                           description=f"Sentence pairs from {file}.")
+
+
+def read_pairs(path: str) -> list[tuple[int, str, str]]:
+  """The `(line number, source, target)` of every well-formed line; logs the skipped ones once.
+
+  Blank lines are ignored silently; lines that are not UTF-8, have no tab, or have an empty side
+  are skipped and counted.
+
+  Raises:
+    ValueError: if no line is well formed.
+  """
+  pairs = []
+  skipped = collections.Counter()
+  first_skipped = 0
+  for number, raw in enumerate(epath.Path(path).read_bytes().split(b"\n"), start=1):
+    try:
+      line = raw.decode("utf-8").lstrip("\ufeff").rstrip("\r")
+    except UnicodeDecodeError:
+      reason = "not UTF-8"
+    else:
+      if not line.strip():
+        continue
+      columns = line.split("\t")
+      if len(columns) < 2:
+        reason = "no tab"
+      elif not columns[0].strip() or not columns[1].strip():
+        reason = "an empty side"
+      else:
+        pairs.append((number, columns[0].strip(), columns[1].strip()))
+        continue
+    skipped[reason] += 1
+    first_skipped = first_skipped or number
+  if skipped:
+    reasons = ", ".join(f"{count} with {reason}" for reason, count in sorted(skipped.items()))
+    logging.warning("tsv_parallel: skipped %d malformed line(s) of %s (%s); the first is line %d.",
+                    sum(skipped.values()), path, reasons, first_skipped)
+  if not pairs:
+    raise ValueError(f"config.dataset.tsv_path {path!r} has no 'source<TAB>target' line.")
+  return pairs
+
+
+def split_by_source(pairs: list[tuple[int, str, str]]) -> dict[str, list[tuple[int, str, str]]]:
+  """Assigns whole groups of pairs with the same source (case and spacing ignored) to a split."""
+  groups = {}
+  for pair in pairs:
+    groups.setdefault(" ".join(pair[1].casefold().split()), []).append(pair)
+  if len(groups) < 3:
+    raise ValueError(f"tsv_parallel needs at least 3 distinct source sentences for train, "
+                     f"validation and test, got {len(groups)}.")
+  keys = list(groups)
+  order = np.random.default_rng(_SEED).permutation(len(keys))
+  holdout = max(1, round(HOLDOUT_FRACTION * len(keys)))
+  parts = {"test": order[:holdout], "validation": order[holdout:2 * holdout],
+           "train": order[2 * holdout:]}
+  return {split: [pair for g in sorted(part) for pair in groups[keys[g]]]
+          for split, part in parts.items()}
+
+
+class TsvParallel(tfds.core.GeneratorBasedBuilder):
+  """A local tab-separated parallel corpus; build its config with `config_for_path`."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "Initial release."}
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description=__doc__,
+        features=tfds.features.FeaturesDict({"source": tfds.features.Text(),
+                                             "target": tfds.features.Text()}),
+        supervised_keys=("source", "target"))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager  # The file is local.
+    if self.builder_config is None or not self.builder_config.path:
+      raise ValueError("tsv_parallel needs a config from data.tsv_parallel.config_for_path(path).")
+    splits = split_by_source(read_pairs(self.builder_config.path))
+    return {split: self._generate_examples(pairs) for split, pairs in splits.items()}
+
+  def _generate_examples(self, pairs: list[tuple[int, str, str]]):
+    for number, source, target in pairs:
+      yield number, {"source": source, "target": target}
