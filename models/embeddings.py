@@ -1,0 +1,83 @@
+"""Token and positional embeddings for the attention models.
+
+Shapes: token ids `[B, T]` -> embeddings `[B, T, D]`; positions `[...]` -> encodings `[..., D]`.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import attention
+from models.layers import check_choice
+
+Array = jax.Array
+
+
+class TokenEmbedding(nnx.Module):
+  """A token lookup table that can double as the (tied) output projection.
+
+  The table is initialised with standard deviation `1/sqrt(D)` and lookups are multiplied by
+  `sqrt(D)` ("Attention Is All You Need", section 3.4): the embeddings then have unit-variance
+  entries, the order of the sinusoidal encodings (in [-1, 1]) they are added to, while the tied
+  output projection `x Eᵀ` of a layer-normalised `x` gives logits of unit variance.
+  """
+
+  def __init__(self, vocab_size: int, features: int, *, rngs: nnx.Rngs):
+    """Builds a `[vocab_size, features]` table.
+
+    Args:
+      vocab_size: number of token ids V.
+      features: embedding size D.
+      rngs: `params` stream for the table.
+    """
+    self.features = features
+    self.embed = nnx.Embed(vocab_size, features,
+                           embedding_init=nnx.initializers.normal(features ** -0.5), rngs=rngs)
+
+  def __call__(self, ids: Array) -> Array:
+    """Embeds integer ids `[...]` as `[..., D]`, scaled by `sqrt(D)`."""
+    return self.embed(ids) * jnp.sqrt(jnp.float32(self.features))
+
+  def attend(self, x: Array) -> Array:
+    """Tied output projection: `[..., D] -> [..., V]` logits `x Eᵀ`."""
+    return self.embed.attend(x)
+
+
+class SinusoidalPositions(nnx.Module):
+  """Fixed sinusoidal encodings (section 3.5); no parameters and no length limit."""
+
+  def __init__(self, features: int):
+    if features <= 0 or features % 2:
+      raise ValueError(f"SinusoidalPositions: features must be a positive even number, got "
+                       f"{features}.")
+    self.features = features
+
+  def __call__(self, positions: Array) -> Array:
+    """Encodes integer positions `[...]` (may be traced, e.g. a decoding step) as `[..., D]`."""
+    return attention.sinusoidal_embedding(positions, self.features)
+
+
+class LearnedPositions(nnx.Module):
+  """A learned table of `max_length` position embeddings (section 3.5, the paper's alternative)."""
+
+  def __init__(self, features: int, max_length: int, *, rngs: nnx.Rngs):
+    self.max_length = max_length
+    # Unit-variance entries, like the sqrt(D)-scaled token embeddings they are added to.
+    self.embed = nnx.Embed(max_length, features, embedding_init=nnx.initializers.normal(1.0),
+                           rngs=rngs)
+
+  def __call__(self, positions: Array) -> Array:
+    """Looks up integer positions `[...]` in `[0, max_length)` as `[..., D]`."""
+    return self.embed(positions)
+
+
+POSITIONS = ("sinusoidal", "learned")
+
+
+def make_positions(kind: str, features: int, max_length: int, *,
+                   rngs: nnx.Rngs) -> SinusoidalPositions | LearnedPositions:
+  """Builds the positional embedding named `kind` (one of `POSITIONS`)."""
+  check_choice("positions", kind, POSITIONS)
+  if kind == "sinusoidal":
+    return SinusoidalPositions(features)
+  return LearnedPositions(features, max_length, rngs=rngs)

@@ -1,0 +1,260 @@
+"""Attention layers with parameters: multi-head attention, feed-forward, attention pooling.
+
+Shapes: inputs `[B, T, D]`, context (the keys/values source) `[B, S, D]`. Inside multi-head
+attention heads are a leading dim, `[B, N, T, H]`, the layout the `attention/` kernels take; masks
+broadcast to `[B, N, T, S]` with True = may attend.
+"""
+
+from typing import Any, Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import attention
+
+Array = jax.Array
+KV = dict[str, Array]
+
+ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
+
+
+def check_choice(field: str, value: Any, valid: Iterable[Any]) -> None:
+  """Raises ValueError naming `field` and the valid values unless `value` is one of them."""
+  valid = tuple(valid)
+  if value not in valid:
+    raise ValueError(f"{field} must be one of {', '.join(map(repr, valid))}; got {value!r}.")
+
+
+def check_rate(field: str, rate: float) -> None:
+  """Raises ValueError naming `field` unless the dropout rate is in [0, 1)."""
+  if not 0.0 <= rate < 1.0:
+    raise ValueError(f"{field} must be in [0, 1); got {rate}.")
+
+
+def check_attention_args(d_model: int, num_heads: int, d_k: int | None, d_v: int | None,
+                         score: str, implementation: str | None, *,
+                         implementation_field: str = "implementation") -> None:
+  """Raises ValueError on `MultiHeadAttention` settings no call could run with."""
+  check_choice("score", score, sorted(attention.SCORES))
+  check_choice(implementation_field, implementation, (None, *attention.KERNELS))
+  if implementation is not None and score != "scaled_dot":
+    raise ValueError(f"{implementation_field} applies only to score='scaled_dot'; got "
+                     f"{implementation_field}={implementation!r} with score={score!r}.")
+  if num_heads < 1 or ((d_k is None or d_v is None) and d_model % num_heads):
+    raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads} (>= 1) "
+                     "unless d_k and d_v are given.")
+
+
+def dense(in_features: int, out_features: int, *, use_bias: bool = True,
+          rngs: nnx.Rngs) -> nnx.Linear:
+  """A Glorot-uniform `nnx.Linear`, the initialisation of the original Transformer code."""
+  return nnx.Linear(in_features, out_features, use_bias=use_bias,
+                    kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
+
+
+def _per_head(init: Callable[..., Any]) -> Callable[..., Any]:
+  """An initialiser for `[N, in, out]` weights whose fans are those of one head."""
+  return init(in_axis=-2, out_axis=-1, batch_axis=(0,))
+
+
+class MultiHeadAttention(nnx.Module):
+  """Multi-head attention `concat_n(attend(x W_Q^n, c W_K^n, c W_V^n)) W_O` (Vaswani et al. 3.2.2).
+
+  The score kind picks how queries meet keys. `'scaled_dot'` runs
+  `attention.scaled_dot_product_attention` with the chosen kernel; `'dot'`, `'general'`,
+  `'additive'` and `'cosine'` run score -> masked softmax -> weighted sum with the score function
+  from `attention.SCORES` and, where the score has parameters, one set per head:
+
+  - `'general'`: `score_w [N, H, H]`, the bilinear form `q W kᵀ`.
+  - `'additive'`: `score_wq`, `score_wk [N, H, H]` and `score_v [N, H]`, `vᵀ tanh(W_q q + W_k k)`.
+  - `'cosine'`: a learned `score_scale [N]`, initialised to `sqrt(H)`: the typical size of scaled
+    dot-product scores of unit-variance queries and keys, so both start equally sharp.
+
+  `'dot'` and `'general'` are unscaled, as in Luong et al.; their softmax saturates as H grows,
+  which is what the paper's 1/sqrt(H) fixes.
+
+  Incremental decoding: `init_cache` allocates K/V buffers `[B, N, L, H]` and `decode_step` writes
+  one position and attends to the positions written so far. For cross-attention, `project_kv`
+  projects the memory once and `attend_kv` reuses it at every step.
+  """
+
+  def __init__(self, d_model: int, num_heads: int, *, d_k: int | None = None,
+               d_v: int | None = None, use_bias: bool = True, score: str = "scaled_dot",
+               implementation: str | None = None, dropout_rate: float = 0.0, rngs: nnx.Rngs):
+    """Builds the projections and score parameters.
+
+    Args:
+      d_model: input and output features D.
+      num_heads: heads N.
+      d_k: per-head query/key size; default `d_model // num_heads`.
+      d_v: per-head value size; default `d_model // num_heads`.
+      use_bias: whether W_Q, W_K, W_V and W_O have biases.
+      score: a name in `attention.SCORES`.
+      implementation: kernel for `'scaled_dot'`, a name in `attention.KERNELS`, or None to pick
+        the fastest valid one per call; must be None for the other scores.
+      dropout_rate: dropout on the attention weights in training.
+      rngs: `params` stream.
+    """
+    check_attention_args(d_model, num_heads, d_k, d_v, score, implementation)
+    check_rate("dropout_rate", dropout_rate)
+    self.num_heads = num_heads
+    self.d_k = d_model // num_heads if d_k is None else d_k
+    self.d_v = d_model // num_heads if d_v is None else d_v
+    self.score = score
+    self.implementation = implementation
+    self.dropout_rate = dropout_rate
+    n, h = num_heads, self.d_k
+    self.w_q = dense(d_model, n * h, use_bias=use_bias, rngs=rngs)
+    self.w_k = dense(d_model, n * h, use_bias=use_bias, rngs=rngs)
+    self.w_v = dense(d_model, n * self.d_v, use_bias=use_bias, rngs=rngs)
+    self.w_o = dense(n * self.d_v, d_model, use_bias=use_bias, rngs=rngs)
+    if score == "general":
+      self.score_w = nnx.Param(_per_head(nnx.initializers.lecun_normal)(rngs.params(), (n, h, h)))
+    elif score == "additive":
+      glorot = _per_head(nnx.initializers.xavier_uniform)
+      self.score_wq = nnx.Param(glorot(rngs.params(), (n, h, h)))
+      self.score_wk = nnx.Param(glorot(rngs.params(), (n, h, h)))
+      self.score_v = nnx.Param(nnx.initializers.normal(h ** -0.5)(rngs.params(), (n, h)))
+    elif score == "cosine":
+      self.score_scale = nnx.Param(jnp.full((n,), h ** 0.5, jnp.float32))
+
+  def project_kv(self, context: Array) -> KV:
+    """Keys and values of `context [B, S, D]`: `{'k': [B, N, S, d_k], 'v': [B, N, S, d_v]}`."""
+    return {"k": attention.split_heads(self.w_k(context), self.num_heads),
+            "v": attention.split_heads(self.w_v(context), self.num_heads)}
+
+  def __call__(self, x: Array, context: Array | None = None, *, mask: Array | None = None,
+               is_causal: bool = False, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+               return_weights: bool = False) -> tuple[Array, Array | None]:
+    """Attends from `x` to `context` (self-attention when `context` is None).
+
+    Args:
+      x: queries' source `[B, T, D]`.
+      context: keys' and values' source `[B, S, D]`; default `x`.
+      mask: boolean, broadcastable to `[B, N, T, S]`; True = may attend.
+      is_causal: also apply the causal mask (query i sees keys 0..i).
+      deterministic: disables attention dropout.
+      rngs: an `nnx.Rngs` with a `dropout` stream; needed when dropout is active.
+      return_weights: also return the attention weights.
+
+    Returns:
+      `(output [B, T, D], weights [B, N, T, S] or None)`; weights are taken before dropout.
+    """
+    kv = self.project_kv(x if context is None else context)
+    return self.attend_kv(x, kv, mask=mask, is_causal=is_causal, deterministic=deterministic,
+                          rngs=rngs, return_weights=return_weights)
+
+  def attend_kv(self, x: Array, kv: KV, *, mask: Array | None = None, is_causal: bool = False,
+                deterministic: bool = True, rngs: nnx.Rngs | None = None,
+                return_weights: bool = False) -> tuple[Array, Array | None]:
+    """Like `__call__`, with keys and values already projected by `project_kv` (or a cache)."""
+    q = attention.split_heads(self.w_q(x), self.num_heads)              # [B, N, T, d_k]
+    k, v = kv["k"], kv["v"]                                             # [B, N, S, d_k|d_v]
+    dropout_rng = None
+    if not deterministic and self.dropout_rate > 0.0:
+      if rngs is None:
+        raise ValueError("MultiHeadAttention: deterministic=False with attention dropout needs "
+                         "rngs, an nnx.Rngs with a 'dropout' stream.")
+      dropout_rng = rngs.dropout()
+    rate = 0.0 if dropout_rng is None else self.dropout_rate
+    if self.score == "scaled_dot":
+      # Only the reference kernel forms the weights; the others compute the same function.
+      impl = "reference" if return_weights else self.implementation
+      out = attention.scaled_dot_product_attention(
+          q, k, v, mask=mask, is_causal=is_causal, dropout_rate=rate, dropout_rng=dropout_rng,
+          return_weights=return_weights, implementation=impl)
+      out, weights = out if return_weights else (out, None)
+    else:
+      if is_causal:
+        mask = attention.combine_masks(mask, attention.causal_mask(q.shape[-2], k.shape[-2]))
+      # attention.attention's three steps, spelled out so dropout can sit between the softmax
+      # and the weighted sum, where scaled_dot_product_attention applies it too.
+      weights = attention.masked_softmax(self._score_fn()(q, k), mask)  # [B, N, T, S]
+      dropped = weights
+      if rate > 0.0:
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - rate, weights.shape)
+        dropped = jnp.where(keep, weights / (1.0 - rate), 0.0)
+      out = attention.attend(dropped, v)                                # [B, N, T, d_v]
+      weights = weights if return_weights else None
+    return self.w_o(attention.merge_heads(out)), weights                # [B, T, D]
+
+  def _score_fn(self) -> Callable[[Array, Array], Array]:
+    """`(q [B, N, T, H], k [B, N, S, H]) -> [B, N, T, S]` for the generic (non-sdpa) scores."""
+    # Per-head parameters lead with N; vmap pairs them with the heads axis (-3) of q and k.
+    if self.score == "dot":
+      return attention.dot_scores
+    if self.score == "general":
+      w = self.score_w[...]
+      return lambda q, k: jax.vmap(attention.general_scores, in_axes=(-3, -3, 0),
+                                   out_axes=-3)(q, k, w)
+    if self.score == "additive":
+      wq, wk, v = self.score_wq[...], self.score_wk[...], self.score_v[...]
+      return lambda q, k: jax.vmap(attention.additive_scores, in_axes=(-3, -3, 0, 0, 0),
+                                   out_axes=-3)(q, k, wq, wk, v)
+    scale = self.score_scale[...][:, None, None]                        # [N, 1, 1]
+    return lambda q, k: attention.cosine_scores(q, k, scale)
+
+  def init_cache(self, batch_size: int, max_length: int, dtype: Any = jnp.float32) -> KV:
+    """Zeroed self-attention K/V buffers `{'k': [B, N, L, d_k], 'v': [B, N, L, d_v]}`."""
+    shape = (batch_size, self.num_heads, max_length)
+    return {"k": jnp.zeros((*shape, self.d_k), dtype), "v": jnp.zeros((*shape, self.d_v), dtype)}
+
+  def decode_step(self, x: Array, cache: KV, step: Array) -> tuple[Array, KV]:
+    """Causal self-attention for one new position, without recomputing the earlier ones.
+
+    Args:
+      x: the input at position `step`, `[B, 1, D]`.
+      cache: K/V buffers from `init_cache` holding positions `0 .. step-1`.
+      step: int32 scalar, the 0-based position of `x`; may be traced.
+
+    Returns:
+      `(output [B, 1, D], cache with position step written)`; no dropout.
+    """
+    new = self.project_kv(x)                                            # [B, N, 1, H] each
+    cache = {name: jax.lax.dynamic_update_slice_in_dim(cache[name], new[name], step, axis=2)
+             for name in ("k", "v")}
+    mask = attention.causal_mask(1, cache["k"].shape[2], offset=step)  # [1, L]
+    out, _ = self.attend_kv(x, cache, mask=mask)
+    return out, cache
+
+
+class FeedForward(nnx.Module):
+  """Position-wise feed-forward `act(x W_1 + b_1) W_2 + b_2` (section 3.3).
+
+  `activation` is `'relu'` (the paper) or `'gelu'` (`jax.nn.gelu`, the tanh approximation BERT and
+  GPT-2 use).
+  """
+
+  def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", rngs: nnx.Rngs):
+    check_choice("activation", activation, ACTIVATIONS)
+    self.activation = activation
+    self.w_1 = dense(d_model, d_ff, rngs=rngs)
+    self.w_2 = dense(d_ff, d_model, rngs=rngs)
+
+  def __call__(self, x: Array) -> Array:
+    """`[..., D] -> [..., D]`."""
+    return self.w_2(ACTIVATIONS[self.activation](self.w_1(x)))
+
+
+class AttentionPooling(nnx.Module):
+  """HAN attention pooling (Yang et al. 2016): `u_t = tanh(W h_t + b)`, `α = softmax(u_t · u_w)`.
+
+  `u_w` is a learned context vector ("which words matter"); the output is `Σ_t α_t h_t`.
+  """
+
+  def __init__(self, features: int, attention_size: int | None = None, *, rngs: nnx.Rngs):
+    """Builds `W [D, A]`, `b [A]` and `u_w [A]`; `attention_size` A defaults to `features` D."""
+    attention_size = features if attention_size is None else attention_size
+    self.proj = dense(features, attention_size, rngs=rngs)
+    self.context = nnx.Param(
+        nnx.initializers.normal(attention_size ** -0.5)(rngs.params(), (attention_size,)))
+
+  def __call__(self, h: Array, mask: Array | None = None) -> tuple[Array, Array]:
+    """Pools `h [..., T, D]`; `mask [..., T]`, True = real step.
+
+    Returns:
+      `(pooled [..., D], weights [..., T])`; masked steps get weight 0.
+    """
+    keys = jnp.tanh(self.proj(h))                                       # [..., T, A]
+    return attention.attention_pooling(h, self.context[...], mask, keys=keys)

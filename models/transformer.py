@@ -1,0 +1,302 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), post- or pre-norm.
+
+Shapes: source ids `[B, S]`, decoder input ids `[B, T]` (`[BOS] + targets[:-1]`), id 0 = padding;
+logits `[B, T, V_out]`; attention weights `[B, L, N, T, S]` (L layers, N heads).
+"""
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.embeddings import POSITIONS, LearnedPositions, TokenEmbedding, make_positions
+from models.layers import (ACTIVATIONS, FeedForward, MultiHeadAttention, check_attention_args,
+                           check_choice, check_rate, dense)
+
+Array = jax.Array
+PAD_ID = 0
+NORMS = ("post", "pre")
+_EPS = 1e-6
+
+
+class _Block(nnx.Module):
+  """Shared residual wiring of the encoder and decoder layers."""
+
+  def __init__(self, d_model: int, *, num_sublayers: int, norm: str, dropout_rate: float,
+               rngs: nnx.Rngs):
+    self.norm = norm
+    self.norms = nnx.List([nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs)
+                           for _ in range(num_sublayers)])
+    self.dropout = nnx.Dropout(dropout_rate)
+
+  def residual(self, i: int, x: Array, fn: Callable[[Array], tuple[Array, Any]], *,
+               deterministic: bool = True, rngs: nnx.Rngs | None = None) -> tuple[Array, Any]:
+    """Sublayer `i` around `fn: x -> (out, aux)`; returns `(new x, aux)`.
+
+    Post-norm is the paper's `LayerNorm(x + Dropout(fn(x)))`; pre-norm is
+    `x + Dropout(fn(LayerNorm(x)))`, which keeps an identity path from input to output and trains
+    stably without learning-rate warm-up (Xiong et al. 2020).
+    """
+    if self.norm == "pre":
+      out, aux = fn(self.norms[i](x))
+      return x + self.dropout(out, deterministic=deterministic, rngs=rngs), aux
+    out, aux = fn(x)
+    return self.norms[i](x + self.dropout(out, deterministic=deterministic, rngs=rngs)), aux
+
+
+class EncoderLayer(_Block):
+  """Self-attention then feed-forward, each wrapped by `residual`."""
+
+  def __init__(self, d_model: int, d_ff: int, *, norm: str, activation: str,
+               dropout_rate: float, attention_kwargs: dict[str, Any], rngs: nnx.Rngs):
+    super().__init__(d_model, num_sublayers=2, norm=norm, dropout_rate=dropout_rate, rngs=rngs)
+    self.self_attn = MultiHeadAttention(d_model, **attention_kwargs, rngs=rngs)
+    self.ffn = FeedForward(d_model, d_ff, activation=activation, rngs=rngs)
+
+  def __call__(self, x: Array, mask: Array, *, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_weights: bool = False
+               ) -> tuple[Array, Array | None]:
+    """`x [B, S, D]`, key mask `[B, 1, 1, S]` -> `(x, weights [B, N, S, S] or None)`."""
+    run = dict(deterministic=deterministic, rngs=rngs)
+    x, weights = self.residual(
+        0, x, lambda h: self.self_attn(h, mask=mask, return_weights=return_weights, **run), **run)
+    x, _ = self.residual(1, x, lambda h: (self.ffn(h), None), **run)
+    return x, weights
+
+
+class DecoderLayer(_Block):
+  """Masked self-attention, cross-attention to the encoder memory, feed-forward."""
+
+  def __init__(self, d_model: int, d_ff: int, *, norm: str, activation: str,
+               dropout_rate: float, attention_kwargs: dict[str, Any], rngs: nnx.Rngs):
+    super().__init__(d_model, num_sublayers=3, norm=norm, dropout_rate=dropout_rate, rngs=rngs)
+    self.self_attn = MultiHeadAttention(d_model, **attention_kwargs, rngs=rngs)
+    self.cross_attn = MultiHeadAttention(d_model, **attention_kwargs, rngs=rngs)
+    self.ffn = FeedForward(d_model, d_ff, activation=activation, rngs=rngs)
+
+  def __call__(self, y: Array, memory: Array, source_mask: Array, *, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_weights: bool = False
+               ) -> tuple[Array, tuple[Array | None, Array | None]]:
+    """`y [B, T, D]`, `memory [B, S, D]`, `source_mask [B, 1, 1, S]` -> `(y, (self_w, cross_w))`.
+
+    Self-attention is causal only: with right padding a real position never sees a padded one,
+    and `decode_step`, which cannot know future padding, then computes exactly the same function.
+    """
+    run = dict(deterministic=deterministic, rngs=rngs)
+    y, self_w = self.residual(0, y, lambda h: self.self_attn(
+        h, is_causal=True, return_weights=return_weights, **run), **run)
+    y, cross_w = self.residual(1, y, lambda h: self.cross_attn(
+        h, memory, mask=source_mask, return_weights=return_weights, **run), **run)
+    y, _ = self.residual(2, y, lambda h: (self.ffn(h), None), **run)
+    return y, (self_w, cross_w)
+
+  def decode_step(self, y: Array, cache: dict[str, Any], step: Array,
+                  source_mask: Array) -> tuple[Array, dict[str, Any]]:
+    """One position `y [B, 1, D]`; `cache` holds this layer's `'self'` and `'cross'` K/V."""
+    y, self_kv = self.residual(0, y, lambda h: self.self_attn.decode_step(h, cache["self"], step))
+    y, _ = self.residual(1, y, lambda h: self.cross_attn.attend_kv(h, cache["cross"],
+                                                                   mask=source_mask))
+    y, _ = self.residual(2, y, lambda h: (self.ffn(h), None))
+    return y, {"self": self_kv, "cross": cache["cross"]}
+
+
+class Transformer(nnx.Module):
+  """Encoder-decoder Transformer; defaults are the paper's base model.
+
+  Attention dropout defaults to 0.0 as in the paper, which applies dropout only to the sublayer
+  outputs and to the embedding sums (`dropout_rate`); later Tensor2Tensor setups add 0.1 on the
+  attention weights.
+  """
+
+  def __init__(self, *, input_vocab_size: int, output_vocab_size: int, num_layers: int = 6,
+               num_encoder_layers: int | None = None, num_decoder_layers: int | None = None,
+               d_model: int = 512, num_heads: int = 8, d_ff: int = 2048, d_k: int | None = None,
+               d_v: int | None = None, dropout_rate: float = 0.1,
+               attention_dropout_rate: float = 0.0, norm: str = "post", activation: str = "relu",
+               score: str = "scaled_dot", attention_impl: str | None = None,
+               positions: str = "sinusoidal", max_length: int = 512,
+               share_embeddings: bool = False, tie_output: bool = True, rngs: nnx.Rngs):
+    """Builds the model; bad settings raise ValueError before any parameter is created.
+
+    Args:
+      input_vocab_size: source vocabulary size.
+      output_vocab_size: target vocabulary size V_out.
+      num_layers: layers per stack; `num_encoder_layers` / `num_decoder_layers` override it.
+      num_encoder_layers: encoder layers, default `num_layers`.
+      num_decoder_layers: decoder layers, default `num_layers`.
+      d_model: model width D.
+      num_heads: attention heads N.
+      d_ff: inner width of the feed-forward sublayers.
+      d_k: per-head query/key size; default `d_model // num_heads`.
+      d_v: per-head value size; default `d_model // num_heads`.
+      dropout_rate: dropout on sublayer outputs and on embedding + position sums.
+      attention_dropout_rate: dropout on the attention weights.
+      norm: `'post'` (the paper) or `'pre'` (LayerNorm inside the residual branch, plus a final
+        LayerNorm on each stack).
+      activation: feed-forward activation, `'relu'` (the paper) or `'gelu'`.
+      score: attention score kind, a name in `attention.SCORES`.
+      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
+      positions: `'sinusoidal'` (the paper) or `'learned'` (one table shared by both stacks).
+      max_length: longest sequence learned positions cover.
+      share_embeddings: one token table for source and target (needs equal vocabulary sizes).
+      tie_output: the output projection is the transposed target embedding.
+      rngs: `params` stream for initialisation.
+    """
+    num_encoder_layers = num_layers if num_encoder_layers is None else num_encoder_layers
+    num_decoder_layers = num_layers if num_decoder_layers is None else num_decoder_layers
+    check_attention_args(d_model, num_heads, d_k, d_v, score, attention_impl,
+                         implementation_field="attention_impl")
+    check_choice("norm", norm, NORMS)
+    check_choice("activation", activation, ACTIVATIONS)
+    check_choice("positions", positions, POSITIONS)
+    if positions == "sinusoidal" and d_model % 2:
+      raise ValueError(f"d_model must be even for positions='sinusoidal'; got {d_model}.")
+    if share_embeddings and input_vocab_size != output_vocab_size:
+      raise ValueError(f"share_embeddings=True needs input_vocab_size == output_vocab_size; got "
+                       f"{input_vocab_size} and {output_vocab_size}.")
+    if min(num_encoder_layers, num_decoder_layers) < 1:
+      raise ValueError(f"num_encoder_layers and num_decoder_layers must be >= 1; got "
+                       f"{num_encoder_layers} and {num_decoder_layers}.")
+    check_rate("dropout_rate", dropout_rate)
+    check_rate("attention_dropout_rate", attention_dropout_rate)
+
+    self.dropout_rates = (dropout_rate, attention_dropout_rate)
+    self.target_embed = TokenEmbedding(output_vocab_size, d_model, rngs=rngs)
+    self.source_embed = (None if share_embeddings
+                         else TokenEmbedding(input_vocab_size, d_model, rngs=rngs))
+    self.positions = make_positions(positions, d_model, max_length, rngs=rngs)
+    self.dropout = nnx.Dropout(dropout_rate)
+    layer_kwargs = dict(norm=norm, activation=activation, dropout_rate=dropout_rate, rngs=rngs,
+                        attention_kwargs=dict(num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
+                                              implementation=attention_impl,
+                                              dropout_rate=attention_dropout_rate))
+    self.encoder_layers = nnx.List([EncoderLayer(d_model, d_ff, **layer_kwargs)
+                                    for _ in range(num_encoder_layers)])
+    self.decoder_layers = nnx.List([DecoderLayer(d_model, d_ff, **layer_kwargs)
+                                    for _ in range(num_decoder_layers)])
+    pre = norm == "pre"
+    self.encoder_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if pre else None
+    self.decoder_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if pre else None
+    self.output_proj = None if tie_output else dense(d_model, output_vocab_size, rngs=rngs)
+
+  def _check_ids(self, name: str, ids: Array, deterministic: bool, rngs: nnx.Rngs | None) -> None:
+    """Raises ValueError, before tracing, on ids or a dropout setting the model cannot run."""
+    if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
+      raise ValueError(f"{name} must be integer ids [B, length]; got {ids.dtype}"
+                       f"{tuple(ids.shape)}.")
+    if isinstance(self.positions, LearnedPositions) and ids.shape[1] > self.positions.max_length:
+      raise ValueError(f"{name} has length {ids.shape[1]} > max_length="
+                       f"{self.positions.max_length} of the learned positions.")
+    if not deterministic and rngs is None and max(self.dropout_rates) > 0.0:
+      raise ValueError("deterministic=False needs rngs, an nnx.Rngs with a 'dropout' stream.")
+
+  def _embed(self, table: TokenEmbedding, ids: Array, deterministic: bool,
+             rngs: nnx.Rngs | None) -> Array:
+    """Scaled token embeddings plus positions, then dropout: `[B, T] -> [B, T, D]`."""
+    x = table(ids) + self.positions(jnp.arange(ids.shape[1]))          # [B, T, D]
+    return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+  def _logits(self, y: Array) -> Array:
+    """`[..., D] -> [..., V_out]` float32 logits, after the pre-norm final LayerNorm."""
+    if self.decoder_norm is not None:
+      y = self.decoder_norm(y)
+    logits = self.target_embed.attend(y) if self.output_proj is None else self.output_proj(y)
+    return logits.astype(jnp.float32)
+
+  def encode(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+             return_attention: bool = False) -> tuple[Array, Array | None]:
+    """Encodes source ids `[B, S]` to `(memory [B, S, D], weights [B, L, N, S, S] or None)`."""
+    self._check_ids("inputs", inputs, deterministic, rngs)
+    table = self.target_embed if self.source_embed is None else self.source_embed
+    x = self._embed(table, inputs, deterministic, rngs)
+    mask = (inputs != PAD_ID)[:, None, None, :]                         # [B, 1, 1, S]
+    weights = []
+    for layer in self.encoder_layers:
+      x, w = layer(x, mask, deterministic=deterministic, rngs=rngs,
+                   return_weights=return_attention)
+      weights.append(w)
+    if self.encoder_norm is not None:
+      x = self.encoder_norm(x)
+    return x, (jnp.stack(weights, axis=1) if return_attention else None)
+
+  def decode(self, decoder_inputs: Array, memory: Array, source_mask: Array, *,
+             deterministic: bool = True, rngs: nnx.Rngs | None = None,
+             return_attention: bool = False) -> tuple[Array, dict[str, Array] | None]:
+    """Teacher-forced decoding of all positions at once.
+
+    Args:
+      decoder_inputs: ids `[B, T]`, `[BOS] + targets[:-1]`.
+      memory: encoder output `[B, S, D]`.
+      source_mask: `[B, S]`, True = real source token.
+      deterministic: disables dropout.
+      rngs: an `nnx.Rngs` with a `dropout` stream, needed when dropout is active.
+      return_attention: also return the weights.
+
+    Returns:
+      `(logits [B, T, V_out], {'decoder_self': [B, L, N, T, T], 'cross': [B, L, N, T, S]} or None)`.
+    """
+    self._check_ids("decoder_inputs", decoder_inputs, deterministic, rngs)
+    y = self._embed(self.target_embed, decoder_inputs, deterministic, rngs)
+    mask = source_mask[:, None, None, :]                                # [B, 1, 1, S]
+    self_ws, cross_ws = [], []
+    for layer in self.decoder_layers:
+      y, (self_w, cross_w) = layer(y, memory, mask, deterministic=deterministic, rngs=rngs,
+                                   return_weights=return_attention)
+      self_ws.append(self_w)
+      cross_ws.append(cross_w)
+    weights = None
+    if return_attention:
+      weights = {"decoder_self": jnp.stack(self_ws, axis=1), "cross": jnp.stack(cross_ws, axis=1)}
+    return self._logits(y), weights
+
+  def __call__(self, inputs: Array, decoder_inputs: Array, *, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_attention: bool = False
+               ) -> Array | tuple[Array, dict[str, Array]]:
+    """Logits `[B, T, V_out]` for source `[B, S]` and decoder inputs `[B, T]` (0 = padding).
+
+    With `return_attention`, returns `(logits, {'encoder_self': [B, L, N, S, S],
+    'decoder_self': [B, L, N, T, T], 'cross': [B, L, N, T, S]})`.
+    """
+    run = dict(deterministic=deterministic, rngs=rngs, return_attention=return_attention)
+    memory, enc_w = self.encode(inputs, **run)
+    logits, dec_w = self.decode(decoder_inputs, memory, inputs != PAD_ID, **run)
+    if not return_attention:
+      return logits
+    return logits, {"encoder_self": enc_w, **dec_w}
+
+  def init_decode_cache(self, inputs: Array, max_length: int) -> dict[str, Any]:
+    """Encodes `inputs [B, S]` once and allocates the state `decode_step` carries.
+
+    Every leaf leads with B, so beam search can repeat the cache along axis 0:
+    `source_mask [B, S]`; per decoder layer `'self'` K/V buffers `[B, N, max_length, H]` and
+    `'cross'` K/V `[B, N, S, H]` projected from the memory.
+    """
+    if isinstance(self.positions, LearnedPositions) and max_length > self.positions.max_length:
+      raise ValueError(f"max_length={max_length} exceeds the {self.positions.max_length} "
+                       "learned positions.")
+    memory, _ = self.encode(inputs)
+    batch = inputs.shape[0]
+    layers = [{"self": layer.self_attn.init_cache(batch, max_length, memory.dtype),
+               "cross": layer.cross_attn.project_kv(memory)} for layer in self.decoder_layers]
+    return {"source_mask": inputs != PAD_ID, "layers": layers}
+
+  def decode_step(self, ids: Array, step: Array, cache: dict[str, Any]
+                  ) -> tuple[Array, dict[str, Any]]:
+    """Logits for the token after `ids [B]` at 0-based position `step` (int32 scalar).
+
+    Reads parameters only, so it can be closed over inside `jax.jit` + `lax.while_loop`/`scan`.
+    `step` must stay below the cache's `max_length`: a traced step cannot be checked, and past the
+    end the buffer write would clamp to the last slot.
+
+    Returns:
+      `(logits [B, V_out] float32, the cache with position step written)`.
+    """
+    positions = self.positions(jnp.reshape(step, (1,)))                # [1, D]
+    y = self.target_embed(ids[:, None]) + positions                     # [B, 1, D]
+    mask = cache["source_mask"][:, None, None, :]                       # [B, 1, 1, S]
+    layers = []
+    for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
+      y, layer_cache = layer.decode_step(y, layer_cache, step, mask)
+      layers.append(layer_cache)
+    return self._logits(y)[:, 0], {"source_mask": cache["source_mask"], "layers": layers}
