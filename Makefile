@@ -3,12 +3,16 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: test bench clean
+.PHONY: run test bench clean
 
-# Re-install only when the project's metadata changed; the stamp records the last install.
+# Re-install only when the project's metadata changed; each stamp records the last install.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[test]"
@@ -17,6 +21,12 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[test,bench]"
 	touch $@
+
+# Train the default config offline into runs/default, then evaluate it there.
+run: $(VENV)/.installed
+	$(BIN)/python train.py --config=configs/default.py --workdir=runs/default \
+	  --config.dataset.data_dir=runs/default/tfds
+	$(BIN)/python eval.py --workdir=runs/default
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q

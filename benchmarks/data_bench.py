@@ -1,4 +1,4 @@
-"""Input pipeline speed: batches/s of the training iterator of the default number_words en->de task.
+"""Input pipeline speed: batches/s of the default experiment's training iterator vs its train step.
 
     python -m benchmarks.data_bench                       # batch 64, prepares the data on first use
     python -m benchmarks.data_bench --batch_size=256 --json=/tmp/data_bench.json
@@ -6,7 +6,9 @@
 Reports the one-off costs (preparing the TFDS dataset, which is skipped when `--data_dir`
 already holds it; building the tokenizers; tokenizing the train split) and then the steady
 state of `task.batches('train', shuffle=True)`: median batches/s over `--repeats` runs of
-`--batches` batches, with the share of padding in inputs and targets.
+`--batches` batches, with the share of padding in inputs and targets. Finally it times the
+train step of configs/default.py (compiled beforehand on every batch shape it meets) on
+`--train_steps` of those batches: the pipeline must be >= 10x faster than the step it feeds.
 """
 
 import argparse
@@ -19,7 +21,12 @@ import time
 from absl import logging
 import numpy as np
 
+import jax
+
 import data
+from configs import default
+from training.setup import build_state
+from training.steps import train_step
 
 
 def _timed(fn):
@@ -30,7 +37,8 @@ def _timed(fn):
 
 def run(args: argparse.Namespace) -> dict:
   """Builds the task and times its training iterator; returns the figures."""
-  config = data.default_config()
+  experiment = default.get_config()
+  config = experiment.dataset
   config.data_dir = args.data_dir
   config.batch_size = args.batch_size
   with tempfile.TemporaryDirectory() as vocab_dir:
@@ -45,11 +53,29 @@ def run(args: argparse.Namespace) -> dict:
     pads.append([float(np.mean([(b[key] == 0).mean() for b in batches]))
                  for key in ("inputs", "targets")])
   rate = statistics.median(rates)
-  return {"task": task.name, "batch_size": args.batch_size, "examples": len(task.encoded("train")),
+  steps_per_s = _train_steps_per_s(experiment, task, batches[:args.train_steps])
+  return {"train_steps_per_s": steps_per_s, "pipeline_over_train_step": rate / steps_per_s,
+          "task": task.name, "batch_size": args.batch_size, "examples": len(task.encoded("train")),
           "batches_per_epoch": it.batches_per_epoch, "build_task_s": build_s,
           "tokenize_s": tokenize_s, "batches_per_s": rate, "ms_per_batch": 1e3 / rate,
           "examples_per_s": rate * args.batch_size, "input_padding": pads[-1][0],
           "target_padding": pads[-1][1]}
+
+
+def _train_steps_per_s(experiment, task, batches: list[dict]) -> float:
+  """Steps/s of the default experiment's jitted train step on `batches` (compile excluded)."""
+  step = jax.jit(train_step)
+  state = build_state(experiment, task)
+  shapes = {}
+  for batch in batches:  # compile once per bucket shape before timing
+    shapes.setdefault((batch["inputs"].shape, batch["targets"].shape), batch)
+  for batch in shapes.values():
+    jax.block_until_ready(step(state, batch, jax.random.key(0)))
+  start = time.perf_counter()
+  for i, batch in enumerate(batches):
+    state, metrics = step(state, batch, jax.random.key(i))
+  jax.block_until_ready(metrics)
+  return len(batches) / (time.perf_counter() - start)
 
 
 def main():
@@ -57,6 +83,7 @@ def main():
   parser.add_argument("--batch_size", type=int, default=64)
   parser.add_argument("--batches", type=int, default=2000, help="batches per timed run")
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--train_steps", type=int, default=50, help="train steps to time")
   parser.add_argument("--data_dir", default="", help="TFDS data dir ('' = ~/tensorflow_datasets)")
   parser.add_argument("--json", default="", help="also write the results to this JSON file")
   args = parser.parse_args()
@@ -68,6 +95,8 @@ def main():
   print(f"| {r['batch_size']} | {r['batches_per_s']:.0f} | {r['ms_per_batch']:.3f} | "
         f"{r['examples_per_s']:.0f} | {r['input_padding']:.1%} | {r['target_padding']:.1%} | "
         f"{r['build_task_s']:.1f} | {r['tokenize_s']:.2f} |")
+  print(f"\nTrain step of configs/default.py: {r['train_steps_per_s']:.2f} steps/s; the pipeline "
+        f"is {r['pipeline_over_train_step']:,.0f}x faster than the step it feeds.")
   if args.json:
     with open(args.json, "w") as f:
       json.dump(r, f, indent=1)

@@ -1,8 +1,14 @@
 """Test setup: CPU only, float32 matmuls at full precision, deterministic seeds."""
 
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests (and the train.py/eval.py subprocesses they start) compile the same tiny programs many
+# times; a persistent cache for the session turns the repeats into disk reads.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(tempfile.gettempdir(), f"attend-jax-cache-{os.getuid()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 import jax  # noqa: E402  (must follow the platform choice)
 import numpy as np  # noqa: E402

@@ -1,0 +1,38 @@
+"""Evaluates a trained workdir: loss, perplexity, accuracy, exact match, sacreBLEU, heatmaps.
+
+  python eval.py --workdir=runs/default
+  python eval.py --workdir=runs/default --decode=beam --average_last=3 --num_heatmaps=8
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+import training
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.')
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Config to build the model with (default: the workdir\'s config.json).')
+_STEP = flags.DEFINE_integer('checkpoint_step', None, 'Checkpoint step (default: the newest).')
+_SPLIT = flags.DEFINE_string('split', 'test', 'Dataset split to evaluate.')
+_DECODE = flags.DEFINE_enum('decode', 'greedy', ['greedy', 'beam'], 'Decoding method.')
+_AVERAGE = flags.DEFINE_integer('average_last', 1, 'Average the newest K checkpoints.')
+_HEATMAPS = flags.DEFINE_integer('num_heatmaps', 4, 'Attention heatmap PNGs to write.')
+_LAYER = flags.DEFINE_integer('heatmap_layer', -1, 'Decoder layer to plot (-1 = last).')
+_HEAD = flags.DEFINE_integer('heatmap_head', -1, 'Head to plot (-1 = mean over heads).')
+_MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Decode at most this many (0 = all).')
+flags.mark_flag_as_required('workdir')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.INFO)
+  training.quiet_library_logs()
+  training.evaluate_checkpoint(
+      _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,
+      decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
+      heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,239 @@
+"""Experiments at tiny sizes: every config trains, checkpoints resume exactly, eval writes its files."""
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import data
+import models
+import training
+from training import sharding
+from training.checkpoints import Checkpointer
+from training.config_checks import validate_config
+from training.setup import build_state
+from training.steps import create_train_state, train_step
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = ('default', 'transformer', 'seq2seq_bahdanau', 'seq2seq_luong', 'transformer_base', 'tsv')
+TINY_TRANSFORMER = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
+TINY_SEQ2SEQ = dict(embed_dim=8, hidden_dim=16)
+
+
+def tiny(config, data_dir, **overrides):
+  """`config` shrunk to seconds: a tiny model, small batches, few steps, no decoding."""
+  config.model.update(TINY_TRANSFORMER if config.model.name == 'transformer' else TINY_SEQ2SEQ)
+  # One bucket (48 > both limits), so each step function compiles once.
+  config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=8,
+                        max_input_length=40, max_target_length=40, bucket_step=48)
+  config.update(num_train_steps=4, log_every_steps=1, checkpoint_every_steps=2,
+                eval_every_steps=0, num_eval_decode=0, warmup_steps=2)
+  config.update(overrides)
+  return config
+
+
+def get_config(name, arg=None):
+  return importlib.import_module(f'configs.{name}').get_config(arg)
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp('tfds')
+
+
+def _final_params(workdir, config):
+  task = data.build_task(config.dataset, os.path.join(workdir, 'vocab'))
+  state, _ = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).restore(
+      build_state(config, task))
+  return int(state.step), jax.tree.leaves(state.params)
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+def test_every_config_takes_a_training_step(name, data_dir, tmp_path):
+  config = tiny(get_config(name), data_dir)
+  if name == 'tsv':
+    corpus = tmp_path / 'pairs.txt'
+    corpus.write_text(''.join(f'He is {n} years old.\tIl a {n} ans.\tCC-BY\n' for n in range(40)))
+    config.dataset.tsv_path = str(corpus)
+  validate_config(config)
+  if name == 'transformer_base':  # a real corpus; offline its builder is mocked
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    with tfds.testing.mock_data(num_examples=32):
+      task = data.build_task(config.dataset, str(tmp_path / 'vocab'))
+      batch = next(task.batches('train', batch_size=8, shuffle=True, seed=0))
+  else:
+    task = data.build_task(config.dataset, str(tmp_path / 'vocab'))
+    batch = next(task.batches(config.dataset.train_split, batch_size=8, shuffle=True, seed=0))
+  state = build_state(config, task)
+  new_state, metrics = jax.jit(train_step)(state, batch, jax.random.key(0))
+  assert bool(metrics['finite']) and np.isfinite(float(metrics['loss']))
+  assert int(new_state.step) == 1
+  moved = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(state.params),
+                                                jax.tree.leaves(new_state.params))]
+  assert any(moved)
+
+
+def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(data_dir, tmp_path):
+  # The reference: 300 steps without interruption (tiny steps take milliseconds).
+  steps = 300
+  straight = str(tmp_path / 'straight')
+  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=steps),
+                              straight)
+  metrics = [json.loads(line) for line in open(os.path.join(straight, 'metrics.jsonl'))]
+  assert [m['step'] for m in metrics if m['split'] == 'train'] == list(range(1, steps + 1))
+  assert [m['step'] for m in metrics if m['split'] == 'validation'] == [steps]
+  assert os.listdir(os.path.join(straight, 'tensorboard'))
+
+  # train.py stopped by SIGTERM at some step saves that step and exits 0.
+  workdir = str(tmp_path / 'run')
+  flags = [f'--config.{k}={v}' for k, v in dict(
+      num_train_steps=steps, checkpoint_every_steps=1000, log_every_steps=1,
+      **{'dataset.data_dir': data_dir, 'dataset.batch_size': 8, 'dataset.eval_batch_size': 8},
+      **{f'model.{k}': v for k, v in TINY_TRANSFORMER.items()}).items()]
+  process = subprocess.Popen(
+      [sys.executable, 'train.py', '--config=configs/default.py', f'--workdir={workdir}', *flags,
+       '--config.eval_every_steps=0', '--config.num_eval_decode=0', '--config.warmup_steps=2',
+       '--config.dataset.max_input_length=40', '--config.dataset.max_target_length=40',
+       '--config.dataset.bucket_step=48'],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  for line in process.stdout:
+    if f'step 3/{steps}' in line:
+      process.send_signal(signal.SIGTERM)
+      break
+  output = process.communicate(timeout=120)[0]
+  assert process.returncode == 0, output
+  assert 'SIGTERM received' in output
+  saved = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).steps()
+  assert len(saved) == 1 and 3 <= saved[0] < steps
+
+  # Resumed, it ends bit-identical to the run that was never interrupted.
+  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=steps),
+                              workdir)
+  config = tiny(get_config('default'), data_dir)
+  for a, b in zip(_final_params(workdir, config)[1], _final_params(straight, config)[1]):
+    np.testing.assert_array_equal(a, b)
+
+  # eval.py on that checkpoint writes metrics, samples and a heatmap.
+  result = subprocess.run(
+      [sys.executable, 'eval.py', f'--workdir={workdir}', '--split=validation',
+       '--max_examples=4', '--num_heatmaps=1'], cwd=ROOT, capture_output=True, text=True)
+  assert result.returncode == 0, result.stderr[-3000:]
+  metrics = json.load(open(os.path.join(workdir, 'eval', 'metrics.json')))
+  assert metrics['step'] == steps and metrics['examples'] == 4
+  assert 0 <= metrics['exact_match'] <= 1 and metrics['loss'] > 0
+  assert len(open(os.path.join(workdir, 'eval', 'samples.txt')).readlines()) == 5
+  pngs = [f for f in os.listdir(os.path.join(workdir, 'eval')) if f.endswith('.png')]
+  assert len(pngs) == 1
+  with open(os.path.join(workdir, 'eval', pngs[0]), 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_eval_without_checkpoint_says_so(data_dir, tmp_path):
+  workdir = tmp_path / 'empty'
+  workdir.mkdir()
+  (workdir / 'config.json').write_text(tiny(get_config('default'), data_dir).to_json())
+  with pytest.raises(FileNotFoundError, match='No checkpoint in'):
+    training.evaluate_checkpoint(str(workdir))
+
+
+def _toy_state(width=4):
+  model = nnx.Sequential(nnx.Linear(3, width, rngs=nnx.Rngs(0)), nnx.Linear(width, 2, rngs=nnx.Rngs(1)))
+  return create_train_state(model, optax.adam(1e-3))
+
+
+def test_corrupted_newest_checkpoint_falls_back_to_the_previous(tmp_path):
+  checkpointer = Checkpointer(str(tmp_path), max_to_keep=3)
+  states = [_toy_state()]
+  for _ in range(2):
+    state = states[-1]
+    states.append(state.replace(step=state.step + 1,
+                                params=jax.tree.map(lambda p: p + 1, state.params)))
+    checkpointer.save(states[-1], dict(data=dict(position=int(states[-1].step))))
+  checkpointer.wait()
+  for root, _, files in os.walk(tmp_path / '2'):
+    for name in files:
+      with open(os.path.join(root, name), 'wb') as f:
+        f.write(b'not a checkpoint')
+  restored, meta = checkpointer.restore(_toy_state())
+  assert int(restored.step) == 1 and meta == dict(data=dict(position=1))
+  for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(states[1].params)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_checkpoint_of_another_model_config_is_a_clear_error(tmp_path):
+  checkpointer = Checkpointer(str(tmp_path), max_to_keep=1)
+  checkpointer.save(_toy_state(width=4), {})
+  checkpointer.wait()
+  with pytest.raises(ValueError, match=r'does not match this config.model.*\(4,\) in the checkpoint'):
+    checkpointer.restore(_toy_state(width=5))
+
+
+def test_non_finite_loss_stops_without_saving_the_bad_state(data_dir, tmp_path):
+  # A learning rate of 1e15 puts the parameters near 1e15 after one update, so the second
+  # step's logits overflow.
+  config = tiny(get_config('default'), data_dir, learning_rate=1e15, schedule='constant',
+                warmup_steps=0, checkpoint_every_steps=1, grad_clip=0.0)
+  with pytest.raises(FloatingPointError, match='Non-finite loss or gradient at step 2'):
+    training.train_and_evaluate(config, str(tmp_path))
+  assert Checkpointer(str(tmp_path / 'checkpoints'), max_to_keep=None).steps() == [1]
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('num_train_steps', 0, 'config.num_train_steps=0 must be a positive integer'),
+    ('schedule', 'linear', "config.schedule='linear' is not one of"),
+    ('dtype', 'float16', "config.dtype='float16' is not one of"),
+    ('label_smoothing', 1.0, 'config.label_smoothing=1.0 must be in'),
+    ('learning_rate', -1.0, 'config.learning_rate=-1.0 must be > 0'),
+])
+def test_bad_config_values_name_the_field(field, value, message):
+  config = get_config('default')
+  config[field] = value
+  with pytest.raises(ValueError, match=message.replace('(', r'\(').replace('[', r'\[')):
+    validate_config(config)
+
+
+def test_unknown_model_name_lists_the_valid_ones():
+  config = get_config('default')
+  config.model.name = 'lstm'
+  with pytest.raises(ValueError, match="'lstm'.*seq2seq.*transformer"):
+    models.build(config.model, input_vocab_size=8, output_vocab_size=8, rngs=nnx.Rngs(0))
+
+
+def sharded_step_metrics() -> dict:
+  """Loss and gradient norm of one train step on a fixed batch, data-parallel over all devices."""
+  model = models.build(dict(name='transformer', **TINY_TRANSFORMER, dropout_rate=0.0),
+                       input_vocab_size=11, output_vocab_size=13, rngs=nnx.Rngs(0))
+  mesh = sharding.make_mesh()
+  state = sharding.replicate(create_train_state(model, optax.adam(1e-3)), mesh)
+  rng = np.random.default_rng(0)
+  batch = dict(inputs=rng.integers(1, 11, (16, 7), dtype=np.int32),
+               targets=rng.integers(1, 13, (16, 9), dtype=np.int32))
+  batch['targets'][:, 6:] = 0   # padding must be masked identically on every device
+  _, metrics = jax.jit(train_step)(state, sharding.shard_batch(batch, mesh), jax.random.key(0))
+  return dict(devices=jax.device_count(), loss=float(metrics['loss']),
+              grad_norm=float(metrics['grad_norm']))
+
+
+def test_eight_simulated_devices_match_one_device():
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+             JAX_PLATFORMS='cpu')
+  script = 'import sys, json; sys.path.insert(0, "tests"); import test_training as t; ' \
+           'print(json.dumps(t.sharded_step_metrics()))'
+  result = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True,
+                          text=True)
+  assert result.returncode == 0, result.stderr[-3000:]
+  eight = json.loads(result.stdout.strip().splitlines()[-1])
+  one = sharded_step_metrics()
+  assert eight['devices'] == 8 and one['devices'] == 1
+  np.testing.assert_allclose(eight['loss'], one['loss'], rtol=1e-5)
+  np.testing.assert_allclose(eight['grad_norm'], one['grad_norm'], rtol=1e-5)

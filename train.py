@@ -1,0 +1,27 @@
+"""Trains an experiment config into a workdir, resuming from its newest checkpoint.
+
+  python train.py --config=configs/default.py --workdir=runs/default
+  python train.py --config=configs/default.py --config.model.num_layers=4 --workdir=runs/deeper
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+import training
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and vocab.')
+_CONFIG = config_flags.DEFINE_config_file('config', 'configs/default.py',
+                                          'Experiment config file.', lock_config=True)
+flags.mark_flag_as_required('workdir')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.INFO)
+  training.quiet_library_logs()
+  training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == '__main__':
+  app.run(main)

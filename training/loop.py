@@ -1,0 +1,139 @@
+"""train_and_evaluate: the training loop behind train.py."""
+
+import functools
+import json
+import os
+import signal
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import data
+from training import evaluation, sharding
+from training.checkpoints import Checkpointer
+from training.config_checks import validate_config
+from training.metrics import MetricsWriter, Progress
+from training.setup import build_state, max_decode_length
+from training.steps import train_step
+
+
+class _StopRequest:
+  """Turns SIGTERM/SIGINT into a flag the loop checks after each step (then saves and exits)."""
+
+  def __init__(self):
+    self.signal = None
+    self._previous = {sig: signal.signal(sig, self._handle)
+                      for sig in (signal.SIGTERM, signal.SIGINT)}
+
+  def _handle(self, signum, frame):
+    del frame
+    self.signal = signal.Signals(signum).name
+
+  def restore(self):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Trains `config` in `workdir`, resuming from its newest checkpoint, and evaluates it.
+
+  Args:
+    config: the experiment config (see configs/default.py for every field).
+    workdir: where config.json, vocab/, checkpoints/, metrics.jsonl and tensorboard/ go.
+
+  Returns:
+    The last validation metrics.
+  """
+  validate_config(config)
+  sharding.maybe_initialize_distributed()
+  os.makedirs(workdir, exist_ok=True)
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+      f.write(config.to_json_best_effort(indent=2))
+
+  task = data.build_task(config.dataset, os.path.join(workdir, 'vocab'))
+  mesh = sharding.make_mesh()
+  state = sharding.replicate(build_state(config, task), mesh)
+  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'),
+                              max_to_keep=config.keep_checkpoints)
+  batches = task.batches(config.dataset.train_split, batch_size=config.dataset.batch_size,
+                         shuffle=True, seed=config.seed)
+  restored = checkpointer.restore(state)
+  if restored:
+    state, meta = restored
+    batches.set_state(meta['data'])
+    logging.info('Resumed from step %d in %s.', int(state.step), checkpointer.directory)
+
+  step_fn = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing,
+                                      dtype=jnp.dtype(config.dtype)), donate_argnums=0)
+  dropout_key = jax.random.key(config.seed + 1)
+  writer = MetricsWriter(workdir)
+  first_step = step = int(jax.device_get(state.step))
+  progress, pending = Progress(first_step, config.num_train_steps), []
+  stop = _StopRequest()
+  eval_metrics = {}
+
+  def flush_train_metrics():
+    """Fetches pending step metrics, refusing non-finite ones, and logs their mean."""
+    fetched = jax.device_get(pending)
+    pending.clear()
+    for offset, metrics in enumerate(fetched):
+      if not metrics['finite']:
+        bad_step = step - len(fetched) + offset + 1
+        raise FloatingPointError(
+            f'Non-finite loss or gradient at step {bad_step}; stopped without saving it (the last '
+            f'checkpoint is step {max(checkpointer.steps(), default=0)}). Lower '
+            'config.learning_rate or set config.grad_clip.')
+    return fetched
+
+  try:
+    while step < config.num_train_steps and stop.signal is None:
+      batch = sharding.shard_batch(next(batches), mesh)
+      state, metrics = step_fn(state, batch, jax.random.fold_in(dropout_key, step))
+      pending.append(metrics)
+      step += 1
+      if step % config.log_every_steps == 0 or step == config.num_train_steps:
+        fetched = flush_train_metrics()
+        summary = _train_summary(fetched)
+        summary.update(progress.update(step, sum(m['tokens'] for m in fetched), summary))
+        writer.write(step, 'train', summary)
+      if step % config.checkpoint_every_steps == 0 or step == config.num_train_steps:
+        flush_train_metrics()
+        checkpointer.save(state, dict(data=batches.get_state()))
+      if (config.eval_every_steps and step % config.eval_every_steps == 0) or (
+          step == config.num_train_steps):
+        eval_metrics = _evaluate(config, state, task, mesh)
+        writer.write(step, config.dataset.eval_split, eval_metrics)
+    if stop.signal is not None:
+      flush_train_metrics()
+      logging.info('%s received: saving step %d and exiting.', stop.signal, step)
+      checkpointer.save(state, dict(data=batches.get_state()))
+  finally:
+    stop.restore()
+    checkpointer.wait()
+    checkpointer.close()
+    writer.close()
+  return eval_metrics
+
+
+def _train_summary(fetched: list[dict]) -> dict:
+  tokens = max(sum(int(m['tokens']) for m in fetched), 1)
+  return dict(loss=float(np.mean([m['loss'] for m in fetched])),
+              token_accuracy=sum(int(m['correct']) for m in fetched) / tokens,
+              grad_norm=float(np.mean([m['grad_norm'] for m in fetched])))
+
+
+def _evaluate(config, state, task, mesh) -> dict:
+  """Validation metrics: teacher-forced over the split, decoded on its first examples."""
+  split = config.dataset.eval_split
+  metrics = evaluation.teacher_forced_metrics(
+      state, task, split, batch_size=config.dataset.eval_batch_size, mesh=mesh)
+  if config.num_eval_decode > 0:
+    samples = evaluation.decode_split(
+        state, task, split, batch_size=config.dataset.eval_batch_size, mesh=mesh,
+        max_examples=config.num_eval_decode, max_length=max_decode_length(config))
+    metrics.update(evaluation.decoded_metrics(samples, config.dataset.target_vocab))
+  logging.info('%s: %s', split, ' | '.join(f'{k} {v:.4g}' for k, v in metrics.items()))
+  return metrics

@@ -1,0 +1,73 @@
+"""Metric writers (metrics.jsonl and TensorBoard events) and the live progress line."""
+
+import json
+import logging as std_logging
+import os
+import time
+
+from absl import logging
+import jax
+import tensorboardX
+
+
+class MetricsWriter:
+  """Appends {'step', 'split', **values} lines to metrics.jsonl and scalars to TensorBoard.
+
+  Only process 0 writes, so multi-host runs produce one file.
+  """
+
+  def __init__(self, workdir: str):
+    self._enabled = jax.process_index() == 0
+    if self._enabled:
+      self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
+      self._tensorboard = tensorboardX.SummaryWriter(os.path.join(workdir, 'tensorboard'))
+
+  def write(self, step: int, split: str, values: dict) -> None:
+    if not self._enabled:
+      return
+    values = {key: float(value) for key, value in values.items()}
+    self._jsonl.write(json.dumps(dict(step=step, split=split, **values)) + '\n')
+    self._jsonl.flush()
+    for key, value in values.items():
+      self._tensorboard.add_scalar(f'{split}/{key}', value, step)
+    self._tensorboard.flush()
+
+  def close(self) -> None:
+    if self._enabled:
+      self._jsonl.close()
+      self._tensorboard.close()
+
+
+class Progress:
+  """Logs 'step 120/3000 | loss 1.234 | 12.3 steps/s | 4,567 tok/s | ETA 3m55s' lines."""
+
+  def __init__(self, first_step: int, last_step: int):
+    self._last_step = last_step
+    self._step, self._time, self._tokens = first_step, time.perf_counter(), 0
+
+  def update(self, step: int, tokens: int, values: dict) -> dict:
+    """Records `tokens` processed up to `step`; logs and returns the rates since the last call."""
+    now = time.perf_counter()
+    self._tokens += tokens
+    elapsed = max(now - self._time, 1e-9)
+    steps_per_s = (step - self._step) / elapsed
+    rates = dict(steps_per_s=steps_per_s, tokens_per_s=self._tokens / elapsed)
+    eta = (self._last_step - step) / max(steps_per_s, 1e-9)
+    shown = ' | '.join(f'{key} {value:.4g}' for key, value in values.items())
+    logging.info('step %d/%d | %s | %.2f steps/s | %s tok/s | ETA %s', step, self._last_step,
+                 shown, steps_per_s, f'{rates["tokens_per_s"]:,.0f}', _duration(eta))
+    self._step, self._time, self._tokens = step, now, 0
+    return rates
+
+
+def _duration(seconds: float) -> str:
+  minutes, seconds = divmod(int(seconds), 60)
+  hours, minutes = divmod(minutes, 60)
+  return f'{hours}h{minutes:02d}m' if hours else f'{minutes}m{seconds:02d}s'
+
+
+def quiet_library_logs() -> None:
+  """Drops Orbax's per-save INFO chatter from the absl log so progress lines stay readable."""
+  def keep(record) -> bool:
+    return record.levelno >= std_logging.WARNING or '/orbax/' not in record.pathname
+  logging.get_absl_handler().addFilter(keep)
