@@ -13,6 +13,8 @@ from babel import dates as babel_dates
 import numpy as np
 import tensorflow_datasets as tfds
 
+from data.text_pairs import text_pair_info
+
 # babel's localized styles and CLDR patterns (month and weekday names follow the locale). Only
 # one all-numeric pattern per separator, so no rendering is ambiguous: dots are day-first,
 # slashes month-first. Locale 'short' styles are left out because they disagree on the order.
@@ -60,12 +62,7 @@ class Dates(tfds.core.GeneratorBasedBuilder):
   DEFAULT_CONFIG_NAME = "multilingual"
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({"source": tfds.features.Text(),
-                                             "target": tfds.features.Text()}),
-        supervised_keys=("source", "target"))
+    return text_pair_info(self, __doc__)
 
   def _split_generators(self, dl_manager):
     del dl_manager  # Nothing to download.

@@ -13,6 +13,8 @@ from num2words import num2words
 import numpy as np
 import tensorflow_datasets as tfds
 
+from data.text_pairs import text_pair_info
+
 LANGUAGES = ("digits", "en", "de", "fr", "es")
 
 
@@ -93,12 +95,7 @@ class NumberWords(tfds.core.GeneratorBasedBuilder):
     for language in (config.source, config.target):
       if language not in LANGUAGES:
         raise ValueError(f"number_words language must be one of {LANGUAGES}, got {language!r}.")
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({"source": tfds.features.Text(),
-                                             "target": tfds.features.Text()}),
-        supervised_keys=("source", "target"))
+    return text_pair_info(self, __doc__)
 
   def _split_generators(self, dl_manager):
     del dl_manager  # Nothing to download.

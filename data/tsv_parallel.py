@@ -20,6 +20,8 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
+from data.text_pairs import text_pair_info
+
 HOLDOUT_FRACTION = 0.05
 _SEED = 0
 
@@ -112,12 +114,7 @@ class TsvParallel(tfds.core.GeneratorBasedBuilder):
   RELEASE_NOTES = {"1.0.0": "Initial release."}
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({"source": tfds.features.Text(),
-                                             "target": tfds.features.Text()}),
-        supervised_keys=("source", "target"))
+    return text_pair_info(self, __doc__)
 
   def _split_generators(self, dl_manager):
     del dl_manager  # The file is local.

@@ -1,5 +1,7 @@
 """Orbax checkpoints of the train state as a flat dict of plain arrays, plus JSON metadata."""
 
+import os
+
 from absl import logging
 import jax
 import numpy as np
@@ -32,9 +34,9 @@ class Checkpointer:
   """Saves and restores train states under WORKDIR/checkpoints, keeping the last `max_to_keep`."""
 
   def __init__(self, directory, *, max_to_keep: int):
-    self.directory = directory
+    self.directory = os.path.abspath(directory)  # Orbax refuses relative paths
     self._manager = ocp.CheckpointManager(
-        directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
         item_handlers=dict(state=ocp.StandardCheckpointHandler(),
                            meta=ocp.JsonCheckpointHandler()))
 
@@ -43,6 +45,7 @@ class Checkpointer:
 
   def save(self, state: TrainState, meta: dict) -> None:
     """Saves `state` at its step (asynchronously) with JSON-able `meta` (e.g. the data position)."""
+    self._manager.check_for_errors()  # a failed earlier (asynchronous) save stops the run here
     step = int(jax.device_get(state.step))
     if step in self._manager.all_steps():
       return
