@@ -4,6 +4,8 @@
   python eval.py --workdir=runs/default --decode=beam --average_last=3 --num_heatmaps=8
 """
 
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -28,10 +30,14 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
-  training.evaluate_checkpoint(
-      _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,
-      decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
-      heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value)
+  try:
+    training.evaluate_checkpoint(
+        _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,
+        decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
+        heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value)
+  except (ValueError, FileNotFoundError) as error:
+    # Bad input is reported in one sentence naming the field or path, not as a traceback.
+    sys.exit(f'eval.py: {error}')
 
 
 if __name__ == '__main__':

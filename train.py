@@ -4,6 +4,8 @@
   python train.py --config=configs/default.py --config.model.num_layers=4 --workdir=runs/deeper
 """
 
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -20,7 +22,11 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
-  training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  try:
+    training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (ValueError, FileNotFoundError) as error:
+    # Bad input is reported in one sentence naming the field or path, not as a traceback.
+    sys.exit(f'train.py: {error}')
 
 
 if __name__ == '__main__':

@@ -142,8 +142,13 @@ def test_eval_without_checkpoint_says_so(data_dir, tmp_path):
   workdir = tmp_path / 'empty'
   workdir.mkdir()
   (workdir / 'config.json').write_text(tiny(get_config('default'), data_dir).to_json())
-  with pytest.raises(FileNotFoundError, match='No checkpoint in'):
-    training.evaluate_checkpoint(str(workdir))
+  result = subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}'], cwd=ROOT,
+                          capture_output=True, text=True)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1] == (
+      f'eval.py: No checkpoint in {workdir}/checkpoints; train first with '
+      f'python train.py --config=... --workdir={workdir}.')
+  assert 'Traceback' not in result.stderr
 
 
 def _toy_state(width=4):
