@@ -6,7 +6,8 @@ state before the GRU cell.
 Command:
   python train.py --config=configs/seq2seq_bahdanau.py --workdir=runs/bahdanau
   python eval.py --workdir=runs/bahdanau
-Result: see README (results table).
+Result (2 cores of an AMD EPYC, CPU, 3 min 20 s for 2000 steps + evaluation): test exact match
+100% (greedy, 1000 examples); validation already 100% at step 1000. About 15 steps/s.
 """
 
 import ml_collections
@@ -30,6 +31,7 @@ def get_config(arg: str | None = None):
   ))
   config.dataset.name = 'dates'
   config.dataset.builder_config = ''
+  config.dataset.source_vocab = 'char'   # numeric dates ('12/04/1972') must be read digit by digit
   config.dataset.max_input_length = 40
   config.dataset.max_target_length = 10
   config.schedule = 'constant'

@@ -83,45 +83,82 @@ def test_every_config_takes_a_training_step(name, data_dir, tmp_path):
   assert any(moved)
 
 
-def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(data_dir, tmp_path):
-  # The reference: 300 steps without interruption (tiny steps take milliseconds).
-  steps = 300
-  straight = str(tmp_path / 'straight')
-  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=steps),
-                              straight)
-  metrics = [json.loads(line) for line in open(os.path.join(straight, 'metrics.jsonl'))]
-  assert [m['step'] for m in metrics if m['split'] == 'train'] == list(range(50, steps + 1, 50))
-  assert [m['step'] for m in metrics if m['split'] == 'validation'] == [steps]
-  assert os.listdir(os.path.join(straight, 'tensorboard'))
+STEPS = 300  # tiny steps take milliseconds, so a signal always lands mid-run
 
-  # train.py stopped by SIGTERM at some step saves that step and exits 0.
-  workdir = str(tmp_path / 'run')
-  flags = [f'--config.{k}={v}' for k, v in dict(
-      num_train_steps=steps, checkpoint_every_steps=1000, log_every_steps=1,
-      **{'dataset.data_dir': data_dir, 'dataset.batch_size': 8, 'dataset.eval_batch_size': 8},
-      **{f'model.{k}': v for k, v in TINY_TRANSFORMER.items()}).items()]
-  process = subprocess.Popen(
-      [sys.executable, 'train.py', '--config=configs/default.py', f'--workdir={workdir}', *flags,
-       '--config.eval_every_steps=0', '--config.num_eval_decode=0', '--config.warmup_steps=2',
-       '--config.dataset.max_input_length=40', '--config.dataset.max_target_length=40',
-       '--config.dataset.bucket_step=48'],
+
+@pytest.fixture(scope='module')
+def straight_run(data_dir, tmp_path_factory) -> str:
+  """The reference: a workdir trained for STEPS steps without interruption."""
+  workdir = str(tmp_path_factory.mktemp('straight'))
+  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS),
+                              workdir)
+  return workdir
+
+
+def _start_train_py(workdir, data_dir, checkpoint_every_steps):
+  """train.py in a subprocess with the tiny config, logging every step."""
+  flags = dict(num_train_steps=STEPS, checkpoint_every_steps=checkpoint_every_steps,
+               log_every_steps=1, eval_every_steps=0, num_eval_decode=0, warmup_steps=2,
+               **{f'model.{k}': v for k, v in TINY_TRANSFORMER.items()},
+               **{f'dataset.{k}': v for k, v in dict(
+                   data_dir=data_dir, batch_size=8, eval_batch_size=8, max_input_length=40,
+                   max_target_length=40, bucket_step=48).items()})
+  return subprocess.Popen(
+      [sys.executable, 'train.py', '--config=configs/default.py', f'--workdir={workdir}',
+       *[f'--config.{k}={v}' for k, v in flags.items()]],
       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _signal_at_step(process, step: int, signum) -> str:
   for line in process.stdout:
-    if f'step 3/{steps}' in line:
-      process.send_signal(signal.SIGTERM)
+    if f'step {step}/{STEPS}' in line:
+      process.send_signal(signum)
       break
-  output = process.communicate(timeout=120)[0]
+  return process.communicate(timeout=120)[0]
+
+
+def _assert_same_params(workdir_a, workdir_b, data_dir):
+  config = tiny(get_config('default'), data_dir)
+  step_a, params_a = _final_params(workdir_a, config)
+  step_b, params_b = _final_params(workdir_b, config)
+  assert step_a == step_b == STEPS
+  for a, b in zip(params_a, params_b):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_straight_run_writes_metrics_and_events(straight_run):
+  metrics = [json.loads(line) for line in open(os.path.join(straight_run, 'metrics.jsonl'))]
+  assert [m['step'] for m in metrics if m['split'] == 'train'] == list(range(50, STEPS + 1, 50))
+  assert [m['step'] for m in metrics if m['split'] == 'validation'] == [STEPS]
+  assert os.listdir(os.path.join(straight_run, 'tensorboard'))
+  assert json.load(open(os.path.join(straight_run, 'config.json')))['num_train_steps'] == STEPS
+
+
+def test_kill_9_then_restart_ends_bit_identical(data_dir, straight_run, tmp_path):
+  workdir = str(tmp_path / 'run')
+  process = _start_train_py(workdir, data_dir, checkpoint_every_steps=5)
+  _signal_at_step(process, 12, signal.SIGKILL)
+  assert process.returncode == -signal.SIGKILL
+  saved = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).steps()
+  assert saved and saved[-1] % 5 == 0 and saved[-1] < STEPS
+  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS),
+                              workdir)
+  _assert_same_params(workdir, straight_run, data_dir)
+
+
+def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(data_dir, straight_run, tmp_path):
+  workdir = str(tmp_path / 'run')
+  process = _start_train_py(workdir, data_dir, checkpoint_every_steps=1000)
+  output = _signal_at_step(process, 3, signal.SIGTERM)
   assert process.returncode == 0, output
   assert 'SIGTERM received' in output
   saved = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).steps()
-  assert len(saved) == 1 and 3 <= saved[0] < steps
+  assert len(saved) == 1 and 3 <= saved[0] < STEPS
 
   # Resumed, it ends bit-identical to the run that was never interrupted.
-  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=steps),
+  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS),
                               workdir)
-  config = tiny(get_config('default'), data_dir)
-  for a, b in zip(_final_params(workdir, config)[1], _final_params(straight, config)[1]):
-    np.testing.assert_array_equal(a, b)
+  _assert_same_params(workdir, straight_run, data_dir)
 
   # eval.py on that checkpoint writes metrics, samples and a heatmap.
   result = subprocess.run(
@@ -129,7 +166,7 @@ def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(data_dir, tmp_path
        '--max_examples=4', '--num_heatmaps=1'], cwd=ROOT, capture_output=True, text=True)
   assert result.returncode == 0, result.stderr[-3000:]
   metrics = json.load(open(os.path.join(workdir, 'eval', 'metrics.json')))
-  assert metrics['step'] == steps and metrics['examples'] == 4
+  assert metrics['step'] == STEPS and metrics['examples'] == 4
   assert 0 <= metrics['exact_match'] <= 1 and metrics['loss'] > 0
   assert len(open(os.path.join(workdir, 'eval', 'samples.txt')).readlines()) == 5
   pngs = [f for f in os.listdir(os.path.join(workdir, 'eval')) if f.endswith('.png')]
