@@ -1,7 +1,6 @@
 """train_and_evaluate: the training loop behind train.py."""
 
 import functools
-import json
 import os
 import signal
 
@@ -76,7 +75,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   eval_metrics = {}
 
   def flush_train_metrics():
-    """Fetches pending step metrics, refusing non-finite ones, and logs their mean."""
+    """Fetches the pending step metrics; raises on the first non-finite step among them."""
     fetched = jax.device_get(pending)
     pending.clear()
     for offset, metrics in enumerate(fetched):
