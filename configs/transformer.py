@@ -4,7 +4,9 @@ Command:
   python train.py --config=configs/transformer.py:post --workdir=runs/transformer_post
   python train.py --config=configs/transformer.py:pre --workdir=runs/transformer_pre
   python eval.py --workdir=runs/transformer_pre
-Result: see README (results table).
+Result (2 cores of an AMD EPYC, CPU): post-norm is configs/default.py (test exact match 99.6%);
+pre-norm reached test exact match 100% (greedy, 1000 examples) in 1500 steps, 8 min 26 s while
+the machine also ran the test suite.
 """
 
 from configs import default
