@@ -43,20 +43,19 @@ class Progress:
 
   def __init__(self, first_step: int, last_step: int):
     self._last_step = last_step
-    self._step, self._time, self._tokens = first_step, time.perf_counter(), 0
+    self._step, self._time = first_step, time.perf_counter()
 
   def update(self, step: int, tokens: int, values: dict) -> dict:
-    """Records `tokens` processed up to `step`; logs and returns the rates since the last call."""
+    """Logs and returns the rates since the last call, given the `tokens` processed since then."""
     now = time.perf_counter()
-    self._tokens += tokens
     elapsed = max(now - self._time, 1e-9)
     steps_per_s = (step - self._step) / elapsed
-    rates = dict(steps_per_s=steps_per_s, tokens_per_s=self._tokens / elapsed)
+    rates = dict(steps_per_s=steps_per_s, tokens_per_s=tokens / elapsed)
     eta = (self._last_step - step) / max(steps_per_s, 1e-9)
     shown = ' | '.join(f'{key} {value:.4g}' for key, value in values.items())
     logging.info('step %d/%d | %s | %.2f steps/s | %s tok/s | ETA %s', step, self._last_step,
                  shown, steps_per_s, f'{rates["tokens_per_s"]:,.0f}', _duration(eta))
-    self._step, self._time, self._tokens = step, now, 0
+    self._step, self._time = step, now
     return rates
 
 

@@ -92,7 +92,8 @@ def _restore(config, task, mesh, workdir, checkpoint_step, average_last):
   state, _ = checkpointer.restore(like, step)
   chosen = [s for s in steps if s <= step][-average_last:]
   if len(chosen) > 1:
-    params = [checkpointer.restore(like, s)[0].params for s in chosen]
+    # `step` is restored already; only the earlier checkpoints are read again.
+    params = [checkpointer.restore(like, s)[0].params for s in chosen[:-1]] + [state.params]
     state = state.replace(params=jax.tree.map(lambda *p: sum(p) / len(p), *params))
     logging.info('Averaged the parameters of steps %s.', chosen)
   checkpointer.close()
