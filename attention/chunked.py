@@ -7,12 +7,20 @@ normaliser `l` and un-normalised output `acc` are updated (Milakov & Gimelshein 
 `q`, `k` and the saved row log-sum-exp instead of storing the weights, so forward and backward both
 use O(block) extra memory. Causal attention skips key blocks that lie wholly in the future.
 
+On CPU the (batch, head) slices are visited one at a time (`head_block=1`): a 256 x 2048 score
+block of one head (2 MB) stays in cache between the matmuls and the softmax around them, where the
+same block over all 64 heads of a B=8, N=8 call (128 MB) streams through memory. On 2 CPU cores at
+S=2048 this took the forward pass from 1.7x torch's SDPA time to 1.0x (and the backward's
+transposed blocks, see `_block_grads`, took forward+backward from 1.3x to 1.0x). Accelerators get
+every head at once: a loop would serialise work they run in parallel.
+
 Call it through `attention.scaled_dot_product_attention(..., implementation='chunked')`, which
 validates the inputs; the function here assumes they are valid.
 """
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -143,15 +151,33 @@ def _forward(st: _Static, q, k, v, bias, mask, rng):
 
 
 def _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng, lead):
-  """Recomputes block (i, j): returns (weights as used, after dropout; dS = ∂loss/∂scores)."""
-  bias_ij, valid, keep = _block_inputs(st, i, j, bias, mask, rng, lead)
-  p = jnp.exp(_scores(q_i, k_j, bias_ij, valid) - lse_i[..., None])        # [..., bq, bk]
-  dp = jnp.einsum("...tv,...sv->...ts", do_i, v_j, preferred_element_type=jnp.float32)
+  """Recomputes block (i, j) transposed, `[..., bk, bq]`: returns (weights as used, after dropout;
+  dS = ∂loss/∂scores).
+
+  Keys lead so that the products that follow, P̃ᵀ dO into dV and dSᵀ Q into dK, contract the
+  last axis of their left operand: on CPU the other orientation skips the fast matmul kernels
+  and ran 2.4x slower (measured on [2048, 256] x [256, 64] blocks).
+  """
+  bias_ij, valid, keep = map(_transpose, _block_inputs(st, i, j, bias, mask, rng, lead))
+  s = jnp.einsum("...sd,...td->...st", k_j, q_i, preferred_element_type=jnp.float32)
+  if bias_ij is not None:
+    s = s + bias_ij.astype(jnp.float32)
+  if valid is not None:
+    s = jnp.where(valid, s, -jnp.inf)
+  p = jnp.exp(s - lse_i[..., None, :])                                      # [..., bk, bq]
+  dp = jnp.einsum("...sv,...tv->...st", v_j, do_i, preferred_element_type=jnp.float32)
   if keep is None:
-    return p, p * (dp - delta_i[..., None])
+    return p, p * (dp - delta_i[..., None, :])
   inv_keep = 1.0 / (1.0 - st.dropout_rate)           # P̃ = P·Z/(1-r) and dP = dP̃·Z/(1-r)
   p_used, dp = jnp.where(keep, p * inv_keep, 0.0), jnp.where(keep, dp * inv_keep, 0.0)
-  return p_used, p * (dp - delta_i[..., None])
+  return p_used, p * (dp - delta_i[..., None, :])
+
+
+def _transpose(x: Array | None) -> Array | None:
+  """`[..., bq, bk]` -> `[..., bk, bq]`; a key-only `[bk]` becomes `[bk, 1]`."""
+  if x is None:
+    return None
+  return x[:, None] if x.ndim == 1 else jnp.swapaxes(x, -1, -2)
 
 
 def _backward(st: _Static, res, d_out):
@@ -169,23 +195,24 @@ def _backward(st: _Static, res, d_out):
   def key_block(j, carry):
     dq, dk, dv, d_bias = carry
     k_j, v_j = _slice(k, -2, j * bk, bk), _slice(v, -2, j * bk, bk)
+    k_j_t = jnp.swapaxes(k_j, -1, -2)          # [..., D, bk], once per key block: see _block_grads
 
     def query_block(i, inner):
       dq, dk_j, dv_j, d_bias = inner
       q_i, do_i = _slice(q_scaled, -2, i * bq, bq), _slice(d_out, -2, i * bq, bq)
       lse_i, delta_i = _slice(lse, -1, i * bq, bq), _slice(delta, -1, i * bq, bq)
       p_used, ds = _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask,
-                                rng, lead)
-      dv_j = dv_j + jnp.einsum("...ts,...tv->...sv", p_used.astype(d_out.dtype), do_i,
+                                rng, lead)                               # [..., bk, bq]
+      dv_j = dv_j + jnp.einsum("...st,...tv->...sv", p_used.astype(d_out.dtype), do_i,
                                preferred_element_type=jnp.float32)
-      dk_j = dk_j + jnp.einsum("...ts,...td->...sd", ds.astype(q.dtype), q_i,
+      dk_j = dk_j + jnp.einsum("...st,...td->...sd", ds.astype(q.dtype), q_i,
                                preferred_element_type=jnp.float32)
-      dq_i = jnp.einsum("...ts,...sd->...td", ds.astype(k.dtype), k_j,
-                        preferred_element_type=jnp.float32)
-      dq = _add_block(dq, dq_i, (-2,), (i * bq,))
+      dq_i_t = jnp.einsum("...ds,...st->...dt", k_j_t, ds.astype(k.dtype),
+                          preferred_element_type=jnp.float32)
+      dq = _add_block(dq, jnp.swapaxes(dq_i_t, -1, -2), (-2,), (i * bq,))
       if d_bias is not None:
-        d_bias = _add_block(d_bias, _reduce_to(ds, d_bias.shape, bq, bk), (-2, -1),
-                            (i * bq, j * bk))
+        d_bias = _add_block(d_bias, _reduce_to(jnp.swapaxes(ds, -1, -2), d_bias.shape, bq, bk),
+                            (-2, -1), (i * bq, j * bk))
       return dq, dk_j, dv_j, d_bias
 
     zeros_j = (jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32))
@@ -240,7 +267,8 @@ _chunked.defvjp(_chunked_fwd, _backward)
 def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
                       bias: Array | None = None, is_causal: bool = False, scale: float,
                       dropout_rate: float = 0.0, dropout_rng: Array | None = None,
-                      q_block: int = 512, kv_block: int = 512) -> Array:
+                      q_block: int = 256, kv_block: int = 2048,
+                      head_block: int | None = None) -> Array:
   """Blocked online-softmax attention; see the module docstring.
 
   Args:
@@ -255,6 +283,7 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
     dropout_rng: PRNG key, required when dropout_rate > 0.
     q_block: query rows per block (clipped to T).
     kv_block: key columns per block (clipped to S).
+    head_block: (batch, head) slices processed together; None = 1 on CPU, all elsewhere.
 
   Returns:
     Output `[..., T, Dv]`; fully masked query rows give zeros.
@@ -272,4 +301,28 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
   mask = _pad_axis(_pad_axis(mask, -2, tp, False), -1, sp, False)
   if dropout_rate == 0.0:
     dropout_rng = None
-  return _chunked(st, q, k, v, bias, mask, dropout_rng)[..., :t, :]
+  lead = q.shape[:-2]
+  heads = math.prod(lead)
+  if head_block is None:
+    head_block = 1 if jax.default_backend() == "cpu" else heads
+  if head_block >= heads:
+    return _chunked(st, q, k, v, bias, mask, dropout_rng)[..., :t, :]
+
+  def one_head(args):
+    h, q_h, k_h, v_h = args
+    rng_h = None if dropout_rng is None else jax.random.fold_in(dropout_rng, h)
+    return _chunked(st, q_h, k_h, v_h, _head_of(bias, h, lead), _head_of(mask, h, lead), rng_h)
+
+  flat = lambda x: x.reshape(heads, *x.shape[-2:])
+  out = lax.map(one_head, (jnp.arange(heads), flat(q), flat(k), flat(v)),
+                batch_size=None if head_block == 1 else head_block)
+  return out.reshape(*lead, *out.shape[-2:])[..., :t, :]
+
+
+def _head_of(x: Array | None, h, lead: tuple[int, ...]) -> Array | None:
+  """The `[T or 1, S or 1]` slice that flat (batch, head) index h reads of a rank-aligned mask or
+  bias; broadcast (size-1) leading dims are read at 0."""
+  if x is None or not lead:
+    return None if x is None else x.reshape(x.shape[-2:])
+  index = jnp.unravel_index(h, lead)
+  return x[tuple(i if n > 1 else 0 for i, n in zip(index, x.shape[:-2]))]

@@ -1,11 +1,13 @@
 """Attention kernels side by side: Attend's implementations vs jax.nn, flax and torch, same run.
 
-    python -m benchmarks.attention_bench                 # full table (a few minutes on 2 cores)
-    python -m benchmarks.attention_bench --sizes=512     # one size, no memory runs
+    python -m benchmarks.attention_bench                 # full table (about 15 min on 2 cores)
+    python -m benchmarks.attention_bench --sizes=512 --memory_length=0   # one size, no memory
 
-Speed: fp32, B=8, N=8, H=64, forward and forward+backward, median wall time of `--repeats` runs
-after a warm-up. Memory: B=1, N=8, S=8192, each case in a fresh process; the figure is the peak
-resident memory the case adds on top of its inputs (VmHWM after resetting it, minus VmRSS).
+Speed: fp32, N=8, H=64, B=8 (B=1 from S=8192 on), forward and forward+backward, median wall time
+of `--repeats` runs after a warm-up. GFLOP/s counts the two matmuls (backward: twice that again);
+"x peak" divides it by this machine's fp32 matmul rate, measured in the same run on a square
+matmul. Memory: B=1, N=8, S=8192, each case in a fresh process; the figure is the peak resident
+memory the case adds on top of its inputs (VmHWM after resetting it, minus VmRSS).
 Peers run only when installed (torch comes with the `bench` extra).
 """
 
@@ -24,6 +26,7 @@ import numpy as np
 import attention
 
 HEADS, HEAD_DIM = 8, 64
+LONG = 8192  # from this length on, B=1 (as the memory runs)
 
 
 def _to_btnh(x):
@@ -106,12 +109,7 @@ def time_case(name, batch, length, backward, repeats):
   """Median seconds of one call, after one warm-up call."""
   run = _runner(name, batch, length, backward)
   run()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    run()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  return statistics.median(_timed(run) for _ in range(repeats))
 
 
 def _status_kib(field):
@@ -140,6 +138,21 @@ def peak_memory(name, batch, length, backward):
   return int(done.stdout.strip().splitlines()[-1])
 
 
+def matmul_peak_gflops(n=2048, repeats=5):
+  """This machine's fp32 matmul rate: the best of `repeats` jitted [n, n] @ [n, n] products."""
+  a, b = (jnp.asarray(x) for x in np.random.default_rng(0).standard_normal((2, n, n), np.float32))
+  matmul = jax.jit(jnp.matmul).lower(a, b).compile()
+  jax.block_until_ready(matmul(a, b))
+  best = min(_timed(lambda: jax.block_until_ready(matmul(a, b))) for _ in range(repeats))
+  return 2 * n ** 3 / best / 1e9
+
+
+def _timed(fn):
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
 def gflops(batch, length, backward):
   """Model GFLOPs: forward is 2 matmuls of 2·B·N·T·S·H; backward adds twice that (recompute not counted)."""
   forward = 4 * batch * HEADS * length * length * HEAD_DIM
@@ -148,8 +161,8 @@ def gflops(batch, length, backward):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--sizes", default="512,2048", help="comma-separated sequence lengths")
-  parser.add_argument("--batch", type=int, default=8)
+  parser.add_argument("--sizes", default=f"512,2048,{LONG}", help="comma-separated lengths")
+  parser.add_argument("--batch", type=int, default=8, help=f"batch below S={LONG} (then 1)")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--memory_length", type=int, default=8192, help="0 skips memory runs")
   parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
@@ -163,19 +176,25 @@ def main():
   cases = list(JAX_CASES) + ([TORCH_CASE] if _torch_available() else [])
   if args.cases:
     cases = [c for c in cases if c in args.cases.split(",")]
-  print(f"# attention, fp32, B={args.batch}, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()}, "
-        f"{os.cpu_count()} CPUs, jax {jax.__version__}", flush=True)
-  results = []
-  print("| case | S | pass | ms | GFLOP/s | x torch time |\n|---|---|---|---|---|---|", flush=True)
+  peak = matmul_peak_gflops()
+  print(f"# attention, fp32, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()}, "
+        f"{os.cpu_count()} CPUs, jax {jax.__version__}; fp32 matmul peak {peak:.0f} GFLOP/s",
+        flush=True)
+  results = [dict(case="fp32 matmul peak", gflops=peak)]
+  print("| case | B | S | pass | ms | GFLOP/s | x peak | x torch time |\n"
+        "|---|---|---|---|---|---|---|---|", flush=True)
   for length in (int(s) for s in args.sizes.split(",")):
+    batch = 1 if length >= LONG else args.batch
     for backward in (False, True):
-      row = {c: time_case(c, args.batch, length, backward, args.repeats) for c in cases}
+      row = {c: time_case(c, batch, length, backward, args.repeats) for c in cases}
       for c, seconds in row.items():
         vs_torch = f"{seconds / row[TORCH_CASE]:.2f}" if TORCH_CASE in row else "-"
         mode = "fwd+bwd" if backward else "fwd"
-        print(f"| {c} | {length} | {mode} | {seconds * 1e3:.0f} | "
-              f"{gflops(args.batch, length, backward) / seconds:.1f} | {vs_torch} |", flush=True)
-        results.append(dict(case=c, length=length, mode=mode, seconds=seconds))
+        rate = gflops(batch, length, backward) / seconds
+        print(f"| {c} | {batch} | {length} | {mode} | {seconds * 1e3:.0f} | {rate:.1f} | "
+              f"{rate / peak:.2f} | {vs_torch} |", flush=True)
+        results.append(dict(case=c, batch=batch, length=length, mode=mode, seconds=seconds,
+                            gflops=rate))
   if args.memory_length:
     print(f"\n# peak memory added by one call, B=1, S={args.memory_length}\n"
           "| case | pass | peak MB |\n|---|---|---|", flush=True)
