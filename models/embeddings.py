@@ -13,6 +13,16 @@ from models.layers import check_choice
 Array = jax.Array
 
 
+def lookup(embed: nnx.Embed, ids: Array) -> Array:
+  """`embed(ids)` in the table's current dtype.
+
+  `nnx.Embed.__call__` fixes its compute dtype to the table's dtype at construction (float32),
+  which would turn bfloat16 training (parameters cast inside the step) back into float32 from
+  the first layer on.
+  """
+  return jnp.take(embed.embedding[...], ids, axis=0)
+
+
 class TokenEmbedding(nnx.Module):
   """A token lookup table that can double as the (tied) output projection.
 
@@ -35,12 +45,12 @@ class TokenEmbedding(nnx.Module):
                            embedding_init=nnx.initializers.normal(features ** -0.5), rngs=rngs)
 
   def __call__(self, ids: Array) -> Array:
-    """Embeds integer ids `[...]` as `[..., D]`, scaled by `sqrt(D)`."""
-    return self.embed(ids) * jnp.sqrt(jnp.float32(self.features))
+    """Embeds integer ids `[...]` as `[..., D]`, scaled by `sqrt(D)`, in the table's dtype."""
+    return lookup(self.embed, ids) * self.features ** 0.5
 
   def attend(self, x: Array) -> Array:
-    """Tied output projection: `[..., D] -> [..., V]` logits `x Eᵀ`."""
-    return self.embed.attend(x)
+    """Tied output projection: `[..., D] -> [..., V]` logits `x Eᵀ` in x's dtype (see `lookup`)."""
+    return x @ self.embed.embedding[...].astype(x.dtype).T
 
 
 class SinusoidalPositions(nnx.Module):

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models import rnn_attention
+from models.embeddings import lookup
 
 Array = jax.Array
 
@@ -141,7 +142,7 @@ class Seq2Seq(nnx.Module):
     if inputs.ndim != 2:
       raise ValueError(f"Seq2Seq: inputs must be int ids [B, S], got shape {inputs.shape}.")
     mask = inputs != 0                                                      # [B, S]
-    x = self.dropout(self.src_embed(inputs), deterministic=deterministic, rngs=rngs)
+    x = self.dropout(lookup(self.src_embed, inputs), deterministic=deterministic, rngs=rngs)
     values = self.encoder(x, mask, deterministic=deterministic, rngs=rngs)  # [B, S, Dv]
     m = mask[..., None].astype(values.dtype)                                # [B, S, 1]
     mean = jnp.sum(values * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)  # [B, Dv]
@@ -204,7 +205,7 @@ class Seq2Seq(nnx.Module):
       raise ValueError(f"Seq2Seq: decoder_inputs must be int ids [B, T] with B={inputs.shape[0]}, "
                        f"got shape {decoder_inputs.shape}.")
     memory, carry = self._encode(inputs, deterministic, rngs)
-    y = self.dropout(self.tgt_embed(decoder_inputs), deterministic=deterministic, rngs=rngs)
+    y = self.dropout(lookup(self.tgt_embed, decoder_inputs), deterministic=deterministic, rngs=rngs)
     _, (features, weights) = jax.lax.scan(
         lambda c, y_t: self._step(c, y_t, memory), carry, jnp.swapaxes(y, 0, 1))  # [T, B, ...]
     features = jnp.swapaxes(features, 0, 1)                                       # [B, T, F]
@@ -238,6 +239,6 @@ class Seq2Seq(nnx.Module):
     del step
     memory = {k: cache[k] for k in _MEMORY}
     carry = {k: v for k, v in cache.items() if k not in _MEMORY}
-    carry, (features, _) = self._step(carry, self.tgt_embed(ids), memory)
+    carry, (features, _) = self._step(carry, lookup(self.tgt_embed, ids), memory)
     return self.output(features), {**memory, **carry}
 

@@ -194,7 +194,8 @@ class Transformer(nnx.Module):
   def _embed(self, table: TokenEmbedding, ids: Array, deterministic: bool,
              rngs: nnx.Rngs | None) -> Array:
     """Scaled token embeddings plus positions, then dropout: `[B, T] -> [B, T, D]`."""
-    x = table(ids) + self.positions(jnp.arange(ids.shape[1]))          # [B, T, D]
+    x = table(ids)                                                     # [B, T, D]
+    x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)  # positions are float32
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
   def _logits(self, y: Array) -> Array:
@@ -292,8 +293,8 @@ class Transformer(nnx.Module):
     Returns:
       `(logits [B, V_out] float32, the cache with position step written)`.
     """
-    positions = self.positions(jnp.reshape(step, (1,)))                # [1, D]
-    y = self.target_embed(ids[:, None]) + positions                     # [B, 1, D]
+    y = self.target_embed(ids[:, None])                                 # [B, 1, D]
+    y = y + self.positions(jnp.reshape(step, (1,))).astype(y.dtype)
     mask = cache["source_mask"][:, None, None, :]                       # [B, 1, 1, S]
     layers = []
     for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):

@@ -22,7 +22,7 @@ from training import sharding
 from training.checkpoints import Checkpointer
 from training.config_checks import validate_config
 from training.setup import build_state
-from training.steps import create_train_state, train_step
+from training.steps import create_train_state, merge_model, train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ('default', 'transformer', 'seq2seq_bahdanau', 'seq2seq_luong', 'transformer_base', 'tsv')
@@ -298,3 +298,29 @@ def test_bfloat16_compute_tracks_float32():
   # bf16 keeps 8 mantissa bits: the loss agrees to about 1%, and differs from float32's at all.
   np.testing.assert_allclose(losses[jnp.bfloat16], losses[jnp.float32], rtol=2e-2)
   assert losses[jnp.bfloat16] != losses[jnp.float32]
+
+
+def _dot_operand_dtypes(jaxpr):
+  """The operand dtypes of every matmul in a jaxpr, including those inside scans and loops."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      yield tuple(v.aval.dtype for v in eqn.invars)
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        sub = getattr(sub, 'jaxpr', sub)
+        if hasattr(sub, 'eqns'):
+          yield from _dot_operand_dtypes(sub)
+
+
+@pytest.mark.parametrize('name', ['default', 'seq2seq_bahdanau'])
+def test_bfloat16_compute_runs_every_matmul_in_bfloat16(name):
+  """Parameters cast to bf16 keep the whole forward pass in bf16 (a float32 embedding lookup
+  once promoted every later layer back to float32)."""
+  model = models.build(get_config(name).model, input_vocab_size=11,
+                       output_vocab_size=13, rngs=nnx.Rngs(0))
+  bf16 = merge_model(create_train_state(model, optax.adam(1e-3)), jnp.bfloat16)
+  ids = jnp.ones((2, 5), jnp.int32)
+  jaxpr = jax.make_jaxpr(lambda: bf16(ids, ids, deterministic=True))().jaxpr
+  dtypes = list(_dot_operand_dtypes(jaxpr))
+  assert len(dtypes) > 4
+  assert all(d == (jnp.bfloat16, jnp.bfloat16) for d in dtypes), dtypes
