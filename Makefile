@@ -31,8 +31,13 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
 
+# The benchmark suite (about 40 min on 2 CPU cores); tables on stdout, JSON under runs/bench/.
 bench: $(VENV)/.installed-bench
-	$(BIN)/python -m benchmarks.attention_bench
+	mkdir -p runs/bench
+	$(BIN)/python -m benchmarks.attention_bench --json=runs/bench/attention.json
+	$(BIN)/python -m benchmarks.train_bench --json=runs/bench/train.json
+	$(BIN)/python -m benchmarks.decode_bench --json=runs/bench/decode.json
+	$(BIN)/python -m benchmarks.data_bench --data_dir=runs/bench/tfds --json=runs/bench/data.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,311 @@
+"""Training throughput: Attend's train step vs the same Transformer in flax.linen and PyTorch.
+
+    python -m benchmarks.train_bench                          # sizes default and medium, fp32
+    python -m benchmarks.train_bench --sizes=default          # the model of configs/default.py
+    python -m benchmarks.train_bench --sizes=medium --steps=50 --repeats=5 --json=/tmp/train.json
+    python -m benchmarks.train_bench --dtype=bfloat16         # Attend and Linen compute dtype (GPU)
+    python -m benchmarks.train_bench --models=attend,torch --torch_compile
+
+Rows, all trained on the same synthetic batch (fixed seed, ids in [4, vocab), a few trailing pad
+positions per row):
+- `attend`: what train.py runs: the state of `training.setup.build_state` (the model of
+  `config.model`, AdamW of `training.optim`), `training.steps.train_step` jitted with the config's
+  label smoothing and dtype and the state donated, a dropout key folded with the step per call.
+- `linen`: `benchmarks/linen_peer.py`, the same model in flax.linen blocks, optax AdamW with the
+  same betas, epsilon, clipping and schedule, the same label-smoothed loss, a jitted step.
+- `torch`: `benchmarks/torch_peer.py`, `torch.nn.Transformer` in eager mode (`--torch_compile`
+  compiles the model), `torch.optim.AdamW`, always float32; skipped when torch is not installed.
+- `seq2seq`: Attend's train step on the model of configs/seq2seq_bahdanau.py; no peer.
+
+Sizes: `default` is configs/default.py (d=128, 4 heads, d_ff=256, 2+2 layers, dropout 0.1) at
+batch 64, S=16, T=32, vocabularies 1000 -> 64; `medium` is d=256, 4 heads, d_ff=1024, 3+3 layers
+at batch 32, S=T=64, vocabularies 8000 -> 8000. Figures: 2 warm-up steps (compilation included)
+are not timed, then the median over `--repeats` runs of `--steps` steps, each run ended by
+waiting for the device; the rows take turns within each repeat. The ratio columns are (row's tokens/s) / (peer's tokens/s): above 1 the
+row is faster. Parameter counts are checked: Linen equals Attend, torch is Attend plus the
+`4 * d_model` of the final LayerNorms `nn.Transformer` always adds.
+"""
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import time
+import types
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import linen_peer
+from configs import default, seq2seq_bahdanau
+from training import sharding
+from training.optim import learning_rate_schedule
+from training.setup import build_state
+from training.steps import train_step
+
+SIZES = {
+    "default": dict(model={}, batch=64, source_length=16, target_length=32,
+                    input_vocab=1000, output_vocab=64),
+    "medium": dict(model=dict(d_model=256, num_heads=4, d_ff=1024, num_layers=3), batch=32,
+                   source_length=64, target_length=64, input_vocab=8000, output_vocab=8000),
+}
+MODELS = ("attend", "linen", "torch", "seq2seq")
+ROW_NAMES = {"attend": "Attend Transformer", "linen": "flax.linen Transformer",
+             "torch": "torch.nn.Transformer", "seq2seq": "Attend Seq2Seq (Bahdanau)"}
+WARMUP_STEPS = 2
+# nn.Transformer's final encoder and decoder LayerNorms: a scale and a bias of d_model each.
+TORCH_EXTRA_PARAMS_PER_D = 4
+
+
+def synthetic_batch(size: dict, seed: int = 0) -> dict[str, np.ndarray]:
+  """`{'inputs': int32 [B, S], 'targets': int32 [B, T]}`, ids in [4, vocab), right-padded.
+
+  Each row ends in 1 to max(1, length // 8) pad (0) positions, so every mask is exercised.
+  """
+  rng = np.random.default_rng(seed)
+
+  def ids(length: int, vocab: int) -> np.ndarray:
+    x = rng.integers(4, vocab, (size["batch"], length), dtype=np.int32)
+    pads = rng.integers(1, max(1, length // 8) + 1, size["batch"])    # [B]
+    x[np.arange(length)[None, :] >= (length - pads)[:, None]] = 0
+    return x
+
+  return {"inputs": ids(size["source_length"], size["input_vocab"]),
+          "targets": ids(size["target_length"], size["output_vocab"])}
+
+
+def experiment_config(size_name: str, model: str = "attend", dtype: str = "float32"):
+  """The experiment config the `model` row trains: configs/default.py resized, or Bahdanau's."""
+  if model == "seq2seq":
+    config = seq2seq_bahdanau.get_config()
+  else:
+    config = default.get_config()
+    config.model.update(SIZES[size_name]["model"])
+  config.dtype = dtype
+  return config
+
+
+def peer_model_config(model_config, size: dict) -> dict:
+  """Attend's `config.model` as the fields the peers take; refuses settings they cannot mirror."""
+  mirrored = dict(norm="post", score="scaled_dot", activation="relu", positions="sinusoidal")
+  for field, value in mirrored.items():
+    if model_config.get(field, value) != value:
+      raise ValueError(f"config.model.{field} must be {value!r} for the peers; got "
+                       f"{model_config.get(field)!r}.")
+  layers = model_config.num_layers
+  return dict(input_vocab_size=size["input_vocab"], output_vocab_size=size["output_vocab"],
+              num_encoder_layers=model_config.get("num_encoder_layers") or layers,
+              num_decoder_layers=model_config.get("num_decoder_layers") or layers,
+              d_model=model_config.d_model, num_heads=model_config.num_heads,
+              d_ff=model_config.d_ff, dropout_rate=model_config.dropout_rate,
+              attention_dropout_rate=model_config.get("attention_dropout_rate", 0.0),
+              share_embeddings=model_config.share_embeddings, tie_output=model_config.tie_output)
+
+
+def _jax_runner(step_fn, state, batch, dropout_key, fold_on_host: bool):
+  """`run(n)`: n steps of `step_fn` threading the (donated) state, then waits for the device."""
+  carry = {"state": state, "step": 0}
+
+  def run(n: int) -> None:
+    state, step = carry["state"], carry["step"]
+    for _ in range(n):
+      # The Attend loop folds the step into the dropout key on the host (training/loop.py).
+      key = jax.random.fold_in(dropout_key, step) if fold_on_host else dropout_key
+      state, metrics = step_fn(state, batch, key)
+      step += 1
+    jax.block_until_ready((state, metrics))
+    carry.update(state=state, step=step)
+  return run
+
+
+def attend_runner(config, size: dict, batch: dict):
+  """(parameter count, run) for Attend's train step, set up as training/loop.py does."""
+  vocab = lambda n: types.SimpleNamespace(vocab_size=n)  # the part of a data.Task it reads
+  task = types.SimpleNamespace(source_tokenizer=vocab(size["input_vocab"]),
+                               target_tokenizer=vocab(size["output_vocab"]))
+  mesh = sharding.make_mesh()
+  state = sharding.replicate(build_state(config, task), mesh)
+  params = sum(x.size for x in jax.tree.leaves(state.params))
+  step_fn = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing,
+                                      dtype=jnp.dtype(config.dtype)), donate_argnums=0)
+  return params, _jax_runner(step_fn, state, sharding.shard_batch(batch, mesh),
+                             jax.random.key(config.seed + 1), fold_on_host=True)
+
+
+def linen_runner(config, size: dict, batch: dict):
+  """(parameter count, run) for the flax.linen peer, placed on the devices as Attend is."""
+  model = linen_peer.Transformer(peer_model_config(config.model, size),
+                                 dtype=jnp.dtype(config.dtype))
+  schedule = learning_rate_schedule(config)
+  tx = linen_peer.make_optimizer(lambda count: schedule(count + 1), b1=config.beta1,
+                                 b2=config.beta2, eps=config.eps,
+                                 weight_decay=config.weight_decay, grad_clip=config.grad_clip)
+  mesh = sharding.make_mesh()
+  state = sharding.replicate(linen_peer.create_state(model, batch, tx, config.seed), mesh)
+  params = sum(x.size for x in jax.tree.leaves(state.params))
+  step_fn = jax.jit(functools.partial(linen_peer.train_step,
+                                      label_smoothing=config.label_smoothing), donate_argnums=0)
+  return params, _jax_runner(step_fn, state, sharding.shard_batch(batch, mesh),
+                             jax.random.key(config.seed + 1), fold_on_host=False)
+
+
+def torch_runner(config, size: dict, batch: dict, total_steps: int, compile_model: bool):
+  """(parameter count, run) for `torch.nn.Transformer`, or None when torch is not installed."""
+  try:
+    import torch
+    from benchmarks import torch_peer
+  except ImportError:
+    return None
+  torch.set_num_threads(os.cpu_count())
+  torch.manual_seed(config.seed)
+  peer_config = peer_model_config(config.model, size)
+  peer_config.pop("attention_dropout_rate")  # torch_peer always removes attention dropout
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  model = torch_peer.TorchTransformer(**peer_config).to(device)
+  # Attend's schedule evaluated once for every update the run makes (update k uses step k + 1).
+  rates = np.asarray(jax.vmap(learning_rate_schedule(config))(jnp.arange(1, total_steps + 2)))
+  run = torch_peer.make_trainer(
+      model, batch, learning_rate=lambda count: float(rates[min(count, len(rates) - 1)]),
+      b1=config.beta1, b2=config.beta2, eps=config.eps, weight_decay=config.weight_decay,
+      grad_clip=config.grad_clip, label_smoothing=config.label_smoothing,
+      compile_model=compile_model)
+  return torch_peer.param_count(model), run
+
+
+def seconds_per_step(runs: dict, steps: int, repeats: int) -> dict[str, float]:
+  """Per run, the median over `repeats` timed runs of `steps` steps, after untimed warm-up steps.
+
+  The runs take turns within each repeat, so a slow spell of a shared machine hits every row
+  alike instead of one row's whole measurement.
+  """
+  times = {name: [] for name in runs}
+  for run in runs.values():
+    run(WARMUP_STEPS)
+  for _ in range(repeats):
+    for name, run in runs.items():
+      start = time.perf_counter()
+      run(steps)
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) / steps for name, t in times.items()}
+
+
+def check_param_counts(params: dict[str, int], d_model: int) -> None:
+  """Raises RuntimeError unless the peers present in `params` have Attend's parameter count."""
+  expected = {"linen": params["attend"],
+              "torch": params["attend"] + TORCH_EXTRA_PARAMS_PER_D * d_model}
+  for name, count in expected.items():
+    if name in params and params[name] != count:
+      raise RuntimeError(f"{name} has {params[name]:,} parameters, expected {count:,} "
+                         f"(Attend has {params['attend']:,}): the models differ.")
+
+
+def machine_facts(dtype: str) -> dict:
+  """What the figures depend on: CPUs, library versions, backend and devices."""
+  facts = dict(cpus=os.cpu_count(), python=platform.python_version(), jax=jax.__version__,
+               flax=flax.__version__, backend=jax.default_backend(),
+               devices=[str(d) for d in jax.devices()], dtype=dtype, torch=None)
+  try:
+    import torch
+    facts.update(torch=torch.__version__, torch_threads=os.cpu_count(),
+                 torch_device="cuda" if torch.cuda.is_available() else "cpu")
+  except ImportError:
+    pass
+  return facts
+
+
+def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
+  """Times the selected models on one size; prints and returns its rows."""
+  size = SIZES[size_name]
+  batch = synthetic_batch(size)
+  tokens = int((batch["targets"] != 0).sum())
+  config = experiment_config(size_name, dtype=args.dtype)
+  m = config.model
+  print(f"\n## {size_name}: d={m.d_model}, {m.num_heads} heads, d_ff={m.d_ff}, "
+        f"{m.num_layers}+{m.num_layers} layers, dropout {m.dropout_rate}; batch {size['batch']}, "
+        f"S={size['source_length']}, T={size['target_length']}, vocab {size['input_vocab']} -> "
+        f"{size['output_vocab']}; {tokens} non-pad target tokens/step", flush=True)
+  total = WARMUP_STEPS + args.repeats * args.steps
+  builders = {
+      "attend": lambda: attend_runner(config, size, batch),
+      "linen": lambda: linen_runner(config, size, batch),
+      "torch": lambda: torch_runner(config, size, batch, total, args.torch_compile),
+      "seq2seq": lambda: attend_runner(experiment_config(size_name, "seq2seq", args.dtype),
+                                       size, batch),
+  }
+  params, runs, notes = {}, {}, []
+  for name in args.models:
+    built = builders[name]()
+    if built is None:
+      notes.append(f"{ROW_NAMES[name]}: skipped, torch is not installed.")
+      continue
+    params[name], runs[name] = built
+  speed = seconds_per_step(runs, args.steps, args.repeats)
+  if "attend" in params:
+    check_param_counts(params, m.d_model)
+  shown = " | ".join(f"{n} {c:,}" for n, c in params.items())
+  extra = ("; torch = Attend + its final encoder/decoder LayerNorms (4 * d_model)"
+           if "torch" in params else "")
+  print(f"params: {shown}{extra}\n\n| model | ms/step | target tokens/s (non-pad) | x Linen | "
+        "x torch |\n|---|---|---|---|---|")
+  rows = []
+  for name, seconds in speed.items():
+    row = dict(size=size_name, model=name, params=params[name], ms_per_step=seconds * 1e3,
+               tokens_per_s=tokens / seconds)
+    for peer in ("linen", "torch"):
+      # A ratio compares the same model only; the Seq2Seq row has no peer.
+      same_model = name != "seq2seq" and peer in speed
+      row[f"x_{peer}"] = speed[peer] / seconds if same_model else None
+    ratios = [f"{row[k]:.2f}" if row[k] is not None else "-" for k in ("x_linen", "x_torch")]
+    print(f"| {ROW_NAMES[name]} | {row['ms_per_step']:.1f} | {row['tokens_per_s']:,.0f} | "
+          f"{' | '.join(ratios)} |", flush=True)
+    rows.append(row)
+  for note in notes:
+    print(note)
+  return rows
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--sizes", default="default,medium",
+                      help=f"comma-separated, of {list(SIZES)}")
+  parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {MODELS}")
+  parser.add_argument("--steps", type=int, default=20, help="train steps per timed run")
+  parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported")
+  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                      help="compute dtype of Attend and Linen (torch stays float32)")
+  parser.add_argument("--torch_compile", action="store_true", help="torch.compile the torch model")
+  parser.add_argument("--json", default="", help="also write the results to this JSON file")
+  args = parser.parse_args(argv)
+  args.sizes, args.models = args.sizes.split(","), args.models.split(",")
+  for field, given, valid in (("sizes", args.sizes, SIZES), ("models", args.models, MODELS)):
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+      parser.error(f"--{field}: {unknown[0]!r} is not one of {list(valid)}.")
+  if min(args.steps, args.repeats) < 1:
+    parser.error(f"--steps and --repeats must be >= 1; got {args.steps} and {args.repeats}.")
+  return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+  """Runs the benchmark; returns `{'machine': facts, 'results': rows}` (also written to --json)."""
+  args = parse_args(argv)
+  facts = machine_facts(args.dtype)
+  torch_facts = (f"torch {facts['torch']} ({facts['torch_threads']} threads, "
+                 f"{facts['torch_device']}, float32)" if facts["torch"] else "torch not installed")
+  print(f"# training throughput, {args.dtype}, {facts['cpus']} CPUs, backend {facts['backend']} "
+        f"({', '.join(facts['devices'])}), jax {facts['jax']}, flax {facts['flax']}, "
+        f"{torch_facts}; median of {args.repeats} x {args.steps} steps", flush=True)
+  results = [row for size in args.sizes for row in run_size(size, args)]
+  out = {"machine": facts, "results": results}
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(out, f, indent=1)
+  return out
+
+
+if __name__ == "__main__":
+  main()
