@@ -89,7 +89,8 @@ def _scores(q_i, k_j, bias_ij, valid):
   """Biased, masked scores of one block from pre-scaled queries, `[..., bq, bk]` in float32.
 
   Masked entries are -inf. The caller scales q once per call, which saves a multiply per score
-  compared with scaling every score block.
+  compared with scaling every score block. The backward passes keys first (with transposed bias
+  and mask) to get the block transposed, `[..., bk, bq]`.
   """
   s = jnp.einsum("...td,...sd->...ts", q_i, k_j, preferred_element_type=jnp.float32)
   if bias_ij is not None:
@@ -159,12 +160,7 @@ def _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng,
   and ran 2.4x slower (measured on [2048, 256] x [256, 64] blocks).
   """
   bias_ij, valid, keep = map(_transpose, _block_inputs(st, i, j, bias, mask, rng, lead))
-  s = jnp.einsum("...sd,...td->...st", k_j, q_i, preferred_element_type=jnp.float32)
-  if bias_ij is not None:
-    s = s + bias_ij.astype(jnp.float32)
-  if valid is not None:
-    s = jnp.where(valid, s, -jnp.inf)
-  p = jnp.exp(s - lse_i[..., None, :])                                      # [..., bk, bq]
+  p = jnp.exp(_scores(k_j, q_i, bias_ij, valid) - lse_i[..., None, :])   # [..., bk, bq]
   dp = jnp.einsum("...sv,...tv->...st", v_j, do_i, preferred_element_type=jnp.float32)
   if keep is None:
     return p, p * (dp - delta_i[..., None, :])
