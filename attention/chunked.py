@@ -284,6 +284,10 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
   Returns:
     Output `[..., T, Dv]`; fully masked query rows give zeros.
   """
+  # NumPy inputs become JAX arrays before lax.map and custom_vjp index them with traced values.
+  q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+  mask = None if mask is None else jnp.asarray(mask)
+  bias = None if bias is None else jnp.asarray(bias)
   t, s = q.shape[-2], k.shape[-2]
   # Bring mask and bias to q's rank so that blocks slice and reduce along matching axes.
   to_rank = lambda x: None if x is None else x.reshape((1,) * (q.ndim - x.ndim) + x.shape)

@@ -147,7 +147,11 @@ def scaled_dot_product_attention(
   Returns:
     Output `[..., T, Dv]`, or `(output, weights)` when `return_weights`.
   """
+  # Converted here, before any kernel traces them: 'chunked' indexes the mask and bias with traced
+  # head indices inside custom_vjp and lax.map, which a NumPy array cannot take.
   q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
+  mask = None if mask is None else jnp.asarray(mask)
+  bias = None if bias is None else jnp.asarray(bias)
   lead = _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation)
   if implementation is None:
     implementation = _pick(q, k, v, dropout_rate, return_weights)
