@@ -9,14 +9,16 @@ from attention.core import (attend, attention, attention_pooling, masked_softmax
                             split_heads)
 from attention.masks import causal_mask, combine_masks, padding_mask, padding_mask_from_ids
 from attention.positions import sinusoidal_embedding, sinusoidal_positions
-from attention.scores import (SCORES, additive_scores, cosine_scores, dot_scores, general_scores,
-                              get_score_fn, project_keys, scaled_dot_scores)
+from attention.scores import (SCORES, KeyPrep, Score, ScoreParam, ScoreSizes, additive_scores,
+                              cosine_scores, dot_scores, general_scores, get_score, get_score_fn,
+                              project_keys, scaled_dot_scores)
 from attention.sdpa import KERNELS, scaled_dot_product_attention
 
 __all__ = [
-    "KERNELS", "SCORES", "additive_scores", "attend", "attention", "attention_pooling",
-    "causal_mask", "chunked_attention", "combine_masks", "cosine_scores", "dot_scores",
-    "general_scores", "get_score_fn", "masked_softmax", "merge_heads", "padding_mask",
-    "padding_mask_from_ids", "project_keys", "scaled_dot_product_attention", "scaled_dot_scores",
-    "sinusoidal_embedding", "sinusoidal_positions", "split_heads",
+    "KERNELS", "KeyPrep", "SCORES", "Score", "ScoreParam", "ScoreSizes", "additive_scores",
+    "attend", "attention", "attention_pooling", "causal_mask", "chunked_attention",
+    "combine_masks", "cosine_scores", "dot_scores", "general_scores", "get_score", "get_score_fn",
+    "masked_softmax", "merge_heads", "padding_mask", "padding_mask_from_ids", "project_keys",
+    "scaled_dot_product_attention", "scaled_dot_scores", "sinusoidal_embedding",
+    "sinusoidal_positions", "split_heads",
 ]

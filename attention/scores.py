@@ -3,15 +3,20 @@
 Every function maps queries `q: [..., T, D]` and keys `k: [..., S, D]` (leading dims broadcast, e.g.
 batch and heads) to unnormalised scores `[..., T, S]`. Turn them into weights with
 `attention.masked_softmax`.
+
+`SCORES` registers each function as a `Score` that also declares the parameters it learns, so the
+layers in `models/` can build any registered score without knowing it by name.
 """
 
-from typing import Callable
+import dataclasses
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 Array = jax.Array
 ScoreFn = Callable[..., Array]
+Initializer = Callable[[Array, tuple[int, ...], Any], Array]  # jax.nn.initializers' signature
 
 
 def check_qk(q: Array, k: Array, name: str = "scores") -> None:
@@ -149,19 +154,133 @@ def cosine_scores(q: Array, k: Array, scale: float | Array = 1.0, eps: float = 1
   return scale * jnp.einsum("...td,...sd->...ts", q_unit, k_unit)
 
 
-SCORES: dict[str, ScoreFn] = {
-    "dot": dot_scores,
-    "scaled_dot": scaled_dot_scores,
-    "general": general_scores,
-    "additive": additive_scores,
-    "cosine": cosine_scores,
+class ScoreSizes(NamedTuple):
+  """The sizes a score parameter's shape can name."""
+  q: int  # query features Dq
+  k: int  # key features Dk
+  a: int  # an attention size A, picked by the layer
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreParam:
+  """A learned keyword argument of a score function, which the layers create.
+
+  Attributes:
+    name: the score function's keyword argument.
+    shape: one of 'q', 'k', 'a' (see `ScoreSizes`) per dim; `()` for a scalar.
+    init: `sizes -> initializer`, the initializer having the `jax.nn.initializers` signature
+      `(key, shape, dtype) -> Array`. It gets the sizes because a value may depend on a size its
+      shape does not show (the cosine scale, a scalar, starts at sqrt(Dq)).
+  """
+  name: str
+  shape: tuple[str, ...]
+  init: Callable[[ScoreSizes], Initializer]
+
+  def __post_init__(self):
+    if any(dim not in ScoreSizes._fields for dim in self.shape):
+      raise ValueError(f"ScoreParam {self.name!r}: shape dims must be among "
+                       f"{', '.join(ScoreSizes._fields)}; got {self.shape!r}.")
+
+  def initialize(self, key: Array, sizes: ScoreSizes, dtype: Any = jnp.float32) -> Array:
+    """A fresh value of this parameter for the given sizes."""
+    shape = tuple(getattr(sizes, dim) for dim in self.shape)
+    return self.init(sizes)(key, shape, dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyPrep:
+  """Work on the keys alone, which a decoder does once per source rather than at every step.
+
+  Attributes:
+    fn: `(k, *params) -> prepared keys [..., S, K]`.
+    uses: the names of the score parameters `fn` takes after `k`, in order.
+    into: the score function's keyword argument for the prepared keys (its `k` is then None).
+  """
+  fn: Callable[..., Array]
+  uses: tuple[str, ...]
+  into: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+  """A registered score: its function, the parameters it learns, and key work it can hoist.
+
+  Calling a `Score` calls its function: `SCORES["general"](q, k, w=w)`.
+
+  Attributes:
+    fn: `(q [..., T, Dq], k [..., S, Dk], **params) -> [..., T, S]`.
+    params: the learned keyword arguments of `fn`.
+    prepare: optional per-source key work, e.g. Bahdanau's `project_keys`.
+    same_features: whether `fn` needs Dq == Dk; a layer whose key size differs then projects its
+      keys to Dq first.
+  """
+  fn: ScoreFn
+  params: tuple[ScoreParam, ...] = ()
+  prepare: KeyPrep | None = None
+  same_features: bool = True
+
+  def __call__(self, q: Array, k: Array, **params: Array) -> Array:
+    return self.fn(q, k, **params)
+
+  def prepare_keys(self, k: Array, params: Mapping[str, Array]) -> Array:
+    """Keys `[..., S, Dk]` as `scores_prepared` takes them: `k` itself unless `prepare` is set."""
+    if self.prepare is None:
+      return k
+    return self.prepare.fn(k, *(params[name] for name in self.prepare.uses))
+
+  def scores_prepared(self, q: Array, prepared: Array, params: Mapping[str, Array]) -> Array:
+    """Scores `[..., T, S]` of queries against keys already passed through `prepare_keys`."""
+    if self.prepare is None:
+      return self.fn(q, prepared, **params)
+    return self.fn(q, None, **params, **{self.prepare.into: prepared})
+
+
+def _lecun_normal(sizes: ScoreSizes) -> Initializer:
+  del sizes  # the fan-in is the parameter's first dim
+  return jax.nn.initializers.lecun_normal()
+
+
+def _additive_v_init(sizes: ScoreSizes) -> Initializer:
+  # vᵀ tanh(.) sums A terms bounded by |v_a|; v of variance 1/A keeps that sum's variance <= 1.
+  return jax.nn.initializers.normal(sizes.a ** -0.5)
+
+
+def _cosine_scale_init(sizes: ScoreSizes) -> Initializer:
+  # Unit-variance q and k of size D have |q| |k| ~ D, so the scaled dot score q·k/sqrt(D) is about
+  # sqrt(D) cos(q, k): starting the scale at sqrt(D) makes both scores start equally sharp.
+  return jax.nn.initializers.constant(sizes.q ** 0.5)
+
+
+SCORES: dict[str, Score] = {
+    "dot": Score(dot_scores),
+    "scaled_dot": Score(scaled_dot_scores),
+    "general": Score(general_scores, params=(ScoreParam("w", ("q", "k"), _lecun_normal),),
+                     same_features=False),
+    "additive": Score(
+        additive_scores,
+        params=(ScoreParam("w_q", ("q", "a"), _lecun_normal),
+                ScoreParam("w_k", ("k", "a"), _lecun_normal),
+                ScoreParam("v", ("a",), _additive_v_init)),
+        prepare=KeyPrep(project_keys, uses=("w_k",), into="k_proj"), same_features=False),
+    "cosine": Score(cosine_scores, params=(ScoreParam("scale", (), _cosine_scale_init),)),
 }
 
 
-def get_score_fn(name: str) -> ScoreFn:
-  """Returns `SCORES[name]`; an unknown name raises ValueError listing the valid ones."""
+def get_score(name: str) -> Score:
+  """Returns `SCORES[name]`; an unknown name raises ValueError listing the valid ones.
+
+  A plain function registered in `SCORES` counts as a score without parameters that compares
+  queries and keys of one size.
+  """
   try:
-    return SCORES[name]
+    score = SCORES[name]
   except KeyError:
     raise ValueError(
         f"Unknown score kind {name!r}; valid kinds: {', '.join(sorted(SCORES))}.") from None
+  return score if isinstance(score, Score) else Score(score)
+
+
+def get_score_fn(name: str) -> ScoreFn:
+  """Returns the function of `SCORES[name]`; an unknown name raises ValueError listing the valid
+  ones."""
+  return get_score(name).fn

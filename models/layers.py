@@ -5,7 +5,7 @@ attention heads are a leading dim, `[B, N, T, H]`, the layout the `attention/` k
 broadcast to `[B, N, T, S]` with True = may attend.
 """
 
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -53,18 +53,19 @@ def dense(in_features: int, out_features: int, *, use_bias: bool = True,
                     kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
 
 
-def _per_head(init: Callable[..., Any]) -> Callable[..., Any]:
-  """An initialiser for `[N, in, out]` weights whose fans are those of one head."""
-  return init(in_axis=-2, out_axis=-1, batch_axis=(0,))
+def _score_param_attr(name: str) -> str:
+  """The attribute holding score parameter `name`: `w_q` -> `score_wq`, the checkpoints' names."""
+  return "score_" + name.replace("_", "")
 
 
 class MultiHeadAttention(nnx.Module):
   """Multi-head attention `concat_n(attend(x W_Q^n, c W_K^n, c W_V^n)) W_O` (Vaswani et al. 3.2.2).
 
   The score kind picks how queries meet keys. `'scaled_dot'` runs
-  `attention.scaled_dot_product_attention` with the chosen kernel; `'dot'`, `'general'`,
-  `'additive'` and `'cosine'` run score -> masked softmax -> weighted sum with the score function
-  from `attention.SCORES` and, where the score has parameters, one set per head:
+  `attention.scaled_dot_product_attention` with the chosen kernel; every other name in
+  `attention.SCORES` runs score -> masked softmax -> weighted sum with the registered function and
+  one set of the parameters it declares per head, sized with Dq = Dk = A = H and stored as
+  `score_<name without underscores>` with a leading N axis:
 
   - `'general'`: `score_w [N, H, H]`, the bilinear form `q W kᵀ`.
   - `'additive'`: `score_wq`, `score_wk [N, H, H]` and `score_v [N, H]`, `vᵀ tanh(W_q q + W_k k)`.
@@ -102,6 +103,7 @@ class MultiHeadAttention(nnx.Module):
     self.d_k = d_model // num_heads if d_k is None else d_k
     self.d_v = d_model // num_heads if d_v is None else d_v
     self.score = score
+    self.registered_score = attention.get_score(score)
     self.implementation = implementation
     self.dropout_rate = dropout_rate
     n, h = num_heads, self.d_k
@@ -109,15 +111,13 @@ class MultiHeadAttention(nnx.Module):
     self.w_k = dense(d_model, n * h, use_bias=use_bias, rngs=rngs)
     self.w_v = dense(d_model, n * self.d_v, use_bias=use_bias, rngs=rngs)
     self.w_o = dense(n * self.d_v, d_model, use_bias=use_bias, rngs=rngs)
-    if score == "general":
-      self.score_w = nnx.Param(_per_head(nnx.initializers.lecun_normal)(rngs.params(), (n, h, h)))
-    elif score == "additive":
-      glorot = _per_head(nnx.initializers.xavier_uniform)
-      self.score_wq = nnx.Param(glorot(rngs.params(), (n, h, h)))
-      self.score_wk = nnx.Param(glorot(rngs.params(), (n, h, h)))
-      self.score_v = nnx.Param(nnx.initializers.normal(h ** -0.5)(rngs.params(), (n, h)))
-    elif score == "cosine":
-      self.score_scale = nnx.Param(jnp.full((n,), h ** 0.5, jnp.float32))
+    sizes = attention.ScoreSizes(q=h, k=h, a=h)
+    for param in self.registered_score.params:
+      # Each head on its own: on the whole [N, ...] a variance-scaling initialiser would count N
+      # into its fans.
+      heads = jax.random.split(rngs.params(), n)
+      value = jax.vmap(lambda key, param=param: param.initialize(key, sizes))(heads)  # [N, ...]
+      setattr(self, _score_param_attr(param.name), nnx.Param(value))
 
   def project_kv(self, context: Array) -> KV:
     """Keys and values of `context [B, S, D]`: `{'k': [B, N, S, d_k], 'v': [B, N, S, d_v]}`."""
@@ -170,7 +170,7 @@ class MultiHeadAttention(nnx.Module):
         mask = attention.combine_masks(mask, attention.causal_mask(q.shape[-2], k.shape[-2]))
       # attention.attention's three steps, spelled out so dropout can sit between the softmax
       # and the weighted sum, where scaled_dot_product_attention applies it too.
-      weights = attention.masked_softmax(self._score_fn()(q, k), mask)  # [B, N, T, S]
+      weights = attention.masked_softmax(self._scores(q, k), mask)      # [B, N, T, S]
       dropped = weights
       if rate > 0.0:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - rate, weights.shape)
@@ -179,21 +179,13 @@ class MultiHeadAttention(nnx.Module):
       weights = weights if return_weights else None
     return self.w_o(attention.merge_heads(out)), weights                # [B, T, D]
 
-  def _score_fn(self) -> Callable[[Array, Array], Array]:
-    """`(q [B, N, T, H], k [B, N, S, H]) -> [B, N, T, S]` for the generic (non-sdpa) scores."""
+  def _scores(self, q: Array, k: Array) -> Array:
+    """The registered score of q `[B, N, T, H]` and k `[B, N, S, H]`, `[B, N, T, S]`."""
+    params = {param.name: getattr(self, _score_param_attr(param.name))[...]
+              for param in self.registered_score.params}                # each [N, ...]
     # Per-head parameters lead with N; vmap pairs them with the heads axis (-3) of q and k.
-    if self.score == "dot":
-      return attention.dot_scores
-    if self.score == "general":
-      w = self.score_w[...]
-      return lambda q, k: jax.vmap(attention.general_scores, in_axes=(-3, -3, 0),
-                                   out_axes=-3)(q, k, w)
-    if self.score == "additive":
-      wq, wk, v = self.score_wq[...], self.score_wk[...], self.score_v[...]
-      return lambda q, k: jax.vmap(attention.additive_scores, in_axes=(-3, -3, 0, 0, 0),
-                                   out_axes=-3)(q, k, wq, wk, v)
-    scale = self.score_scale[...][:, None, None]                        # [N, 1, 1]
-    return lambda q, k: attention.cosine_scores(q, k, scale)
+    per_head = lambda q, k, params: self.registered_score(q, k, **params)
+    return jax.vmap(per_head, in_axes=(-3, -3, 0), out_axes=-3)(q, k, params)
 
   def init_cache(self, batch_size: int, max_length: int, dtype: Any = jnp.float32) -> KV:
     """Zeroed self-attention K/V buffers `{'k': [B, N, L, d_k], 'v': [B, N, L, d_v]}`."""

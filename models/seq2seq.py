@@ -106,9 +106,7 @@ class Seq2Seq(nnx.Module):
       raise ValueError(f"Seq2Seq: attention must be one of {', '.join(ATTENTION_KINDS)}, "
                        f"got {attention!r}.")
     score = DEFAULT_SCORE[attention] if score is None else score
-    if score not in rnn_attention.ATTENTION_LAYERS:
-      valid = ", ".join(sorted(rnn_attention.ATTENTION_LAYERS))
-      raise ValueError(f"Seq2Seq: score must be one of {valid} or None, got {score!r}.")
+    rnn_attention.check_score(score, "Seq2Seq: score")
     if not 0.0 <= dropout_rate < 1.0:
       raise ValueError(f"Seq2Seq: dropout_rate must be in [0, 1), got {dropout_rate!r}.")
     self.attention_kind = attention

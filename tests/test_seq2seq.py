@@ -14,13 +14,13 @@ from flax import nnx
 import attention
 from models import decoding
 from models.decoding import generate
-from models.rnn_attention import ATTENTION_LAYERS, make_attention
+from models.rnn_attention import make_attention
 from models.seq2seq import Seq2Seq
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 # One set of sizes everywhere: parameter initialisers (the GRUs' orthogonal QR) compile per shape.
 SIZES = dict(input_vocab_size=12, output_vocab_size=12, embed_dim=16, hidden_dim=16)
-SCORE_KINDS = sorted(ATTENTION_LAYERS)
+SCORE_KINDS = sorted(attention.SCORES)
 # Bahdanau with its additive score; Luong with dot, which must project the 2H bidirectional states.
 DECODERS = [("bahdanau", "additive"), ("luong", "dot")]
 SRC = np.array([[3, 4, 5, 6, 7, 8], [9, 10, 11, 0, 0, 0], [4, 0, 0, 0, 0, 0]], np.int32)
@@ -76,9 +76,13 @@ def test_additive_prepare_is_the_key_projection(rng):
 
 
 def test_registry_matches_kernels_and_rejects_unknown():
-  """One layer per kernel score kind; an unknown kind names every valid one."""
-  assert set(ATTENTION_LAYERS) == set(attention.SCORES)
-  with pytest.raises(ValueError, match="bogus.*additive, cosine, dot, general, scaled_dot"):
+  """Every kernel score kind builds a layer running that kernel; an unknown kind names every valid
+  one."""
+  for name, score in attention.SCORES.items():
+    layer = nnx.eval_shape(lambda: make_attention(name, query_dim=4, key_dim=6, rngs=nnx.Rngs(0)))
+    assert layer.score_name == name and layer.registered_score is score
+  with pytest.raises(ValueError, match="score must be one of 'additive', 'cosine', 'dot', "
+                                       "'general', 'scaled_dot'; got 'bogus'"):
     make_attention("bogus", query_dim=4, key_dim=4, rngs=nnx.Rngs(0))
 
 
@@ -210,8 +214,8 @@ def test_bad_config_raises(kwargs, field):
 def test_default_scores_follow_the_papers():
   """score=None means additive for Bahdanau and general for Luong."""
   make = lambda kind: nnx.eval_shape(lambda: Seq2Seq(**SIZES, attention=kind, rngs=nnx.Rngs(0)))
-  assert type(make("bahdanau").attn).__name__ == "AdditiveAttention"
-  assert type(make("luong").attn).__name__ == "GeneralAttention"
+  assert make("bahdanau").attn.registered_score is attention.SCORES["additive"]
+  assert make("luong").attn.registered_score is attention.SCORES["general"]
 
 
 def _reverse_batch(rng, batch=32, max_len=6):
