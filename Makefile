@@ -5,21 +5,22 @@ BIN    := $(VENV)/bin
 
 .PHONY: run test bench clean
 
-# Re-install only when the project's metadata changed; each stamp records the last install.
+# Installs the dependencies pyproject.toml declares (no packages: the repository root is the
+# import root). Re-installs only when it changed; each stamp records the last install.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet .
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet ".[test]"
 	touch $@
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[test,bench]"
+	$(BIN)/pip install --quiet ".[test,bench]"
 	touch $@
 
 # Train the default config offline into runs/default, then evaluate it there.
