@@ -1,4 +1,4 @@
-"""Evaluates a trained workdir: loss, perplexity, accuracy, exact match, sacreBLEU, heatmaps.
+"""Evaluates a trained workdir with its task: metrics, predicted samples, attention pictures.
 
   python eval.py --workdir=runs/default
   python eval.py --workdir=runs/default --decode=beam --average_last=3 --num_heatmaps=8
@@ -16,12 +16,13 @@ _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config to build the model with (default: the workdir\'s config.json).')
 _STEP = flags.DEFINE_integer('checkpoint_step', None, 'Checkpoint step (default: the newest).')
 _SPLIT = flags.DEFINE_string('split', 'test', 'Dataset split to evaluate.')
-_DECODE = flags.DEFINE_enum('decode', 'greedy', ['greedy', 'beam'], 'Decoding method.')
+_DECODE = flags.DEFINE_enum('decode', 'greedy', ['greedy', 'beam'],
+                            'Decoding method, for tasks that generate sequences.')
 _AVERAGE = flags.DEFINE_integer('average_last', 1, 'Average the newest K checkpoints.')
-_HEATMAPS = flags.DEFINE_integer('num_heatmaps', 4, 'Attention heatmap PNGs to write.')
-_LAYER = flags.DEFINE_integer('heatmap_layer', -1, 'Decoder layer to plot (-1 = last).')
+_HEATMAPS = flags.DEFINE_integer('num_heatmaps', 4, 'Attention pictures (PNG) to write.')
+_LAYER = flags.DEFINE_integer('heatmap_layer', -1, 'Layer whose attention is drawn (-1 = last).')
 _HEAD = flags.DEFINE_integer('heatmap_head', -1, 'Head to plot (-1 = mean over heads).')
-_MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Decode at most this many (0 = all).')
+_MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Predict at most this many (0 = all).')
 flags.mark_flag_as_required('workdir')
 
 

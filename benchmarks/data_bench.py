@@ -12,6 +12,7 @@ train step of configs/default.py (compiled beforehand on every batch shape it me
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -23,7 +24,7 @@ import numpy as np
 
 import jax
 
-import data
+import tasks
 from configs import default
 from training.setup import build_state
 from training.steps import train_step
@@ -41,8 +42,8 @@ def run(args: argparse.Namespace) -> dict:
   config = experiment.dataset
   config.data_dir = args.data_dir
   config.batch_size = args.batch_size
-  with tempfile.TemporaryDirectory() as vocab_dir:
-    task, build_s = _timed(lambda: data.build_task(config, vocab_dir))
+  with tempfile.TemporaryDirectory() as workdir:
+    task, build_s = _timed(lambda: tasks.build(experiment, workdir))
   it, tokenize_s = _timed(lambda: task.batches(config.train_split, batch_size=args.batch_size,
                                                shuffle=True, seed=0))
   next(it)  # The first batch also computes the epoch's plan; the loop below includes later ones.
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> dict:
   rate = statistics.median(rates)
   steps_per_s = _train_steps_per_s(experiment, task, batches[:args.train_steps])
   return {"train_steps_per_s": steps_per_s, "pipeline_over_train_step": rate / steps_per_s,
-          "task": task.name, "batch_size": args.batch_size, "examples": len(task.encoded("train")),
+          "task": task.data.name, "batch_size": args.batch_size,
+          "examples": len(task.data.encoded("train")),
           "batches_per_epoch": it.batches_per_epoch, "build_task_s": build_s,
           "tokenize_s": tokenize_s, "batches_per_s": rate, "ms_per_batch": 1e3 / rate,
           "examples_per_s": rate * args.batch_size, "input_padding": pads[-1][0],
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def _train_steps_per_s(experiment, task, batches: list[dict]) -> float:
   """Steps/s of the default experiment's jitted train step on `batches` (compile excluded)."""
-  step = jax.jit(train_step)
+  step = jax.jit(functools.partial(train_step, loss_fn=task.loss))
   state = build_state(experiment, task)
   shapes = {}
   for batch in batches:  # compile once per bucket shape before timing

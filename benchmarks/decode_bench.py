@@ -52,14 +52,14 @@ from flax import nnx
 
 import models
 from configs import default, seq2seq_bahdanau, seq2seq_luong
+from data import BOS_ID, PAD_ID
 from models import decoding
 from models.seq2seq import Seq2Seq
-from models.transformer import PAD_ID, Transformer
+from models.transformer import Transformer
 
 Array = jax.Array
 CONFIGS = {"transformer": default, "seq2seq": seq2seq_bahdanau, "seq2seq_luong": seq2seq_luong}
 INPUT_VOCAB, OUTPUT_VOCAB, SOURCE_LENGTH = 1000, 64, 32
-BOS_ID = 1
 NEVER_EOS = -1   # no argmax or top-k index is negative, so every search runs max_length steps
 ALPHA = 0.6      # configs/default.py's length penalty
 TARGET_SPEEDUP = 5.0
@@ -69,7 +69,7 @@ def _transformer_source(model: Transformer, inputs: Array, max_length: int) -> d
   """Encoder output `memory [B, S, D]` and `source_mask [B, S]`, computed once per source."""
   del max_length  # the memory does not depend on it
   memory, _ = model.encode(inputs)
-  return {"memory": memory, "source_mask": inputs != PAD_ID}
+  return {"memory": memory, "source_mask": inputs != model.pad_id}
 
 
 def _transformer_prefix(model: Transformer, ids: Array, source: dict[str, Array]) -> Array:
@@ -138,7 +138,8 @@ def _search(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array, *, cached: 
     tokens_to_logits, cache = model.decode_step, model.init_decode_cache(inputs, max_length)
   else:
     tokens_to_logits, cache = uncached_decoder(model, inputs, max_length)
-  kwargs = dict(batch_size=inputs.shape[0], max_length=max_length, bos_id=BOS_ID, eos_id=eos_id)
+  kwargs = dict(batch_size=inputs.shape[0], max_length=max_length, bos_id=BOS_ID, eos_id=eos_id,
+                pad_id=PAD_ID)
   if beam_size == 1:
     return decoding.greedy_search(tokens_to_logits, cache, **kwargs)
   ids, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size, alpha=ALPHA,
@@ -182,7 +183,7 @@ def time_search(run: Callable[[], Array], repeats: int) -> tuple[float, float]:
 def bench_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
   """Times cached and uncached greedy and beam search for one model; one row per search."""
   model = models.build(CONFIGS[name].get_config().model, input_vocab_size=INPUT_VOCAB,
-                       output_vocab_size=OUTPUT_VOCAB, rngs=nnx.Rngs(0))
+                       output_vocab_size=OUTPUT_VOCAB, pad_id=PAD_ID, rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(model)
   # Ids 3.. are ordinary tokens: no padding (0), BOS (1) or EOS (2) in the source.
   inputs = jnp.asarray(np.random.default_rng(0).integers(

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-PAD_ID, BOS_ID = 0, 1
+from data import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
+
 
 
 def sinusoidal_table(length: int, features: int) -> torch.Tensor:

@@ -40,8 +40,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import models
 from benchmarks import linen_peer
 from configs import default, seq2seq_bahdanau
+from data import BOS_ID, PAD_ID
+from tasks.translation import teacher_forced_loss
 from training import sharding
 from training.optim import learning_rate_schedule
 from training.setup import build_state
@@ -124,13 +127,17 @@ def _jax_runner(step_fn, state, batch, dropout_key, fold_on_host: bool):
 
 def attend_runner(config, size: dict, batch: dict):
   """(parameter count, run) for Attend's train step, set up as training/loop.py does."""
-  vocab = lambda n: types.SimpleNamespace(vocab_size=n)  # the part of a data.Task it reads
-  task = types.SimpleNamespace(source_tokenizer=vocab(size["input_vocab"]),
-                               target_tokenizer=vocab(size["output_vocab"]))
+  data_args = dict(input_vocab_size=size["input_vocab"], output_vocab_size=size["output_vocab"],
+                   pad_id=PAD_ID)
+  # The parts of the translation task that the train state and step read; the data is synthetic.
+  task = types.SimpleNamespace(
+      build_model=lambda model_config, rngs: models.build(model_config, rngs=rngs, **data_args))
+  loss_fn = functools.partial(teacher_forced_loss, bos_id=BOS_ID, pad_id=PAD_ID,
+                              label_smoothing=config.label_smoothing)
   mesh = sharding.make_mesh()
   state = sharding.replicate(build_state(config, task), mesh)
   params = sum(x.size for x in jax.tree.leaves(state.params))
-  step_fn = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing,
+  step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn,
                                       dtype=jnp.dtype(config.dtype)), donate_argnums=0)
   return params, _jax_runner(step_fn, state, sharding.shard_batch(batch, mesh),
                              jax.random.key(config.seed + 1), fold_on_host=True)

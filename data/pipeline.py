@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from absl import logging
 import numpy as np
 
-from data.tokenizers import EOS_ID
+from data.tokenizers import EOS_ID, PAD_ID
 
 # Training batches are formed from pools of this many batches, sorted by length: larger pools
 # pad less but make batches of similar-length examples more often.
@@ -113,19 +113,19 @@ def _padded_length(length: int, step: int) -> int:
 
 
 def _gather(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int) -> np.ndarray:
-  """Rows `rows` of a flat sequence store, 0-padded to `width`: `[len(rows), width]`."""
+  """Rows `rows` of a flat sequence store, padded with PAD_ID to `width`: `[len(rows), width]`."""
   starts = offsets[rows][:, None]                             # [R, 1]
   lengths = offsets[rows + 1][:, None] - starts               # [R, 1]
   cols = np.arange(width)[None, :]                            # [1, W]
   positions = np.minimum(starts + cols, len(flat) - 1)        # [R, W], clipped past the end
-  return np.where(cols < lengths, flat[positions], 0).astype(np.int32)
+  return np.where(cols < lengths, flat[positions], PAD_ID).astype(np.int32)
 
 
 class BatchIterator:
   """Padded batches `{'inputs' [B, S], 'targets' [B, T], 'index' [B]}` of one split, resumable.
 
   Every epoch visits each kept example exactly once; its last batch may be partial and is then
-  filled with all-zero rows whose 'index' is -1. Use `get_state`/`set_state` to checkpoint.
+  filled with all-padding rows whose 'index' is -1. Use `get_state`/`set_state` to checkpoint.
   """
 
   def __init__(self, encoded: EncodedSplit, *, batch_size: int, shuffle: bool, seed: int,
@@ -195,8 +195,8 @@ class BatchIterator:
     mine = rows[self._first_row:self._first_row + self._host_rows]
     n = len(mine)
     e = self._encoded
-    batch = {"inputs": np.zeros((self._host_rows, s), np.int32),
-             "targets": np.zeros((self._host_rows, t), np.int32),
+    batch = {"inputs": np.full((self._host_rows, s), PAD_ID, np.int32),
+             "targets": np.full((self._host_rows, t), PAD_ID, np.int32),
              "index": np.full((self._host_rows,), -1, np.int32)}
     batch["inputs"][:n] = _gather(e.source, e.source_offsets, mine, s)
     batch["targets"][:n] = _gather(e.target, e.target_offsets, mine, t)

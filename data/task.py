@@ -165,7 +165,7 @@ class Task:
 
     Returns:
       An iterator of `{'inputs': int32 [b, S], 'targets': int32 [b, T], 'index': int32 [b]}`
-      with `b = batch_size // process_count`: ids then EOS, 0-padded to multiples of
+      with `b = batch_size // process_count`: ids then EOS, PAD_ID-padded to multiples of
       `config.bucket_step`; 'index' is the row's position in `examples(split)`, -1 for padding
       rows. `get_state()` / `set_state()` save and restore its position.
 

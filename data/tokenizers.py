@@ -40,7 +40,13 @@ def _ints(ids: Iterable[int]) -> list[int]:
   return out
 
 
-class VocabTokenizer:
+class SpecialIds:
+  """The special ids every tokenizer exposes; models, decoding and losses read them from here."""
+
+  pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
+
+
+class VocabTokenizer(SpecialIds):
   """A tokenizer over an explicit token list: ids are positions in `vocab` (specials first)."""
 
   kind = ""
@@ -144,7 +150,7 @@ class WordTokenizer(VocabTokenizer):
     return " ".join(pieces)
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(SpecialIds):
   """A SentencePiece unigram model whose special ids match Attend's."""
 
   kind = "sentencepiece"

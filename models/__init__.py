@@ -2,10 +2,14 @@
 
 from collections.abc import Mapping
 import inspect
+import types
 from typing import Any
 
 from flax import nnx
+import ml_collections
+from ml_collections import config_dict
 
+from models.interfaces import EncoderDecoder
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
 
@@ -15,32 +19,80 @@ MODELS = {
 }
 
 
-def build(model_config: Mapping[str, Any], *, input_vocab_size: int, output_vocab_size: int,
-          rngs: nnx.Rngs) -> nnx.Module:
+def model_class(name: Any) -> type[nnx.Module]:
+  """`MODELS[name]`; an unknown name raises ValueError listing the valid ones."""
+  if name not in MODELS:
+    raise ValueError(f'config.model.name={name!r} is not one of {sorted(MODELS)}.')
+  return MODELS[name]
+
+
+def fitting(interface: type) -> list[str]:
+  """The names of the registered models whose class implements the Protocol `interface`."""
+  return sorted(name for name, cls in MODELS.items() if issubclass(cls, interface))
+
+
+def _config_value(parameter: inspect.Parameter) -> Any:
+  """A parameter's default as a config value; `X | None = None` becomes an overridable X field."""
+  if parameter.default is not None:
+    return parameter.default
+  kinds = [t for t in getattr(parameter.annotation, '__args__', ()) if t is not types.NoneType]
+  return config_dict.placeholder(kinds[0]) if len(kinds) == 1 else None
+
+
+def default_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
+  """`config.model` for `MODELS[name]`: every constructor argument that has a default, at it.
+
+  The arguments without a default (vocabulary sizes, special ids) come from the task's data and
+  are left out. Every field is present, so `--config.model.FIELD=value` works for all of them.
+
+  Args:
+    name: a key of `MODELS`.
+    **overrides: the experiment's values, where it differs from the defaults.
+
+  Raises:
+    ValueError: the name is unknown, or an override is not an argument with a default.
+  """
+  parameters = inspect.signature(model_class(name).__init__).parameters
+  fields = {key: _config_value(p) for key, p in parameters.items()
+            if p.default is not inspect.Parameter.empty and key != 'rngs'}
+  unknown = sorted(set(overrides) - set(fields))
+  if unknown:
+    raise ValueError(f'config.model.{unknown[0]} is not a configurable argument of '
+                     f'{model_class(name).__name__}; valid fields: {sorted(fields)}.')
+  config = ml_collections.ConfigDict(dict(name=name, **fields))
+  config.update(overrides)
+  return config
+
+
+def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) -> nnx.Module:
   """Constructs `MODELS[model_config['name']]` with the config's other fields as keyword arguments.
 
   Args:
     model_config: `config.model`: the constructor arguments plus `name`.
-    input_vocab_size: source vocabulary size (from the data's tokenizer).
-    output_vocab_size: target vocabulary size.
     rngs: parameter initialisation keys.
+    **data_args: the arguments a task derives from its data rather than from the config, e.g.
+      `input_vocab_size`, `output_vocab_size` and `pad_id` from its tokenizers.
 
   Returns:
     The model.
 
   Raises:
-    ValueError: the name is unknown, or the constructor rejects a field.
+    ValueError: the name is unknown, or a field is not an argument of the model or is one the
+      data decides.
   """
   kwargs = dict(model_config)
-  name = kwargs.pop('name', None)
-  if name not in MODELS:
-    raise ValueError(f'config.model.name={name!r} is not one of {sorted(MODELS)}.')
-  model_class = MODELS[name]
-  given_here = {'self', 'rngs', 'input_vocab_size', 'output_vocab_size'}
-  accepted = set(inspect.signature(model_class.__init__).parameters) - given_here
+  model_cls = model_class(kwargs.pop('name', None))
+  accepted = set(inspect.signature(model_cls.__init__).parameters) - {'self', 'rngs'}
+  from_data = sorted(set(kwargs) & set(data_args))
+  if from_data:
+    raise ValueError(f'config.model.{from_data[0]} is set from the data ({from_data[0]}='
+                     f'{data_args[from_data[0]]!r}); remove it from the config.')
   unknown = sorted(set(kwargs) - accepted)
   if unknown:
-    raise ValueError(f'config.model.{unknown[0]} is not an argument of {model_class.__name__}; '
-                     f'valid fields: {sorted(accepted)}.')
-  return model_class(input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
-                     **kwargs, rngs=rngs)
+    raise ValueError(f'config.model.{unknown[0]} is not an argument of {model_cls.__name__}; '
+                     f'valid fields: {sorted(accepted - set(data_args))}.')
+  return model_cls(**data_args, **kwargs, rngs=rngs)
+
+
+__all__ = ['MODELS', 'EncoderDecoder', 'Seq2Seq', 'Transformer', 'build', 'default_config',
+           'fitting', 'model_class']

@@ -8,7 +8,8 @@ where `ids` are the previous tokens (BOS at step 0), `step` is the 0-based posit
 being predicted and every cache leaf leads with the batch axis B'. Beam search folds beams into that
 axis (B' = B * beam_size, beam index fastest) and reorders the cache by gathering along it.
 
-Outputs hold the generated tokens (no BOS), EOS included, 0 after EOS.
+Outputs hold the generated tokens (no BOS), EOS included, padding after EOS. The special ids
+(`bos_id`, `eos_id`, `pad_id`) are arguments, the tokenizer's: the searches hard-code none.
 """
 
 import functools
@@ -38,7 +39,7 @@ def length_penalty(length: Array | int, alpha: float) -> Array:
 
 
 def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
-                  max_length: int, bos_id: int = 1, eos_id: int = 2) -> Array:
+                  max_length: int, bos_id: int, eos_id: int, pad_id: int) -> Array:
   """Picks the most likely token at every step; stops once every sequence has produced EOS.
 
   Args:
@@ -48,6 +49,7 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
     max_length: the number of tokens to generate at most.
     bos_id: the first input token.
     eos_id: the end token.
+    pad_id: fills each row after its EOS.
 
   Returns:
     ids int32 [B, max_length].
@@ -61,19 +63,20 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
   def body(carry):
     step, prev, out, finished, cache = carry
     logits, cache = tokens_to_logits(prev, step, cache)
-    token = jnp.where(finished, 0, jnp.argmax(logits, axis=-1).astype(jnp.int32))  # [B]
+    token = jnp.where(finished, pad_id, jnp.argmax(logits, axis=-1).astype(jnp.int32))  # [B]
     out = out.at[:, step].set(token)
     return step + 1, token, out, finished | (token == eos_id), cache
 
   init = (jnp.int32(0), jnp.full((batch_size,), bos_id, jnp.int32),
-          jnp.zeros((batch_size, max_length), jnp.int32), jnp.zeros((batch_size,), bool), cache)
+          jnp.full((batch_size, max_length), pad_id, jnp.int32), jnp.zeros((batch_size,), bool),
+          cache)
   return jax.lax.while_loop(cond, body, init)[2]
 
 
 class _Beams(NamedTuple):
   """Beam search state; [B, K] per hypothesis, ids [B, K, max_length]."""
   step: Array
-  live_ids: Array     # hypotheses still growing; zeros beyond `step`
+  live_ids: Array     # hypotheses still growing; padding beyond `step`
   live_logp: Array    # their log-probabilities
   prev: Array         # their last tokens, the next inputs
   done_ids: Array     # the best hypotheses that ended with EOS
@@ -83,8 +86,8 @@ class _Beams(NamedTuple):
 
 
 def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
-                beam_size: int, max_length: int, alpha: float = 0.6, bos_id: int = 1,
-                eos_id: int = 2) -> tuple[Array, Array]:
+                beam_size: int, max_length: int, bos_id: int, eos_id: int, pad_id: int,
+                alpha: float = 0.6) -> tuple[Array, Array]:
   """Beam search with the GNMT length penalty.
 
   Each step extends the live beams by every token and keeps the 2K best candidates: those ending
@@ -104,6 +107,7 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: i
     alpha: length-penalty exponent; 0 ranks by log-probability alone.
     bos_id: the first input token.
     eos_id: the end token.
+    pad_id: fills each hypothesis after its EOS.
 
   Returns:
     `(ids int32 [B, K, max_length], scores float32 [B, K])`, best first.
@@ -113,9 +117,9 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: i
   # Only beam 0 starts alive; K identical copies would fill the beam with duplicates.
   start_logp = jnp.where(jnp.arange(k) == 0, 0.0, NEG_INF)
   init = _Beams(
-      step=jnp.int32(0), live_ids=jnp.zeros((b, k, length), jnp.int32),
+      step=jnp.int32(0), live_ids=jnp.full((b, k, length), pad_id, jnp.int32),
       live_logp=jnp.tile(start_logp, (b, 1)), prev=jnp.full((b, k), bos_id, jnp.int32),
-      done_ids=jnp.zeros((b, k, length), jnp.int32), done_scores=jnp.full((b, k), NEG_INF),
+      done_ids=jnp.full((b, k, length), pad_id, jnp.int32), done_scores=jnp.full((b, k), NEG_INF),
       done_flags=jnp.zeros((b, k), bool),
       cache=jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), cache))
   best_penalty = jnp.maximum(length_penalty(1, alpha), length_penalty(length, alpha))
@@ -163,21 +167,23 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: i
 
 
 @functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("max_length", "beam_size", "alpha", "bos_id", "eos_id"))
+                   static_argnames=("max_length", "beam_size", "alpha", "bos_id", "eos_id",
+                                    "pad_id"))
 def _generate(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array, *, max_length: int,
-              beam_size: int, alpha: float, bos_id: int, eos_id: int) -> Array:
+              beam_size: int, alpha: float, bos_id: int, eos_id: int, pad_id: int) -> Array:
   """The compiled body of `generate`; jax.jit caches it per graphdef and static settings."""
   model = nnx.merge(graphdef, state)
   cache = model.init_decode_cache(inputs, max_length)
-  kwargs = dict(batch_size=inputs.shape[0], max_length=max_length, bos_id=bos_id, eos_id=eos_id)
+  kwargs = dict(batch_size=inputs.shape[0], max_length=max_length, bos_id=bos_id, eos_id=eos_id,
+                pad_id=pad_id)
   if beam_size == 1:
     return greedy_search(model.decode_step, cache, **kwargs)
   ids, _ = beam_search(model.decode_step, cache, beam_size=beam_size, alpha=alpha, **kwargs)
   return ids[:, 0]
 
 
-def generate(model: nnx.Module, inputs: Array, *, max_length: int, beam_size: int = 1,
-             alpha: float = 0.6, bos_id: int = 1, eos_id: int = 2) -> Array:
+def generate(model: nnx.Module, inputs: Array, *, max_length: int, bos_id: int, eos_id: int,
+             pad_id: int, beam_size: int = 1, alpha: float = 0.6) -> Array:
   """Decodes `inputs` with any model that has `init_decode_cache` and `decode_step`.
 
   Args:
@@ -186,11 +192,12 @@ def generate(model: nnx.Module, inputs: Array, *, max_length: int, beam_size: in
     max_length: the number of tokens to generate at most.
     beam_size: 1 = greedy search, otherwise the best hypothesis of a beam search.
     alpha: length-penalty exponent for beam search.
-    bos_id: the first decoder input.
-    eos_id: the end token.
+    bos_id: the first decoder input (the tokenizer's BOS id).
+    eos_id: the end token (the tokenizer's EOS id).
+    pad_id: fills each row after its EOS (the tokenizer's padding id).
 
   Returns:
-    ids int32 [B, max_length]: generated tokens, EOS included, 0 after EOS.
+    ids int32 [B, max_length]: generated tokens, EOS included, `pad_id` after EOS.
   """
   inputs = jnp.asarray(inputs)
   if inputs.ndim != 2:
@@ -198,4 +205,4 @@ def generate(model: nnx.Module, inputs: Array, *, max_length: int, beam_size: in
   _check_sizes(inputs.shape[0], max_length, beam_size)
   graphdef, state = nnx.split(model)
   return _generate(graphdef, state, inputs, max_length=max_length, beam_size=beam_size,
-                   alpha=float(alpha), bos_id=bos_id, eos_id=eos_id)
+                   alpha=float(alpha), bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)

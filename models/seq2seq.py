@@ -14,8 +14,9 @@ Two decoders, picked by `attention`:
 a decoder state of size `hidden_dim`, so when the sizes differ the layer first projects the encoder
 states (once per source) to `hidden_dim`. The context always averages the unprojected states.
 
-Padding id is 0: padded source positions never receive attention weight, and the encoder's GRUs
-skip them (the carry passes through unchanged), so padded tokens cannot change any output.
+`pad_id` (the tokenizer's) marks padding: padded source positions never receive attention weight,
+and the encoder's GRUs skip them (the carry passes through unchanged), so padded tokens cannot
+change any output.
 Dropout acts on embeddings, between encoder layers and on the decoder's output features, all
 outside the recurrences, so the scanned step stays deterministic and needs no random keys.
 """
@@ -80,8 +81,9 @@ class Seq2Seq(nnx.Module):
   """Encoder-decoder with Bahdanau or Luong attention; the common model interface of Attend.
 
   Args:
-    input_vocab_size: source vocabulary size (id 0 = padding).
-    output_vocab_size: target vocabulary size (0 = padding, 1 = BOS, 2 = EOS).
+    input_vocab_size: source vocabulary size.
+    output_vocab_size: target vocabulary size.
+    pad_id: the tokenizer's padding id; padded source positions are skipped and never attended.
     embed_dim: token embedding size E.
     hidden_dim: GRU size H of the decoder and of each encoder direction.
     num_layers: stacked GRU layers in the encoder and in the decoder.
@@ -93,10 +95,10 @@ class Seq2Seq(nnx.Module):
     rngs: parameter initialisation keys.
   """
 
-  def __init__(self, *, input_vocab_size: int, output_vocab_size: int, embed_dim: int = 128,
-               hidden_dim: int = 256, num_layers: int = 1, bidirectional: bool = True,
-               attention: str = "bahdanau", score: str | None = None, dropout_rate: float = 0.0,
-               rngs: nnx.Rngs):
+  def __init__(self, *, input_vocab_size: int, output_vocab_size: int, pad_id: int,
+               embed_dim: int = 128, hidden_dim: int = 256, num_layers: int = 1,
+               bidirectional: bool = True, attention: str = "bahdanau", score: str | None = None,
+               dropout_rate: float = 0.0, rngs: nnx.Rngs):
     sizes = dict(input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
                  embed_dim=embed_dim, hidden_dim=hidden_dim, num_layers=num_layers)
     for field, value in sizes.items():
@@ -109,6 +111,7 @@ class Seq2Seq(nnx.Module):
     rnn_attention.check_score(score, "Seq2Seq: score")
     if not 0.0 <= dropout_rate < 1.0:
       raise ValueError(f"Seq2Seq: dropout_rate must be in [0, 1), got {dropout_rate!r}.")
+    self.pad_id = pad_id
     self.attention_kind = attention
     self.num_layers, self.hidden_dim = num_layers, hidden_dim
     self.src_embed = nnx.Embed(input_vocab_size, embed_dim, rngs=rngs)
@@ -139,7 +142,7 @@ class Seq2Seq(nnx.Module):
     """Source ids [B, S] -> (memory: keys, values, mask; initial decoder carry)."""
     if inputs.ndim != 2:
       raise ValueError(f"Seq2Seq: inputs must be int ids [B, S], got shape {inputs.shape}.")
-    mask = inputs != 0                                                      # [B, S]
+    mask = inputs != self.pad_id                                            # [B, S]
     x = self.dropout(lookup(self.src_embed, inputs), deterministic=deterministic, rngs=rngs)
     values = self.encoder(x, mask, deterministic=deterministic, rngs=rngs)  # [B, S, Dv]
     m = mask[..., None].astype(values.dtype)                                # [B, S, 1]
@@ -186,8 +189,8 @@ class Seq2Seq(nnx.Module):
     """Teacher-forced forward pass.
 
     Args:
-      inputs: source ids int32 [B, S] (0 = padding).
-      decoder_inputs: [BOS] + targets[:-1], int32 [B, T] (0 = padding).
+      inputs: source ids int32 [B, S] (`pad_id` = padding).
+      decoder_inputs: [BOS] + targets[:-1], int32 [B, T].
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
       return_attention: also return the attention weights.

@@ -1,7 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), post- or pre-norm.
 
-Shapes: source ids `[B, S]`, decoder input ids `[B, T]` (`[BOS] + targets[:-1]`), id 0 = padding;
-logits `[B, T, V_out]`; attention weights `[B, L, N, T, S]` (L layers, N heads).
+Shapes: source ids `[B, S]`, decoder input ids `[B, T]` (`[BOS] + targets[:-1]`), the model's
+`pad_id` marks padding; logits `[B, T, V_out]`; attention weights `[B, L, N, T, S]` (L layers,
+N heads).
 """
 
 from typing import Any, Callable
@@ -15,7 +16,6 @@ from models.layers import (ACTIVATIONS, FeedForward, MultiHeadAttention, check_a
                            check_choice, check_rate, dense)
 
 Array = jax.Array
-PAD_ID = 0
 NORMS = ("post", "pre")
 _EPS = 1e-6
 
@@ -109,7 +109,8 @@ class Transformer(nnx.Module):
   attention weights.
   """
 
-  def __init__(self, *, input_vocab_size: int, output_vocab_size: int, num_layers: int = 6,
+  def __init__(self, *, input_vocab_size: int, output_vocab_size: int, pad_id: int,
+               num_layers: int = 6,
                num_encoder_layers: int | None = None, num_decoder_layers: int | None = None,
                d_model: int = 512, num_heads: int = 8, d_ff: int = 2048, d_k: int | None = None,
                d_v: int | None = None, dropout_rate: float = 0.1,
@@ -122,6 +123,7 @@ class Transformer(nnx.Module):
     Args:
       input_vocab_size: source vocabulary size.
       output_vocab_size: target vocabulary size V_out.
+      pad_id: the tokenizer's padding id; padded source positions are masked out.
       num_layers: layers per stack; `num_encoder_layers` / `num_decoder_layers` override it.
       num_encoder_layers: encoder layers, default `num_layers`.
       num_decoder_layers: decoder layers, default `num_layers`.
@@ -161,6 +163,7 @@ class Transformer(nnx.Module):
     check_rate("dropout_rate", dropout_rate)
     check_rate("attention_dropout_rate", attention_dropout_rate)
 
+    self.pad_id = pad_id
     self.dropout_rates = (dropout_rate, attention_dropout_rate)
     self.target_embed = TokenEmbedding(output_vocab_size, d_model, rngs=rngs)
     self.source_embed = (None if share_embeddings
@@ -211,7 +214,7 @@ class Transformer(nnx.Module):
     self._check_ids("inputs", inputs, deterministic, rngs)
     table = self.target_embed if self.source_embed is None else self.source_embed
     x = self._embed(table, inputs, deterministic, rngs)
-    mask = (inputs != PAD_ID)[:, None, None, :]                         # [B, 1, 1, S]
+    mask = (inputs != self.pad_id)[:, None, None, :]                    # [B, 1, 1, S]
     weights = []
     for layer in self.encoder_layers:
       x, w = layer(x, mask, deterministic=deterministic, rngs=rngs,
@@ -254,14 +257,14 @@ class Transformer(nnx.Module):
   def __call__(self, inputs: Array, decoder_inputs: Array, *, deterministic: bool = True,
                rngs: nnx.Rngs | None = None, return_attention: bool = False
                ) -> Array | tuple[Array, dict[str, Array]]:
-    """Logits `[B, T, V_out]` for source `[B, S]` and decoder inputs `[B, T]` (0 = padding).
+    """Logits `[B, T, V_out]` for source `[B, S]` and decoder inputs `[B, T]` (`pad_id` = padding).
 
     With `return_attention`, returns `(logits, {'encoder_self': [B, L, N, S, S],
     'decoder_self': [B, L, N, T, T], 'cross': [B, L, N, T, S]})`.
     """
     run = dict(deterministic=deterministic, rngs=rngs, return_attention=return_attention)
     memory, enc_w = self.encode(inputs, **run)
-    logits, dec_w = self.decode(decoder_inputs, memory, inputs != PAD_ID, **run)
+    logits, dec_w = self.decode(decoder_inputs, memory, inputs != self.pad_id, **run)
     if not return_attention:
       return logits
     return logits, {"encoder_self": enc_w, **dec_w}
@@ -280,7 +283,7 @@ class Transformer(nnx.Module):
     batch = inputs.shape[0]
     layers = [{"self": layer.self_attn.init_cache(batch, max_length, memory.dtype),
                "cross": layer.cross_attn.project_kv(memory)} for layer in self.decoder_layers]
-    return {"source_mask": inputs != PAD_ID, "layers": layers}
+    return {"source_mask": inputs != self.pad_id, "layers": layers}
 
   def decode_step(self, ids: Array, step: Array, cache: dict[str, Any]
                   ) -> tuple[Array, dict[str, Any]]:

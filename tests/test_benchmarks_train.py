@@ -11,7 +11,8 @@ from flax import nnx
 
 import models
 from benchmarks import linen_peer, train_bench
-from training.steps import cross_entropy, shift_right
+from tasks.losses import cross_entropy
+from tasks.translation import shift_right
 
 # configs/default.py at vocabularies 1000 -> 64, counted by hand (D=128, d_ff=256, tied output):
 #   embeddings (1000 + 64) * 128 = 136,192; one attention 4 * (128 * 128 + 128) = 66,048;
@@ -119,12 +120,12 @@ def test_linen_peer_computes_attends_function():
   size = train_bench.SIZES["default"]
   config = train_bench.experiment_config("default")
   attend = models.build(config.model, input_vocab_size=size["input_vocab"],
-                        output_vocab_size=size["output_vocab"], rngs=nnx.Rngs(0))
+                        output_vocab_size=size["output_vocab"], pad_id=0, rngs=nnx.Rngs(0))
   peer = linen_peer.Transformer(train_bench.peer_model_config(config.model, size))
   batch = {k: v[:4] for k, v in train_bench.synthetic_batch(size).items()}
   params = _linen_params(nnx.to_pure_dict(nnx.state(attend, nnx.Param)),
                          config.model.num_heads)
-  decoder_inputs = shift_right(batch["targets"])
+  decoder_inputs = shift_right(batch["targets"], 1)  # BOS = 1
   expected = nnx.jit(lambda m, x, y: m(x, y))(attend, batch["inputs"], decoder_inputs)
   got = jax.jit(peer.apply)({"params": params}, batch["inputs"], decoder_inputs)
   assert float(jnp.abs(expected).max()) > 1.0  # not a vacuous comparison of near-zero logits
@@ -147,7 +148,7 @@ def test_linen_loss_equals_attend_cross_entropy(rng, label_smoothing):
   logits = jnp.asarray(rng.standard_normal((3, 5, 7)) * 3, jnp.float32)
   targets = jnp.asarray(rng.integers(1, 7, (3, 5)))
   targets = targets.at[:, 3:].set(0).at[0, 1:].set(0)  # rows with 3 and 1 real tokens
-  per_token = cross_entropy(logits, targets, label_smoothing)          # [B, T], 0 on padding
+  per_token = cross_entropy(logits, targets, label_smoothing, where=targets != 0)  # 0 on padding
   attend = per_token.sum() / (targets != 0).sum()
   peer = linen_peer.cross_entropy_loss(logits, targets, label_smoothing)
   assert float(peer) == pytest.approx(float(attend), rel=1e-6)

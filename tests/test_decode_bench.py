@@ -24,10 +24,10 @@ def _rngs() -> nnx.Rngs:
 # makes a random Transformer repeat its input token forever, which would hide a decoder that
 # ignores the history: untied here.
 TINY = {
-    "transformer": lambda: Transformer(input_vocab_size=11, output_vocab_size=13, num_layers=1,
-                                       d_model=8, num_heads=2, d_k=3, d_v=5, d_ff=10,
-                                       tie_output=False, rngs=_rngs()),
-    "seq2seq": lambda: Seq2Seq(input_vocab_size=12, output_vocab_size=12, embed_dim=16,
+    "transformer": lambda: Transformer(input_vocab_size=11, output_vocab_size=13, pad_id=0,
+                                       num_layers=1, d_model=8, num_heads=2, d_k=3, d_v=5,
+                                       d_ff=10, tie_output=False, rngs=_rngs()),
+    "seq2seq": lambda: Seq2Seq(input_vocab_size=12, output_vocab_size=12, pad_id=0, embed_dim=16,
                                hidden_dim=16, rngs=_rngs()),
 }
 # Source padding (0) in the second and third examples.
@@ -43,7 +43,8 @@ def test_uncached_search_generates_what_generate_does(family, beam_size):
   decoder that misplaces or drops earlier tokens would show."""
   model = TINY[family]()
   expected = np.asarray(generate(model, SRC, max_length=LENGTH, beam_size=beam_size,
-                                 eos_id=decode_bench.NEVER_EOS))
+                                 bos_id=decode_bench.BOS_ID, eos_id=decode_bench.NEVER_EOS,
+                                 pad_id=decode_bench.PAD_ID))
   uncached = decode_bench.search(model, SRC, cached=False, beam_size=beam_size,
                                  max_length=LENGTH)
   np.testing.assert_array_equal(uncached, expected)

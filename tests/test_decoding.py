@@ -16,6 +16,7 @@ from models.seq2seq import Seq2Seq
 TOL = dict(atol=1e-5, rtol=1e-5)
 PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
 VOCAB = 5
+IDS = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
 
 
 def _first_order(rows: dict[int, dict[int, float]]):
@@ -70,9 +71,9 @@ TRAP = {BOS: {A: 0.55, B: 0.45}, A: {A: 0.4, B: 0.35, EOS: 0.25}, B: {EOS: 0.9, 
 def test_greedy_falls_into_trap_beam_escapes():
   """Greedy takes A A A (p=.088); a beam of 2 finds B EOS (p=.405), then A B EOS (p=.17325)."""
   fn = _first_order(TRAP)
-  greedy = greedy_search(fn, {}, batch_size=1, max_length=3)
+  greedy = greedy_search(fn, {}, batch_size=1, max_length=3, **IDS)
   np.testing.assert_array_equal(greedy, [[A, A, A]])
-  ids, scores = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=3, alpha=0.0)
+  ids, scores = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=3, alpha=0.0, **IDS)
   np.testing.assert_array_equal(ids, [[[B, EOS, 0], [A, B, EOS]]])
   np.testing.assert_allclose(scores, [[np.log(0.405), np.log(0.55 * 0.35 * 0.9)]], **TOL)
 
@@ -81,10 +82,10 @@ def test_length_penalty_flips_ranking():
   """[EOS] (p=.5) beats [A, EOS] (p=.45) unpenalised; with alpha=2 the longer one wins:
   log(.45) / (7/6)^2 = -0.5867 > log(.5) / 1 = -0.6931."""
   fn = _first_order({BOS: {EOS: 0.5, A: 0.5}, A: {EOS: 0.9, B: 0.1}, B: {EOS: 1.0}})
-  ids, scores = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=3, alpha=0.0)
+  ids, scores = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=3, alpha=0.0, **IDS)
   np.testing.assert_array_equal(ids, [[[EOS, 0, 0], [A, EOS, 0]]])
   np.testing.assert_allclose(scores, [[np.log(0.5), np.log(0.45)]], **TOL)
-  ids, scores = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=3, alpha=2.0)
+  ids, scores = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=3, alpha=2.0, **IDS)
   np.testing.assert_array_equal(ids, [[[A, EOS, 0], [EOS, 0, 0]]])
   np.testing.assert_allclose(scores, [[np.log(0.45) / (7 / 6) ** 2, np.log(0.5)]], **TOL)
   np.testing.assert_allclose(length_penalty(3, 0.6), (8 / 6) ** 0.6, **TOL)
@@ -100,7 +101,7 @@ def test_greedy_eos_per_row_and_zeros_after():
   def fn(ids, step, cache):
     return tables[cache["row"], ids], cache
 
-  ids = greedy_search(fn, {"row": jnp.arange(2)}, batch_size=2, max_length=4)
+  ids = greedy_search(fn, {"row": jnp.arange(2)}, batch_size=2, max_length=4, **IDS)
   np.testing.assert_array_equal(ids, [[A, EOS, 0, 0], [B, B, B, B]])
   assert ids.dtype == jnp.int32
 
@@ -111,7 +112,7 @@ def test_beam_equals_exhaustive_search():
   rows of a batch of two get that answer, so beams of different rows never mix."""
   fn, log_table = _second_order(0)
   ids, scores = beam_search(fn, {"prev": jnp.full((2,), BOS)}, batch_size=2, beam_size=6,
-                            max_length=3, alpha=0.6)
+                            max_length=3, alpha=0.6, **IDS)
   want_ids, want_scores = _brute_force(log_table, 3, 0.6, 6)
   for row in range(2):
     np.testing.assert_array_equal(ids[row], want_ids)
@@ -122,8 +123,8 @@ def test_beam_size_one_equals_greedy():
   """Unpenalised (alpha=0), a beam of one keeps exactly the greedy path on a random model."""
   fn, _ = _second_order(1)
   cache = {"prev": jnp.full((3,), BOS)}
-  greedy = greedy_search(fn, cache, batch_size=3, max_length=6)
-  ids, _ = beam_search(fn, cache, batch_size=3, beam_size=1, max_length=6, alpha=0.0)
+  greedy = greedy_search(fn, cache, batch_size=3, max_length=6, **IDS)
+  ids, _ = beam_search(fn, cache, batch_size=3, beam_size=1, max_length=6, alpha=0.0, **IDS)
   np.testing.assert_array_equal(ids[:, 0], greedy)
 
 
@@ -135,18 +136,28 @@ def test_bad_sizes_raise(kwargs, field):
   fn = _first_order(TRAP)
   args = dict(batch_size=1, beam_size=2, max_length=3) | kwargs
   with pytest.raises(ValueError, match=field):
-    beam_search(fn, {}, **args)
+    beam_search(fn, {}, **args, **IDS)
   if field != "beam_size":
     with pytest.raises(ValueError, match=field):
-      greedy_search(fn, {}, batch_size=args["batch_size"], max_length=args["max_length"])
+      greedy_search(fn, {}, batch_size=args["batch_size"], max_length=args["max_length"], **IDS)
 
 
 def test_generate_bad_sizes_raise():
   """generate() rejects beam_size < 1 and max_length < 1 with a ValueError naming the field."""
   model = nnx.eval_shape(  # abstract: the checks come before any computation
-      lambda: Seq2Seq(input_vocab_size=5, output_vocab_size=5, rngs=nnx.Rngs(0)))
+      lambda: Seq2Seq(input_vocab_size=5, output_vocab_size=5, pad_id=PAD, rngs=nnx.Rngs(0)))
   x = jnp.ones((1, 3), jnp.int32)
   with pytest.raises(ValueError, match="beam_size"):
-    generate(model, x, max_length=3, beam_size=0)
+    generate(model, x, max_length=3, beam_size=0, **IDS)
   with pytest.raises(ValueError, match="max_length"):
-    generate(model, x, max_length=0)
+    generate(model, x, max_length=0, **IDS)
+
+
+def test_searches_use_the_special_ids_they_are_given():
+  """Specials that are not 0/1/2: BOS=3 starts, EOS=4 stops, PAD=1 fills the rest of the row."""
+  fn = _first_order({3: {0: 1.0}, 0: {4: 1.0}, 4: {4: 1.0}})
+  ids = dict(bos_id=3, eos_id=4, pad_id=1)
+  np.testing.assert_array_equal(greedy_search(fn, {}, batch_size=1, max_length=4, **ids),
+                                [[0, 4, 1, 1]])
+  beams, _ = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=4, **ids)
+  np.testing.assert_array_equal(beams[0, 0], [0, 4, 1, 1])

@@ -19,7 +19,8 @@ from models.seq2seq import Seq2Seq
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 # One set of sizes everywhere: parameter initialisers (the GRUs' orthogonal QR) compile per shape.
-SIZES = dict(input_vocab_size=12, output_vocab_size=12, embed_dim=16, hidden_dim=16)
+SIZES = dict(input_vocab_size=12, output_vocab_size=12, pad_id=0, embed_dim=16, hidden_dim=16)
+IDS = dict(bos_id=1, eos_id=2, pad_id=0)  # the tokenizers' special ids
 SCORE_KINDS = sorted(attention.SCORES)
 # Bahdanau with its additive score; Luong with dot, which must project the 2H bidirectional states.
 DECODERS = [("bahdanau", "additive"), ("luong", "dot")]
@@ -185,17 +186,17 @@ def test_generate_greedy_and_beam():
   greedy and beam stop at a forced EOS with zeros after it, without retracing for new weights."""
   model, state, forward = _compiled("bahdanau", "additive")
   model = nnx.merge(*nnx.split(model))  # a copy: the forced-EOS edit below must not leak
-  ids = np.asarray(generate(model, SRC, max_length=5))
+  ids = np.asarray(generate(model, SRC, max_length=5, **IDS))
   assert ids.shape == (3, 5) and ids.dtype == np.int32
   logits, _ = forward(state, SRC, np.concatenate([DEC[:, :1], ids[:, :-1]], axis=1))
   ended = np.cumsum(ids == 2, axis=1) - (ids == 2) > 0  # strictly after the first EOS
   np.testing.assert_array_equal(np.where(ended, 0, np.argmax(logits, -1)), ids)
-  beams = generate(model, SRC, max_length=5, beam_size=3)
+  beams = generate(model, SRC, max_length=5, beam_size=3, **IDS)
   assert beams.shape == (3, 5) and beams.dtype == jnp.int32
   compiled = decoding._generate._cache_size()
   model.output.bias[...] = model.output.bias[...].at[2].set(50.0)  # EOS always wins
   for beam_size in (1, 3):
-    np.testing.assert_array_equal(generate(model, SRC, max_length=5, beam_size=beam_size),
+    np.testing.assert_array_equal(generate(model, SRC, max_length=5, beam_size=beam_size, **IDS),
                                   [[2, 0, 0, 0, 0]] * 3)
   assert decoding._generate._cache_size() == compiled
 

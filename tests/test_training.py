@@ -15,12 +15,13 @@ import optax
 import pytest
 from flax import nnx
 
-import data
 import models
+import tasks
 import training
+from tasks.translation import teacher_forced_loss
 from training import sharding
 from training.checkpoints import Checkpointer
-from training.config_checks import validate_config
+from training.config import validate as validate_config
 from training.setup import build_state
 from training.steps import create_train_state, merge_model, train_step
 
@@ -28,6 +29,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ('default', 'transformer', 'seq2seq_bahdanau', 'seq2seq_luong', 'transformer_base', 'tsv')
 TINY_TRANSFORMER = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
 TINY_SEQ2SEQ = dict(embed_dim=8, hidden_dim=16)
+# The loss of the translation task with the tokenizers' special ids (PAD 0, BOS 1).
+LOSS = functools.partial(teacher_forced_loss, bos_id=1, pad_id=0)
+DATA_ARGS = dict(input_vocab_size=11, output_vocab_size=13, pad_id=0)
 
 
 def tiny(config, data_dir, **overrides):
@@ -52,7 +56,7 @@ def data_dir(tmp_path_factory):
 
 
 def _final_params(workdir, config):
-  task = data.build_task(config.dataset, os.path.join(workdir, 'vocab'))
+  task = tasks.build(config, workdir)
   state, _ = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).restore(
       build_state(config, task))
   return int(state.step), jax.tree.leaves(state.params)
@@ -69,13 +73,14 @@ def test_every_config_takes_a_training_step(name, data_dir, tmp_path):
   if name == 'transformer_base':  # a real corpus; offline its builder is mocked
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
     with tfds.testing.mock_data(num_examples=32):
-      task = data.build_task(config.dataset, str(tmp_path / 'vocab'))
+      task = tasks.build(config, str(tmp_path))
       batch = next(task.batches('train', batch_size=8, shuffle=True, seed=0))
   else:
-    task = data.build_task(config.dataset, str(tmp_path / 'vocab'))
+    task = tasks.build(config, str(tmp_path))
     batch = next(task.batches(config.dataset.train_split, batch_size=8, shuffle=True, seed=0))
   state = build_state(config, task)
-  new_state, metrics = jax.jit(train_step)(state, batch, jax.random.key(0))
+  step = jax.jit(functools.partial(train_step, loss_fn=task.loss))
+  new_state, metrics = step(state, batch, jax.random.key(0))
   assert bool(metrics['finite']) and np.isfinite(float(metrics['loss']))
   assert int(new_state.step) == 1
   moved = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(state.params),
@@ -249,20 +254,22 @@ def test_unknown_model_name_lists_the_valid_ones():
   config = get_config('default')
   config.model.name = 'lstm'
   with pytest.raises(ValueError, match="'lstm'.*seq2seq.*transformer"):
-    models.build(config.model, input_vocab_size=8, output_vocab_size=8, rngs=nnx.Rngs(0))
+    models.build(config.model, input_vocab_size=8, output_vocab_size=8, pad_id=0,
+                 rngs=nnx.Rngs(0))
 
 
 def sharded_step_metrics() -> dict:
   """Loss and gradient norm of one train step on a fixed batch, data-parallel over all devices."""
   model = models.build(dict(name='transformer', **TINY_TRANSFORMER, dropout_rate=0.0),
-                       input_vocab_size=11, output_vocab_size=13, rngs=nnx.Rngs(0))
+                       **DATA_ARGS, rngs=nnx.Rngs(0))
   mesh = sharding.make_mesh()
   state = sharding.replicate(create_train_state(model, optax.adam(1e-3)), mesh)
   rng = np.random.default_rng(0)
   batch = dict(inputs=rng.integers(1, 11, (16, 7), dtype=np.int32),
                targets=rng.integers(1, 13, (16, 9), dtype=np.int32))
   batch['targets'][:, 6:] = 0   # padding must be masked identically on every device
-  _, metrics = jax.jit(train_step)(state, sharding.shard_batch(batch, mesh), jax.random.key(0))
+  _, metrics = jax.jit(functools.partial(train_step, loss_fn=LOSS))(
+      state, sharding.shard_batch(batch, mesh), jax.random.key(0))
   return dict(devices=jax.device_count(), loss=float(metrics['loss']),
               grad_norm=float(metrics['grad_norm']))
 
@@ -284,14 +291,14 @@ def test_eight_simulated_devices_match_one_device():
 
 def test_bfloat16_compute_tracks_float32():
   model = models.build(dict(name='transformer', **TINY_TRANSFORMER, dropout_rate=0.0),
-                       input_vocab_size=11, output_vocab_size=13, rngs=nnx.Rngs(0))
+                       **DATA_ARGS, rngs=nnx.Rngs(0))
   state = create_train_state(model, optax.adam(1e-3))
   rng = np.random.default_rng(1)
   batch = dict(inputs=rng.integers(1, 11, (4, 7), dtype=np.int32),
                targets=rng.integers(1, 13, (4, 9), dtype=np.int32))
   losses = {}
   for dtype in (jnp.float32, jnp.bfloat16):
-    new_state, metrics = jax.jit(functools.partial(train_step, dtype=dtype))(
+    new_state, metrics = jax.jit(functools.partial(train_step, loss_fn=LOSS, dtype=dtype))(
         state, batch, jax.random.key(0))
     losses[dtype] = float(metrics['loss'])
     assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(new_state.params))
@@ -316,8 +323,7 @@ def _dot_operand_dtypes(jaxpr):
 def test_bfloat16_compute_runs_every_matmul_in_bfloat16(name):
   """Parameters cast to bf16 keep the whole forward pass in bf16 (a float32 embedding lookup
   once promoted every later layer back to float32)."""
-  model = models.build(get_config(name).model, input_vocab_size=11,
-                       output_vocab_size=13, rngs=nnx.Rngs(0))
+  model = models.build(get_config(name).model, **DATA_ARGS, rngs=nnx.Rngs(0))
   bf16 = merge_model(create_train_state(model, optax.adam(1e-3)), jnp.bfloat16)
   ids = jnp.ones((2, 5), jnp.int32)
   jaxpr = jax.make_jaxpr(lambda: bf16(ids, ids, deterministic=True))().jaxpr

@@ -11,8 +11,8 @@ from models.transformer import Transformer
 
 SCORE_KINDS = ("scaled_dot", "dot", "general", "additive", "cosine")
 # The sizes of test_layers (D=8, N=2, d_k=3, d_v=5, S=6, T=5), so its compiled eager ops are reused.
-TINY = dict(input_vocab_size=11, output_vocab_size=13, num_layers=2, d_model=8, num_heads=2,
-            d_k=3, d_v=5, d_ff=10)
+TINY = dict(input_vocab_size=11, output_vocab_size=13, pad_id=0, num_layers=2, d_model=8,
+            num_heads=2, d_k=3, d_v=5, d_ff=10)
 # Source with padding (0) in the first example; decoder inputs start with BOS = 1.
 INPUTS = jnp.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 2, 3]], jnp.int32)
 DECODER_INPUTS = jnp.array([[1, 3, 4, 5, 6], [1, 7, 8, 9, 12]], jnp.int32)
@@ -113,8 +113,8 @@ def test_source_padding_does_not_change_outputs(rng):
 def test_base_model_has_paper_parameter_count():
   """Base model, shared 37k vocabulary, tied output: 63.08M parameters (paper: 65M)."""
   model = nnx.eval_shape(lambda: Transformer(
-      input_vocab_size=37000, output_vocab_size=37000, share_embeddings=True, tie_output=True,
-      rngs=rngs(0)))
+      input_vocab_size=37000, output_vocab_size=37000, pad_id=0, share_embeddings=True,
+      tie_output=True, rngs=rngs(0)))
   d, f, v = 512, 2048, 37000
   attention_params = 4 * (d * d + d)
   ffn_params = 2 * d * f + f + d
@@ -162,8 +162,9 @@ def test_dropout_is_active_only_in_training():
 def _train(norm: str, reverse: bool, steps: int = 400) -> float:
   """Trains a 1-layer model on random copy/reverse batches; returns the loss on a fresh batch."""
   vocab, length, batch = 10, 8, 32
-  model = Transformer(input_vocab_size=vocab, output_vocab_size=vocab, num_layers=1, d_model=32,
-                      num_heads=4, d_ff=64, dropout_rate=0.0, norm=norm, rngs=rngs(0))
+  model = Transformer(input_vocab_size=vocab, output_vocab_size=vocab, pad_id=0, num_layers=1,
+                      d_model=32, num_heads=4, d_ff=64, dropout_rate=0.0, norm=norm,
+                      rngs=rngs(0))
   graphdef, params = nnx.split(model)
   optimizer = optax.adam(optax.cosine_decay_schedule(1e-2, steps))
   # Batches made up front in NumPy keep the PRNG out of the compiled step (faster to compile).

@@ -9,12 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import data
+import tasks
 from training import evaluation, sharding
 from training.checkpoints import Checkpointer
-from training.config_checks import validate_config
+from training.config import validate
 from training.metrics import MetricsWriter, Progress
-from training.setup import build_state, max_decode_length
+from training.setup import build_state
 from training.steps import train_step
 
 
@@ -39,20 +39,21 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """Trains `config` in `workdir`, resuming from its newest checkpoint, and evaluates it.
 
   Args:
-    config: the experiment config (see configs/default.py for every field).
-    workdir: where config.json, vocab/, checkpoints/, metrics.jsonl and tensorboard/ go.
+    config: the experiment config (see training/config.py for every field).
+    workdir: where config.json, checkpoints/, metrics.jsonl, tensorboard/ and what the task
+      saves (e.g. vocab/) go.
 
   Returns:
     The last validation metrics.
   """
-  validate_config(config)
+  validate(config)
   sharding.maybe_initialize_distributed()
   os.makedirs(workdir, exist_ok=True)
   if jax.process_index() == 0:
     with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
       f.write(config.to_json_best_effort(indent=2))
 
-  task = data.build_task(config.dataset, os.path.join(workdir, 'vocab'))
+  task = tasks.build(config, workdir)
   mesh = sharding.make_mesh()
   state = sharding.replicate(build_state(config, task), mesh)
   checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'),
@@ -65,12 +66,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
     batches.set_state(meta['data'])
     logging.info('Resumed from step %d in %s.', int(state.step), checkpointer.directory)
 
-  step_fn = jax.jit(functools.partial(train_step, label_smoothing=config.label_smoothing,
+  step_fn = jax.jit(functools.partial(train_step, loss_fn=task.loss,
                                       dtype=jnp.dtype(config.dtype)), donate_argnums=0)
   dropout_key = jax.random.key(config.seed + 1)
   writer = MetricsWriter(workdir)
   first_step = step = int(jax.device_get(state.step))
-  progress, pending = Progress(first_step, config.num_train_steps), []
+  progress, pending = Progress(first_step, config.num_train_steps, task.unit), []
   stop = _StopRequest()
   eval_metrics = {}
 
@@ -95,8 +96,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
       step += 1
       if step % config.log_every_steps == 0 or step == config.num_train_steps:
         fetched = flush_train_metrics()
-        summary = _train_summary(fetched)
-        summary.update(progress.update(step, sum(m['tokens'] for m in fetched), summary))
+        summary = _train_summary(task, fetched)
+        summary.update(progress.update(step, sum(m[task.unit] for m in fetched), summary))
         writer.write(step, 'train', summary)
       if step % config.checkpoint_every_steps == 0 or step == config.num_train_steps:
         flush_train_metrics()
@@ -117,22 +118,20 @@ def train_and_evaluate(config, workdir: str) -> dict:
   return eval_metrics
 
 
-def _train_summary(fetched: list[dict]) -> dict:
-  tokens = max(sum(int(m['tokens']) for m in fetched), 1)
+def _train_summary(task, fetched: list[dict]) -> dict:
+  """Mean loss and gradient norm over the logged steps, and the task's metrics of their counts."""
+  counts = {key: sum(m[key] for m in fetched) for key in fetched[0]
+            if key not in ('loss', 'grad_norm', 'finite')}
   return dict(loss=float(np.mean([m['loss'] for m in fetched])),
-              token_accuracy=sum(int(m['correct']) for m in fetched) / tokens,
+              **task.summarize(counts),
               grad_norm=float(np.mean([m['grad_norm'] for m in fetched])))
 
 
 def _evaluate(config, state, task, mesh) -> dict:
-  """Validation metrics: teacher-forced over the split, decoded on its first examples."""
+  """Validation metrics: counts over the split, predictions on its first examples."""
   split = config.dataset.eval_split
-  metrics = evaluation.teacher_forced_metrics(
-      state, task, split, batch_size=config.dataset.eval_batch_size, mesh=mesh)
-  if config.num_eval_decode > 0:
-    samples = evaluation.decode_split(
-        state, task, split, batch_size=config.dataset.eval_batch_size, mesh=mesh,
-        max_examples=config.num_eval_decode, max_length=max_decode_length(config))
-    metrics.update(evaluation.decoded_metrics(samples, config.dataset.target_vocab))
+  options = tasks.EvalOptions(max_examples=config.num_eval_decode, beam_size=1)
+  metrics, _ = evaluation.evaluate(state, task, split, batch_size=config.dataset.eval_batch_size,
+                                   mesh=mesh, options=options if config.num_eval_decode else None)
   logging.info('%s: %s', split, ' | '.join(f'{k} {v:.4g}' for k, v in metrics.items()))
   return metrics

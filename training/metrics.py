@@ -39,22 +39,23 @@ class MetricsWriter:
 
 
 class Progress:
-  """Logs 'step 120/3000 | loss 1.234 | 12.3 steps/s | 4,567 tok/s | ETA 3m55s' lines."""
+  """Logs 'step 120/3000 | loss 1.234 | 12.3 steps/s | 4,567 tokens/s | ETA 3m55s' lines."""
 
-  def __init__(self, first_step: int, last_step: int):
-    self._last_step = last_step
+  def __init__(self, first_step: int, last_step: int, unit: str):
+    """Starts the clock; `unit` names what `update` counts (the task's, e.g. 'tokens')."""
+    self._last_step, self._unit = last_step, unit
     self._step, self._time = first_step, time.perf_counter()
 
-  def update(self, step: int, tokens: int, values: dict) -> dict:
-    """Logs and returns the rates since the last call, given the `tokens` processed since then."""
+  def update(self, step: int, count: int, values: dict) -> dict:
+    """Logs and returns the rates since the last call, given the `count` of units since then."""
     now = time.perf_counter()
     elapsed = max(now - self._time, 1e-9)
     steps_per_s = (step - self._step) / elapsed
-    rates = dict(steps_per_s=steps_per_s, tokens_per_s=tokens / elapsed)
+    rates = {'steps_per_s': steps_per_s, f'{self._unit}_per_s': count / elapsed}
     eta = (self._last_step - step) / max(steps_per_s, 1e-9)
     shown = ' | '.join(f'{key} {value:.4g}' for key, value in values.items())
-    logging.info('step %d/%d | %s | %.2f steps/s | %s tok/s | ETA %s', step, self._last_step,
-                 shown, steps_per_s, f'{rates["tokens_per_s"]:,.0f}', _duration(eta))
+    logging.info('step %d/%d | %s | %.2f steps/s | %s %s/s | ETA %s', step, self._last_step,
+                 shown, steps_per_s, f'{count / elapsed:,.0f}', self._unit, _duration(eta))
     self._step, self._time = step, now
     return rates
 

@@ -32,13 +32,9 @@ def replicate(tree, mesh: Mesh):
 def shard_batch(batch: dict, mesh: Mesh) -> dict:
   """Global arrays from this host's rows, split along the batch axis over the 'data' axis.
 
-  Raises:
-    ValueError: the global batch is not divisible by the number of devices.
+  The global batch must divide evenly over the devices; `training.config.validate` checks the
+  configured batch sizes before anything runs.
   """
   sharding = NamedSharding(mesh, PartitionSpec('data'))
-  rows = next(iter(batch.values())).shape[0] * jax.process_count()
-  if rows % mesh.size:
-    raise ValueError(f'config.dataset.batch_size={rows} is not divisible by the {mesh.size} '
-                     'devices; choose a multiple.')
   return {key: jax.make_array_from_process_local_data(sharding, value)
           for key, value in batch.items()}

@@ -1,0 +1,33 @@
+"""The interfaces a task may rely on, as typing Protocols that model classes are checked against.
+
+A task names the Protocol its models must satisfy (`tasks.Task.interface`); `models.fitting`
+lists the registered models that do, and a task rejects any other before it is built.
+"""
+
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+from flax import nnx
+
+Array = jax.Array
+
+
+@runtime_checkable
+class EncoderDecoder(Protocol):
+  """Source ids in, target logits out, teacher-forced or one token at a time (translation).
+
+  Both `Transformer` and `Seq2Seq` implement it; `models.decoding.generate` needs nothing more.
+  """
+
+  def __call__(self, inputs: Array, decoder_inputs: Array, *, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+    """Logits `[B, T, V]` for source ids `[B, S]` and decoder inputs `[B, T]`.
+
+    With `return_attention`, `(logits, weights)` where `weights['cross']` is `[B, L, N, T, S]`.
+    """
+
+  def init_decode_cache(self, inputs: Array, max_length: int) -> Any:
+    """Encodes the source once; every leaf of the returned cache leads with B."""
+
+  def decode_step(self, ids: Array, step: Array, cache: Any) -> tuple[Array, Any]:
+    """Logits `[B, V]` for the token after `ids [B]` at position `step`, and the new cache."""

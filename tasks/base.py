@@ -1,0 +1,125 @@
+"""What every task provides: the chain examples -> batches -> model inputs -> loss -> evaluation.
+
+The training loop, checkpointing and evaluation in `training/` see an experiment only through
+this interface, so they never ask which task runs. A task is built from the whole config (it reads
+`config.dataset` and the loss fields it needs) and a workdir (for vocabularies it saves).
+
+Batches are dicts of fixed-shape NumPy arrays with the batch on axis 0, and always carry
+`'index'`: the example's position in its split, -1 for the padding rows that fill a last batch.
+Counts are dicts of scalars that add up over batches (e.g. tokens, correct predictions); the
+task turns their sums into metrics with `summarize`.
+"""
+
+import abc
+import dataclasses
+from typing import Any, ClassVar, Protocol
+
+import jax
+import ml_collections
+from flax import nnx
+
+import models
+
+Array = jax.Array
+Batch = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+  """How `eval.py` (or validation during training) predicts and draws.
+
+  Attributes:
+    max_examples: predict only the first this many examples of the split (0 = all).
+    beam_size: 1 = greedy; more = beam search, for tasks that generate sequences.
+    alpha: beam-search length penalty.
+    num_pictures: attention pictures to draw, for the first predicted examples.
+    layer: the layer whose attention is drawn (negative counts from the end).
+    head: the head drawn; -1 = the mean over heads.
+  """
+  max_examples: int = 0
+  beam_size: int = 1
+  alpha: float = 0.6
+  num_pictures: int = 0
+  layer: int = -1
+  head: int = -1
+
+
+class BatchIterator(Protocol):
+  """An iterator of batches whose position can be saved in, and restored from, a checkpoint."""
+
+  def __next__(self) -> Batch:
+    """The next batch; StopIteration after the last epoch."""
+
+  def get_state(self) -> dict[str, int]:
+    """The position of the next batch, JSON-able."""
+
+  def set_state(self, state: dict[str, int]) -> None:
+    """Restores a position from `get_state`; the next batch is the one that followed it."""
+
+
+class Task(abc.ABC):
+  """One kind of experiment. Subclasses set `interface` and implement the abstract methods.
+
+  Attributes:
+    interface: the Protocol (from `models.interfaces`) that a model must implement to fit.
+    unit: the count in `loss`'s counts that measures throughput (logged per second).
+    samples_header: the first line of `eval/samples.txt`, naming the fields of each line.
+  """
+
+  interface: ClassVar[type]
+  unit: ClassVar[str]
+  samples_header: ClassVar[str]
+
+  @staticmethod
+  @abc.abstractmethod
+  def dataset_config() -> ml_collections.ConfigDict:
+    """The `config.dataset` schema of this task: every field at its default."""
+
+  @abc.abstractmethod
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+    """Prepares the data of `config.dataset` (and what it derives, e.g. vocabularies)."""
+
+  @abc.abstractmethod
+  def model_args(self) -> dict[str, Any]:
+    """The model constructor arguments that come from the data (sizes, special ids)."""
+
+  def build_model(self, model_config: Any, rngs: nnx.Rngs) -> nnx.Module:
+    """The model `config.model` names, with this task's data arguments."""
+    return models.build(model_config, rngs=rngs, **self.model_args())
+
+  @abc.abstractmethod
+  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
+              num_epochs: int | None = None) -> BatchIterator:
+    """This host's share of the global batches of `split` (see the module docstring)."""
+
+  @abc.abstractmethod
+  def loss(self, model: nnx.Module, batch: Batch, rng: Array) -> tuple[Array, dict[str, Array]]:
+    """The training loss (a scalar, dropout on with `rng`) and the batch's counts. Pure."""
+
+  @abc.abstractmethod
+  def eval_counts(self, model: nnx.Module, batch: Batch) -> dict[str, Array]:
+    """The counts of a batch without dropout, including what `summarize` needs for the loss."""
+
+  @abc.abstractmethod
+  def summarize(self, counts: dict[str, float]) -> dict[str, float]:
+    """Metrics from counts summed over batches (each metric the counts present allow)."""
+
+  @abc.abstractmethod
+  def predict(self, model: nnx.Module, batch: Batch, options: EvalOptions) -> dict[str, Array]:
+    """Predictions for the batch's rows (arrays with the batch on axis 0), e.g. decoded ids."""
+
+  @abc.abstractmethod
+  def sample(self, split: str, row: dict[str, Any]) -> dict[str, Any]:
+    """One example's record from its batch row and prediction row (NumPy), for files and plots.
+
+    Every record has 'index' and, for `samples.txt`, a 'line' of text.
+    """
+
+  @abc.abstractmethod
+  def prediction_metrics(self, samples: list[dict[str, Any]]) -> dict[str, float]:
+    """Metrics of the predicted samples (exact match, BLEU, accuracy, ...)."""
+
+  @abc.abstractmethod
+  def draw(self, model: nnx.Module, samples: list[dict[str, Any]], out_dir: str,
+           options: EvalOptions) -> list[str]:
+    """Writes the task's attention pictures for `samples` into `out_dir`; returns their paths."""

@@ -1,0 +1,177 @@
+"""Translation: text pairs in, text out; teacher-forced training, decoded evaluation.
+
+Reads any text-pair dataset of `data/` (number_words, dates, a TSV file, TFDS translation corpora),
+trains an encoder-decoder (`models.EncoderDecoder`: the Transformer or the RNN Seq2Seq) with
+label-smoothed per-token cross-entropy, and evaluates with greedy or beam decoding: exact match,
+sacreBLEU, and a cross-attention heatmap per example (output tokens down, source tokens across).
+"""
+
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import sacrebleu
+from flax import nnx
+
+import data
+from models import decoding
+from models.interfaces import EncoderDecoder
+from tasks import pictures
+from tasks.base import Batch, EvalOptions, Task
+from tasks.losses import cross_entropy
+
+Array = jax.Array
+
+
+def shift_right(targets: Array, bos_id: int) -> Array:
+  """Decoder inputs `[BOS, y_1, ..., y_{T-1}]` from targets `[y_1, ..., y_T]` (int32 `[B, T]`)."""
+  bos = jnp.full_like(targets[:, :1], bos_id)
+  return jnp.concatenate([bos, targets[:, :-1]], axis=1)
+
+
+def token_counts(logits: Array, targets: Array, pad_id: int) -> dict[str, Array]:
+  """Tokens, correct tokens, rows and exactly right rows of a batch (padding rows count as none)."""
+  weights = targets != pad_id                                         # [B, T]
+  correct = (jnp.argmax(logits, -1) == targets) & weights
+  rows = jnp.any(weights, axis=1)                                     # [B]
+  exact = jnp.all(correct | ~weights, axis=1) & rows
+  return dict(tokens=weights.sum(), correct=correct.sum(), rows=rows.sum(), exact=exact.sum())
+
+
+def teacher_forced_loss(model, batch: Batch, rng: Array, *, bos_id: int, pad_id: int,
+                        label_smoothing: float = 0.0) -> tuple[Array, dict[str, Array]]:
+  """Mean label-smoothed cross-entropy per target token (dropout on) and `token_counts`.
+
+  Args:
+    model: an `EncoderDecoder`.
+    batch: `{'inputs': int32 [B, S], 'targets': int32 [B, T]}`, `pad_id` = padding.
+    rng: PRNG key for dropout.
+    bos_id: the first decoder input.
+    pad_id: padding, which the loss and counts skip.
+    label_smoothing: see `tasks.losses.cross_entropy`.
+  """
+  targets = batch['targets']
+  logits = model(batch['inputs'], shift_right(targets, bos_id), deterministic=False,
+                 rngs=nnx.Rngs(dropout=rng))
+  real = targets != pad_id
+  losses = cross_entropy(logits, targets, label_smoothing, where=real)
+  return losses.sum() / jnp.maximum(real.sum(), 1), token_counts(logits, targets, pad_id)
+
+
+def teacher_forced_counts(model, batch: Batch, *, bos_id: int, pad_id: int) -> dict[str, Array]:
+  """The summed unsmoothed loss and `token_counts` of a batch, without dropout."""
+  targets = batch['targets']
+  logits = model(batch['inputs'], shift_right(targets, bos_id), deterministic=True)
+  loss_sum = cross_entropy(logits, targets, where=targets != pad_id).sum()
+  return dict(loss_sum=loss_sum, **token_counts(logits, targets, pad_id))
+
+
+class Translation(Task):
+  """Text pairs through an encoder-decoder; see the module docstring.
+
+  Batches: `{'inputs': int32 [B, S], 'targets': int32 [B, T], 'index': int32 [B]}`, ids then EOS,
+  padded with the tokenizer's padding id.
+  """
+
+  interface = EncoderDecoder
+  unit = 'tokens'
+  samples_header = 'source | reference | hypothesis'
+
+  @staticmethod
+  def dataset_config():
+    return data.default_config()
+
+  def __init__(self, config, workdir: str):
+    self.data = data.build_task(config.dataset, os.path.join(workdir, 'vocab'))
+    self.source_tokenizer = self.data.source_tokenizer
+    self.target_tokenizer = self.data.target_tokenizer
+    self.target_vocab = config.dataset.target_vocab
+    self.label_smoothing = config.label_smoothing
+    self.max_decode_length = config.max_decode_length or config.dataset.max_target_length + 1
+    self.pad_id = self.target_tokenizer.pad_id
+
+  def model_args(self) -> dict[str, Any]:
+    return dict(input_vocab_size=self.source_tokenizer.vocab_size,
+                output_vocab_size=self.target_tokenizer.vocab_size,
+                pad_id=self.source_tokenizer.pad_id)
+
+  def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
+    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                             num_epochs=num_epochs)
+
+  def loss(self, model, batch, rng):
+    return teacher_forced_loss(model, batch, rng, bos_id=self.target_tokenizer.bos_id,
+                               pad_id=self.pad_id, label_smoothing=self.label_smoothing)
+
+  def eval_counts(self, model, batch):
+    return teacher_forced_counts(model, batch, bos_id=self.target_tokenizer.bos_id,
+                                 pad_id=self.pad_id)
+
+  def summarize(self, counts):
+    tokens = max(counts['tokens'], 1)
+    metrics = {}
+    if 'loss_sum' in counts:  # evaluation: the unsmoothed loss
+      loss = counts['loss_sum'] / tokens
+      metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
+    return dict(metrics, token_accuracy=counts['correct'] / tokens,
+                teacher_forced_exact_match=counts['exact'] / max(counts['rows'], 1))
+
+  def predict(self, model, batch, options: EvalOptions):
+    tokenizer = self.target_tokenizer
+    ids = decoding.generate(model, batch['inputs'], max_length=self.max_decode_length,
+                            bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
+                            pad_id=tokenizer.pad_id, beam_size=options.beam_size,
+                            alpha=options.alpha)
+    return dict(output_ids=ids)
+
+  def sample(self, split, row):
+    source, reference = self.data.examples(split)[row['index']]
+    output = _until_eos(row['output_ids'], self.target_tokenizer)
+    hypothesis = self.target_tokenizer.decode(output)
+    return dict(index=row['index'], source=source, reference=reference, hypothesis=hypothesis,
+                inputs=_until_eos(row['inputs'], self.source_tokenizer), output_ids=output,
+                line=f'{source} | {reference} | {hypothesis}')
+
+  def prediction_metrics(self, samples):
+    """Exact match (hypothesis == reference) and corpus sacreBLEU of decoded samples.
+
+    BLEU counts character n-grams when the targets are character-level (single compound words
+    such as German number words would otherwise score 0), and 13a word n-grams otherwise.
+    """
+    if not samples:
+      return {}
+    hypotheses = [sample['hypothesis'] for sample in samples]
+    references = [sample['reference'] for sample in samples]
+    tokenize = 'char' if self.target_vocab == 'char' else '13a'
+    exact = np.mean([h == r for h, r in zip(hypotheses, references)])
+    return dict(exact_match=float(exact),
+                bleu=sacrebleu.corpus_bleu(hypotheses, [references], tokenize=tokenize).score)
+
+  def draw(self, model, samples, out_dir, options):
+    """One PNG per sample: decoder cross-attention while producing its own hypothesis."""
+    paths = []
+    for sample in samples[:options.num_pictures]:
+      if not sample['output_ids']:
+        continue
+      inputs = jnp.asarray([sample['inputs']], jnp.int32)               # [1, S]
+      outputs = jnp.asarray([sample['output_ids']], jnp.int32)         # [1, T]
+      _, weights = model(inputs, shift_right(outputs, self.target_tokenizer.bos_id),
+                         deterministic=True, return_attention=True)
+      cross = pictures.select_heads(np.asarray(weights['cross'][0]), options.layer,
+                                    options.head)                       # [T, S]
+      which = 'mean over heads' if options.head < 0 else f'head {options.head}'
+      path = os.path.join(out_dir, f'attention_{sample["index"]:04d}.png')
+      pictures.save_heatmap(path, cross, self.source_tokenizer.tokens(sample['inputs']),
+                            self.target_tokenizer.tokens(sample['output_ids']),
+                            f'{sample["source"]} -> {sample["hypothesis"]}\n'
+                            f'(layer {options.layer}, {which})')
+      paths.append(path)
+    return paths
+
+
+def _until_eos(ids, tokenizer) -> list[int]:
+  """Token ids up to and including the first EOS, padding dropped."""
+  ids = [int(i) for i in ids if i != tokenizer.pad_id]
+  return ids[:ids.index(tokenizer.eos_id) + 1] if tokenizer.eos_id in ids else ids

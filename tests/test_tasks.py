@@ -1,0 +1,156 @@
+"""The task layer: every task trains with every model that fits it; misfits and bad configs fail
+before anything is built; special ids come from the tokenizers, never from literals."""
+
+import functools
+import importlib
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+import models
+import tasks
+from tasks.translation import teacher_forced_counts, teacher_forced_loss
+from training import config as schema
+from training.setup import build_state
+from training.steps import train_step
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A config file per task, and tiny sizes per model, so one step takes a second.
+TASK_CONFIGS = {'translation': 'default'}
+TINY_MODELS = {
+    'transformer': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64),
+    'seq2seq': dict(embed_dim=8, hidden_dim=16),
+}
+PAIRS = [(task, model) for task, cls in sorted(tasks.TASKS.items())
+         for model in models.fitting(cls.interface)]
+
+
+def tiny_config(task: str, model: str, data_dir):
+  config = importlib.import_module(f'configs.{TASK_CONFIGS[task]}').get_config()
+  config.model = models.default_config(model, **TINY_MODELS[model])
+  config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=8)
+  return config
+
+
+def test_every_task_has_a_config_and_every_registered_model_tiny_sizes():
+  assert set(TASK_CONFIGS) == set(tasks.TASKS)
+  assert set(TINY_MODELS) == set(models.MODELS)
+  assert ('translation', 'seq2seq') in PAIRS and ('translation', 'transformer') in PAIRS
+
+
+@pytest.mark.parametrize('task_name, model', PAIRS)
+def test_every_task_trains_every_fitting_model_one_step(task_name, model, tmp_path_factory):
+  config = tiny_config(task_name, model, tmp_path_factory.getbasetemp() / 'tfds')
+  schema.validate(config)
+  task = tasks.build(config, str(tmp_path_factory.mktemp('run')))
+  batch = next(task.batches(config.dataset.train_split, batch_size=8, shuffle=True, seed=0))
+  state = build_state(config, task)
+  new_state, metrics = jax.jit(functools.partial(train_step, loss_fn=task.loss))(
+      state, batch, jax.random.key(0))
+  assert bool(metrics['finite']) and np.isfinite(float(metrics['loss']))
+  assert int(metrics[task.unit]) > 0
+  assert 0 <= task.summarize(jax.device_get(metrics))['token_accuracy'] <= 1
+  assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(state.params),
+                                                   jax.tree.leaves(new_state.params)))
+
+
+class _Pooler(nnx.Module):
+  """A model with a forward pass only: it cannot decode, so it does not fit translation."""
+
+  def __init__(self, *, width: int = 4, rngs: nnx.Rngs):
+    self.width = width
+
+  def __call__(self, x):
+    return x
+
+
+def test_a_model_that_does_not_fit_the_task_is_one_clear_error(monkeypatch, tmp_path):
+  monkeypatch.setitem(models.MODELS, 'pooler', _Pooler)
+  message = ("config.model.name='pooler' (_Pooler) does not fit config.task='translation', which "
+             "needs a EncoderDecoder model; models that fit: ['seq2seq', 'transformer'].")
+  with pytest.raises(ValueError) as error:
+    tasks.check_fits('translation', 'pooler')
+  assert str(error.value) == message
+  config = tiny_config('translation', 'transformer', tmp_path)
+  config.model = models.default_config('pooler')
+  with pytest.raises(ValueError, match='does not fit'):
+    tasks.build(config, str(tmp_path / 'never_prepared'))
+  assert not (tmp_path / 'never_prepared').exists()  # no data prepared, no vocabulary written
+
+
+def test_unknown_task_lists_the_valid_ones():
+  with pytest.raises(ValueError, match=r"config.task='lm' is not one of \['translation'\]"):
+    tasks.task_class('lm')
+
+
+@pytest.mark.parametrize('change, message', [
+    (dict(num_train_step=10), "config.num_train_step is not a config field; valid fields: "),
+    (dict(learning_rate='fast'), "config.learning_rate='fast' must be of type float"),
+    (dict(num_train_steps=10.0), 'config.num_train_steps=10.0 must be of type int'),
+    (dict(grad_clip=True), 'config.grad_clip=True must be of type float'),
+    (dict(task='lm'), "config.task='lm' is not one of"),
+])
+def test_training_fields_are_checked_against_the_schema(change, message):
+  """As eval.py reads a config back from config.json: plain values, no ConfigDict type locks."""
+  values = importlib.import_module('configs.default').get_config().to_dict()
+  with pytest.raises(ValueError, match=message.replace('(', r'\(')):
+    schema.validate(ml_collections.ConfigDict({**values, **change}))
+
+
+def test_one_batch_size_check_names_the_field_and_the_devices(monkeypatch):
+  config = importlib.import_module('configs.default').get_config()
+  monkeypatch.setattr(jax, 'device_count', lambda: 8)
+  config.dataset.eval_batch_size = 12
+  with pytest.raises(ValueError, match=r'config.dataset.eval_batch_size=12 is not divisible by '
+                     r'the 8 devices; choose a multiple of 8'):
+    schema.validate(config)
+
+
+def test_configs_state_only_deltas_yet_every_model_field_can_be_overridden(tmp_path):
+  """Fields the config file never mentions (an optional kernel, per-head sizes) still override."""
+  flags = ['--config.model.attention_impl=chunked', '--config.model.d_k=8',
+           '--config.model.attention_dropout_rate=0.1', '--config.num_train_steps=0']
+  result = subprocess.run([sys.executable, 'train.py', '--config=configs/default.py',
+                           f'--workdir={tmp_path}', *flags], cwd=ROOT, capture_output=True,
+                          text=True)
+  # The overrides parsed; validation then stops at the one bad field, in one sentence.
+  assert result.stderr.strip().splitlines()[-1] == (
+      'train.py: config.num_train_steps=0 must be a positive integer.')
+  config = importlib.import_module('configs.default').get_config()
+  assert config.model.d_k is None and config.model.attention_impl is None
+
+
+def _translation_batch(pad: int):
+  """Two rows; the second is padded with `pad` in source and target."""
+  inputs = np.array([[3, 4, 5, 6], [7, 8, pad, pad]], np.int32)
+  targets = np.array([[4, 5, 9, 10], [6, 9, pad, pad]], np.int32)
+  return dict(inputs=inputs, targets=targets)
+
+
+@pytest.mark.parametrize('name', ['transformer', 'seq2seq'])
+def test_a_tokenizer_with_other_special_ids_masks_and_counts_its_own_padding(name):
+  """With PAD=11 and BOS=12, padding is skipped exactly as with PAD=0: same loss, same counts,
+  and the logits of real positions do not depend on what fills the padded ones."""
+  sizes = dict(input_vocab_size=13, output_vocab_size=13)
+  model = models.build(models.default_config(name, **TINY_MODELS[name]), pad_id=11, **sizes,
+                       rngs=nnx.Rngs(0))
+  batch = _translation_batch(pad=11)
+  counts = teacher_forced_counts(model, batch, bos_id=12, pad_id=11)
+  assert int(counts['tokens']) == 6 and int(counts['rows']) == 2
+  shorter = dict(inputs=batch['inputs'][1:, :2], targets=batch['targets'][1:, :2])
+  alone = teacher_forced_counts(model, shorter, bos_id=12, pad_id=11)
+  first = teacher_forced_counts(model, {k: v[:1] for k, v in batch.items()}, bos_id=12, pad_id=11)
+  np.testing.assert_allclose(counts['loss_sum'], first['loss_sum'] + alone['loss_sum'],
+                             rtol=1e-5)
+  loss, _ = teacher_forced_loss(model, batch, jax.random.key(0), bos_id=12, pad_id=11)
+  assert np.isfinite(float(loss))
+  decoder_inputs = jnp.array([[12, 6]], jnp.int32)
+  np.testing.assert_allclose(model(batch['inputs'][1:], decoder_inputs),
+                             model(batch['inputs'][1:, :2], decoder_inputs), atol=1e-5)

@@ -1,0 +1,121 @@
+"""The experiment config's schema: every training field with its default, and its validation.
+
+A config file starts from `default_config(task, model)` and states only where it differs:
+
+    config = default_config('translation', 'transformer', num_layers=2, d_model=128)
+    config.dataset.update(source_vocab='word')
+    config.num_train_steps = 1500
+
+`config.model` is the model's constructor arguments (`models.default_config`), `config.dataset`
+the task's data schema (e.g. `data.default_config()`); every other field is below. Every field
+exists in every config, so `--config.FIELD=value` overrides any of them.
+"""
+
+from typing import Any
+
+import jax
+import ml_collections
+
+import models
+import tasks
+from training.optim import SCHEDULES
+
+DTYPES = ('float32', 'bfloat16')
+
+
+def _training_fields() -> ml_collections.ConfigDict:
+  """The training fields at their defaults (the values of configs/default.py)."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0                        # parameters, dropout and data order
+  c.num_train_steps = 1500          # optimizer updates
+  c.log_every_steps = 100           # progress line and train metrics
+  c.eval_every_steps = 500          # validation metrics (0 = only at the end)
+  c.checkpoint_every_steps = 500    # Orbax checkpoint interval (also saved at the end)
+  c.keep_checkpoints = 3            # how many of the newest checkpoints are kept
+  c.num_eval_decode = 256           # validation examples predicted (decoded) in training (0 = none)
+  c.max_decode_length = 0           # 0 = dataset.max_target_length + 1 (room for EOS)
+  c.beam_size = 4                   # eval.py --decode=beam
+  c.alpha = 0.6                     # beam-search length penalty (GNMT)
+  # Optimizer: AdamW with the Transformer paper's betas and epsilon.
+  c.schedule = 'rsqrt'              # rsqrt (paper) | cosine | constant
+  c.learning_rate = 2e-3            # peak learning rate, reached after warmup_steps
+  c.warmup_steps = 300              # linear warm-up from 0
+  c.beta1 = 0.9
+  c.beta2 = 0.98
+  c.eps = 1e-9
+  c.weight_decay = 0.0
+  c.grad_clip = 1.0                 # global-norm clipping (0 = off)
+  c.label_smoothing = 0.1           # probability mass spread over the wrong classes
+  c.dtype = 'float32'               # compute dtype: float32 | bfloat16
+  return c
+
+
+def default_config(task: str, model: str, **model_overrides: Any) -> ml_collections.ConfigDict:
+  """A complete config: training fields, `task`, `dataset` and `model` at their defaults.
+
+  Args:
+    task: a key of `tasks.TASKS`.
+    model: a key of `models.MODELS`.
+    **model_overrides: constructor arguments of the model that differ from its defaults.
+
+  Returns:
+    The config, unlocked, for a config file to change.
+  """
+  config = _training_fields()
+  config.task = task                # tasks.TASKS key: what is read, trained and evaluated
+  config.model = models.default_config(model, **model_overrides)
+  config.dataset = tasks.task_class(task).dataset_config()
+  return config
+
+
+def _check_types(config) -> None:
+  """Raises ValueError for a training field that is unknown or of the wrong type."""
+  schema = _training_fields()
+  valid = sorted([*schema, 'task', 'model', 'dataset'])
+  unknown = sorted(set(config) - set(valid))
+  if unknown:
+    raise ValueError(f'config.{unknown[0]} is not a config field; valid fields: {valid}.')
+  missing = sorted(set(valid) - set(config))
+  if missing:
+    raise ValueError(f'config.{missing[0]} is missing; start config files from '
+                     'training.config.default_config(task, model).')
+  for field, default in schema.items():
+    value = config[field]
+    expected = (int, float) if isinstance(default, float) else type(default)
+    if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, expected):
+      raise ValueError(f'config.{field}={value!r} must be of type {type(default).__name__}.')
+
+
+def validate(config) -> None:
+  """Raises ValueError naming the first bad training field of `config` and what it may be.
+
+  Checks every field of `_training_fields` and the task name; `config.model` is checked when the
+  model is built and `config.dataset` by the task's data, both before any compilation. The one
+  batch-size check lives here: the global batches must split evenly over all devices.
+  """
+  _check_types(config)
+  tasks.task_class(config.task)
+  positive = ('num_train_steps', 'log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints',
+              'beam_size')
+  for field in positive:
+    if config[field] <= 0:
+      raise ValueError(f'config.{field}={config[field]!r} must be a positive integer.')
+  for field in ('eval_every_steps', 'warmup_steps', 'max_decode_length', 'num_eval_decode'):
+    if config[field] < 0:
+      raise ValueError(f'config.{field}={config[field]!r} must be an integer >= 0.')
+  if config.schedule not in SCHEDULES:
+    raise ValueError(f'config.schedule={config.schedule!r} is not one of {SCHEDULES}.')
+  if config.dtype not in DTYPES:
+    raise ValueError(f'config.dtype={config.dtype!r} is not one of {DTYPES}.')
+  if not config.learning_rate > 0:
+    raise ValueError(f'config.learning_rate={config.learning_rate!r} must be > 0.')
+  if not 0 <= config.label_smoothing < 1:
+    raise ValueError(f'config.label_smoothing={config.label_smoothing!r} must be in [0, 1).')
+  if config.grad_clip < 0:
+    raise ValueError(f'config.grad_clip={config.grad_clip!r} must be >= 0 (0 = off).')
+  devices = jax.device_count()
+  for field in ('batch_size', 'eval_batch_size'):
+    size = config.dataset[field]
+    if size % devices:
+      raise ValueError(f'config.dataset.{field}={size} is not divisible by the {devices} '
+                       f'devices; choose a multiple of {devices}.')
