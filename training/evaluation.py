@@ -1,6 +1,5 @@
 """Evaluation over a split, for any task: summed counts, then predictions of chosen examples."""
 
-import functools
 from typing import Any
 
 import jax
@@ -17,12 +16,17 @@ def _gather(array) -> np.ndarray:
   return np.asarray(multihost_utils.process_allgather(array, tiled=True))
 
 
+# Module-level, with the task's counts function static, so every validation of a run reuses the
+# compiled step (a fresh jit wrapper per call would recompile it each time).
+_eval_step = jax.jit(eval_step, static_argnames='counts_fn')
+
+
 def split_metrics(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
   """The task's metrics of its counts summed over the whole split (no dropout)."""
-  step = jax.jit(functools.partial(eval_step, counts_fn=task.eval_counts))
   totals: dict[str, float] = {}
   for batch in task.batches(split, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1):
-    for key, value in jax.device_get(step(state, sharding.shard_batch(batch, mesh))).items():
+    counts = _eval_step(state, sharding.shard_batch(batch, mesh), counts_fn=task.eval_counts)
+    for key, value in jax.device_get(counts).items():
       totals[key] = totals.get(key, 0) + value
   return task.summarize(totals)
 
