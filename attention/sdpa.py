@@ -66,8 +66,8 @@ def _cudnn(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng):
 KERNELS = {"reference": _reference, "chunked": _chunked, "cudnn": _cudnn}
 
 
-def _cudnn_unsupported(q, k, v, dropout_rate, return_weights) -> str | None:
-  """Why cuDNN cannot run this call, or None if it can."""
+def _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights) -> str | None:
+  """Why cuDNN cannot run this call (`masked`: a mask, bias or is_causal), or None if it can."""
   if jax.default_backend() != "gpu":
     return f"it needs an NVIDIA GPU and the JAX backend is {jax.default_backend()!r}"
   if q.dtype not in (jnp.float16, jnp.bfloat16):
@@ -75,6 +75,9 @@ def _cudnn_unsupported(q, k, v, dropout_rate, return_weights) -> str | None:
   if q.shape[-1] % 8 or q.shape[-1] > 128 or v.shape[-1] != q.shape[-1]:
     return ("it needs equal query/value head sizes <= 128 and divisible by 8, "
             f"got D={q.shape[-1]}, Dv={v.shape[-1]}")
+  if masked and (q.shape[-2] % 2 or k.shape[-2] % 2):
+    # cuDNN's backward takes a mask, a bias or causal masking at even lengths only.
+    return f"masked attention needs even lengths, got T={q.shape[-2]}, S={k.shape[-2]}"
   if dropout_rate > 0.0:
     return "jax.nn exposes no cuDNN dropout"
   if return_weights:
@@ -82,10 +85,10 @@ def _cudnn_unsupported(q, k, v, dropout_rate, return_weights) -> str | None:
   return None
 
 
-def _pick(q, k, v, dropout_rate, return_weights) -> str:
+def _pick(q, k, v, masked, dropout_rate, return_weights) -> str:
   if return_weights:
     return "reference"
-  if _cudnn_unsupported(q, k, v, dropout_rate, return_weights) is None:
+  if _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights) is None:
     return "cudnn"
   if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
     return "chunked"
@@ -153,14 +156,15 @@ def scaled_dot_product_attention(
   mask = None if mask is None else jnp.asarray(mask)
   bias = None if bias is None else jnp.asarray(bias)
   lead = _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation)
+  masked = mask is not None or bias is not None or is_causal
   if implementation is None:
-    implementation = _pick(q, k, v, dropout_rate, return_weights)
+    implementation = _pick(q, k, v, masked, dropout_rate, return_weights)
   elif implementation != "reference" and return_weights:
     raise ValueError(
         f"scaled_dot_product_attention: return_weights=True needs implementation='reference'; "
         f"{implementation!r} never forms the weights.")
   elif implementation == "cudnn":
-    reason = _cudnn_unsupported(q, k, v, dropout_rate, return_weights)
+    reason = _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights)
     if reason:
       raise ValueError(f"scaled_dot_product_attention: implementation='cudnn' unavailable: {reason}.")
   if implementation in ("chunked", "cudnn"):

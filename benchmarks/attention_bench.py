@@ -1,14 +1,19 @@
 """Attention kernels side by side: Attend's implementations vs jax.nn, flax and torch, same run.
 
     python -m benchmarks.attention_bench                 # full table (about 15 min on 2 cores)
-    python -m benchmarks.attention_bench --sizes=512 --memory_length=0   # one size, no memory
+    python -m benchmarks.attention_bench --sizes=512 --memory_lengths=   # one size, no memory
+    python -m benchmarks.attention_bench --dtype=bfloat16 --sizes=512,2048,8192,16384 \
+        --batch=4 --long_batch=4 --memory_lengths=2048,8192,16384     # a GPU: B*N fixed
 
-Speed: fp32, N=8, H=64, B=8 (B=1 from S=8192 on), forward and forward+backward, median wall time
-of `--repeats` runs after a warm-up. GFLOP/s counts the two matmuls (backward: twice that again);
-"x peak" divides it by this machine's fp32 matmul rate, measured in the same run on a square
-matmul. Memory: B=1, N=8, S=8192, each case in a fresh process; the figure is the peak resident
-memory the case adds on top of its inputs (VmHWM after resetting it, minus VmRSS).
-Peers run only when installed (torch comes with the `bench` extra).
+Speed: `--dtype` inputs, N=8, H=64, B=`--batch` (`--long_batch` from S=8192 on), forward and
+forward+backward, median wall time of `--repeats` runs after a warm-up, each waited for on the
+device. GFLOP/s counts the two matmuls (backward: twice that again); "x peak" divides it by this
+device's matmul rate in the same dtype, measured in the same run on a square matmul. Memory: B=1,
+N=8, each case in a fresh process; the figure is the peak memory the case adds on top of its
+inputs: on a GPU the device allocator's peak bytes in use minus the bytes in use before the call,
+on a CPU the resident memory (VmHWM after resetting it, minus VmRSS).
+Cases a backend cannot run are left out (cuDNN needs an NVIDIA GPU and 16-bit inputs); peers run
+only when installed (torch comes with the `bench` extra, and runs on CUDA when it sees a GPU).
 """
 
 import argparse
@@ -26,7 +31,8 @@ import numpy as np
 import attention
 
 HEADS, HEAD_DIM = 8, 64
-LONG = 8192  # from this length on, B=1 (as the memory runs)
+LONG = 8192  # from this length on, B=--long_batch (the memory runs use B=1)
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def _to_btnh(x):
@@ -37,8 +43,9 @@ def _attend(implementation):
   return lambda q, k, v: attention.scaled_dot_product_attention(q, k, v, implementation=implementation)
 
 
-def _jax_nn(q, k, v):
-  return _to_btnh(jax.nn.dot_product_attention(_to_btnh(q), _to_btnh(k), _to_btnh(v)))
+def _jax_nn(implementation=None):
+  return lambda q, k, v: _to_btnh(jax.nn.dot_product_attention(
+      _to_btnh(q), _to_btnh(k), _to_btnh(v), implementation=implementation))
 
 
 def _flax(q, k, v):
@@ -50,9 +57,12 @@ JAX_CASES = {
     "attend default": _attend(None),
     "attend reference": _attend("reference"),
     "attend chunked": _attend("chunked"),
-    "jax.nn.dot_product_attention": _jax_nn,
+    "jax.nn.dot_product_attention": _jax_nn(),
+    "jax.nn xla": _jax_nn("xla"),
+    "jax.nn cudnn": _jax_nn("cudnn"),
     "flax.linen.dot_product_attention": _flax,
 }
+NEEDS_CUDNN = ("jax.nn cudnn",)
 TORCH_CASE = "torch scaled_dot_product_attention"
 
 
@@ -64,30 +74,42 @@ def _torch_available() -> bool:
     return False
 
 
+def available_cases(dtype: str) -> list[str]:
+  """The cases this backend can run in `dtype`."""
+  cudnn = jax.default_backend() == "gpu" and dtype != "float32"
+  cases = [c for c in JAX_CASES if cudnn or c not in NEEDS_CUDNN]
+  return cases + ([TORCH_CASE] if _torch_available() else [])
+
+
 def _inputs(batch, length, seed=0):
   rng = np.random.default_rng(seed)
   return [rng.standard_normal((batch, HEADS, length, HEAD_DIM), dtype=np.float32) for _ in range(4)]
 
 
-def _jax_runner(name, batch, length, backward):
+def _jax_runner(name, batch, length, backward, dtype):
   """Returns a zero-argument function running one case to completion."""
-  q, k, v, cotangent = map(jnp.asarray, _inputs(batch, length))
+  q, k, v, cotangent = (jnp.asarray(x, DTYPES[dtype]) for x in _inputs(batch, length))
   fn = JAX_CASES[name]
-  if backward:
-    step = jax.jit(jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v) * cotangent), (0, 1, 2)))
+  if backward:  # the cotangent is an argument: a closed-over array would be a compile-time constant
+    step = jax.jit(jax.grad(lambda q, k, v, dy: jnp.sum(fn(q, k, v) * dy), (0, 1, 2)))
+    args = (q, k, v, cotangent)
   else:
-    step = jax.jit(fn)
-  step = step.lower(q, k, v).compile()
-  return lambda: jax.block_until_ready(step(q, k, v))
+    step, args = jax.jit(fn), (q, k, v)
+  step = step.lower(*args).compile()
+  return lambda: jax.block_until_ready(step(*args))
 
 
-def _torch_runner(batch, length, backward):
+def _torch_runner(batch, length, backward, dtype):
   import torch
-  q, k, v, cotangent = (torch.from_numpy(x) for x in _inputs(batch, length))
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+  q, k, v, cotangent = (torch.from_numpy(x).to(device, getattr(torch, dtype))
+                        for x in _inputs(batch, length))
   if not backward:
     def run():
       with torch.no_grad():
         torch.nn.functional.scaled_dot_product_attention(q, k, v)
+      sync()
     return run
   q, k, v = (x.requires_grad_() for x in (q, k, v))
 
@@ -96,18 +118,19 @@ def _torch_runner(batch, length, backward):
     out.backward(cotangent)
     for x in (q, k, v):
       x.grad = None
+    sync()
   return run_backward
 
 
-def _runner(name, batch, length, backward):
+def _runner(name, batch, length, backward, dtype):
   if name == TORCH_CASE:
-    return _torch_runner(batch, length, backward)
-  return _jax_runner(name, batch, length, backward)
+    return _torch_runner(batch, length, backward, dtype)
+  return _jax_runner(name, batch, length, backward, dtype)
 
 
-def time_case(name, batch, length, backward, repeats):
+def time_case(name, batch, length, backward, repeats, dtype):
   """Median seconds of one call, after one warm-up call."""
-  run = _runner(name, batch, length, backward)
+  run = _runner(name, batch, length, backward, dtype)
   run()
   return statistics.median(_timed(run) for _ in range(repeats))
 
@@ -117,9 +140,26 @@ def _status_kib(field):
     return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def peak_memory_child(name, batch, length, backward):
-  """Runs in a fresh process: the peak resident bytes one call adds on top of its inputs."""
-  run = _runner(name, batch, length, backward)  # inputs allocated, program compiled
+def _device_peak_added(run, name):
+  """Peak device bytes `run` adds over what is in use before it (a fresh process: peak so far is
+  the inputs and the compiled program)."""
+  if name == TORCH_CASE:
+    import torch
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    run()
+    return torch.cuda.max_memory_allocated() - before
+  device = jax.devices()[0]
+  before = device.memory_stats()["bytes_in_use"]
+  run()
+  return device.memory_stats()["peak_bytes_in_use"] - before
+
+
+def peak_memory_child(name, batch, length, backward, dtype):
+  """Runs in a fresh process: the peak bytes one call adds on top of its inputs."""
+  run = _runner(name, batch, length, backward, dtype)  # inputs allocated, program compiled
+  if jax.default_backend() == "gpu":
+    return _device_peak_added(run, name)
   baseline = _status_kib("VmRSS")
   with open("/proc/self/clear_refs", "w") as f:
     f.write("5")                                  # resets VmHWM to the current RSS
@@ -127,20 +167,24 @@ def peak_memory_child(name, batch, length, backward):
   return (_status_kib("VmHWM") - baseline) * 1024
 
 
-def peak_memory(name, batch, length, backward):
+def peak_memory(name, batch, length, backward, dtype):
   """Spawns `peak_memory_child` so that each figure starts from a clean process."""
   cmd = [sys.executable, "-m", "benchmarks.attention_bench", "--memory-child",
-         json.dumps([name, batch, length, backward])]
-  done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+         json.dumps([name, batch, length, backward, dtype])]
+  # A GPU process must not take most of the device up front, or the peak says nothing.
+  env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+  done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
   if done.returncode != 0:
     last_line = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
     return f"failed: {last_line[0]}"
   return int(done.stdout.strip().splitlines()[-1])
 
 
-def matmul_peak_gflops(n=2048, repeats=5):
-  """This machine's fp32 matmul rate: the best of `repeats` jitted [n, n] @ [n, n] products."""
-  a, b = (jnp.asarray(x) for x in np.random.default_rng(0).standard_normal((2, n, n), np.float32))
+def matmul_peak_gflops(dtype, n=None, repeats=5):
+  """This device's matmul rate in `dtype`: the best of `repeats` jitted [n, n] @ [n, n] products."""
+  n = n or (8192 if jax.default_backend() == "gpu" else 2048)   # large enough to fill the device
+  rng = np.random.default_rng(0)
+  a, b = (jnp.asarray(x, DTYPES[dtype]) for x in rng.standard_normal((2, n, n), np.float32))
   matmul = jax.jit(jnp.matmul).lower(a, b).compile()
   jax.block_until_ready(matmul(a, b))
   best = min(_timed(lambda: jax.block_until_ready(matmul(a, b))) for _ in range(repeats))
@@ -162,9 +206,12 @@ def gflops(batch, length, backward):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--sizes", default=f"512,2048,{LONG}", help="comma-separated lengths")
-  parser.add_argument("--batch", type=int, default=8, help=f"batch below S={LONG} (then 1)")
+  parser.add_argument("--batch", type=int, default=8, help=f"batch below S={LONG}")
+  parser.add_argument("--long_batch", type=int, default=1, help=f"batch from S={LONG} on")
+  parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
   parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--memory_length", type=int, default=8192, help="0 skips memory runs")
+  parser.add_argument("--memory_lengths", default=str(LONG),
+                      help="comma-separated lengths of the memory runs ('' skips them)")
   parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
   parser.add_argument("--json", default="", help="also write the results to this JSON file")
   parser.add_argument("--memory-child", default="", help=argparse.SUPPRESS)
@@ -173,38 +220,53 @@ def main():
     print(peak_memory_child(*json.loads(args.memory_child)))
     return
 
-  cases = list(JAX_CASES) + ([TORCH_CASE] if _torch_available() else [])
+  cases = available_cases(args.dtype)
   if args.cases:
     cases = [c for c in cases if c in args.cases.split(",")]
-  peak = matmul_peak_gflops()
-  print(f"# attention, fp32, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()}, "
-        f"{os.cpu_count()} CPUs, jax {jax.__version__}; fp32 matmul peak {peak:.0f} GFLOP/s",
-        flush=True)
-  results = [dict(case="fp32 matmul peak", gflops=peak)]
+  peak = matmul_peak_gflops(args.dtype)
+  device = jax.devices()[0].device_kind
+  print(f"# attention, {args.dtype}, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()} "
+        f"({device}), {os.cpu_count()} CPUs, jax {jax.__version__}; {args.dtype} matmul peak "
+        f"{peak:.0f} GFLOP/s", flush=True)
+  results = [dict(case=f"{args.dtype} matmul peak", gflops=peak, device=device)]
   print("| case | B | S | pass | ms | GFLOP/s | x peak | x torch time |\n"
         "|---|---|---|---|---|---|---|---|", flush=True)
-  for length in (int(s) for s in args.sizes.split(",")):
-    batch = 1 if length >= LONG else args.batch
+  for length in (int(s) for s in args.sizes.split(",") if s):
+    batch = args.long_batch if length >= LONG else args.batch
     for backward in (False, True):
-      row = {c: time_case(c, batch, length, backward, args.repeats) for c in cases}
+      row = {}
+      for c in cases:
+        try:
+          row[c] = time_case(c, batch, length, backward, args.repeats, args.dtype)
+        except Exception as e:  # e.g. out of device memory: the row says so, the table goes on
+          row[c] = f"failed: {str(e).strip().splitlines()[0][:80]}"
+      mode = "fwd+bwd" if backward else "fwd"
       for c, seconds in row.items():
-        vs_torch = f"{seconds / row[TORCH_CASE]:.2f}" if TORCH_CASE in row else "-"
-        mode = "fwd+bwd" if backward else "fwd"
+        if isinstance(seconds, str):
+          print(f"| {c} | {batch} | {length} | {mode} | {seconds} | | | |", flush=True)
+          results.append(dict(case=c, batch=batch, length=length, mode=mode, error=seconds))
+          continue
+        torch_s = row.get(TORCH_CASE)
+        vs_torch = f"{seconds / torch_s:.2f}" if isinstance(torch_s, float) else "-"
         rate = gflops(batch, length, backward) / seconds
-        print(f"| {c} | {batch} | {length} | {mode} | {seconds * 1e3:.0f} | {rate:.1f} | "
+        print(f"| {c} | {batch} | {length} | {mode} | {seconds * 1e3:.1f} | {rate:.1f} | "
               f"{rate / peak:.2f} | {vs_torch} |", flush=True)
         results.append(dict(case=c, batch=batch, length=length, mode=mode, seconds=seconds,
                             gflops=rate))
-  if args.memory_length:
-    print(f"\n# peak memory added by one call, B=1, S={args.memory_length}\n"
-          "| case | pass | peak MB |\n|---|---|---|", flush=True)
+  memory_lengths = [int(s) for s in args.memory_lengths.split(",") if s]
+  if memory_lengths:
+    print(f"\n# peak memory added by one call, B=1 (MB)\n"
+          f"| case | pass | {' | '.join(f'S={n}' for n in memory_lengths)} |\n"
+          f"|---|---|{'---|' * len(memory_lengths)}", flush=True)
     for c in cases:
       for backward in (False, True):
-        peak = peak_memory(c, 1, args.memory_length, backward)
         mode = "fwd+bwd" if backward else "fwd"
-        shown = f"{peak / 2**20:.0f}" if isinstance(peak, int) else peak
-        print(f"| {c} | {mode} | {shown} |", flush=True)
-        results.append(dict(case=c, length=args.memory_length, mode=mode, peak_bytes=peak))
+        shown = []
+        for length in memory_lengths:
+          peak = peak_memory(c, 1, length, backward, args.dtype)
+          shown.append(f"{peak / 2**20:.0f}" if isinstance(peak, int) else peak)
+          results.append(dict(case=c, length=length, mode=mode, peak_bytes=peak))
+        print(f"| {c} | {mode} | {' | '.join(shown)} |", flush=True)
   if args.json:
     with open(args.json, "w") as f:
       json.dump(results, f, indent=1)

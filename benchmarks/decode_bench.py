@@ -7,8 +7,10 @@
 
 Models: `transformer` is the model of configs/default.py (d_model 128, 4 heads, d_ff 256, 2+2
 layers), `seq2seq` that of configs/seq2seq_bahdanau.py, `seq2seq_luong` that of
-configs/seq2seq_luong.py; random weights, vocabularies 1000 in / 64 out like the default task,
-`--batch` sources of 32 random ids (fixed seed).
+configs/seq2seq_luong.py, `transformer_base` that of configs/transformer_base.py (d_model 512, 8
+heads, 6+6 layers); random float32 weights, vocabularies 1000 in / 64 out like the default task
+(transformer_base: one shared vocabulary of 8000, as its config has), `--batch` sources of 32
+random ids (fixed seed).
 
 Both variants run the same search code (`models.decoding.greedy_search` / `beam_search`) and
 differ only in the `tokens_to_logits(ids, step, cache)` callback:
@@ -51,15 +53,17 @@ import numpy as np
 from flax import nnx
 
 import models
-from configs import default, seq2seq_bahdanau, seq2seq_luong
+from configs import default, seq2seq_bahdanau, seq2seq_luong, transformer_base
 from data import BOS_ID, PAD_ID
 from models import decoding
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
 
 Array = jax.Array
-CONFIGS = {"transformer": default, "seq2seq": seq2seq_bahdanau, "seq2seq_luong": seq2seq_luong}
+CONFIGS = {"transformer": default, "seq2seq": seq2seq_bahdanau, "seq2seq_luong": seq2seq_luong,
+           "transformer_base": transformer_base}
 INPUT_VOCAB, OUTPUT_VOCAB, SOURCE_LENGTH = 1000, 64, 32
+VOCABS = {"transformer_base": (8000, 8000)}   # shared embeddings: one vocabulary; others 1000 -> 64
 NEVER_EOS = -1   # no argmax or top-k index is negative, so every search runs max_length steps
 ALPHA = 0.6      # configs/default.py's length penalty
 TARGET_SPEEDUP = 5.0
@@ -182,12 +186,13 @@ def time_search(run: Callable[[], Array], repeats: int) -> tuple[float, float]:
 
 def bench_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
   """Times cached and uncached greedy and beam search for one model; one row per search."""
-  model = models.build(CONFIGS[name].get_config().model, input_vocab_size=INPUT_VOCAB,
-                       output_vocab_size=OUTPUT_VOCAB, pad_id=PAD_ID, rngs=nnx.Rngs(0))
+  input_vocab, output_vocab = VOCABS.get(name, (INPUT_VOCAB, OUTPUT_VOCAB))
+  model = models.build(CONFIGS[name].get_config().model, input_vocab_size=input_vocab,
+                       output_vocab_size=output_vocab, pad_id=PAD_ID, rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(model)
   # Ids 3.. are ordinary tokens: no padding (0), BOS (1) or EOS (2) in the source.
   inputs = jnp.asarray(np.random.default_rng(0).integers(
-      3, INPUT_VOCAB, (args.batch, SOURCE_LENGTH), dtype=np.int32))
+      3, input_vocab, (args.batch, SOURCE_LENGTH), dtype=np.int32))
   tokens = args.batch * args.length
   rows = []
   for label, beam_size in (("greedy", 1), (f"beam {args.beam_size}", args.beam_size)):
@@ -232,7 +237,8 @@ def main():
       parser.error(f"--{field} must be >= 1; got {getattr(args, field)}.")
 
   header = (f"# decoding, B={args.batch}, source {SOURCE_LENGTH} random ids (vocab {INPUT_VOCAB}),"
-            f" {args.length} output tokens (vocab {OUTPUT_VOCAB}, EOS never emitted), "
+            f" {args.length} output tokens (vocab {OUTPUT_VOCAB}; transformer_base 8000 shared, "
+            f"EOS never emitted), float32, "
             f"backend={jax.default_backend()}, {os.cpu_count()} CPUs, jax {jax.__version__}")
   print(header, flush=True)
   print(f"# median of {args.repeats} after a warm-up; tok/s = batch * length / s (beam: output "

@@ -4,6 +4,8 @@
     python -m benchmarks.train_bench --sizes=default          # the model of configs/default.py
     python -m benchmarks.train_bench --sizes=medium --steps=50 --repeats=5 --json=/tmp/train.json
     python -m benchmarks.train_bench --dtype=bfloat16         # Attend and Linen compute dtype (GPU)
+    python -m benchmarks.train_bench --sizes=base --models=attend,linen --dtype=bfloat16 \
+        --peak_tflops=989                                     # configs/transformer_base.py, H100
     python -m benchmarks.train_bench --models=attend,torch --torch_compile
 
 Rows, all trained on the same synthetic batch (fixed seed, ids in [4, vocab), a few trailing pad
@@ -19,11 +21,19 @@ positions per row):
 
 Sizes: `default` is configs/default.py (d=128, 4 heads, d_ff=256, 2+2 layers, dropout 0.1) at
 batch 64, S=16, T=32, vocabularies 1000 -> 64; `medium` is d=256, 4 heads, d_ff=1024, 3+3 layers
-at batch 32, S=T=64, vocabularies 8000 -> 8000. Figures: 2 warm-up steps (compilation included)
+at batch 32, S=T=64, vocabularies 8000 -> 8000; `base` is configs/transformer_base.py (d=512, 8
+heads, d_ff=2048, 6+6 layers, shared embeddings, tied output) at batch 128, S=T=128, a shared
+vocabulary of 8000. Figures: 2 warm-up steps (compilation included)
 are not timed, then the median over `--repeats` runs of `--steps` steps, each run ended by
 waiting for the device; the rows take turns within each repeat. The ratio columns are (row's tokens/s) / (peer's tokens/s): above 1 the
 row is faster. Parameter counts are checked: Linen equals Attend, torch is Attend plus the
 `4 * d_model` of the final LayerNorms `nn.Transformer` always adds.
+
+Model FLOP utilisation: `train_flops` counts the matmuls of one step (forward and backward, 3x the
+forward: every weight matmul over all positions, pads included, the output projection, and the
+attention products QK^T and AV of every layer; embedding lookups, norms and softmax not counted);
+achieved TFLOP/s over `--peak_tflops` (default: this device's matmul rate in the compute dtype,
+measured in the same run) is the MFU column.
 """
 
 import argparse
@@ -42,7 +52,8 @@ import numpy as np
 
 import models
 from benchmarks import linen_peer
-from configs import default, seq2seq_bahdanau
+from benchmarks.attention_bench import matmul_peak_gflops
+from configs import default, seq2seq_bahdanau, transformer_base
 from data import BOS_ID, PAD_ID
 from tasks.translation import teacher_forced_loss
 from training import sharding
@@ -55,6 +66,8 @@ SIZES = {
                     input_vocab=1000, output_vocab=64),
     "medium": dict(model=dict(d_model=256, num_heads=4, d_ff=1024, num_layers=3), batch=32,
                    source_length=64, target_length=64, input_vocab=8000, output_vocab=8000),
+    "base": dict(config=transformer_base, model={}, batch=128, source_length=128,
+                 target_length=128, input_vocab=8000, output_vocab=8000),
 }
 MODELS = ("attend", "linen", "torch", "seq2seq")
 ROW_NAMES = {"attend": "Attend Transformer", "linen": "flax.linen Transformer",
@@ -86,10 +99,24 @@ def experiment_config(size_name: str, model: str = "attend", dtype: str = "float
   if model == "seq2seq":
     config = seq2seq_bahdanau.get_config()
   else:
-    config = default.get_config()
+    config = SIZES[size_name].get("config", default).get_config()
     config.model.update(SIZES[size_name]["model"])
   config.dtype = dtype
   return config
+
+
+def train_flops(model_config, size: dict) -> float:
+  """Matmul FLOPs of one encoder-decoder train step (forward + backward = 3x forward)."""
+  d, f, v = model_config.d_model, model_config.d_ff, size["output_vocab"]
+  enc = model_config.get("num_encoder_layers") or model_config.num_layers
+  dec = model_config.get("num_decoder_layers") or model_config.num_layers
+  s, t = size["source_length"], size["target_length"]
+  weights = (s * enc * (4 * d * d + 2 * d * f)          # encoder: Q, K, V, O and the FFN
+             + t * dec * (6 * d * d + 2 * d * f)        # decoder: self Q, K, V, O, cross Q, O, FFN
+             + s * dec * 2 * d * d                      # cross-attention K, V over the memory
+             + t * d * v)                               # output projection
+  scores = enc * 4 * s * s * d + dec * (4 * t * t * d + 4 * t * s * d)   # QK^T and AV
+  return 3.0 * size["batch"] * (2 * weights + scores)
 
 
 def peer_model_config(model_config, size: dict) -> dict:
@@ -256,19 +283,24 @@ def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
   shown = " | ".join(f"{n} {c:,}" for n, c in params.items())
   extra = ("; torch = Attend + its final encoder/decoder LayerNorms (4 * d_model)"
            if "torch" in params else "")
-  print(f"params: {shown}{extra}\n\n| model | ms/step | target tokens/s (non-pad) | x Linen | "
-        "x torch |\n|---|---|---|---|---|")
+  flops = train_flops(m, size)
+  print(f"params: {shown}{extra}; {flops / 1e12:.3f} model TFLOP per step; peak "
+        f"{args.peak_tflops:.3g} TFLOP/s\n\n| model | ms/step | target tokens/s (non-pad) | "
+        "TFLOP/s | MFU | x Linen | x torch |\n|---|---|---|---|---|---|---|")
   rows = []
   for name, seconds in speed.items():
     row = dict(size=size_name, model=name, params=params[name], ms_per_step=seconds * 1e3,
-               tokens_per_s=tokens / seconds)
+               tokens_per_s=tokens / seconds, tflops=None, mfu=None)
+    if name != "seq2seq":                   # train_flops counts the Transformer's matmuls only
+      row.update(tflops=flops / seconds / 1e12, mfu=flops / seconds / 1e12 / args.peak_tflops)
     for peer in ("linen", "torch"):
       # A ratio compares the same model only; the Seq2Seq row has no peer.
       same_model = name != "seq2seq" and peer in speed
       row[f"x_{peer}"] = speed[peer] / seconds if same_model else None
     ratios = [f"{row[k]:.2f}" if row[k] is not None else "-" for k in ("x_linen", "x_torch")]
+    rate = ("- | -" if row["tflops"] is None else f"{row['tflops']:.1f} | {row['mfu']:.1%}")
     print(f"| {ROW_NAMES[name]} | {row['ms_per_step']:.1f} | {row['tokens_per_s']:,.0f} | "
-          f"{' | '.join(ratios)} |", flush=True)
+          f"{rate} | {' | '.join(ratios)} |", flush=True)
     rows.append(row)
   for note in notes:
     print(note)
@@ -284,6 +316,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported")
   parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                       help="compute dtype of Attend and Linen (torch stays float32)")
+  parser.add_argument("--peak_tflops", type=float, default=0.0,
+                      help="the device's peak for MFU (default: measure a matmul in --dtype)")
   parser.add_argument("--torch_compile", action="store_true", help="torch.compile the torch model")
   parser.add_argument("--json", default="", help="also write the results to this JSON file")
   args = parser.parse_args(argv)
@@ -300,7 +334,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
   """Runs the benchmark; returns `{'machine': facts, 'results': rows}` (also written to --json)."""
   args = parse_args(argv)
+  if not args.peak_tflops:
+    args.peak_tflops = matmul_peak_gflops(args.dtype) / 1e3
   facts = machine_facts(args.dtype)
+  facts["peak_tflops"] = args.peak_tflops
   torch_facts = (f"torch {facts['torch']} ({facts['torch_threads']} threads, "
                  f"{facts['torch_device']}, float32)" if facts["torch"] else "torch not installed")
   print(f"# training throughput, {args.dtype}, {facts['cpus']} CPUs, backend {facts['backend']} "

@@ -27,16 +27,27 @@ def test_bench_runs_and_parameter_counts_match(tmp_path):
   # is checked without training in the next test.
   path = tmp_path / "train.json"
   out = train_bench.main(["--sizes=default", "--steps=1", "--repeats=1", "--models=attend,linen",
-                          f"--json={path}"])
+                          "--peak_tflops=2", f"--json={path}"])
   rows = {row["model"]: row for row in out["results"]}
   assert sorted(rows) == ["attend", "linen"]
   assert rows["attend"]["params"] == DEFAULT_PARAMS
   assert rows["linen"]["params"] == DEFAULT_PARAMS
   for row in rows.values():
     assert np.isfinite(row["tokens_per_s"]) and row["tokens_per_s"] > 0
+    assert row["mfu"] == pytest.approx(row["tflops"] / 2)
   assert rows["attend"]["x_linen"] == pytest.approx(
       rows["attend"]["tokens_per_s"] / rows["linen"]["tokens_per_s"])
   assert json.loads(path.read_text())["results"] == out["results"]
+
+
+def test_train_flops_by_hand():
+  """configs/default.py at size `default` (D=128, d_ff=256, 2+2 layers, B=64, S=16, T=32, V=64):
+  weight matmuls per sequence 16*2*(4*128^2 + 2*128*256) + 32*2*(6*128^2 + 2*128*256)
+  + 16*2*2*128^2 + 32*128*64 = 15,990,784 multiply-adds; attention products
+  2*4*16^2*128 + 2*(4*32^2*128 + 4*32*16*128) = 1,835,008 FLOPs; times 3 (backward) and 64."""
+  config = train_bench.experiment_config("default")
+  expected = 3 * 64 * (2 * 15_990_784 + 1_835_008)
+  assert train_bench.train_flops(config.model, train_bench.SIZES["default"]) == expected
 
 
 def test_torch_peer_parameter_count_and_logits_shape():

@@ -11,6 +11,8 @@ PACKAGES = ('attention', 'benchmarks', 'configs', 'data', 'models', 'tasks', 'tr
 
 def test_nothing_of_ours_is_installed_into_site_packages():
   for directory in site.getsitepackages():
+    if not os.path.isdir(directory):  # listed but absent (some distributions' layouts)
+      continue
     names = os.listdir(directory)
     assert not set(names) & set(PACKAGES), directory
     # An editable install adds a finder that maps our generic names to a checkout.
