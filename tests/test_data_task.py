@@ -7,7 +7,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import data
-from data.task import _text
+from data.task import as_text
 
 # 21 well-formed pairs over 20 distinct sources ("Go." twice), then two malformed lines.
 TSV = """He is a boy.\tEr ist ein Junge.\tCC-BY 2.0 (France) Attribution: tatoeba.org #1
@@ -182,8 +182,8 @@ def test_bad_keys_splits_and_limits(corpus, tmp_path):
 
 def test_text_accepts_bytes_and_str():
   """Real data sources give bytes, mock_data gives str: both become str."""
-  assert _text("caf\u00e9".encode()) == "café"
-  assert _text("café") == "café"
+  assert as_text("caf\u00e9".encode()) == "café"
+  assert as_text("café") == "café"
 
 
 def test_registered_tfds_translation_dataset_under_mock_data(tmp_path):

@@ -1,0 +1,400 @@
+"""Text classification data: `build(config.dataset, vocab_dir) -> LabeledText`, then batches.
+
+    labeled = classification.build(config.dataset, workdir)
+    it = labeled.batches('train', batch_size=64, shuffle=True, seed=0)
+    batch = next(it)  # {'inputs': int32 [B, S, W] or [B, T], 'labels': int32 [B], 'index': [B]}
+
+Layout 'document' splits each text into sentences (`data.sentences`) and encodes it as up to
+`max_sentences` sentences of up to `max_words` word ids, for hierarchical models (attention over
+words, then over sentences); layout 'sentence' encodes the whole text as one sequence of up to
+`max_length` word ids. Ids are word-level (`WordTokenizer`), 0 is padding; no BOS/EOS is added.
+Datasets: Attend's `key_sentence_docs` and `tsv_classification` (prepared offline), or any TFDS
+text classification dataset (imdb_reviews, ag_news_subset, ...), prepared by TFDS as usual.
+"""
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from absl import logging
+from etils import epath
+import jax
+import ml_collections
+import numpy as np
+import tensorflow_datasets as tfds
+
+from data import key_sentence, tsv_classification
+from data.pipeline import BatchIterator, EncodedSplit
+from data.sentences import split_sentences
+from data.task import as_text, read_all  # The TFDS reading shared with translation.
+from data.text import TextOptions
+from data.tokenizers import MANIFEST, PAD_ID, WordTokenizer, load_tokenizers, save_tokenizers
+
+OWN_BUILDERS = {"key_sentence_docs": key_sentence.KeySentenceDocs,
+                "tsv_classification": tsv_classification.TsvClassification}
+LAYOUTS = ("document", "sentence")
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Returns the classification `config.dataset` with every field at its default."""
+  c = ml_collections.ConfigDict()
+  c.name = "key_sentence_docs"  # 'key_sentence_docs', 'tsv_classification' or a TFDS dataset.
+  c.builder_config = ""         # TFDS builder config; '' = the default.
+  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.tsv_path = ""               # tsv_classification: file of 'text<TAB>label' lines.
+  c.text_key = "text"           # Feature holding the text.
+  c.label_key = "label"         # Feature holding the label (ClassLabel or text).
+  c.key_sentences_key = "key_sentences"  # Key sentence positions; '' or absent default = none.
+  c.layout = "document"         # 'document': [sentences, words]; 'sentence': one token sequence.
+  c.lowercase = True            # Lower-case the text.
+  c.split_punctuation = True    # Put spaces around punctuation ('boy.' -> 'boy .').
+  c.vocab_size = 20000          # Word vocabulary cap, 4 specials included, built from train.
+  c.max_sentences = 16          # document: sentences kept per document.
+  c.max_words = 32              # document: words kept per sentence.
+  c.max_length = 256            # sentence: words kept per text.
+  c.bucket_step = 4             # Batches are trimmed to multiples of this (few jit shapes).
+  c.batch_size = 64             # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256       # Global evaluation batch size.
+  c.train_split = "train"       # Split for training and for building the vocabulary.
+  c.eval_split = "validation"   # Split evaluated during training.
+  c.test_split = "test"         # Split for the final evaluation.
+  return c
+
+
+_POSITIVE = ("max_sentences", "max_words", "max_length", "bucket_step", "batch_size",
+             "eval_batch_size")
+_NON_EMPTY = ("name", "text_key", "label_key", "train_split", "eval_split", "test_split")
+
+
+def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
+  """Checks `config.dataset` against the schema and fills fields it leaves out with defaults.
+
+  Raises:
+    ValueError: naming the first bad field and what it accepts.
+  """
+  if not hasattr(config, "items"):
+    raise ValueError(f"config.dataset must be a ConfigDict or dict, got {type(config).__name__}.")
+  merged = default_config().to_dict()
+  unknown = sorted(set(dict(config.items())) - set(merged))
+  if unknown:
+    raise ValueError(f"config.dataset has unknown field(s) {unknown}; valid fields: "
+                     f"{sorted(merged)}.")
+  for key, value in config.items():
+    expected = type(merged[key])
+    if type(value) is not expected:  # noqa: E721  (bool must not pass as int, nor int as bool)
+      raise ValueError(f"config.dataset.{key} must be of type {expected.__name__}, got "
+                       f"{value!r} ({type(value).__name__}).")
+    merged[key] = value
+  if merged["layout"] not in LAYOUTS:
+    raise ValueError(f"config.dataset.layout={merged['layout']!r} is not a layout; valid: "
+                     f"{list(LAYOUTS)}.")
+  for key in _POSITIVE:
+    if merged[key] < 1:
+      raise ValueError(f"config.dataset.{key} must be at least 1, got {merged[key]}.")
+  for key in _NON_EMPTY:
+    if not merged[key]:
+      raise ValueError(f"config.dataset.{key} must not be empty.")
+  if merged["vocab_size"] <= 4:
+    raise ValueError(f"config.dataset.vocab_size must exceed the 4 special tokens, got "
+                     f"{merged['vocab_size']}.")
+  if merged["name"] == "tsv_classification" and not merged["tsv_path"]:
+    raise ValueError("config.dataset.tsv_path must name a file when config.dataset.name is "
+                     "'tsv_classification'.")
+  return ml_collections.FrozenConfigDict(merged)
+
+
+def _make_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
+  """The TFDS builder `config` names, with its builder config checked."""
+  kwargs = {"data_dir": os.path.expanduser(config.data_dir) if config.data_dir else None,
+            "file_format": "array_record"}
+  if config.name == "tsv_classification":  # Its builder config comes from the file.
+    return tsv_classification.TsvClassification(
+        config=tsv_classification.config_for_path(config.tsv_path), **kwargs)
+  try:
+    cls = OWN_BUILDERS.get(config.name) or tfds.builder_cls(config.name)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise ValueError(f"config.dataset.name={config.name!r} is not a known dataset; valid: "
+                     f"{sorted(OWN_BUILDERS)} or a registered TFDS text classification dataset, "
+                     "e.g. ['ag_news_subset', 'imdb_reviews', 'yelp_polarity_reviews'].") from None
+  valid = sorted(cls.builder_configs)
+  if config.builder_config and config.builder_config not in valid:
+    raise ValueError(f"config.dataset.builder_config={config.builder_config!r} is not a config "
+                     f"of {config.name}; valid: {valid or 'none (use an empty string)'}.")
+  return cls(config=config.builder_config or None, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  """One labeled text.
+
+  Attributes:
+    text: the text as stored in the dataset.
+    label: index into `LabeledText.label_names`.
+    sentences: the preprocessed pieces that are tokenized: `split_sentences(text)`, each
+      preprocessed, for the document layout; `(preprocessed text,)` for the sentence layout.
+    key_sentences: positions in `split_sentences(text)` of the sentences that carry the label;
+      empty when the dataset does not say.
+  """
+  text: str
+  label: int
+  sentences: tuple[str, ...]
+  key_sentences: tuple[int, ...]
+
+
+def _extent(mask: np.ndarray) -> np.ndarray:
+  """`[...]` one past the last True along the last axis of `mask` `[..., L]`; 0 if none."""
+  return np.where(mask.any(-1), mask.shape[-1] - np.argmax(mask[..., ::-1], axis=-1), 0)
+
+
+class LabeledText:
+  """A prepared classification dataset with its word tokenizer.
+
+  Attributes:
+    name: the dataset, e.g. 'key_sentence_docs/default'.
+    config: the validated `config.dataset`.
+    layout: 'document' or 'sentence'.
+    label_names: the class names; labels are indices into this list.
+    preprocess: the text preprocessing, `str -> str`, applied after sentence splitting.
+    tokenizer: the word tokenizer (set by `build`).
+  """
+
+  def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict,
+               label_names: list[str], key_sentences_key: str):
+    """Wraps a prepared builder; `build` is the usual way to get one."""
+    self.name = builder.info.full_name.rsplit("/", 1)[0]
+    self.config = config
+    self.layout = config.layout
+    self.label_names = list(label_names)
+    self.preprocess = TextOptions(lowercase=config.lowercase,
+                                  split_punctuation=config.split_punctuation)
+    self.tokenizer: WordTokenizer | None = None
+    self._builder = builder
+    self._key_sentences_key = key_sentences_key
+    self._label_ids = {name: i for i, name in enumerate(self.label_names)}
+    self._examples: dict[str, list[Example]] = {}
+    self._encoded: dict[str, np.ndarray] = {}
+
+  def _label(self, value: Any, split: str) -> int:
+    if isinstance(value, (bytes, str)):  # A text label feature: its index among the names.
+      name = as_text(value)
+      if name not in self._label_ids:
+        raise ValueError(f"Label {name!r} of split {split!r} is not a label of the train split "
+                         f"{self.config.train_split!r}; valid: {self.label_names}.")
+      return self._label_ids[name]
+    return int(value)
+
+  def examples(self, split: str) -> list[Example]:
+    """Every example of `split` ('train', 'validation', 'test', or a TFDS slice), cached."""
+    if split not in self._examples:
+      known = list(self._builder.info.splits.keys())  # Empty under tfds.testing.mock_data.
+      if known and split.split("[")[0] not in known:
+        raise ValueError(f"Split {split!r} is not a split of {self.name}; valid: {sorted(known)}.")
+      c = self.config
+      out = []
+      for record in read_all(self._builder.as_data_source(split=split)):
+        text = as_text(record[c.text_key])
+        pieces = split_sentences(text) if self.layout == "document" else [text]
+        keys = record[self._key_sentences_key] if self._key_sentences_key else ()
+        out.append(Example(text, self._label(record[c.label_key], split),
+                           tuple(self.preprocess(p) for p in pieces), tuple(int(k) for k in keys)))
+      self._examples[split] = out
+      logging.info("%s %s: %d examples.", self.name, split, len(out))
+    return self._examples[split]
+
+  def _encode(self, sentences: tuple[str, ...], counts: np.ndarray) -> np.ndarray:
+    """Ids of preprocessed `sentences`, `[S, W]` or `[T]`; adds what was cut to `counts`."""
+    c = self.config
+    if self.layout == "sentence":
+      ids = self.tokenizer.encode(" ".join(sentences))
+      counts += [len(ids) > c.max_length, 0, 0, max(0, len(ids) - c.max_length)]
+      row = np.zeros(c.max_length, np.int32)
+      row[:min(len(ids), c.max_length)] = ids[:c.max_length]
+      return row
+    out = np.zeros((c.max_sentences, c.max_words), np.int32)
+    dropped, cut = max(0, len(sentences) - c.max_sentences), 0
+    for s, sentence in enumerate(sentences[:c.max_sentences]):
+      ids = self.tokenizer.encode(sentence)
+      cut += len(ids) > c.max_words
+      counts[3] += max(0, len(ids) - c.max_words)
+      out[s, :min(len(ids), c.max_words)] = ids[:c.max_words]
+    counts[:3] += [dropped > 0 or cut > 0, dropped, cut]
+    return out
+
+  def encode(self, text: str) -> np.ndarray:
+    """Ids of a new text, as a row of `encoded`: int32 `[max_sentences, max_words]` or `[T]`."""
+    pieces = split_sentences(text) if self.layout == "document" else [text]
+    return self._encode(tuple(self.preprocess(p) for p in pieces), np.zeros(4, np.int64))
+
+  def encoded(self, split: str) -> np.ndarray:
+    """Ids of every example of `split`, PAD_ID-padded and truncated to the limits, cached.
+
+    Returns:
+      int32 `[N, max_sentences, max_words]` (document) or `[N, max_length]` (sentence).
+    """
+    if split not in self._encoded:
+      examples = self.examples(split)
+      counts = np.zeros(4, np.int64)  # Texts cut, sentences dropped, sentences cut, words cut.
+      shape = ((self.config.max_sentences, self.config.max_words)
+               if self.layout == "document" else (self.config.max_length,))
+      ids = np.zeros((len(examples), *shape), np.int32)
+      for i, example in enumerate(examples):
+        ids[i] = self._encode(example.sentences, counts)
+      if counts[0]:
+        c = self.config
+        limits = (f"{counts[1]} sentence(s) over max_sentences={c.max_sentences}, {counts[2]} "
+                  f"sentence(s) over max_words={c.max_words}"
+                  if self.layout == "document" else f"over max_length={c.max_length}")
+        logging.warning("%s %s: truncated %d of %d texts (%s; %d words cut).", self.name,
+                        split, counts[0], len(examples), limits, counts[3])
+      self._encoded[split] = ids
+    return self._encoded[split]
+
+  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
+              num_epochs: int | None = None, process_index: int | None = None,
+              process_count: int | None = None) -> "ClassificationBatches":
+    """A resumable iterator of this host's batches of `split`.
+
+    Args:
+      split: the split to read.
+      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
+      shuffle: reshuffle every epoch (with `seed + epoch`); False gives a fixed order sorted by
+        length (map rows back to examples with 'index').
+      seed: the shuffling seed.
+      num_epochs: epochs before StopIteration; None repeats forever.
+      process_index: this host's index; default `jax.process_index()`.
+      process_count: number of hosts; default `jax.process_count()`.
+
+    Returns:
+      An iterator of `{'inputs': int32 [b, S, W] (document) or [b, T] (sentence), 'labels':
+      int32 [b], 'index': int32 [b]}`, `b = batch_size // process_count`. S, W and T are the
+      batch's longest real extents rounded up to multiples of `bucket_step` (at most the
+      config's limits). Rows of a partial last batch are all padding with index -1, label 0.
+
+    Raises:
+      ValueError: for a bad batch size, epoch count or host index.
+    """
+    process_index = jax.process_index() if process_index is None else process_index
+    process_count = jax.process_count() if process_count is None else process_count
+    if process_count < 1 or not 0 <= process_index < process_count:
+      raise ValueError(f"process_index must be in [0, process_count), got {process_index} of "
+                       f"{process_count}.")
+    if batch_size < 1 or batch_size % process_count:
+      raise ValueError(f"batch_size must be a positive multiple of process_count="
+                       f"{process_count}, got {batch_size}.")
+    if num_epochs is not None and num_epochs < 1:
+      raise ValueError(f"num_epochs must be None (forever) or at least 1, got {num_epochs}.")
+    labels = np.asarray([e.label for e in self.examples(split)], np.int32)
+    return ClassificationBatches(
+        self.encoded(split), labels, batch_size=batch_size, shuffle=shuffle, seed=seed,
+        num_epochs=num_epochs, process_index=process_index, process_count=process_count,
+        bucket_step=self.config.bucket_step)
+
+
+class ClassificationBatches(BatchIterator):
+  """Batches `{'inputs', 'labels', 'index'}` of one split, planned as `BatchIterator` plans.
+
+  The parent's plan (length-sorted pools, `seed + epoch` shuffles, host slices) and its
+  `get_state`/`set_state` are used as they are: it is given each example's extents (sentences
+  and words, or tokens) as source and target lengths over placeholder ids, and this class
+  assembles the batches from the dense inputs instead.
+  """
+
+  def __init__(self, inputs: np.ndarray, labels: np.ndarray, **kwargs):
+    """See `LabeledText.batches`; `inputs` is `[N, S, W]` or `[N, T]`, `labels` `[N]`."""
+    real = inputs != PAD_ID
+    # [N, A]: each example's real extent along each non-batch axis (sentences, words; tokens).
+    self._extents = np.stack([_extent(real)] if inputs.ndim == 2 else
+                             [_extent(real.any(-1)), _extent(real).max(-1)], axis=-1)
+    offsets = [np.concatenate([[0], np.cumsum(self._extents[:, a])]) for a in (0, -1)]
+    super().__init__(EncodedSplit(np.arange(len(labels), dtype=np.int32),
+                                  np.zeros(offsets[0][-1], np.int32), offsets[0],
+                                  np.zeros(offsets[1][-1], np.int32), offsets[1]), **kwargs)
+    self._inputs, self._labels = inputs, labels
+
+  def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    # The trimmed shape comes from the global batch, so all hosts agree on it.
+    step = self._bucket_step
+    widths = [min(-(-max(1, int(e)) // step) * step, limit)
+              for e, limit in zip(self._extents[rows].max(0), self._inputs.shape[1:])]
+    mine = rows[self._first_row:self._first_row + self._host_rows]
+    batch = {"inputs": np.full((self._host_rows, *widths), PAD_ID, np.int32),
+             "labels": np.zeros(self._host_rows, np.int32),
+             "index": np.full(self._host_rows, -1, np.int32)}
+    batch["inputs"][:len(mine)] = self._inputs[(mine, *(slice(w) for w in widths))]
+    batch["labels"][:len(mine)] = self._labels[mine]
+    batch["index"][:len(mine)] = mine
+    return batch
+
+
+def _feature_keys(config: ml_collections.FrozenConfigDict, features: Mapping[str, Any],
+                  name: str) -> str:
+  """Checks the configured features exist; returns the key sentences feature ('' = none)."""
+  for field in ("text_key", "label_key"):
+    if config[field] not in features:
+      raise ValueError(f"config.dataset.{field}={config[field]!r} is not a feature of {name}; "
+                       f"valid: {sorted(features)}.")
+  key = config.key_sentences_key
+  if key and key not in features:
+    if key != default_config().key_sentences_key:
+      raise ValueError(f"config.dataset.key_sentences_key={key!r} is not a feature of {name}; "
+                       f"valid: {sorted(features)} or '' (none).")
+    return ""
+  return key
+
+
+def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
+  """Prepares the dataset and its word tokenizer.
+
+  The dataset is prepared into `dataset_config.data_dir` if it is not there yet. The tokenizer
+  is loaded from `vocab_dir` when it holds one (so eval and resumed runs use exactly the training
+  vocabulary); otherwise it is built from the train split and saved there.
+
+  Args:
+    dataset_config: the classification `config.dataset` (see `default_config()`); missing fields
+      take defaults.
+    vocab_dir: directory for the vocabulary file (usually the workdir).
+
+  Returns:
+    The dataset.
+
+  Raises:
+    ValueError: for a bad config field or a vocabulary saved for other labels.
+    FileNotFoundError: if `tsv_path` names no file.
+  """
+  config = validate_config(dataset_config)
+  builder = _make_builder(config)
+  builder.download_and_prepare()
+  name = builder.info.full_name.rsplit("/", 1)[0]
+  features = builder.info.features
+  key_sentences_key = _feature_keys(config, features, name)
+  label_feature = features[config.label_key]
+  if isinstance(label_feature, tfds.features.ClassLabel):
+    label_names = list(label_feature.names)
+  elif isinstance(label_feature, tfds.features.Text):
+    records = read_all(builder.as_data_source(split=config.train_split))
+    label_names = sorted({as_text(r[config.label_key]) for r in records})
+  else:
+    raise ValueError(f"config.dataset.label_key={config.label_key!r} is a "
+                     f"{type(label_feature).__name__} feature of {name}; valid: a ClassLabel or "
+                     "Text feature.")
+  labeled = LabeledText(builder, config, label_names, key_sentences_key)
+  loaded = load_tokenizers(vocab_dir)
+  if loaded:
+    saved = json.loads((epath.Path(vocab_dir) / MANIFEST).read_text()).get("labels")
+    if loaded[0].kind != "word" or saved != label_names:
+      raise ValueError(f"The vocabulary saved in {vocab_dir} is not a word vocabulary for labels "
+                       f"{label_names} (it has {loaded[0].kind!r}, {saved}); use another "
+                       "directory.")
+    labeled.tokenizer = loaded[0]
+    logging.info("Loaded the vocabulary from %s.", vocab_dir)
+    return labeled
+  train = labeled.examples(config.train_split)
+  labeled.tokenizer = WordTokenizer.build((s for e in train for s in e.sentences),
+                                          max_size=config.vocab_size)
+  save_tokenizers(vocab_dir, labeled.tokenizer, labeled.tokenizer, dataset=name,
+                  labels=label_names)
+  logging.info("Built a vocabulary of %d words from %s %s and saved it in %s.",
+               labeled.tokenizer.vocab_size, name, config.train_split, vocab_dir)
+  return labeled
