@@ -9,13 +9,16 @@ from flax import nnx
 import ml_collections
 from ml_collections import config_dict
 
-from models.interfaces import EncoderDecoder
+from models.classifiers import HAN, TransformerClassifier
+from models.interfaces import Classifier, EncoderDecoder
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
 
 MODELS = {
+    'han': HAN,
     'seq2seq': Seq2Seq,
     'transformer': Transformer,
+    'transformer_classifier': TransformerClassifier,
 }
 
 
@@ -94,5 +97,5 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
   return model_cls(**data_args, **kwargs, rngs=rngs)
 
 
-__all__ = ['MODELS', 'EncoderDecoder', 'Seq2Seq', 'Transformer', 'build', 'default_config',
-           'fitting', 'model_class']
+__all__ = ['HAN', 'MODELS', 'Classifier', 'EncoderDecoder', 'Seq2Seq', 'Transformer',
+           'TransformerClassifier', 'build', 'default_config', 'fitting', 'model_class']

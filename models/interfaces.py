@@ -31,3 +31,21 @@ class EncoderDecoder(Protocol):
 
   def decode_step(self, ids: Array, step: Array, cache: Any) -> tuple[Array, Any]:
     """Logits `[B, V]` for the token after `ids [B]` at position `step`, and the new cache."""
+
+
+@runtime_checkable
+class Classifier(Protocol):
+  """Token ids in, one class distribution per example out (text classification).
+
+  `HAN` and `TransformerClassifier` implement it. The method has its own name, not `__call__`:
+  a runtime Protocol checks method names only, and every module has a `__call__`.
+  """
+
+  def classify(self, inputs: Array, *, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+    """Logits float32 `[B, C]` for ids int32 `[B, T]` (sentences) or `[B, S, W]` (documents).
+
+    The model's `pad_id` marks padding words, padding sentences and all-padding examples. With
+    `return_attention`, `(logits, weights)`: `weights` may hold `'word'`, weights in the shape of
+    `inputs`, and for documents `'sentence'`, `[B, S]`.
+    """

@@ -233,20 +233,49 @@ class AttentionPooling(nnx.Module):
   """HAN attention pooling (Yang et al. 2016): `u_t = tanh(W h_t + b)`, `α = softmax(u_t · u_w)`.
 
   `u_w` is a learned context vector ("which words matter"); the output is `Σ_t α_t h_t`.
+  `u_t · u_w` is the paper's score, `'dot'`; any other name in `attention.SCORES` scores the
+  context vector (the one query) against the `u_t` (the keys) instead, with the parameters that
+  score declares sized Dq = Dk = A and stored as `score_<name without underscores>`, as in
+  `MultiHeadAttention`.
   """
 
-  def __init__(self, features: int, attention_size: int | None = None, *, rngs: nnx.Rngs):
-    """Builds `W [D, A]`, `b [A]` and `u_w [A]`; `attention_size` A defaults to `features` D."""
+  def __init__(self, features: int, attention_size: int | None = None, *, score: str = "dot",
+               rngs: nnx.Rngs):
+    """Builds `W [D, A]`, `b [A]`, `u_w [A]` and the score's parameters.
+
+    Args:
+      features: size D of the states to pool.
+      attention_size: size A of `u_t` and `u_w`; default D.
+      score: a name in `attention.SCORES`.
+      rngs: `params` stream.
+    """
+    check_choice("score", score, sorted(attention.SCORES))
     attention_size = features if attention_size is None else attention_size
+    self.score = score
+    self.registered_score = attention.get_score(score)
     self.proj = dense(features, attention_size, rngs=rngs)
     self.context = nnx.Param(
         nnx.initializers.normal(attention_size ** -0.5)(rngs.params(), (attention_size,)))
+    sizes = attention.ScoreSizes(q=attention_size, k=attention_size, a=attention_size)
+    for param in self.registered_score.params:
+      setattr(self, _score_param_attr(param.name),
+              nnx.Param(param.initialize(rngs.params(), sizes)))
 
   def __call__(self, h: Array, mask: Array | None = None) -> tuple[Array, Array]:
     """Pools `h [..., T, D]`; `mask [..., T]`, True = real step.
 
     Returns:
-      `(pooled [..., D], weights [..., T])`; masked steps get weight 0.
+      `(pooled [..., D], weights [..., T])`; masked steps get weight 0, and a fully masked row
+      all-zero weights and a zero output.
     """
     keys = jnp.tanh(self.proj(h))                                       # [..., T, A]
-    return attention.attention_pooling(h, self.context[...], mask, keys=keys)
+    if self.score == "dot":
+      # The paper's score, through the kernel that has always computed it.
+      return attention.attention_pooling(h, self.context[...], mask, keys=keys)
+    params = {param.name: getattr(self, _score_param_attr(param.name))[...]
+              for param in self.registered_score.params}
+    prepared = self.registered_score.prepare_keys(keys, params)        # [..., T, K]
+    query = self.context[...][None, :]                                  # [1, A]: one query
+    scores = self.registered_score.scores_prepared(query, prepared, params)[..., 0, :]  # [..., T]
+    weights = attention.masked_softmax(scores, mask)                    # [..., T]
+    return jnp.einsum("...t,...td->...d", weights, h), weights          # [..., D]

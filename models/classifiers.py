@@ -1,0 +1,290 @@
+"""Text classifiers: a hierarchical attention network and a Transformer encoder with pooling.
+
+Inputs are token ids, `[B, T]` (one sentence per example) or `[B, S, W]` (a document of S
+sentences of W words); the model's `pad_id` marks padding words, padding sentences (all words
+padding) and all-padding examples, which get finite logits. Outputs are float32 logits `[B, C]`.
+Both models implement `models.interfaces.Classifier`; `__call__` is `classify`.
+"""
+
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.embeddings import (POSITIONS, LearnedPositions, TokenEmbedding, lookup,
+                               make_positions)
+from models.layers import (ACTIVATIONS, AttentionPooling, check_attention_args, check_choice,
+                           check_rate, dense)
+from models.rnn_attention import check_score
+from models.seq2seq import GRUEncoder
+from models.transformer import NORMS, EncoderLayer
+
+Array = jax.Array
+POOLINGS = ("cls", "mean", "attention")
+_EPS = 1e-6  # the Transformer's LayerNorm epsilon
+
+
+def _is_int(value: Any) -> bool:
+  """Whether `value` is an integer (Python or NumPy, as tokenizers give them), not a bool."""
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_sizes(**fields: Any) -> None:
+  """Raises ValueError naming the first field that is not a positive integer."""
+  for field, value in fields.items():
+    if not _is_int(value) or value < 1:
+      raise ValueError(f"{field} must be a positive integer; got {value!r}.")
+
+
+def _check_data_args(vocab_size: int, num_classes: int, pad_id: int) -> None:
+  """Raises ValueError on a vocabulary, class count or padding id no classifier can use."""
+  _check_sizes(vocab_size=vocab_size)
+  if not _is_int(num_classes) or num_classes < 2:
+    raise ValueError(f"num_classes must be an integer >= 2; got {num_classes!r}.")
+  if not _is_int(pad_id) or not 0 <= pad_id < vocab_size:
+    raise ValueError(f"pad_id must be an id in [0, vocab_size={vocab_size}); got {pad_id!r}.")
+
+
+def _check_call(inputs: Any, deterministic: bool, rngs: nnx.Rngs | None,
+                rates: tuple[float, ...]) -> Array:
+  """`inputs` as a JAX array; raises ValueError on ids or a dropout setting no call can run."""
+  inputs = jnp.asarray(inputs)
+  if inputs.ndim not in (2, 3) or not jnp.issubdtype(inputs.dtype, jnp.integer):
+    raise ValueError(f"inputs must be integer ids [B, T] or [B, S, W]; got {inputs.dtype}"
+                     f"{tuple(inputs.shape)}.")
+  if not deterministic and rngs is None and max(rates) > 0.0:
+    raise ValueError("deterministic=False needs rngs, an nnx.Rngs with a 'dropout' stream.")
+  return inputs
+
+
+class HAN(nnx.Module):
+  """Hierarchical attention network (Yang et al. 2016).
+
+  Words: embedding -> bidirectional GRU -> attention pooling into one vector per sentence.
+  Sentences: bidirectional GRU over the sentence vectors -> attention pooling into the document
+  vector -> dropout -> linear layer. A sentence is real if any of its words is; the GRUs skip
+  padding and the poolings give it exactly zero weight. `[B, T]` inputs are one-sentence documents.
+  """
+
+  def __init__(self, *, vocab_size: int, num_classes: int, pad_id: int, embed_dim: int = 64,
+               hidden_dim: int = 32, attention_dim: int | None = None, score: str = "dot",
+               dropout_rate: float = 0.1, rngs: nnx.Rngs):
+    """Builds the model; bad settings raise ValueError before any parameter is created.
+
+    Args:
+      vocab_size: vocabulary size V.
+      num_classes: classes C (>= 2).
+      pad_id: the tokenizer's padding id.
+      embed_dim: word embedding size E.
+      hidden_dim: GRU size H of each direction; sentence and document vectors have size 2H.
+      attention_dim: size A of both poolings' `u_t` and context vectors; default 2H.
+      score: the poolings' score `score(u_w, u_t)`, a name in `attention.SCORES`; `'dot'` is the
+        paper's `u_t · u_w`.
+      dropout_rate: dropout on the document vector before the linear layer.
+      rngs: `params` stream for initialisation.
+    """
+    _check_data_args(vocab_size, num_classes, pad_id)
+    _check_sizes(embed_dim=embed_dim, hidden_dim=hidden_dim)
+    if attention_dim is not None:
+      _check_sizes(attention_dim=attention_dim)
+    check_score(score)
+    check_rate("dropout_rate", dropout_rate)
+    self.pad_id = pad_id
+    self.dropout_rate = dropout_rate
+    self.embed = nnx.Embed(vocab_size, embed_dim, rngs=rngs)
+    # One layer each, so GRUEncoder's between-layer dropout never runs.
+    gru = dict(num_layers=1, bidirectional=True, dropout_rate=0.0, rngs=rngs)
+    self.word_encoder = GRUEncoder(embed_dim, hidden_dim, **gru)
+    features = self.word_encoder.out_dim                                # 2H
+    self.word_pool = AttentionPooling(features, attention_dim, score=score, rngs=rngs)
+    self.sentence_encoder = GRUEncoder(features, hidden_dim, **gru)
+    self.sentence_pool = AttentionPooling(features, attention_dim, score=score, rngs=rngs)
+    self.dropout = nnx.Dropout(dropout_rate)
+    self.output = dense(features, num_classes, rngs=rngs)
+
+  def classify(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+               return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+    """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (`pad_id` = padding).
+
+    Args:
+      inputs: int ids, sentences `[B, T]` or documents `[B, S, W]`.
+      deterministic: False turns dropout on.
+      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
+      return_attention: also return the pooling weights.
+
+    Returns:
+      logits; with `return_attention`, `(logits, weights)` with `weights['word']` in the shape of
+      `inputs` and, for documents, `weights['sentence']` `[B, S]`; padding gets exactly 0.
+    """
+    inputs = _check_call(inputs, deterministic, rngs, (self.dropout_rate,))
+    docs = inputs[:, None, :] if inputs.ndim == 2 else inputs           # [B, S, W]
+    b, s, w = docs.shape
+    word_mask = docs != self.pad_id                                     # [B, S, W]
+    sentence_mask = jnp.any(word_mask, axis=-1)                         # [B, S]
+    words = lookup(self.embed, docs.reshape(b * s, w))                  # [B*S, W, E]
+    run = dict(deterministic=deterministic, rngs=rngs)
+    h = self.word_encoder(words, word_mask.reshape(b * s, w), **run)    # [B*S, W, 2H]
+    sentences, word_w = self.word_pool(h, word_mask.reshape(b * s, w))  # [B*S, 2H], [B*S, W]
+    sentences = sentences.reshape(b, s, -1)                             # [B, S, 2H]
+    h = self.sentence_encoder(sentences, sentence_mask, **run)          # [B, S, 2H]
+    doc, sentence_w = self.sentence_pool(h, sentence_mask)              # [B, 2H], [B, S]
+    logits = self.output(self.dropout(doc, **run)).astype(jnp.float32)  # [B, C]
+    if not return_attention:
+      return logits
+    word_w = word_w.reshape(b, s, w)                                    # [B, S, W]
+    if inputs.ndim == 2:
+      return logits, {"word": word_w[:, 0]}                             # [B, T]
+    return logits, {"word": word_w, "sentence": sentence_w}
+
+  __call__ = classify
+
+
+class TransformerClassifier(nnx.Module):
+  """A Transformer encoder (Vaswani et al. 2017) whose states are pooled into one vector.
+
+  Documents `[B, S, W]` are read as one sequence of S*W tokens at positions 0 .. S*W-1, padding
+  masked out. `pooling` picks how the final states become the vector the linear layer classifies:
+
+  - `'cls'`: a learned [CLS] vector (a parameter, not a vocabulary id, without a position) is put
+    before the tokens, as in BERT, and its final state is the vector.
+  - `'mean'`: the mean of the final states of the real tokens.
+  - `'attention'`: HAN's `AttentionPooling` with `pooling_score`.
+  """
+
+  def __init__(self, *, vocab_size: int, num_classes: int, pad_id: int, num_layers: int = 2,
+               d_model: int = 128, num_heads: int = 4, d_ff: int = 256, d_k: int | None = None,
+               d_v: int | None = None, dropout_rate: float = 0.1,
+               attention_dropout_rate: float = 0.0, norm: str = "pre", activation: str = "relu",
+               score: str = "scaled_dot", attention_impl: str | None = None,
+               positions: str = "sinusoidal", max_length: int = 512, pooling: str = "attention",
+               pooling_score: str = "dot", rngs: nnx.Rngs):
+    """Builds the model; bad settings raise ValueError before any parameter is created.
+
+    Args:
+      vocab_size: vocabulary size V.
+      num_classes: classes C (>= 2).
+      pad_id: the tokenizer's padding id; padded positions are masked out.
+      num_layers: encoder layers L.
+      d_model: model width D.
+      num_heads: attention heads N.
+      d_ff: inner width of the feed-forward sublayers.
+      d_k: per-head query/key size; default `d_model // num_heads`.
+      d_v: per-head value size; default `d_model // num_heads`.
+      dropout_rate: dropout on sublayer outputs, embedding + position sums and the pooled vector.
+      attention_dropout_rate: dropout on the attention weights.
+      norm: `'post'` or `'pre'` (with a final LayerNorm).
+      activation: feed-forward activation, `'relu'` or `'gelu'`.
+      score: self-attention score kind, a name in `attention.SCORES`.
+      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
+      positions: `'sinusoidal'` or `'learned'`.
+      max_length: most tokens (S*W for documents) learned positions cover.
+      pooling: `'cls'`, `'mean'` or `'attention'`.
+      pooling_score: the attention pooling's score, a name in `attention.SCORES`.
+      rngs: `params` stream for initialisation.
+    """
+    _check_data_args(vocab_size, num_classes, pad_id)
+    _check_sizes(num_layers=num_layers, d_model=d_model, d_ff=d_ff, max_length=max_length)
+    check_attention_args(d_model, num_heads, d_k, d_v, score, attention_impl,
+                         implementation_field="attention_impl")
+    check_choice("norm", norm, NORMS)
+    check_choice("activation", activation, ACTIVATIONS)
+    check_choice("positions", positions, POSITIONS)
+    if positions == "sinusoidal" and d_model % 2:
+      raise ValueError(f"d_model must be even for positions='sinusoidal'; got {d_model}.")
+    check_choice("pooling", pooling, POOLINGS)
+    check_score(pooling_score, "pooling_score")
+    check_rate("dropout_rate", dropout_rate)
+    check_rate("attention_dropout_rate", attention_dropout_rate)
+
+    self.pad_id = pad_id
+    self.pooling = pooling
+    self.dropout_rates = (dropout_rate, attention_dropout_rate)
+    self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
+    self.positions = make_positions(positions, d_model, max_length, rngs=rngs)
+    self.dropout = nnx.Dropout(dropout_rate)
+    attention_kwargs = dict(num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
+                            implementation=attention_impl, dropout_rate=attention_dropout_rate)
+    self.layers = nnx.List([
+        EncoderLayer(d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
+                     attention_kwargs=attention_kwargs, rngs=rngs) for _ in range(num_layers)])
+    self.final_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if norm == "pre" else None
+    # Unit variance, like the sqrt(D)-scaled token embeddings it sits among.
+    self.cls = (nnx.Param(nnx.initializers.normal(1.0)(rngs.params(), (d_model,)))
+                if pooling == "cls" else None)
+    self.pool = (AttentionPooling(d_model, score=pooling_score, rngs=rngs)
+                 if pooling == "attention" else None)
+    self.output = dense(d_model, num_classes, rngs=rngs)
+
+  def encode(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+             return_attention: bool = False) -> tuple[Array, Array, Array | None]:
+    """Encodes token ids `[B, T]` (`pad_id` = padding).
+
+    Returns:
+      `(states [B, T', D], mask [B, T'] True = real, self-attention [B, L, N, T', T'] or None)`,
+      where T' = T + 1 with [CLS] first for `pooling='cls'`, else T. States are after the final
+      LayerNorm for pre-norm.
+    """
+    if isinstance(self.positions, LearnedPositions) and ids.shape[1] > self.positions.max_length:
+      raise ValueError(f"inputs have {ids.shape[1]} tokens (S*W for documents) > max_length="
+                       f"{self.positions.max_length} of the learned positions.")
+    mask = ids != self.pad_id                                           # [B, T]
+    x = self.embed(ids)                                                 # [B, T, D]
+    x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)   # positions are float32
+    if self.cls is not None:
+      cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (x.shape[0], 1, x.shape[2]))
+      x = jnp.concatenate([cls, x], axis=1)                             # [B, T+1, D]
+      mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)  # [B, T+1]
+    run = dict(deterministic=deterministic, rngs=rngs)
+    x = self.dropout(x, **run)
+    weights = []
+    for layer in self.layers:
+      x, w = layer(x, mask[:, None, None, :], return_weights=return_attention, **run)
+      weights.append(w)                                                 # [B, N, T', T'] or None
+    if self.final_norm is not None:
+      x = self.final_norm(x)
+    return x, mask, (jnp.stack(weights, axis=1) if return_attention else None)
+
+  def classify(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+               return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+    """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (`pad_id` = padding).
+
+    Args:
+      inputs: int ids, sentences `[B, T]` or documents `[B, S, W]`.
+      deterministic: False turns dropout on.
+      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
+      return_attention: also return the attention weights.
+
+    Returns:
+      logits; with `return_attention`, `(logits, weights)`: `'self'` `[B, L, N, T', T']`; for
+      `'attention'` pooling `'word'`, the pooling weights, and for `'cls'` the last layer's
+      attention from [CLS] to the tokens averaged over heads, both in the shape of `inputs`; for
+      documents with either, `'sentence'` `[B, S]`, the word weights summed over each sentence.
+      `'mean'` pooling has no word weights.
+    """
+    inputs = _check_call(inputs, deterministic, rngs, self.dropout_rates)
+    ids = inputs.reshape(inputs.shape[0], -1)                           # [B, T]
+    run = dict(deterministic=deterministic, rngs=rngs)
+    states, mask, self_w = self.encode(ids, return_attention=return_attention, **run)
+    word_w = None
+    if self.pooling == "cls":
+      pooled = states[:, 0]                                             # [B, D]
+      if return_attention:
+        word_w = jnp.mean(self_w[:, -1, :, 0, 1:], axis=1)              # [B, T]
+    elif self.pooling == "mean":
+      m = mask[..., None].astype(states.dtype)                          # [B, T, 1]
+      pooled = jnp.sum(states * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)  # [B, D]
+    else:
+      pooled, word_w = self.pool(states, mask)                          # [B, D], [B, T]
+    logits = self.output(self.dropout(pooled, **run)).astype(jnp.float32)  # [B, C]
+    if not return_attention:
+      return logits
+    weights = {"self": self_w}
+    if word_w is not None:
+      weights["word"] = word_w.reshape(inputs.shape)                    # [B, T] or [B, S, W]
+      if inputs.ndim == 3:
+        weights["sentence"] = jnp.sum(weights["word"], axis=-1)         # [B, S]
+    return logits, weights
+
+  __call__ = classify
