@@ -8,9 +8,11 @@ from typing import Any
 
 import models
 from tasks.base import BatchIterator, EvalOptions, Task
+from tasks.classification import Classification
 from tasks.translation import Translation
 
 TASKS: dict[str, type[Task]] = {
+    'classification': Classification,
     'translation': Translation,
 }
 
@@ -38,5 +40,5 @@ def build(config, workdir: str) -> Task:
   return task_class(config.task)(config, workdir)
 
 
-__all__ = ['BatchIterator', 'EvalOptions', 'TASKS', 'Task', 'Translation', 'build', 'check_fits',
-           'task_class']
+__all__ = ['BatchIterator', 'Classification', 'EvalOptions', 'TASKS', 'Task', 'Translation', 'build',
+           'check_fits', 'task_class']

@@ -63,12 +63,14 @@ class Task(abc.ABC):
   Attributes:
     interface: the Protocol (from `models.interfaces`) that a model must implement to fit.
     unit: the count in `loss`'s counts that measures throughput (logged per second).
-    samples_header: the first line of `eval/samples.txt`, naming the fields of each line.
+    samples_header: the first line of the samples file, naming the fields of each line.
+    samples_file: the file in `eval/` that holds one line per predicted example.
   """
 
   interface: ClassVar[type]
   unit: ClassVar[str]
   samples_header: ClassVar[str]
+  samples_file: ClassVar[str] = 'samples.txt'
 
   @staticmethod
   @abc.abstractmethod
@@ -112,7 +114,7 @@ class Task(abc.ABC):
   def sample(self, split: str, row: dict[str, Any]) -> dict[str, Any]:
     """One example's record from its batch row and prediction row (NumPy), for files and plots.
 
-    Every record has 'index' and, for `samples.txt`, a 'line' of text.
+    Every record has 'index' and, for the samples file, a 'line' of text.
     """
 
   @abc.abstractmethod

@@ -30,7 +30,8 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
                         split: str = 'test', decode: str = 'greedy', average_last: int = 1,
                         num_heatmaps: int = 4, heatmap_layer: int = -1, heatmap_head: int = -1,
                         max_examples: int = 0) -> dict:
-  """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, samples.txt, *.png}.
+  """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, the task's samples
+  file (samples.txt, predictions.txt), pictures}.
 
   What is predicted, measured and drawn is the task's (`config.task`); translation decodes,
   scores exact match and sacreBLEU, and draws decoder cross-attention heatmaps.
@@ -72,11 +73,11 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, 'metrics.json'), 'w', encoding='utf-8') as f:
     json.dump(metrics, f, indent=2)
-  with open(os.path.join(out_dir, 'samples.txt'), 'w', encoding='utf-8') as f:
+  with open(os.path.join(out_dir, task.samples_file), 'w', encoding='utf-8') as f:
     f.write(task.samples_header + '\n')
     f.writelines(sample['line'] + '\n' for sample in samples)
   task.draw(merge_model(state), samples, out_dir, options)
-  _print_summary(metrics, out_dir)
+  _print_summary(metrics, out_dir, task.samples_file)
   return metrics
 
 
@@ -100,9 +101,9 @@ def _restore(config, task, mesh, workdir, checkpoint_step, average_last):
   return state, int(jax.device_get(state.step))
 
 
-def _print_summary(metrics: dict, out_dir: str) -> None:
+def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:
   rows = [(key, f'{value:.4f}' if isinstance(value, float) else str(value))
           for key, value in metrics.items()]
   width = max(len(key) for key, _ in rows)
   print('\n'.join(f'{key:<{width}}  {value}' for key, value in rows))
-  print(f'Wrote {out_dir}/metrics.json, samples.txt and attention pictures.')
+  print(f'Wrote {out_dir}/metrics.json, {samples_file} and attention pictures.')
