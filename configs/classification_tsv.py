@@ -17,6 +17,7 @@ def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
   config = han.get_config()
-  config.dataset.update(name='tsv_classification', tsv_path='', key_sentences_key='')
+  config.dataset.update(name='tsv_classification', builder_config='', tsv_path='',
+                        key_sentences_key='')
   config.num_train_steps = 3000
   return config

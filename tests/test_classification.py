@@ -12,11 +12,12 @@ import jax
 import numpy as np
 import pytest
 
+import models
 import tasks
 from tasks.classification import class_metrics, confusion_matrix, hit_rate
 from training.config import validate
 from training.setup import build_state
-from training.steps import train_step
+from training.steps import merge_model, train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ('han', 'transformer_classifier', 'classification_tsv')
@@ -50,6 +51,8 @@ def tiny_config(name, data_dir, tmp_path):
   config = importlib.import_module(f'configs.{name}').get_config()
   config.model.update(TINY[config.model.name])
   config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=8)
+  if config.dataset.name == 'key_sentence_docs':
+    config.dataset.builder_config = 'default'    # 10,000 training documents, not 50,000
   if config.dataset.name == 'tsv_classification':
     lines = [f'the {w} was {adj}\t{label}' for w in ('film', 'meal', 'show', 'song', 'game')
              for adj, label in (('great', 'pos'), ('awful', 'neg'), ('fine', 'pos'),
@@ -87,7 +90,8 @@ def test_train_then_eval_writes_predictions_confusion_and_attention(model, data_
   tiny_model = [f'--config.model.{k}={v}' for k, v in TINY[model].items()]
   train = subprocess.run(
       [sys.executable, 'train.py', f'--config=configs/{config}.py', f'--workdir={workdir}',
-       f'--config.dataset.data_dir={data_dir}', '--config.num_train_steps=3',
+       f'--config.dataset.data_dir={data_dir}', '--config.dataset.builder_config=default',
+       '--config.num_train_steps=3',
        '--config.eval_every_steps=0', '--config.num_eval_decode=0', '--config.log_every_steps=1',
        '--config.dataset.batch_size=8', '--config.dataset.eval_batch_size=64', *tiny_model],
       cwd=ROOT, capture_output=True, text=True)
@@ -112,3 +116,45 @@ def test_train_then_eval_writes_predictions_confusion_and_attention(model, data_
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   page = open(os.path.join(out, 'attention_0001.html')).read()
   assert page.startswith('<!doctype html>') and 'rgba(214,39,40,' in page and '<script' not in page
+
+
+@pytest.mark.parametrize('model', ['han', 'transformer_classifier'])
+def test_sentence_layout_trains_and_predicts_word_weights(model, data_dir, tmp_path):
+  """layout='sentence': one token sequence per text [B, T]; both models take it."""
+  config = tiny_config('han', data_dir, tmp_path)
+  config.model = models.default_config(model, **TINY[model])
+  config.dataset.layout = 'sentence'
+  task = tasks.build(config, str(tmp_path))
+  batch = next(task.batches('validation', batch_size=8, shuffle=False, seed=0))
+  assert batch['inputs'].ndim == 2
+  state = build_state(config, task)
+  _, metrics = jax.jit(functools.partial(train_step, loss_fn=task.loss))(
+      state, batch, jax.random.key(0))
+  assert bool(metrics['finite'])
+  predictions = task.predict(merge_model(state), batch, tasks.EvalOptions())
+  weights = np.asarray(predictions['word_weights'])
+  assert weights.shape == batch['inputs'].shape
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)   # attention pooling over words
+  assert np.all(weights[batch['inputs'] == 0] == 0)
+
+
+@pytest.mark.parametrize('kind', ['generated', 'tsv', 'tfds'])
+@pytest.mark.parametrize('model', ['han', 'transformer_classifier'])
+def test_each_model_trains_on_each_dataset_kind(model, kind, data_dir, tmp_path):
+  """key_sentence_docs, a text<TAB>label file, and a TFDS dataset by name (mocked offline)."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  config = tiny_config('classification_tsv' if kind == 'tsv' else 'han', data_dir, tmp_path)
+  config.model = models.default_config(model, **TINY[model])
+  if kind == 'tfds':
+    config.dataset.update(name='imdb_reviews', builder_config='', key_sentences_key='')
+    with tfds.testing.mock_data(num_examples=16):
+      task = tasks.build(config, str(tmp_path))
+      batch = next(task.batches('train', batch_size=8, shuffle=True, seed=0))
+  else:
+    task = tasks.build(config, str(tmp_path))
+    batch = next(task.batches('train', batch_size=8, shuffle=True, seed=0))
+  state = build_state(config, task)
+  new_state, metrics = jax.jit(functools.partial(train_step, loss_fn=task.loss))(
+      state, batch, jax.random.key(0))
+  assert bool(metrics['finite']) and int(metrics['examples']) == 8
+  assert int(new_state.step) == 1

@@ -248,3 +248,15 @@ def test_imdb_reviews_under_mock_data(tmp_path):
       if i >= 0:
         assert b["labels"][row] == examples[i].label
         assert labeled.tokenizer.decode(b["inputs"][row]) == examples[i].sentences[0]
+
+
+def test_large_config_shares_validation_and_test_with_default():
+  """'large' only adds training documents: its held-out splits are the default's, so results on
+  both configs compare on the same documents."""
+  configs = key_sentence.KeySentenceDocs.BUILDER_CONFIGS
+  default, large = (key_sentence.generate_splits(c) for c in configs)
+  for split in ("validation", "test"):
+    assert [d["text"] for d in default[split]] == [d["text"] for d in large[split]]
+  assert len(large["train"]) == 5 * len(default["train"])
+  held_out = {d["text"] for split in ("validation", "test") for d in large[split]}
+  assert held_out.isdisjoint(d["text"] for d in large["train"])
