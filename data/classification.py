@@ -20,13 +20,13 @@ from typing import Any
 
 from absl import logging
 from etils import epath
-import jax
 import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
 from data import key_sentence, tsv_classification
-from data.pipeline import BatchIterator, EncodedSplit
+from data.config import checked_fields
+from data.pipeline import BatchIterator, EncodedSplit, check_batch_args
 from data.sentences import split_sentences
 from data.task import as_text, read_all  # The TFDS reading shared with translation.
 from data.text import TextOptions
@@ -74,31 +74,10 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
   Raises:
     ValueError: naming the first bad field and what it accepts.
   """
-  if not hasattr(config, "items"):
-    raise ValueError(f"config.dataset must be a ConfigDict or dict, got {type(config).__name__}.")
-  merged = default_config().to_dict()
-  unknown = sorted(set(dict(config.items())) - set(merged))
-  if unknown:
-    raise ValueError(f"config.dataset has unknown field(s) {unknown}; valid fields: "
-                     f"{sorted(merged)}.")
-  for key, value in config.items():
-    expected = type(merged[key])
-    if type(value) is not expected:  # noqa: E721  (bool must not pass as int, nor int as bool)
-      raise ValueError(f"config.dataset.{key} must be of type {expected.__name__}, got "
-                       f"{value!r} ({type(value).__name__}).")
-    merged[key] = value
+  merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
   if merged["layout"] not in LAYOUTS:
     raise ValueError(f"config.dataset.layout={merged['layout']!r} is not a layout; valid: "
                      f"{list(LAYOUTS)}.")
-  for key in _POSITIVE:
-    if merged[key] < 1:
-      raise ValueError(f"config.dataset.{key} must be at least 1, got {merged[key]}.")
-  for key in _NON_EMPTY:
-    if not merged[key]:
-      raise ValueError(f"config.dataset.{key} must not be empty.")
-  if merged["vocab_size"] <= 4:
-    raise ValueError(f"config.dataset.vocab_size must exceed the 4 special tokens, got "
-                     f"{merged['vocab_size']}.")
   if merged["name"] == "tsv_classification" and not merged["tsv_path"]:
     raise ValueError("config.dataset.tsv_path must name a file when config.dataset.name is "
                      "'tsv_classification'.")
@@ -275,16 +254,8 @@ class LabeledText:
     Raises:
       ValueError: for a bad batch size, epoch count or host index.
     """
-    process_index = jax.process_index() if process_index is None else process_index
-    process_count = jax.process_count() if process_count is None else process_count
-    if process_count < 1 or not 0 <= process_index < process_count:
-      raise ValueError(f"process_index must be in [0, process_count), got {process_index} of "
-                       f"{process_count}.")
-    if batch_size < 1 or batch_size % process_count:
-      raise ValueError(f"batch_size must be a positive multiple of process_count="
-                       f"{process_count}, got {batch_size}.")
-    if num_epochs is not None and num_epochs < 1:
-      raise ValueError(f"num_epochs must be None (forever) or at least 1, got {num_epochs}.")
+    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
+                                                    process_count)
     labels = np.asarray([e.label for e in self.examples(split)], np.int32)
     return ClassificationBatches(
         self.encoded(split), labels, batch_size=batch_size, shuffle=shuffle, seed=seed,

@@ -50,19 +50,14 @@ def _type_name(value: Any) -> str:
   return type(value).__name__
 
 
-def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
-  """Checks `config.dataset` against the schema and fills fields it leaves out with defaults.
-
-  Args:
-    config: a ConfigDict or dict with fields of `default_config()`.
-
-  Returns:
-    The complete, frozen config.
+def checked_fields(config: Any, defaults: ml_collections.ConfigDict, *,
+                   positive: tuple[str, ...], non_empty: tuple[str, ...]) -> dict[str, Any]:
+  """`config` merged over `defaults` after the checks every dataset schema shares.
 
   Raises:
-    ValueError: naming the first bad field and what it accepts.
+    ValueError: naming the first unknown field, a value of the wrong type, a size below 1, an
+      empty name, or a vocabulary too small for the 4 special tokens.
   """
-  defaults = default_config()
   values = dict(config.items()) if hasattr(config, "items") else None
   if values is None:
     raise ValueError(f"config.dataset must be a ConfigDict or dict, got {_type_name(config)}.")
@@ -77,18 +72,34 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
       raise ValueError(f"config.dataset.{key} must be of type {expected.__name__}, got "
                        f"{value!r} ({_type_name(value)}).")
     merged[key] = value
-  for key, choices in _CHOICES.items():
-    if merged[key] not in choices:
-      raise ValueError(f"config.dataset.{key} must be one of {list(choices)}, got {merged[key]!r}.")
-  for key in _POSITIVE:
+  for key in positive:
     if merged[key] < 1:
       raise ValueError(f"config.dataset.{key} must be at least 1, got {merged[key]}.")
-  for key in _NON_EMPTY:
+  for key in non_empty:
     if not merged[key]:
       raise ValueError(f"config.dataset.{key} must not be empty.")
   if merged["vocab_size"] <= 4:
     raise ValueError(f"config.dataset.vocab_size must exceed the 4 special tokens, got "
                      f"{merged['vocab_size']}.")
+  return merged
+
+
+def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
+  """Checks `config.dataset` against the schema and fills fields it leaves out with defaults.
+
+  Args:
+    config: a ConfigDict or dict with fields of `default_config()`.
+
+  Returns:
+    The complete, frozen config.
+
+  Raises:
+    ValueError: naming the first bad field and what it accepts.
+  """
+  merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
+  for key, choices in _CHOICES.items():
+    if merged[key] not in choices:
+      raise ValueError(f"config.dataset.{key} must be one of {list(choices)}, got {merged[key]!r}.")
   if merged["shared_vocab"] and merged["source_vocab"] != merged["target_vocab"]:
     raise ValueError(f"config.dataset.shared_vocab=True needs source_vocab == target_vocab, got "
                      f"{merged['source_vocab']!r} and {merged['target_vocab']!r}.")

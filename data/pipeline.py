@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from absl import logging
+import jax
 import numpy as np
 
 from data.tokenizers import EOS_ID, PAD_ID
@@ -106,6 +107,27 @@ def encode_split(name: str, sources: Sequence[list[int]], targets: Sequence[list
   source, source_offsets = _flatten(kept_sources)
   target, target_offsets = _flatten(kept_targets)
   return EncodedSplit(np.asarray(kept, np.int32), source, source_offsets, target, target_offsets)
+
+
+def check_batch_args(batch_size: int, num_epochs: int | None, process_index: int | None,
+                     process_count: int | None) -> tuple[int, int]:
+  """`(process_index, process_count)`, defaulting to this JAX process's, after checking them.
+
+  Raises:
+    ValueError: for a host index outside the job, a global batch that does not split evenly
+      over the hosts, or fewer than one epoch.
+  """
+  process_index = jax.process_index() if process_index is None else process_index
+  process_count = jax.process_count() if process_count is None else process_count
+  if process_count < 1 or not 0 <= process_index < process_count:
+    raise ValueError(f"process_index must be in [0, process_count), got {process_index} of "
+                     f"{process_count}.")
+  if batch_size < 1 or batch_size % process_count:
+    raise ValueError(f"batch_size must be a positive multiple of process_count="
+                     f"{process_count}, got {batch_size}.")
+  if num_epochs is not None and num_epochs < 1:
+    raise ValueError(f"num_epochs must be None (forever) or at least 1, got {num_epochs}.")
+  return process_index, process_count
 
 
 def _padded_length(length: int, step: int) -> int:

@@ -14,7 +14,6 @@ import os
 from typing import Any
 
 from absl import logging
-import jax
 import ml_collections
 import tensorflow_datasets as tfds
 
@@ -22,7 +21,7 @@ from data import tsv_parallel
 from data.config import validate_config
 from data.dates import Dates
 from data.number_words import NumberWords
-from data.pipeline import BatchIterator, EncodedSplit, encode_split
+from data.pipeline import BatchIterator, EncodedSplit, check_batch_args, encode_split
 from data.text import TextOptions
 from data.tokenizers import Tokenizer, build_tokenizer, load_tokenizers, save_tokenizers
 
@@ -172,16 +171,8 @@ class Task:
     Raises:
       ValueError: for a bad batch size, epoch count or host index.
     """
-    process_index = jax.process_index() if process_index is None else process_index
-    process_count = jax.process_count() if process_count is None else process_count
-    if process_count < 1 or not 0 <= process_index < process_count:
-      raise ValueError(f"process_index must be in [0, process_count), got {process_index} of "
-                       f"{process_count}.")
-    if batch_size < 1 or batch_size % process_count:
-      raise ValueError(f"batch_size must be a positive multiple of process_count="
-                       f"{process_count}, got {batch_size}.")
-    if num_epochs is not None and num_epochs < 1:
-      raise ValueError(f"num_epochs must be None (forever) or at least 1, got {num_epochs}.")
+    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
+                                                    process_count)
     return BatchIterator(self.encoded(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
                          num_epochs=num_epochs, process_index=process_index,
                          process_count=process_count, bucket_step=self.config.bucket_step)
