@@ -10,12 +10,9 @@ least one example in train. The builder config is named after the file and a has
 (see `config_for_path`), so an edited file is prepared afresh.
 """
 
-import collections
 import dataclasses
 import functools
 
-from absl import logging
-from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
@@ -38,39 +35,12 @@ def config_for_path(path: str) -> tsv_parallel.TsvParallelConfig:
 
 
 def read_rows(path: str) -> list[Row]:
-  """The `(line number, text, label)` of every well-formed line; logs the skipped ones once.
+  """The `(line number, text, label)` of every well-formed line; see `tsv_parallel.read_columns`.
 
   Raises:
     ValueError: if no line is well formed (an empty file included).
   """
-  rows = []
-  skipped = collections.Counter()
-  first_skipped = 0
-  for number, raw in enumerate(epath.Path(path).read_bytes().split(b"\n"), start=1):
-    try:
-      line = raw.decode("utf-8").lstrip("\ufeff").rstrip("\r")
-    except UnicodeDecodeError:
-      reason = "not UTF-8"
-    else:
-      if not line.strip():
-        continue
-      columns = line.split("\t")
-      if len(columns) < 2:
-        reason = "no tab"
-      elif not columns[0].strip() or not columns[1].strip():
-        reason = "an empty text or label"
-      else:
-        rows.append((number, columns[0].strip(), columns[1].strip()))
-        continue
-    skipped[reason] += 1
-    first_skipped = first_skipped or number
-  if skipped:
-    reasons = ", ".join(f"{count} with {reason}" for reason, count in sorted(skipped.items()))
-    logging.warning("tsv_classification: skipped %d malformed line(s) of %s (%s); the first is "
-                    "line %d.", sum(skipped.values()), path, reasons, first_skipped)
-  if not rows:
-    raise ValueError(f"config.dataset.tsv_path {path!r} has no 'text<TAB>label' line.")
-  return rows
+  return tsv_parallel.read_columns(path, "tsv_classification", "text<TAB>label")
 
 
 def split_rows(rows: list[Row]) -> dict[str, list[Row]]:

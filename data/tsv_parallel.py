@@ -51,16 +51,17 @@ def config_for_path(path: str) -> TsvParallelConfig:
                            description=f"Sentence pairs from {file}.")
 
 
-def read_pairs(path: str) -> list[tuple[int, str, str]]:
-  """The `(line number, source, target)` of every well-formed line; logs the skipped ones once.
+def read_columns(path: str, builder: str, header: str) -> list[tuple[int, str, str]]:
+  """The `(line number, first column, second column)` of every well-formed line of a TSV file.
 
-  Blank lines are ignored silently; lines that are not UTF-8, have no tab, or have an empty side
-  are skipped and counted.
+  Blank lines are ignored silently; lines that are not UTF-8, have no tab, or have an empty first
+  or second column are skipped and counted in one warning naming `builder`. Further columns (an
+  attribution, say) are ignored.
 
   Raises:
-    ValueError: if no line is well formed.
+    ValueError: if no line is well formed; `header` names the expected columns.
   """
-  pairs = []
+  rows = []
   skipped = collections.Counter()
   first_skipped = 0
   for number, raw in enumerate(epath.Path(path).read_bytes().split(b"\n"), start=1):
@@ -75,19 +76,24 @@ def read_pairs(path: str) -> list[tuple[int, str, str]]:
       if len(columns) < 2:
         reason = "no tab"
       elif not columns[0].strip() or not columns[1].strip():
-        reason = "an empty side"
+        reason = "an empty column"
       else:
-        pairs.append((number, columns[0].strip(), columns[1].strip()))
+        rows.append((number, columns[0].strip(), columns[1].strip()))
         continue
     skipped[reason] += 1
     first_skipped = first_skipped or number
   if skipped:
     reasons = ", ".join(f"{count} with {reason}" for reason, count in sorted(skipped.items()))
-    logging.warning("tsv_parallel: skipped %d malformed line(s) of %s (%s); the first is line %d.",
+    logging.warning("%s: skipped %d malformed line(s) of %s (%s); the first is line %d.", builder,
                     sum(skipped.values()), path, reasons, first_skipped)
-  if not pairs:
-    raise ValueError(f"config.dataset.tsv_path {path!r} has no 'source<TAB>target' line.")
-  return pairs
+  if not rows:
+    raise ValueError(f"config.dataset.tsv_path {path!r} has no '{header}' line.")
+  return rows
+
+
+def read_pairs(path: str) -> list[tuple[int, str, str]]:
+  """The `(line number, source, target)` of every well-formed line; see `read_columns`."""
+  return read_columns(path, "tsv_parallel", "source<TAB>target")
 
 
 def split_by_source(pairs: list[tuple[int, str, str]]) -> dict[str, list[tuple[int, str, str]]]:

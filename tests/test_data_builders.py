@@ -122,7 +122,7 @@ def test_tsv_read_pairs_skips_and_reports_malformed_lines_once(tmp_path, caplog)
   warnings = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
   assert len(warnings) == 1
   assert "skipped 3 malformed" in warnings[0] and "the first is line 2" in warnings[0]
-  assert "1 with no tab" in warnings[0] and "1 with an empty side" in warnings[0]
+  assert "1 with no tab" in warnings[0] and "1 with an empty column" in warnings[0]
 
 
 def test_tsv_split_keeps_sources_together():
