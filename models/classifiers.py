@@ -13,13 +13,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models.embeddings import (POSITIONS, LearnedPositions, TokenEmbedding, lookup,
-                               make_positions)
-from models.layers import (ACTIVATIONS, AttentionPooling, check_attention_args, check_choice,
-                           check_rate, dense)
+from models.embeddings import LearnedPositions, TokenEmbedding, lookup, make_positions
+from models.layers import AttentionPooling, check_choice, check_rate, dense
 from models.rnn_attention import check_score
 from models.seq2seq import GRUEncoder
-from models.transformer import NORMS, EncoderLayer
+from models.transformer import EncoderLayer, check_stack_args
 
 Array = jax.Array
 POOLINGS = ("cls", "mean", "attention")
@@ -186,13 +184,9 @@ class TransformerClassifier(nnx.Module):
     """
     _check_data_args(vocab_size, num_classes, pad_id)
     _check_sizes(num_layers=num_layers, d_model=d_model, d_ff=d_ff, max_length=max_length)
-    check_attention_args(d_model, num_heads, d_k, d_v, score, attention_impl,
-                         implementation_field="attention_impl")
-    check_choice("norm", norm, NORMS)
-    check_choice("activation", activation, ACTIVATIONS)
-    check_choice("positions", positions, POSITIONS)
-    if positions == "sinusoidal" and d_model % 2:
-      raise ValueError(f"d_model must be even for positions='sinusoidal'; got {d_model}.")
+    check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
+                     attention_impl=attention_impl, norm=norm, activation=activation,
+                     positions=positions)
     check_choice("pooling", pooling, POOLINGS)
     check_score(pooling_score, "pooling_score")
     check_rate("dropout_rate", dropout_rate)

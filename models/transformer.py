@@ -20,6 +20,19 @@ NORMS = ("post", "pre")
 _EPS = 1e-6
 
 
+def check_stack_args(*, d_model: int, num_heads: int, d_k: int | None, d_v: int | None, score: str,
+                     attention_impl: str | None, norm: str, activation: str,
+                     positions: str) -> None:
+  """Raises ValueError, naming the field, on settings no stack of `EncoderLayer`s can take."""
+  check_attention_args(d_model, num_heads, d_k, d_v, score, attention_impl,
+                       implementation_field="attention_impl")
+  check_choice("norm", norm, NORMS)
+  check_choice("activation", activation, ACTIVATIONS)
+  check_choice("positions", positions, POSITIONS)
+  if positions == "sinusoidal" and d_model % 2:
+    raise ValueError(f"d_model must be even for positions='sinusoidal'; got {d_model}.")
+
+
 class _Block(nnx.Module):
   """Shared residual wiring of the encoder and decoder layers."""
 
@@ -147,13 +160,9 @@ class Transformer(nnx.Module):
     """
     num_encoder_layers = num_layers if num_encoder_layers is None else num_encoder_layers
     num_decoder_layers = num_layers if num_decoder_layers is None else num_decoder_layers
-    check_attention_args(d_model, num_heads, d_k, d_v, score, attention_impl,
-                         implementation_field="attention_impl")
-    check_choice("norm", norm, NORMS)
-    check_choice("activation", activation, ACTIVATIONS)
-    check_choice("positions", positions, POSITIONS)
-    if positions == "sinusoidal" and d_model % 2:
-      raise ValueError(f"d_model must be even for positions='sinusoidal'; got {d_model}.")
+    check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
+                     attention_impl=attention_impl, norm=norm, activation=activation,
+                     positions=positions)
     if share_embeddings and input_vocab_size != output_vocab_size:
       raise ValueError(f"share_embeddings=True needs input_vocab_size == output_vocab_size; got "
                        f"{input_vocab_size} and {output_vocab_size}.")
