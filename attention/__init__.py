@@ -8,7 +8,7 @@ from attention.chunked import chunked_attention
 from attention.core import (attend, attention, attention_pooling, masked_softmax, merge_heads,
                             split_heads)
 from attention.masks import causal_mask, combine_masks, padding_mask, padding_mask_from_ids
-from attention.positions import sinusoidal_embedding, sinusoidal_positions
+from attention.positions import rotary_embedding, sinusoidal_embedding, sinusoidal_positions
 from attention.scores import (SCORES, KeyPrep, Score, ScoreParam, ScoreSizes, additive_scores,
                               cosine_scores, dot_scores, general_scores, get_score, get_score_fn,
                               project_keys, scaled_dot_scores)
@@ -19,6 +19,7 @@ __all__ = [
     "attend", "attention", "attention_pooling", "causal_mask", "chunked_attention",
     "combine_masks", "cosine_scores", "dot_scores", "general_scores", "get_score", "get_score_fn",
     "masked_softmax", "merge_heads", "padding_mask", "padding_mask_from_ids", "project_keys",
+    "rotary_embedding",
     "scaled_dot_product_attention", "scaled_dot_scores", "sinusoidal_embedding",
     "sinusoidal_positions", "split_heads",
 ]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attention.masks import causal_mask, combine_masks, padding_mask, padding_mask_from_ids
-from attention.positions import sinusoidal_embedding, sinusoidal_positions
+from attention.positions import rotary_embedding, sinusoidal_embedding, sinusoidal_positions
 
 T, F = True, False
 
@@ -129,3 +129,43 @@ def test_sinusoidal_bad_dim_raises(dim):
     sinusoidal_positions(4, dim)
   with pytest.raises(ValueError, match="even"):
     sinusoidal_embedding(jnp.arange(4), dim)
+
+
+def test_rotary_hand_computed():
+  """D=4, base=100: pair 0 turns by p rad, pair 1 by p * 100^(-1/2) = 0.1 p rad."""
+  x = jnp.array([[1.0, 0.0, 0.0, 2.0]] * 2)                             # [T=2, D=4]
+  out = rotary_embedding(x, jnp.array([0, 3]), base=100.0)
+  np.testing.assert_allclose(out[0], [1.0, 0.0, 0.0, 2.0], atol=1e-6)   # position 0: identity
+  # Position 3: (1, 0) -> (cos 3, sin 3); (0, 2) -> (-2 sin 0.3, 2 cos 0.3).
+  np.testing.assert_allclose(out[1], [np.cos(3.0), np.sin(3.0), -2 * np.sin(0.3),
+                                      2 * np.cos(0.3)], rtol=1e-6, atol=1e-6)
+
+
+def test_rotary_matches_complex_numpy_and_keeps_norms(rng):
+  x = rng.standard_normal((2, 3, 5, 8)).astype(np.float32)              # [B, N, T, D]
+  positions = np.arange(5) + 7
+  pairs = x[..., 0::2] + 1j * x[..., 1::2]                               # [..., T, D/2]
+  theta = 10000.0 ** (-np.arange(0, 8, 2) / 8)
+  rotated = pairs * np.exp(1j * positions[:, None] * theta)
+  expected = np.stack([rotated.real, rotated.imag], axis=-1).reshape(x.shape)
+  out = rotary_embedding(jnp.asarray(x), positions)
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5)
+
+
+def test_rotary_scores_depend_only_on_the_offset(rng):
+  """q rotated at m and k rotated at n score the same for every (m, n) with the same m - n."""
+  q, k = (jnp.asarray(rng.standard_normal((1, 16)), jnp.float32) for _ in range(2))
+  score = lambda m, n: float(jnp.sum(rotary_embedding(q, jnp.array([m])) *
+                                     rotary_embedding(k, jnp.array([n]))))
+  for offset in (0, 3, -5):
+    scores = [score(m, m - offset) for m in (5, 17, 40)]
+    np.testing.assert_allclose(scores, scores[0], rtol=1e-4)
+  assert abs(score(10, 7) - score(10, 2)) > 1e-3                        # and it does depend on it
+
+
+def test_rotary_keeps_bfloat16_and_rejects_odd_features():
+  out = rotary_embedding(jnp.ones((3, 4), jnp.bfloat16), jnp.arange(3))
+  assert out.dtype == jnp.bfloat16
+  with pytest.raises(ValueError, match="feature size must be a positive even number, got 5"):
+    rotary_embedding(jnp.ones((3, 5)), jnp.arange(3))
