@@ -13,13 +13,10 @@ least one example in train. The builder config is named after the file and a has
 import dataclasses
 import functools
 
-import numpy as np
 import tensorflow_datasets as tfds
 
 from data import tsv_parallel
 
-HOLDOUT_FRACTION = 0.05
-_SEED = 0
 
 Row = tuple[int, str, str]  # (line number, text, label)
 
@@ -49,19 +46,7 @@ def split_rows(rows: list[Row]) -> dict[str, list[Row]]:
   Raises:
     ValueError: if there are fewer than 3 distinct texts, or a class has no train example.
   """
-  groups = {}
-  for row in rows:
-    groups.setdefault(" ".join(row[1].casefold().split()), []).append(row)
-  if len(groups) < 3:
-    raise ValueError(f"tsv_classification needs at least 3 distinct texts for train, validation "
-                     f"and test, got {len(groups)}.")
-  keys = list(groups)
-  order = np.random.default_rng(_SEED).permutation(len(keys))
-  holdout = max(1, round(HOLDOUT_FRACTION * len(keys)))
-  parts = {"test": order[:holdout], "validation": order[holdout:2 * holdout],
-           "train": order[2 * holdout:]}
-  splits = {split: [row for g in sorted(part) for row in groups[keys[g]]]
-            for split, part in parts.items()}
+  splits = tsv_parallel.split_by_first_column(rows, "tsv_classification", "texts")
   missing = sorted({label for _, _, label in rows} - {label for _, _, label in splits["train"]})
   if missing:
     raise ValueError(f"tsv_classification: class(es) {missing} have no example in the train "

@@ -96,21 +96,29 @@ def read_pairs(path: str) -> list[tuple[int, str, str]]:
   return read_columns(path, "tsv_parallel", "source<TAB>target")
 
 
-def split_by_source(pairs: list[tuple[int, str, str]]) -> dict[str, list[tuple[int, str, str]]]:
-  """Assigns whole groups of pairs with the same source (case and spacing ignored) to a split."""
+def split_by_first_column(rows: list[tuple[int, str, str]], builder: str,
+                          what: str) -> dict[str, list[tuple[int, str, str]]]:
+  """Assigns whole groups of `read_columns` rows with the same first column (case and spacing
+  ignored) to train, validation or test, `HOLDOUT_FRACTION` of the groups (at least one) each
+  to the last two; `builder` and `what` (the first column's contents) name them in errors."""
   groups = {}
-  for pair in pairs:
-    groups.setdefault(" ".join(pair[1].casefold().split()), []).append(pair)
+  for row in rows:
+    groups.setdefault(" ".join(row[1].casefold().split()), []).append(row)
   if len(groups) < 3:
-    raise ValueError(f"tsv_parallel needs at least 3 distinct source sentences for train, "
-                     f"validation and test, got {len(groups)}.")
+    raise ValueError(f"{builder} needs at least 3 distinct {what} for train, validation and "
+                     f"test, got {len(groups)}.")
   keys = list(groups)
   order = np.random.default_rng(_SEED).permutation(len(keys))
   holdout = max(1, round(HOLDOUT_FRACTION * len(keys)))
   parts = {"test": order[:holdout], "validation": order[holdout:2 * holdout],
            "train": order[2 * holdout:]}
-  return {split: [pair for g in sorted(part) for pair in groups[keys[g]]]
+  return {split: [row for g in sorted(part) for row in groups[keys[g]]]
           for split, part in parts.items()}
+
+
+def split_by_source(pairs: list[tuple[int, str, str]]) -> dict[str, list[tuple[int, str, str]]]:
+  """Assigns whole groups of pairs with the same source (case and spacing ignored) to a split."""
+  return split_by_first_column(pairs, "tsv_parallel", "source sentences")
 
 
 class TsvParallel(tfds.core.GeneratorBasedBuilder):
