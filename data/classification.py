@@ -26,7 +26,7 @@ import tensorflow_datasets as tfds
 
 from data import key_sentence, tsv_classification
 from data.config import checked_fields
-from data.pipeline import BatchIterator, EncodedSplit, check_batch_args
+from data.pipeline import BatchIterator, check_batch_args, placeholder_split
 from data.sentences import split_sentences
 from data.task import as_text, read_all  # The TFDS reading shared with translation.
 from data.text import TextOptions
@@ -278,10 +278,7 @@ class ClassificationBatches(BatchIterator):
     # [N, A]: each example's real extent along each non-batch axis (sentences, words; tokens).
     self._extents = np.stack([_extent(real)] if inputs.ndim == 2 else
                              [_extent(real.any(-1)), _extent(real).max(-1)], axis=-1)
-    offsets = [np.concatenate([[0], np.cumsum(self._extents[:, a])]) for a in (0, -1)]
-    super().__init__(EncodedSplit(np.arange(len(labels), dtype=np.int32),
-                                  np.zeros(offsets[0][-1], np.int32), offsets[0],
-                                  np.zeros(offsets[1][-1], np.int32), offsets[1]), **kwargs)
+    super().__init__(placeholder_split(self._extents[:, 0], self._extents[:, -1]), **kwargs)
     self._inputs, self._labels = inputs, labels
 
   def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -331,7 +328,8 @@ def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
     The dataset.
 
   Raises:
-    ValueError: for a bad config field or a vocabulary saved for other labels.
+    ValueError: for a bad config field, or a saved vocabulary that is not a word vocabulary or
+      was saved for other labels (one saved without labels, e.g. by pretraining, is adopted).
     FileNotFoundError: if `tsv_path` names no file.
   """
   config = validate_config(dataset_config)
@@ -354,11 +352,14 @@ def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
   loaded = load_tokenizers(vocab_dir)
   if loaded:
     saved = json.loads((epath.Path(vocab_dir) / MANIFEST).read_text()).get("labels")
-    if loaded[0].kind != "word" or saved != label_names:
+    if loaded[0].kind != "word" or saved not in (None, label_names):
       raise ValueError(f"The vocabulary saved in {vocab_dir} is not a word vocabulary for labels "
                        f"{label_names} (it has {loaded[0].kind!r}, {saved}); use another "
                        "directory.")
     labeled.tokenizer = loaded[0]
+    if saved is None:  # A pretraining run's vocabulary (data.language), copied for fine-tuning.
+      save_tokenizers(vocab_dir, labeled.tokenizer, labeled.tokenizer, dataset=name,
+                      labels=label_names)
     logging.info("Loaded the vocabulary from %s.", vocab_dir)
     return labeled
   train = labeled.examples(config.train_split)

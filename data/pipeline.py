@@ -109,6 +109,28 @@ def encode_split(name: str, sources: Sequence[list[int]], targets: Sequence[list
   return EncodedSplit(np.asarray(kept, np.int32), source, source_offsets, target, target_offsets)
 
 
+def placeholder_split(source_lengths: np.ndarray, target_lengths: np.ndarray) -> EncodedSplit:
+  """An `EncodedSplit` of zero ids with the given per-row lengths; row k has index k.
+
+  Lets a `BatchIterator` subclass that holds its rows as dense arrays reuse the parent's plan
+  (length-sorted pools, `seed + epoch` shuffles, host slices) and `get_state`/`set_state`: the
+  plan reads only the lengths, and the subclass's `_assemble` reads its own arrays.
+
+  Args:
+    source_lengths: `[K]` the length the plan sorts rows by first.
+    target_lengths: `[K]` the length it sorts ties by.
+
+  Returns:
+    The placeholder split.
+  """
+  source_offsets, target_offsets = (np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+                                    for lengths in (source_lengths, target_lengths))
+  # The ids are never read, and np.zeros maps its pages lazily: large splits cost next to nothing.
+  return EncodedSplit(np.arange(len(source_lengths), dtype=np.int32),
+                      np.zeros(source_offsets[-1], np.int32), source_offsets,
+                      np.zeros(target_offsets[-1], np.int32), target_offsets)
+
+
 def check_batch_args(batch_size: int, num_epochs: int | None, process_index: int | None,
                      process_count: int | None) -> tuple[int, int]:
   """`(process_index, process_count)`, defaulting to this JAX process's, after checking them.

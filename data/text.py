@@ -1,7 +1,8 @@
 """Text preprocessing applied to every example before tokenization.
 
-All options default to off; whitespace is always collapsed to single spaces so that word
-tokenizers and `decode(encode(text))` see one canonical form.
+All options default to off; whitespace is collapsed to single spaces so that word tokenizers
+and `decode(encode(text))` see one canonical form, unless `keep_whitespace` (character-level
+language models, for which line breaks and indentation are part of the text).
 """
 
 import dataclasses
@@ -85,14 +86,16 @@ class TextOptions:
     strip_accents: drop accents from Latin letters (see `strip_latin_accents`).
     split_cjk: space out CJK characters (see `space_cjk`).
     split_punctuation: space out punctuation (see `space_punctuation`).
+    keep_whitespace: leave whitespace as it is instead of collapsing it to single spaces.
   """
   lowercase: bool = False
   strip_accents: bool = False
   split_cjk: bool = False
   split_punctuation: bool = False
+  keep_whitespace: bool = False
 
   def __call__(self, text: str) -> str:
-    """Returns the preprocessed text with whitespace collapsed to single spaces."""
+    """Returns the preprocessed text, its whitespace collapsed unless `keep_whitespace`."""
     if self.lowercase:
       text = text.lower()
     if self.strip_accents:
@@ -101,4 +104,4 @@ class TextOptions:
       text = space_cjk(text)
     if self.split_punctuation:
       text = space_punctuation(text)
-    return " ".join(text.split())
+    return text if self.keep_whitespace else " ".join(text.split())

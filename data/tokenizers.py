@@ -250,10 +250,11 @@ def save_tokenizers(directory: str, source: Tokenizer, target: Tokenizer, **info
       manifest[side] = {"kind": tokenizer.kind, "model_file": filename}
     else:
       manifest[side] = tokenizer.to_json()
-  # Written last and renamed into place, so a reader never sees a manifest without its models.
+  # Written last and moved into place (over an older one), so a reader never sees a manifest
+  # without its models.
   tmp = directory / (MANIFEST + ".tmp")
   tmp.write_text(json.dumps(manifest, ensure_ascii=False, indent=1))
-  tmp.rename(directory / MANIFEST)
+  tmp.replace(directory / MANIFEST)
 
 
 def load_tokenizers(directory: str) -> tuple[Tokenizer, Tokenizer] | None:

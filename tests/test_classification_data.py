@@ -1,12 +1,13 @@
 """Classification data: the sentence splitter, key_sentence_docs, tsv_classification, batches."""
 
+import json
 import logging
 
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from data import classification, key_sentence, tsv_classification
+from data import classification, key_sentence, language, tsv_classification
 from data.sentences import split_sentences
 
 
@@ -260,3 +261,26 @@ def test_large_config_shares_validation_and_test_with_default():
   assert len(large["train"]) == 5 * len(default["train"])
   held_out = {d["text"] for split in ("validation", "test") for d in large[split]}
   assert held_out.isdisjoint(d["text"] for d in large["train"])
+
+
+def test_adopts_a_pretraining_vocabulary_without_labels(docs_dir, tmp_path):
+  """A word vocabulary saved by data.language (no labels) is used and re-saved with the labels;
+  a character vocabulary or one saved for other labels is still refused."""
+  pretrained = language.build(
+      {"name": "key_sentence_docs", "data_dir": docs_dir, "lowercase": True,
+       "split_punctuation": True, "vocab_size": 20000}, str(tmp_path / "w"), mask_token=True)
+  manifest = tmp_path / "w" / "vocab.json"
+  assert "labels" not in json.loads(manifest.read_text())
+  labeled = classification.build(_config(data_dir=docs_dir), str(tmp_path / "w"))
+  assert labeled.tokenizer.vocab == pretrained.tokenizer.vocab
+  assert labeled.tokenizer.vocab[-1] == "<mask>"
+  assert json.loads(manifest.read_text())["labels"] == ["sports", "science", "music", "food"]
+  assert classification.build(_config(data_dir=docs_dir), str(tmp_path / "w")).tokenizer.vocab \
+      == pretrained.tokenizer.vocab
+  language.build({"name": "key_sentence_docs", "data_dir": docs_dir, "vocab": "char"},
+                 str(tmp_path / "c"))
+  with pytest.raises(ValueError, match=r"not a word vocabulary .*\(it has 'char', None\)"):
+    classification.build(_config(data_dir=docs_dir), str(tmp_path / "c"))
+  manifest.write_text(manifest.read_text().replace('"food"', '"cooking"'))
+  with pytest.raises(ValueError, match="not a word vocabulary for labels"):
+    classification.build(_config(data_dir=docs_dir), str(tmp_path / "w"))

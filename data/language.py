@@ -1,0 +1,398 @@
+"""Language-modelling data: `build(config.dataset, vocab_dir) -> LanguageData`, then batches.
+
+    lm = language.build(config.dataset, workdir)
+    it = lm.batches('train', batch_size=64, shuffle=True, seed=0)
+    batch = next(it)  # {'inputs', 'targets', 'weights', 'support', 'index'}, each [B, seq_length]
+
+A row holds `seq_length + 1` tokens: the model reads `inputs = row[:-1]` and predicts
+`targets = row[1:]`; no BOS is added. Packing 'stream' joins a split's examples (EOS after
+each) and cuts the stream into windows, every target weighted. Packing 'example' gives each
+example a PAD-filled row of its own, weighted at its real targets or, when the dataset marks
+answers (`mqar`), only where an answer is predicted; 'support' then says, per weighted target,
+which input position holds the evidence, so attention maps can be checked against it.
+Datasets: Attend's `mqar` and `key_sentence_docs` (prepared offline), a local UTF-8 file
+(`text_file`), or any TFDS text dataset (tiny_shakespeare, lm1b), prepared by TFDS as usual.
+"""
+
+import functools
+import os
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from absl import logging
+from etils import epath
+import ml_collections
+import numpy as np
+import tensorflow_datasets as tfds
+
+from data import key_sentence, mqar
+from data.config import checked_fields
+from data.pipeline import BatchIterator, check_batch_args, placeholder_split
+from data.task import as_text, read_all  # The TFDS reading shared with translation.
+from data.text import TextOptions
+from data.tokenizers import (EOS_ID, MANIFEST, PAD_ID, VOCAB_KINDS, Tokenizer, build_tokenizer,
+                             load_tokenizers, save_tokenizers)
+
+OWN_BUILDERS = {"key_sentence_docs": key_sentence.KeySentenceDocs, "mqar": mqar.Mqar}
+TEXT_FILE = "text_file"
+PACKINGS = ("example", "stream")
+MASK_TOKEN = "<mask>"
+# SentencePiece skips training sentences over 4192 bytes, and a text file is one long text.
+_SPM_CHUNK_CHARS = 1000
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Returns the language-modelling `config.dataset` with every field at its default."""
+  c = ml_collections.ConfigDict()
+  c.name = "mqar"               # 'mqar', 'key_sentence_docs', 'text_file' or a TFDS text dataset.
+  c.builder_config = ""         # TFDS builder config; '' = the default.
+  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.text_path = ""              # text_file: a local UTF-8 plain-text file.
+  c.text_key = "text"           # Feature holding the text.
+  c.answers_key = "answers"     # Token positions that carry the loss; '' or absent = every token.
+  c.support_key = "support"     # Per answer, the position to attend to; '' or absent = none.
+  c.vocab = "word"              # 'char', 'word' or 'sentencepiece', built from the train split.
+  c.vocab_size = 8000           # Word and SentencePiece vocabulary cap, 4 specials included.
+  c.lowercase = False           # Lower-case the text.
+  c.split_punctuation = False   # Put spaces around punctuation ('boy.' -> 'boy .').
+  c.keep_whitespace = False     # Keep line breaks and runs of spaces (char-level text models).
+  c.packing = "example"         # 'example': one example per row; 'stream': joined, then cut.
+  c.seq_length = 64             # Tokens per row fed to the model.
+  c.held_out = 0.05             # text_file: the fraction for validation, then as much for test.
+  c.batch_size = 64             # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256       # Global evaluation batch size.
+  c.train_split = "train"       # Split for training and for building the vocabulary.
+  c.eval_split = "validation"   # Split evaluated during training.
+  c.test_split = "test"         # Split for the final evaluation.
+  return c
+
+
+_POSITIVE = ("seq_length", "batch_size", "eval_batch_size")
+_NON_EMPTY = ("name", "text_key", "train_split", "eval_split", "test_split")
+
+
+def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
+  """Checks `config.dataset` against the schema and fills fields it leaves out with defaults.
+
+  Raises:
+    ValueError: naming the first bad field and what it accepts.
+  """
+  merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
+  for field, choices in (("vocab", VOCAB_KINDS), ("packing", PACKINGS)):
+    if merged[field] not in choices:
+      raise ValueError(f"config.dataset.{field}={merged[field]!r} is not valid; valid: "
+                       f"{list(choices)}.")
+  if not 0 < merged["held_out"] < 0.5:
+    raise ValueError(f"config.dataset.held_out must be in (0, 0.5), got {merged['held_out']}.")
+  if merged["name"] == TEXT_FILE:
+    if not merged["text_path"]:
+      raise ValueError("config.dataset.text_path must name a file when config.dataset.name is "
+                       f"{TEXT_FILE!r}.")
+    if merged["packing"] != "stream":
+      raise ValueError(f"config.dataset.packing must be 'stream' when config.dataset.name is "
+                       f"{TEXT_FILE!r} (the file is one text), got {merged['packing']!r}.")
+  return ml_collections.FrozenConfigDict(merged)
+
+
+def _make_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
+  """The TFDS builder `config` names, with its builder config checked."""
+  try:
+    cls = OWN_BUILDERS.get(config.name) or tfds.builder_cls(config.name)
+  except tfds.core.registered.DatasetNotFoundError:
+    raise ValueError(f"config.dataset.name={config.name!r} is not a known dataset; valid: "
+                     f"{sorted([*OWN_BUILDERS, TEXT_FILE])} or a registered TFDS text dataset, "
+                     "e.g. ['lm1b', 'tiny_shakespeare'].") from None
+  valid = sorted(cls.builder_configs)
+  if config.builder_config and config.builder_config not in valid:
+    raise ValueError(f"config.dataset.builder_config={config.builder_config!r} is not a config "
+                     f"of {config.name}; valid: {valid or 'none (use an empty string)'}.")
+  return cls(config=config.builder_config or None, file_format="array_record",
+             data_dir=os.path.expanduser(config.data_dir) if config.data_dir else None)
+
+
+def _feature_keys(config: ml_collections.FrozenConfigDict, features: Mapping[str, Any],
+                  name: str) -> tuple[str, str]:
+  """Checks the configured features exist; returns the answers and support features ('' = none).
+
+  A feature left at its default name may be absent (most datasets mark no answers). Answers are
+  read only for packing 'example', support only with answers (it holds one position each).
+  """
+  if config.text_key not in features:
+    raise ValueError(f"config.dataset.text_key={config.text_key!r} is not a feature of {name}; "
+                     f"valid: {sorted(features)}.")
+  keys = {}
+  for field in ("answers_key", "support_key"):
+    key = config[field]
+    if key and key not in features and key != default_config()[field]:
+      raise ValueError(f"config.dataset.{field}={key!r} is not a feature of {name}; valid: "
+                       f"{sorted(features)} or '' (none).")
+    keys[field] = key if key in features else ""
+  if config.packing == "stream":  # Windows cut across examples: every target is weighted.
+    return "", ""
+  if keys["answers_key"] and config.vocab != "word":
+    raise ValueError(f"config.dataset.answers_key={keys['answers_key']!r} holds word positions, "
+                     f"so it needs config.dataset.vocab='word', got {config.vocab!r}; or set "
+                     "answers_key='' to weight every token.")
+  return keys["answers_key"], (keys["support_key"] if keys["answers_key"] else "")
+
+
+class Example(NamedTuple):
+  """A text as stored; the token positions whose prediction carries the loss (empty = every
+  token); per answer, the token position that holds its evidence (empty = none)."""
+  text: str
+  answers: tuple[int, ...] = ()
+  support: tuple[int, ...] = ()
+
+
+def _read_tfds(builder: tfds.core.DatasetBuilder, text_key: str, answers_key: str,
+               support_key: str, split: str) -> list[Example]:
+  known = list(builder.info.splits.keys())  # Empty under tfds.testing.mock_data.
+  if known and split.split("[")[0] not in known:
+    raise ValueError(f"Split {split!r} is not a split of {builder.name}; valid: {sorted(known)}.")
+
+  def positions(record, key):
+    return tuple(int(p) for p in record[key]) if key else ()
+
+  return [Example(as_text(r[text_key]), positions(r, answers_key), positions(r, support_key))
+          for r in read_all(builder.as_data_source(split=split))]
+
+
+def _split_text(config: ml_collections.FrozenConfigDict) -> dict[str, str]:
+  """The text file cut at characters: train, then validation and test, `held_out` each."""
+  path = epath.Path(os.path.expanduser(config.text_path))
+  if not path.exists():
+    raise FileNotFoundError(f"config.dataset.text_path={config.text_path!r} names no file.")
+  text = path.read_text(encoding="utf-8")
+  if not text.strip():
+    raise ValueError(f"config.dataset.text_path={config.text_path!r} is an empty file.")
+  end, held = len(text), int(len(text) * config.held_out)
+  return {"train": text[:end - 2 * held], "validation": text[end - 2 * held:end - held],
+          "test": text[end - held:]}
+
+
+def _read_text_file(texts: dict[str, str], split: str) -> list[Example]:
+  if split not in texts:
+    raise ValueError(f"Split {split!r} is not a split of {TEXT_FILE}; valid: {sorted(texts)}.")
+  return [Example(texts[split])]
+
+
+class LanguageData:
+  """A language-modelling dataset with its tokenizer.
+
+  Attributes:
+    name: the dataset, e.g. 'mqar/default' or 'text_file'.
+    config: the validated `config.dataset`.
+    preprocess: the text preprocessing, `str -> str` (apply it to new text before encoding).
+    tokenizer: the tokenizer (set by `build`).
+    mask_id: the id of '<mask>' when built with `mask_token=True`, else None.
+  """
+
+  def __init__(self, name: str, config: ml_collections.FrozenConfigDict,
+               read: Callable[[str], list[Example]]):
+    """Wraps a split reader; `build` is the usual way to get one."""
+    self.name = name
+    self.config = config
+    self.preprocess = TextOptions(lowercase=config.lowercase,
+                                  split_punctuation=config.split_punctuation,
+                                  keep_whitespace=config.keep_whitespace)
+    self.tokenizer: Tokenizer | None = None
+    self.mask_id: int | None = None
+    self._read = read
+    self._examples: dict[str, list[Example]] = {}
+    self._rows: dict[str, dict[str, np.ndarray]] = {}
+
+  def examples(self, split: str) -> list[Example]:
+    """Every example of `split` ('train', 'validation', 'test', or a TFDS slice), cached."""
+    if split not in self._examples:
+      self._examples[split] = self._read(split)
+      logging.info("%s %s: %d examples.", self.name, split, len(self._examples[split]))
+    return self._examples[split]
+
+  def texts(self, split: str) -> list[str]:
+    """The raw texts of `split`, e.g. to show samples."""
+    return [e.text for e in self.examples(split)]
+
+  def _ids(self, example: Example) -> list[int]:
+    return self.tokenizer.encode(self.preprocess(example.text))
+
+  def rows(self, split: str) -> dict[str, np.ndarray]:
+    """The split's rows, cached.
+
+    Returns:
+      `{'tokens': int32 [N, seq_length + 1], 'weights': float32 [N, seq_length] (1 where target
+      t = tokens[t + 1] counts in the loss), 'support': int32 [N, seq_length] (the input position
+      that holds target t's evidence, -1 = none), 'index': int32 [N] (the example for 'example'
+      packing, the window for 'stream')}`.
+
+    Raises:
+      ValueError: if the split is too short for one window, has no examples, or marks
+        answer or support positions outside its examples.
+    """
+    if split not in self._rows:
+      rows = (self._stream_rows if self.config.packing == "stream" else self._example_rows)(split)
+      rows["index"] = np.arange(len(rows["tokens"]), dtype=np.int32)
+      self._rows[split] = rows
+    return self._rows[split]
+
+  def _stream_rows(self, split: str) -> dict[str, np.ndarray]:
+    length = self.config.seq_length
+    ids = np.fromiter((i for e in self.examples(split) for i in [*self._ids(e), EOS_ID]),
+                      np.int32)
+    count = (len(ids) - 1) // length  # Windows overlap by one token: none is lost as a target.
+    if count < 1:
+      raise ValueError(f"config.dataset.seq_length={length} makes a window longer than the "
+                       f"corpus: split {split!r} of {self.name} has {len(ids)} tokens, fewer "
+                       f"than seq_length + 1.")
+    starts = np.arange(count)[:, None] * length                       # [N, 1]
+    return {"tokens": ids[starts + np.arange(length + 1)],            # [N, L + 1]
+            "weights": np.ones((count, length), np.float32),
+            "support": np.full((count, length), -1, np.int32)}
+
+  def _example_rows(self, split: str) -> dict[str, np.ndarray]:
+    examples, length = self.examples(split), self.config.seq_length
+    if not examples:
+      raise ValueError(f"Split {split!r} of {self.name} has no examples.")
+    tokens = np.full((len(examples), length + 1), PAD_ID, np.int32)
+    weights = np.zeros((len(examples), length), np.float32)
+    support = np.full((len(examples), length), -1, np.int32)
+    truncated = answers_cut = 0
+    for i, example in enumerate(examples):
+      ids = self._ids(example)
+      truncated += len(ids) > length + 1
+      tokens[i, :min(len(ids), length + 1)] = ids[:length + 1]
+      if not example.answers:
+        weights[i, :max(0, min(len(ids), length + 1) - 1)] = 1
+        continue
+      answers, sources = example.answers, example.support or (-1,) * len(example.answers)
+      if not (len(sources) == len(answers) and all(0 < p < len(ids) for p in answers)
+              and all(-1 <= s < len(ids) for s in sources)):
+        raise ValueError(f"Example {i} of {self.name} {split} has answers {example.answers} and "
+                         f"support {example.support} (config.dataset.answers_key, support_key) "
+                         f"that do not fit its {len(ids)} tokens.")
+      for p, s in zip(answers, sources):
+        if p > length:  # Its target fell off the row.
+          answers_cut += 1
+          continue
+        weights[i, p - 1] = 1  # The answer at p is predicted from the input at p - 1.
+        support[i, p - 1] = s if s < length else -1
+    if truncated:
+      logging.warning("%s %s: truncated %d of %d examples to seq_length + 1 = %d tokens (%d "
+                      "answers cut).", self.name, split, truncated, len(examples), length + 1,
+                      answers_cut)
+    return {"tokens": tokens, "weights": weights, "support": support}
+
+  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
+              num_epochs: int | None = None, process_index: int | None = None,
+              process_count: int | None = None) -> "LanguageBatches":
+    """A resumable iterator of this host's batches of `split`.
+
+    Args:
+      split: the split to read.
+      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
+      shuffle: reshuffle every epoch (with `seed + epoch`); False keeps the rows' order.
+      seed: the shuffling seed.
+      num_epochs: epochs before StopIteration; None repeats forever.
+      process_index, process_count: this host and the number of hosts; default JAX's.
+
+    Returns:
+      An iterator of `{'inputs': int32 [b, L], 'targets': int32 [b, L], 'weights': float32
+      [b, L], 'support': int32 [b, L], 'index': int32 [b]}`, `b = batch_size // process_count`,
+      `L = seq_length` (see `rows`). Rows of a partial last batch are PAD with weight 0,
+      support -1 and index -1.
+
+    Raises:
+      ValueError: for a bad batch size, epoch count or host index, or a split `rows` rejects.
+    """
+    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
+                                                    process_count)
+    return LanguageBatches(self.rows(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
+                           num_epochs=num_epochs, process_index=process_index,
+                           process_count=process_count)
+
+
+class LanguageBatches(BatchIterator):
+  """Batches of one split's rows, planned and resumed as `BatchIterator` does.
+
+  Every row is given the same placeholder length: rows have one fixed shape, so sorting by
+  length would save no padding and only make training batches less random. The plan thus keeps
+  the shuffled order (or, without shuffling, the split's).
+  """
+
+  def __init__(self, rows: Mapping[str, np.ndarray], **kwargs):
+    """See `LanguageData.batches`; `rows` is `LanguageData.rows(split)`."""
+    same = np.zeros(len(rows["tokens"]), np.int64)
+    super().__init__(placeholder_split(same, same), bucket_step=1, **kwargs)
+    self._rows = rows
+
+  def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    mine = rows[self._first_row:self._first_row + self._host_rows]
+    n, (b, length) = len(mine), (self._host_rows, self._rows["weights"].shape[1])
+    tokens = np.full((b, length + 1), PAD_ID, np.int32)
+    tokens[:n] = self._rows["tokens"][mine]
+    # Copies, so a task that masks the inputs in place leaves the targets alone.
+    batch = {"inputs": tokens[:, :-1].copy(), "targets": tokens[:, 1:].copy(),
+             "weights": np.zeros((b, length), np.float32),
+             "support": np.full((b, length), -1, np.int32), "index": np.full(b, -1, np.int32)}
+    for key in ("weights", "support", "index"):
+      batch[key][:n] = self._rows[key][mine]
+    return batch
+
+
+def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> LanguageData:
+  """Prepares the dataset and its tokenizer.
+
+  The dataset is prepared into `dataset_config.data_dir` if it is not there yet. The tokenizer
+  is loaded from `vocab_dir` when it holds one (so eval and resumed runs use exactly the
+  training vocabulary); otherwise it is built from the train split and saved there.
+
+  Args:
+    dataset_config: the language-modelling `config.dataset` (see `default_config()`); missing
+      fields take defaults.
+    vocab_dir: directory for the vocabulary files (usually the workdir).
+    mask_token: give the vocabulary a '<mask>' token (the last id when added), for masked
+      language models; a loaded vocabulary without one gains it and is saved again.
+
+  Returns:
+    The dataset.
+
+  Raises:
+    ValueError: for a bad config field, mask_token with a SentencePiece vocabulary, or a saved
+      vocabulary of another kind.
+    FileNotFoundError: if `text_path` names no file.
+  """
+  config = validate_config(dataset_config)
+  if mask_token and config.vocab == "sentencepiece":
+    raise ValueError("mask_token=True (masked language modelling) needs config.dataset.vocab="
+                     "'char' or 'word', got 'sentencepiece'.")
+  if config.name == TEXT_FILE:
+    data = LanguageData(TEXT_FILE, config, functools.partial(_read_text_file, _split_text(config)))
+  else:
+    builder = _make_builder(config)
+    builder.download_and_prepare()
+    name = builder.info.full_name.rsplit("/", 1)[0]
+    keys = _feature_keys(config, builder.info.features, name)
+    data = LanguageData(name, config, functools.partial(_read_tfds, builder, config.text_key,
+                                                        *keys))
+  loaded = load_tokenizers(vocab_dir)
+  if loaded:
+    tokenizer = loaded[0]
+    if tokenizer.kind != config.vocab:
+      raise ValueError(f"config.dataset.vocab={config.vocab!r} but the vocabulary saved in "
+                       f"{vocab_dir} is {tokenizer.kind!r}; use that or another directory.")
+    logging.info("Loaded the vocabulary from %s.", vocab_dir)
+  else:
+    texts = [data.preprocess(t) for t in data.texts(config.train_split)]
+    if config.vocab == "sentencepiece":
+      texts = [chunk for t in texts for chunk in textwrap.wrap(t, _SPM_CHUNK_CHARS)]
+    tokenizer = build_tokenizer(config.vocab, texts, config.vocab_size)
+    logging.info("Built a %s vocabulary of %d from %s %s.", config.vocab, tokenizer.vocab_size,
+                 data.name, config.train_split)
+  data.tokenizer = tokenizer
+  if mask_token and MASK_TOKEN not in tokenizer.vocab:
+    data.tokenizer = type(tokenizer)([*tokenizer.vocab, MASK_TOKEN])
+  if data.tokenizer is not tokenizer or not loaded:
+    save_tokenizers(vocab_dir, data.tokenizer, data.tokenizer, dataset=data.name)
+  if mask_token:
+    data.mask_id = data.tokenizer.vocab.index(MASK_TOKEN)
+  return data

@@ -1,0 +1,133 @@
+"""`mqar`: multi-query associative recall (Arora et al. 2023, "Zoology"), offline and generated.
+
+Each example is a line of whitespace-separated words, one token each for a word tokenizer:
+`num_pairs` key-value pairs (`k12 v3 k40 v3 ...`, distinct keys, values drawn with replacement),
+then every key once more in a random order, each followed by its value. A language model reads
+the line left to right and is scored only on the values of the query section (feature
+'answers': their token positions). The key-to-value mapping is drawn afresh for every example,
+so no weight can memorize it: the only way to predict `v3` after the query `k12` is to find
+`k12` earlier in the context and read the token after it. That lookup is what attention does
+and what fixed-size recurrent states struggle with as `num_pairs` grows, so the task separates
+mechanisms cleanly. Feature 'support' holds, per answer, the position of the matching key in
+the pair section: where attention from the query should land.
+
+Splits are disjoint by text: test is generated first, then validation, then train, from one
+`random.Random(seed)`, each skipping texts already used.
+"""
+
+import dataclasses
+import math
+import random
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+_SPLITS = ("test", "validation", "train")
+
+
+@dataclasses.dataclass(eq=False)
+class MqarConfig(tfds.core.BuilderConfig):
+  """Task sizes, split sizes and seed.
+
+  Attributes:
+    num_pairs: key-value pairs per example (the sequence has 4 * num_pairs tokens).
+    num_keys: key names `k0 .. k{num_keys - 1}` to draw the distinct keys from.
+    num_values: value names `v0 .. v{num_values - 1}`, drawn with replacement.
+    train_size: examples in the train split.
+    validation_size: examples in the validation split.
+    test_size: examples in the test split.
+    seed: seed of the generator.
+  """
+  num_pairs: int = 16
+  num_keys: int = 64
+  num_values: int = 64
+  train_size: int = 20_000
+  validation_size: int = 1_000
+  test_size: int = 1_000
+  seed: int = 0
+
+
+def generate_example(rng: random.Random, num_pairs: int, num_keys: int,
+                     num_values: int) -> dict:
+  """One random example.
+
+  Args:
+    rng: the random source (advanced).
+    num_pairs: key-value pairs, at most `num_keys`.
+    num_keys: number of key names.
+    num_values: number of value names.
+
+  Returns:
+    `{'text': str, 'answers': [N] list of int, 'support': [N] list of int}` with N = num_pairs:
+    the answers are the positions 2N+1, 2N+3, ... of the query section's values, and support[q]
+    is the position of answer q's key in the pair section.
+  """
+  keys = rng.sample(range(num_keys), num_pairs)
+  values = [rng.randrange(num_values) for _ in keys]
+  order = rng.sample(range(num_pairs), num_pairs)  # The query section's pairs.
+  words = [f"{prefix}{n}" for i in list(range(num_pairs)) + order
+           for prefix, n in (("k", keys[i]), ("v", values[i]))]
+  return {"text": " ".join(words),
+          "answers": [2 * num_pairs + 2 * q + 1 for q in range(num_pairs)],
+          "support": [2 * i for i in order]}
+
+
+def generate_splits(config: MqarConfig) -> dict[str, list[dict]]:
+  """Every split's examples (see `generate_example`), disjoint by text.
+
+  Raises:
+    ValueError: if the keys cannot be distinct or there are fewer distinct examples than the
+      splits ask for.
+  """
+  if config.num_pairs > config.num_keys:
+    raise ValueError(f"mqar config {config.name!r}: num_pairs={config.num_pairs} distinct keys "
+                     f"need num_keys >= num_pairs, got {config.num_keys}.")
+  sizes = {split: getattr(config, f"{split}_size") for split in _SPLITS}
+  distinct = (math.perm(config.num_keys, config.num_pairs) * config.num_values ** config.num_pairs
+              * math.factorial(config.num_pairs))
+  if sum(sizes.values()) > distinct:  # Else the loop below would never end.
+    raise ValueError(f"mqar config {config.name!r} asks for {sum(sizes.values())} examples but "
+                     f"has only {distinct} distinct ones.")
+  rng = random.Random(config.seed)
+  seen = set()
+  splits = {}
+  for split in _SPLITS:
+    examples = []
+    while len(examples) < sizes[split]:
+      example = generate_example(rng, config.num_pairs, config.num_keys, config.num_values)
+      if example["text"] not in seen:
+        seen.add(example["text"])
+        examples.append(example)
+    splits[split] = examples
+  return splits
+
+
+class Mqar(tfds.core.GeneratorBasedBuilder):
+  """Multi-query associative recall: recall each key's value from earlier in the context."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  BUILDER_CONFIGS = [
+      MqarConfig(name="default", description="16 pairs of 64 keys and 64 values, 22,000 "
+                 "examples of 64 tokens."),
+      MqarConfig(name="small", description="8 pairs of 64 keys and 64 values, 7,000 examples of "
+                 "32 tokens.", num_pairs=8, train_size=5_000),
+  ]
+  DEFAULT_CONFIG_NAME = "default"
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description=__doc__,
+        features=tfds.features.FeaturesDict({
+            "text": tfds.features.Text(),
+            "answers": tfds.features.Sequence(np.int32),
+            "support": tfds.features.Sequence(np.int32)}))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager  # Nothing to download.
+    splits = generate_splits(self.builder_config)
+    return {split: self._generate_examples(examples) for split, examples in splits.items()}
+
+  def _generate_examples(self, examples: list[dict]):
+    yield from enumerate(examples)
