@@ -1,4 +1,4 @@
-"""Autoregressive decoding for any Attend model: greedy and beam search, each one `lax.while_loop`.
+"""Autoregressive decoding for any Attend model: greedy, sampled and beam search, each a while loop.
 
 The searches see a model only through a callback and its cache:
 
@@ -9,10 +9,14 @@ being predicted and every cache leaf leads with the batch axis B'. Beam search f
 axis (B' = B * beam_size, beam index fastest) and reorders the cache by gathering along it.
 
 Outputs hold the generated tokens (no BOS), EOS included, padding after EOS. The special ids
-(`bos_id`, `eos_id`, `pad_id`) are arguments, the tokenizer's: the searches hard-code none.
+(`bos_id`, `eos_id`, `pad_id`) are arguments, the tokenizer's: the searches hard-code none. `bos_id`
+may also be ids [B], one first token per row: a language model continues from each prompt's last
+token (`continue_prompt`). An `eos_id` that never occurs (e.g. -1) generates `max_length` tokens.
 """
 
 import functools
+import math
+import numbers
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -33,28 +37,70 @@ def _check_sizes(batch_size: int, max_length: int, beam_size: int = 1) -> None:
       raise ValueError(f"Decoding: {field} must be an integer >= 1, got {value!r}.")
 
 
+def _check_sampling(top_k: int, top_p: float, temperature: float = 1.0) -> None:
+  """Raises ValueError for sampling settings outside their ranges."""
+  if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
+    raise ValueError(f"Sampling: top_k must be an integer >= 0 (0 keeps all), got {top_k!r}.")
+  if not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
+    raise ValueError(f"Sampling: top_p must be a number in (0, 1], got {top_p!r}.")
+  if not isinstance(temperature, numbers.Real) or not 0 <= temperature < math.inf:
+    raise ValueError(f"Sampling: temperature must be a finite number >= 0 (0 = greedy), "
+                     f"got {temperature!r}.")
+
+
+def _first_tokens(bos_id: int | Array, batch_size: int) -> Array:
+  """`bos_id` (an int, or ids [B]) as the first inputs int32 [B]."""
+  if jnp.shape(bos_id) not in ((), (batch_size,)):
+    raise ValueError(f"Decoding: bos_id must be an int or ids [batch_size={batch_size}], got "
+                     f"shape {jnp.shape(bos_id)}.")
+  return jnp.broadcast_to(jnp.asarray(bos_id, jnp.int32), (batch_size,))
+
+
 def length_penalty(length: Array | int, alpha: float) -> Array:
   """GNMT length penalty `((5 + length) / 6) ** alpha` (Wu et al. 2016); scores divide by it."""
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
-def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
-                  max_length: int, bos_id: int, eos_id: int, pad_id: int) -> Array:
-  """Picks the most likely token at every step; stops once every sequence has produced EOS.
+def filter_logits(logits: Array, *, top_k: int = 0, top_p: float = 1.0) -> Array:
+  """Top-k and nucleus (top-p, Holtzman et al. 2019) filtering; dropped tokens get -inf.
+
+  `top_k > 0` keeps the k largest logits of each row (all of them if k >= V). `top_p < 1` then
+  keeps the smallest set of most likely tokens whose probability, renormalised over what top-k left,
+  reaches p: token i of the descending order stays if the mass strictly before it is < p, so the
+  most likely token always stays. Ties go to the lower token id, so exactly k (or the smallest set)
+  survive. Kept logits are returned unchanged, not renormalised.
 
   Args:
-    tokens_to_logits: the model callback (see the module docstring).
-    cache: the model's decoding cache for `batch_size` sequences.
-    batch_size: B.
-    max_length: the number of tokens to generate at most.
-    bos_id: the first input token.
-    eos_id: the end token.
-    pad_id: fills each row after its EOS.
+    logits: float [..., V].
+    top_k: how many tokens to keep; 0 keeps all.
+    top_p: the probability mass to keep, in (0, 1]; 1 keeps all.
 
   Returns:
-    ids int32 [B, max_length].
+    float32 [..., V]: `logits` with the dropped tokens at -inf.
   """
-  _check_sizes(batch_size, max_length)
+  _check_sampling(top_k, top_p)
+  logits = jnp.asarray(logits, jnp.float32)
+  vocab = logits.shape[-1]
+  if (top_k == 0 or top_k >= vocab) and top_p == 1:
+    return logits
+  # lax.top_k over the whole row is a stable descending sort: equal logits keep the lower id first.
+  ordered, order = jax.lax.top_k(logits, vocab)                             # [..., V]
+  keep = jnp.arange(vocab) < (top_k or vocab)                               # [V], by rank
+  if top_p < 1:
+    probs = jax.nn.softmax(jnp.where(keep, ordered, NEG_INF), axis=-1)     # renormalised, [..., V]
+    # An exclusive cumsum, not cumsum - p, which would add a rounding error at the boundary.
+    before = jnp.cumsum(probs, axis=-1)[..., :-1]
+    before = jnp.concatenate([jnp.zeros_like(probs[..., :1]), before], axis=-1)
+    keep = keep & (before < top_p)
+  keep = jnp.put_along_axis(jnp.zeros(logits.shape, bool), order,  # back to id order, [..., V]
+                            jnp.broadcast_to(keep, order.shape), axis=-1, inplace=False)
+  return jnp.where(keep, logits, NEG_INF)
+
+
+def _search(tokens_to_logits: TokensToLogits, cache: Cache, choose: Callable[[Array, Array], Array],
+            *, batch_size: int, max_length: int, bos_id: int | Array, eos_id: int,
+            pad_id: int) -> Array:
+  """The loop of greedy and sampling search: `choose(logits [B, V], step)` picks the tokens [B]."""
 
   def cond(carry):
     step, _, _, finished, _ = carry
@@ -63,14 +109,74 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
   def body(carry):
     step, prev, out, finished, cache = carry
     logits, cache = tokens_to_logits(prev, step, cache)
-    token = jnp.where(finished, pad_id, jnp.argmax(logits, axis=-1).astype(jnp.int32))  # [B]
+    token = jnp.where(finished, pad_id, choose(logits, step).astype(jnp.int32))  # [B]
     out = out.at[:, step].set(token)
     return step + 1, token, out, finished | (token == eos_id), cache
 
-  init = (jnp.int32(0), jnp.full((batch_size,), bos_id, jnp.int32),
+  init = (jnp.int32(0), _first_tokens(bos_id, batch_size),
           jnp.full((batch_size, max_length), pad_id, jnp.int32), jnp.zeros((batch_size,), bool),
           cache)
   return jax.lax.while_loop(cond, body, init)[2]
+
+
+def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
+                  max_length: int, bos_id: int | Array, eos_id: int, pad_id: int) -> Array:
+  """Picks the most likely token at every step; stops once every sequence has produced EOS.
+
+  Args:
+    tokens_to_logits: the model callback (see the module docstring).
+    cache: the model's decoding cache for `batch_size` sequences.
+    batch_size: B.
+    max_length: the number of tokens to generate at most.
+    bos_id: the first input token: an int, or int ids [B], one per row.
+    eos_id: the end token; one that never occurs generates `max_length` tokens.
+    pad_id: fills each row after its EOS.
+
+  Returns:
+    ids int32 [B, max_length].
+  """
+  _check_sizes(batch_size, max_length)
+  return _search(tokens_to_logits, cache, lambda logits, step: jnp.argmax(logits, axis=-1),
+                 batch_size=batch_size, max_length=max_length, bos_id=bos_id, eos_id=eos_id,
+                 pad_id=pad_id)
+
+
+def sample_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
+                  max_length: int, bos_id: int | Array, eos_id: int, pad_id: int, rng: Array,
+                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Array:
+  """Samples every token from the model's tempered, filtered distribution; stops at EOS like greedy.
+
+  Each step draws from `softmax(filter_logits(logits / temperature))` with the key
+  `fold_in(rng, step)`, so the same `rng` gives the same ids. Temperature comes first, as in common
+  samplers (Hugging Face's, vLLM's): top-p keeps the nucleus of the tempered distribution.
+
+  Args:
+    tokens_to_logits: the model callback (see the module docstring).
+    cache: the model's decoding cache for `batch_size` sequences.
+    batch_size: B.
+    max_length: the number of tokens to generate at most.
+    bos_id: the first input token: an int, or int ids [B], one per row.
+    eos_id: the end token; one that never occurs generates `max_length` tokens.
+    pad_id: fills each row after its EOS.
+    rng: a JAX PRNG key.
+    temperature: divides the logits; below 1 sharpens, above 1 flattens, 0 is greedy search.
+    top_k: keep only the k most likely tokens; 0 keeps all (see `filter_logits`).
+    top_p: keep only the nucleus of this probability mass; 1 keeps all (see `filter_logits`).
+
+  Returns:
+    ids int32 [B, max_length].
+  """
+  _check_sizes(batch_size, max_length)
+  _check_sampling(top_k, top_p, temperature)
+
+  def choose(logits: Array, step: Array) -> Array:
+    if temperature == 0:  # the filters always keep the most likely token: greedy is exact
+      return jnp.argmax(logits, axis=-1)
+    logits = filter_logits(logits.astype(jnp.float32) / temperature, top_k=top_k, top_p=top_p)
+    return jax.random.categorical(jax.random.fold_in(rng, step), logits, axis=-1)
+
+  return _search(tokens_to_logits, cache, choose, batch_size=batch_size, max_length=max_length,
+                 bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
 
 
 class _Beams(NamedTuple):
@@ -86,8 +192,8 @@ class _Beams(NamedTuple):
 
 
 def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
-                beam_size: int, max_length: int, bos_id: int, eos_id: int, pad_id: int,
-                alpha: float = 0.6) -> tuple[Array, Array]:
+                beam_size: int, max_length: int, bos_id: int | Array, eos_id: int,
+                pad_id: int, alpha: float = 0.6) -> tuple[Array, Array]:
   """Beam search with the GNMT length penalty.
 
   Each step extends the live beams by every token and keeps the 2K best candidates: those ending
@@ -105,8 +211,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: i
     beam_size: K.
     max_length: the number of tokens to generate at most.
     alpha: length-penalty exponent; 0 ranks by log-probability alone.
-    bos_id: the first input token.
-    eos_id: the end token.
+    bos_id: the first input token: an int, or int ids [B], one per row.
+    eos_id: the end token; if it never occurs, the live beams fill the K slots.
     pad_id: fills each hypothesis after its EOS.
 
   Returns:
@@ -118,7 +224,8 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: i
   start_logp = jnp.where(jnp.arange(k) == 0, 0.0, NEG_INF)
   init = _Beams(
       step=jnp.int32(0), live_ids=jnp.full((b, k, length), pad_id, jnp.int32),
-      live_logp=jnp.tile(start_logp, (b, 1)), prev=jnp.full((b, k), bos_id, jnp.int32),
+      live_logp=jnp.tile(start_logp, (b, 1)),
+      prev=jnp.repeat(_first_tokens(bos_id, b)[:, None], k, axis=1),
       done_ids=jnp.full((b, k, length), pad_id, jnp.int32), done_scores=jnp.full((b, k), NEG_INF),
       done_flags=jnp.zeros((b, k), bool),
       cache=jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), cache))
@@ -206,3 +313,53 @@ def generate(model: nnx.Module, inputs: Array, *, max_length: int, bos_id: int, 
   graphdef, state = nnx.split(model)
   return _generate(graphdef, state, inputs, max_length=max_length, beam_size=beam_size,
                    alpha=float(alpha), bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+
+
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=("max_length", "temperature", "top_k", "top_p", "eos_id",
+                                    "pad_id"))
+def _continue(graphdef: nnx.GraphDef, state: nnx.State, prompt: Array, rng: Array, *,
+              max_length: int, temperature: float, top_k: int, top_p: float, eos_id: int,
+              pad_id: int) -> Array:
+  """The compiled body of `continue_prompt`; jax.jit caches it per graphdef and static settings."""
+  model = nnx.merge(graphdef, state)
+  cache = model.init_decode_cache(prompt, max_length)
+  # The cache holds positions 0..P-2; the prompt's last token is the first input, at step 0.
+  return sample_search(model.decode_step, cache, batch_size=prompt.shape[0], max_length=max_length,
+                       bos_id=prompt[:, -1], eos_id=eos_id, pad_id=pad_id, rng=rng,
+                       temperature=temperature, top_k=top_k, top_p=top_p)
+
+
+def continue_prompt(model: nnx.Module, prompt: Array, *, max_length: int, rng: Array,
+                    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                    eos_id: int = -1, pad_id: int = 0) -> Array:
+  """Continues each prompt with a language model by sampling (temperature 0: greedy search).
+
+  The model's `init_decode_cache(prompt, max_length)` reads positions 0..P-2 of the prompt and
+  `decode_step(ids, step, cache)` the token at position P-1+step, so the search starts from the
+  prompt's last token at step 0.
+
+  Args:
+    model: an NNX language model with `init_decode_cache` and `decode_step`.
+    prompt: ids int32 [B, P], P >= 1, every row P tokens long.
+    max_length: the number of tokens to generate at most.
+    rng: a JAX PRNG key; the same key gives the same continuation.
+    temperature: divides the logits; 0 is greedy search (see `sample_search`).
+    top_k: keep only the k most likely tokens; 0 keeps all (see `filter_logits`).
+    top_p: keep only the nucleus of this probability mass; 1 keeps all (see `filter_logits`).
+    eos_id: the end token; the default -1 never occurs, so every row gets `max_length` tokens.
+    pad_id: fills each row after its EOS.
+
+  Returns:
+    ids int32 [B, max_length]: the generated tokens after the prompt, `pad_id` after any EOS.
+  """
+  prompt = jnp.asarray(prompt)
+  if prompt.ndim != 2 or prompt.shape[1] < 1:
+    raise ValueError(f"continue_prompt: prompt must be int ids [B, P] with P >= 1, got shape "
+                     f"{prompt.shape}.")
+  _check_sizes(prompt.shape[0], max_length)
+  _check_sampling(top_k, top_p, temperature)
+  graphdef, state = nnx.split(model)
+  return _continue(graphdef, state, prompt, rng, max_length=max_length,
+                   temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
+                   eos_id=eos_id, pad_id=pad_id)
