@@ -10,11 +10,14 @@ import ml_collections
 from ml_collections import config_dict
 
 from models.classifiers import HAN, TransformerClassifier
-from models.interfaces import Classifier, EncoderDecoder
+from models.interfaces import Classifier, EncoderDecoder, LanguageModel
+from models.language import DecoderLM, EncoderMLM
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
 
 MODELS = {
+    'decoder_lm': DecoderLM,
+    'encoder_mlm': EncoderMLM,
     'han': HAN,
     'seq2seq': Seq2Seq,
     'transformer': Transformer,
@@ -74,18 +77,23 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
     model_config: `config.model`: the constructor arguments plus `name`.
     rngs: parameter initialisation keys.
     **data_args: the arguments a task derives from its data rather than from the config, e.g.
-      `input_vocab_size`, `output_vocab_size` and `pad_id` from its tokenizers.
+      `input_vocab_size`, `output_vocab_size` and `pad_id` from its tokenizers. A config field
+      the data also sets is unset if it is None: configs list every argument with a default, so
+      an optional data argument (`EncoderMLM`'s `num_classes`) sits in every config as None.
 
   Returns:
     The model.
 
   Raises:
-    ValueError: the name is unknown, or a field is not an argument of the model or is one the
-      data decides.
+    ValueError: the name is unknown, or a field is not an argument of the model or is set (not
+      None) although the data decides it.
   """
   kwargs = dict(model_config)
   model_cls = model_class(kwargs.pop('name', None))
   accepted = set(inspect.signature(model_cls.__init__).parameters) - {'self', 'rngs'}
+  for key in set(kwargs) & set(data_args):
+    if kwargs[key] is None:
+      del kwargs[key]
   from_data = sorted(set(kwargs) & set(data_args))
   if from_data:
     raise ValueError(f'config.model.{from_data[0]} is set from the data ({from_data[0]}='
@@ -97,5 +105,6 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
   return model_cls(**data_args, **kwargs, rngs=rngs)
 
 
-__all__ = ['HAN', 'MODELS', 'Classifier', 'EncoderDecoder', 'Seq2Seq', 'Transformer',
-           'TransformerClassifier', 'build', 'default_config', 'fitting', 'model_class']
+__all__ = ['HAN', 'MODELS', 'Classifier', 'DecoderLM', 'EncoderDecoder', 'EncoderMLM',
+           'LanguageModel', 'Seq2Seq', 'Transformer', 'TransformerClassifier', 'build',
+           'default_config', 'fitting', 'model_class']

@@ -49,3 +49,22 @@ class Classifier(Protocol):
     `return_attention`, `(logits, weights)`: `weights` may hold `'word'`, weights in the shape of
     `inputs`, and for documents `'sentence'`, `[B, S]`.
     """
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+  """Token ids in, a distribution over the vocabulary at every position out (language modelling).
+
+  `DecoderLM` (next-token logits, causal) and `EncoderMLM` (masked-token logits, bidirectional)
+  implement it; their class attribute `causal` tells which objective fits. The method has its own
+  name, not `__call__`: a runtime Protocol checks method names only, and every module has a
+  `__call__`.
+  """
+
+  def token_logits(self, ids: Array, *, deterministic: bool = True,
+                   rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+    """Logits float32 `[B, T, V]` for ids int32 `[B, T]`, one row per position.
+
+    The model's `pad_id` marks padding. With `return_attention`, `(logits, weights)` where
+    `weights['self']` is `[B, L, N, T, T]`.
+    """

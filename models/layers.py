@@ -34,7 +34,8 @@ def check_rate(field: str, rate: float) -> None:
 
 def check_attention_args(d_model: int, num_heads: int, d_k: int | None, d_v: int | None,
                          score: str, implementation: str | None, *,
-                         implementation_field: str = "implementation") -> None:
+                         implementation_field: str = "implementation",
+                         rotary: bool = False) -> None:
   """Raises ValueError on `MultiHeadAttention` settings no call could run with."""
   check_choice("score", score, sorted(attention.SCORES))
   check_choice(implementation_field, implementation, (None, *attention.KERNELS))
@@ -44,6 +45,11 @@ def check_attention_args(d_model: int, num_heads: int, d_k: int | None, d_v: int
   if num_heads < 1 or ((d_k is None or d_v is None) and d_model % num_heads):
     raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads} (>= 1) "
                      "unless d_k and d_v are given.")
+  head_size = d_model // num_heads if d_k is None else d_k
+  if rotary and head_size % 2:
+    raise ValueError(f"d_k (the per-head query/key size, d_model // num_heads by default) must be "
+                     f"even for rotary position embeddings, which rotate feature pairs; got "
+                     f"{head_size}.")
 
 
 def dense(in_features: int, out_features: int, *, use_bias: bool = True,
@@ -76,13 +82,21 @@ class MultiHeadAttention(nnx.Module):
   which is what the paper's 1/sqrt(H) fixes.
 
   Incremental decoding: `init_cache` allocates K/V buffers `[B, N, L, H]` and `decode_step` writes
-  one position and attends to the positions written so far. For cross-attention, `project_kv`
-  projects the memory once and `attend_kv` reuses it at every step.
+  one position (or a block of them, to prefill a prompt) and attends to the positions written so
+  far. For cross-attention, `project_kv` projects the memory once and `attend_kv` reuses it at
+  every step.
+
+  `rotary=True` rotates each head's queries and keys by their absolute positions
+  (`attention.rotary_embedding`, RoPE) after the projections and before any score or kernel, so
+  dot-product scores see relative positions only; values are not rotated. Queries and keys of `__call__` sit
+  at `0 .. T-1` unless `positions` says otherwise, and `decode_step` stores rotated keys in the
+  cache, so no key is rotated twice.
   """
 
   def __init__(self, d_model: int, num_heads: int, *, d_k: int | None = None,
                d_v: int | None = None, use_bias: bool = True, score: str = "scaled_dot",
-               implementation: str | None = None, dropout_rate: float = 0.0, rngs: nnx.Rngs):
+               implementation: str | None = None, dropout_rate: float = 0.0,
+               rotary: bool = False, rngs: nnx.Rngs):
     """Builds the projections and score parameters.
 
     Args:
@@ -95,9 +109,10 @@ class MultiHeadAttention(nnx.Module):
       implementation: kernel for `'scaled_dot'`, a name in `attention.KERNELS`, or None to pick
         the fastest valid one per call; must be None for the other scores.
       dropout_rate: dropout on the attention weights in training.
+      rotary: rotate queries and keys by their positions (RoPE); needs an even d_k.
       rngs: `params` stream.
     """
-    check_attention_args(d_model, num_heads, d_k, d_v, score, implementation)
+    check_attention_args(d_model, num_heads, d_k, d_v, score, implementation, rotary=rotary)
     check_rate("dropout_rate", dropout_rate)
     self.num_heads = num_heads
     self.d_k = d_model // num_heads if d_k is None else d_k
@@ -106,6 +121,7 @@ class MultiHeadAttention(nnx.Module):
     self.registered_score = attention.get_score(score)
     self.implementation = implementation
     self.dropout_rate = dropout_rate
+    self.rotary = rotary
     n, h = num_heads, self.d_k
     self.w_q = dense(d_model, n * h, use_bias=use_bias, rngs=rngs)
     self.w_k = dense(d_model, n * h, use_bias=use_bias, rngs=rngs)
@@ -119,19 +135,38 @@ class MultiHeadAttention(nnx.Module):
       value = jax.vmap(lambda key, param=param: param.initialize(key, sizes))(heads)  # [N, ...]
       setattr(self, _score_param_attr(param.name), nnx.Param(value))
 
-  def project_kv(self, context: Array) -> KV:
-    """Keys and values of `context [B, S, D]`: `{'k': [B, N, S, d_k], 'v': [B, N, S, d_v]}`."""
-    return {"k": attention.split_heads(self.w_k(context), self.num_heads),
+  def _rotate(self, x: Array, positions: Array | None) -> Array:
+    """RoPE on per-head queries or keys `[B, N, L, H]` at `positions` `[L]` or `[B, L]`.
+
+    Positions default to `0 .. L-1`; without `rotary` this is the identity.
+    """
+    if not self.rotary:
+      return x
+    positions = jnp.arange(x.shape[-2]) if positions is None else jnp.asarray(positions)
+    if positions.ndim == 2:
+      positions = positions[:, None, :]                                 # [B, 1, L]: every head
+    return attention.rotary_embedding(x, positions)
+
+  def project_kv(self, context: Array, positions: Array | None = None) -> KV:
+    """Keys and values of `context [B, S, D]`: `{'k': [B, N, S, d_k], 'v': [B, N, S, d_v]}`.
+
+    With `rotary`, keys are rotated at `positions` (`[S]` or `[B, S]`, default `0 .. S-1`).
+    """
+    k = attention.split_heads(self.w_k(context), self.num_heads)        # [B, N, S, d_k]
+    return {"k": self._rotate(k, positions),
             "v": attention.split_heads(self.w_v(context), self.num_heads)}
 
-  def __call__(self, x: Array, context: Array | None = None, *, mask: Array | None = None,
-               is_causal: bool = False, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_weights: bool = False) -> tuple[Array, Array | None]:
+  def __call__(self, x: Array, context: Array | None = None, *, positions: Array | None = None,
+               mask: Array | None = None, is_causal: bool = False, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_weights: bool = False
+               ) -> tuple[Array, Array | None]:
     """Attends from `x` to `context` (self-attention when `context` is None).
 
     Args:
       x: queries' source `[B, T, D]`.
       context: keys' and values' source `[B, S, D]`; default `x`.
+      positions: with `rotary`, the positions of x's rows, `[T]` or `[B, T]`, default `0 .. T-1`;
+        in self-attention the keys' too (cross-attention keys sit at `0 .. S-1`).
       mask: boolean, broadcastable to `[B, N, T, S]`; True = may attend.
       is_causal: also apply the causal mask (query i sees keys 0..i).
       deterministic: disables attention dropout.
@@ -141,15 +176,20 @@ class MultiHeadAttention(nnx.Module):
     Returns:
       `(output [B, T, D], weights [B, N, T, S] or None)`; weights are taken before dropout.
     """
-    kv = self.project_kv(x if context is None else context)
-    return self.attend_kv(x, kv, mask=mask, is_causal=is_causal, deterministic=deterministic,
-                          rngs=rngs, return_weights=return_weights)
+    kv = self.project_kv(x, positions) if context is None else self.project_kv(context)
+    return self.attend_kv(x, kv, positions=positions, mask=mask, is_causal=is_causal,
+                          deterministic=deterministic, rngs=rngs, return_weights=return_weights)
 
-  def attend_kv(self, x: Array, kv: KV, *, mask: Array | None = None, is_causal: bool = False,
-                deterministic: bool = True, rngs: nnx.Rngs | None = None,
-                return_weights: bool = False) -> tuple[Array, Array | None]:
-    """Like `__call__`, with keys and values already projected by `project_kv` (or a cache)."""
+  def attend_kv(self, x: Array, kv: KV, *, positions: Array | None = None,
+                mask: Array | None = None, is_causal: bool = False, deterministic: bool = True,
+                rngs: nnx.Rngs | None = None, return_weights: bool = False
+                ) -> tuple[Array, Array | None]:
+    """Like `__call__`, with keys and values already projected by `project_kv` (or a cache).
+
+    With `rotary`, queries are rotated at `positions` (`[T]` or `[B, T]`, default `0 .. T-1`).
+    """
     q = attention.split_heads(self.w_q(x), self.num_heads)              # [B, N, T, d_k]
+    q = self._rotate(q, positions)
     k, v = kv["k"], kv["v"]                                             # [B, N, S, d_k|d_v]
     dropout_rng = None
     if not deterministic and self.dropout_rate > 0.0:
@@ -193,21 +233,23 @@ class MultiHeadAttention(nnx.Module):
     return {"k": jnp.zeros((*shape, self.d_k), dtype), "v": jnp.zeros((*shape, self.d_v), dtype)}
 
   def decode_step(self, x: Array, cache: KV, step: Array) -> tuple[Array, KV]:
-    """Causal self-attention for one new position, without recomputing the earlier ones.
+    """Causal self-attention for new positions, without recomputing the earlier ones.
 
     Args:
-      x: the input at position `step`, `[B, 1, D]`.
+      x: the inputs at positions `step .. step+T-1`, `[B, T, D]`: T = 1 when decoding token by
+        token, a whole prompt when prefilling the cache in one parallel pass.
       cache: K/V buffers from `init_cache` holding positions `0 .. step-1`.
-      step: int32 scalar, the 0-based position of `x`; may be traced.
+      step: int32 scalar, the 0-based position of x's first row; may be traced.
 
     Returns:
-      `(output [B, 1, D], cache with position step written)`; no dropout.
+      `(output [B, T, D], cache with positions step .. step+T-1 written)`; no dropout.
     """
-    new = self.project_kv(x)                                            # [B, N, 1, H] each
+    positions = step + jnp.arange(x.shape[1])                           # [T]
+    new = self.project_kv(x, positions)                                 # [B, N, T, H] each
     cache = {name: jax.lax.dynamic_update_slice_in_dim(cache[name], new[name], step, axis=2)
              for name in ("k", "v")}
-    mask = attention.causal_mask(1, cache["k"].shape[2], offset=step)  # [1, L]
-    out, _ = self.attend_kv(x, cache, mask=mask)
+    mask = attention.causal_mask(x.shape[1], cache["k"].shape[2], offset=step)  # [T, L]
+    out, _ = self.attend_kv(x, cache, positions=positions, mask=mask)
     return out, cache
 
 

@@ -21,14 +21,18 @@ _EPS = 1e-6
 
 
 def check_stack_args(*, d_model: int, num_heads: int, d_k: int | None, d_v: int | None, score: str,
-                     attention_impl: str | None, norm: str, activation: str,
-                     positions: str) -> None:
-  """Raises ValueError, naming the field, on settings no stack of `EncoderLayer`s can take."""
+                     attention_impl: str | None, norm: str, activation: str, positions: str,
+                     valid_positions: tuple[str, ...] = POSITIONS) -> None:
+  """Raises ValueError, naming the field, on settings no stack of `EncoderLayer`s can take.
+
+  `valid_positions` are the `positions` the model supports; `'rope'` (rotary attention, for models
+  that take it) needs an even d_k.
+  """
+  check_choice("positions", positions, valid_positions)
   check_attention_args(d_model, num_heads, d_k, d_v, score, attention_impl,
-                       implementation_field="attention_impl")
+                       implementation_field="attention_impl", rotary=positions == "rope")
   check_choice("norm", norm, NORMS)
   check_choice("activation", activation, ACTIVATIONS)
-  check_choice("positions", positions, POSITIONS)
   if positions == "sinusoidal" and d_model % 2:
     raise ValueError(f"d_model must be even for positions='sinusoidal'; got {d_model}.")
 
@@ -59,7 +63,11 @@ class _Block(nnx.Module):
 
 
 class EncoderLayer(_Block):
-  """Self-attention then feed-forward, each wrapped by `residual`."""
+  """Self-attention then feed-forward, each wrapped by `residual`.
+
+  Bidirectional in the encoders; with `is_causal` (and `decode_step`) it is the layer of a
+  decoder-only language model.
+  """
 
   def __init__(self, d_model: int, d_ff: int, *, norm: str, activation: str,
                dropout_rate: float, attention_kwargs: dict[str, Any], rngs: nnx.Rngs):
@@ -67,15 +75,22 @@ class EncoderLayer(_Block):
     self.self_attn = MultiHeadAttention(d_model, **attention_kwargs, rngs=rngs)
     self.ffn = FeedForward(d_model, d_ff, activation=activation, rngs=rngs)
 
-  def __call__(self, x: Array, mask: Array, *, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_weights: bool = False
-               ) -> tuple[Array, Array | None]:
-    """`x [B, S, D]`, key mask `[B, 1, 1, S]` -> `(x, weights [B, N, S, S] or None)`."""
+  def __call__(self, x: Array, mask: Array | None, *, is_causal: bool = False,
+               deterministic: bool = True, rngs: nnx.Rngs | None = None,
+               return_weights: bool = False) -> tuple[Array, Array | None]:
+    """`x [B, S, D]`, key mask `[B, 1, 1, S]` or None -> `(x, weights [B, N, S, S] or None)`."""
     run = dict(deterministic=deterministic, rngs=rngs)
-    x, weights = self.residual(
-        0, x, lambda h: self.self_attn(h, mask=mask, return_weights=return_weights, **run), **run)
+    x, weights = self.residual(0, x, lambda h: self.self_attn(
+        h, mask=mask, is_causal=is_causal, return_weights=return_weights, **run), **run)
     x, _ = self.residual(1, x, lambda h: (self.ffn(h), None), **run)
     return x, weights
+
+  def decode_step(self, x: Array, cache: dict[str, Array], step: Array
+                  ) -> tuple[Array, dict[str, Array]]:
+    """Causal layer for positions `step ..` of `x [B, T, D]`; `cache`: this layer's K/V buffers."""
+    x, cache = self.residual(0, x, lambda h: self.self_attn.decode_step(h, cache, step))
+    x, _ = self.residual(1, x, lambda h: (self.ffn(h), None))
+    return x, cache
 
 
 class DecoderLayer(_Block):

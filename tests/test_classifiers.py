@@ -253,7 +253,7 @@ def test_bad_inputs_and_dropout_without_rngs_are_clear_errors(cls):
 
 
 def test_registry_and_protocols():
-  assert models.fitting(Classifier) == ["han", "transformer_classifier"]
+  assert models.fitting(Classifier) == ["encoder_mlm", "han", "transformer_classifier"]
   assert models.fitting(EncoderDecoder) == ["seq2seq", "transformer"]
   assert not issubclass(HAN, EncoderDecoder) and not issubclass(models.Transformer, Classifier)
   assert HAN.__call__ is HAN.classify

@@ -1,0 +1,366 @@
+"""Language models: a GPT-style decoder-only Transformer and a BERT-style masked-LM encoder.
+
+Shapes: token ids `[B, T]`, the model's `pad_id` marks padding; logits float32 `[B, T, V]`;
+self-attention weights `[B, L, N, T, T]` (L layers, N heads). Both stacks are the Transformer's
+`EncoderLayer`s: `DecoderLM` runs them causally, `EncoderMLM` bidirectionally with a key mask.
+`positions='rope'` adds nothing to the embeddings and rotates queries and keys in every
+self-attention instead (`attention.rotary_embedding`), so scores see relative positions only.
+Both implement `models.interfaces.LanguageModel`; `EncoderMLM` also `Classifier`.
+"""
+
+import math
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models.embeddings import POSITIONS, LearnedPositions, TokenEmbedding, make_positions
+from models.layers import check_rate, dense
+from models.transformer import EncoderLayer, check_stack_args
+
+Array = jax.Array
+LM_POSITIONS = (*POSITIONS, "rope")
+_EPS = 1e-6  # the Transformer's LayerNorm epsilon
+
+
+def _is_int(value: Any) -> bool:
+  """Whether `value` is an integer (Python or NumPy, as tokenizers give them), not a bool."""
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_sizes(**fields: Any) -> None:
+  """Raises ValueError naming the first field that is not a positive integer."""
+  for field, value in fields.items():
+    if not _is_int(value) or value < 1:
+      raise ValueError(f"{field} must be a positive integer; got {value!r}.")
+
+
+class _Stack(nnx.Module):
+  """Token embedding, positions and a stack of `EncoderLayer`s, the part both models share.
+
+  Its parameter names (`embed`, `positions`, `layers`, `final_norm`) are the same in both models
+  and under every head, so checkpoints move between them by name.
+  """
+
+  def __init__(self, *, vocab_size: int, pad_id: int, num_layers: int, d_model: int,
+               num_heads: int, d_ff: int, d_k: int | None, d_v: int | None, dropout_rate: float,
+               attention_dropout_rate: float, norm: str, activation: str, score: str,
+               attention_impl: str | None, positions: str, max_length: int, rngs: nnx.Rngs):
+    _check_sizes(vocab_size=vocab_size, num_layers=num_layers, d_model=d_model, d_ff=d_ff,
+                 max_length=max_length)
+    if not _is_int(pad_id) or not 0 <= pad_id < vocab_size:
+      raise ValueError(f"pad_id must be an id in [0, vocab_size={vocab_size}); got {pad_id!r}.")
+    check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
+                     attention_impl=attention_impl, norm=norm, activation=activation,
+                     positions=positions, valid_positions=LM_POSITIONS)
+    check_rate("dropout_rate", dropout_rate)
+    check_rate("attention_dropout_rate", attention_dropout_rate)
+
+    self.pad_id = pad_id
+    self.dropout_rates = (dropout_rate, attention_dropout_rate)
+    self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
+    # RoPE rotates queries and keys inside every self-attention; nothing joins the embeddings.
+    self.positions = (None if positions == "rope"
+                      else make_positions(positions, d_model, max_length, rngs=rngs))
+    self.dropout = nnx.Dropout(dropout_rate)
+    attention_kwargs = dict(num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
+                            implementation=attention_impl, dropout_rate=attention_dropout_rate,
+                            rotary=positions == "rope")
+    self.layers = nnx.List([
+        EncoderLayer(d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
+                     attention_kwargs=attention_kwargs, rngs=rngs) for _ in range(num_layers)])
+    self.final_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if norm == "pre" else None
+
+  def _check_length(self, length: int, what: str) -> None:
+    """Raises ValueError if `length` positions exceed the learned table (`what` names them)."""
+    if isinstance(self.positions, LearnedPositions) and length > self.positions.max_length:
+      raise ValueError(f"{what} need {length} positions > max_length="
+                       f"{self.positions.max_length} of the learned positions.")
+
+  def _check_ids(self, ids: Any, deterministic: bool, rngs: nnx.Rngs | None, *,
+                 documents: bool = False) -> Array:
+    """`ids` as a JAX array; raises ValueError on ids or a dropout setting no call can run.
+
+    Ids are `[B, T]`, or with `documents` also `[B, S, W]`, read as one sequence of S*W tokens.
+    """
+    ids = jnp.asarray(ids)
+    ndims, shapes = ((2, 3), "[B, T] or [B, S, W]") if documents else ((2,), "[B, T]")
+    if ids.ndim not in ndims or not jnp.issubdtype(ids.dtype, jnp.integer):
+      raise ValueError(f"inputs must be integer ids {shapes}; got {ids.dtype}"
+                       f"{tuple(ids.shape)}.")
+    self._check_length(math.prod(ids.shape[1:]), f"inputs of shape {tuple(ids.shape)}")
+    if not deterministic and rngs is None and max(self.dropout_rates) > 0.0:
+      raise ValueError("deterministic=False needs rngs, an nnx.Rngs with a 'dropout' stream.")
+    return ids
+
+  def _embed(self, ids: Array, start: Array | int, deterministic: bool = True,
+             rngs: nnx.Rngs | None = None) -> Array:
+    """Scaled token embeddings plus positions `start ..`, then dropout: `[B, T] -> [B, T, D]`."""
+    x = self.embed(ids)                                                 # [B, T, D]
+    if self.positions is not None:
+      x = x + self.positions(start + jnp.arange(ids.shape[1])).astype(x.dtype)  # float32 table
+    return self.dropout(x, deterministic=deterministic, rngs=rngs)
+
+  def _stack(self, ids: Array, mask: Array | None, *, is_causal: bool, deterministic: bool,
+             rngs: nnx.Rngs | None, return_attention: bool) -> tuple[Array, Array | None]:
+    """Final states `[B, T, D]` (after the final LayerNorm for pre-norm), weights or None."""
+    run = dict(deterministic=deterministic, rngs=rngs)
+    x = self._embed(ids, 0, **run)
+    weights = []
+    for layer in self.layers:
+      x, w = layer(x, mask, is_causal=is_causal, return_weights=return_attention, **run)
+      weights.append(w)                                                 # [B, N, T, T] or None
+    if self.final_norm is not None:
+      x = self.final_norm(x)
+    return x, (jnp.stack(weights, axis=1) if return_attention else None)
+
+
+class DecoderLM(_Stack):
+  """GPT-style decoder-only Transformer language model (Radford et al. 2018, 2019).
+
+  Each layer is the Transformer's encoder layer with causal self-attention through
+  `attention.scaled_dot_product_attention`, whose chunked kernel serves long contexts. Attention
+  is causal only, with no padding mask: with right padding a real position never sees a padded
+  one, and `decode_step`, which cannot know future padding, computes exactly `token_logits`.
+
+  Decoding cache (every leaf leads with B, so beam search can repeat and gather it along axis 0):
+  `{'offset': int32 [B], 'layers': [{'k': [B, N, P-1+max_length, d_k], 'v': [..., d_v]}] * L}`,
+  where `offset` (all entries equal) is the absolute position P-1 of the token fed at step 0.
+  """
+
+  causal = True
+
+  def __init__(self, *, vocab_size: int, pad_id: int, num_layers: int = 6, d_model: int = 512,
+               num_heads: int = 8, d_ff: int = 2048, d_k: int | None = None,
+               d_v: int | None = None, dropout_rate: float = 0.1,
+               attention_dropout_rate: float = 0.0, norm: str = "pre", activation: str = "gelu",
+               score: str = "scaled_dot", attention_impl: str | None = None,
+               positions: str = "rope", max_length: int = 1024, tie_output: bool = True,
+               rngs: nnx.Rngs):
+    """Builds the model; bad settings raise ValueError before any parameter is created.
+
+    Args:
+      vocab_size: vocabulary size V.
+      pad_id: the tokenizer's padding id (right padding; causal attention never reads it).
+      num_layers: layers L.
+      d_model: model width D.
+      num_heads: attention heads N.
+      d_ff: inner width of the feed-forward sublayers.
+      d_k: per-head query/key size; default `d_model // num_heads`; even for `'rope'`.
+      d_v: per-head value size; default `d_model // num_heads`.
+      dropout_rate: dropout on sublayer outputs and on the embeddings.
+      attention_dropout_rate: dropout on the attention weights.
+      norm: `'pre'` (GPT-2, with a final LayerNorm) or `'post'`.
+      activation: feed-forward activation, `'gelu'` (GPT) or `'relu'`.
+      score: attention score kind, a name in `attention.SCORES`.
+      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
+      positions: `'rope'` (rotary, in every self-attention), `'learned'` or `'sinusoidal'`.
+      max_length: positions the learned table covers; unused by `'rope'` and `'sinusoidal'`.
+      tie_output: the output projection is the transposed token embedding.
+      rngs: `params` stream for initialisation.
+    """
+    super().__init__(vocab_size=vocab_size, pad_id=pad_id, num_layers=num_layers,
+                     d_model=d_model, num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
+                     dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+                     norm=norm, activation=activation, score=score,
+                     attention_impl=attention_impl, positions=positions, max_length=max_length,
+                     rngs=rngs)
+    self.output_proj = None if tie_output else dense(d_model, vocab_size, rngs=rngs)
+
+  def _logits(self, x: Array) -> Array:
+    """Final states `[..., D]` -> float32 logits `[..., V]`."""
+    logits = self.embed.attend(x) if self.output_proj is None else self.output_proj(x)
+    return logits.astype(jnp.float32)
+
+  def token_logits(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+                   return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+    """Next-token logits: position t's row predicts token t+1 from tokens `0 .. t`.
+
+    Args:
+      ids: int token ids `[B, T]`.
+      deterministic: False turns dropout on.
+      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
+      return_attention: also return the self-attention weights.
+
+    Returns:
+      float32 logits `[B, T, V]`; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})`.
+    """
+    ids = self._check_ids(ids, deterministic, rngs)
+    states, weights = self._stack(ids, None, is_causal=True, deterministic=deterministic,
+                                  rngs=rngs, return_attention=return_attention)
+    logits = self._logits(states)                                       # [B, T, V]
+    return (logits, {"self": weights}) if return_attention else logits
+
+  def init_decode_cache(self, prompt: Array, max_length: int) -> dict[str, Any]:
+    """Prefills the cache with the prompt but its last token, in one parallel pass.
+
+    Args:
+      prompt: int ids `[B, P]`, P >= 1; its last token is the first `decode_step`'s input.
+      max_length: the number of `decode_step` calls the cache has room for.
+
+    Returns:
+      The cache of the class docstring, positions `0 .. P-2` written, offset P-1.
+    """
+    prompt = jnp.asarray(prompt)
+    if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
+      raise ValueError(f"prompt must be integer ids [B, P] with P >= 1; got {prompt.dtype}"
+                       f"{tuple(prompt.shape)}.")
+    _check_sizes(max_length=max_length)
+    batch, length = prompt.shape[0], prompt.shape[1] - 1 + max_length
+    self._check_length(length, f"a prompt of {prompt.shape[1]} tokens and max_length={max_length}")
+    x = self._embed(prompt[:, :-1], 0)                                  # [B, P-1, D]
+    layers = []
+    for layer in self.layers:
+      cache = layer.self_attn.init_cache(batch, length, x.dtype)
+      if x.shape[1]:                                                    # P = 1: nothing to prefill
+        x, cache = layer.decode_step(x, cache, 0)
+      layers.append(cache)
+    return {"offset": jnp.full((batch,), prompt.shape[1] - 1, jnp.int32), "layers": layers}
+
+  def decode_step(self, ids: Array, step: Array, cache: dict[str, Any]
+                  ) -> tuple[Array, dict[str, Any]]:
+    """Logits for the token after `ids [B]`, the token at absolute position offset + step.
+
+    The `tokens_to_logits` callback of `models.decoding`; at step 0 `ids` is the prompt's last
+    token. Reads parameters only, so it can be closed over inside `jax.jit` + `lax.while_loop`.
+    `step` (int32 scalar, may be traced) must stay below the cache's max_length: past the end the
+    buffer write would clamp to the last slot.
+
+    Returns:
+      `(logits [B, V] float32, the cache with that position written)`.
+    """
+    position = cache["offset"][0] + step                                # all rows share it
+    y = self._embed(ids[:, None], position)                             # [B, 1, D]
+    layers = []
+    for layer, layer_cache in zip(self.layers, cache["layers"]):
+      y, layer_cache = layer.decode_step(y, layer_cache, position)
+      layers.append(layer_cache)
+    if self.final_norm is not None:
+      y = self.final_norm(y)
+    return self._logits(y)[:, 0], {"offset": cache["offset"], "layers": layers}
+
+
+class EncoderMLM(_Stack):
+  """BERT-style bidirectional encoder (Devlin et al. 2019): masked-LM head, optional classifier.
+
+  Self-attention sees every real token; padding (`pad_id`) is masked out as a key. The MLM head is
+  BERT's: dense D->D, gelu, LayerNorm, then the transposed token embedding plus an output bias
+  `[V]`. With `num_classes`, a classification head reads the mean of the final states of the real
+  tokens (the pretraining windows hold no [CLS] token, so there is none to read) through a dense
+  D->D tanh layer, dropout and a dense D->C layer. Both heads sit beside the encoder, whose
+  parameter names do not depend on `num_classes`, so a pretrained checkpoint loads by name into a
+  fine-tuning model.
+  """
+
+  causal = False
+
+  def __init__(self, *, vocab_size: int, pad_id: int, num_classes: int | None = None,
+               num_layers: int = 6, d_model: int = 512, num_heads: int = 8, d_ff: int = 2048,
+               d_k: int | None = None, d_v: int | None = None, dropout_rate: float = 0.1,
+               attention_dropout_rate: float = 0.0, norm: str = "pre", activation: str = "gelu",
+               score: str = "scaled_dot", attention_impl: str | None = None,
+               positions: str = "learned", max_length: int = 512, rngs: nnx.Rngs):
+    """Builds the model; bad settings raise ValueError before any parameter is created.
+
+    Args:
+      vocab_size: vocabulary size V.
+      pad_id: the tokenizer's padding id; padded positions are masked out as keys.
+      num_classes: classes C (>= 2) of the classification head; None builds none.
+      num_layers: layers L.
+      d_model: model width D.
+      num_heads: attention heads N.
+      d_ff: inner width of the feed-forward sublayers.
+      d_k: per-head query/key size; default `d_model // num_heads`; even for `'rope'`.
+      d_v: per-head value size; default `d_model // num_heads`.
+      dropout_rate: dropout on sublayer outputs, the embeddings and the pooled vector.
+      attention_dropout_rate: dropout on the attention weights.
+      norm: `'pre'` (with a final LayerNorm) or `'post'` (BERT).
+      activation: feed-forward activation, `'gelu'` (BERT) or `'relu'`.
+      score: attention score kind, a name in `attention.SCORES`.
+      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
+      positions: `'learned'` (BERT), `'sinusoidal'` or `'rope'`.
+      max_length: positions the learned table covers (S*W tokens for documents).
+      rngs: `params` stream for initialisation.
+    """
+    if num_classes is not None and (not _is_int(num_classes) or num_classes < 2):
+      raise ValueError(f"num_classes must be None or an integer >= 2; got {num_classes!r}.")
+    super().__init__(vocab_size=vocab_size, pad_id=pad_id, num_layers=num_layers,
+                     d_model=d_model, num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
+                     dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+                     norm=norm, activation=activation, score=score,
+                     attention_impl=attention_impl, positions=positions, max_length=max_length,
+                     rngs=rngs)
+    self.mlm_dense = dense(d_model, d_model, rngs=rngs)
+    self.mlm_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs)
+    self.mlm_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
+    has_head = num_classes is not None
+    self.pooler = dense(d_model, d_model, rngs=rngs) if has_head else None
+    self.classifier = dense(d_model, num_classes, rngs=rngs) if has_head else None
+
+  def encode(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+             return_attention: bool = False) -> tuple[Array, Array, Array | None]:
+    """Encodes ids `[B, T]` to `(states [B, T, D], mask [B, T] True = real, weights or None)`.
+
+    States are after the final LayerNorm for pre-norm; weights are `[B, L, N, T, T]`.
+    """
+    mask = ids != self.pad_id                                           # [B, T]
+    states, weights = self._stack(ids, mask[:, None, None, :], is_causal=False,
+                                  deterministic=deterministic, rngs=rngs,
+                                  return_attention=return_attention)
+    return states, mask, weights
+
+  def token_logits(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+                   return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+    """Masked-LM logits for every position (the loss picks the masked ones).
+
+    Args:
+      ids: int token ids `[B, T]`, masked positions holding the tokenizer's mask id.
+      deterministic: False turns dropout on.
+      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
+      return_attention: also return the self-attention weights.
+
+    Returns:
+      float32 logits `[B, T, V]`; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})`.
+    """
+    ids = self._check_ids(ids, deterministic, rngs)
+    states, _, weights = self.encode(ids, deterministic=deterministic, rngs=rngs,
+                                     return_attention=return_attention)
+    h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(states)))              # [B, T, D]
+    logits = (self.embed.attend(h) + self.mlm_bias[...].astype(h.dtype)).astype(jnp.float32)
+    return (logits, {"self": weights}) if return_attention else logits
+
+  def classify(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+               return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+    """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (read as one sequence of S*W).
+
+    Args:
+      inputs: int ids, sentences `[B, T]` or documents `[B, S, W]`; `pad_id` = padding.
+      deterministic: False turns dropout on.
+      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
+      return_attention: also return the attention weights.
+
+    Returns:
+      logits; with `return_attention`, `(logits, weights)`: `'self'` `[B, L, N, T, T]` and
+      `'word'` in the shape of `inputs`, the last layer's attention each token receives, averaged
+      over heads and real query positions (padding gets 0; real tokens' weights sum to 1).
+    """
+    if self.classifier is None:
+      raise ValueError("classify: this EncoderMLM was built without a classification head; "
+                       "build it with num_classes.")
+    inputs = self._check_ids(inputs, deterministic, rngs, documents=True)
+    ids = inputs.reshape(inputs.shape[0], -1)                           # [B, T]
+    run = dict(deterministic=deterministic, rngs=rngs)
+    states, mask, self_w = self.encode(ids, return_attention=return_attention, **run)
+    m = mask[..., None].astype(states.dtype)                            # [B, T, 1]
+    pooled = jnp.sum(states * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)  # [B, D]
+    pooled = jnp.tanh(self.pooler(pooled))                              # [B, D]
+    logits = self.classifier(self.dropout(pooled, **run)).astype(jnp.float32)  # [B, C]
+    if not return_attention:
+      return logits
+    received = jnp.mean(self_w[:, -1], axis=1)                          # [B, T query, T key]
+    queries = mask.astype(received.dtype)                               # [B, T]
+    word = (jnp.einsum("btk,bt->bk", received, queries)
+            / jnp.maximum(jnp.sum(queries, axis=1, keepdims=True), 1.0))  # [B, T]
+    return logits, {"self": self_w, "word": word.reshape(inputs.shape)}
