@@ -7,12 +7,14 @@ subclass, one entry below, and a config (see the README, "Adding a task").
 from typing import Any
 
 import models
-from tasks.base import BatchIterator, EvalOptions, Task
+from tasks.base import VOCAB_DIR, BatchIterator, EvalOptions, Task
 from tasks.classification import Classification
+from tasks.language import LanguageModeling
 from tasks.translation import Translation
 
 TASKS: dict[str, type[Task]] = {
     'classification': Classification,
+    'language_modeling': LanguageModeling,
     'translation': Translation,
 }
 
@@ -40,5 +42,5 @@ def build(config, workdir: str) -> Task:
   return task_class(config.task)(config, workdir)
 
 
-__all__ = ['BatchIterator', 'Classification', 'EvalOptions', 'TASKS', 'Task', 'Translation', 'build',
-           'check_fits', 'task_class']
+__all__ = ['VOCAB_DIR', 'BatchIterator', 'Classification', 'EvalOptions', 'LanguageModeling',
+           'TASKS', 'Task', 'Translation', 'build', 'check_fits', 'task_class']

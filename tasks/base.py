@@ -22,6 +22,9 @@ import models
 
 Array = jax.Array
 Batch = dict[str, Any]
+# The workdir's sub-folder where a task saves what it derives from the data (vocabularies); a
+# fine-tuning run (`config.init_from`) starts with a copy of its pretraining run's.
+VOCAB_DIR = 'vocab'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +38,10 @@ class EvalOptions:
     num_pictures: attention pictures to draw, for the first predicted examples.
     layer: the layer whose attention is drawn (negative counts from the end).
     head: the head drawn; -1 = the mean over heads.
+    temperatures: sampling temperatures, for tasks that sample text (0 = greedy).
+    top_k: sampling keeps only the k most likely tokens (0 = all).
+    top_p: sampling keeps the smallest set of most likely tokens with this mass (1 = all).
+    seed: the sampling seed (the same seed samples the same text).
   """
   max_examples: int = 0
   beam_size: int = 1
@@ -42,6 +49,10 @@ class EvalOptions:
   num_pictures: int = 0
   layer: int = -1
   head: int = -1
+  temperatures: tuple[float, ...] = (0.0,)
+  top_k: int = 0
+  top_p: float = 1.0
+  seed: int = 0
 
 
 class BatchIterator(Protocol):

@@ -21,7 +21,7 @@ from flax import nnx
 from data import classification as labeled
 from models.interfaces import Classifier
 from tasks import pictures
-from tasks.base import Batch, Task
+from tasks.base import VOCAB_DIR, Batch, Task
 from tasks.losses import cross_entropy
 
 Array = jax.Array
@@ -86,7 +86,7 @@ class Classification(Task):
     return labeled.default_config()
 
   def __init__(self, config, workdir: str):
-    self.data = labeled.build(config.dataset, os.path.join(workdir, 'vocab'))
+    self.data = labeled.build(config.dataset, os.path.join(workdir, VOCAB_DIR))
     self.tokenizer = self.data.tokenizer
     self.label_names = list(self.data.label_names)
     self.label_smoothing = config.label_smoothing

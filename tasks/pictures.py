@@ -1,5 +1,5 @@
-"""Attention pictures: heatmaps (source across, output down), the HAN document figure, and
-confusion matrices."""
+"""Attention pictures: heatmaps (source across, output down), the HAN document figure,
+confusion matrices, and grids of every layer's and head's self-attention."""
 
 import matplotlib
 
@@ -129,3 +129,36 @@ def document_attention_html(tokens: list[list[str]], word_weights: list[list[flo
     lines.append(f'<div class="row"><span class="bars">{bar}</span><span class="key">{key}'
                  f'</span><span>{spans}</span></div>')
   return '\n'.join(lines) + '\n'
+
+
+def save_head_grid(path: str, weights: np.ndarray, tokens: list[str], *, title: str,
+                   marks: list[tuple[int, int]] = ()) -> None:
+  """Every layer's and head's self-attention over one sequence: a grid of `[T, T]` maps.
+
+  Args:
+    path: the PNG to write.
+    weights: `[L, N, T, T]` (query down, key across).
+    tokens: the T tokens, for the axes (left out beyond 48 tokens, where they cannot be read).
+    title: the figure's title.
+    marks: `(query, key)` cells to outline, e.g. where a query should look.
+  """
+  num_layers, num_heads, length = weights.shape[:3]
+  size = 2.2 + 0.05 * length
+  figure, axes = plt.subplots(num_layers, num_heads, squeeze=False,
+                              figsize=(size * num_heads, size * num_layers + 0.6))
+  for (layer, head), ax in np.ndenumerate(axes):
+    ax.imshow(weights[layer, head], cmap='viridis', vmin=0.0, vmax=1.0, aspect='auto')
+    for query, key in marks:
+      ax.add_patch(plt.Rectangle((key - 0.5, query - 0.5), 1, 1, fill=False, edgecolor='red',
+                                 linewidth=0.8))
+    ax.set_title(f'layer {layer}, head {head}', fontsize=8)
+    if length <= 48:
+      ax.set_xticks(range(length), tokens, rotation=90, fontsize=5)
+      ax.set_yticks(range(length), tokens, fontsize=5)
+    else:
+      ax.set_xticks([])
+      ax.set_yticks([])
+  figure.suptitle(title, fontsize=9)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  plt.close(figure)

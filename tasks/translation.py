@@ -19,7 +19,7 @@ import data
 from models import decoding
 from models.interfaces import EncoderDecoder
 from tasks import pictures
-from tasks.base import Batch, EvalOptions, Task
+from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
 from tasks.losses import cross_entropy
 
 Array = jax.Array
@@ -84,7 +84,7 @@ class Translation(Task):
     return data.default_config()
 
   def __init__(self, config, workdir: str):
-    self.data = data.build_task(config.dataset, os.path.join(workdir, 'vocab'))
+    self.data = data.build_task(config.dataset, os.path.join(workdir, VOCAB_DIR))
     self.source_tokenizer = self.data.source_tokenizer
     self.target_tokenizer = self.data.target_tokenizer
     self.target_vocab = config.dataset.target_vocab

@@ -23,10 +23,14 @@ from training.steps import train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A config file per task, and tiny sizes per model, so one step takes a second.
-TASK_CONFIGS = {'classification': 'han', 'translation': 'default'}
+TASK_CONFIGS = {'classification': 'han', 'language_modeling': 'gpt_mqar',
+                'translation': 'default'}
 # Smaller data than the configs train on, where a task's config asks for more.
-TASK_DATASETS = {'classification': dict(builder_config='default')}
+TASK_DATASETS = {'classification': dict(builder_config='default'),
+                 'language_modeling': dict(builder_config='small', seq_length=31)}
 TINY_MODELS = {
+    'decoder_lm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64),
+    'encoder_mlm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),
     'transformer': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64),
     'seq2seq': dict(embed_dim=8, hidden_dim=16),
     'han': dict(embed_dim=8, hidden_dim=8),
@@ -93,7 +97,8 @@ def test_a_model_that_does_not_fit_the_task_is_one_clear_error(monkeypatch, tmp_
 
 
 def test_unknown_task_lists_the_valid_ones():
-  with pytest.raises(ValueError, match=r"config.task='lm' is not one of \['classification', 'translation'\]"):
+  valid = r"\['classification', 'language_modeling', 'translation'\]"
+  with pytest.raises(ValueError, match=rf"config.task='lm' is not one of {valid}"):
     tasks.task_class('lm')
 
 

@@ -78,8 +78,7 @@ class Checkpointer:
     wanted = _abstract(_flat(like))
     for candidate in [step] if step is not None else steps[::-1]:
       try:
-        saved = self._manager.item_metadata(candidate)['state']
-        _check_matches(saved, wanted, candidate)
+        _check_matches(self.shapes(candidate), wanted, candidate)
         restored = self._manager.restore(candidate, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(wanted), meta=ocp.args.JsonRestore()))
       except CheckpointMismatchError:
@@ -91,6 +90,23 @@ class Checkpointer:
         continue
       return _unflat(restored['state'], like), dict(restored['meta'])
     raise RuntimeError(f'No readable checkpoint in {self.directory} (tried steps {steps}).')
+
+  def shapes(self, step: int) -> dict[str, tuple[int, ...]]:
+    """The flat names and shapes of the arrays saved at `step` (read from metadata only)."""
+    metadata = self._manager.item_metadata(step)['state']
+    return {key: tuple(meta.shape) for key, meta in metadata.items()}
+
+  def read_arrays(self, step: int) -> dict[str, np.ndarray]:
+    """Every array saved at `step`, as NumPy, by flat name (parameters and optimizer moments).
+
+    For taking some of a checkpoint's parameters (fine-tuning): simpler than a partial restore,
+    and the models that are fine-tuned here are small.
+    """
+    metadata = self._manager.item_metadata(step)['state']
+    target = {key: jax.ShapeDtypeStruct(meta.shape, meta.dtype) for key, meta in metadata.items()}
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target)))
+    return dict(restored['state'])
 
   def wait(self) -> None:
     self._manager.wait_until_finished()
@@ -106,9 +122,8 @@ def _abstract(flat: dict) -> dict:
   return {key: spec(value) for key, value in flat.items()}
 
 
-def _check_matches(saved, wanted: dict, step: int) -> None:
+def _check_matches(saved: dict[str, tuple[int, ...]], wanted: dict, step: int) -> None:
   """Raises one readable ValueError when saved and wanted arrays differ in names or shapes."""
-  saved = {key: tuple(meta.shape) for key, meta in saved.items()}
   missing = sorted(set(wanted) - set(saved))
   extra = sorted(set(saved) - set(wanted))
   params_first = lambda key: (not key.startswith('params'), key)
@@ -120,3 +135,65 @@ def _check_matches(saved, wanted: dict, step: int) -> None:
         f'not in this config: {extra[:3]}'] * bool(extra)
     raise CheckpointMismatchError(f'The checkpoint at step {step} does not match this config.model '
                      f'(was it trained with another config?): {"; ".join(problems)}.')
+
+
+def init_from_workdir(init_from: str) -> tuple[str, int | None]:
+  """`(workdir, step or None = newest)` that `config.init_from` names.
+
+  `config.init_from` is a training workdir, or one step of it, `WORKDIR/checkpoints/STEP`.
+  """
+  path = os.path.normpath(init_from)
+  parent, name = os.path.split(path)
+  if name.isdigit() and os.path.basename(parent) == 'checkpoints':
+    return os.path.dirname(parent), int(name)
+  return path, None
+
+
+def load_matching_params(state: TrainState, init_from: str
+                         ) -> tuple[TrainState, list[str], list[str]]:
+  """`state` with the parameters of `init_from`'s checkpoint that match by name and shape.
+
+  The optimizer state and step stay fresh: fine-tuning starts a new run from those weights.
+
+  Args:
+    state: a freshly initialised train state.
+    init_from: `config.init_from`, see `init_from_workdir`.
+
+  Returns:
+    `(state, loaded names, initialised names)`: the parameter arrays taken from the checkpoint,
+    and those it does not have (kept as initialised).
+
+  Raises:
+    FileNotFoundError: `init_from` holds no checkpoint (or not that step).
+    CheckpointMismatchError: a parameter of both has different shapes (another model size).
+  """
+  workdir, step = init_from_workdir(init_from)
+  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None)
+  try:
+    steps = checkpointer.steps()
+    if not steps or (step is not None and step not in steps):
+      raise FileNotFoundError(
+          f'config.init_from={init_from!r} holds no checkpoint'
+          f'{f" at step {step}" if step is not None else ""} (saved steps: {steps or "none"}); '
+          'name a training workdir or WORKDIR/checkpoints/STEP.')
+    step = steps[-1] if step is None else step
+    saved = checkpointer.shapes(step)
+    flat = _flat(state)
+    wanted = {key: value for key, value in flat.items() if key.startswith('params.')}
+    differ = [f'{key} is {saved[key]} there but {tuple(value.shape)} here'
+              for key, value in wanted.items() if key in saved and saved[key] != value.shape]
+    if differ:
+      raise CheckpointMismatchError(
+          f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
+          f'this config.model (another model size?): {"; ".join(differ[:3])}.')
+    loaded = sorted(key for key in wanted if key in saved)
+    restored = checkpointer.read_arrays(step)
+  finally:
+    checkpointer.close()
+  for key in loaded:
+    flat[key] = jax.device_put(np.asarray(restored[key], flat[key].dtype),
+                               getattr(flat[key], 'sharding', None))
+  initialised = sorted(key for key in wanted if key not in saved)
+  logging.info('init_from %s step %d: loaded %d parameter arrays, initialised %d: %s', workdir,
+               step, len(loaded), len(initialised), initialised or 'none')
+  return _unflat(flat, state), loaded, initialised

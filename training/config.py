@@ -33,9 +33,15 @@ def _training_fields() -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 500    # Orbax checkpoint interval (also saved at the end)
   c.keep_checkpoints = 3            # how many of the newest checkpoints are kept
   c.num_eval_decode = 256           # validation examples predicted (decoded) in training (0 = none)
-  c.max_decode_length = 0           # 0 = dataset.max_target_length + 1 (room for EOS)
+  c.max_decode_length = 0           # tokens generated per example; 0 = the task's default
   c.beam_size = 4                   # eval.py --decode=beam
   c.alpha = 0.6                     # beam-search length penalty (GNMT)
+  c.temperatures = (0.0, 0.7, 1.0)  # language models: sampling temperatures (0 = greedy)
+  c.top_k = 0                       # sampling: only the k most likely tokens (0 = all)
+  c.top_p = 1.0                     # sampling: the smallest set of tokens with this mass (1 = all)
+  # Fine-tuning: a workdir (its newest checkpoint) or WORKDIR/checkpoints/STEP; a new run starts
+  # from its parameters that match by name and shape, and uses its vocabulary.
+  c.init_from = ''
   # Optimizer: AdamW with the Transformer paper's betas and epsilon.
   c.schedule = 'rsqrt'              # rsqrt (paper) | cosine | constant
   c.learning_rate = 2e-3            # peak learning rate, reached after warmup_steps
@@ -82,6 +88,8 @@ def _check_types(config) -> None:
   for field, default in schema.items():
     value = config[field]
     expected = (int, float) if isinstance(default, float) else type(default)
+    if isinstance(default, tuple):  # config.json stores tuples as lists
+      expected = (tuple, list)
     if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, expected):
       raise ValueError(f'config.{field}={value!r} must be of type {type(default).__name__}.')
 
@@ -111,6 +119,12 @@ def validate(config) -> None:
     raise ValueError(f'config.learning_rate={config.learning_rate!r} must be > 0.')
   if not 0 <= config.label_smoothing < 1:
     raise ValueError(f'config.label_smoothing={config.label_smoothing!r} must be in [0, 1).')
+  if not all(isinstance(t, (int, float)) and t >= 0 for t in config.temperatures):
+    raise ValueError(f'config.temperatures={config.temperatures!r} must be numbers >= 0.')
+  if config.top_k < 0:
+    raise ValueError(f'config.top_k={config.top_k!r} must be an integer >= 0 (0 = all tokens).')
+  if not 0 < config.top_p <= 1:
+    raise ValueError(f'config.top_p={config.top_p!r} must be in (0, 1].')
   if config.grad_clip < 0:
     raise ValueError(f'config.grad_clip={config.grad_clip!r} must be >= 0 (0 = off).')
   devices = jax.device_count()

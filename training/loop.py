@@ -2,6 +2,7 @@
 
 import functools
 import os
+import shutil
 import signal
 
 from absl import logging
@@ -11,7 +12,7 @@ import numpy as np
 
 import tasks
 from training import evaluation, sharding
-from training.checkpoints import Checkpointer
+from training.checkpoints import Checkpointer, init_from_workdir, load_matching_params
 from training.config import validate
 from training.metrics import MetricsWriter, Progress
 from training.setup import build_state
@@ -53,6 +54,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
       f.write(config.to_json_best_effort(indent=2))
 
+  if config.init_from:
+    _inherit_vocabulary(config.init_from, workdir)
   task = tasks.build(config, workdir)
   mesh = sharding.make_mesh()
   state = sharding.replicate(build_state(config, task), mesh)
@@ -65,6 +68,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     state, meta = restored
     batches.set_state(meta['data'])
     logging.info('Resumed from step %d in %s.', int(state.step), checkpointer.directory)
+  elif config.init_from:
+    state, _, _ = load_matching_params(state, config.init_from)
 
   step_fn = jax.jit(functools.partial(train_step, loss_fn=task.loss,
                                       dtype=jnp.dtype(config.dtype)), donate_argnums=0)
@@ -116,6 +121,25 @@ def train_and_evaluate(config, workdir: str) -> dict:
     checkpointer.close()
     writer.close()
   return eval_metrics
+
+
+def _inherit_vocabulary(init_from: str, workdir: str) -> None:
+  """Copies the vocabulary of the run `init_from` names into `workdir`, unless it has one.
+
+  A pretrained model's embeddings are only meaningful with the ids it was trained on.
+
+  Raises:
+    FileNotFoundError: `init_from` is not a training workdir (no checkpoints there).
+  """
+  source_workdir, _ = init_from_workdir(init_from)
+  if not os.path.isdir(os.path.join(source_workdir, 'checkpoints')):
+    raise FileNotFoundError(f'config.init_from={init_from!r} is not a training workdir (it has no '
+                            'checkpoints/); train the model to start from first.')
+  source = os.path.join(source_workdir, tasks.VOCAB_DIR)
+  target = os.path.join(workdir, tasks.VOCAB_DIR)
+  if os.path.isdir(source) and not os.path.exists(target) and jax.process_index() == 0:
+    shutil.copytree(source, target)
+    logging.info('Copied the vocabulary of %s into %s.', source_workdir, target)
 
 
 def _train_summary(task, fetched: list[dict]) -> dict:

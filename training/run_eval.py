@@ -63,7 +63,9 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
 
   options = tasks.EvalOptions(
       max_examples=max_examples, beam_size=config.beam_size if decode == 'beam' else 1,
-      alpha=config.alpha, num_pictures=num_heatmaps, layer=heatmap_layer, head=heatmap_head)
+      alpha=config.alpha, num_pictures=num_heatmaps, layer=heatmap_layer, head=heatmap_head,
+      temperatures=tuple(config.temperatures), top_k=config.top_k, top_p=config.top_p,
+      seed=config.seed)
   metrics, samples = evaluation.evaluate(state, task, split, mesh=mesh, options=options,
                                          batch_size=config.dataset.eval_batch_size)
   metrics = {key: float(value) for key, value in metrics.items()}

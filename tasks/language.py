@@ -1,0 +1,241 @@
+"""Language modelling: predict the next token (GPT-style) or the masked tokens (BERT-style).
+
+Reads token rows of `data/language.py` (MQAR, a local text file, the key-sentence documents or a
+TFDS text dataset) and trains a `models.LanguageModel`. The objective follows the model: a causal
+one (`DecoderLM`) predicts every next token, or only the answers where the data marks them
+(MQAR); a bidirectional one (`EncoderMLM`) predicts the tokens hidden by BERT masking.
+
+Metrics: loss, perplexity, accuracy of the predicted tokens (MQAR: answer accuracy; MLM: masked-
+token accuracy), bits per character for character vocabularies and, where the data says which
+position the model should look at (MQAR: the matching key), the attention hit rate of each head
+of the last layer. Evaluation writes continuations sampled at several temperatures (causal models
+on free text), the predicted answers (MQAR) or the filled-in masks (MLM), and a picture of every
+layer's and head's attention over one sequence.
+"""
+
+import functools
+import math
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import models
+from data import language
+from data.tokenizers import SPECIAL_TOKENS
+from models import decoding
+from models.interfaces import LanguageModel
+from tasks import pictures
+from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
+from tasks.losses import cross_entropy
+
+Array = jax.Array
+MASK_RATE = 0.15  # BERT: the share of tokens the model must predict
+
+
+def bert_mask(rng: Array, ids: Array, *, mask_id: int, vocab_size: int,
+              rate: float = MASK_RATE) -> tuple[Array, Array]:
+  """BERT's masking (Devlin et al. 2019): picks `rate` of the regular tokens to predict; of those
+  80% become `mask_id`, 10% a random regular token and 10% stay as they are.
+
+  Special tokens (the ids of `SPECIAL_TOKENS`, padding included) and `mask_id` itself are never
+  picked; random replacements are regular tokens, never specials or the mask.
+
+  Args:
+    rng: a PRNG key.
+    ids: int `[...]` token ids.
+    mask_id: the `<mask>` id.
+    vocab_size: V; regular tokens are the ids `[len(SPECIAL_TOKENS), V)` other than `mask_id`.
+    rate: the share of regular tokens picked.
+
+  Returns:
+    `(corrupted ids [...], picked bool [...])`: the model reads the first and is scored where
+    the second is True, against the original ids.
+  """
+  pick_rng, kind_rng, token_rng = jax.random.split(rng, 3)
+  regular = (ids >= len(SPECIAL_TOKENS)) & (ids != mask_id)
+  picked = regular & jax.random.bernoulli(pick_rng, rate, ids.shape)
+  kind = jax.random.uniform(kind_rng, ids.shape)
+  # Random regular ids, skipping mask_id: draw from one fewer and step over it.
+  random_ids = jax.random.randint(token_rng, ids.shape, len(SPECIAL_TOKENS), vocab_size - 1)
+  random_ids = random_ids + (random_ids >= mask_id)
+  corrupted = jnp.where(kind < 0.8, mask_id, jnp.where(kind < 0.9, random_ids, ids))
+  return jnp.where(picked, corrupted, ids), picked
+
+
+def _token_counts(logits: Array, targets: Array, weights: Array) -> dict[str, Array]:
+  """Scored tokens, correct ones, and rows whose scored tokens are all correct."""
+  scored = weights > 0
+  right = (jnp.argmax(logits, -1) == targets) | ~scored                 # [B, T]
+  has = scored.any(-1)
+  return dict(tokens=scored.sum(), correct=(right & scored).sum(),
+              rows=has.sum(), exact=(right.all(-1) & has).sum())
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
+  """`(logits [B, T, V], last layer's weights [B, N, T, T])` without dropout."""
+  logits, weights = nnx.merge(graphdef, state).token_logits(inputs, return_attention=True)
+  return logits, weights['self'][:, -1]
+
+
+def attention_hits(weights: Array, support: Array) -> Array:
+  """Per head, the queries whose strongest weight lands where the data says it should.
+
+  A hit is the support position (MQAR: the matching key) or the one right after it (its value):
+  in a causal model only the value's state, which has read its key in the layer below, can hold
+  the answer, so an induction head looks there.
+
+  Args:
+    weights: `[B, N, T, S]` attention weights of one layer.
+    support: int `[B, T]`, the position each query should find, -1 = no such query.
+
+  Returns:
+    int32 `[B, N]` hit counts.
+  """
+  strongest = jnp.argmax(weights, axis=-1)                              # [B, N, T]
+  target = support[:, None, :]                                          # [B, 1, T]
+  hit = (target >= 0) & ((strongest == target) | (strongest == target + 1))
+  return hit.sum(-1).astype(jnp.int32)
+
+
+class LanguageModeling(Task):
+  """Token rows through a language model; see the module docstring.
+
+  Batches: `{'inputs', 'targets': int32 [B, T], 'weights': float32 [B, T] (1 = the target counts),
+  'support': int32 [B, T] (-1 = none), 'index': int32 [B]}`.
+  """
+
+  interface = LanguageModel
+  unit = 'tokens'
+  samples_header = 'text | model output (per temperature for sampled continuations)'
+
+  @staticmethod
+  def dataset_config():
+    return language.default_config()
+
+  def __init__(self, config, workdir: str):
+    self.causal = models.model_class(config.model.name).causal
+    self.data = language.build(config.dataset, os.path.join(workdir, VOCAB_DIR),
+                               mask_token=not self.causal)
+    self.tokenizer = self.data.tokenizer
+    self.label_smoothing = config.label_smoothing
+    self.continuation_length = config.max_decode_length or config.dataset.seq_length // 2
+
+  def model_args(self) -> dict[str, Any]:
+    return dict(vocab_size=self.tokenizer.vocab_size, pad_id=self.tokenizer.pad_id)
+
+  def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
+    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                             num_epochs=num_epochs)
+
+  def _objective(self, batch: Batch, rng: Array) -> tuple[Array, Array, Array]:
+    """`(model inputs, targets, weights)`: the batch's as they are, or BERT-masked inputs."""
+    if self.causal:
+      return batch['inputs'], batch['targets'], batch['weights']
+    ids = batch['inputs']
+    corrupted, picked = bert_mask(rng, ids, mask_id=self.data.mask_id,
+                                  vocab_size=self.tokenizer.vocab_size)
+    return corrupted, ids, picked.astype(jnp.float32)
+
+  def loss(self, model, batch, rng):
+    mask_rng, dropout_rng = jax.random.split(rng)
+    inputs, targets, weights = self._objective(batch, mask_rng)
+    logits = model.token_logits(inputs, deterministic=False, rngs=nnx.Rngs(dropout=dropout_rng))
+    losses = cross_entropy(logits, targets, self.label_smoothing, where=weights > 0) * weights
+    return losses.sum() / jnp.maximum(weights.sum(), 1.0), _token_counts(logits, targets, weights)
+
+  def _eval_rng(self, batch: Batch) -> Array:
+    """A masking key fixed per batch, so every evaluation of a split masks the same tokens."""
+    return jax.random.fold_in(jax.random.key(0), batch['index'][0])
+
+  def eval_counts(self, model, batch):
+    inputs, targets, weights = self._objective(batch, self._eval_rng(batch))
+    logits = model.token_logits(inputs, deterministic=True)
+    loss_sum = (cross_entropy(logits, targets, where=weights > 0) * weights).sum()
+    return dict(loss_sum=loss_sum, **_token_counts(logits, targets, weights))
+
+  def summarize(self, counts):
+    tokens = max(counts['tokens'], 1)
+    metrics = {'accuracy': counts['correct'] / tokens,
+               'exact_match': counts['exact'] / max(counts['rows'], 1)}
+    if 'loss_sum' in counts:  # evaluation: the unsmoothed loss, in nats per token
+      loss = counts['loss_sum'] / tokens
+      metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
+      if self.tokenizer.kind == 'char':
+        metrics['bits_per_char'] = loss / math.log(2)
+    return metrics
+
+  def predict(self, model, batch, options: EvalOptions):
+    inputs, targets, weights = self._objective(batch, self._eval_rng(batch))
+    logits, last = _forward(*nnx.split(model), inputs)
+    out = dict(model_inputs=inputs, model_targets=targets, scored=weights > 0,
+               predicted=jnp.argmax(logits, -1), hits=attention_hits(last, batch['support']))
+    if self.causal and not bool(jnp.any(batch['support'] >= 0)) and options.temperatures:
+      # Free text: continue the first half of each row, once per temperature.
+      prompt = inputs[:, :max(1, inputs.shape[1] // 2)]
+      out['continuations'] = jnp.stack([decoding.continue_prompt(
+          model, prompt, max_length=self.continuation_length,
+          rng=jax.random.key(options.seed), temperature=float(t), top_k=options.top_k,
+          top_p=options.top_p, eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id)
+          for t in options.temperatures], axis=1)                        # [B, K, length]
+      out['prompt_length'] = jnp.full(inputs.shape[:1], prompt.shape[1], jnp.int32)
+      out['temperatures'] = jnp.broadcast_to(jnp.asarray(options.temperatures, jnp.float32),
+                                             (inputs.shape[0], len(options.temperatures)))
+    return out
+
+  def sample(self, split, row):
+    decode = lambda ids: _one_line(self.tokenizer.decode(ids))
+    scored = np.asarray(row['scored'])
+    inputs, support = np.asarray(row['model_inputs']), np.asarray(row['support'])
+    record = dict(index=row['index'], inputs=inputs.tolist(), support=support.tolist(),
+                  hits=np.asarray(row['hits']).tolist(), queries=int((support >= 0).sum()))
+    if 'continuations' in row:
+      prompt = inputs[:int(row['prompt_length'])]
+      record['continuations'] = [decode(ids) for ids in np.asarray(row['continuations'])]
+      record['line'] = f'{decode(prompt)} -> ' + ' || '.join(
+          f'[T={t:g}] {text}' for t, text in zip(np.asarray(row['temperatures']),
+                                                  record['continuations']))
+      return record
+    # Teacher-forced predictions at the scored positions: MQAR answers, or masked tokens.
+    tokens = self.tokenizer.tokens
+    predicted = np.asarray(row['predicted'])[scored]
+    expected = np.asarray(row['model_targets'])[scored]
+    pairs = ' '.join(f'{p}{"" if p == e else f"(not {e})"}'
+                     for p, e in zip(tokens(predicted), tokens(expected)))
+    record['line'] = (f'{" ".join(tokens(inputs[inputs != self.tokenizer.pad_id]))} | {pairs} | '
+                      f'{int((predicted == expected).sum())}/{len(expected)} right')
+    return record
+
+  def prediction_metrics(self, samples):
+    """The attention hit rate of each head of the last layer, and the best head's."""
+    queries = sum(s['queries'] for s in samples)
+    if not queries:
+      return {}
+    rates = np.sum([s['hits'] for s in samples], axis=0) / queries      # [N]
+    metrics = {f'attention_hit_rate/head{n}': float(r) for n, r in enumerate(rates)}
+    metrics['attention_hit_rate'] = float(rates.max())
+    return metrics
+
+  def draw(self, model, samples, out_dir, options):
+    """Every layer's and head's attention over the first sample's sequence, one PNG."""
+    if not samples or not options.num_pictures:
+      return []
+    sample = samples[0]
+    inputs = jnp.asarray([sample['inputs']], jnp.int32)                 # [1, T]
+    _, weights = model.token_logits(inputs, return_attention=True)
+    queries = [(t, s) for t, s in enumerate(sample['support']) if s >= 0]
+    path = os.path.join(out_dir, f'attention_heads_{sample["index"]:04d}.png')
+    pictures.save_head_grid(path, np.asarray(weights['self'][0]),
+                            self.tokenizer.tokens(sample['inputs']), marks=queries,
+                            title=f'example {sample["index"]}: attention of every layer and head'
+                                  + (' (squares: the matching key)' if queries else ''))
+    return [path]
+
+
+def _one_line(text: str) -> str:
+  """Text on one line of the samples file (newlines and tabs shown as escapes)."""
+  return text.replace('\n', '\\n').replace('\t', '\\t')

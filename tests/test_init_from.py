@@ -1,0 +1,102 @@
+"""Fine-tuning from a pretrained run: `config.init_from` loads exactly the parameters that match
+by name and shape, initialises the rest, copies the vocabulary, and rejects what cannot fit."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import tasks
+import training
+from test_training import get_config, tiny
+from training.checkpoints import (CheckpointMismatchError, Checkpointer, init_from_workdir,
+                                  load_matching_params)
+from training.setup import build_state
+
+
+@pytest.fixture(scope='module')
+def pretrained(tmp_path_factory):
+  """A 1-layer translation Transformer trained for 4 steps, and its config."""
+  data_dir = tmp_path_factory.mktemp('tfds')
+  workdir = str(tmp_path_factory.mktemp('pretrained'))
+  config = tiny(get_config('default'), data_dir)
+  training.train_and_evaluate(config, workdir)
+  return workdir, config
+
+
+def _flat_params(state):
+  return {jax.tree_util.keystr(path, simple=True, separator='.'): np.asarray(leaf)
+          for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]}
+
+
+def test_init_from_names_a_workdir_or_a_step_in_it():
+  assert init_from_workdir('runs/bert') == ('runs/bert', None)
+  assert init_from_workdir('runs/bert/') == ('runs/bert', None)
+  assert init_from_workdir('runs/bert/checkpoints/200') == ('runs/bert', 200)
+  assert init_from_workdir('runs/200') == ('runs/200', None)
+
+
+def test_loads_exactly_the_matching_names_and_initialises_the_rest(pretrained, tmp_path):
+  workdir, config = pretrained
+  # A deeper decoder: layer 0 of each stack matches the checkpoint, the new layer 1 cannot.
+  deeper = config.copy_and_resolve_references()
+  deeper.model.num_decoder_layers = 2
+  task = tasks.build(deeper, workdir)
+  fresh = build_state(deeper, task)
+  state, loaded, initialised = load_matching_params(fresh, workdir)
+
+  saved, _ = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).restore(
+      build_state(config, tasks.build(config, workdir)))
+  saved_params = {f'params.{key}': value for key, value in _flat_params(saved).items()}
+  fresh_params = {f'params.{key}': value for key, value in _flat_params(fresh).items()}
+  new_params = {f'params.{key}': value for key, value in _flat_params(state).items()}
+  assert sorted(loaded) == sorted(set(saved_params) & set(fresh_params))
+  assert initialised == sorted(set(fresh_params) - set(saved_params))
+  assert initialised and all('decoder_layers.1.' in key for key in initialised)
+  for key in loaded:
+    np.testing.assert_array_equal(new_params[key], saved_params[key])
+  for key in initialised:
+    np.testing.assert_array_equal(new_params[key], fresh_params[key])
+  assert int(state.step) == 0  # a new run, with fresh optimizer moments
+  np.testing.assert_array_equal(jax.tree.leaves(state.opt_state)[1],
+                                jax.tree.leaves(fresh.opt_state)[1])
+
+
+def test_a_step_of_the_workdir_loads_that_step(pretrained):
+  workdir, config = pretrained
+  task = tasks.build(config, workdir)
+  state, loaded, initialised = load_matching_params(
+      build_state(config, task), os.path.join(workdir, 'checkpoints', '4'))
+  assert loaded and not initialised
+  with pytest.raises(FileNotFoundError, match='holds no checkpoint at step 3'):
+    load_matching_params(state, os.path.join(workdir, 'checkpoints', '3'))
+
+
+def test_a_shape_that_differs_for_an_existing_name_is_one_clear_error(pretrained):
+  workdir, config = pretrained
+  wider = config.copy_and_resolve_references()
+  wider.model.d_ff = 64
+  with pytest.raises(CheckpointMismatchError, match=r'config.init_from=.*other shapes.*w_1'):
+    load_matching_params(build_state(wider, tasks.build(wider, workdir)), workdir)
+
+
+def test_a_fine_tuning_run_starts_from_the_weights_and_the_vocabulary(pretrained, tmp_path):
+  workdir, config = pretrained
+  tuned = config.copy_and_resolve_references()
+  tuned.update(init_from=workdir, num_train_steps=1)
+  training.train_and_evaluate(tuned, str(tmp_path))
+  vocab = os.path.join(workdir, tasks.VOCAB_DIR, 'vocab.json')
+  with open(vocab, encoding='utf-8') as f, open(
+      os.path.join(tmp_path, tasks.VOCAB_DIR, 'vocab.json'), encoding='utf-8') as g:
+    assert f.read() == g.read()
+
+
+def test_init_from_without_a_checkpoint_is_one_sentence_before_anything_is_built(
+    pretrained, tmp_path):
+  _, config = pretrained
+  config = config.copy_and_resolve_references()
+  config.init_from = str(tmp_path / 'nothing_here')
+  with pytest.raises(FileNotFoundError, match='is not a training workdir'):
+    training.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not os.path.exists(tmp_path / 'run' / tasks.VOCAB_DIR)
