@@ -1,28 +1,37 @@
-"""Decoding speed: greedy and beam search with the models' KV cache vs recomputing the prefix.
+"""Decoding speed: greedy, beam and sampled search with the KV cache vs recomputing the prefix.
 
-    python -m benchmarks.decode_bench                          # both families, B=32, 64 tokens
+    python -m benchmarks.decode_bench                          # three families, B=32, 64 tokens
     python -m benchmarks.decode_bench --batch=8 --repeats=1    # a quick look
-    python -m benchmarks.decode_bench --models=transformer,seq2seq,seq2seq_luong \
+    python -m benchmarks.decode_bench --models=transformer,seq2seq,seq2seq_luong,gpt \
         --json=/tmp/decode_bench.json
 
-Models: `transformer` is the model of configs/default.py (d_model 128, 4 heads, d_ff 256, 2+2
-layers), `seq2seq` that of configs/seq2seq_bahdanau.py, `seq2seq_luong` that of
-configs/seq2seq_luong.py, `transformer_base` that of configs/transformer_base.py (d_model 512, 8
-heads, 6+6 layers); random float32 weights, vocabularies 1000 in / 64 out like the default task
-(transformer_base: one shared vocabulary of 8000, as its config has), `--batch` sources of 32
-random ids (fixed seed).
+Source -> target models, rows greedy and beam `--beam_size`: `transformer` is the model of
+configs/default.py (d_model 128, 4 heads, d_ff 256, 2+2 layers), `seq2seq` that of
+configs/seq2seq_bahdanau.py, `seq2seq_luong` that of configs/seq2seq_luong.py, `transformer_base`
+that of configs/transformer_base.py (d_model 512, 8 heads, 6+6 layers); vocabularies 1000 in / 64
+out like the default task (transformer_base: one shared vocabulary of 8000, as its config has),
+`--batch` sources of 32 random ids.
+Language model, rows greedy and sample: `gpt` is the GPT-style `DecoderLM` of configs/gpt_text.py
+(d_model 128, 4 heads, d_ff 512, 4 layers, RoPE), vocabulary 128, `--batch` prompts of 32 random
+ids, continued as `decoding.continue_prompt` continues them; sampling uses temperature 0.8, top-p
+0.9 and one fixed key (`SAMPLING`, `SAMPLE_SEED`), the same in both variants.
+Random float32 weights; random ids are 3.. (no padding, BOS or EOS), fixed seed.
 
-Both variants run the same search code (`models.decoding.greedy_search` / `beam_search`) and
-differ only in the `tokens_to_logits(ids, step, cache)` callback:
+Every variant runs the same search code (`models.decoding.greedy_search` / `beam_search` /
+`sample_search`) and differs only in the `tokens_to_logits(ids, step, cache)` callback. The
+decoder's given tokens, its prompt [B, P] (`decoder_prompt`), are BOS alone (P = 1) for a source ->
+target model and the prompt for gpt; the prompt's last token is the search's first input.
 
-- cached: the model's `init_decode_cache` / `decode_step`, exactly as `decoding.generate` uses
-  them; each step computes one position.
-- uncached (`uncached_decoder`): the "cache" holds the generated ids in a [B', max_length] buffer
-  (beam search reorders it like any cache leaf) plus what is computed once per source. Each step
-  writes `ids` at position `step`, runs the model's full teacher-forced decoder over the buffer and
-  keeps the logits at `step`. Inside `lax.while_loop` shapes are static, so the decoder runs over
-  all max_length positions every step: that is how a jitted decoder without a cache works, and
-  causal masking (for the RNN, the recurrence) makes positions after `step` irrelevant.
+- cached: the model's `init_decode_cache` / `decode_step`, exactly as `decoding.generate` and
+  `decoding.continue_prompt` use them; each step computes one position (gpt's cache is prefilled
+  with the prompt's first P - 1 tokens in one parallel pass, inside the timed call).
+- uncached (`uncached_decoder`): the "cache" holds the ids in a [B', P - 1 + max_length] buffer
+  initialised with the prompt (beam search reorders it like any cache leaf) plus what is computed
+  once per source. Each step writes `ids` at position P - 1 + step, runs the model's full
+  teacher-forced decoder over the buffer (gpt: `token_logits`) and keeps the logits at
+  P - 1 + step. Inside `lax.while_loop` shapes are static, so the decoder runs over all
+  P - 1 + max_length positions every step: that is how a jitted decoder without a cache works, and
+  causal masking (for the RNN, the recurrence) makes positions after P - 1 + step irrelevant.
 
 Encoding the source once is fair in both variants and happens inside the timed call in both. The
 uncached Transformer calls the public `decode(prefix, memory, source_mask)`, which also projects the
@@ -35,8 +44,9 @@ checks that this reproduces `__call__`'s logits), and no code in models/ changes
 Timing: each search (cached and uncached) is jitted whole; one warm-up call (compilation) is
 excluded; the figure is the median of `--repeats` calls. EOS is -1, an id no model can emit, so no
 sequence stops early and every search generates all `--length` tokens. tokens/s = batch * length /
-seconds; for beam search that counts the output tokens of the batch (the best hypothesis per
-sequence), not the batch * beam hypotheses it extends. Target: cached >= 5x faster than uncached.
+seconds (gpt: generated tokens, not the prompt); for beam search that counts the output tokens of
+the batch (the best hypothesis per sequence), not the batch * beam hypotheses it extends. Target:
+cached >= 5x faster than uncached.
 """
 
 import argparse
@@ -45,7 +55,7 @@ import json
 import os
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,19 +63,38 @@ import numpy as np
 from flax import nnx
 
 import models
-from configs import default, seq2seq_bahdanau, seq2seq_luong, transformer_base
+from configs import default, gpt_text, seq2seq_bahdanau, seq2seq_luong, transformer_base
 from data import BOS_ID, PAD_ID
 from models import decoding
+from models.language import DecoderLM
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
 
 Array = jax.Array
-CONFIGS = {"transformer": default, "seq2seq": seq2seq_bahdanau, "seq2seq_luong": seq2seq_luong,
-           "transformer_base": transformer_base}
-INPUT_VOCAB, OUTPUT_VOCAB, SOURCE_LENGTH = 1000, 64, 32
-VOCABS = {"transformer_base": (8000, 8000)}   # shared embeddings: one vocabulary; others 1000 -> 64
-NEVER_EOS = -1   # no argmax or top-k index is negative, so every search runs max_length steps
-ALPHA = 0.6      # configs/default.py's length penalty
+
+
+class Bench(NamedTuple):
+  """What one `--models` name builds and runs."""
+  config: Any                  # a configs module; its `get_config().model` is built
+  vocabs: dict[str, int]       # the vocabulary sizes `models.build` takes from the data
+  searches: tuple[str, ...]    # one table row each, from METHODS
+
+
+S2S_VOCABS = dict(input_vocab_size=1000, output_vocab_size=64)  # the default task's
+BENCHES = {
+    "transformer": Bench(default, S2S_VOCABS, ("greedy", "beam")),
+    "seq2seq": Bench(seq2seq_bahdanau, S2S_VOCABS, ("greedy", "beam")),
+    "seq2seq_luong": Bench(seq2seq_luong, S2S_VOCABS, ("greedy", "beam")),
+    "transformer_base": Bench(transformer_base, dict(input_vocab_size=8000, output_vocab_size=8000),
+                              ("greedy", "beam")),
+    "gpt": Bench(gpt_text, dict(vocab_size=128), ("greedy", "sample")),
+}
+METHODS = ("greedy", "beam", "sample")
+SOURCE_LENGTH = 32   # ids per source (gpt: per prompt)
+NEVER_EOS = -1       # no argmax or top-k index is negative, so every search runs max_length steps
+ALPHA = 0.6          # configs/default.py's length penalty
+SAMPLING = dict(temperature=0.8, top_p=0.9)
+SAMPLE_SEED = 0      # the sampling key, `jax.random.key(SAMPLE_SEED)`, in both variants
 TARGET_SPEEDUP = 5.0
 
 
@@ -99,11 +128,31 @@ def _seq2seq_prefix(model: Seq2Seq, ids: Array, source: dict[str, Array]) -> Arr
   return jnp.swapaxes(logits, 0, 1)
 
 
+def _lm_source(model: DecoderLM, inputs: Array, max_length: int) -> dict[str, Array]:
+  """Nothing: a language model's prompt lives in the id buffer."""
+  del model, inputs, max_length
+  return {}
+
+
+def _lm_prefix(model: DecoderLM, ids: Array, source: dict[str, Array]) -> Array:
+  """Next-token logits `[B, L, V]` of `ids [B, L]`, causal."""
+  del source
+  return model.token_logits(ids)
+
+
 # Per model class: (what is computed once per source, the teacher-forced decoder over a prefix).
 UNCACHED = {
     Transformer: (_transformer_source, _transformer_prefix),
     Seq2Seq: (_seq2seq_source, _seq2seq_prefix),
+    DecoderLM: (_lm_source, _lm_prefix),
 }
+
+
+def decoder_prompt(model: nnx.Module, inputs: Array) -> Array:
+  """The decoder's given ids int32 [B, P]: a language model's prompt `inputs`, otherwise BOS."""
+  if isinstance(model, DecoderLM):
+    return inputs
+  return jnp.full((inputs.shape[0], 1), BOS_ID, jnp.int32)
 
 
 def uncached_decoder(model: nnx.Module, inputs: Array,
@@ -111,64 +160,76 @@ def uncached_decoder(model: nnx.Module, inputs: Array,
   """A search callback that recomputes the decoder over the whole prefix at every step.
 
   Args:
-    model: a Transformer or Seq2Seq.
-    inputs: source ids int32 [B, S].
+    model: a Transformer, Seq2Seq or DecoderLM.
+    inputs: source (DecoderLM: prompt) ids int32 [B, S].
     max_length: the number of tokens the search generates at most.
 
   Returns:
-    `(tokens_to_logits, cache)`: the cache is `{'ids': [B, max_length] int32, 'source': ...}`,
-    every leaf leading with B so that beam search repeats and reorders it.
+    `(tokens_to_logits, cache)`: the cache is `{'ids': [B, P - 1 + max_length] int32, 'source':
+    ...}` with P the length of `decoder_prompt`; every leaf leads with B so that beam search
+    repeats and reorders it.
   """
   encode, decode_prefix = UNCACHED[type(model)]
-  # Zeros: step 0 writes BOS at position 0, and a position cannot affect earlier logits.
-  cache = {"ids": jnp.zeros((inputs.shape[0], max_length), jnp.int32),
+  prompt = decoder_prompt(model, inputs)
+  offset = prompt.shape[1] - 1                     # the position of the first input, at step 0
+  # Zeros after the prompt: a position cannot affect earlier logits.
+  cache = {"ids": jnp.pad(prompt, ((0, 0), (0, max_length - 1))),
            "source": encode(model, inputs, max_length)}
 
   def tokens_to_logits(ids: Array, step: Array, cache: dict[str, Any]):
-    buffer = cache["ids"].at[:, step].set(ids)                        # [B', L]
-    logits = decode_prefix(model, buffer, cache["source"])            # [B', L, V]
-    return logits[:, step], {"ids": buffer, "source": cache["source"]}
+    position = offset + step
+    buffer = cache["ids"].at[:, position].set(ids)                    # [B', P - 1 + L]
+    logits = decode_prefix(model, buffer, cache["source"])            # [B', P - 1 + L, V]
+    return logits[:, position], {"ids": buffer, "source": cache["source"]}
 
   return tokens_to_logits, cache
 
 
 @functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("cached", "beam_size", "max_length", "eos_id"))
+                   static_argnames=("cached", "method", "beam_size", "max_length", "eos_id"))
 def _search(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array, *, cached: bool,
-            beam_size: int, max_length: int, eos_id: int) -> Array:
+            method: str, beam_size: int, max_length: int, eos_id: int) -> Array:
   """One whole search, compiled; `cached` picks the callback and nothing else."""
   model = nnx.merge(graphdef, state)
   if cached:
     tokens_to_logits, cache = model.decode_step, model.init_decode_cache(inputs, max_length)
   else:
     tokens_to_logits, cache = uncached_decoder(model, inputs, max_length)
-  kwargs = dict(batch_size=inputs.shape[0], max_length=max_length, bos_id=BOS_ID, eos_id=eos_id,
-                pad_id=PAD_ID)
-  if beam_size == 1:
+  kwargs = dict(batch_size=inputs.shape[0], max_length=max_length,
+                bos_id=decoder_prompt(model, inputs)[:, -1], eos_id=eos_id, pad_id=PAD_ID)
+  if method == "greedy":
     return decoding.greedy_search(tokens_to_logits, cache, **kwargs)
+  if method == "sample":
+    return decoding.sample_search(tokens_to_logits, cache, rng=jax.random.key(SAMPLE_SEED),
+                                  **SAMPLING, **kwargs)
   ids, _ = decoding.beam_search(tokens_to_logits, cache, beam_size=beam_size, alpha=ALPHA,
                                 **kwargs)
   return ids[:, 0]
 
 
-def search(model: nnx.Module, inputs: Array, *, cached: bool, beam_size: int, max_length: int,
-           eos_id: int = NEVER_EOS) -> Array:
-  """Greedy (`beam_size=1`) or beam search with or without the cache.
+def search(model: nnx.Module, inputs: Array, *, cached: bool, method: str, max_length: int,
+           beam_size: int = 4, eos_id: int = NEVER_EOS) -> Array:
+  """Greedy, beam or sampled search with or without the cache.
 
   Args:
-    model: a Transformer or Seq2Seq.
-    inputs: source ids int32 [B, S].
+    model: a Transformer, Seq2Seq or DecoderLM.
+    inputs: source (DecoderLM: prompt) ids int32 [B, S].
     cached: use `init_decode_cache`/`decode_step` (True) or `uncached_decoder` (False).
-    beam_size: 1 = greedy, otherwise the best hypothesis of a beam search (alpha 0.6).
+    method: 'greedy', 'beam' (the best hypothesis, alpha 0.6) or 'sample' (`SAMPLING` with the
+      key of `SAMPLE_SEED`).
     max_length: the number of tokens to generate at most.
+    beam_size: the beam of 'beam'; unused otherwise.
     eos_id: the end token; the default never occurs.
 
   Returns:
-    ids int32 [B, max_length], as `decoding.generate` returns them.
+    ids int32 [B, max_length], as `decoding.generate` (DecoderLM: `continue_prompt`) returns them.
   """
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
   graphdef, state = nnx.split(model)
-  return _search(graphdef, state, jnp.asarray(inputs), cached=cached, beam_size=beam_size,
-                 max_length=max_length, eos_id=eos_id)
+  return _search(graphdef, state, jnp.asarray(inputs), cached=cached, method=method,
+                 beam_size=beam_size if method == "beam" else 1, max_length=max_length,
+                 eos_id=eos_id)
 
 
 def time_search(run: Callable[[], Array], repeats: int) -> tuple[float, float]:
@@ -184,31 +245,51 @@ def time_search(run: Callable[[], Array], repeats: int) -> tuple[float, float]:
   return statistics.median(times), warmup
 
 
+def _label(method: str, beam_size: int) -> str:
+  """The table's search column."""
+  if method == "beam":
+    return f"beam {beam_size}"
+  if method == "sample":
+    return f"sample (T {SAMPLING['temperature']}, top-p {SAMPLING['top_p']})"
+  return method
+
+
 def bench_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-  """Times cached and uncached greedy and beam search for one model; one row per search."""
-  input_vocab, output_vocab = VOCABS.get(name, (INPUT_VOCAB, OUTPUT_VOCAB))
-  model = models.build(CONFIGS[name].get_config().model, input_vocab_size=input_vocab,
-                       output_vocab_size=output_vocab, pad_id=PAD_ID, rngs=nnx.Rngs(0))
+  """Times the cached and uncached searches of one model; one row per search."""
+  bench = BENCHES[name]
+  model = models.build(bench.config.get_config().model, **bench.vocabs, pad_id=PAD_ID,
+                       rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(model)
-  # Ids 3.. are ordinary tokens: no padding (0), BOS (1) or EOS (2) in the source.
+  input_vocab = bench.vocabs.get("input_vocab_size", bench.vocabs.get("vocab_size"))
+  # Ids 3.. are ordinary tokens: no padding (0), BOS (1) or EOS (2) in the source or prompt.
   inputs = jnp.asarray(np.random.default_rng(0).integers(
       3, input_vocab, (args.batch, SOURCE_LENGTH), dtype=np.int32))
   tokens = args.batch * args.length
   rows = []
-  for label, beam_size in (("greedy", 1), (f"beam {args.beam_size}", args.beam_size)):
+  for method in bench.searches:
+    beam_size = args.beam_size if method == "beam" else 1
     seconds, compile_s = {}, {}
     for cached in (True, False):
-      run = functools.partial(_search, graphdef, state, inputs, cached=cached,
+      run = functools.partial(_search, graphdef, state, inputs, cached=cached, method=method,
                               beam_size=beam_size, max_length=args.length, eos_id=NEVER_EOS)
       seconds[cached], compile_s[cached] = time_search(run, args.repeats)
     speedup = seconds[False] / seconds[True]
-    rows.append(dict(model=name, search=label, beam_size=beam_size, batch=args.batch,
-                     length=args.length, cached_s=seconds[True], uncached_s=seconds[False],
+    rows.append(dict(model=name, search=_label(method, beam_size), method=method,
+                     beam_size=beam_size, batch=args.batch, length=args.length,
+                     vocabs=bench.vocabs, cached_s=seconds[True], uncached_s=seconds[False],
                      cached_tokens_per_s=tokens / seconds[True],
                      uncached_tokens_per_s=tokens / seconds[False], speedup=speedup,
                      meets_target=speedup >= TARGET_SPEEDUP, cached_warmup_s=compile_s[True],
                      uncached_warmup_s=compile_s[False]))
   return rows
+
+
+def _vocab_label(vocabs: dict[str, int]) -> str:
+  """'1000 -> 64', '8000 shared' or '128' (a language model's one vocabulary)."""
+  if "vocab_size" in vocabs:
+    return str(vocabs["vocab_size"])
+  source, target = vocabs["input_vocab_size"], vocabs["output_vocab_size"]
+  return f"{source} shared" if source == target else f"{source} -> {target}"
 
 
 def _row_line(r: dict[str, Any]) -> str:
@@ -220,25 +301,25 @@ def _row_line(r: dict[str, Any]) -> str:
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--models", default="transformer,seq2seq",
-                      help=f"comma-separated, from {', '.join(CONFIGS)}")
-  parser.add_argument("--batch", type=int, default=32, help="source sequences per search")
+  parser.add_argument("--models", default="transformer,seq2seq,gpt",
+                      help=f"comma-separated, from {', '.join(BENCHES)}")
+  parser.add_argument("--batch", type=int, default=32, help="sources (prompts) per search")
   parser.add_argument("--length", type=int, default=64, help="output tokens per sequence")
   parser.add_argument("--beam_size", type=int, default=4)
   parser.add_argument("--repeats", type=int, default=3, help="timed calls after the warm-up")
   parser.add_argument("--json", default="", help="also write the results to this JSON file")
   args = parser.parse_args()
   names = [n for n in args.models.split(",") if n]
-  unknown = [n for n in names if n not in CONFIGS]
+  unknown = [n for n in names if n not in BENCHES]
   if unknown or not names:
-    parser.error(f"--models must name one or more of {', '.join(CONFIGS)}; got {args.models!r}.")
+    parser.error(f"--models must name one or more of {', '.join(BENCHES)}; got {args.models!r}.")
   for field in ("batch", "length", "beam_size", "repeats"):
     if getattr(args, field) < 1:
       parser.error(f"--{field} must be >= 1; got {getattr(args, field)}.")
 
-  header = (f"# decoding, B={args.batch}, source {SOURCE_LENGTH} random ids (vocab {INPUT_VOCAB}),"
-            f" {args.length} output tokens (vocab {OUTPUT_VOCAB}; transformer_base 8000 shared, "
-            f"EOS never emitted), float32, "
+  vocabs = ", ".join(f"{n} {_vocab_label(BENCHES[n].vocabs)}" for n in names)
+  header = (f"# decoding, B={args.batch}, sources / prompts of {SOURCE_LENGTH} random ids, "
+            f"{args.length} output tokens (EOS never emitted), vocabularies: {vocabs}; float32, "
             f"backend={jax.default_backend()}, {os.cpu_count()} CPUs, jax {jax.__version__}")
   print(header, flush=True)
   print(f"# median of {args.repeats} after a warm-up; tok/s = batch * length / s (beam: output "
@@ -253,8 +334,8 @@ def main():
   if args.json:
     meta = dict(header=header, cpu_count=os.cpu_count(), jax=jax.__version__,
                 backend=jax.default_backend(), source_length=SOURCE_LENGTH,
-                input_vocab=INPUT_VOCAB, output_vocab=OUTPUT_VOCAB, repeats=args.repeats,
-                target_speedup=TARGET_SPEEDUP)
+                vocabs={n: BENCHES[n].vocabs for n in names}, sampling=SAMPLING,
+                sample_seed=SAMPLE_SEED, repeats=args.repeats, target_speedup=TARGET_SPEEDUP)
     with open(args.json, "w") as f:
       json.dump({"meta": meta, "results": results}, f, indent=1)
 

@@ -1,11 +1,11 @@
 """GPT on multi-query associative recall (MQAR; Arora et al. 2023): a 2-layer decoder must learn
 to look a key up in its context, the induction-style lookup attention does and fixed mixers cannot.
 
-Each example lists 16 key-value pairs (keys from 64 names, values from 64, a fresh random mapping
-per example), then queries all 16 keys in a new order, each followed by its value: 64 tokens, a
-word vocabulary of 132 ids. Only the 16 answers are scored. The evaluation reports the answer
-accuracy and, per head of the last layer, how often the query's strongest weight lands on its
-matching key-value pair.
+Each example lists 8 key-value pairs (keys from 64 names, values from 64, a fresh random mapping
+per example), then queries all 8 keys in a new order, each followed by its value: 32 tokens, a
+word vocabulary of 132 ids (4 specials). Only the 8 answers are scored; 5,000 training examples.
+The evaluation reports the answer accuracy and, per head of the last layer, how often the
+query's strongest weight lands on its matching key-value pair.
 
 Command:
   python train.py --config=configs/gpt_mqar.py --workdir=runs/gpt_mqar
@@ -21,9 +21,9 @@ def get_config(arg: str | None = None):
   del arg
   config = default_config('language_modeling', 'decoder_lm', num_layers=2, d_model=64,
                           num_heads=2, d_ff=128, dropout_rate=0.0, positions='rope',
-                          max_length=64)
-  config.dataset.update(name='mqar', builder_config='default', vocab='word', packing='example',
-                        seq_length=63)           # 64 tokens: 63 inputs, 63 shifted targets
+                          max_length=32)
+  config.dataset.update(name='mqar', builder_config='small', vocab='word', packing='example',
+                        seq_length=31)           # 32 tokens: 31 inputs, 31 shifted targets
   config.num_train_steps = 3000
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000

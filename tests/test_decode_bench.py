@@ -1,5 +1,6 @@
-"""benchmarks/decode_bench: its uncached search produces the tokens of the cached `generate`, so
-the speed comparison is between two ways of producing the same output.
+"""benchmarks/decode_bench: its uncached search produces the tokens of the cached `generate` (for
+the language model: `continue_prompt`), so the speed comparison is between two ways of producing
+the same output.
 
 That Seq2Seq's `decode_step` scanned over a prefix, which the uncached callback runs, reproduces
 `__call__`'s teacher-forced logits is tested in test_seq2seq.py."""
@@ -10,9 +11,11 @@ import pytest
 from flax import nnx
 
 from benchmarks import decode_bench
-from models.decoding import generate
+from models.decoding import continue_prompt, generate
+from models.language import DecoderLM
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
+
 
 def _rngs() -> nnx.Rngs:
   """'rbg' keys: their initialisers compile faster on CPU than threefry's."""
@@ -45,7 +48,38 @@ def test_uncached_search_generates_what_generate_does(family, beam_size):
   expected = np.asarray(generate(model, SRC, max_length=LENGTH, beam_size=beam_size,
                                  bos_id=decode_bench.BOS_ID, eos_id=decode_bench.NEVER_EOS,
                                  pad_id=decode_bench.PAD_ID))
-  uncached = decode_bench.search(model, SRC, cached=False, beam_size=beam_size,
-                                 max_length=LENGTH)
+  uncached = decode_bench.search(model, SRC, cached=False,
+                                 method="greedy" if beam_size == 1 else "beam",
+                                 beam_size=beam_size, max_length=LENGTH)
   np.testing.assert_array_equal(uncached, expected)
   assert np.all(np.any(expected[:, 1:] != expected[:, :-1], axis=1))
+
+
+def _tiny_lm() -> DecoderLM:
+  """Untied for the reason above; a vocabulary of 7 puts several tokens in every top-p nucleus."""
+  return DecoderLM(vocab_size=7, pad_id=0, num_layers=1, d_model=8, num_heads=2, d_ff=10,
+                   tie_output=False, rngs=_rngs())
+
+
+PROMPT = np.array([[3, 4, 5, 6, 3], [6, 5, 4, 3, 3], [4, 4, 6, 5, 4]], np.int32)
+
+
+def test_lm_searches_continue_the_prompt_as_continue_prompt_does():
+  """For the language model, greedy and sampled search (the benchmark's temperature, top-p and
+  key) give the tokens of the cached `continue_prompt` with and without the cache. Sampling is
+  compared exactly: cached and uncached logits differ by float rounding only, which could change a
+  draw only if it fell within that rounding of a boundary, and with these fixed keys none does.
+  The sample differs from the greedy continuation, so sampling is exercised, and the tokens change
+  along every row."""
+  model = _tiny_lm()
+  outputs = {}
+  for method, settings in (("greedy", dict(temperature=0.0)), ("sample", decode_bench.SAMPLING)):
+    expected = np.asarray(continue_prompt(
+        model, PROMPT, max_length=LENGTH, rng=jax.random.key(decode_bench.SAMPLE_SEED),
+        eos_id=decode_bench.NEVER_EOS, pad_id=decode_bench.PAD_ID, **settings))
+    for cached in (True, False):
+      ids = decode_bench.search(model, PROMPT, cached=cached, method=method, max_length=LENGTH)
+      np.testing.assert_array_equal(ids, expected, err_msg=f"{method}, cached={cached}")
+    assert np.all(np.any(expected[:, 1:] != expected[:, :-1], axis=1)), method
+    outputs[method] = expected
+  assert np.any(outputs["sample"] != outputs["greedy"])

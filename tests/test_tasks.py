@@ -26,8 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASK_CONFIGS = {'classification': 'han', 'language_modeling': 'gpt_mqar',
                 'translation': 'default'}
 # Smaller data than the configs train on, where a task's config asks for more.
-TASK_DATASETS = {'classification': dict(builder_config='default'),
-                 'language_modeling': dict(builder_config='small', seq_length=31)}
+TASK_DATASETS = {'classification': dict(builder_config='default')}
 TINY_MODELS = {
     'decoder_lm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64),
     'encoder_mlm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),

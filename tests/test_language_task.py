@@ -1,0 +1,102 @@
+"""The language-modelling task: BERT masking statistics, the attention hit rate, and tiny real
+runs of both objectives through train.py's and eval.py's code (metrics, samples, pictures)."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+import training
+from data.tokenizers import SPECIAL_TOKENS
+from tasks.language import attention_hits, bert_mask
+from training.run_eval import evaluate_checkpoint
+from test_training import get_config
+
+TINY = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
+
+
+def test_bert_mask_picks_15_percent_of_regular_tokens_then_80_10_10():
+  vocab, mask_id = 50, 49
+  ids = np.random.default_rng(0).integers(0, vocab - 1, (400, 256)).astype(np.int32)
+  ids[:, -20:] = 0                                                      # padding
+  corrupted, picked = bert_mask(jax.random.key(1), jnp.asarray(ids), mask_id=mask_id,
+                                vocab_size=vocab)
+  corrupted, picked = np.asarray(corrupted), np.asarray(picked)
+  special = ids < len(SPECIAL_TOKENS)
+  assert not picked[special].any() and (corrupted[special] == ids[special]).all()
+  assert (corrupted[~picked] == ids[~picked]).all()                     # only picked ones change
+  assert abs(picked[~special].mean() - 0.15) < 0.005
+  chosen_ids, chosen = ids[picked], corrupted[picked]
+  masked = chosen == mask_id
+  kept = chosen == chosen_ids
+  randomised = ~masked & ~kept
+  assert abs(masked.mean() - 0.8) < 0.01
+  # A random replacement equals the original 1 time in 45 (45 regular ids), and then reads kept.
+  assert abs(kept.mean() - (0.1 + 0.1 / 45)) < 0.01
+  assert abs(randomised.mean() - 0.1 * 44 / 45) < 0.01
+  replacements = chosen[randomised]
+  assert replacements.min() >= len(SPECIAL_TOKENS) and (replacements != mask_id).all()
+  assert len(np.unique(replacements)) == vocab - len(SPECIAL_TOKENS) - 1  # every regular id
+
+
+def test_attention_hits_count_the_support_position_or_the_one_after_it():
+  weights = np.zeros((1, 2, 4, 6), np.float32)                        # [B, N, T, S]
+  weights[0, 0, 1, 2] = 1.0   # head 0, query 1 -> key 2 (its support): hit
+  weights[0, 0, 3, 5] = 1.0   # head 0, query 3 -> 5 = support + 1: hit
+  weights[0, 1, 1, 0] = 1.0   # head 1, query 1 -> 0: miss
+  weights[0, 1, 3, 4] = 1.0   # head 1, query 3 -> 4 (its support): hit
+  support = np.array([[-1, 2, -1, 4]], np.int32)
+  weights[0, :, 0, 3] = weights[0, :, 2, 3] = 1.0  # queries without support never count
+  np.testing.assert_array_equal(attention_hits(jnp.asarray(weights), jnp.asarray(support)),
+                                [[2, 1]])
+
+
+def _tiny_lm(config_name, data_dir, **dataset):
+  config = get_config(config_name)
+  config.model = models.default_config(config.model.name, **TINY)
+  config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=8, **dataset)
+  config.update(num_train_steps=3, log_every_steps=50, checkpoint_every_steps=100,
+                eval_every_steps=0, num_eval_decode=8, warmup_steps=1, max_decode_length=6,
+                temperatures=(0.0, 1.0))
+  return config
+
+
+def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path):
+  config = _tiny_lm('gpt_mqar', tmp_path / 'tfds')
+  workdir = str(tmp_path / 'run')
+  training.train_and_evaluate(config, workdir)
+  metrics = evaluate_checkpoint(workdir, max_examples=16, num_heatmaps=1)
+  assert metrics['examples'] == 16 and 0 <= metrics['accuracy'] <= 1
+  assert 0 <= metrics['attention_hit_rate'] <= 1 and 'attention_hit_rate/head1' in metrics
+  assert 'bits_per_char' not in metrics                              # a word vocabulary
+  lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
+  assert len(lines) == 17 and lines[1].endswith('/8 right')           # 8 answers per example
+  assert os.path.getsize(os.path.join(workdir, 'eval', 'attention_heads_0000.png')) > 1000
+
+
+def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(tmp_path):
+  text = tmp_path / 'book.txt'
+  text.write_text('It was the best of times, it was the worst of times.\n' * 40)
+  config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32)
+  workdir = str(tmp_path / 'run')
+  training.train_and_evaluate(config, workdir)
+  metrics = evaluate_checkpoint(workdir, num_heatmaps=1)
+  assert metrics['bits_per_char'] == pytest.approx(metrics['loss'] / np.log(2))
+  lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
+  assert all('-> [T=0] ' in line and ' || [T=1] ' in line for line in lines[1:])
+
+
+def test_bert_pretraining_scores_the_masked_tokens(tmp_path):
+  config = _tiny_lm('bert_pretrain', tmp_path / 'tfds', builder_config='default', seq_length=32)
+  workdir = str(tmp_path / 'run')
+  training.train_and_evaluate(config, workdir)
+  with open(os.path.join(workdir, 'vocab', 'vocab.json'), encoding='utf-8') as f:
+    assert json.load(f)['shared']['vocab'][-1] == '<mask>'
+  metrics = evaluate_checkpoint(workdir, max_examples=8, num_heatmaps=0)
+  assert 0 <= metrics['accuracy'] <= 1 and metrics['perplexity'] > 1
+  lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
+  assert '<mask>' in lines[1] and lines[1].endswith('right')
