@@ -6,7 +6,6 @@ padding) and all-padding examples, which get finite logits. Outputs are float32 
 Both models implement `models.interfaces.Classifier`; `__call__` is `classify`.
 """
 
-import numbers
 from typing import Any
 
 import jax
@@ -14,7 +13,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models.embeddings import LearnedPositions, TokenEmbedding, lookup, make_positions
-from models.layers import AttentionPooling, check_choice, check_rate, dense
+from models.layers import (AttentionPooling, check_choice, check_positive_ints, check_rate,
+                           check_vocab, dense, is_int)
 from models.rnn_attention import check_score
 from models.seq2seq import GRUEncoder
 from models.transformer import EncoderLayer, check_stack_args
@@ -24,25 +24,11 @@ POOLINGS = ("cls", "mean", "attention")
 _EPS = 1e-6  # the Transformer's LayerNorm epsilon
 
 
-def _is_int(value: Any) -> bool:
-  """Whether `value` is an integer (Python or NumPy, as tokenizers give them), not a bool."""
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _check_sizes(**fields: Any) -> None:
-  """Raises ValueError naming the first field that is not a positive integer."""
-  for field, value in fields.items():
-    if not _is_int(value) or value < 1:
-      raise ValueError(f"{field} must be a positive integer; got {value!r}.")
-
-
 def _check_data_args(vocab_size: int, num_classes: int, pad_id: int) -> None:
   """Raises ValueError on a vocabulary, class count or padding id no classifier can use."""
-  _check_sizes(vocab_size=vocab_size)
-  if not _is_int(num_classes) or num_classes < 2:
+  check_vocab(vocab_size, pad_id)
+  if not is_int(num_classes) or num_classes < 2:
     raise ValueError(f"num_classes must be an integer >= 2; got {num_classes!r}.")
-  if not _is_int(pad_id) or not 0 <= pad_id < vocab_size:
-    raise ValueError(f"pad_id must be an id in [0, vocab_size={vocab_size}); got {pad_id!r}.")
 
 
 def _check_call(inputs: Any, deterministic: bool, rngs: nnx.Rngs | None,
@@ -84,9 +70,9 @@ class HAN(nnx.Module):
       rngs: `params` stream for initialisation.
     """
     _check_data_args(vocab_size, num_classes, pad_id)
-    _check_sizes(embed_dim=embed_dim, hidden_dim=hidden_dim)
+    check_positive_ints(embed_dim=embed_dim, hidden_dim=hidden_dim)
     if attention_dim is not None:
-      _check_sizes(attention_dim=attention_dim)
+      check_positive_ints(attention_dim=attention_dim)
     check_score(score)
     check_rate("dropout_rate", dropout_rate)
     self.pad_id = pad_id
@@ -183,7 +169,7 @@ class TransformerClassifier(nnx.Module):
       rngs: `params` stream for initialisation.
     """
     _check_data_args(vocab_size, num_classes, pad_id)
-    _check_sizes(num_layers=num_layers, d_model=d_model, d_ff=d_ff, max_length=max_length)
+    check_positive_ints(num_layers=num_layers, d_model=d_model, d_ff=d_ff, max_length=max_length)
     check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
                      attention_impl=attention_impl, norm=norm, activation=activation,
                      positions=positions)

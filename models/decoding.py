@@ -8,10 +8,13 @@ where `ids` are the previous tokens (BOS at step 0), `step` is the 0-based posit
 being predicted and every cache leaf leads with the batch axis B'. Beam search folds beams into that
 axis (B' = B * beam_size, beam index fastest) and reorders the cache by gathering along it.
 
-Outputs hold the generated tokens (no BOS), EOS included, padding after EOS. The special ids
-(`bos_id`, `eos_id`, `pad_id`) are arguments, the tokenizer's: the searches hard-code none. `bos_id`
-may also be ids [B], one first token per row: a language model continues from each prompt's last
-token (`continue_prompt`). An `eos_id` that never occurs (e.g. -1) generates `max_length` tokens.
+Every search takes `(tokens_to_logits, cache)`, the cache holding `batch_size` (B) sequences, and
+the keywords `batch_size`, `max_length` (the most tokens to generate), `bos_id` (the first input),
+`eos_id` (the end token) and `pad_id` (fills each row after its EOS). The special ids are the
+tokenizer's: the searches hard-code none. `bos_id` may also be ids [B], one first token per row: a
+language model continues from each prompt's last token (`continue_prompt`). An `eos_id` that never
+occurs (e.g. -1) generates `max_length` tokens. Outputs hold the generated tokens (no BOS), EOS
+included, padding after EOS.
 """
 
 import functools
@@ -101,6 +104,7 @@ def _search(tokens_to_logits: TokensToLogits, cache: Cache, choose: Callable[[Ar
             *, batch_size: int, max_length: int, bos_id: int | Array, eos_id: int,
             pad_id: int) -> Array:
   """The loop of greedy and sampling search: `choose(logits [B, V], step)` picks the tokens [B]."""
+  _check_sizes(batch_size, max_length)
 
   def cond(carry):
     step, _, _, finished, _ = carry
@@ -123,19 +127,9 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
                   max_length: int, bos_id: int | Array, eos_id: int, pad_id: int) -> Array:
   """Picks the most likely token at every step; stops once every sequence has produced EOS.
 
-  Args:
-    tokens_to_logits: the model callback (see the module docstring).
-    cache: the model's decoding cache for `batch_size` sequences.
-    batch_size: B.
-    max_length: the number of tokens to generate at most.
-    bos_id: the first input token: an int, or int ids [B], one per row.
-    eos_id: the end token; one that never occurs generates `max_length` tokens.
-    pad_id: fills each row after its EOS.
-
-  Returns:
-    ids int32 [B, max_length].
+  Takes the searches' common arguments (see the module docstring) and returns ids int32
+  [B, max_length].
   """
-  _check_sizes(batch_size, max_length)
   return _search(tokens_to_logits, cache, lambda logits, step: jnp.argmax(logits, axis=-1),
                  batch_size=batch_size, max_length=max_length, bos_id=bos_id, eos_id=eos_id,
                  pad_id=pad_id)
@@ -148,16 +142,10 @@ def sample_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
 
   Each step draws from `softmax(filter_logits(logits / temperature))` with the key
   `fold_in(rng, step)`, so the same `rng` gives the same ids. Temperature comes first, as in common
-  samplers (Hugging Face's, vLLM's): top-p keeps the nucleus of the tempered distribution.
+  samplers (Hugging Face's, vLLM's): top-p keeps the nucleus of the tempered distribution. The
+  searches' common arguments are described in the module docstring.
 
   Args:
-    tokens_to_logits: the model callback (see the module docstring).
-    cache: the model's decoding cache for `batch_size` sequences.
-    batch_size: B.
-    max_length: the number of tokens to generate at most.
-    bos_id: the first input token: an int, or int ids [B], one per row.
-    eos_id: the end token; one that never occurs generates `max_length` tokens.
-    pad_id: fills each row after its EOS.
     rng: a JAX PRNG key.
     temperature: divides the logits; below 1 sharpens, above 1 flattens, 0 is greedy search.
     top_k: keep only the k most likely tokens; 0 keeps all (see `filter_logits`).
@@ -166,7 +154,6 @@ def sample_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
   Returns:
     ids int32 [B, max_length].
   """
-  _check_sizes(batch_size, max_length)
   _check_sampling(top_k, top_p, temperature)
 
   def choose(logits: Array, step: Array) -> Array:
@@ -202,18 +189,12 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: i
   hypotheses that no live beam can beat: a live beam's log-probability only falls, so its best
   possible score is `log p / max(length_penalty)`. A sequence that never finishes K hypotheses
   fills the remaining slots with its live beams, scored as if they ended at the last step;
-  finished ones rank first.
+  finished ones rank first. The searches' common arguments are described in the module docstring;
+  here the cache's leaves are repeated per beam and `pad_id` fills each hypothesis after its EOS.
 
   Args:
-    tokens_to_logits: the model callback (see the module docstring).
-    cache: the model's decoding cache for `batch_size` sequences; leaves are repeated per beam.
-    batch_size: B.
     beam_size: K.
-    max_length: the number of tokens to generate at most.
     alpha: length-penalty exponent; 0 ranks by log-probability alone.
-    bos_id: the first input token: an int, or int ids [B], one per row.
-    eos_id: the end token; if it never occurs, the live beams fill the K slots.
-    pad_id: fills each hypothesis after its EOS.
 
   Returns:
     `(ids int32 [B, K, max_length], scores float32 [B, K])`, best first.

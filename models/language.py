@@ -9,7 +9,6 @@ Both implement `models.interfaces.LanguageModel`; `EncoderMLM` also `Classifier`
 """
 
 import math
-import numbers
 from typing import Any
 
 import jax
@@ -17,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from models.embeddings import POSITIONS, LearnedPositions, TokenEmbedding, make_positions
-from models.layers import check_rate, dense
+from models.layers import check_positive_ints, check_rate, check_vocab, dense, is_int
 from models.transformer import EncoderLayer, check_stack_args
 
 Array = jax.Array
@@ -25,33 +24,22 @@ LM_POSITIONS = (*POSITIONS, "rope")
 _EPS = 1e-6  # the Transformer's LayerNorm epsilon
 
 
-def _is_int(value: Any) -> bool:
-  """Whether `value` is an integer (Python or NumPy, as tokenizers give them), not a bool."""
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _check_sizes(**fields: Any) -> None:
-  """Raises ValueError naming the first field that is not a positive integer."""
-  for field, value in fields.items():
-    if not _is_int(value) or value < 1:
-      raise ValueError(f"{field} must be a positive integer; got {value!r}.")
-
-
 class _Stack(nnx.Module):
   """Token embedding, positions and a stack of `EncoderLayer`s, the part both models share.
 
   Its parameter names (`embed`, `positions`, `layers`, `final_norm`) are the same in both models
-  and under every head, so checkpoints move between them by name.
+  and under every head, so checkpoints move between them by name. A subclass sets `causal` and
+  defines `_logits`, its output head; `token_logits` is then the same for both.
   """
+
+  causal: bool
 
   def __init__(self, *, vocab_size: int, pad_id: int, num_layers: int, d_model: int,
                num_heads: int, d_ff: int, d_k: int | None, d_v: int | None, dropout_rate: float,
                attention_dropout_rate: float, norm: str, activation: str, score: str,
                attention_impl: str | None, positions: str, max_length: int, rngs: nnx.Rngs):
-    _check_sizes(vocab_size=vocab_size, num_layers=num_layers, d_model=d_model, d_ff=d_ff,
-                 max_length=max_length)
-    if not _is_int(pad_id) or not 0 <= pad_id < vocab_size:
-      raise ValueError(f"pad_id must be an id in [0, vocab_size={vocab_size}); got {pad_id!r}.")
+    check_vocab(vocab_size, pad_id)
+    check_positive_ints(num_layers=num_layers, d_model=d_model, d_ff=d_ff, max_length=max_length)
     check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
                      attention_impl=attention_impl, norm=norm, activation=activation,
                      positions=positions, valid_positions=LM_POSITIONS)
@@ -103,18 +91,46 @@ class _Stack(nnx.Module):
       x = x + self.positions(start + jnp.arange(ids.shape[1])).astype(x.dtype)  # float32 table
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
-  def _stack(self, ids: Array, mask: Array | None, *, is_causal: bool, deterministic: bool,
-             rngs: nnx.Rngs | None, return_attention: bool) -> tuple[Array, Array | None]:
-    """Final states `[B, T, D]` (after the final LayerNorm for pre-norm), weights or None."""
+  def encode(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+             return_attention: bool = False) -> tuple[Array, Array | None, Array | None]:
+    """Encodes ids `[B, T]` to `(states [B, T, D], mask [B, T] True = real, weights or None)`.
+
+    States are after the final LayerNorm for pre-norm; weights are `[B, L, N, T, T]`. A causal
+    model reads no padding mask (see `DecoderLM`), so its mask is None.
+    """
+    mask = None if self.causal else ids != self.pad_id                  # [B, T]
+    key_mask = None if mask is None else mask[:, None, None, :]
     run = dict(deterministic=deterministic, rngs=rngs)
     x = self._embed(ids, 0, **run)
     weights = []
     for layer in self.layers:
-      x, w = layer(x, mask, is_causal=is_causal, return_weights=return_attention, **run)
+      x, w = layer(x, key_mask, is_causal=self.causal, return_weights=return_attention, **run)
       weights.append(w)                                                 # [B, N, T, T] or None
     if self.final_norm is not None:
       x = self.final_norm(x)
-    return x, (jnp.stack(weights, axis=1) if return_attention else None)
+    return x, mask, (jnp.stack(weights, axis=1) if return_attention else None)
+
+  def token_logits(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+                   return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+    """Logits for every position: next-token (`DecoderLM`) or masked-token (`EncoderMLM`).
+
+    In `DecoderLM` position t's row predicts token t+1 from tokens `0 .. t`; in `EncoderMLM` every
+    row predicts the token at its position, and the loss picks the masked ones.
+
+    Args:
+      ids: int token ids `[B, T]`; for `EncoderMLM` masked positions hold the tokenizer's mask id.
+      deterministic: False turns dropout on.
+      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
+      return_attention: also return the self-attention weights.
+
+    Returns:
+      float32 logits `[B, T, V]`; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})`.
+    """
+    ids = self._check_ids(ids, deterministic, rngs)
+    states, _, weights = self.encode(ids, deterministic=deterministic, rngs=rngs,
+                                     return_attention=return_attention)
+    logits = self._logits(states)                                       # [B, T, V]
+    return (logits, {"self": weights}) if return_attention else logits
 
 
 class DecoderLM(_Stack):
@@ -170,28 +186,9 @@ class DecoderLM(_Stack):
     self.output_proj = None if tie_output else dense(d_model, vocab_size, rngs=rngs)
 
   def _logits(self, x: Array) -> Array:
-    """Final states `[..., D]` -> float32 logits `[..., V]`."""
+    """Final states `[..., D]` -> float32 next-token logits `[..., V]`."""
     logits = self.embed.attend(x) if self.output_proj is None else self.output_proj(x)
     return logits.astype(jnp.float32)
-
-  def token_logits(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-                   return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
-    """Next-token logits: position t's row predicts token t+1 from tokens `0 .. t`.
-
-    Args:
-      ids: int token ids `[B, T]`.
-      deterministic: False turns dropout on.
-      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the self-attention weights.
-
-    Returns:
-      float32 logits `[B, T, V]`; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})`.
-    """
-    ids = self._check_ids(ids, deterministic, rngs)
-    states, weights = self._stack(ids, None, is_causal=True, deterministic=deterministic,
-                                  rngs=rngs, return_attention=return_attention)
-    logits = self._logits(states)                                       # [B, T, V]
-    return (logits, {"self": weights}) if return_attention else logits
 
   def init_decode_cache(self, prompt: Array, max_length: int) -> dict[str, Any]:
     """Prefills the cache with the prompt but its last token, in one parallel pass.
@@ -207,7 +204,7 @@ class DecoderLM(_Stack):
     if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
       raise ValueError(f"prompt must be integer ids [B, P] with P >= 1; got {prompt.dtype}"
                        f"{tuple(prompt.shape)}.")
-    _check_sizes(max_length=max_length)
+    check_positive_ints(max_length=max_length)
     batch, length = prompt.shape[0], prompt.shape[1] - 1 + max_length
     self._check_length(length, f"a prompt of {prompt.shape[1]} tokens and max_length={max_length}")
     x = self._embed(prompt[:, :-1], 0)                                  # [B, P-1, D]
@@ -284,7 +281,7 @@ class EncoderMLM(_Stack):
       max_length: positions the learned table covers (S*W tokens for documents).
       rngs: `params` stream for initialisation.
     """
-    if num_classes is not None and (not _is_int(num_classes) or num_classes < 2):
+    if num_classes is not None and (not is_int(num_classes) or num_classes < 2):
       raise ValueError(f"num_classes must be None or an integer >= 2; got {num_classes!r}.")
     super().__init__(vocab_size=vocab_size, pad_id=pad_id, num_layers=num_layers,
                      d_model=d_model, num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
@@ -299,37 +296,10 @@ class EncoderMLM(_Stack):
     self.pooler = dense(d_model, d_model, rngs=rngs) if has_head else None
     self.classifier = dense(d_model, num_classes, rngs=rngs) if has_head else None
 
-  def encode(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-             return_attention: bool = False) -> tuple[Array, Array, Array | None]:
-    """Encodes ids `[B, T]` to `(states [B, T, D], mask [B, T] True = real, weights or None)`.
-
-    States are after the final LayerNorm for pre-norm; weights are `[B, L, N, T, T]`.
-    """
-    mask = ids != self.pad_id                                           # [B, T]
-    states, weights = self._stack(ids, mask[:, None, None, :], is_causal=False,
-                                  deterministic=deterministic, rngs=rngs,
-                                  return_attention=return_attention)
-    return states, mask, weights
-
-  def token_logits(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-                   return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
-    """Masked-LM logits for every position (the loss picks the masked ones).
-
-    Args:
-      ids: int token ids `[B, T]`, masked positions holding the tokenizer's mask id.
-      deterministic: False turns dropout on.
-      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the self-attention weights.
-
-    Returns:
-      float32 logits `[B, T, V]`; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})`.
-    """
-    ids = self._check_ids(ids, deterministic, rngs)
-    states, _, weights = self.encode(ids, deterministic=deterministic, rngs=rngs,
-                                     return_attention=return_attention)
-    h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(states)))              # [B, T, D]
-    logits = (self.embed.attend(h) + self.mlm_bias[...].astype(h.dtype)).astype(jnp.float32)
-    return (logits, {"self": weights}) if return_attention else logits
+  def _logits(self, x: Array) -> Array:
+    """Final states `[..., D]` -> float32 masked-LM logits `[..., V]` through BERT's MLM head."""
+    h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x)))                   # [..., D]
+    return (self.embed.attend(h) + self.mlm_bias[...].astype(h.dtype)).astype(jnp.float32)
 
   def classify(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
                return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:

@@ -5,6 +5,7 @@ attention heads are a leading dim, `[B, N, T, H]`, the layout the `attention/` k
 broadcast to `[B, N, T, S]` with True = may attend.
 """
 
+import numbers
 from typing import Any, Iterable
 
 import jax
@@ -30,6 +31,25 @@ def check_rate(field: str, rate: float) -> None:
   """Raises ValueError naming `field` unless the dropout rate is in [0, 1)."""
   if not 0.0 <= rate < 1.0:
     raise ValueError(f"{field} must be in [0, 1); got {rate}.")
+
+
+def is_int(value: Any) -> bool:
+  """Whether `value` is an integer (Python or NumPy, as tokenizers give them), not a bool."""
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_positive_ints(**fields: Any) -> None:
+  """Raises ValueError naming the first field that is not a positive integer."""
+  for field, value in fields.items():
+    if not is_int(value) or value < 1:
+      raise ValueError(f"{field} must be a positive integer; got {value!r}.")
+
+
+def check_vocab(vocab_size: int, pad_id: int) -> None:
+  """Raises ValueError unless `vocab_size` is positive and `pad_id` one of its ids."""
+  check_positive_ints(vocab_size=vocab_size)
+  if not is_int(pad_id) or not 0 <= pad_id < vocab_size:
+    raise ValueError(f"pad_id must be an id in [0, vocab_size={vocab_size}); got {pad_id!r}.")
 
 
 def check_attention_args(d_model: int, num_heads: int, d_k: int | None, d_v: int | None,

@@ -19,7 +19,7 @@ VOCAB = 5
 IDS = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
 
 
-def _first_order(rows: dict[int, dict[int, float]]):
+def first_order(rows: dict[int, dict[int, float]]):
   """A model whose next-token distribution is a fixed table row chosen by the previous token."""
   table = np.full((VOCAB, VOCAB), 1e-12)
   for prev, dist in rows.items():
@@ -34,7 +34,7 @@ def _first_order(rows: dict[int, dict[int, float]]):
   return tokens_to_logits
 
 
-def _second_order(seed: int):
+def second_order(seed: int):
   """A random model conditioned on the last two tokens; the older one is read from the cache, so
   the search must reorder the cache with its beams. PAD and BOS are (almost) never predicted."""
   logits = np.random.default_rng(seed).normal(size=(VOCAB, VOCAB, VOCAB)) * 2.0
@@ -70,7 +70,7 @@ TRAP = {BOS: {A: 0.55, B: 0.45}, A: {A: 0.4, B: 0.35, EOS: 0.25}, B: {EOS: 0.9, 
 
 def test_greedy_falls_into_trap_beam_escapes():
   """Greedy takes A A A (p=.088); a beam of 2 finds B EOS (p=.405), then A B EOS (p=.17325)."""
-  fn = _first_order(TRAP)
+  fn = first_order(TRAP)
   greedy = greedy_search(fn, {}, batch_size=1, max_length=3, **IDS)
   np.testing.assert_array_equal(greedy, [[A, A, A]])
   ids, scores = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=3, alpha=0.0, **IDS)
@@ -81,7 +81,7 @@ def test_greedy_falls_into_trap_beam_escapes():
 def test_length_penalty_flips_ranking():
   """[EOS] (p=.5) beats [A, EOS] (p=.45) unpenalised; with alpha=2 the longer one wins:
   log(.45) / (7/6)^2 = -0.5867 > log(.5) / 1 = -0.6931."""
-  fn = _first_order({BOS: {EOS: 0.5, A: 0.5}, A: {EOS: 0.9, B: 0.1}, B: {EOS: 1.0}})
+  fn = first_order({BOS: {EOS: 0.5, A: 0.5}, A: {EOS: 0.9, B: 0.1}, B: {EOS: 1.0}})
   ids, scores = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=3, alpha=0.0, **IDS)
   np.testing.assert_array_equal(ids, [[[EOS, 0, 0], [A, EOS, 0]]])
   np.testing.assert_allclose(scores, [[np.log(0.5), np.log(0.45)]], **TOL)
@@ -110,7 +110,7 @@ def test_beam_equals_exhaustive_search():
   """With K=6 >= all live prefixes, beam search must return the exact 6 best EOS-terminated
   sequences of a second-order model, scores length-penalised (alpha=0.6), best first; both
   rows of a batch of two get that answer, so beams of different rows never mix."""
-  fn, log_table = _second_order(0)
+  fn, log_table = second_order(0)
   ids, scores = beam_search(fn, {"prev": jnp.full((2,), BOS)}, batch_size=2, beam_size=6,
                             max_length=3, alpha=0.6, **IDS)
   want_ids, want_scores = _brute_force(log_table, 3, 0.6, 6)
@@ -121,7 +121,7 @@ def test_beam_equals_exhaustive_search():
 
 def test_beam_size_one_equals_greedy():
   """Unpenalised (alpha=0), a beam of one keeps exactly the greedy path on a random model."""
-  fn, _ = _second_order(1)
+  fn, _ = second_order(1)
   cache = {"prev": jnp.full((3,), BOS)}
   greedy = greedy_search(fn, cache, batch_size=3, max_length=6, **IDS)
   ids, _ = beam_search(fn, cache, batch_size=3, beam_size=1, max_length=6, alpha=0.0, **IDS)
@@ -133,7 +133,7 @@ def test_beam_size_one_equals_greedy():
     (dict(batch_size=0), "batch_size")])
 def test_bad_sizes_raise(kwargs, field):
   """Sizes below 1 raise ValueError naming the field before any tracing."""
-  fn = _first_order(TRAP)
+  fn = first_order(TRAP)
   args = dict(batch_size=1, beam_size=2, max_length=3) | kwargs
   with pytest.raises(ValueError, match=field):
     beam_search(fn, {}, **args, **IDS)
@@ -155,7 +155,7 @@ def test_generate_bad_sizes_raise():
 
 def test_searches_use_the_special_ids_they_are_given():
   """Specials that are not 0/1/2: BOS=3 starts, EOS=4 stops, PAD=1 fills the rest of the row."""
-  fn = _first_order({3: {0: 1.0}, 0: {4: 1.0}, 4: {4: 1.0}})
+  fn = first_order({3: {0: 1.0}, 0: {4: 1.0}, 4: {4: 1.0}})
   ids = dict(bos_id=3, eos_id=4, pad_id=1)
   np.testing.assert_array_equal(greedy_search(fn, {}, batch_size=1, max_length=4, **ids),
                                 [[0, 4, 1, 1]])

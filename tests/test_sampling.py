@@ -9,21 +9,9 @@ from flax import nnx
 
 from models.decoding import (beam_search, continue_prompt, filter_logits, greedy_search,
                              sample_search)
+from test_decoding import BOS, EOS, IDS, PAD, VOCAB, A, first_order, second_order
 
-PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
-VOCAB = 5
-IDS = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD)
 NUCLEUS = np.array([0.5, 0.3, 0.15, 0.05])  # sorted, so the kept sets are easy to read
-
-
-def _first_order(rows: dict[int, dict[int, float]]):
-  """A model whose next-token distribution is a fixed table row chosen by the previous token."""
-  table = np.full((VOCAB, VOCAB), 1e-12)
-  for prev, dist in rows.items():
-    for token, p in dist.items():
-      table[prev, token] = p
-  log_table = jnp.asarray(np.log(table), jnp.float32)
-  return lambda ids, step, cache: (log_table[ids], cache)
 
 
 def _fixed(probs):
@@ -82,12 +70,7 @@ def test_top_k_then_top_p_on_the_renormalised_rest():
 
 def test_top_k_one_sampling_equals_greedy():
   """With one token left, sampling at any temperature (and temperature 0) is greedy search."""
-  logits = np.random.default_rng(0).normal(size=(VOCAB, VOCAB, VOCAB)) * 2.0
-  table = jnp.asarray(logits, jnp.float32)
-
-  def fn(ids, step, cache):  # conditioned on the last two tokens, the older one in the cache
-    return table[cache["prev"], ids], {"prev": ids}
-
+  fn, _ = second_order(0)  # conditioned on the last two tokens, the older one in the cache
   kwargs = dict(batch_size=3, max_length=6, **IDS)
   cache = {"prev": jnp.full((3,), BOS)}
   greedy = greedy_search(fn, cache, **kwargs)
@@ -134,7 +117,7 @@ def test_same_key_same_ids_other_key_other_ids():
 def test_rows_stop_at_eos_and_pad_after():
   """Each step ends a row with probability .5: rows end at different steps, hold EOS once, no
   PAD before it and only PAD after; rows that never draw EOS fill max_length."""
-  fn = _first_order({BOS: {A: 0.5, EOS: 0.5}, A: {A: 0.5, EOS: 0.5}, EOS: {A: 1.0}})
+  fn = first_order({BOS: {A: 0.5, EOS: 0.5}, A: {A: 0.5, EOS: 0.5}, EOS: {A: 1.0}})
   ids = np.asarray(sample_search(fn, {}, batch_size=64, max_length=4, rng=jax.random.key(0),
                                  **IDS))
   lengths = []
@@ -149,7 +132,7 @@ def test_rows_stop_at_eos_and_pad_after():
 def test_an_eos_that_never_occurs_generates_max_length_tokens():
   """eos_id=-1: the EOS token of the toy vocabulary is an ordinary token, followed by A; no row
   stops early in greedy, sampled or beam search."""
-  fn = _first_order({BOS: {EOS: 0.6, A: 0.4}, A: {EOS: 0.7, A: 0.3}, EOS: {A: 1.0}})
+  fn = first_order({BOS: {EOS: 0.6, A: 0.4}, A: {EOS: 0.7, A: 0.3}, EOS: {A: 1.0}})
   ids = dict(bos_id=BOS, eos_id=-1, pad_id=PAD)
   np.testing.assert_array_equal(greedy_search(fn, {}, batch_size=1, max_length=4, **ids),
                                 [[EOS, A, EOS, A]])
