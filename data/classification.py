@@ -14,7 +14,6 @@ text classification dataset (imdb_reviews, ag_news_subset, ...), prepared by TFD
 
 import dataclasses
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +27,7 @@ from data import key_sentence, tsv_classification
 from data.config import checked_fields
 from data.pipeline import BatchIterator, check_batch_args, placeholder_split
 from data.sentences import split_sentences
-from data.task import as_text, read_all  # The TFDS reading shared with translation.
+from data.task import as_text, make_builder, read_all  # TFDS reading shared with translation.
 from data.text import TextOptions
 from data.tokenizers import MANIFEST, PAD_ID, WordTokenizer, load_tokenizers, save_tokenizers
 
@@ -82,26 +81,6 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     raise ValueError("config.dataset.tsv_path must name a file when config.dataset.name is "
                      "'tsv_classification'.")
   return ml_collections.FrozenConfigDict(merged)
-
-
-def _make_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
-  """The TFDS builder `config` names, with its builder config checked."""
-  kwargs = {"data_dir": os.path.expanduser(config.data_dir) if config.data_dir else None,
-            "file_format": "array_record"}
-  if config.name == "tsv_classification":  # Its builder config comes from the file.
-    return tsv_classification.TsvClassification(
-        config=tsv_classification.config_for_path(config.tsv_path), **kwargs)
-  try:
-    cls = OWN_BUILDERS.get(config.name) or tfds.builder_cls(config.name)
-  except tfds.core.registered.DatasetNotFoundError:
-    raise ValueError(f"config.dataset.name={config.name!r} is not a known dataset; valid: "
-                     f"{sorted(OWN_BUILDERS)} or a registered TFDS text classification dataset, "
-                     "e.g. ['ag_news_subset', 'imdb_reviews', 'yelp_polarity_reviews'].") from None
-  valid = sorted(cls.builder_configs)
-  if config.builder_config and config.builder_config not in valid:
-    raise ValueError(f"config.dataset.builder_config={config.builder_config!r} is not a config "
-                     f"of {config.name}; valid: {valid or 'none (use an empty string)'}.")
-  return cls(config=config.builder_config or None, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,7 +312,11 @@ def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
     FileNotFoundError: if `tsv_path` names no file.
   """
   config = validate_config(dataset_config)
-  builder = _make_builder(config)
+  file_config = (tsv_classification.config_for_path(config.tsv_path)  # Its config is the file's.
+                 if config.name == "tsv_classification" else None)
+  builder = make_builder(config, OWN_BUILDERS, kind="text classification",
+                         examples=("ag_news_subset", "imdb_reviews", "yelp_polarity_reviews"),
+                         builder_config=file_config)
   builder.download_and_prepare()
   name = builder.info.full_name.rsplit("/", 1)[0]
   features = builder.info.features

@@ -12,7 +12,8 @@ overall). A model has to find the key sentence and read it.
 Filler sentences hold abbreviations, initials and decimals, so that `data.sentences` is
 exercised: `split_sentences(text)` gives back exactly the generated sentences, and feature
 'key_sentences' holds the positions of the key sentences in that list. Splits are disjoint by
-text: test is generated first, then validation, then train, each skipping texts already used.
+text: test is generated first, then validation, then train, each skipping texts already used
+(`data.generated`).
 """
 
 import dataclasses
@@ -20,6 +21,8 @@ import random
 
 import numpy as np
 import tensorflow_datasets as tfds
+
+from data.generated import GeneratedConfig, disjoint_splits
 
 TOPICS = {
     "sports": ("goal", "referee", "stadium", "striker", "tournament", "goalkeeper", "league",
@@ -83,19 +86,8 @@ _SLOTS = {
 
 
 @dataclasses.dataclass(eq=False)
-class KeySentenceDocsConfig(tfds.core.BuilderConfig):
-  """Split sizes and seed.
-
-  Attributes:
-    train_size: documents in the train split.
-    validation_size: documents in the validation split.
-    test_size: documents in the test split.
-    seed: seed of the generator.
-  """
-  train_size: int = 10_000
-  validation_size: int = 1_000
-  test_size: int = 1_000
-  seed: int = 0
+class KeySentenceDocsConfig(GeneratedConfig):
+  """Split sizes (in documents) and seed, see `GeneratedConfig`."""
 
 
 def _fill(template: str, rng: random.Random, kw: str = "") -> str:
@@ -137,26 +129,20 @@ def generate_document(rng: random.Random) -> tuple[list[str], int, list[int]]:
   return sentences, label, [i for i, kind in enumerate(kinds) if kind == "key"]
 
 
+def _generate_example(rng: random.Random) -> dict:
+  sentences, label, key_sentences = generate_document(rng)
+  return {"text": " ".join(sentences), "label": label, "key_sentences": key_sentences,
+          "sentences": sentences}
+
+
 def generate_splits(config: KeySentenceDocsConfig) -> dict[str, list[dict]]:
   """Every split's examples `{'text', 'label', 'key_sentences', 'sentences'}`, disjoint by text.
 
   'text' is the sentences joined by single spaces; 'sentences' is not a feature of the dataset
   (`split_sentences(text)` gives it back).
   """
-  rng = random.Random(config.seed)
-  seen = set()
-  splits = {}
-  for split in ("test", "validation", "train"):
-    examples = []
-    while len(examples) < getattr(config, f"{split}_size"):
-      sentences, label, key_sentences = generate_document(rng)
-      text = " ".join(sentences)
-      if text not in seen:
-        seen.add(text)
-        examples.append({"text": text, "label": label, "key_sentences": key_sentences,
-                         "sentences": sentences})
-    splits[split] = examples
-  return splits
+  # No count of distinct documents guards the sizes: there are far more than any split needs.
+  return disjoint_splits(config, _generate_example)
 
 
 class KeySentenceDocs(tfds.core.GeneratorBasedBuilder):

@@ -29,7 +29,7 @@ import tensorflow_datasets as tfds
 from data import key_sentence, mqar
 from data.config import checked_fields
 from data.pipeline import BatchIterator, check_batch_args, placeholder_split
-from data.task import as_text, read_all  # The TFDS reading shared with translation.
+from data.task import as_text, make_builder, read_all  # TFDS reading shared with translation.
 from data.text import TextOptions
 from data.tokenizers import (EOS_ID, MANIFEST, PAD_ID, VOCAB_KINDS, Tokenizer, build_tokenizer,
                              load_tokenizers, save_tokenizers)
@@ -93,22 +93,6 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
       raise ValueError(f"config.dataset.packing must be 'stream' when config.dataset.name is "
                        f"{TEXT_FILE!r} (the file is one text), got {merged['packing']!r}.")
   return ml_collections.FrozenConfigDict(merged)
-
-
-def _make_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
-  """The TFDS builder `config` names, with its builder config checked."""
-  try:
-    cls = OWN_BUILDERS.get(config.name) or tfds.builder_cls(config.name)
-  except tfds.core.registered.DatasetNotFoundError:
-    raise ValueError(f"config.dataset.name={config.name!r} is not a known dataset; valid: "
-                     f"{sorted([*OWN_BUILDERS, TEXT_FILE])} or a registered TFDS text dataset, "
-                     "e.g. ['lm1b', 'tiny_shakespeare'].") from None
-  valid = sorted(cls.builder_configs)
-  if config.builder_config and config.builder_config not in valid:
-    raise ValueError(f"config.dataset.builder_config={config.builder_config!r} is not a config "
-                     f"of {config.name}; valid: {valid or 'none (use an empty string)'}.")
-  return cls(config=config.builder_config or None, file_format="array_record",
-             data_dir=os.path.expanduser(config.data_dir) if config.data_dir else None)
 
 
 def _feature_keys(config: ml_collections.FrozenConfigDict, features: Mapping[str, Any],
@@ -368,7 +352,8 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
   if config.name == TEXT_FILE:
     data = LanguageData(TEXT_FILE, config, functools.partial(_read_text_file, _split_text(config)))
   else:
-    builder = _make_builder(config)
+    builder = make_builder(config, OWN_BUILDERS, kind="text", extra_names=[TEXT_FILE],
+                           examples=("lm1b", "tiny_shakespeare"))
     builder.download_and_prepare()
     name = builder.info.full_name.rsplit("/", 1)[0]
     keys = _feature_keys(config, builder.info.features, name)

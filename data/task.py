@@ -11,6 +11,7 @@ other registered TFDS dataset is prepared by TFDS as usual (which may need the i
 
 import functools
 import os
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from absl import logging
@@ -45,37 +46,66 @@ def read_all(source: Any) -> list[dict[str, Any]]:
     return [source[i] for i in range(n)]
 
 
-def _builder_class(name: str) -> type[tfds.core.DatasetBuilder]:
-  if name in OWN_BUILDERS:
-    return OWN_BUILDERS[name]
-  try:
-    return tfds.builder_cls(name)
-  except tfds.core.registered.DatasetNotFoundError:
-    pass
-  # The legacy translation builders (wmt14_translate, ...) register only when imported.
-  import tensorflow_datasets.translate  # noqa: F401  pylint: disable=g-import-not-at-top
-  try:
-    return tfds.builder_cls(name)
-  except tfds.core.registered.DatasetNotFoundError:
-    translations = sorted(n for n in tfds.list_builders(with_community_datasets=False)
-                          if "translate" in n)
-    raise ValueError(f"config.dataset.name={name!r} is not a known dataset; valid: "
-                     f"{sorted(OWN_BUILDERS)} or any registered TFDS dataset, e.g. "
-                     f"{translations}.") from None
+def make_builder(config: ml_collections.FrozenConfigDict,
+                 own_builders: Mapping[str, type[tfds.core.DatasetBuilder]], *, kind: str,
+                 examples: Iterable[str] | Callable[[], Iterable[str]],
+                 extra_names: Iterable[str] = (),
+                 builder_config: tfds.core.BuilderConfig | None = None
+                 ) -> tfds.core.DatasetBuilder:
+  """The builder `config.dataset` names, reading array_record files, its builder config checked.
 
+  Shared by translation, classification and language modelling, whose datasets differ only in
+  Attend's own builders and in what the error for an unknown name suggests.
 
-def _make_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
-  """The TFDS builder `config` names, with its builder config checked."""
-  cls = _builder_class(config.name)
-  data_dir = os.path.expanduser(config.data_dir) if config.data_dir else None
-  kwargs = {"data_dir": data_dir, "file_format": "array_record"}
-  if config.name == "tsv_parallel":  # Its builder config comes from the file, not builder_config.
-    return cls(config=tsv_parallel.config_for_path(config.tsv_path), **kwargs)
+  Args:
+    config: a validated `config.dataset`; its name, builder_config and data_dir are read.
+    own_builders: Attend's builders of this kind of data, by name; any other name is looked up
+      in TFDS's registry.
+    kind: the kind of TFDS dataset the error for an unknown name suggests, e.g. 'text'.
+    examples: TFDS datasets that error names, or a function giving them (called only then, for
+      a list that costs something to make).
+    extra_names: names the caller serves without a builder, listed as valid in that error.
+    builder_config: the builder config to use instead of `config.builder_config` (which is then
+      not checked): for builders whose config is made from a file.
+
+  Returns:
+    The builder, not yet prepared.
+
+  Raises:
+    ValueError: for an unknown dataset name or a builder config the dataset does not have.
+  """
+  if config.name in own_builders:
+    cls = own_builders[config.name]
+  else:
+    try:
+      cls = tfds.builder_cls(config.name)
+    except tfds.core.registered.DatasetNotFoundError:
+      named = sorted(examples() if callable(examples) else examples)
+      raise ValueError(f"config.dataset.name={config.name!r} is not a known dataset; valid: "
+                       f"{sorted([*own_builders, *extra_names])} or a registered TFDS {kind} "
+                       f"dataset, e.g. {named}.") from None
+  kwargs = {"data_dir": os.path.expanduser(config.data_dir) if config.data_dir else None,
+            "file_format": "array_record"}
+  if builder_config is not None:
+    return cls(config=builder_config, **kwargs)
   valid = sorted(cls.builder_configs)
   if config.builder_config and config.builder_config not in valid:
     raise ValueError(f"config.dataset.builder_config={config.builder_config!r} is not a config "
                      f"of {config.name}; valid: {valid or 'none (use an empty string)'}.")
   return cls(config=config.builder_config or None, **kwargs)
+
+
+def _translation_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
+  """`make_builder` for a translation dataset; an unknown name lists TFDS's translation sets."""
+  if config.name not in OWN_BUILDERS:
+    # The legacy translation builders (wmt14_translate, ...) register only when imported.
+    import tensorflow_datasets.translate  # noqa: F401  pylint: disable=g-import-not-at-top
+  file_config = (tsv_parallel.config_for_path(config.tsv_path)  # Its config is the file's.
+                 if config.name == "tsv_parallel" else None)
+  return make_builder(
+      config, OWN_BUILDERS, kind="translation", builder_config=file_config,
+      examples=lambda: (n for n in tfds.list_builders(with_community_datasets=False)
+                        if "translate" in n))
 
 
 class Task:
@@ -207,7 +237,7 @@ def build_task(dataset_config: Any, vocab_dir: str) -> Task:
     FileNotFoundError: if `tsv_path` names no file.
   """
   config = validate_config(dataset_config)
-  builder = _make_builder(config)
+  builder = _translation_builder(config)
   builder.download_and_prepare()
   task = Task(builder, config)
   loaded = load_tokenizers(vocab_dir)
