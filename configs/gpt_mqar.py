@@ -10,7 +10,15 @@ query's strongest weight lands on its matching key-value pair.
 Command:
   python train.py --config=configs/gpt_mqar.py --workdir=runs/gpt_mqar
   python eval.py --workdir=runs/gpt_mqar
-Result: see the README (measured on CPU).
+Result (2 cores of an AMD EPYC, CPU, 3000 steps at 40-80 steps/s): test answer accuracy 100.0%
+(8,000 answers of 1,000 examples, all examples exact), 79 s of training (46-55 s on a quieter
+machine); attention hit rate 100.0% (head 0 of layer 1; head 1: 99.7%): layer 0 becomes a
+previous-token head and layer 1 puts its strongest weight on the value right after the matching
+key, the induction circuit. The jump from 30% to 99.8% train accuracy comes at steps 1400-1600.
+`--config.model.score=cosine` and `--config.model.attention_impl=chunked|reference` also reach
+100%; the unscaled `dot` and `general` scores and `additive` stay at 15-17% (they fit the training
+examples instead). With `--config.dataset.builder_config=default` (16 pairs, 64 tokens,
+`seq_length=63`, `model.max_length=64`) 8000 steps reach only 24%: the transition had not come.
 """
 
 from training.config import default_config

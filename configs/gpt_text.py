@@ -7,7 +7,8 @@ model's bits per character on the test tail with `xz -9` on the same tail.
 
 Command:
   python train.py --config=configs/gpt_text.py --workdir=runs/gpt_text
-  python train.py --config=configs/gpt_text.py --config.dataset.text_path=book.txt --workdir=runs/book
+  python train.py --config=configs/gpt_text.py --config.dataset.text_path=book.txt \
+      --workdir=runs/book
   python eval.py --workdir=runs/gpt_text
 Result: see the README (measured on CPU).
 """

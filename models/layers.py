@@ -108,9 +108,9 @@ class MultiHeadAttention(nnx.Module):
 
   `rotary=True` rotates each head's queries and keys by their absolute positions
   (`attention.rotary_embedding`, RoPE) after the projections and before any score or kernel, so
-  dot-product scores see relative positions only; values are not rotated. Queries and keys of `__call__` sit
-  at `0 .. T-1` unless `positions` says otherwise, and `decode_step` stores rotated keys in the
-  cache, so no key is rotated twice.
+  dot-product scores see relative positions only; values are not rotated. Queries and keys of
+  `__call__` sit at `0 .. T-1` unless `positions` says otherwise, and `decode_step` stores
+  rotated keys in the cache, so no key is rotated twice.
   """
 
   def __init__(self, d_model: int, num_heads: int, *, d_k: int | None = None,

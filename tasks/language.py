@@ -124,6 +124,10 @@ class LanguageModeling(Task):
     self.tokenizer = self.data.tokenizer
     self.label_smoothing = config.label_smoothing
     self.continuation_length = config.max_decode_length or config.dataset.seq_length // 2
+    # Cut the rows the run will read now, so a window longer than a split fails before anything
+    # compiles (rows are cached for the batches).
+    for split in (config.dataset.train_split, config.dataset.eval_split):
+      self.data.rows(split)
 
   def model_args(self) -> dict[str, Any]:
     return dict(vocab_size=self.tokenizer.vocab_size, pad_id=self.tokenizer.pad_id)

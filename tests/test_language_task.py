@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import models
+import tasks
 import training
 from data.tokenizers import SPECIAL_TOKENS
 from tasks.language import attention_hits, bert_mask
@@ -100,3 +101,11 @@ def test_bert_pretraining_scores_the_masked_tokens(tmp_path):
   assert 0 <= metrics['accuracy'] <= 1 and metrics['perplexity'] > 1
   lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
   assert '<mask>' in lines[1] and lines[1].endswith('right')
+
+
+def test_a_window_longer_than_the_held_out_text_fails_when_the_task_is_built(tmp_path):
+  text = tmp_path / 'short.txt'
+  text.write_text('abcdefghij' * 100)                                  # held out: 50 + 50 chars
+  config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=64)
+  with pytest.raises(ValueError, match=r"seq_length=64 .* split 'validation'"):
+    tasks.build(config, str(tmp_path / 'run'))
