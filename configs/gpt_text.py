@@ -10,7 +10,13 @@ Command:
   python train.py --config=configs/gpt_text.py --config.dataset.text_path=book.txt \
       --workdir=runs/book
   python eval.py --workdir=runs/gpt_text
-Result: see the README (measured on CPU).
+Result (2 cores of an AMD EPYC, CPU, 3000 steps at about 3.6 steps/s, 18 min 43 s of training
+on a machine shared with other runs): 1.08 bits per character on the test tail (37,793
+characters, 295 windows), against 1.54 for `xz -9` on the same tail; perplexity 2.12, next-
+character accuracy 79.1%. The continuations in eval/samples.txt keep the file's layout
+(indentation, table rules, quoted lines) and its vocabulary, not its sense.
+xz baseline: python -c "import pydoc_data.topics as t; s = open(t.__file__).read();
+  print(s[len(s) - int(len(s) * 0.05):], end='')" | xz -9 | wc -c   (7,260 bytes)
 """
 
 import os
