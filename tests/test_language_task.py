@@ -14,7 +14,9 @@ import tasks
 import training
 from data.tokenizers import SPECIAL_TOKENS
 from tasks.language import attention_hits, bert_mask
+from training.checkpoints import load_matching_params
 from training.run_eval import evaluate_checkpoint
+from training.setup import build_state
 from test_training import get_config
 
 TINY = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
@@ -109,3 +111,25 @@ def test_a_window_longer_than_the_held_out_text_fails_when_the_task_is_built(tmp
   config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=64)
   with pytest.raises(ValueError, match=r"seq_length=64 .* split 'validation'"):
     tasks.build(config, str(tmp_path / 'run'))
+
+
+def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_path):
+  pretrain = _tiny_lm('bert_pretrain', tmp_path / 'tfds', builder_config='default', seq_length=32)
+  pretrained = str(tmp_path / 'pretrained')
+  training.train_and_evaluate(pretrain, pretrained)
+  config = get_config('bert_finetune')
+  config.model = pretrain.model
+  config.dataset.update(data_dir=str(tmp_path / 'tfds'), batch_size=8, eval_batch_size=8,
+                        max_length=64)
+  config.update(init_from=pretrained, num_train_steps=2, eval_every_steps=0, num_eval_decode=0)
+  workdir = str(tmp_path / 'tuned')
+  training.train_and_evaluate(config, workdir)
+  # The classification data adopted the pretraining vocabulary (with its <mask>) and its labels.
+  with open(os.path.join(workdir, 'vocab', 'vocab.json'), encoding='utf-8') as f:
+    saved = json.load(f)
+  assert saved['shared']['vocab'][-1] == '<mask>' and saved['labels'][0] == 'sports'
+  task = tasks.build(config, workdir)
+  _, loaded, initialised = load_matching_params(build_state(config, task), pretrained)
+  assert initialised == ['params.classifier.bias.value', 'params.classifier.kernel.value',
+                         'params.pooler.bias.value', 'params.pooler.kernel.value']
+  assert 'params.embed.embed.embedding.value' in loaded and 'params.mlm_bias.value' in loaded

@@ -194,6 +194,6 @@ def load_matching_params(state: TrainState, init_from: str
     flat[key] = jax.device_put(np.asarray(restored[key], flat[key].dtype),
                                getattr(flat[key], 'sharding', None))
   initialised = sorted(key for key in wanted if key not in saved)
-  logging.info('init_from %s step %d: loaded %d parameter arrays, initialised %d: %s', workdir,
-               step, len(loaded), len(initialised), initialised or 'none')
+  logging.info('init_from %s step %d: loaded %d parameter arrays: %s; initialised %d: %s',
+               workdir, step, len(loaded), loaded, len(initialised), initialised or 'none')
   return _unflat(flat, state), loaded, initialised
