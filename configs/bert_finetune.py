@@ -9,7 +9,9 @@ Command:
   python train.py --config=configs/bert_finetune.py --workdir=runs/bert_finetune
   python train.py --config=configs/bert_finetune.py --config.init_from= --workdir=runs/bert_scratch
   python eval.py --workdir=runs/bert_finetune
-Result: see the README (measured on CPU).
+Result (2 cores of an AMD EPYC, CPU, 600 steps, 76 s of training each, test split of 1000):
+fine-tuned from configs/bert_pretrain.py: accuracy 100.0% (validation 99.6% after 200 steps);
+the same model from scratch on the same 500 documents: 66.9% (it fits them and stops there).
 """
 
 from configs import bert_pretrain, han

@@ -7,7 +7,11 @@ picked for prediction (80% replaced by <mask>, 10% by a random word, 10% kept).
 Command:
   python train.py --config=configs/bert_pretrain.py --workdir=runs/bert_pretrain
   python eval.py --workdir=runs/bert_pretrain
-Result: see the README (measured on CPU).
+Result (2 cores of an AMD EPYC, CPU, 2000 steps at about 4.5 steps/s, 8 min 8 s of training on a
+machine shared with other runs): masked-token accuracy 88.3% on the test documents (loss 0.445,
+perplexity 1.56). With learned absolute positions instead of RoPE the same model stayed at 27%
+after 3000 steps: it learned to copy unmasked tokens (96%) and to guess '.' and 'the' for masked
+ones, not to read the neighbours; RoPE gives every head relative offsets for free.
 """
 
 from training.config import default_config
