@@ -15,27 +15,24 @@ Datasets: Attend's `mqar` and `key_sentence_docs` (prepared offline), a local UT
 """
 
 import functools
-import os
 import textwrap
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from absl import logging
-from etils import epath
 import ml_collections
 import numpy as np
-import tensorflow_datasets as tfds
 
 from data import key_sentence, mqar
 from data.config import checked_fields
 from data.pipeline import BatchIterator, check_batch_args, placeholder_split
-from data.task import as_text, make_builder, read_all  # TFDS reading shared with translation.
+from data.task import make_builder
 from data.text import TextOptions
-from data.tokenizers import (EOS_ID, MANIFEST, PAD_ID, VOCAB_KINDS, Tokenizer, build_tokenizer,
+from data.text_sources import TEXT_FILE, Example, read_text_file, read_tfds, split_text_file
+from data.tokenizers import (EOS_ID, PAD_ID, VOCAB_KINDS, Tokenizer, build_tokenizer,
                              load_tokenizers, save_tokenizers)
 
 OWN_BUILDERS = {"key_sentence_docs": key_sentence.KeySentenceDocs, "mqar": mqar.Mqar}
-TEXT_FILE = "text_file"
 PACKINGS = ("example", "stream")
 MASK_TOKEN = "<mask>"
 # SentencePiece skips training sentences over 4192 bytes, and a text file is one long text.
@@ -119,46 +116,6 @@ def _feature_keys(config: ml_collections.FrozenConfigDict, features: Mapping[str
                      f"so it needs config.dataset.vocab='word', got {config.vocab!r}; or set "
                      "answers_key='' to weight every token.")
   return keys["answers_key"], (keys["support_key"] if keys["answers_key"] else "")
-
-
-class Example(NamedTuple):
-  """A text as stored; the token positions whose prediction carries the loss (empty = every
-  token); per answer, the token position that holds its evidence (empty = none)."""
-  text: str
-  answers: tuple[int, ...] = ()
-  support: tuple[int, ...] = ()
-
-
-def _read_tfds(builder: tfds.core.DatasetBuilder, text_key: str, answers_key: str,
-               support_key: str, split: str) -> list[Example]:
-  known = list(builder.info.splits.keys())  # Empty under tfds.testing.mock_data.
-  if known and split.split("[")[0] not in known:
-    raise ValueError(f"Split {split!r} is not a split of {builder.name}; valid: {sorted(known)}.")
-
-  def positions(record, key):
-    return tuple(int(p) for p in record[key]) if key else ()
-
-  return [Example(as_text(r[text_key]), positions(r, answers_key), positions(r, support_key))
-          for r in read_all(builder.as_data_source(split=split))]
-
-
-def _split_text(config: ml_collections.FrozenConfigDict) -> dict[str, str]:
-  """The text file cut at characters: train, then validation and test, `held_out` each."""
-  path = epath.Path(os.path.expanduser(config.text_path))
-  if not path.exists():
-    raise FileNotFoundError(f"config.dataset.text_path={config.text_path!r} names no file.")
-  text = path.read_text(encoding="utf-8")
-  if not text.strip():
-    raise ValueError(f"config.dataset.text_path={config.text_path!r} is an empty file.")
-  end, held = len(text), int(len(text) * config.held_out)
-  return {"train": text[:end - 2 * held], "validation": text[end - 2 * held:end - held],
-          "test": text[end - held:]}
-
-
-def _read_text_file(texts: dict[str, str], split: str) -> list[Example]:
-  if split not in texts:
-    raise ValueError(f"Split {split!r} is not a split of {TEXT_FILE}; valid: {sorted(texts)}.")
-  return [Example(texts[split])]
 
 
 class LanguageData:
@@ -350,14 +307,15 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
     raise ValueError("mask_token=True (masked language modelling) needs config.dataset.vocab="
                      "'char' or 'word', got 'sentencepiece'.")
   if config.name == TEXT_FILE:
-    data = LanguageData(TEXT_FILE, config, functools.partial(_read_text_file, _split_text(config)))
+    texts = split_text_file(config)
+    data = LanguageData(TEXT_FILE, config, functools.partial(read_text_file, texts))
   else:
     builder = make_builder(config, OWN_BUILDERS, kind="text", extra_names=[TEXT_FILE],
                            examples=("lm1b", "tiny_shakespeare"))
     builder.download_and_prepare()
     name = builder.info.full_name.rsplit("/", 1)[0]
     keys = _feature_keys(config, builder.info.features, name)
-    data = LanguageData(name, config, functools.partial(_read_tfds, builder, config.text_key,
+    data = LanguageData(name, config, functools.partial(read_tfds, builder, config.text_key,
                                                         *keys))
   loaded = load_tokenizers(vocab_dir)
   if loaded:

@@ -1,0 +1,59 @@
+"""Where language-model texts come from: TFDS datasets (whose examples may mark the positions
+that carry the loss and the evidence for each), and a local UTF-8 file with a held-out tail.
+
+Readers return `Example`s; `data.language` tokenizes them into rows.
+"""
+
+import os
+from typing import NamedTuple
+
+from etils import epath
+import ml_collections
+import tensorflow_datasets as tfds
+
+from data.task import as_text, read_all  # TFDS reading shared with translation.
+
+TEXT_FILE = "text_file"
+
+
+class Example(NamedTuple):
+  """A text as stored; the token positions whose prediction carries the loss (empty = every
+  token); per answer, the token position that holds its evidence (empty = none)."""
+  text: str
+  answers: tuple[int, ...] = ()
+  support: tuple[int, ...] = ()
+
+
+def read_tfds(builder: tfds.core.DatasetBuilder, text_key: str, answers_key: str,
+              support_key: str, split: str) -> list[Example]:
+  """Every example of a TFDS `split`, with the positions of the answers and support features
+  ('' = the dataset has none)."""
+  known = list(builder.info.splits.keys())  # Empty under tfds.testing.mock_data.
+  if known and split.split("[")[0] not in known:
+    raise ValueError(f"Split {split!r} is not a split of {builder.name}; valid: {sorted(known)}.")
+
+  def positions(record, key):
+    return tuple(int(p) for p in record[key]) if key else ()
+
+  return [Example(as_text(r[text_key]), positions(r, answers_key), positions(r, support_key))
+          for r in read_all(builder.as_data_source(split=split))]
+
+
+def split_text_file(config: ml_collections.FrozenConfigDict) -> dict[str, str]:
+  """The text file cut at characters: train, then validation and test, `held_out` each."""
+  path = epath.Path(os.path.expanduser(config.text_path))
+  if not path.exists():
+    raise FileNotFoundError(f"config.dataset.text_path={config.text_path!r} names no file.")
+  text = path.read_text(encoding="utf-8")
+  if not text.strip():
+    raise ValueError(f"config.dataset.text_path={config.text_path!r} is an empty file.")
+  end, held = len(text), int(len(text) * config.held_out)
+  return {"train": text[:end - 2 * held], "validation": text[end - 2 * held:end - held],
+          "test": text[end - held:]}
+
+
+def read_text_file(texts: dict[str, str], split: str) -> list[Example]:
+  """The one example of `split` of a text cut by `split_text_file`."""
+  if split not in texts:
+    raise ValueError(f"Split {split!r} is not a split of {TEXT_FILE}; valid: {sorted(texts)}.")
+  return [Example(texts[split])]
