@@ -57,3 +57,31 @@ def rotary_embedding(x: Array, positions: Array, base: float = 10000.0) -> Array
   even, odd = pairs[..., 0], pairs[..., 1]
   rotated = jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
   return rotated.reshape(x.shape).astype(x.dtype)
+
+
+def sinusoidal_positions_2d(height: int, width: int, features: int,
+                            base: float = 10000.0) -> Array:
+  """Fixed 2-D encodings of a `height x width` grid, in row-major order (as in MAE).
+
+  The first half of the features is `sinusoidal_embedding(row, features / 2)` and the second
+  half `sinusoidal_embedding(column, features / 2)`, so patches in one row share the first half
+  and patches in one column the second.
+
+  Args:
+    height: grid rows.
+    width: grid columns.
+    features: encoding size; divisible by 4 (each half is a sin/cos pair sequence).
+    base: wavelength base, as for the 1-D encoding.
+
+  Returns:
+    float32 `[height * width, features]`; row `r * width + c` encodes the cell `(r, c)`.
+  """
+  if features <= 0 or features % 4:
+    raise ValueError(f"sinusoidal_positions_2d: features must be a positive multiple of 4 (half "
+                     f"for rows, half for columns, each sin/cos pairs), got {features}.")
+  rows = sinusoidal_embedding(jnp.arange(height), features // 2, base)    # [height, F/2]
+  cols = sinusoidal_embedding(jnp.arange(width), features // 2, base)     # [width, F/2]
+  grid = jnp.concatenate([jnp.broadcast_to(rows[:, None], (height, width, features // 2)),
+                          jnp.broadcast_to(cols[None, :], (height, width, features // 2))],
+                         axis=-1)                                         # [height, width, F]
+  return grid.reshape(height * width, features)

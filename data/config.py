@@ -78,7 +78,7 @@ def checked_fields(config: Any, defaults: ml_collections.ConfigDict, *,
   for key in non_empty:
     if not merged[key]:
       raise ValueError(f"config.dataset.{key} must not be empty.")
-  if merged["vocab_size"] <= 4:
+  if "vocab_size" in merged and merged["vocab_size"] <= 4:  # Image data has no vocabulary.
     raise ValueError(f"config.dataset.vocab_size must exceed the 4 special tokens, got "
                      f"{merged['vocab_size']}.")
   return merged

@@ -12,7 +12,7 @@ globally). Every host computes the same global batches and takes its own slice o
 """
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from absl import logging
 import jax
@@ -267,3 +267,51 @@ class BatchIterator:
       raise ValueError(f"Iterator state batch={batch} exceeds the {self.batches_per_epoch} "
                        "batches per epoch of this split and batch size.")
     self._epoch, self._batch = epoch, batch
+
+
+# A per-batch transform of `DenseBatches`: (this host's real rows, generator) -> arrays.
+BatchTransform = Callable[[dict[str, np.ndarray], np.random.Generator], dict[str, np.ndarray]]
+
+
+class DenseBatches(BatchIterator):
+  """Fixed-shape batches of dense per-example arrays, planned as `BatchIterator` plans.
+
+  Every example has the same shape, so the parent's plan is given equal placeholder lengths
+  (see `placeholder_split`): shuffled training epochs with `seed + epoch`, the split's order for
+  evaluation, host slices, and `get_state`/`set_state`, all as they are. Each batch is
+  `{key: the rows of arrays[key]}` passed through `transform`, plus 'index'; the rows of a
+  partial last batch are zeros with index -1.
+  """
+
+  def __init__(self, arrays: Mapping[str, np.ndarray], *, transform: BatchTransform | None = None,
+               **kwargs):
+    """Creates the iterator.
+
+    Args:
+      arrays: per-example arrays `[N, ...]`, all of the same length N.
+      transform: applied to this host's real rows of each batch with a generator seeded from
+        `(seed, epoch, batch, first row of this host)`, so a restored iterator transforms
+        exactly as the saved one would have; e.g. data augmentation, normalization.
+      **kwargs: the `BatchIterator` arguments but `encoded` and `bucket_step`.
+    """
+    lengths = {len(a) for a in arrays.values()}
+    if len(lengths) != 1:
+      raise ValueError(f"DenseBatches needs arrays of one length, got {sorted(lengths)}.")
+    ones = np.ones(lengths.pop(), np.int64)
+    super().__init__(placeholder_split(ones, ones), bucket_step=1, **kwargs)
+    self._arrays, self._transform = dict(arrays), transform
+
+  def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    mine = rows[self._first_row:self._first_row + self._host_rows]
+    real = {key: a[mine] for key, a in self._arrays.items()}
+    if self._transform is not None:
+      # `__next__` has already moved past this batch: it is number `self._batch - 1`.
+      rng = np.random.default_rng([self._seed, self._epoch, self._batch - 1, self._first_row])
+      real = self._transform(real, rng)
+    real["index"] = mine.astype(np.int32)
+    batch = {}
+    for key, values in real.items():
+      batch[key] = np.full((self._host_rows, *values.shape[1:]), -1 if key == "index" else 0,
+                           values.dtype)
+      batch[key][:len(mine)] = values
+    return batch

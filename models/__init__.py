@@ -9,19 +9,24 @@ from flax import nnx
 import ml_collections
 from ml_collections import config_dict
 
+from models.captioning import Captioner
 from models.classifiers import HAN, TransformerClassifier
-from models.interfaces import Classifier, EncoderDecoder, LanguageModel
+from models.interfaces import (Classifier, EncoderDecoder, ImageCaptioner, ImageClassifier,
+                               LanguageModel)
 from models.language import DecoderLM, EncoderMLM
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
+from models.vision import ViT
 
 MODELS = {
+    'captioner': Captioner,
     'decoder_lm': DecoderLM,
     'encoder_mlm': EncoderMLM,
     'han': HAN,
     'seq2seq': Seq2Seq,
     'transformer': Transformer,
     'transformer_classifier': TransformerClassifier,
+    'vit': ViT,
 }
 
 
@@ -105,6 +110,7 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
   return model_cls(**data_args, **kwargs, rngs=rngs)
 
 
-__all__ = ['HAN', 'MODELS', 'Classifier', 'DecoderLM', 'EncoderDecoder', 'EncoderMLM',
-           'LanguageModel', 'Seq2Seq', 'Transformer', 'TransformerClassifier', 'build',
-           'default_config', 'fitting', 'model_class']
+__all__ = ['HAN', 'MODELS', 'Captioner', 'Classifier', 'DecoderLM', 'EncoderDecoder',
+           'EncoderMLM', 'ImageCaptioner', 'ImageClassifier', 'LanguageModel', 'Seq2Seq',
+           'Transformer', 'TransformerClassifier', 'ViT', 'build', 'default_config', 'fitting',
+           'model_class']

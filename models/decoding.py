@@ -276,7 +276,8 @@ def generate(model: nnx.Module, inputs: Array, *, max_length: int, bos_id: int, 
 
   Args:
     model: an NNX model with the common decoding interface.
-    inputs: source ids int32 [B, S].
+    inputs: what the model's `init_decode_cache` encodes, batch on axis 0: source ids int32
+      [B, S] for translation, images float [B, H, W, C] for captioning. The model checks the rest.
     max_length: the number of tokens to generate at most.
     beam_size: 1 = greedy search, otherwise the best hypothesis of a beam search.
     alpha: length-penalty exponent for beam search.
@@ -288,8 +289,9 @@ def generate(model: nnx.Module, inputs: Array, *, max_length: int, bos_id: int, 
     ids int32 [B, max_length]: generated tokens, EOS included, `pad_id` after EOS.
   """
   inputs = jnp.asarray(inputs)
-  if inputs.ndim != 2:
-    raise ValueError(f"generate: inputs must be int ids [B, S], got shape {inputs.shape}.")
+  if inputs.ndim < 2:
+    raise ValueError(f"generate: inputs must be a batch of source ids [B, S] or images "
+                     f"[B, H, W, C], got shape {inputs.shape}.")
   _check_sizes(inputs.shape[0], max_length, beam_size)
   graphdef, state = nnx.split(model)
   return _generate(graphdef, state, inputs, max_length=max_length, beam_size=beam_size,

@@ -68,3 +68,41 @@ class LanguageModel(Protocol):
     The model's `pad_id` marks padding. With `return_attention`, `(logits, weights)` where
     `weights['self']` is `[B, L, N, T, T]`.
     """
+
+
+@runtime_checkable
+class ImageClassifier(Protocol):
+  """Images in, one class distribution per image out (image classification).
+
+  `ViT` implements it. The method has its own name, not `__call__`, as for `Classifier`.
+  """
+
+  def classify_image(self, images: Array, *, deterministic: bool = True,
+                     rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+    """Logits float32 `[B, C]` for images float `[B, H, W, C]` in the model's `image_shape`.
+
+    With `return_attention`, `(logits, weights)` where `weights['self']` is `[B, L, N, T, T]`
+    over the model's tokens (e.g. a class token and the patches).
+    """
+
+
+@runtime_checkable
+class ImageCaptioner(Protocol):
+  """Images in, caption logits out, teacher-forced or one token at a time (captioning).
+
+  `Captioner` implements it; `models.decoding.generate` takes images as its inputs. The model's
+  `grid`, `(gh, gw)`, says where its R = gh*gw regions lie in the image (row-major).
+  """
+
+  def caption_logits(self, images: Array, decoder_inputs: Array, *, deterministic: bool = True,
+                     rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+    """Logits float32 `[B, T, V]` for images `[B, H, W, C]` and decoder inputs int ids `[B, T]`.
+
+    With `return_attention`, `(logits, weights)` where `weights['cross']` is `[B, L, N, T, R]`.
+    """
+
+  def init_decode_cache(self, images: Array, max_length: int) -> Any:
+    """Encodes the images once; every leaf of the returned cache leads with B."""
+
+  def decode_step(self, ids: Array, step: Array, cache: Any) -> tuple[Array, Any]:
+    """Logits `[B, V]` for the token after `ids [B]` at position `step`, and the new cache."""

@@ -21,6 +21,8 @@ Dropout acts on embeddings, between encoder layers and on the decoder's output f
 outside the recurrences, so the scanned step stays deterministic and needs no random keys.
 """
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -50,6 +52,39 @@ def _scan_gru(cell: nnx.GRUCell, xs: Array, mask: Array, reverse: bool = False) 
   h0 = jnp.zeros((xs.shape[0], cell.hidden_features), xs.dtype)
   _, ys = jax.lax.scan(step, h0, (jnp.swapaxes(xs, 0, 1), mask.T), reverse=reverse)  # [S, B, H]
   return jnp.swapaxes(ys, 0, 1)
+
+
+def run_cells(cells: Sequence[nnx.GRUCell], state: Array, x: Array) -> Array:
+  """One step of a stacked GRU: state [B, L, H], input x [B, In] to the first cell -> [B, L, H]."""
+  new = []
+  for i, cell in enumerate(cells):
+    x, _ = cell(state[:, i], x)
+    new.append(x)
+  return jnp.stack(new, axis=1)
+
+
+def bahdanau_step(attn: rnn_attention.RNNAttention, cells: Sequence[nnx.GRUCell], state: Array,
+                  y_prev: Array, keys: Array, values: Array,
+                  mask: Array | None) -> tuple[Array, Array, Array]:
+  """One step of a Bahdanau decoder: attend from s_{t-1}, then step the cells on [y_{t-1}; c_t].
+
+  Args:
+    attn: the attention layer.
+    cells: the stacked decoder GRU, L cells of size H.
+    state: s_{t-1}, [B, L, H]; the top layer's state is the query.
+    y_prev: the embedded previous token [B, E].
+    keys: `attn.prepare(values)`, [B, S, K].
+    values: the states attended to [B, S, Dv].
+    mask: [B, 1, S], True = real position; or None.
+
+  Returns:
+    `(s_t [B, L, H], deep-output features [s_t; c_t; y_{t-1}] [B, H + Dv + E], weights [B, S])`.
+  """
+  context, weights = attn(state[:, -1:], keys, values, mask)             # [B, 1, Dv], [B, 1, S]
+  context = context[:, 0]                                                 # [B, Dv]
+  state = run_cells(cells, state, jnp.concatenate([y_prev, context], axis=-1))
+  features = jnp.concatenate([state[:, -1], context, y_prev], axis=-1)   # [B, H + Dv + E]
+  return state, features, weights[:, 0]
 
 
 class GRUEncoder(nnx.Module):
@@ -154,14 +189,6 @@ class Seq2Seq(nnx.Module):
     memory = {"keys": self.attn.prepare(values), "values": values, "mask": mask}
     return memory, carry
 
-  def _cells(self, state: Array, x: Array) -> Array:
-    """One step of the stacked decoder GRU: state [B, L, H], input x [B, In] -> [B, L, H]."""
-    new = []
-    for i, cell in enumerate(self.cells):
-      x, _ = cell(state[:, i], x)
-      new.append(x)
-    return jnp.stack(new, axis=1)
-
   def _step(self, carry: dict[str, Array], y_prev: Array,
             memory: dict[str, Array]) -> tuple[dict[str, Array], tuple[Array, Array]]:
     """One decoder step from the embedded previous token y_prev [B, E].
@@ -172,13 +199,10 @@ class Seq2Seq(nnx.Module):
     mask = memory["mask"][:, None, :]  # [B, 1, S]: one query per step
     state = carry["state"]
     if self.attention_kind == "bahdanau":
-      # Query s_{t-1}, the top layer's state before the cell: [B, 1, H].
-      context, weights = self.attn(state[:, -1:], memory["keys"], memory["values"], mask)
-      context = context[:, 0]                                              # [B, Dv]
-      state = self._cells(state, jnp.concatenate([y_prev, context], axis=-1))
-      features = jnp.concatenate([state[:, -1], context, y_prev], axis=-1)  # [B, H + Dv + E]
-      return {"state": state}, (features, weights[:, 0])
-    state = self._cells(state, jnp.concatenate([y_prev, carry["feed"]], axis=-1))
+      state, features, weights = bahdanau_step(self.attn, self.cells, state, y_prev,
+                                               memory["keys"], memory["values"], mask)
+      return {"state": state}, (features, weights)
+    state = run_cells(self.cells, state, jnp.concatenate([y_prev, carry["feed"]], axis=-1))
     # Query s_t, the top layer's state after the cell: [B, 1, H].
     context, weights = self.attn(state[:, -1:], memory["keys"], memory["values"], mask)
     h_tilde = jnp.tanh(self.combine(jnp.concatenate([context[:, 0], state[:, -1]], axis=-1)))

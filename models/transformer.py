@@ -5,6 +5,7 @@ Shapes: source ids `[B, S]`, decoder input ids `[B, T]` (`[BOS] + targets[:-1]`)
 N heads).
 """
 
+from collections.abc import Sequence
 from typing import Any, Callable
 
 import jax
@@ -127,6 +128,45 @@ class DecoderLayer(_Block):
                                                                    mask=source_mask))
     y, _ = self.residual(2, y, lambda h: (self.ffn(h), None))
     return y, {"self": self_kv, "cross": cache["cross"]}
+
+
+def run_decoder(layers: Sequence[DecoderLayer], y: Array, memory: Array,
+                memory_mask: Array | None, *, deterministic: bool = True,
+                rngs: nnx.Rngs | None = None, return_weights: bool = False
+                ) -> tuple[Array, dict[str, Array] | None]:
+  """Teacher-forced `y [B, T, D]` through `DecoderLayer`s reading `memory [B, S, D]`.
+
+  A function over the layers, as are the two below, so that models which hold a decoder stack
+  under their own attribute names (their checkpoint paths) share its loops. `memory_mask`
+  broadcasts to `[B, N, T, S]` or is None. Returns `(y` (no final norm),
+  `{'decoder_self': [B, L, N, T, T], 'cross': [B, L, N, T, S]}` or None).
+  """
+  self_ws, cross_ws = [], []
+  for layer in layers:
+    y, (self_w, cross_w) = layer(y, memory, memory_mask, deterministic=deterministic, rngs=rngs,
+                                 return_weights=return_weights)
+    self_ws.append(self_w)
+    cross_ws.append(cross_w)
+  if not return_weights:
+    return y, None
+  return y, {"decoder_self": jnp.stack(self_ws, axis=1), "cross": jnp.stack(cross_ws, axis=1)}
+
+
+def init_decoder_cache(layers: Sequence[DecoderLayer], memory: Array,
+                       max_length: int) -> list[dict[str, Any]]:
+  """Per layer: zeroed `'self'` K/V `[B, N, max_length, H]`, `'cross'` K/V `[B, N, S, H]`."""
+  return [{"self": layer.self_attn.init_cache(memory.shape[0], max_length, memory.dtype),
+           "cross": layer.cross_attn.project_kv(memory)} for layer in layers]
+
+
+def decoder_step(layers: Sequence[DecoderLayer], y: Array, cache: list[dict[str, Any]],
+                 step: Array, memory_mask: Array | None) -> tuple[Array, list[dict[str, Any]]]:
+  """Position `step`, `y [B, 1, D]`, through the layers; returns `(y, cache)` (no final norm)."""
+  new_cache = []
+  for layer, layer_cache in zip(layers, cache):
+    y, layer_cache = layer.decode_step(y, layer_cache, step, memory_mask)
+    new_cache.append(layer_cache)
+  return y, new_cache
 
 
 class Transformer(nnx.Module):
@@ -267,15 +307,8 @@ class Transformer(nnx.Module):
     self._check_ids("decoder_inputs", decoder_inputs, deterministic, rngs)
     y = self._embed(self.target_embed, decoder_inputs, deterministic, rngs)
     mask = source_mask[:, None, None, :]                                # [B, 1, 1, S]
-    self_ws, cross_ws = [], []
-    for layer in self.decoder_layers:
-      y, (self_w, cross_w) = layer(y, memory, mask, deterministic=deterministic, rngs=rngs,
-                                   return_weights=return_attention)
-      self_ws.append(self_w)
-      cross_ws.append(cross_w)
-    weights = None
-    if return_attention:
-      weights = {"decoder_self": jnp.stack(self_ws, axis=1), "cross": jnp.stack(cross_ws, axis=1)}
+    y, weights = run_decoder(self.decoder_layers, y, memory, mask, deterministic=deterministic,
+                             rngs=rngs, return_weights=return_attention)
     return self._logits(y), weights
 
   def __call__(self, inputs: Array, decoder_inputs: Array, *, deterministic: bool = True,
@@ -304,10 +337,8 @@ class Transformer(nnx.Module):
       raise ValueError(f"max_length={max_length} exceeds the {self.positions.max_length} "
                        "learned positions.")
     memory, _ = self.encode(inputs)
-    batch = inputs.shape[0]
-    layers = [{"self": layer.self_attn.init_cache(batch, max_length, memory.dtype),
-               "cross": layer.cross_attn.project_kv(memory)} for layer in self.decoder_layers]
-    return {"source_mask": inputs != self.pad_id, "layers": layers}
+    return {"source_mask": inputs != self.pad_id,
+            "layers": init_decoder_cache(self.decoder_layers, memory, max_length)}
 
   def decode_step(self, ids: Array, step: Array, cache: dict[str, Any]
                   ) -> tuple[Array, dict[str, Any]]:
@@ -323,8 +354,5 @@ class Transformer(nnx.Module):
     y = self.target_embed(ids[:, None])                                 # [B, 1, D]
     y = y + self.positions(jnp.reshape(step, (1,))).astype(y.dtype)
     mask = cache["source_mask"][:, None, None, :]                       # [B, 1, 1, S]
-    layers = []
-    for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
-      y, layer_cache = layer.decode_step(y, layer_cache, step, mask)
-      layers.append(layer_cache)
+    y, layers = decoder_step(self.decoder_layers, y, cache["layers"], step, mask)
     return self._logits(y)[:, 0], {"source_mask": cache["source_mask"], "layers": layers}

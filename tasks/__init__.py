@@ -8,12 +8,16 @@ from typing import Any
 
 import models
 from tasks.base import VOCAB_DIR, BatchIterator, EvalOptions, Task
+from tasks.captioning import Captioning
 from tasks.classification import Classification
+from tasks.image_classification import ImageClassification
 from tasks.language import LanguageModeling
 from tasks.translation import Translation
 
 TASKS: dict[str, type[Task]] = {
+    'captioning': Captioning,
     'classification': Classification,
+    'image_classification': ImageClassification,
     'language_modeling': LanguageModeling,
     'translation': Translation,
 }
@@ -42,5 +46,6 @@ def build(config, workdir: str) -> Task:
   return task_class(config.task)(config, workdir)
 
 
-__all__ = ['VOCAB_DIR', 'BatchIterator', 'Classification', 'EvalOptions', 'LanguageModeling',
-           'TASKS', 'Task', 'Translation', 'build', 'check_fits', 'task_class']
+__all__ = ['VOCAB_DIR', 'BatchIterator', 'Captioning', 'Classification', 'EvalOptions',
+           'ImageClassification', 'LanguageModeling', 'TASKS', 'Task', 'Translation', 'build',
+           'check_fits', 'task_class']

@@ -99,14 +99,18 @@ class Classification(Task):
     return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
                              num_epochs=num_epochs)
 
+  def logits(self, model: nnx.Module, batch: Batch, **kwargs) -> Any:
+    """The model's logits `[B, C]` for the batch's inputs (`kwargs`: the `classify` options)."""
+    return model.classify(batch['inputs'], **kwargs)
+
   def loss(self, model, batch: Batch, rng):
-    logits = model.classify(batch['inputs'], deterministic=False, rngs=nnx.Rngs(dropout=rng))
+    logits = self.logits(model, batch, deterministic=False, rngs=nnx.Rngs(dropout=rng))
     real = batch['index'] >= 0
     losses = cross_entropy(logits, batch['labels'], self.label_smoothing, where=real)
     return losses.sum() / jnp.maximum(real.sum(), 1), example_counts(logits, batch['labels'], real)
 
   def eval_counts(self, model, batch: Batch):
-    logits = model.classify(batch['inputs'], deterministic=True)
+    logits = self.logits(model, batch, deterministic=True)
     real = batch['index'] >= 0
     loss_sum = cross_entropy(logits, batch['labels'], where=real).sum()
     return dict(loss_sum=loss_sum, **example_counts(logits, batch['labels'], real))
@@ -161,18 +165,23 @@ class Classification(Task):
       metrics['attention_hit_rate'] = rate
     return metrics
 
+  def save_confusion(self, samples: list[dict[str, Any]], out_dir: str) -> list[str]:
+    """Writes the samples' confusion matrix as JSON and PNG; returns their paths."""
+    matrix = confusion_matrix([s['label'] for s in samples], [s['prediction'] for s in samples],
+                              len(self.label_names))
+    path = os.path.join(out_dir, 'confusion_matrix.json')
+    with open(path, 'w', encoding='utf-8') as f:
+      json.dump(dict(labels=self.label_names, matrix=matrix.tolist()), f, indent=1)
+    return [path, pictures.save_confusion_matrix(os.path.join(out_dir, 'confusion_matrix.png'),
+                                                 matrix, self.label_names)]
+
   def draw(self, model, samples, out_dir, options):
     """The confusion matrix (PNG and JSON) and, per drawn example, its attention as the HAN
     paper shows it: sentence weights as bars, words shaded by their weights (PNG and HTML)."""
     del model  # the weights were computed with the predictions
     if not samples:
       return []
-    matrix = confusion_matrix([s['label'] for s in samples], [s['prediction'] for s in samples],
-                              len(self.label_names))
-    with open(os.path.join(out_dir, 'confusion_matrix.json'), 'w', encoding='utf-8') as f:
-      json.dump(dict(labels=self.label_names, matrix=matrix.tolist()), f, indent=1)
-    paths = [pictures.save_confusion_matrix(os.path.join(out_dir, 'confusion_matrix.png'),
-                                            matrix, self.label_names)]
+    paths = self.save_confusion(samples, out_dir)
     for sample in samples[:options.num_pictures]:
       if 'word_weights' not in sample:  # mean pooling has no attention to show
         break
@@ -193,5 +202,5 @@ def hit_rate(samples: list[dict[str, Any]]) -> float | None:
   samples that have both; None when none has (no key sentences recorded, or no sentence weights).
   """
   hits = [int(np.argmax(s['sentence_weights'])) in s['key_sentences'] for s in samples
-          if s['key_sentences'] and s.get('sentence_weights')]
+          if s.get('key_sentences') and s.get('sentence_weights')]
   return float(np.mean(hits)) if hits else None

@@ -1,5 +1,5 @@
 """Attention pictures: heatmaps (source across, output down), the HAN document figure,
-confusion matrices, and grids of every layer's and head's self-attention."""
+confusion matrices, grids of every layer's and head's self-attention, and attention over images."""
 
 import matplotlib
 
@@ -158,6 +158,49 @@ def save_head_grid(path: str, weights: np.ndarray, tokens: list[str], *, title: 
     else:
       ax.set_xticks([])
       ax.set_yticks([])
+  figure.suptitle(title, fontsize=9)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+
+
+def save_image_attention(path: str, pixels: np.ndarray, maps: list[tuple[str, np.ndarray]], *,
+                         title: str, boxes: list[tuple[int, int, int, int] | None] = ()) -> None:
+  """The image, then one panel per attention map laid over it (Show, Attend and Tell's figure).
+
+  Args:
+    path: the PNG to write.
+    pixels: the image, uint8 `[H, W, C]` (C = 1 is drawn in grey).
+    maps: `(panel title, weights [gh, gw])` per panel; each map is stretched over the whole image
+      (its cells are the regions or patches) and scaled to its own maximum.
+    title: the figure's title.
+    boxes: per map, a `(top, left, bottom, right)` box to outline (e.g. where the word's object
+      is), or None; empty for none at all.
+  """
+  height, width = pixels.shape[:2]
+  image = pixels[..., 0] if pixels.shape[-1] == 1 else pixels
+  cmap = 'gray' if pixels.shape[-1] == 1 else None
+  panel = max(1.2, min(3.0, 2.4 * width / max(height, width)))
+  figure, axes = plt.subplots(1, len(maps) + 1, squeeze=False,
+                              figsize=(panel * (len(maps) + 1), panel * height / width + 0.8))
+  axes = axes[0]
+  axes[0].imshow(image, cmap=cmap)
+  axes[0].set_title('image', fontsize=8)
+  for i, (name, weights) in enumerate(maps):
+    ax = axes[i + 1]
+    ax.imshow(image, cmap=cmap)
+    peak = float(np.max(weights)) or 1.0
+    ax.imshow(weights / peak, cmap='jet', alpha=0.5, vmin=0.0, vmax=1.0,
+              extent=(-0.5, width - 0.5, height - 0.5, -0.5), interpolation='bilinear')
+    box = boxes[i] if i < len(boxes) else None
+    if box is not None:
+      top, left, bottom, right = box
+      ax.add_patch(plt.Rectangle((left - 0.5, top - 0.5), right - left, bottom - top,
+                                 fill=False, edgecolor='white', linewidth=1.0))
+    ax.set_title(name, fontsize=8)
+  for ax in axes:
+    ax.set_xticks([])
+    ax.set_yticks([])
   figure.suptitle(title, fontsize=9)
   figure.tight_layout()
   figure.savefig(path, dpi=100)

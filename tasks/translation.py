@@ -68,6 +68,18 @@ def teacher_forced_counts(model, batch: Batch, *, bos_id: int, pad_id: int) -> d
   return dict(loss_sum=loss_sum, **token_counts(logits, targets, pad_id))
 
 
+def teacher_forced_metrics(counts: dict[str, float]) -> dict[str, float]:
+  """Token accuracy and exact match from summed `token_counts`; loss and perplexity from the
+  summed unsmoothed loss where the counts have it (evaluation)."""
+  tokens = max(counts['tokens'], 1)
+  metrics = {}
+  if 'loss_sum' in counts:
+    loss = counts['loss_sum'] / tokens
+    metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
+  return dict(metrics, token_accuracy=counts['correct'] / tokens,
+              teacher_forced_exact_match=counts['exact'] / max(counts['rows'], 1))
+
+
 class Translation(Task):
   """Text pairs through an encoder-decoder; see the module docstring.
 
@@ -110,13 +122,7 @@ class Translation(Task):
                                  pad_id=self.pad_id)
 
   def summarize(self, counts):
-    tokens = max(counts['tokens'], 1)
-    metrics = {}
-    if 'loss_sum' in counts:  # evaluation: the unsmoothed loss
-      loss = counts['loss_sum'] / tokens
-      metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
-    return dict(metrics, token_accuracy=counts['correct'] / tokens,
-                teacher_forced_exact_match=counts['exact'] / max(counts['rows'], 1))
+    return teacher_forced_metrics(counts)
 
   def predict(self, model, batch, options: EvalOptions):
     tokenizer = self.target_tokenizer

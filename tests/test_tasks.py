@@ -23,10 +23,12 @@ from training.steps import train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A config file per task, and tiny sizes per model, so one step takes a second.
-TASK_CONFIGS = {'classification': 'han', 'language_modeling': 'gpt_mqar',
+TASK_CONFIGS = {'captioning': 'caption_digits', 'classification': 'han',
+                'image_classification': 'vit_digits', 'language_modeling': 'gpt_mqar',
                 'translation': 'default'}
 # Smaller data than the configs train on, where a task's config asks for more.
-TASK_DATASETS = {'classification': dict(builder_config='default')}
+TASK_DATASETS = {'captioning': dict(builder_config='small'),
+                 'classification': dict(builder_config='default')}
 TINY_MODELS = {
     'decoder_lm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64),
     'encoder_mlm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),
@@ -34,6 +36,8 @@ TINY_MODELS = {
     'seq2seq': dict(embed_dim=8, hidden_dim=16),
     'han': dict(embed_dim=8, hidden_dim=8),
     'transformer_classifier': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),
+    'vit': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),
+    'captioner': dict(d_model=16, cnn_channels=(8, 8), embed_dim=8, num_heads=2, d_ff=32),
 }
 PAIRS = [(task, model) for task, cls in sorted(tasks.TASKS.items())
          for model in models.fitting(cls.interface)]
@@ -96,7 +100,8 @@ def test_a_model_that_does_not_fit_the_task_is_one_clear_error(monkeypatch, tmp_
 
 
 def test_unknown_task_lists_the_valid_ones():
-  valid = r"\['classification', 'language_modeling', 'translation'\]"
+  valid = (r"\['captioning', 'classification', 'image_classification', 'language_modeling', "
+           r"'translation'\]")
   with pytest.raises(ValueError, match=rf"config.task='lm' is not one of {valid}"):
     tasks.task_class('lm')
 

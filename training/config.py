@@ -52,6 +52,8 @@ def _training_fields() -> ml_collections.ConfigDict:
   c.weight_decay = 0.0
   c.grad_clip = 1.0                 # global-norm clipping (0 = off)
   c.label_smoothing = 0.1           # probability mass spread over the wrong classes
+  # Captioning: weight of Show, Attend and Tell's doubly stochastic attention regulariser.
+  c.attention_penalty = 0.0
   c.dtype = 'float32'               # compute dtype: float32 | bfloat16
   return c
 
@@ -117,6 +119,8 @@ def validate(config) -> None:
     raise ValueError(f'config.dtype={config.dtype!r} is not one of {DTYPES}.')
   if not config.learning_rate > 0:
     raise ValueError(f'config.learning_rate={config.learning_rate!r} must be > 0.')
+  if config.attention_penalty < 0:
+    raise ValueError(f'config.attention_penalty={config.attention_penalty!r} must be >= 0.')
   if not 0 <= config.label_smoothing < 1:
     raise ValueError(f'config.label_smoothing={config.label_smoothing!r} must be in [0, 1).')
   if not all(isinstance(t, (int, float)) and t >= 0 for t in config.temperatures):

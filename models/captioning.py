@@ -1,0 +1,279 @@
+"""Image captioning with visual attention: a decoder attends to an image encoder's regions.
+
+Shapes: images float `[B, H, W, C]`; region features `[B, R, D]` on a `gh x gw` grid
+(`Captioner.grid`), row-major: region r is grid row `r // gw`, column `r % gw`, and covers
+image rows `[row H/gh, (row+1) H/gh)` and the matching columns. Decoder inputs int ids `[B, T]`
+(`[BOS] + caption[:-1]`, padding at the end); logits float32 `[B, T, V]`; cross-attention
+weights `[B, L, N, T, R]`.
+
+Encoders (`encoder`):
+
+- `'cnn'`: `ConvEncoder`, a small CNN whose cells are the regions (Xu et al. 2015 use VGG's).
+- `'vit'`: the ViT's `PatchEncoder` without a class token; the patches are the regions.
+
+Both add 2-D positions (learned or sinusoidal), so the decoder can look for "the next digit to the
+right" by where a region is, not only by what it shows.
+
+Decoders (`decoder`):
+
+- `'gru'`: Show, Attend and Tell (Xu et al. 2015) with Bahdanau's step (`models.seq2seq`): the
+  state starts at `tanh(W mean_r a_r)`; step t attends from `h_{t-1}` to the regions, steps the
+  GRU on `[E y_{t-1}; c_t]` and predicts from the deep output `W_o [h_t; c_t; E y_{t-1}]`.
+- `'transformer'`: the Transformer's decoder stack (`models.transformer.run_decoder`): causal
+  self-attention, cross-attention to the regions, pre-norm with a final LayerNorm, sinusoidal
+  token positions.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from models import rnn_attention
+from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
+from models.layers import (check_choice, check_positive_ints, check_rate, check_vocab, dense,
+                           is_int)
+from models.seq2seq import bahdanau_step
+from models.transformer import (DecoderLayer, check_stack_args, decoder_step, init_decoder_cache,
+                                run_decoder)
+from models.vision import (GridPositions, PatchEncoder, check_dropout, check_image_shape,
+                           check_images, check_positions_2d)
+
+Array = jax.Array
+ENCODERS = ("cnn", "vit")
+DECODERS = ("gru", "transformer")
+_EPS = 1e-6  # the Transformer's LayerNorm epsilon
+# The Transformer decoder's fixed choices (and the ViT encoder's): pre-norm trains without warm-up.
+_STACK = dict(norm="pre", activation="gelu", score="scaled_dot", attention_impl=None)
+
+
+def _check_cnn(image_shape: tuple[int, int, int], channels: Any) -> None:
+  """Raises ValueError unless `channels` are positive ints whose stages fit the image."""
+  if not (isinstance(channels, (tuple, list)) and channels
+          and all(is_int(c) and c > 0 for c in channels)):
+    raise ValueError(f"cnn_channels must be a non-empty sequence of positive integers; got "
+                     f"{channels!r}.")
+  scale = 2 ** len(channels)
+  if image_shape[0] % scale or image_shape[1] % scale:
+    raise ValueError(f"encoder='cnn' with {len(channels)} stages (cnn_channels) halves H and W "
+                     f"{len(channels)} times, so both must be divisible by {scale}; got "
+                     f"image_shape={image_shape}.")
+
+
+class ConvEncoder(nnx.Module):
+  """Regions from a small CNN: per stage a 3x3 convolution, ReLU and 2x2 max pooling.
+
+  k stages give a `H/2^k x W/2^k` grid; a linear layer (a 1x1 convolution) maps each cell to D and
+  `GridPositions` add where it is. The receptive field stays small (10 x 10 pixels around a
+  4 x 4 cell for two stages), so a region describes its own part of the image, which is what lets
+  attention point at it.
+  """
+
+  def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...], d_model: int,
+               *, positions: str, rngs: nnx.Rngs):
+    h, w, c = image_shape
+    self.grid = (h // 2 ** len(channels), w // 2 ** len(channels))
+    self.convs = nnx.List([nnx.Conv(c_in, c_out, kernel_size=(3, 3), padding="SAME", rngs=rngs)
+                           for c_in, c_out in zip((c, *channels[:-1]), channels)])
+    self.proj = dense(channels[-1], d_model, rngs=rngs)
+    self.positions = GridPositions(positions, self.grid, d_model, rngs=rngs)
+
+  def __call__(self, images: Array) -> Array:
+    """Images `[B, H, W, C]` -> region features `[B, gh*gw, D]`, row-major."""
+    x = images
+    for conv in self.convs:  # each stage: [B, h, w, c_in] -> [B, h/2, w/2, c_out]
+      x = nnx.max_pool(jax.nn.relu(conv(x)), window_shape=(2, 2), strides=(2, 2))
+    x = self.proj(x)                                                    # [B, gh, gw, D]
+    x = jnp.reshape(x, (x.shape[0], -1, x.shape[-1]))                   # [B, R, D]
+    return x + self.positions().astype(x.dtype)
+
+
+class Captioner(nnx.Module):
+  """Image captioner with attention over image regions; implements `ImageCaptioner`.
+
+  It has no `__call__`: with one it would also match the `EncoderDecoder` Protocol (which checks
+  method names only) and be offered to translation. Dropout (`dropout_rate`) acts on the token
+  embeddings, on the GRU's output features, and on every sublayer output of the Transformer
+  stacks (ViT encoder, Transformer decoder).
+
+  Decoding cache (every leaf leads with B): GRU `{'keys': [B, R, K], 'values': [B, R, D],
+  'state': [B, 1, D]}`; Transformer `{'layers': [{'self': K/V [B, N, max_length, H], 'cross':
+  K/V [B, N, R, H]}] * L}`.
+  """
+
+  def __init__(self, *, image_shape: tuple[int, int, int], vocab_size: int, pad_id: int,
+               encoder: str = "cnn", decoder: str = "gru", d_model: int = 128,
+               cnn_channels: tuple[int, ...] = (32, 64), patch_size: int = 4,
+               encoder_layers: int = 2, decoder_layers: int = 1, num_heads: int = 4,
+               d_ff: int = 256, embed_dim: int = 64, score: str = "additive",
+               positions: str = "learned", dropout_rate: float = 0.0, rngs: nnx.Rngs):
+    """Builds the model; bad settings raise ValueError before any parameter is created.
+
+    Args:
+      image_shape: `(H, W, C)` of the images.
+      vocab_size: caption vocabulary size V.
+      pad_id: the tokenizer's padding id; captions are right-padded, which causal decoding never
+        reads, so it only has to be a valid id.
+      encoder: `'cnn'` or `'vit'`.
+      decoder: `'gru'` or `'transformer'`.
+      d_model: width D of the regions, the GRU state and the Transformer stacks.
+      cnn_channels: channels of the CNN's stages; H and W must be divisible by 2^stages.
+      patch_size: the ViT encoder's patch size; must divide H and W.
+      encoder_layers: the ViT encoder's layers.
+      decoder_layers: the Transformer decoder's layers.
+      num_heads: attention heads of the Transformer stacks.
+      d_ff: inner width of their feed-forward sublayers.
+      embed_dim: the GRU decoder's token embedding size E.
+      score: the GRU decoder's attention score, a name in `attention.SCORES`.
+      positions: the regions' 2-D positions, `'learned'` or `'sinusoidal'` (d_model % 4 == 0).
+      dropout_rate: dropout rate (see the class docstring).
+      rngs: `params` stream for initialisation.
+    """
+    image_shape = check_image_shape(image_shape)
+    check_vocab(vocab_size, pad_id)
+    check_choice("encoder", encoder, ENCODERS)
+    check_choice("decoder", decoder, DECODERS)
+    check_positive_ints(d_model=d_model, encoder_layers=encoder_layers,
+                        decoder_layers=decoder_layers, d_ff=d_ff, embed_dim=embed_dim)
+    check_positions_2d(positions, d_model)
+    check_rate("dropout_rate", dropout_rate)
+    if encoder == "cnn":
+      _check_cnn(image_shape, cnn_channels)
+    if decoder == "gru":
+      rnn_attention.check_score(score)
+    else:
+      check_stack_args(d_model=d_model, num_heads=num_heads, d_k=None, d_v=None,
+                       positions="sinusoidal", **_STACK)
+
+    self.pad_id = pad_id
+    self.image_shape = image_shape
+    self.decoder_kind = decoder
+    self.dropout_rate = dropout_rate
+    if encoder == "cnn":
+      self.image_encoder = ConvEncoder(image_shape, tuple(cnn_channels), d_model,
+                                       positions=positions, rngs=rngs)
+    else:
+      self.image_encoder = PatchEncoder(
+          image_shape, patch_size, num_layers=encoder_layers, d_model=d_model,
+          num_heads=num_heads, d_ff=d_ff, d_k=None, d_v=None, dropout_rate=dropout_rate,
+          attention_dropout_rate=0.0, positions=positions, class_token=False, rngs=rngs,
+          **_STACK)
+    self.grid = self.image_encoder.grid
+    self.dropout = nnx.Dropout(dropout_rate)
+    if decoder == "gru":
+      self.embed = nnx.Embed(vocab_size, embed_dim, rngs=rngs)
+      self.attn = rnn_attention.make_attention(score, query_dim=d_model, key_dim=d_model,
+                                               rngs=rngs)
+      self.bridge = nnx.Linear(d_model, d_model, rngs=rngs)  # h_0 = tanh(W mean_r a_r)
+      self.cells = nnx.List([nnx.GRUCell(embed_dim + d_model, d_model, rngs=rngs)])
+      features = 2 * d_model + embed_dim                     # [h_t; c_t; E y_{t-1}]
+    else:
+      self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
+      self.token_positions = SinusoidalPositions(d_model)
+      attention_kwargs = dict(num_heads=num_heads, score=_STACK["score"])
+      self.decoder_layers = nnx.List([
+          DecoderLayer(d_model, d_ff, norm=_STACK["norm"], activation=_STACK["activation"],
+                       dropout_rate=dropout_rate, attention_kwargs=attention_kwargs, rngs=rngs)
+          for _ in range(decoder_layers)])
+      self.decoder_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs)
+      features = d_model
+    self.output = dense(features, vocab_size, rngs=rngs)
+
+  def _encode(self, images: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+              return_attention: bool = False) -> tuple[Array, Array | None]:
+    """Checked images -> `(regions [B, R, D], ViT self-attention [B, L, N, R, R] or None)`."""
+    if isinstance(self.image_encoder, ConvEncoder):
+      return self.image_encoder(images), None
+    return self.image_encoder(images, deterministic=deterministic, rngs=rngs,
+                              return_attention=return_attention)
+
+  def encode_image(self, images: Any) -> Array:
+    """Region features `[B, R, D]` (R = gh*gw, row-major) of images float `[B, H, W, C]`."""
+    return self._encode(check_images(images, self.image_shape))[0]
+
+  def _embed_tokens(self, ids: Array, start: Array | int) -> Array:
+    """Transformer decoder: scaled embeddings plus positions `start ..`, `[B, T] -> [B, T, D]`."""
+    y = self.embed(ids)                                                 # [B, T, D]
+    return y + self.token_positions(start + jnp.arange(ids.shape[1])).astype(y.dtype)
+
+  def _gru_state(self, regions: Array) -> Array:
+    """The GRU decoder's initial state `[B, 1, D]` (one layer) from the mean region."""
+    return jnp.tanh(self.bridge(jnp.mean(regions, axis=1)))[:, None]
+
+  def caption_logits(self, images: Any, decoder_inputs: Any, *, deterministic: bool = True,
+                     rngs: nnx.Rngs | None = None, return_attention: bool = False
+                     ) -> Array | tuple[Array, dict[str, Array]]:
+    """Teacher-forced logits for every caption position.
+
+    Args:
+      images: float `[B, H, W, C]` in the model's `image_shape`.
+      decoder_inputs: int ids `[B, T]`, `[BOS] + caption[:-1]`.
+      deterministic: False turns dropout on.
+      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
+      return_attention: also return the attention weights.
+
+    Returns:
+      logits float32 `[B, T, V]`; with `return_attention`, `(logits, weights)`: `'cross'`
+      `[B, L, N, T, R]` (L = N = 1 for the GRU), for the Transformer decoder also
+      `'decoder_self'` `[B, L, N, T, T]`, for the ViT encoder `'encoder_self'` `[B, L, N, R, R]`.
+    """
+    images = check_images(images, self.image_shape)
+    ids = jnp.asarray(decoder_inputs)
+    batch = images.shape[0]
+    if ids.ndim != 2 or ids.shape[0] != batch or not jnp.issubdtype(ids.dtype, jnp.integer):
+      raise ValueError(f"decoder_inputs must be integer ids [B, T] with B={batch} (the images'); "
+                       f"got {ids.dtype}{tuple(ids.shape)}.")
+    check_dropout(deterministic, rngs, (self.dropout_rate,))
+    run = dict(deterministic=deterministic, rngs=rngs)
+    regions, encoder_w = self._encode(images, return_attention=return_attention, **run)
+    if self.decoder_kind == "gru":
+      keys, state = self.attn.prepare(regions), self._gru_state(regions)
+      y = self.dropout(lookup(self.embed, ids), **run)                  # [B, T, E]
+
+      def step(state, y_t):
+        state, features, weights = bahdanau_step(self.attn, self.cells, state, y_t, keys,
+                                                 regions, None)
+        return state, (features, weights)
+
+      _, (features, cross) = jax.lax.scan(step, state, jnp.swapaxes(y, 0, 1))  # [T, B, ...]
+      features = self.dropout(jnp.swapaxes(features, 0, 1), **run)      # [B, T, F]
+      weights = {"cross": jnp.swapaxes(cross, 0, 1)[:, None, None]}     # [B, 1, 1, T, R]
+    else:
+      y = self.dropout(self._embed_tokens(ids, 0), **run)              # [B, T, D]
+      features, weights = run_decoder(self.decoder_layers, y, regions, None,
+                                      return_weights=return_attention, **run)
+      features = self.decoder_norm(features)                           # [B, T, D]
+    logits = self.output(features).astype(jnp.float32)                  # [B, T, V]
+    if not return_attention:
+      return logits
+    if encoder_w is not None:
+      weights["encoder_self"] = encoder_w
+    return logits, weights
+
+  def init_decode_cache(self, images: Any, max_length: int) -> dict[str, Any]:
+    """Encodes images `[B, H, W, C]` once; the cache of the class docstring."""
+    check_positive_ints(max_length=max_length)
+    regions = self.encode_image(images)                                 # [B, R, D]
+    if self.decoder_kind == "gru":
+      return {"keys": self.attn.prepare(regions), "values": regions,
+              "state": self._gru_state(regions)}
+    return {"layers": init_decoder_cache(self.decoder_layers, regions, max_length)}
+
+  def decode_step(self, ids: Array, step: Array, cache: dict[str, Any]
+                  ) -> tuple[Array, dict[str, Any]]:
+    """Logits float32 `[B, V]` for the token after `ids [B]` at position `step`, and the cache.
+
+    The `tokens_to_logits` callback of `models.decoding`; reads parameters only, so it can run
+    inside `jax.jit` + `lax.while_loop`. For the Transformer, `step` must stay below the cache's
+    max_length.
+    """
+    if self.decoder_kind == "gru":
+      state, features, _ = bahdanau_step(self.attn, self.cells, cache["state"],
+                                         lookup(self.embed, ids), cache["keys"], cache["values"],
+                                         None)
+      return self.output(features).astype(jnp.float32), {**cache, "state": state}
+    y = self._embed_tokens(ids[:, None], step)                          # [B, 1, D]
+    y, layers = decoder_step(self.decoder_layers, y, cache["layers"], step, None)
+    logits = self.output(self.decoder_norm(y[:, 0])).astype(jnp.float32)  # [B, V]
+    return logits, {"layers": layers}

@@ -1,0 +1,283 @@
+"""The Vision Transformer (Dosovitskiy et al. 2021) and the image pieces the vision models share.
+
+Shapes: images float `[B, H, W, C]`, channels last. A `ph x pw` patch size cuts them into a grid of
+`gh x gw` patches (`gh = H / ph`, `gw = W / pw`) taken in row-major order: patch `r * gw + c` covers
+image rows `[r ph, (r+1) ph)` and columns `[c pw, (c+1) pw)`. Self-attention weights are
+`[B, L, N, T, T]` (L layers, N heads, T tokens).
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import attention
+from models.layers import check_choice, check_positive_ints, check_rate, dense, is_int
+from models.transformer import EncoderLayer, check_stack_args
+
+Array = jax.Array
+POSITIONS_2D = ("learned", "sinusoidal")
+POOLINGS = ("cls", "mean")
+_EPS = 1e-6  # the Transformer's LayerNorm epsilon
+
+
+def as_pair(field: str, value: Any) -> tuple[int, int]:
+  """`value`, a positive int or a pair of them, as `(rows, columns)`; else ValueError naming it."""
+  pair = (value, value) if is_int(value) else value
+  if not (isinstance(pair, (tuple, list)) and len(pair) == 2
+          and all(is_int(v) and v > 0 for v in pair)):
+    raise ValueError(f"{field} must be a positive integer or a pair of them; got {value!r}.")
+  return int(pair[0]), int(pair[1])
+
+
+def check_image_shape(image_shape: Any) -> tuple[int, int, int]:
+  """`image_shape` as `(H, W, C)`; ValueError unless it is three positive integers."""
+  if not (isinstance(image_shape, (tuple, list)) and len(image_shape) == 3
+          and all(is_int(v) and v > 0 for v in image_shape)):
+    raise ValueError(f"image_shape must be three positive integers (H, W, C); got "
+                     f"{image_shape!r}.")
+  return tuple(int(v) for v in image_shape)
+
+
+def patch_grid(image_size: tuple[int, int], patch: tuple[int, int]) -> tuple[int, int]:
+  """The grid `(gh, gw)` of `patch` `(ph, pw)` over `image_size` `(H, W)`; both must divide."""
+  if image_size[0] % patch[0] or image_size[1] % patch[1]:
+    raise ValueError(f"patch_size {patch} must divide the image size (H, W) = {image_size}.")
+  return image_size[0] // patch[0], image_size[1] // patch[1]
+
+
+def patchify(images: Array, patch: int | tuple[int, int]) -> Array:
+  """Cuts images `[B, H, W, C]` into flattened patches `[B, gh*gw, ph*pw*C]`, row-major.
+
+  Each patch's features are its pixels in row-major order, channels fastest, so a linear layer
+  on them is a convolution with a `ph x pw` kernel and stride.
+  """
+  ph, pw = as_pair("patch_size", patch)
+  b, h, w, c = images.shape
+  gh, gw = patch_grid((h, w), (ph, pw))
+  x = jnp.reshape(images, (b, gh, ph, gw, pw, c))                       # [B, gh, ph, gw, pw, C]
+  x = jnp.transpose(x, (0, 1, 3, 2, 4, 5))                              # [B, gh, gw, ph, pw, C]
+  return jnp.reshape(x, (b, gh * gw, ph * pw * c))
+
+
+def unpatchify(patches: Array, grid: tuple[int, int], patch: int | tuple[int, int]) -> Array:
+  """The inverse of `patchify`: patches `[B, gh*gw, ph*pw*C]` back to images `[B, H, W, C]`."""
+  (gh, gw), (ph, pw) = as_pair("grid", grid), as_pair("patch_size", patch)
+  b, n, f = patches.shape
+  if n != gh * gw or f % (ph * pw):
+    raise ValueError(f"unpatchify: patches [B, {n}, {f}] do not fit grid {(gh, gw)} of patch "
+                     f"size {(ph, pw)}.")
+  c = f // (ph * pw)
+  x = jnp.reshape(patches, (b, gh, gw, ph, pw, c))                      # [B, gh, gw, ph, pw, C]
+  x = jnp.transpose(x, (0, 1, 3, 2, 4, 5))                              # [B, gh, ph, gw, pw, C]
+  return jnp.reshape(x, (b, gh * ph, gw * pw, c))
+
+
+def interpolate_positions(table: Array, old_grid: tuple[int, int],
+                          new_grid: tuple[int, int]) -> Array:
+  """Resizes a table of patch positions to another grid, e.g. to fine-tune at a new resolution.
+
+  Args:
+    table: one encoding per patch `[gh*gw, D]`, row-major.
+    old_grid: `(gh, gw)` of `table`.
+    new_grid: the grid `(gh', gw')` wanted.
+
+  Returns:
+    `[gh'*gw', D]`: bilinear interpolation (`jax.image.resize`, half-pixel centres) of the
+    `[gh, gw, D]` view; `table` itself at the same grid.
+  """
+  old_grid, new_grid = as_pair("old_grid", old_grid), as_pair("new_grid", new_grid)
+  if table.ndim != 2 or table.shape[0] != old_grid[0] * old_grid[1]:
+    raise ValueError(f"interpolate_positions: table must be [gh*gw, D] for old_grid={old_grid}; "
+                     f"got shape {tuple(table.shape)}.")
+  if old_grid == new_grid:
+    return table
+  d = table.shape[1]
+  grid = jnp.reshape(table, (*old_grid, d))                             # [gh, gw, D]
+  resized = jax.image.resize(grid, (*new_grid, d), method="bilinear")   # [gh', gw', D]
+  return jnp.reshape(resized, (new_grid[0] * new_grid[1], d))
+
+
+def check_positions_2d(positions: str, d_model: int) -> None:
+  """Raises ValueError unless `positions` is one of `POSITIONS_2D` and fits `d_model`."""
+  check_choice("positions", positions, POSITIONS_2D)
+  if positions == "sinusoidal" and d_model % 4:
+    raise ValueError(f"d_model must be a multiple of 4 for positions='sinusoidal' (half the "
+                     f"features encode the row, half the column); got {d_model}.")
+
+
+def check_images(images: Any, image_shape: tuple[int, int, int]) -> Array:
+  """`images` as a JAX array; ValueError unless they are float `[B, *image_shape]`."""
+  images = jnp.asarray(images)
+  if (images.ndim != 4 or tuple(images.shape[1:]) != image_shape
+      or not jnp.issubdtype(images.dtype, jnp.floating)):
+    raise ValueError(f"images must be float [B, H, W, C] with (H, W, C) = image_shape="
+                     f"{image_shape}; got {images.dtype}{tuple(images.shape)}.")
+  return images
+
+
+def check_dropout(deterministic: bool, rngs: nnx.Rngs | None, rates: tuple[float, ...]) -> None:
+  """Raises ValueError when dropout is on without the keys it needs."""
+  if not deterministic and rngs is None and max(rates) > 0.0:
+    raise ValueError("deterministic=False needs rngs, an nnx.Rngs with a 'dropout' stream.")
+
+
+class GridPositions(nnx.Module):
+  """Position encodings of a `gh x gw` grid, `[gh*gw, D]` row-major: learned, or fixed sinusoids.
+
+  The learned table starts at standard deviation 0.02 (ViT's), small beside the patch features;
+  `'sinusoidal'` is `attention.sinusoidal_positions_2d`.
+  """
+
+  def __init__(self, kind: str, grid: tuple[int, int], features: int, *, rngs: nnx.Rngs):
+    check_positions_2d(kind, features)
+    self.grid, self.features = grid, features
+    self.table = (nnx.Param(nnx.initializers.normal(0.02)(rngs.params(),
+                                                          (grid[0] * grid[1], features)))
+                  if kind == "learned" else None)
+
+  def __call__(self) -> Array:
+    """The encodings `[gh*gw, D]`."""
+    if self.table is None:
+      return attention.sinusoidal_positions_2d(*self.grid, self.features)
+    return self.table[...]
+
+
+class PatchEncoder(nnx.Module):
+  """ViT's encoder: patch embedding, 2-D positions, an optional class token, `EncoderLayer`s.
+
+  The patch embedding is a linear layer on `patchify`'s output (a stride-p convolution). The
+  class token, when there is one, is a learned vector put before the patches as token 0; it gets
+  no position (it has none, and being learned it needs none). Pre-norm stacks end in a LayerNorm.
+  """
+
+  def __init__(self, image_shape: tuple[int, int, int], patch_size: Any, *, num_layers: int,
+               d_model: int, num_heads: int, d_ff: int, d_k: int | None, d_v: int | None,
+               dropout_rate: float, attention_dropout_rate: float, norm: str, activation: str,
+               score: str, attention_impl: str | None, positions: str, class_token: bool,
+               rngs: nnx.Rngs):
+    """Checks the settings (before any parameter is created), then builds the encoder."""
+    self.image_shape = check_image_shape(image_shape)
+    self.patch = as_pair("patch_size", patch_size)
+    self.grid = patch_grid(self.image_shape[:2], self.patch)
+    check_positive_ints(num_layers=num_layers, d_model=d_model, d_ff=d_ff)
+    check_positions_2d(positions, d_model)
+    check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
+                     attention_impl=attention_impl, norm=norm, activation=activation,
+                     positions=positions, valid_positions=POSITIONS_2D)
+    check_rate("dropout_rate", dropout_rate)
+    check_rate("attention_dropout_rate", attention_dropout_rate)
+
+    self.dropout_rates = (dropout_rate, attention_dropout_rate)
+    self.patch_embed = dense(self.patch[0] * self.patch[1] * self.image_shape[2], d_model,
+                             rngs=rngs)
+    self.positions = GridPositions(positions, self.grid, d_model, rngs=rngs)
+    self.cls = (nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (d_model,)))
+                if class_token else None)
+    self.dropout = nnx.Dropout(dropout_rate)
+    attention_kwargs = dict(num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
+                            implementation=attention_impl, dropout_rate=attention_dropout_rate)
+    self.layers = nnx.List([
+        EncoderLayer(d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
+                     attention_kwargs=attention_kwargs, rngs=rngs) for _ in range(num_layers)])
+    self.final_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if norm == "pre" else None
+
+  def __call__(self, images: Any, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
+               return_attention: bool = False) -> tuple[Array, Array | None]:
+    """Encodes images float `[B, H, W, C]` (the `image_shape`).
+
+    Returns:
+      `(states [B, T, D], self-attention [B, L, N, T, T] or None)` with T = gh*gw patches, plus
+      the class token first when there is one.
+    """
+    images = check_images(images, self.image_shape)
+    check_dropout(deterministic, rngs, self.dropout_rates)
+    x = self.patch_embed(patchify(images, self.patch))                  # [B, P, D]
+    x = x + self.positions().astype(x.dtype)                            # positions [P, D]
+    if self.cls is not None:
+      cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (x.shape[0], 1, x.shape[2]))
+      x = jnp.concatenate([cls, x], axis=1)                             # [B, 1+P, D]
+    run = dict(deterministic=deterministic, rngs=rngs)
+    x = self.dropout(x, **run)
+    weights = []
+    for layer in self.layers:  # images have no padding: no mask
+      x, w = layer(x, None, return_weights=return_attention, **run)
+      weights.append(w)                                                 # [B, N, T, T] or None
+    if self.final_norm is not None:
+      x = self.final_norm(x)
+    return x, (jnp.stack(weights, axis=1) if return_attention else None)
+
+
+class ViT(nnx.Module):
+  """Vision Transformer (Dosovitskiy et al. 2021): patches -> Transformer encoder -> classes.
+
+  `pooling='cls'` classifies the final state of the class token (token 0), `'mean'` the mean of
+  the patches' final states. Implements `models.interfaces.ImageClassifier`.
+  """
+
+  def __init__(self, *, image_shape: tuple[int, int, int], num_classes: int,
+               patch_size: int | tuple[int, int] = 2, num_layers: int = 4, d_model: int = 64,
+               num_heads: int = 4, d_ff: int = 128, d_k: int | None = None,
+               d_v: int | None = None, dropout_rate: float = 0.1,
+               attention_dropout_rate: float = 0.0, norm: str = "pre", activation: str = "gelu",
+               score: str = "scaled_dot", attention_impl: str | None = None,
+               positions: str = "learned", pooling: str = "cls", rngs: nnx.Rngs):
+    """Builds the model; bad settings raise ValueError before any parameter is created.
+
+    Args:
+      image_shape: `(H, W, C)` of the images.
+      num_classes: classes C (>= 2).
+      patch_size: `p` for square patches or `(ph, pw)`; must divide H and W.
+      num_layers: encoder layers L.
+      d_model: model width D.
+      num_heads: attention heads N.
+      d_ff: inner width of the feed-forward sublayers.
+      d_k: per-head query/key size; default `d_model // num_heads`.
+      d_v: per-head value size; default `d_model // num_heads`.
+      dropout_rate: dropout on sublayer outputs and on the patch embeddings.
+      attention_dropout_rate: dropout on the attention weights.
+      norm: `'pre'` (ViT, with a final LayerNorm) or `'post'`.
+      activation: feed-forward activation, `'gelu'` (ViT) or `'relu'`.
+      score: self-attention score kind, a name in `attention.SCORES`.
+      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
+      positions: `'learned'` (ViT) or `'sinusoidal'` (fixed 2-D sinusoids; d_model % 4 == 0).
+      pooling: `'cls'` (ViT) or `'mean'`.
+      rngs: `params` stream for initialisation.
+    """
+    check_image_shape(image_shape)
+    if not is_int(num_classes) or num_classes < 2:
+      raise ValueError(f"num_classes must be an integer >= 2; got {num_classes!r}.")
+    check_choice("pooling", pooling, POOLINGS)
+    self.pooling = pooling
+    self.encoder = PatchEncoder(
+        image_shape, patch_size, num_layers=num_layers, d_model=d_model, num_heads=num_heads,
+        d_ff=d_ff, d_k=d_k, d_v=d_v, dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate, norm=norm, activation=activation,
+        score=score, attention_impl=attention_impl, positions=positions,
+        class_token=pooling == "cls", rngs=rngs)
+    self.grid = self.encoder.grid
+    self.head = dense(d_model, num_classes, rngs=rngs)
+
+  def classify_image(self, images: Any, *, deterministic: bool = True,
+                     rngs: nnx.Rngs | None = None, return_attention: bool = False
+                     ) -> Array | tuple[Array, dict[str, Array]]:
+    """Logits float32 `[B, num_classes]` for images float `[B, H, W, C]`.
+
+    Args:
+      images: a batch in the model's `image_shape`.
+      deterministic: False turns dropout on.
+      rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
+      return_attention: also return the self-attention weights.
+
+    Returns:
+      logits; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})` where T = gh*gw,
+      plus one for the class token (token 0) with `pooling='cls'`.
+    """
+    states, weights = self.encoder(images, deterministic=deterministic, rngs=rngs,
+                                   return_attention=return_attention)   # [B, T, D]
+    pooled = states[:, 0] if self.pooling == "cls" else jnp.mean(states, axis=1)  # [B, D]
+    logits = self.head(pooled).astype(jnp.float32)                      # [B, C]
+    return (logits, {"self": weights}) if return_attention else logits
+
+  __call__ = classify_image

@@ -1,0 +1,102 @@
+"""Image classification: an image in, one label out; where a Vision Transformer looks, drawn.
+
+Reads an image dataset of `data/images.py` (scikit-learn's handwritten digits, a local image
+folder, or a TFDS image dataset such as mnist or cifar10), trains a `models.ImageClassifier`
+(the ViT) with label-smoothed cross-entropy, and evaluates accuracy, macro-F1, per-class
+precision and recall and the confusion matrix. Each drawn example shows the image beside two
+heat maps over it: the attention rollout of all layers (Abnar & Zuidema 2020) and the last
+layer's class-token attention, both read from the class token's row (or, for mean pooling, the
+mean row).
+"""
+
+import functools
+import os
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+import attention
+from data import images
+from models.interfaces import ImageClassifier
+from tasks import pictures
+from tasks.base import Batch
+from tasks.classification import Classification
+
+Array = jax.Array
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _classify(graphdef: nnx.GraphDef, state: nnx.State, pixels: Array, pooled_row: bool):
+  """Probabilities `[B, C]`, rollout and last-layer maps `[B, T]` over the tokens (no dropout).
+
+  The maps are the class token's row (token 0) when `pooled_row` is False, else the mean row.
+  """
+  logits, weights = nnx.merge(graphdef, state).classify_image(pixels, return_attention=True)
+  rollout = attention.attention_rollout(weights['self'])                # [B, T, T]
+  last = weights['self'][:, -1].mean(axis=1)                            # [B, T, T] heads averaged
+  read = (lambda w: w.mean(axis=1)) if pooled_row else (lambda w: w[:, 0])
+  return jax.nn.softmax(logits), read(rollout), read(last)
+
+
+class ImageClassification(Classification):
+  """Labelled images through an image classifier; see the module docstring.
+
+  Batches: `{'images': float32 [B, H, W, C] (normalised), 'labels': int32 [B], 'index': [B]}`.
+  """
+
+  interface = ImageClassifier
+  unit = 'examples'
+  samples_header = 'index | label | prediction | confidence'
+
+  @staticmethod
+  def dataset_config():
+    return images.default_config()
+
+  def __init__(self, config, workdir: str):  # pylint: disable=super-init-not-called
+    del workdir  # nothing is derived from the data but the normalisation, computed each time
+    self.data = images.build(config.dataset)
+    self.label_names = list(self.data.label_names)
+    self.label_smoothing = config.label_smoothing
+
+  def model_args(self) -> dict[str, Any]:
+    return dict(image_shape=tuple(self.data.image_shape), num_classes=len(self.label_names))
+
+  def logits(self, model, batch: Batch, **kwargs):
+    return model.classify_image(batch['images'], **kwargs)
+
+  def predict(self, model, batch, options):
+    graphdef, state = nnx.split(model)
+    pooled_row = getattr(model, 'pooling', 'cls') != 'cls'
+    probabilities, rollout, last = _classify(graphdef, state, batch['images'], pooled_row)
+    return dict(probabilities=probabilities, rollout=rollout, last_layer=last)
+
+  def sample(self, split, row):
+    probabilities = np.asarray(row['probabilities'])
+    prediction, label = int(probabilities.argmax()), int(self.data.labels(split)[row['index']])
+    confidence = float(probabilities[prediction])
+    return dict(index=row['index'], label=label, prediction=prediction, confidence=confidence,
+                pixels=self.data.pixels(split)[row['index']],
+                rollout=np.asarray(row['rollout']), last_layer=np.asarray(row['last_layer']),
+                line=f'{row["index"]} | {self.label_names[label]} | '
+                     f'{self.label_names[prediction]} | {confidence:.3f}')
+
+  def draw(self, model, samples, out_dir, options):
+    """The confusion matrix (PNG, JSON) and, per drawn example, the image with its rollout and
+    last-layer class-token attention as heat maps over it (one PNG each)."""
+    if not samples:
+      return []
+    paths = self.save_confusion(samples, out_dir)
+    grid = model.grid
+    for sample in samples[:options.num_pictures]:
+      # The maps cover every token; the patches are the last gh * gw of them.
+      patches = lambda m: m[-grid[0] * grid[1]:].reshape(grid)          # [gh, gw]
+      path = os.path.join(out_dir, f'attention_{sample["index"]:04d}.png')
+      pictures.save_image_attention(
+          path, sample['pixels'], [('attention rollout', patches(sample['rollout'])),
+                                   ('last layer, class token', patches(sample['last_layer']))],
+          title=f'label {self.label_names[sample["label"]]}, predicted '
+                f'{self.label_names[sample["prediction"]]} ({sample["confidence"]:.2f})')
+      paths.append(path)
+    return paths
