@@ -22,6 +22,7 @@ def get_config(arg: str | None = None):
   config = default_config('captioning', 'captioner', encoder='cnn', decoder='gru', d_model=64,
                           cnn_channels=(32, 64), embed_dim=32, score='additive')
   config.dataset.max_length = 4
+  config.dataset.shift = 2              # training images moved by up to 2 pixels
   config.num_train_steps = 3000
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000

@@ -35,15 +35,14 @@ from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
 from models.layers import (check_choice, check_positive_ints, check_rate, check_vocab, dense,
                            is_int)
 from models.seq2seq import bahdanau_step
-from models.transformer import (DecoderLayer, check_stack_args, decoder_step, init_decoder_cache,
-                                run_decoder)
+from models.transformer import (EPS, DecoderLayer, check_stack_args, decoder_step,
+                                init_decoder_cache, run_decoder)
 from models.vision import (GridPositions, PatchEncoder, check_dropout, check_image_shape,
                            check_images, check_positions_2d)
 
 Array = jax.Array
 ENCODERS = ("cnn", "vit")
 DECODERS = ("gru", "transformer")
-_EPS = 1e-6  # the Transformer's LayerNorm epsilon
 # The Transformer decoder's fixed choices (and the ViT encoder's): pre-norm trains without warm-up.
 _STACK = dict(norm="pre", activation="gelu", score="scaled_dot", attention_impl=None)
 
@@ -176,7 +175,7 @@ class Captioner(nnx.Module):
           DecoderLayer(d_model, d_ff, norm=_STACK["norm"], activation=_STACK["activation"],
                        dropout_rate=dropout_rate, attention_kwargs=attention_kwargs, rngs=rngs)
           for _ in range(decoder_layers)])
-      self.decoder_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs)
+      self.decoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
       features = d_model
     self.output = dense(features, vocab_size, rngs=rngs)
 

@@ -17,11 +17,10 @@ from models.layers import (AttentionPooling, check_choice, check_positive_ints, 
                            check_vocab, dense, is_int)
 from models.rnn_attention import check_score
 from models.seq2seq import GRUEncoder
-from models.transformer import EncoderLayer, check_stack_args
+from models.transformer import check_stack_args, encoder_stack
 
 Array = jax.Array
 POOLINGS = ("cls", "mean", "attention")
-_EPS = 1e-6  # the Transformer's LayerNorm epsilon
 
 
 def _check_data_args(vocab_size: int, num_classes: int, pad_id: int) -> None:
@@ -184,12 +183,10 @@ class TransformerClassifier(nnx.Module):
     self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
     self.positions = make_positions(positions, d_model, max_length, rngs=rngs)
     self.dropout = nnx.Dropout(dropout_rate)
-    attention_kwargs = dict(num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
-                            implementation=attention_impl, dropout_rate=attention_dropout_rate)
-    self.layers = nnx.List([
-        EncoderLayer(d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
-                     attention_kwargs=attention_kwargs, rngs=rngs) for _ in range(num_layers)])
-    self.final_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if norm == "pre" else None
+    self.layers, self.final_norm = encoder_stack(
+        num_layers, d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
+        num_heads=num_heads, d_k=d_k, d_v=d_v, score=score, implementation=attention_impl,
+        attention_dropout_rate=attention_dropout_rate, rngs=rngs)
     # Unit variance, like the sqrt(D)-scaled token embeddings it sits among.
     self.cls = (nnx.Param(nnx.initializers.normal(1.0)(rngs.params(), (d_model,)))
                 if pooling == "cls" else None)

@@ -17,11 +17,10 @@ from flax import nnx
 
 from models.embeddings import POSITIONS, LearnedPositions, TokenEmbedding, make_positions
 from models.layers import check_positive_ints, check_rate, check_vocab, dense, is_int
-from models.transformer import EncoderLayer, check_stack_args
+from models.transformer import EPS, check_stack_args, encoder_stack
 
 Array = jax.Array
 LM_POSITIONS = (*POSITIONS, "rope")
-_EPS = 1e-6  # the Transformer's LayerNorm epsilon
 
 
 class _Stack(nnx.Module):
@@ -53,13 +52,10 @@ class _Stack(nnx.Module):
     self.positions = (None if positions == "rope"
                       else make_positions(positions, d_model, max_length, rngs=rngs))
     self.dropout = nnx.Dropout(dropout_rate)
-    attention_kwargs = dict(num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
-                            implementation=attention_impl, dropout_rate=attention_dropout_rate,
-                            rotary=positions == "rope")
-    self.layers = nnx.List([
-        EncoderLayer(d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
-                     attention_kwargs=attention_kwargs, rngs=rngs) for _ in range(num_layers)])
-    self.final_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if norm == "pre" else None
+    self.layers, self.final_norm = encoder_stack(
+        num_layers, d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
+        num_heads=num_heads, d_k=d_k, d_v=d_v, score=score, implementation=attention_impl,
+        attention_dropout_rate=attention_dropout_rate, rotary=positions == "rope", rngs=rngs)
 
   def _check_length(self, length: int, what: str) -> None:
     """Raises ValueError if `length` positions exceed the learned table (`what` names them)."""
@@ -290,7 +286,7 @@ class EncoderMLM(_Stack):
                      attention_impl=attention_impl, positions=positions, max_length=max_length,
                      rngs=rngs)
     self.mlm_dense = dense(d_model, d_model, rngs=rngs)
-    self.mlm_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs)
+    self.mlm_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
     self.mlm_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
     has_head = num_classes is not None
     self.pooler = dense(d_model, d_model, rngs=rngs) if has_head else None

@@ -18,7 +18,7 @@ from models.layers import (ACTIVATIONS, FeedForward, MultiHeadAttention, check_a
 
 Array = jax.Array
 NORMS = ("post", "pre")
-_EPS = 1e-6
+EPS = 1e-6  # every LayerNorm of the Transformer families
 
 
 def check_stack_args(*, d_model: int, num_heads: int, d_k: int | None, d_v: int | None, score: str,
@@ -44,7 +44,7 @@ class _Block(nnx.Module):
   def __init__(self, d_model: int, *, num_sublayers: int, norm: str, dropout_rate: float,
                rngs: nnx.Rngs):
     self.norm = norm
-    self.norms = nnx.List([nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs)
+    self.norms = nnx.List([nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
                            for _ in range(num_sublayers)])
     self.dropout = nnx.Dropout(dropout_rate)
 
@@ -92,6 +92,18 @@ class EncoderLayer(_Block):
     x, cache = self.residual(0, x, lambda h: self.self_attn.decode_step(h, cache, step))
     x, _ = self.residual(1, x, lambda h: (self.ffn(h), None))
     return x, cache
+
+
+def encoder_stack(num_layers: int, d_model: int, d_ff: int, *, norm: str, activation: str,
+                  dropout_rate: float, attention_dropout_rate: float, rngs: nnx.Rngs,
+                  **attention_kwargs: Any) -> tuple[nnx.List, nnx.LayerNorm | None]:
+  """`num_layers` `EncoderLayer`s, and the final LayerNorm a pre-norm stack ends with (None for
+  post-norm); `attention_kwargs` go to each layer's `MultiHeadAttention`."""
+  attention_kwargs = dict(attention_kwargs, dropout_rate=attention_dropout_rate)
+  layers = nnx.List([EncoderLayer(d_model, d_ff, norm=norm, activation=activation,
+                                  dropout_rate=dropout_rate, attention_kwargs=attention_kwargs,
+                                  rngs=rngs) for _ in range(num_layers)])
+  return layers, nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs) if norm == "pre" else None
 
 
 class DecoderLayer(_Block):
@@ -243,8 +255,8 @@ class Transformer(nnx.Module):
     self.decoder_layers = nnx.List([DecoderLayer(d_model, d_ff, **layer_kwargs)
                                     for _ in range(num_decoder_layers)])
     pre = norm == "pre"
-    self.encoder_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if pre else None
-    self.decoder_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if pre else None
+    self.encoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs) if pre else None
+    self.decoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs) if pre else None
     self.output_proj = None if tie_output else dense(d_model, output_vocab_size, rngs=rngs)
 
   def _check_ids(self, name: str, ids: Array, deterministic: bool, rngs: nnx.Rngs | None) -> None:

@@ -14,12 +14,11 @@ from flax import nnx
 
 import attention
 from models.layers import check_choice, check_positive_ints, check_rate, dense, is_int
-from models.transformer import EncoderLayer, check_stack_args
+from models.transformer import check_stack_args, encoder_stack
 
 Array = jax.Array
 POSITIONS_2D = ("learned", "sinusoidal")
 POOLINGS = ("cls", "mean")
-_EPS = 1e-6  # the Transformer's LayerNorm epsilon
 
 
 def as_pair(field: str, value: Any) -> tuple[int, int]:
@@ -176,12 +175,10 @@ class PatchEncoder(nnx.Module):
     self.cls = (nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (d_model,)))
                 if class_token else None)
     self.dropout = nnx.Dropout(dropout_rate)
-    attention_kwargs = dict(num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
-                            implementation=attention_impl, dropout_rate=attention_dropout_rate)
-    self.layers = nnx.List([
-        EncoderLayer(d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
-                     attention_kwargs=attention_kwargs, rngs=rngs) for _ in range(num_layers)])
-    self.final_norm = nnx.LayerNorm(d_model, epsilon=_EPS, rngs=rngs) if norm == "pre" else None
+    self.layers, self.final_norm = encoder_stack(
+        num_layers, d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
+        num_heads=num_heads, d_k=d_k, d_v=d_v, score=score, implementation=attention_impl,
+        attention_dropout_rate=attention_dropout_rate, rngs=rngs)
 
   def __call__(self, images: Any, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
                return_attention: bool = False) -> tuple[Array, Array | None]:

@@ -5,7 +5,6 @@ import json
 import os
 
 import numpy as np
-import pytest
 
 import models
 import training
@@ -74,10 +73,9 @@ def test_vit_on_digits_trains_evaluates_and_draws_rollout(tmp_path):
   assert _pngs(out) == ['attention_0000.png', 'attention_0001.png', 'confusion_matrix.png']
 
 
-@pytest.mark.parametrize('decoder', ['gru', 'transformer'])
-def test_captioner_on_digit_captions_trains_evaluates_and_draws(decoder, tmp_path):
-  model = dict(encoder='cnn', decoder=decoder, d_model=16, cnn_channels=(8, 8), embed_dim=8,
-               num_heads=2, d_ff=32)
+def test_captioner_on_digit_captions_trains_evaluates_and_draws(tmp_path):
+  # The Transformer decoder takes the same path (tests/test_tasks.py trains it for a step).
+  model = dict(encoder='cnn', decoder='gru', d_model=16, cnn_channels=(8, 8), embed_dim=8)
   config = _tiny('caption_digits', tmp_path / 'tfds', model, builder_config='small')
   config.attention_penalty = 1.0
   workdir = str(tmp_path / 'run')
