@@ -10,7 +10,12 @@ example shows each generated word's attention over the image.
 Command:
   python train.py --config=configs/caption_digits.py --workdir=runs/caption_digits
   python eval.py --workdir=runs/caption_digits
-Result: measured below.
+Result (2 cores of an AMD EPYC, CPU, 3000 steps at 6-9 steps/s): test exact match 96.7%
+(1,000 captions, greedy), BLEU 96.6, token accuracy 99.2%, alignment rate 97.9% (the strongest
+region of a correctly named digit lies inside its box), in 6 min 30 s of training (the machine
+shared with a test run) and 7 s of evaluation. Without the shift augmentation
+(`--config.dataset.shift=0`) the model fits the training captions (99.9% exact) and reaches
+95.0% exact match, alignment 98.3%.
 """
 
 from training.config import default_config
