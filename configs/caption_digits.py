@@ -15,7 +15,9 @@ Result (2 cores of an AMD EPYC, CPU, 3000 steps at 6-9 steps/s): test exact matc
 region of a correctly named digit lies inside its box), in 6 min 30 s of training (the machine
 shared with a test run) and 7 s of evaluation. Without the shift augmentation
 (`--config.dataset.shift=0`) the model fits the training captions (99.9% exact) and reaches
-95.0% exact match, alignment 98.3%.
+95.0% exact match, alignment 98.3%. The paper's doubly stochastic regulariser
+(`--config.attention_penalty=1.0`) spreads the weights over the 128 regions: 92.0%, alignment
+77.1%.
 """
 
 from training.config import default_config
