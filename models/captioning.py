@@ -19,7 +19,7 @@ Decoders (`decoder`):
 - `'gru'`: Show, Attend and Tell (Xu et al. 2015) with Bahdanau's step (`models.seq2seq`): the
   state starts at `tanh(W mean_r a_r)`; step t attends from `h_{t-1}` to the regions, steps the
   GRU on `[E y_{t-1}; c_t]` and predicts from the deep output `W_o [h_t; c_t; E y_{t-1}]`.
-- `'transformer'`: the Transformer's decoder stack (`models.transformer.run_decoder`): causal
+- `'transformer'`: the Transformer's decoder stack (`models.blocks.run_decoder`): causal
   self-attention, cross-attention to the regions, pre-norm with a final LayerNorm, sinusoidal
   token positions.
 """
@@ -35,7 +35,7 @@ from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
 from models.layers import (check_choice, check_positive_ints, check_rate, check_vocab, dense,
                            is_int)
 from models.seq2seq import bahdanau_step
-from models.transformer import (EPS, DecoderLayer, check_stack_args, decoder_step,
+from models.blocks import (EPS, DecoderLayer, check_stack_args, decoder_step,
                                 init_decoder_cache, run_decoder)
 from models.vision import (GridPositions, PatchEncoder, check_dropout, check_image_shape,
                            check_images, check_positions_2d)

@@ -17,7 +17,7 @@ from models.layers import (AttentionPooling, check_choice, check_positive_ints, 
                            check_vocab, dense, is_int)
 from models.rnn_attention import check_score
 from models.seq2seq import GRUEncoder
-from models.transformer import check_stack_args, encoder_stack
+from models.blocks import check_stack_args, encoder_stack
 
 Array = jax.Array
 POOLINGS = ("cls", "mean", "attention")

@@ -17,7 +17,7 @@ from flax import nnx
 
 from models.embeddings import POSITIONS, LearnedPositions, TokenEmbedding, make_positions
 from models.layers import check_positive_ints, check_rate, check_vocab, dense, is_int
-from models.transformer import EPS, check_stack_args, encoder_stack
+from models.blocks import EPS, check_stack_args, encoder_stack
 
 Array = jax.Array
 LM_POSITIONS = (*POSITIONS, "rope")

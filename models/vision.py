@@ -14,7 +14,7 @@ from flax import nnx
 
 import attention
 from models.layers import check_choice, check_positive_ints, check_rate, dense, is_int
-from models.transformer import check_stack_args, encoder_stack
+from models.blocks import check_stack_args, encoder_stack
 
 Array = jax.Array
 POSITIONS_2D = ("learned", "sinusoidal")
