@@ -193,6 +193,15 @@ def test_eval_without_checkpoint_says_so(data_dir, tmp_path):
   assert 'Traceback' not in result.stderr
 
 
+def test_a_config_saved_before_a_training_field_existed_loads_with_its_default(data_dir, tmp_path):
+  saved = json.loads(tiny(get_config('default'), data_dir).to_json())
+  del saved['attention_penalty']                       # a run from before the field existed
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  config = training.load_config(str(tmp_path))
+  validate_config(config)
+  assert config.attention_penalty == 0.0
+
+
 def _toy_state(width=4):
   model = nnx.Sequential(nnx.Linear(3, width, rngs=nnx.Rngs(0)), nnx.Linear(width, 2, rngs=nnx.Rngs(1)))
   return create_train_state(model, optax.adam(1e-3))

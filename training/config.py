@@ -76,6 +76,15 @@ def default_config(task: str, model: str, **model_overrides: Any) -> ml_collecti
   return config
 
 
+def add_missing_fields(config) -> list[str]:
+  """Sets the training fields a saved config lacks (a run older than the field) to their
+  defaults, which keep what such a run did; returns their names."""
+  missing = sorted(set(_training_fields()) - set(config))
+  for field in missing:
+    config[field] = _training_fields()[field]
+  return missing
+
+
 def _check_types(config) -> None:
   """Raises ValueError for a training field that is unknown or of the wrong type."""
   schema = _training_fields()

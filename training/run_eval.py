@@ -10,7 +10,7 @@ import ml_collections
 import tasks
 from training import evaluation, sharding
 from training.checkpoints import Checkpointer
-from training.config import validate
+from training.config import add_missing_fields, validate
 from training.setup import build_state
 from training.steps import merge_model
 
@@ -23,7 +23,11 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   if not os.path.exists(path):
     raise FileNotFoundError(f'{path} does not exist; is --workdir={workdir} a training workdir?')
   with open(path, encoding='utf-8') as f:
-    return ml_collections.ConfigDict(json.load(f))
+    config = ml_collections.ConfigDict(json.load(f))
+  added = add_missing_fields(config)
+  if added:
+    logging.info('%s predates the training field(s) %s; using their defaults.', path, added)
+  return config
 
 
 def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | None = None,
