@@ -1,4 +1,7 @@
-"""Positional encodings: sinusoidal ("Attention Is All You Need", section 3.5) and rotary (RoPE)."""
+"""Positional encodings: sinusoidal ("Attention Is All You Need", section 3.5), rotary (RoPE) and
+the word-position weights of End-To-End Memory Networks."""
+
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -85,3 +88,26 @@ def sinusoidal_positions_2d(height: int, width: int, features: int,
                           jnp.broadcast_to(cols[None, :], (height, width, features // 2))],
                          axis=-1)                                         # [height, width, F]
   return grid.reshape(height * width, features)
+
+
+def sentence_position_encoding(sentence_length: int, features: int) -> Array:
+  """End-To-End Memory Networks' position encoding (Sukhbaatar et al. 2015, section 4.1).
+
+  A sentence becomes `Σ_j l_j ⊙ A x_j` instead of a bag of words, with
+  `l_kj = (1 - j/J) - (k/d)(1 - 2j/J)` for word position j = 1..J and feature k = 1..d, so word
+  order changes the sum. J is the padded sentence length, as in the reference implementations.
+
+  Args:
+    sentence_length: words per sentence J.
+    features: embedding size d.
+
+  Returns:
+    float32 `[J, d]`; row `j-1`, column `k-1` holds `l_kj`.
+  """
+  for name, value in (("sentence_length", sentence_length), ("features", features)):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"sentence_position_encoding: {name} must be a positive integer, got "
+                       f"{value!r}.")
+  j = jnp.arange(1, sentence_length + 1, dtype=jnp.float32)[:, None] / sentence_length  # [J, 1]
+  k = jnp.arange(1, features + 1, dtype=jnp.float32)[None, :] / features                # [1, d]
+  return (1.0 - j) - k * (1.0 - 2.0 * j)                                                # [J, d]

@@ -12,8 +12,10 @@ from ml_collections import config_dict
 from models.captioning import Captioner
 from models.classifiers import HAN, TransformerClassifier
 from models.interfaces import (Classifier, EncoderDecoder, ImageCaptioner, ImageClassifier,
-                               LanguageModel)
+                               LanguageModel, QuestionAnswerer, SequenceModel)
 from models.language import DecoderLM, EncoderMLM
+from models.memory import MemN2N
+from models.ntm import NTM, LSTMBaseline
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
 from models.vision import ViT
@@ -23,6 +25,9 @@ MODELS = {
     'decoder_lm': DecoderLM,
     'encoder_mlm': EncoderMLM,
     'han': HAN,
+    'lstm': LSTMBaseline,
+    'memn2n': MemN2N,
+    'ntm': NTM,
     'seq2seq': Seq2Seq,
     'transformer': Transformer,
     'transformer_classifier': TransformerClassifier,
@@ -110,7 +115,7 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
   return model_cls(**data_args, **kwargs, rngs=rngs)
 
 
-__all__ = ['HAN', 'MODELS', 'Captioner', 'Classifier', 'DecoderLM', 'EncoderDecoder',
-           'EncoderMLM', 'ImageCaptioner', 'ImageClassifier', 'LanguageModel', 'Seq2Seq',
-           'Transformer', 'TransformerClassifier', 'ViT', 'build', 'default_config', 'fitting',
-           'model_class']
+__all__ = ['HAN', 'LSTMBaseline', 'MODELS', 'NTM', 'Captioner', 'Classifier', 'DecoderLM',
+           'EncoderDecoder', 'EncoderMLM', 'ImageCaptioner', 'ImageClassifier', 'LanguageModel',
+           'MemN2N', 'QuestionAnswerer', 'Seq2Seq', 'SequenceModel', 'Transformer',
+           'TransformerClassifier', 'ViT', 'build', 'default_config', 'fitting', 'model_class']

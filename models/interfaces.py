@@ -106,3 +106,36 @@ class ImageCaptioner(Protocol):
 
   def decode_step(self, ids: Array, step: Array, cache: Any) -> tuple[Array, Any]:
     """Logits `[B, V]` for the token after `ids [B]` at position `step`, and the new cache."""
+
+
+@runtime_checkable
+class QuestionAnswerer(Protocol):
+  """A story and a question in, a distribution over answer words out (question answering).
+
+  `MemN2N` implements it.
+  """
+
+  def answer(self, story: Array, query: Array, *, deterministic: bool = True,
+             rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+    """Logits float32 `[B, V]` for stories int ids `[B, M, J]` (M memory slots of J words, the
+    oldest first, all-padding slots after the real ones) and questions `[B, J]`.
+
+    With `return_attention`, `(logits, weights)` where `weights['hops']` is `[B, K, M]`: each
+    hop's attention over the memory slots.
+    """
+
+
+@runtime_checkable
+class SequenceModel(Protocol):
+  """A sequence of vectors in, one output vector per step out (algorithmic tasks such as copy).
+
+  `NTM` and `LSTMBaseline` implement it.
+  """
+
+  def sequence_logits(self, inputs: Array, *, deterministic: bool = True,
+                      rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+    """Logits float32 `[B, T, O]` for inputs float `[B, T, I]` (bits: a sigmoid per output).
+
+    With `return_attention`, `(logits, weights)`: for a model with a memory `'read'` and
+    `'write'`, `[B, T, heads, N]` weightings over its N slots; empty for one without.
+    """

@@ -7,18 +7,22 @@ subclass, one entry below, and a config (see the README, "Adding a task").
 from typing import Any
 
 import models
+from tasks.algorithmic import Copy
 from tasks.base import VOCAB_DIR, BatchIterator, EvalOptions, Task
 from tasks.captioning import Captioning
 from tasks.classification import Classification
 from tasks.image_classification import ImageClassification
 from tasks.language import LanguageModeling
+from tasks.question_answering import QuestionAnswering
 from tasks.translation import Translation
 
 TASKS: dict[str, type[Task]] = {
     'captioning': Captioning,
     'classification': Classification,
+    'copy': Copy,
     'image_classification': ImageClassification,
     'language_modeling': LanguageModeling,
+    'question_answering': QuestionAnswering,
     'translation': Translation,
 }
 
@@ -46,6 +50,6 @@ def build(config, workdir: str) -> Task:
   return task_class(config.task)(config, workdir)
 
 
-__all__ = ['VOCAB_DIR', 'BatchIterator', 'Captioning', 'Classification', 'EvalOptions',
-           'ImageClassification', 'LanguageModeling', 'TASKS', 'Task', 'Translation', 'build',
-           'check_fits', 'task_class']
+__all__ = ['VOCAB_DIR', 'BatchIterator', 'Captioning', 'Classification', 'Copy', 'EvalOptions',
+           'ImageClassification', 'LanguageModeling', 'QuestionAnswering', 'TASKS', 'Task',
+           'Translation', 'build', 'check_fits', 'task_class']

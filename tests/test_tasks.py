@@ -23,12 +23,14 @@ from training.steps import train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A config file per task, and tiny sizes per model, so one step takes a second.
-TASK_CONFIGS = {'captioning': 'caption_digits', 'classification': 'han',
+TASK_CONFIGS = {'captioning': 'caption_digits', 'classification': 'han', 'copy': 'ntm_copy',
                 'image_classification': 'vit_digits', 'language_modeling': 'gpt_mqar',
-                'translation': 'default'}
+                'question_answering': 'memn2n_babi', 'translation': 'default'}
 # Smaller data than the configs train on, where a task's config asks for more.
 TASK_DATASETS = {'captioning': dict(builder_config='small'),
-                 'classification': dict(builder_config='default')}
+                 'classification': dict(builder_config='default'),
+                 'copy': dict(max_length=4, train_size=64, eval_size=16),
+                 'question_answering': dict(builder_config='qa1_1k')}
 TINY_MODELS = {
     'decoder_lm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64),
     'encoder_mlm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),
@@ -38,6 +40,9 @@ TINY_MODELS = {
     'transformer_classifier': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),
     'vit': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),
     'captioner': dict(d_model=16, cnn_channels=(8, 8), embed_dim=8, num_heads=2, d_ff=32),
+    'memn2n': dict(embed_dim=8),
+    'ntm': dict(memory_slots=8, memory_width=4, controller_size=8),
+    'lstm': dict(hidden_size=8),
 }
 PAIRS = [(task, model) for task, cls in sorted(tasks.TASKS.items())
          for model in models.fitting(cls.interface)]
@@ -46,8 +51,9 @@ PAIRS = [(task, model) for task, cls in sorted(tasks.TASKS.items())
 def tiny_config(task: str, model: str, data_dir):
   config = importlib.import_module(f'configs.{TASK_CONFIGS[task]}').get_config()
   config.model = models.default_config(model, **TINY_MODELS[model])
-  config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=8,
-                        **TASK_DATASETS.get(task, {}))
+  config.dataset.update(batch_size=8, eval_batch_size=8, **TASK_DATASETS.get(task, {}))
+  if 'data_dir' in config.dataset:  # generated in memory otherwise (copy)
+    config.dataset.data_dir = str(data_dir)
   return config
 
 
@@ -100,8 +106,8 @@ def test_a_model_that_does_not_fit_the_task_is_one_clear_error(monkeypatch, tmp_
 
 
 def test_unknown_task_lists_the_valid_ones():
-  valid = (r"\['captioning', 'classification', 'image_classification', 'language_modeling', "
-           r"'translation'\]")
+  valid = (r"\['captioning', 'classification', 'copy', 'image_classification', "
+           r"'language_modeling', 'question_answering', 'translation'\]")
   with pytest.raises(ValueError, match=rf"config.task='lm' is not one of {valid}"):
     tasks.task_class('lm')
 

@@ -1,0 +1,278 @@
+"""Question answering over stories: `build(config.dataset, vocab_dir) -> QAData`, then batches.
+
+    qa_data = qa.build(config.dataset, workdir)
+    it = qa_data.batches('train', batch_size=32, shuffle=True, seed=0)
+    batch = next(it)  # {'story': [B, M, L], 'query': [B, L], 'answer': [B], 'support': [B, M],
+                      #  'index': [B]}
+
+For end-to-end memory networks: each story sentence is one memory slot of up to `L` word ids,
+the most recent `M = memory_size` sentences kept, oldest first, PAD_ID slots after them. Words
+are lower-cased (`lowercase`) with punctuation dropped ("Where is Mary?" -> where is mary); the
+answer is one vocabulary word. Datasets: Attend's `babi_tasks` (generated offline) and
+`babi_files` (the original bAbI files from a local folder).
+"""
+
+import dataclasses
+import functools
+import unicodedata
+from typing import Any
+
+from absl import logging
+import ml_collections
+import numpy as np
+import tensorflow_datasets as tfds
+
+from data import babi, babi_files
+from data.config import checked_fields
+from data.pipeline import DenseBatches, check_batch_args
+from data.task import as_text, make_builder, read_all
+from data.text import TextOptions
+from data.tokenizers import PAD_ID, UNK_ID, WordTokenizer, load_tokenizers, save_tokenizers
+
+OWN_BUILDERS = {"babi_tasks": babi.BabiTasks, "babi_files": babi_files.BabiFiles}
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Returns the question-answering `config.dataset` with every field at its default."""
+  c = ml_collections.ConfigDict()
+  c.name = "babi_tasks"         # 'babi_tasks' (generated) or 'babi_files' (original files).
+  c.builder_config = "qa1_10k"  # babi_tasks: 'qa{1,2,16}_{1k,10k}'.
+  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.folder = ""                 # babi_files: folder of qaN_*_{train,valid,test}.txt files.
+  c.task = 1                    # babi_files: N of the qaN files to read.
+  c.memory_size = 50            # Most recent sentences kept per story (memory slots).
+  c.sentence_length = 0         # Words kept per sentence; 0 = the longest in train.
+  c.lowercase = True            # Lower-case the text.
+  c.batch_size = 32             # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256       # Global evaluation batch size.
+  c.train_split = "train"       # Split for training and for building the vocabulary.
+  c.eval_split = "validation"   # Split evaluated during training.
+  c.test_split = "test"         # Split for the final evaluation.
+  return c
+
+
+_POSITIVE = ("task", "memory_size", "batch_size", "eval_batch_size")
+_NON_EMPTY = ("name", "train_split", "eval_split", "test_split")
+
+
+def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
+  """Checks `config.dataset` against the schema and fills fields it leaves out with defaults.
+
+  Raises:
+    ValueError: naming the first bad field and what it accepts.
+  """
+  merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
+  if merged["name"] not in OWN_BUILDERS:
+    raise ValueError(f"config.dataset.name={merged['name']!r} is not a question-answering "
+                     f"dataset; valid: {sorted(OWN_BUILDERS)}.")
+  if merged["sentence_length"] < 0:
+    raise ValueError(f"config.dataset.sentence_length must be 0 (the longest in train) or more "
+                     f"words, got {merged['sentence_length']}.")
+  if merged["name"] == "babi_files" and not merged["folder"]:
+    raise ValueError("config.dataset.folder must name a folder when config.dataset.name is "
+                     "'babi_files'.")
+  return ml_collections.FrozenConfigDict(merged)
+
+
+@dataclasses.dataclass(frozen=True)
+class QAExample:
+  """One question about a story, as the dataset gives it.
+
+  Attributes:
+    story: the story's sentences before the question, oldest first, not truncated.
+    question: the question.
+    answer: the answer, one word.
+    supporting: indices into `story` of the sentences the answer follows from.
+  """
+  story: tuple[str, ...]
+  question: str
+  answer: str
+  supporting: tuple[int, ...]
+
+
+class QAData:
+  """A prepared question-answering dataset with its word vocabulary.
+
+  Attributes:
+    name: the dataset, e.g. 'babi_tasks'.
+    config: the validated `config.dataset`.
+    tokenizer: the word tokenizer of stories, questions and answers.
+    memory_size: M, memory slots (sentences) per story.
+  """
+
+  def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict,
+               tokenizer: WordTokenizer | None = None):
+    """Wraps a prepared builder; `build` is the usual way to get one."""
+    self.name = builder.info.full_name.rsplit("/", 1)[0]
+    self.config = config
+    self.tokenizer = tokenizer
+    self.memory_size = config.memory_size
+    self._builder = builder
+    self._normalize = TextOptions(lowercase=config.lowercase, split_punctuation=True)
+    self._examples: dict[str, list[QAExample]] = {}
+    self._arrays: dict[str, dict[str, np.ndarray]] = {}
+
+  def examples(self, split: str) -> list[QAExample]:
+    """Every example of `split` ('train', 'validation', 'test' or a TFDS slice), cached."""
+    if split not in self._examples:
+      known = list(self._builder.info.splits.keys())
+      if known and split.split("[")[0] not in known:
+        raise ValueError(f"Split {split!r} is not a split of {self.name}; valid: {sorted(known)}.")
+      self._examples[split] = [
+          QAExample(story=tuple(as_text(s) for s in r["story"]), question=as_text(r["question"]),
+                    answer=as_text(r["answer"]),
+                    supporting=tuple(int(i) for i in r["supporting"]))
+          for r in read_all(self._builder.as_data_source(split=split))]
+      logging.info("%s %s: %d questions.", self.name, split, len(self._examples[split]))
+    return self._examples[split]
+
+  def words(self, text: str) -> str:
+    """`text` as the vocabulary sees it: lower-cased (`lowercase`), punctuation dropped."""
+    return " ".join(w for w in self._normalize(text).split()
+                    if not all(unicodedata.category(c).startswith("P") for c in w))
+
+  def answer_word(self, answer: str) -> str:
+    """The vocabulary word of an answer (lower-cased with `lowercase`, punctuation kept, so
+    bAbI's list answers such as 'apple,football' stay one word)."""
+    return answer.lower() if self.config.lowercase else answer
+
+  def texts(self, split: str) -> list[str]:
+    """Every sentence, question and answer word of `split`, as the vocabulary sees them."""
+    return [text for e in self.examples(split)
+            for text in (*map(self.words, e.story), self.words(e.question),
+                         self.answer_word(e.answer))]
+
+  @functools.cached_property
+  def sentence_length(self) -> int:
+    """L, words per sentence: `config.sentence_length`, or 0 for the longest in train."""
+    if self.config.sentence_length:
+      return self.config.sentence_length
+    return max(len(self.words(s).split()) for e in self.examples(self.config.train_split)
+               for s in (*e.story, e.question))
+
+  def _encode(self, text: str) -> np.ndarray:
+    """The first L word ids of `text`, PAD_ID-padded: int32 `[L]`."""
+    row = np.full(self.sentence_length, PAD_ID, np.int32)
+    ids = self.tokenizer.encode(self.words(text))[:self.sentence_length]
+    row[:len(ids)] = ids
+    return row
+
+  def arrays(self, split: str) -> dict[str, np.ndarray]:
+    """The encoded examples of `split`: 'story' `[N, M, L]`, 'query' `[N, L]`, 'answer' `[N]`,
+    'support' `[N, M]`, all int32 (see `batches`), computed once.
+
+    Raises:
+      ValueError: if an answer is not one word of the vocabulary.
+    """
+    if split not in self._arrays:
+      examples, m = self.examples(split), self.memory_size
+      story = np.full((len(examples), m, self.sentence_length), PAD_ID, np.int32)
+      query = np.full((len(examples), self.sentence_length), PAD_ID, np.int32)
+      support = np.zeros((len(examples), m), np.int32)
+      truncated = 0
+      for n, e in enumerate(examples):
+        query[n] = self._encode(e.question)
+        first = max(0, len(e.story) - m)  # The oldest sentence kept.
+        truncated += first > 0
+        for slot, sentence in enumerate(e.story[first:]):
+          story[n, slot] = self._encode(sentence)
+        support[n, [i - first for i in e.supporting if i >= first]] = 1
+      if truncated:
+        logging.warning("%s %s: %d of %d examples have stories of more than memory_size=%d "
+                        "sentences; kept the most recent %d of each.", self.name, split,
+                        truncated, len(examples), m, m)
+      self._arrays[split] = {"story": story, "query": query,
+                             "answer": self._answer_ids(split, examples), "support": support}
+    return self._arrays[split]
+
+  def _answer_ids(self, split: str, examples: list[QAExample]) -> np.ndarray:
+    ids = np.zeros(len(examples), np.int32)
+    for n, e in enumerate(examples):
+      encoded = self.tokenizer.encode(self.answer_word(e.answer))
+      if len(encoded) != 1 or encoded[0] == UNK_ID:
+        raise ValueError(f"Answer {e.answer!r} of split {split!r} of {self.name} is not a word "
+                         f"of the vocabulary built from config.dataset.train_split="
+                         f"{self.config.train_split!r}.")
+      ids[n] = encoded[0]
+    return ids
+
+  def answer_ids(self) -> list[int]:
+    """Sorted word ids that occur as answers in the train split (to restrict an output layer)."""
+    return sorted({int(i) for i in self.arrays(self.config.train_split)["answer"]})
+
+  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
+              num_epochs: int | None = None, process_index: int | None = None,
+              process_count: int | None = None) -> DenseBatches:
+    """A resumable iterator of this host's batches of `split`.
+
+    Args:
+      split: the split to read.
+      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
+      shuffle: reshuffle every epoch (with `seed + epoch`); False gives the split's order.
+      seed: the shuffling seed.
+      num_epochs: epochs before StopIteration; None repeats forever.
+      process_index: this host's index; default `jax.process_index()`.
+      process_count: number of hosts; default `jax.process_count()`.
+
+    Returns:
+      An iterator of `{'story': int32 [b, M, L], 'query': int32 [b, L], 'answer': int32 [b],
+      'support': int32 [b, M], 'index': int32 [b]}`, `b = batch_size // process_count`.
+      'story' slot 0 is the oldest kept sentence, PAD_ID slots follow the real ones; 'answer'
+      is a word id; 'support' is 1 where a slot holds a supporting sentence; 'index' is the
+      row's position in `examples(split)`. Rows of a partial last batch are zeros with index
+      -1. `get_state()` / `set_state()` save and restore its position.
+
+    Raises:
+      ValueError: for a bad batch size, epoch count or host index, or an answer outside the
+        vocabulary.
+    """
+    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
+                                                    process_count)
+    return DenseBatches(self.arrays(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
+                        num_epochs=num_epochs, process_index=process_index,
+                        process_count=process_count)
+
+
+def build(dataset_config: Any, vocab_dir: str) -> QAData:
+  """Prepares the dataset and its word vocabulary.
+
+  The dataset is prepared into `dataset_config.data_dir` if it is not there yet. The vocabulary
+  is loaded from `vocab_dir` when it holds one; otherwise it is built from the train split's
+  sentences, questions and answers and saved there. The eval and test splits are encoded here,
+  so an answer the vocabulary lacks is reported before training starts.
+
+  Args:
+    dataset_config: the question-answering `config.dataset` (see `default_config()`); missing
+      fields take defaults.
+    vocab_dir: directory for the vocabulary file (usually the workdir).
+
+  Returns:
+    The dataset.
+
+  Raises:
+    ValueError: for a bad config field, a malformed bAbI file (naming file and line), a saved
+      vocabulary that is not a word vocabulary, or an eval/test answer outside the vocabulary.
+    FileNotFoundError: if `folder` names no folder.
+  """
+  config = validate_config(dataset_config)
+  file_config = (babi_files.config_for_folder(config.folder, config.task)
+                 if config.name == "babi_files" else None)
+  builder = make_builder(config, OWN_BUILDERS, kind="question answering", examples=(),
+                         builder_config=file_config)
+  builder.download_and_prepare()
+  data = QAData(builder, config)
+  loaded = load_tokenizers(vocab_dir)
+  if loaded:
+    if loaded[0].kind != "word":
+      raise ValueError(f"The vocabulary saved in {vocab_dir} is a {loaded[0].kind!r} vocabulary, "
+                       "not a word vocabulary; use another directory.")
+    data.tokenizer = loaded[0]
+    logging.info("Loaded the vocabulary from %s.", vocab_dir)
+  else:
+    data.tokenizer = WordTokenizer.build(data.texts(config.train_split))
+    save_tokenizers(vocab_dir, data.tokenizer, data.tokenizer, dataset=data.name)
+    logging.info("Built a vocabulary of %d words from %s %s and saved it in %s.",
+                 data.tokenizer.vocab_size, data.name, config.train_split, vocab_dir)
+  for split in (config.eval_split, config.test_split):
+    data.arrays(split)
+  return data

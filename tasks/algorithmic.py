@@ -1,0 +1,136 @@
+"""Algorithmic tasks: the Neural Turing Machine's copy task, bits in and the same bits out.
+
+Reads `data/copy_task.py` (random bit vectors, a delimiter, then blank steps to write them back
+on), trains a `models.SequenceModel` (the NTM or its LSTM baseline) with sigmoid cross-entropy on
+the output steps, and measures the bit error rate (thresholded outputs that differ from the
+target bits) and how many sequences come back without a single wrong bit. The picture is the
+paper's copy figure: inputs, outputs, and the NTM's write and read weightings over time.
+"""
+
+import functools
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from data import copy_task
+from models.interfaces import SequenceModel
+from tasks import pictures
+from tasks.base import Batch, EvalOptions, Task
+
+Array = jax.Array
+
+
+def bit_counts(logits: Array, batch: Batch) -> dict[str, Array]:
+  """Output bits, wrong bits, sequences and exactly copied sequences of a batch."""
+  weights = batch['weights'][..., None]                                 # [B, T, 1]
+  wrong = ((logits > 0) != (batch['targets'] > 0.5)) * weights          # [B, T, W]
+  rows = batch['weights'].sum(-1) > 0                                   # [B]
+  exact = (wrong.sum((1, 2)) == 0) & rows
+  return dict(bits=batch['weights'].sum() * logits.shape[-1], bit_errors=wrong.sum(),
+              sequences=rows.sum(), exact=exact.sum())
+
+
+def _loss_sum(logits: Array, batch: Batch) -> Array:
+  """Summed sigmoid cross-entropy over the output steps' bits."""
+  losses = optax.sigmoid_binary_cross_entropy(logits, batch['targets'])  # [B, T, W]
+  return (losses * batch['weights'][..., None]).sum()
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _predict(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
+  """Logits and the model's memory weightings (no dropout)."""
+  return nnx.merge(graphdef, state).sequence_logits(inputs, return_attention=True)
+
+
+class Copy(Task):
+  """Bit sequences through a sequence model; see the module docstring.
+
+  Batches: `{'inputs': float32 [B, T, W + 1], 'targets': float32 [B, T, W], 'weights': float32
+  [B, T] (1 on the output steps), 'index': int32 [B]}`.
+  """
+
+  interface = SequenceModel
+  unit = 'bits'
+  samples_header = 'length | wrong bits | input bits (one vector per group) | output bits'
+
+  @staticmethod
+  def dataset_config():
+    return copy_task.default_config()
+
+  def __init__(self, config, workdir: str):
+    del workdir  # nothing is derived from the data
+    self.data = copy_task.build(config.dataset)
+
+  def model_args(self) -> dict[str, Any]:
+    return dict(input_size=self.data.width + 1, output_size=self.data.width)
+
+  def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
+    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                             num_epochs=num_epochs)
+
+  def loss(self, model, batch, rng):
+    logits = model.sequence_logits(batch['inputs'], deterministic=False,
+                                   rngs=nnx.Rngs(dropout=rng))
+    counts = bit_counts(logits, batch)
+    return _loss_sum(logits, batch) / jnp.maximum(counts['bits'], 1), counts
+
+  def eval_counts(self, model, batch):
+    logits = model.sequence_logits(batch['inputs'], deterministic=True)
+    return dict(loss_sum=_loss_sum(logits, batch), **bit_counts(logits, batch))
+
+  def summarize(self, counts):
+    metrics = dict(bit_error_rate=counts['bit_errors'] / max(counts['bits'], 1),
+                   sequence_accuracy=counts['exact'] / max(counts['sequences'], 1))
+    if 'loss_sum' in counts:  # evaluation: cross-entropy in nats per bit
+      metrics['loss'] = counts['loss_sum'] / max(counts['bits'], 1)
+    return metrics
+
+  def predict(self, model, batch, options: EvalOptions):
+    logits, weights = _predict(*nnx.split(model), batch['inputs'])
+    return dict(outputs=logits > 0, **weights)
+
+  def sample(self, split, row):
+    sequences = self.data.sequences(split)
+    length = int(sequences.lengths[row['index']])
+    bits = sequences.bits[row['index'], :length]                       # [L, W]
+    outputs = np.asarray(row['outputs'])[length + 1:2 * length + 1]   # [L, W]
+    wrong = int((outputs != bits).sum())
+    show = lambda b: ' '.join(''.join(str(int(x)) for x in v) for v in b)
+    record = dict(index=row['index'], length=length, wrong=wrong, bits=bits, outputs=outputs,
+                  inputs=np.asarray(row['inputs'])[:2 * length + 1],
+                  line=f'{length} | {wrong} | {show(bits)} | {show(outputs)}')
+    for key in ('read', 'write'):
+      if key in row:  # [T, heads, N], the first head, up to the last output step
+        record[key] = np.asarray(row[key])[:2 * length + 1, 0]
+    return record
+
+  def prediction_metrics(self, samples):
+    """The bit error rate and exactly copied share of the predicted sequences."""
+    if not samples:
+      return {}
+    bits = sum(s['length'] for s in samples) * self.data.width
+    return dict(predicted_bit_error_rate=sum(s['wrong'] for s in samples) / bits,
+                predicted_sequence_accuracy=float(np.mean([s['wrong'] == 0 for s in samples])))
+
+  def draw(self, model, samples, out_dir, options):
+    """The copy figure per drawn sample: inputs and outputs over time and, for a model with a
+    memory, its write and read weightings over the slots (one PNG each)."""
+    del model  # the weightings were computed with the predictions
+    paths = []
+    for sample in samples[:options.num_pictures]:
+      steps = len(sample['inputs'])
+      outputs = np.zeros((steps, self.data.width))
+      outputs[sample['length'] + 1:] = sample['outputs']
+      panels = [('inputs', sample['inputs'].T), ('outputs', outputs.T)]
+      panels += [(f'{key} weightings', sample[key].T) for key in ('write', 'read')
+                 if key in sample]
+      path = os.path.join(out_dir, f'copy_{sample["index"]:04d}.png')
+      pictures.save_time_panels(path, panels, title=f'length {sample["length"]}: '
+                                                    f'{sample["wrong"]} wrong bits')
+      paths.append(path)
+    return paths
