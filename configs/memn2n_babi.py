@@ -13,7 +13,14 @@ Command:
 With the original bAbI download (tasks_1-20_v1-2/en-10k), unchanged:
   python train.py --config=configs/memn2n_babi.py:qa16 --config.dataset.name=babi_files \
       --config.dataset.folder=tasks_1-20_v1-2/en-10k --config.dataset.task=16 --workdir=runs/qa16
-Result: measured below.
+Result (2 cores of an AMD EPYC, CPU, 6000 steps at 300-450 steps/s, 1,000 test questions each):
+  qa1: accuracy 99.9%, supporting-fact hit rate per hop 99.6% / 99.9% / 100.0%, 32 s of training;
+  qa2: accuracy 97.5%, hit rates 95.2% / 96.8% / 97.4%, 35 s;
+  qa16: accuracy 100.0%, hit rates 100.0% / 68.2% / 68.9%, 43 s. Hop 1 finds the asked animal's
+  species, hop 2 another animal of that species, hop 3 its colour, as in the notes' table; the
+  lower hop-2/3 rates count a different but equally valid relative as a miss (the data names one).
+Without the linear start (`--config.model.linear_start_steps=0`) qa16 stays at 65%: the hops
+settle on colour sentences before the embeddings can find species.
 """
 
 from training.config import default_config
@@ -26,7 +33,9 @@ def get_config(arg: str | None = None):
   task = arg or 'qa1'
   if task not in TASKS:
     raise ValueError(f'configs/memn2n_babi.py:{task} is not a task; valid: {list(TASKS)}.')
-  config = default_config('question_answering', 'memn2n', embed_dim=32, hops=3)
+  # Linear start: the first 2000 steps train without the hops' softmax (the paper's Sec. 4.2).
+  config = default_config('question_answering', 'memn2n', embed_dim=32, hops=3,
+                          linear_start_steps=2000)
   config.dataset.builder_config = f'{task}_10k'
   config.num_train_steps = 6000
   config.eval_every_steps = 2000

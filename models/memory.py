@@ -14,7 +14,7 @@ from flax import nnx
 from attention.core import attend, masked_softmax
 from attention.positions import sentence_position_encoding
 from attention.scores import dot_scores
-from models.layers import check_choice, check_positive_ints, check_vocab
+from models.layers import check_choice, check_positive_ints, check_vocab, is_int
 
 Array = jax.Array
 TYINGS = ("adjacent", "layerwise")
@@ -44,13 +44,15 @@ class MemN2N(nnx.Module):
   length, as in the paper, where memories are indexed from the most recent.
 
   All weights start from N(0, 0.1), as in section 4.2. `linear=True` in `answer` removes the
-  softmax from every hop (the "linear start" of section 4.2); training with it first and turning
-  it off when the validation loss stops falling is up to the caller.
+  softmax from every hop (the "linear start" of section 4.2); `linear_start_steps` says for how
+  many training steps the question-answering task asks for it (the paper switches when the
+  validation loss stops falling; a step count is the reproducible version).
   """
 
   def __init__(self, *, vocab_size: int, pad_id: int, memory_size: int, sentence_length: int,
                embed_dim: int = 32, hops: int = 3, tying: str = "adjacent",
-               position_encoding: bool = True, temporal: bool = True, rngs: nnx.Rngs):
+               position_encoding: bool = True, temporal: bool = True,
+               linear_start_steps: int = 0, rngs: nnx.Rngs):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -63,6 +65,7 @@ class MemN2N(nnx.Module):
       tying: `'adjacent'` or `'layerwise'`, the weight tying of section 2.2.
       position_encoding: weight words by their position (section 4.1) instead of a bag of words.
       temporal: add the learned temporal encoding to the memories (section 4.1).
+      linear_start_steps: training steps whose hops skip the softmax (0 = none).
       rngs: `params` stream for initialisation.
     """
     check_vocab(vocab_size, pad_id)
@@ -71,6 +74,10 @@ class MemN2N(nnx.Module):
     check_choice("tying", tying, TYINGS)
     check_choice("position_encoding", position_encoding, (True, False))
     check_choice("temporal", temporal, (True, False))
+    if not is_int(linear_start_steps) or linear_start_steps < 0:
+      raise ValueError(f"linear_start_steps must be an integer >= 0, got "
+                       f"{linear_start_steps!r}.")
+    self.linear_start_steps = linear_start_steps
     self.pad_id = pad_id
     self.memory_size = memory_size
     self.sentence_length = sentence_length
@@ -122,7 +129,7 @@ class MemN2N(nnx.Module):
 
   def answer(self, story: Array, query: Array, *, deterministic: bool = True,
              rngs: nnx.Rngs | None = None, return_attention: bool = False,
-             linear: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+             linear: bool | Array = False) -> Array | tuple[Array, dict[str, Array]]:
     """Answer logits float32 `[B, V]` for a story and a query (`pad_id` = padding).
 
     Args:
@@ -133,7 +140,8 @@ class MemN2N(nnx.Module):
       rngs: accepted for the task interface; unused.
       return_attention: also return the per-hop weights over the memory slots.
       linear: leave out the softmax in the hops (linear start): the weights are then the raw
-        scores `u^k · m_i` on real slots and 0 on padding slots.
+        scores `u^k · m_i` on real slots and 0 on padding slots. A bool, or a traced boolean
+        scalar (e.g. `step < linear_start_steps` inside a compiled train step).
 
     Returns:
       logits; with `return_attention`, `(logits, {'hops': [B, K, M]})`, padding slots at
@@ -154,7 +162,7 @@ class MemN2N(nnx.Module):
     for hop in range(self.hops):
       a, c = self._hop_tables(hop)
       scores = dot_scores(u[:, None, :], memories[a])                   # [B, 1, M]
-      weights = jnp.where(mask, scores, 0.0) if linear else masked_softmax(scores, mask)
+      weights = jnp.where(linear, jnp.where(mask, scores, 0.0), masked_softmax(scores, mask))
       o = attend(weights, memories[c])[:, 0]                            # [B, d]
       u = (u if self.h is None else self.h(u)) + o                      # [B, d]
       hop_weights.append(weights[:, 0])                                 # [B, M]

@@ -78,8 +78,11 @@ class QuestionAnswering(Task):
                              num_epochs=num_epochs)
 
   def loss(self, model, batch: Batch, rng):
+    # A MemN2N trains its first `linear_start_steps` steps without the hops' softmax.
+    schedule = {} if not getattr(model, 'linear_start_steps', 0) else dict(
+        linear=batch['step'] < model.linear_start_steps)
     logits = model.answer(batch['story'], batch['query'], deterministic=False,
-                          rngs=nnx.Rngs(dropout=rng))
+                          rngs=nnx.Rngs(dropout=rng), **schedule)
     real = batch['index'] >= 0
     losses = cross_entropy(logits, batch['answer'], self.label_smoothing, where=real)
     return losses.sum() / jnp.maximum(real.sum(), 1), example_counts(logits, batch['answer'], real)

@@ -261,8 +261,8 @@ def test_bad_config_values_name_the_field(field, value, message):
 
 def test_unknown_model_name_lists_the_valid_ones():
   config = get_config('default')
-  config.model.name = 'lstm'
-  with pytest.raises(ValueError, match="'lstm'.*seq2seq.*transformer"):
+  config.model.name = 'rnn'
+  with pytest.raises(ValueError, match="'rnn'.*seq2seq.*transformer"):
     models.build(config.model, input_vocab_size=8, output_vocab_size=8, pad_id=0,
                  rngs=nnx.Rngs(0))
 

@@ -48,7 +48,9 @@ def train_step(state: TrainState, batch, rng: jax.Array, *, loss_fn: LossFn,
 
   Args:
     state: the current train state.
-    batch: the task's batch, a dict of arrays with the batch on axis 0.
+    batch: the task's batch, a dict of arrays with the batch on axis 0; the loss sees it with
+      'step' added, the optimizer step before this update (for losses that follow a schedule,
+      e.g. a memory network's linear start).
     rng: PRNG key for dropout (callers fold in the step so runs resume exactly).
     loss_fn: the task's `loss(model, batch, rng) -> (loss, counts)`.
     dtype: compute dtype of the forward and backward pass; parameters stay float32.
@@ -56,6 +58,8 @@ def train_step(state: TrainState, batch, rng: jax.Array, *, loss_fn: LossFn,
   Returns:
     (new_state, metrics) with metrics 'loss', 'grad_norm', 'finite' and the task's counts.
   """
+  batch = dict(batch, step=state.step)
+
   def loss_of(params):
     return loss_fn(merge_model(state.replace(params=params), dtype), batch, rng)
 
