@@ -1,18 +1,24 @@
 """Question answering and the copy task: layouts and counts by hand; tiny runs train, evaluate and
 write the hop table and the copy figure."""
 
+import functools
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import models
+import tasks
 import training
 from data import copy_task
 from tasks.algorithmic import bit_counts
+from tasks.losses import cross_entropy
 from tasks.question_answering import hop_table
 from training.run_eval import evaluate_checkpoint
+from training.setup import build_state
+from training.steps import merge_model, train_step
 from test_training import get_config
 
 
@@ -95,3 +101,22 @@ def test_ntm_copy_trains_evaluates_and_draws(tmp_path):
   assert len(lines) == 17 and lines[1].startswith('6 | ')             # test length 2 x 3
   with open(os.path.join(workdir, 'eval', 'copy_0000.png'), 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_memn2n_linear_start_follows_the_train_step(tmp_path):
+  config = _tiny('memn2n_babi', 'qa1', tmp_path / 'tfds', dict(embed_dim=8, linear_start_steps=1),
+                 builder_config='qa1_1k')
+  task = tasks.build(config, str(tmp_path / 'run'))
+  batch = next(task.batches('train', batch_size=8, shuffle=True, seed=0))
+  state = build_state(config, task)
+  step = jax.jit(functools.partial(train_step, loss_fn=task.loss))
+  model = merge_model(state)
+  losses = []
+  for linear in (True, False):   # step 0 trains linearly, step 1 with the softmax
+    logits = model.answer(batch['story'], batch['query'], linear=linear)
+    expected = float(cross_entropy(logits, batch['answer']).mean())
+    assert float(step(state, batch, jax.random.key(0))[1]['loss']) == pytest.approx(expected,
+                                                                                     rel=1e-5)
+    state = state.replace(step=state.step + 1)
+    losses.append(expected)
+  assert abs(losses[0] - losses[1]) > 1e-4    # the two forward passes differ measurably
