@@ -11,7 +11,13 @@ Command:
   python eval.py --workdir=runs/ntm_copy --split=validation    # training lengths 1-20
   python eval.py --workdir=runs/ntm_copy                        # test: length 40
   python train.py --config=configs/ntm_copy.py:lstm --workdir=runs/lstm_copy
-Result: measured below.
+Result (2 cores of an AMD EPYC, CPU, 4000 steps at 7-8 steps/s, 9 min 35 s of training with
+other runs sharing the cores): bit error rate 0.26% at the training lengths (validation, 1,000
+sequences, 98.8% copied without an error) and 0.56% at length 40 (test, 97.4% exact): the write
+head walks one slot per input step, the read head walks the same slots back. The LSTM baseline
+(`:lstm`, 62,840 parameters against the NTM's 62,680, same data and schedule, 53 s): 33.3% and
+47.3% (chance is 50%). A peak learning rate of 1e-3 reached 0.3% within 2000 steps and then
+diverged; 8000 steps at 3e-4 reached 0.23% at step 4000 and diverged after step 5000.
 """
 
 from training.config import default_config
@@ -29,7 +35,7 @@ def get_config(arg: str | None = None):
                             controller='lstm', controller_size=100)
   else:
     config = default_config('copy', 'lstm', hidden_size=119)  # 62,840 parameters; the NTM 62,680
-  config.num_train_steps = 8000
+  config.num_train_steps = 4000          # 8000 at this peak rate diverged after step 5000
   config.eval_every_steps = 2000
   config.checkpoint_every_steps = 2000
   config.num_eval_decode = 250
