@@ -25,6 +25,7 @@ __all__ = [
     "chunked_attention", "combine_masks", "cosine_scores", "dot_scores",
     "doubly_stochastic_penalty", "general_scores", "get_score", "get_score_fn", "masked_softmax",
     "merge_heads", "padding_mask", "padding_mask_from_ids", "project_keys", "rotary_embedding",
-    "scaled_dot_product_attention", "sentence_position_encoding", "scaled_dot_scores", "sinusoidal_embedding",
+    "scaled_dot_product_attention", "sentence_position_encoding", "scaled_dot_scores",
+    "sinusoidal_embedding",
     "sinusoidal_positions", "sinusoidal_positions_2d", "split_heads",
 ]

@@ -70,7 +70,12 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
 
 @dataclasses.dataclass(frozen=True)
 class Sequences:
-  """The bits of one split: `bits` uint8 `[N, L_max, W]` (zero past each length), `lengths` `[N]`."""
+  """The bits of one split.
+
+  Attributes:
+    bits: uint8 `[N, L_max, W]`, zero past each sequence's length.
+    lengths: `[N]` the sequence lengths.
+  """
   bits: np.ndarray
   lengths: np.ndarray
 
@@ -156,5 +161,5 @@ class Copying:
 
 
 def build(dataset_config: Any) -> Copying:
-  """The copy task of `config.dataset` (see `default_config()`); raises ValueError on a bad field."""
+  """The copy task of `config.dataset` (see `default_config()`); ValueError on a bad field."""
   return Copying(validate_config(dataset_config))

@@ -25,7 +25,7 @@ import tensorflow_datasets as tfds
 from data import babi, babi_files
 from data.config import checked_fields
 from data.pipeline import DenseBatches, check_batch_args
-from data.task import as_text, make_builder, read_all
+from data.task import as_text, make_builder, read_split
 from data.text import TextOptions
 from data.tokenizers import PAD_ID, UNK_ID, WordTokenizer, load_tokenizers, save_tokenizers
 
@@ -115,14 +115,11 @@ class QAData:
   def examples(self, split: str) -> list[QAExample]:
     """Every example of `split` ('train', 'validation', 'test' or a TFDS slice), cached."""
     if split not in self._examples:
-      known = list(self._builder.info.splits.keys())
-      if known and split.split("[")[0] not in known:
-        raise ValueError(f"Split {split!r} is not a split of {self.name}; valid: {sorted(known)}.")
       self._examples[split] = [
           QAExample(story=tuple(as_text(s) for s in r["story"]), question=as_text(r["question"]),
                     answer=as_text(r["answer"]),
                     supporting=tuple(int(i) for i in r["supporting"]))
-          for r in read_all(self._builder.as_data_source(split=split))]
+          for r in read_split(self._builder, split, self.name)]
       logging.info("%s %s: %d questions.", self.name, split, len(self._examples[split]))
     return self._examples[split]
 

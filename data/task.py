@@ -46,6 +46,24 @@ def read_all(source: Any) -> list[dict[str, Any]]:
     return [source[i] for i in range(n)]
 
 
+def read_split(builder: tfds.core.DatasetBuilder, split: str, name: str) -> list[dict[str, Any]]:
+  """Every record of `split` of a prepared builder, in order (`read_all`), after checking it.
+
+  Args:
+    builder: the prepared builder.
+    split: a split name, or a TFDS slice such as 'train[:10%]'.
+    name: the dataset, as the error names it.
+
+  Raises:
+    ValueError: if the builder has no such split. Builders mocked by `tfds.testing.mock_data`
+      know no split names; they accept any.
+  """
+  known = list(builder.info.splits.keys())
+  if known and split.split("[")[0] not in known:
+    raise ValueError(f"Split {split!r} is not a split of {name}; valid: {sorted(known)}.")
+  return read_all(builder.as_data_source(split=split))
+
+
 def make_builder(config: ml_collections.FrozenConfigDict,
                  own_builders: Mapping[str, type[tfds.core.DatasetBuilder]], *, kind: str,
                  examples: Iterable[str] | Callable[[], Iterable[str]],
@@ -139,13 +157,6 @@ class Task:
         raise ValueError(f"config.dataset.{field}={config[field]!r} is not a feature of "
                          f"{self.name}; valid: {sorted(features)}.")
 
-  def _check_split(self, split: str) -> None:
-    # Mocked builders (tfds.testing.mock_data) know no split names; they accept any split.
-    known = list(self._builder.info.splits.keys())
-    base = split.split("[")[0]
-    if known and base not in known:
-      raise ValueError(f"Split {split!r} is not a split of {self.name}; valid: {sorted(known)}.")
-
   def examples(self, split: str) -> list[tuple[str, str]]:
     """`(source_text, target_text)` of every example of `split`, preprocessed, in split order.
 
@@ -156,8 +167,7 @@ class Task:
       The examples (read once, then cached).
     """
     if split not in self._examples:
-      self._check_split(split)
-      records = read_all(self._builder.as_data_source(split=split))
+      records = read_split(self._builder, split, self.name)
       keys = self.config.source_key, self.config.target_key
       preprocess = self.preprocess
       self._examples[split] = [
