@@ -28,7 +28,7 @@ from models.interfaces import ImageCaptioner
 from tasks import pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
 from tasks.losses import cross_entropy
-from tasks.translation import shift_right, teacher_forced_metrics, token_counts
+from tasks.translation import shift_right, teacher_forced_metrics, token_counts, until_eos
 
 Array = jax.Array
 
@@ -137,8 +137,7 @@ class Captioning(Task):
 
   def sample(self, split, row):
     example = self.data.examples(split)[row['index']]
-    ids = [int(i) for i in row['output_ids'] if i != self.tokenizer.pad_id]
-    ids = ids[:ids.index(self.tokenizer.eos_id) + 1] if self.tokenizer.eos_id in ids else ids
+    ids = until_eos(row['output_ids'], self.tokenizer)
     hypothesis = self.tokenizer.decode(ids)
     return dict(index=row['index'], reference=example.caption,
                 references=list(example.references), hypothesis=hypothesis,

@@ -134,10 +134,10 @@ class Translation(Task):
 
   def sample(self, split, row):
     source, reference = self.data.examples(split)[row['index']]
-    output = _until_eos(row['output_ids'], self.target_tokenizer)
+    output = until_eos(row['output_ids'], self.target_tokenizer)
     hypothesis = self.target_tokenizer.decode(output)
     return dict(index=row['index'], source=source, reference=reference, hypothesis=hypothesis,
-                inputs=_until_eos(row['inputs'], self.source_tokenizer), output_ids=output,
+                inputs=until_eos(row['inputs'], self.source_tokenizer), output_ids=output,
                 line=f'{source} | {reference} | {hypothesis}')
 
   def prediction_metrics(self, samples):
@@ -177,7 +177,7 @@ class Translation(Task):
     return paths
 
 
-def _until_eos(ids, tokenizer) -> list[int]:
+def until_eos(ids, tokenizer) -> list[int]:
   """Token ids up to and including the first EOS, padding dropped."""
   ids = [int(i) for i in ids if i != tokenizer.pad_id]
   return ids[:ids.index(tokenizer.eos_id) + 1] if tokenizer.eos_id in ids else ids
