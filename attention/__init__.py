@@ -9,7 +9,7 @@ from attention.chunked import chunked_attention
 from attention.core import (attend, attention, attention_pooling, masked_softmax, merge_heads,
                             split_heads)
 from attention.masks import causal_mask, combine_masks, padding_mask, padding_mask_from_ids
-from attention.penalties import doubly_stochastic_penalty
+from attention.penalties import attention_entropy, doubly_stochastic_penalty
 from attention.positions import (rotary_embedding, sentence_position_encoding,
                                  sinusoidal_embedding, sinusoidal_positions,
                                  sinusoidal_positions_2d)
@@ -21,7 +21,7 @@ from attention.sdpa import KERNELS, scaled_dot_product_attention
 
 __all__ = [
     "KERNELS", "KeyPrep", "SCORES", "Score", "ScoreParam", "ScoreSizes", "additive_scores",
-    "addressing", "attend", "attention", "attention_pooling", "attention_rollout", "causal_mask",
+    "addressing", "attend", "attention", "attention_entropy", "attention_pooling", "attention_rollout", "causal_mask",
     "chunked_attention", "combine_masks", "cosine_scores", "dot_scores",
     "doubly_stochastic_penalty", "general_scores", "get_score", "get_score_fn", "masked_softmax",
     "merge_heads", "padding_mask", "padding_mask_from_ids", "project_keys", "rotary_embedding",

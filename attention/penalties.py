@@ -1,4 +1,4 @@
-"""Regularisers on attention weights."""
+"""Statistics of attention weights and regularisers on them."""
 
 import jax
 import jax.numpy as jnp
@@ -37,3 +37,21 @@ def doubly_stochastic_penalty(weights: Array, mask: Array | None = None) -> Arra
     weights = jnp.where(mask[..., None], weights, 0.0)
   per_region = jnp.sum(weights, axis=-2)                                  # [..., R]
   return jnp.sum((1.0 - per_region) ** 2, axis=-1)                        # [...]
+
+
+def attention_entropy(weights: Array) -> Array:
+  """The entropy `-Σ_s α_s log α_s` of each row of attention weights, in nats.
+
+  0 for a row that puts all its weight on one key, `log S` for a uniform row over S keys; masked
+  keys (weight exactly 0) add nothing (0 log 0 = 0). The notes' reason for scaling by √d_k is that
+  unscaled scores saturate the softmax: rows of near-zero entropy and vanishing gradients.
+
+  Args:
+    weights: attention weights `[..., T, S]`, each row summing to one over the keys.
+
+  Returns:
+    float32 `[..., T]`.
+  """
+  weights = jnp.asarray(weights, jnp.float32)
+  safe = jnp.where(weights > 0, weights, 1.0)  # log(1) = 0: zero weights contribute exactly 0
+  return -jnp.sum(weights * jnp.log(safe), axis=-1)

@@ -161,7 +161,7 @@ class TransformerClassifier(nnx.Module):
       activation: feed-forward activation, `'relu'` or `'gelu'`.
       score: self-attention score kind, a name in `attention.SCORES`.
       attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'sinusoidal'` or `'learned'`.
+      positions: `'sinusoidal'`, `'learned'` or `'none'`.
       max_length: most tokens (S*W for documents) learned positions cover.
       pooling: `'cls'`, `'mean'` or `'attention'`.
       pooling_score: the attention pooling's score, a name in `attention.SCORES`.

@@ -81,13 +81,27 @@ class LearnedPositions(nnx.Module):
     return self.embed(positions)
 
 
-POSITIONS = ("sinusoidal", "learned")
+class NoPositions(nnx.Module):
+  """No position information (zeros), for studying what attention does without it: a
+  Transformer encoder then treats its input as a set (permuting the tokens permutes its output)."""
+
+  def __init__(self, features: int):
+    self.features = features
+
+  def __call__(self, positions: Array) -> Array:
+    """Zeros `[..., D]` for integer positions `[...]`."""
+    return jnp.zeros((*jnp.shape(positions), self.features), jnp.float32)
+
+
+POSITIONS = ("sinusoidal", "learned", "none")
 
 
 def make_positions(kind: str, features: int, max_length: int, *,
-                   rngs: nnx.Rngs) -> SinusoidalPositions | LearnedPositions:
+                   rngs: nnx.Rngs) -> SinusoidalPositions | LearnedPositions | NoPositions:
   """Builds the positional embedding named `kind` (one of `POSITIONS`)."""
   check_choice("positions", kind, POSITIONS)
   if kind == "sinusoidal":
     return SinusoidalPositions(features)
+  if kind == "none":
+    return NoPositions(features)
   return LearnedPositions(features, max_length, rngs=rngs)

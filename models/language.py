@@ -168,7 +168,8 @@ class DecoderLM(_Stack):
       activation: feed-forward activation, `'gelu'` (GPT) or `'relu'`.
       score: attention score kind, a name in `attention.SCORES`.
       attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'rope'` (rotary, in every self-attention), `'learned'` or `'sinusoidal'`.
+      positions: `'rope'` (rotary, in every self-attention), `'learned'`, `'sinusoidal'` or
+        `'none'` (only the causal mask tells positions apart).
       max_length: positions the learned table covers; unused by `'rope'` and `'sinusoidal'`.
       tie_output: the output projection is the transposed token embedding.
       rngs: `params` stream for initialisation.
@@ -273,7 +274,7 @@ class EncoderMLM(_Stack):
       activation: feed-forward activation, `'gelu'` (BERT) or `'relu'`.
       score: attention score kind, a name in `attention.SCORES`.
       attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'learned'` (BERT), `'sinusoidal'` or `'rope'`.
+      positions: `'learned'` (BERT), `'sinusoidal'`, `'rope'` or `'none'`.
       max_length: positions the learned table covers (S*W tokens for documents).
       rngs: `params` stream for initialisation.
     """

@@ -57,7 +57,8 @@ class Transformer(nnx.Module):
       activation: feed-forward activation, `'relu'` (the paper) or `'gelu'`.
       score: attention score kind, a name in `attention.SCORES`.
       attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'sinusoidal'` (the paper) or `'learned'` (one table shared by both stacks).
+      positions: `'sinusoidal'` (the paper), `'learned'` (one table shared by both stacks) or
+        `'none'` (no position information: the encoder sees a set).
       max_length: longest sequence learned positions cover.
       share_embeddings: one token table for source and target (needs equal vocabulary sizes).
       tie_output: the output projection is the transposed target embedding.

@@ -15,6 +15,7 @@ import numpy as np
 import sacrebleu
 from flax import nnx
 
+import attention
 import data
 from models import decoding
 from models.interfaces import EncoderDecoder
@@ -61,11 +62,20 @@ def teacher_forced_loss(model, batch: Batch, rng: Array, *, bos_id: int, pad_id:
 
 
 def teacher_forced_counts(model, batch: Batch, *, bos_id: int, pad_id: int) -> dict[str, Array]:
-  """The summed unsmoothed loss and `token_counts` of a batch, without dropout."""
+  """The summed unsmoothed loss, `token_counts` and cross-attention entropy of a batch, without
+  dropout.
+
+  The entropy (nats, averaged over layers and heads, summed over target tokens) measures how
+  sharply the decoder attends: 0 = one source token, log S = uniform over S.
+  """
   targets = batch['targets']
-  logits = model(batch['inputs'], shift_right(targets, bos_id), deterministic=True)
-  loss_sum = cross_entropy(logits, targets, where=targets != pad_id).sum()
-  return dict(loss_sum=loss_sum, **token_counts(logits, targets, pad_id))
+  logits, weights = model(batch['inputs'], shift_right(targets, bos_id), deterministic=True,
+                          return_attention=True)
+  real = targets != pad_id                                               # [B, T]
+  loss_sum = cross_entropy(logits, targets, where=real).sum()
+  entropy = attention.attention_entropy(weights['cross']).mean(axis=(1, 2))  # [B, T]
+  return dict(loss_sum=loss_sum, entropy_sum=jnp.sum(entropy, where=real),
+              **token_counts(logits, targets, pad_id))
 
 
 def teacher_forced_metrics(counts: dict[str, float]) -> dict[str, float]:
@@ -76,6 +86,8 @@ def teacher_forced_metrics(counts: dict[str, float]) -> dict[str, float]:
   if 'loss_sum' in counts:
     loss = counts['loss_sum'] / tokens
     metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
+  if 'entropy_sum' in counts:
+    metrics.update(attention_entropy=counts['entropy_sum'] / tokens)
   return dict(metrics, token_accuracy=counts['correct'] / tokens,
               teacher_forced_exact_match=counts['exact'] / max(counts['rows'], 1))
 

@@ -1,4 +1,5 @@
-"""Masked softmax, attend, attention, pooling and head splitting against NumPy references."""
+"""Masked softmax, attend, attention, pooling, head splitting and the entropy of weights against
+NumPy or hand-computed references."""
 
 import functools
 
@@ -9,6 +10,7 @@ import pytest
 
 from attention.core import (attend, attention, attention_pooling, masked_softmax, merge_heads,
                             split_heads)
+from attention.penalties import attention_entropy
 from attention.scores import general_scores, scaled_dot_scores
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -194,3 +196,15 @@ def test_split_heads_bad_num_heads_raises():
     split_heads(jnp.zeros((2, 5, 12)), 0)
   with pytest.raises(ValueError, match="merge_heads"):
     merge_heads(jnp.zeros((5, 12)))
+
+
+def test_attention_entropy_by_hand():
+  """One-hot rows have entropy 0, uniform rows over S keys log S, masked zeros add nothing."""
+  weights = np.array([[1.0, 0.0, 0.0, 0.0],
+                      [0.25, 0.25, 0.25, 0.25],
+                      [0.5, 0.5, 0.0, 0.0],
+                      [0.9, 0.1, 0.0, 0.0]])
+  expected = [0.0, np.log(4), np.log(2), -(0.9 * np.log(0.9) + 0.1 * np.log(0.1))]
+  np.testing.assert_allclose(attention_entropy(weights), expected, rtol=1e-6)
+  gradient = jax.grad(lambda w: attention_entropy(w).sum())(jnp.asarray(weights))
+  assert np.all(np.isfinite(gradient))

@@ -22,6 +22,7 @@ from tasks.translation import teacher_forced_loss
 from training import sharding
 from training.checkpoints import Checkpointer
 from training.config import validate as validate_config
+from training.evaluation import split_metrics
 from training.setup import build_state
 from training.steps import create_train_state, merge_model, train_step
 
@@ -131,12 +132,29 @@ def _assert_same_params(workdir_a, workdir_b, data_dir):
     np.testing.assert_array_equal(a, b)
 
 
-def test_straight_run_writes_metrics_and_events(straight_run):
+def test_straight_run_writes_metrics_and_events(straight_run, data_dir):
   metrics = [json.loads(line) for line in open(os.path.join(straight_run, 'metrics.jsonl'))]
   assert [m['step'] for m in metrics if m['split'] == 'train'] == list(range(50, STEPS + 1, 50))
   assert [m['step'] for m in metrics if m['split'] == 'validation'] == [STEPS]
+  [model_line] = [m for m in metrics if m['split'] == 'model']
+  _, params = _final_params(straight_run, tiny(get_config('default'), data_dir))
+  assert model_line['step'] == 0 and model_line['parameters'] == sum(p.size for p in params)
   assert os.listdir(os.path.join(straight_run, 'tensorboard'))
   assert json.load(open(os.path.join(straight_run, 'config.json')))['num_train_steps'] == STEPS
+
+
+def test_eval_at_start_evaluates_the_initial_parameters(data_dir, tmp_path):
+  """Step 0's validation line is the initial state's; step 1's train line is logged on its own."""
+  config = tiny(get_config('default'), data_dir, num_train_steps=3, eval_at_start=True)
+  training.train_and_evaluate(config, str(tmp_path))
+  metrics = [json.loads(line) for line in open(tmp_path / 'metrics.jsonl')]
+  assert [m['step'] for m in metrics if m['split'] == 'train'] == [1, 3]
+  assert [m['step'] for m in metrics if m['split'] == 'validation'] == [0, 3]
+  task = tasks.build(config, str(tmp_path))
+  initial = split_metrics(build_state(config, task), task, 'validation', batch_size=8,
+                          mesh=sharding.make_mesh())
+  np.testing.assert_allclose(metrics[1]['loss'], initial['loss'], rtol=1e-6)
+  assert 0 < metrics[1]['attention_entropy'] <= np.log(48)
 
 
 def test_kill_9_then_restart_ends_bit_identical(data_dir, straight_run, tmp_path):

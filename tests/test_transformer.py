@@ -195,12 +195,23 @@ def test_learns_copy_and_reverse(norm, reverse):
   assert _train(norm, reverse) < 0.05
 
 
+@pytest.mark.parametrize("positions, equivariant", [("none", True), ("sinusoidal", False)])
+def test_encoder_without_positions_is_permutation_equivariant(positions, equivariant):
+  """Without positions, permuting the source tokens permutes the encoder output the same way."""
+  model = tiny(positions=positions)
+  source = INPUTS[1:]                                                  # [1, 6], no padding
+  order = np.array([3, 0, 5, 1, 4, 2])
+  memory, _ = model.encode(source)
+  permuted, _ = model.encode(source[:, order])
+  assert np.allclose(permuted, memory[:, order], atol=1e-5) == equivariant
+
+
 @pytest.mark.parametrize("overrides, match", [
     (dict(num_heads=3, d_k=None), "d_model=8 must be divisible by num_heads=3"),
     (dict(score="bahdanau"), "score must be one of 'additive', 'cosine', 'dot', 'general'"),
     (dict(norm="sandwich"), "norm must be one of 'post', 'pre'"),
     (dict(activation="tanh"), "activation must be one of 'relu', 'gelu'"),
-    (dict(positions="rotary"), "positions must be one of 'sinusoidal', 'learned'"),
+    (dict(positions="rotary"), "positions must be one of 'sinusoidal', 'learned', 'none'"),
     (dict(attention_impl="flash"), "attention_impl must be one of None, 'reference', 'chunked'"),
     (dict(score="cosine", attention_impl="chunked"), "attention_impl applies only"),
     (dict(share_embeddings=True), "share_embeddings=True needs input_vocab_size"),

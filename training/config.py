@@ -33,6 +33,9 @@ def _training_fields() -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 500    # Orbax checkpoint interval (also saved at the end)
   c.keep_checkpoints = 3            # how many of the newest checkpoints are kept
   c.num_eval_decode = 256           # validation examples predicted (decoded) in training (0 = none)
+  # Studies of initialisation: validation metrics of the initial parameters (step 0), and step 1's
+  # train metrics logged on their own (its loss and gradient norm are at those parameters).
+  c.eval_at_start = False
   c.max_decode_length = 0           # tokens generated per example; 0 = the task's default
   c.beam_size = 4                   # eval.py --decode=beam
   c.alpha = 0.6                     # beam-search length penalty (GNMT)

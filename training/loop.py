@@ -93,13 +93,18 @@ def train_and_evaluate(config, workdir: str) -> dict:
             'config.learning_rate or set config.grad_clip.')
     return fetched
 
+  if step == 0:
+    writer.write(0, 'model', dict(parameters=_parameter_count(state)))
+    if config.eval_at_start:
+      writer.write(0, config.dataset.eval_split, _evaluate(config, state, task, mesh))
   try:
     while step < config.num_train_steps and stop.signal is None:
       batch = sharding.shard_batch(next(batches), mesh)
       state, metrics = step_fn(state, batch, jax.random.fold_in(dropout_key, step))
       pending.append(metrics)
       step += 1
-      if step % config.log_every_steps == 0 or step == config.num_train_steps:
+      if (step % config.log_every_steps == 0 or step == config.num_train_steps
+          or (config.eval_at_start and step == 1)):
         fetched = flush_train_metrics()
         summary = _train_summary(task, fetched)
         summary.update(progress.update(step, sum(m[task.unit] for m in fetched), summary))
@@ -140,6 +145,11 @@ def _inherit_vocabulary(init_from: str, workdir: str) -> None:
   if os.path.isdir(source) and not os.path.exists(target) and jax.process_index() == 0:
     shutil.copytree(source, target)
     logging.info('Copied the vocabulary of %s into %s.', source_workdir, target)
+
+
+def _parameter_count(state) -> int:
+  """How many trainable numbers the model has."""
+  return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(state.params))
 
 
 def _train_summary(task, fetched: list[dict]) -> dict:
