@@ -1,0 +1,34 @@
+"""Compares training runs: a table of final metrics per setting (mean ± std over seeds) and curves.
+
+  python compare.py runs/study
+  python compare.py runs/dot runs/additive --metrics=exact_match,bleu --out=runs/report
+
+Each path is a training workdir or a folder of them; report.md and curves.png go to --out.
+"""
+
+import sys
+
+from absl import app, flags
+
+from training import compare
+
+_METRICS = flags.DEFINE_list('metrics', None,
+                             'Eval metrics to compare (default: all in every final evaluation).')
+_OUT = flags.DEFINE_string('out', None, 'Folder for report.md and curves.png (default: the first '
+                           'path).')
+
+
+def main(argv):
+  paths = argv[1:]
+  if not paths:
+    raise app.UsageError('Give one or more training workdirs, or folders of them.')
+  try:
+    print(compare.write_report(paths, _OUT.value or paths[0], metrics=_METRICS.value or None),
+          end='')
+  except (ValueError, FileNotFoundError) as error:
+    # Bad input is reported in one sentence naming the path or metric, not as a traceback.
+    sys.exit(f'compare.py: {error}')
+
+
+if __name__ == '__main__':
+  app.run(main)

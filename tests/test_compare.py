@@ -1,0 +1,167 @@
+"""compare: runs found, settings told apart, seeds averaged by hand-computed numbers, the report."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+from PIL import Image
+import pytest
+
+from training import compare
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write_run(directory, *, seed=0, score='dot', d_k=16, lines=()):
+  """A workdir as train.py leaves it: config.json and metrics.jsonl."""
+  os.makedirs(directory)
+  config = {'seed': seed, 'num_train_steps': 300, 'model': {'score': score, 'd_k': d_k},
+            'dataset': {'eval_split': 'validation'}}
+  with open(os.path.join(directory, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(config, f)
+  with open(os.path.join(directory, 'metrics.jsonl'), 'w', encoding='utf-8') as f:
+    f.writelines(json.dumps(line) + '\n' for line in lines)
+
+
+def _lines(accuracy, loss, speeds=(2.0, 4.0, 5.0), parameters=1234567):
+  """Train lines at steps 100, 200, 300 at `speeds` steps/s, one final eval, the model line."""
+  train = [{'step': 100 * (i + 1), 'split': 'train', 'loss': 2.0 - i, 'grad_norm': 1.0,
+            'steps_per_s': speed} for i, speed in enumerate(speeds)]
+  return [{'step': 0, 'split': 'model', 'parameters': parameters}, *train,
+          {'step': 300, 'split': 'validation', 'accuracy': accuracy, 'loss': loss}]
+
+
+@pytest.fixture
+def study(tmp_path):
+  """Two settings (model.score dot, additive) x 3 seeds; d_k is the same in all six."""
+  values = {'dot': [(0.90, 0.30), (0.92, 0.20), (0.94, 0.10)],
+            'additive': [(0.80, 0.60), (0.83, 0.50), (0.86, 0.70)]}
+  for score, runs in values.items():
+    for seed, (accuracy, loss) in enumerate(runs):
+      _write_run(tmp_path / f'{score}_{seed}', seed=seed, score=score, lines=_lines(accuracy, loss))
+  return tmp_path
+
+
+def test_seeds_of_a_setting_are_averaged_with_sample_std(study):
+  runs = [compare.load_run(path) for path in compare.find_runs([str(study)])]
+  fields, settings = compare.group_settings(runs)
+  assert fields == ['model.score']  # seed varies too but is not a setting; d_k does not vary.
+  assert [setting.label for setting in settings] == ['model.score=additive', 'model.score=dot']
+  assert [len(setting.runs) for setting in settings] == [3, 3]
+  additive, dot = (compare.aggregate([compare.summarize_run(run, ['accuracy', 'loss'])
+                                      for run in setting.runs]) for setting in settings)
+  assert dot['accuracy'].mean == pytest.approx(0.92)
+  assert dot['accuracy'].std == pytest.approx(0.02)  # sqrt((0.02² + 0 + 0.02²) / 2)
+  assert dot['loss'].mean == pytest.approx(0.2) and dot['loss'].std == pytest.approx(0.1)
+  assert additive['accuracy'].mean == pytest.approx(0.83)
+  assert additive['accuracy'].std == pytest.approx(0.03)
+  assert additive['loss'].mean == pytest.approx(0.6) and additive['loss'].std == pytest.approx(0.1)
+  assert dot['parameters'] == compare.Stat(1234567, 0.0, 3)
+
+
+def test_markdown_table(study):
+  markdown = compare.write_report([str(study)], str(study / 'report'))
+  rows = [line for line in markdown.splitlines() if line.startswith('|')]
+  assert rows[0] == '| model.score | n | accuracy | loss | train time (s) | ms/step | parameters |'
+  # 100/2 + 100/4 + 100/5 = 95 s; median of 1000/4 and 1000/5 ms (the first interval compiles).
+  assert rows[2] == ('| additive | 3 | 0.8300 ± 0.0300 | 0.6000 ± 0.1000 | 95.00 | 225.0 '
+                     '| 1,234,567 |')
+  assert rows[3] == '| dot | 3 | 0.9200 ± 0.0200 | 0.2000 ± 0.1000 | 95.00 | 225.0 | 1,234,567 |'
+  assert '![curves](curves.png)' in markdown
+  with open(study / 'report' / 'report.md', encoding='utf-8') as f:
+    assert f.read() == markdown
+
+
+def test_rows_sort_numbers_numerically_and_one_seed_shows_no_std(tmp_path):
+  for d_k in (16, 8, 128):
+    _write_run(tmp_path / f'dk{d_k}', d_k=d_k, lines=_lines(0.5, 1.0))
+  markdown = compare.write_report([str(tmp_path)], str(tmp_path), metrics=['accuracy'])
+  rows = [line for line in markdown.splitlines() if line.startswith('|')]
+  assert rows[0].startswith('| model.d_k | n | accuracy |')
+  assert [row.split(' | ')[0] for row in rows[2:]] == ['| 8', '| 16', '| 128']
+  assert rows[2].startswith('| 8 | 1 | 0.5000 | ')
+
+
+def test_a_single_run_is_labelled_by_its_directory(tmp_path):
+  _write_run(tmp_path / 'baseline', lines=_lines(0.5, 1.0))
+  runs = [compare.load_run(path) for path in compare.find_runs([str(tmp_path / 'baseline')])]
+  fields, settings = compare.group_settings(runs)
+  assert fields == [] and settings[0].label == 'baseline'
+  markdown = compare.markdown_table(fields, settings, ['loss'])
+  assert markdown.splitlines()[2].startswith('| baseline | 1 | 1.000 |')
+
+
+def test_train_time_and_ms_per_step():
+  train = [{'step': 1, 'steps_per_s': 0.5}, {'step': 101, 'steps_per_s': 10.0},
+           {'step': 201, 'steps_per_s': 20.0}, {'step': 301, 'steps_per_s': 5.0}]
+  assert compare.train_time_s(train) == pytest.approx(1 / 0.5 + 100 / 10 + 100 / 20 + 100 / 5)
+  assert compare.ms_per_step(train) == pytest.approx(100.0)  # median of 100, 50, 200
+  assert compare.ms_per_step(train[:1]) == pytest.approx(2000.0)
+  assert compare.train_time_s([]) is None and compare.ms_per_step([]) is None
+
+
+def test_values_at_initialisation(tmp_path):
+  lines = [{'step': 0, 'split': 'validation', 'accuracy': 0.25, 'loss': 1.4},
+           {'step': 1, 'split': 'train', 'loss': 1.39, 'grad_norm': 3.5, 'steps_per_s': 1.0},
+           {'step': 100, 'split': 'train', 'loss': 0.5, 'grad_norm': 0.7, 'steps_per_s': 9.0},
+           {'step': 100, 'split': 'validation', 'accuracy': 0.75, 'loss': 0.6}]
+  _write_run(tmp_path / 'run', lines=lines)
+  run = compare.load_run(str(tmp_path / 'run'))
+  summary = compare.summarize_run(run, ['accuracy'])
+  assert summary == {'accuracy': 0.75, 'accuracy@init': 0.25, 'grad_norm@init': 3.5,
+                     'train time (s)': pytest.approx(1 + 99 / 9),
+                     'ms/step': pytest.approx(1000 / 9)}  # The step-1 interval compiles.
+  header = compare.write_report([str(tmp_path / 'run')], str(tmp_path)).splitlines()[4]
+  assert '| accuracy | loss | accuracy@init | loss@init | grad_norm@init |' in header
+  assert 'parameters' in header  # Always a column; '—' for a run without a 'model' line.
+
+
+def test_a_resumed_run_uses_the_last_line_of_a_step(tmp_path):
+  lines = [{'step': 100, 'split': 'train', 'loss': 1.0, 'steps_per_s': 1.0},
+           {'step': 200, 'split': 'validation', 'accuracy': 0.1},
+           {'step': 100, 'split': 'train', 'loss': 0.9, 'steps_per_s': 4.0},  # After the resume.
+           {'step': 200, 'split': 'validation', 'accuracy': 0.2}]
+  _write_run(tmp_path / 'run', lines=lines)
+  run = compare.load_run(str(tmp_path / 'run'))
+  assert [line['loss'] for line in run.lines['train']] == [0.9]
+  assert compare.summarize_run(run, ['accuracy'])['accuracy'] == 0.2
+  assert compare.train_time_s(run.lines['train']) == pytest.approx(25.0)
+
+
+def test_bad_paths_and_metrics_are_one_sentence_errors(tmp_path, study):
+  with pytest.raises(FileNotFoundError, match=r'^\S*nowhere does not exist\.$'):
+    compare.find_runs([str(tmp_path / 'nowhere')])
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(FileNotFoundError, match='empty is neither a training workdir'):
+    compare.find_runs([str(tmp_path / 'empty')])
+  os.remove(study / 'dot_1' / 'config.json')
+  with pytest.raises(FileNotFoundError, match='dot_1 has metrics.jsonl but no config.json'):
+    compare.write_report([str(study)], str(tmp_path))
+  _write_run(tmp_path / 'other', lines=_lines(0.5, 1.0))
+  with pytest.raises(ValueError, match="'bleu'.*available: accuracy, loss"):
+    compare.write_report([str(tmp_path / 'other')], str(tmp_path), metrics=['bleu'])
+  assert not (tmp_path / 'report.md').exists()  # Nothing is written when the input is bad.
+
+
+def test_curves_are_a_png(study):
+  runs = [compare.load_run(path) for path in compare.find_runs([str(study)])]
+  _, settings = compare.group_settings(runs)
+  png = compare.draw_curves(settings, ['accuracy', 'loss'])
+  assert png.startswith(b'\x89PNG\r\n\x1a\n')
+  width, height = Image.open(io.BytesIO(png)).size
+  assert width > 600 and height > 200  # Three panels side by side, a legend below.
+
+
+def test_command_line(study, tmp_path):
+  done = subprocess.run([sys.executable, 'compare.py', str(study), '--metrics=accuracy'], cwd=_REPO,
+                        capture_output=True, text=True, timeout=60, check=False)
+  assert done.returncode == 0, done.stderr
+  assert '| dot | 3 | 0.9200 ± 0.0200 |' in done.stdout
+  assert len(done.stdout.splitlines()) == 10  # heading, note, 4 table lines, image; 4 blank lines.
+  assert (study / 'curves.png').exists()
+  missing = subprocess.run([sys.executable, 'compare.py', str(tmp_path / 'nowhere')], cwd=_REPO,
+                           capture_output=True, text=True, timeout=60, check=False)
+  assert missing.returncode != 0
+  assert 'compare.py:' in missing.stderr and 'nowhere does not exist' in missing.stderr
