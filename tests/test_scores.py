@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attention.penalties import attention_entropy
 from attention.scores import (SCORES, additive_scores, cosine_scores, dot_scores, general_scores,
                               get_score_fn, project_keys, scaled_dot_scores)
 
@@ -189,3 +190,20 @@ def test_grad_dot_and_cosine(rng):
   q_zero[0] = 0.0  # an all-zero query must not produce NaN gradients
   grad_cos = jax.grad(lambda q_: jnp.sum(cosine_scores(q_, k) ** 2))(q_zero)
   assert np.all(np.isfinite(grad_cos))
+
+
+def test_unscaled_dot_scores_saturate_the_softmax_as_d_k_grows():
+  """The notes' reason for 1/√d_k: with unit-variance queries and keys, q·k has variance d_k, so
+  unscaled weights sharpen (entropy falls) with d_k while scaled ones keep one sharpness."""
+  rng = np.random.default_rng(0)
+  scores = {"dot": dot_scores, "scaled_dot": scaled_dot_scores}
+  entropies = {name: [] for name in scores}
+  for d_k in (16, 64, 256):
+    q = rng.standard_normal((512, 1, d_k)).astype(np.float32)          # [B, T=1, H]
+    k = rng.standard_normal((512, 16, d_k)).astype(np.float32)         # [B, S=16, H]
+    for name, score in scores.items():
+      weights = jax.nn.softmax(score(q, k), axis=-1)                   # [B, 1, 16]
+      entropies[name].append(float(attention_entropy(weights).mean()))
+  dot, scaled = entropies["dot"], entropies["scaled_dot"]
+  assert dot[0] > dot[1] > dot[2] and dot[2] < dot[0] / 4             # 0.88, 0.39, 0.18 nats
+  assert max(scaled) - min(scaled) < 0.05 and min(scaled) > 2.3       # ~2.35 (uniform: 2.77)

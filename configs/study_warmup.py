@@ -1,0 +1,31 @@
+"""Study: post-norm needs learning-rate warm-up, pre-norm much less (notes 000; Xiong et al. 2020).
+
+Post-norm puts LayerNorm after the residual sum, so at initialisation the gradients of the last
+layers are large and Adam's first updates, at the full learning rate, can wreck them; warm-up
+avoids that. Pre-norm keeps an identity path through every layer. Sweeps the norm placement and
+the warm-up length (0, 100, 1000 steps) at the default peak learning rate 2e-3 on the default task.
+
+Command:
+  python sweep.py --config=configs/study_warmup.py --workdir=runs/study_warmup
+  python compare.py runs/study_warmup --metrics=exact_match,token_accuracy,loss
+Result: see the README's studies section (measured on 2 CPU cores).
+"""
+
+import itertools
+
+from configs import default
+
+
+def get_config(arg: str | None = None):
+  """The default experiment for 1000 steps, evaluated every 250; `arg` is unused."""
+  del arg
+  config = default.get_config()
+  config.num_train_steps = 1000
+  config.eval_every_steps = 250
+  return config
+
+
+def get_sweep(arg: str | None = None):
+  del arg
+  return [{'model.norm': norm, 'warmup_steps': warmup}
+          for norm, warmup in itertools.product(('post', 'pre'), (0, 100, 1000))]
