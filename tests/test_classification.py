@@ -1,12 +1,10 @@
-"""The classification task: metrics by hand, every classification config trains, and train.py +
-eval.py write predictions, the confusion matrix and the HAN attention figure (PNG and HTML)."""
+"""The classification task: metrics by hand, every classification config trains, and training then
+evaluation write predictions, the confusion matrix and the HAN attention figure (PNG and HTML)."""
 
 import functools
 import importlib
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -14,12 +12,12 @@ import pytest
 
 import models
 import tasks
+import training
 from tasks.classification import class_metrics, confusion_matrix, hit_rate
 from training.config import validate
 from training.setup import build_state
 from training.steps import merge_model, train_step
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ('han', 'transformer_classifier', 'classification_tsv')
 TINY = {'han': dict(embed_dim=8, hidden_dim=8),
         'transformer_classifier': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32)}
@@ -85,21 +83,13 @@ def test_every_classification_config_takes_a_training_step(name, data_dir, tmp_p
 
 @pytest.mark.parametrize('model', ['han', 'transformer_classifier'])
 def test_train_then_eval_writes_predictions_confusion_and_attention(model, data_dir, tmp_path):
+  """In-process (train.py and eval.py are these two calls; tests/test_training.py runs them)."""
   workdir = str(tmp_path / 'run')
-  config = 'han' if model == 'han' else 'transformer_classifier'
-  tiny_model = [f'--config.model.{k}={v}' for k, v in TINY[model].items()]
-  train = subprocess.run(
-      [sys.executable, 'train.py', f'--config=configs/{config}.py', f'--workdir={workdir}',
-       f'--config.dataset.data_dir={data_dir}', '--config.dataset.builder_config=default',
-       '--config.num_train_steps=3',
-       '--config.eval_every_steps=0', '--config.num_eval_decode=0', '--config.log_every_steps=1',
-       '--config.dataset.batch_size=8', '--config.dataset.eval_batch_size=64', *tiny_model],
-      cwd=ROOT, capture_output=True, text=True)
-  assert train.returncode == 0, train.stderr[-3000:]
-  result = subprocess.run(
-      [sys.executable, 'eval.py', f'--workdir={workdir}', '--split=validation',
-       '--max_examples=50', '--num_heatmaps=2'], cwd=ROOT, capture_output=True, text=True)
-  assert result.returncode == 0, result.stderr[-3000:]
+  config = tiny_config(model, data_dir, tmp_path)
+  config.dataset.eval_batch_size = 64
+  config.update(num_train_steps=3, eval_every_steps=0, num_eval_decode=0, log_every_steps=1)
+  training.train_and_evaluate(config, workdir)
+  training.evaluate_checkpoint(workdir, split='validation', max_examples=50, num_heatmaps=2)
   out = os.path.join(workdir, 'eval')
   metrics = json.load(open(os.path.join(out, 'metrics.json')))
   assert metrics['examples'] == 50

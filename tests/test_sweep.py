@@ -71,14 +71,18 @@ def test_train_command_passes_every_override():
                          '--workdir=runs/x/seed=1']
 
 
-def test_sweep_trains_each_run_skips_finished_ones_and_resumes_interrupted_ones(tmp_path):
-  config = sweep.apply(default.get_config(), {**TINY, 'dataset.data_dir': str(tmp_path / 'tfds')})
+def test_sweep_trains_runs_side_by_side_reports_failures_skips_finished_and_resumes(tmp_path):
+  base = {**TINY, 'dataset.data_dir': str(tmp_path / 'tfds')}
+  config = sweep.apply(default.get_config(), base)
   runs = sweep.expand(config, ['seed=0,1'])
   sweep.prepare_data(config, runs)
-  base = {**TINY, 'dataset.data_dir': str(tmp_path / 'tfds')}
+  # A run that fails (its corpus does not exist) is reported with its log; the others go on.
+  bad = sweep.Run('bad', {'dataset.name': 'tsv_parallel', 'dataset.tsv_path': '/missing.tsv'})
   study = str(tmp_path / 'study')
-  assert sweep.run_sweep(config, 'configs/default.py', runs, study, base_overrides=base,
-                         parallel=2) == []
+  failed = sweep.run_sweep(config, 'configs/default.py', [*runs, bad], study, base_overrides=base,
+                           parallel=2)
+  assert failed == ['[3/3] bad']
+  assert 'train.py:' in open(os.path.join(study, 'bad', 'train.log')).read()
   for run in runs:
     assert sweep.is_finished(os.path.join(study, run.name), 2)
   # Interrupt seed=1 after its first step: its final checkpoint is gone, step 1's is left.
@@ -89,14 +93,6 @@ def test_sweep_trains_each_run_skips_finished_ones_and_resumes_interrupted_ones(
   assert os.path.getsize(os.path.join(study, 'seed=0', 'train.log')) == logged  # skipped
   assert 'Resumed from step 1' in open(os.path.join(interrupted, 'train.log')).read()
   assert sweep.is_finished(interrupted, 2)
-
-
-def test_a_failing_run_is_reported_with_its_log(tmp_path):
-  config = default.get_config()
-  runs = [sweep.Run('bad', {'dataset.tsv_path': '/nonexistent.tsv', 'dataset.name': 'tsv_parallel'})]
-  failed = sweep.run_sweep(config, 'configs/default.py', runs, str(tmp_path))
-  assert failed == ['[1/1] bad']
-  assert 'train.py:' in open(tmp_path / 'bad' / 'train.log').read()
 
 
 def test_sweep_py_refuses_a_bad_field_before_anything_runs(tmp_path):

@@ -3,8 +3,8 @@
   markdown = compare.write_report(['runs/study'], out_dir='runs/study')
 
 A run is a workdir written by train.py (config.json, metrics.jsonl). The config fields that differ
-among the runs, `seed` aside, define a run's setting; runs of one setting are its seeds. This module
-reads JSON and imports no jax, so compare.py loads it alone and starts in well under a second.
+among the runs, `seed` aside, define a run's setting; runs of one setting are its seeds. It only
+reads files: no jax, no model is built.
 """
 
 import dataclasses

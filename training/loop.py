@@ -93,11 +93,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
             'config.learning_rate or set config.grad_clip.')
     return fetched
 
-  if step == 0:
-    writer.write(0, 'model', dict(parameters=_parameter_count(state)))
-    if config.eval_at_start:
-      writer.write(0, config.dataset.eval_split, _evaluate(config, state, task, mesh))
   try:
+    if step == 0:
+      writer.write(0, 'model', dict(parameters=_parameter_count(state)))
+      if config.eval_at_start:
+        writer.write(0, config.dataset.eval_split, _evaluate(config, state, task, mesh))
     while step < config.num_train_steps and stop.signal is None:
       batch = sharding.shard_batch(next(batches), mesh)
       state, metrics = step_fn(state, batch, jax.random.fold_in(dropout_key, step))
