@@ -8,7 +8,12 @@ decoder keeps its causal mask, which alone lets it tell its own positions apart)
 Command:
   python sweep.py --config=configs/study_positions.py --workdir=runs/study_positions
   python compare.py runs/study_positions --metrics=exact_match,token_accuracy,loss
-Result: see the README's studies section (measured on 2 CPU cores).
+Result (2 cores of an AMD EPYC, CPU, both runs side by side, 5 min 6 s; 256 validation examples
+decoded greedily at step 1000): exact match 98.8% with sinusoidal positions, 32.0% without;
+token accuracy 99.96% vs 97.9%. On the 1,000 test examples (`python eval.py --workdir=...`):
+99.0% vs 34.4%. Without positions the model sees which words a number has, not their order:
+"thirty-four thousand, two hundred and seventy-seven" became "siebenundsiebzigtausend-
+zweihundertvierunddreißig" (77,234), the same words rearranged.
 """
 
 from configs import default

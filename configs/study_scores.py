@@ -7,7 +7,12 @@ per step, and how sharply the decoder attends (mean entropy of its cross-attenti
 Command:
   python sweep.py --config=configs/study_scores.py --workdir=runs/study_scores
   python compare.py runs/study_scores --metrics=exact_match,token_accuracy,attention_entropy
-Result: see the README's studies section (measured on 2 CPU cores).
+Result (2 cores of an AMD EPYC, CPU, 5 runs two at a time, 17 min 8 s; exact match of the 256
+validation examples decoded greedily at step 1000): cosine 100.0%, additive 99.6%, scaled_dot
+98.8%, general 78.5%, dot 72.7%. Attention entropy (nats): general 0.25 and dot 0.38 (saturated),
+scaled_dot 0.70, cosine 1.12, additive 1.66; the sharpest scores learned slowest. Additive
+attention took 525 ms per step against 271-335 ms for the others (its scores are a [T, S, H]
+tensor per head, not a matrix product).
 """
 
 from configs import default
