@@ -4,6 +4,9 @@ Post-norm puts LayerNorm after the residual sum, so at initialisation the gradie
 layers are large and Adam's first updates, at the full learning rate, can wreck them; warm-up
 avoids that. Pre-norm keeps an identity path through every layer. Sweeps the norm placement and
 the warm-up length (0, 100, 1000 steps) at the default peak learning rate 2e-3 on the default task.
+The schedule is 'constant' (linear warm-up, then the peak): with the default 'rsqrt' the warm-up
+length also sets the decay (peak·√(warmup/step)), so no warm-up would mean a rate that falls to
+1/32 of its peak by step 1000, and the study would compare decays, not warm-ups.
 
 Command:
   python sweep.py --config=configs/study_warmup.py --workdir=runs/study_warmup
@@ -21,6 +24,7 @@ def get_config(arg: str | None = None):
   del arg
   config = default.get_config()
   config.num_train_steps = 1000
+  config.schedule = 'constant'
   config.eval_every_steps = 250
   return config
 
