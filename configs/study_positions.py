@@ -16,16 +16,12 @@ token accuracy 99.96% vs 97.9%. On the 1,000 test examples (`python eval.py --wo
 zweihundertvierunddreißig" (77,234), the same words rearranged.
 """
 
-from configs import default
+from configs import study_scores
 
 
 def get_config(arg: str | None = None):
-  """The default experiment for 1000 steps, evaluated every 250; `arg` is unused."""
-  del arg
-  config = default.get_config()
-  config.num_train_steps = 1000
-  config.eval_every_steps = 250
-  return config
+  """The scores study's base: the default experiment for 1000 steps, evaluated every 250."""
+  return study_scores.get_config(arg)
 
 
 def get_sweep(arg: str | None = None):

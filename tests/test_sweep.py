@@ -1,5 +1,6 @@
 """Sweeps: spec parsing, expansion (product, names, types, errors), and resumable runs of train.py."""
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -102,3 +103,11 @@ def test_sweep_py_refuses_a_bad_field_before_anything_runs(tmp_path):
   assert result.returncode != 0
   assert "sweep.py: --sweep field 'model.heads' is not a config field" in result.stderr
   assert not os.path.exists(tmp_path / 'study')
+
+
+@pytest.mark.parametrize('study, count', [('study_scaling', 10), ('study_warmup', 6),
+                                          ('study_scores', 5), ('study_positions', 2)])
+def test_every_study_config_expands_into_valid_runs(study, count):
+  module = importlib.import_module(f'configs.{study}')
+  runs = sweep.expand(module.get_config(), [], module.get_sweep())
+  assert len(runs) == count and all(run.overrides for run in runs)
