@@ -19,7 +19,7 @@ import models
 import tasks
 import training
 from tasks.translation import teacher_forced_loss
-from training import sharding
+from training import loop, sharding
 from training.checkpoints import Checkpointer
 from training.config import validate as validate_config
 from training.evaluation import split_metrics
@@ -357,3 +357,13 @@ def test_bfloat16_compute_runs_every_matmul_in_bfloat16(name):
   dtypes = list(_dot_operand_dtypes(jaxpr))
   assert len(dtypes) > 4
   assert all(d == (jnp.bfloat16, jnp.bfloat16) for d in dtypes), dtypes
+
+
+def test_resuming_with_a_changed_config_names_the_changed_fields(tmp_path, caplog):
+  config = get_config('default')
+  (tmp_path / 'config.json').write_text(config.to_json_best_effort())
+  config.schedule = 'constant'
+  config.model.num_layers = 3
+  with caplog.at_level('WARNING'):
+    loop._warn_if_config_changed(str(tmp_path), config)
+  assert "model.num_layers 2 -> 3, schedule 'rsqrt' -> 'constant'" in caplog.text

@@ -1,6 +1,7 @@
 """train_and_evaluate: the training loop behind train.py."""
 
 import functools
+import json
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import numpy as np
 import tasks
 from training import evaluation, sharding
 from training.checkpoints import Checkpointer, init_from_workdir, load_matching_params
+from training.compare import flatten
 from training.config import validate
 from training.metrics import MetricsWriter, Progress
 from training.setup import build_state
@@ -51,6 +53,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   sharding.maybe_initialize_distributed()
   os.makedirs(workdir, exist_ok=True)
   if jax.process_index() == 0:
+    _warn_if_config_changed(workdir, config)
     with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
       f.write(config.to_json_best_effort(indent=2))
 
@@ -145,6 +148,24 @@ def _inherit_vocabulary(init_from: str, workdir: str) -> None:
   if os.path.isdir(source) and not os.path.exists(target) and jax.process_index() == 0:
     shutil.copytree(source, target)
     logging.info('Copied the vocabulary of %s into %s.', source_workdir, target)
+
+
+def _warn_if_config_changed(workdir: str, config) -> None:
+  """Logs the fields in which `config` differs from the one the workdir was last trained with.
+
+  Resuming is allowed (e.g. more steps), but a run that resumes another experiment's checkpoint
+  by mistake should say so.
+  """
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return
+  with open(path, encoding='utf-8') as f:
+    old = flatten(json.load(f))
+  new = flatten(json.loads(config.to_json_best_effort()))
+  changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+  if changed:
+    logging.warning('This run differs from the config.json of %s in: %s.', workdir,
+                    ', '.join(f'{key} {old.get(key)!r} -> {new.get(key)!r}' for key in changed))
 
 
 def _parameter_count(state) -> int:
