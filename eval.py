@@ -23,6 +23,8 @@ _HEATMAPS = flags.DEFINE_integer('num_heatmaps', 4, 'Attention pictures (PNG) to
 _LAYER = flags.DEFINE_integer('heatmap_layer', -1, 'Layer whose attention is drawn (-1 = last).')
 _HEAD = flags.DEFINE_integer('heatmap_head', -1, 'Head to plot (-1 = mean over heads).')
 _MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Predict at most this many (0 = all).')
+_CACHE = flags.DEFINE_string('compilation_cache', training.DEFAULT_COMPILATION_CACHE,
+                            "Directory of XLA's persistent compilation cache ('' = off).")
 flags.mark_flag_as_required('workdir')
 
 
@@ -31,6 +33,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
+  training.enable_compilation_cache(_CACHE.value)
   try:
     training.evaluate_checkpoint(
         _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,

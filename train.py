@@ -14,6 +14,8 @@ import training
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and vocab.')
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/default.py',
                                           'Experiment config file.', lock_config=True)
+_CACHE = flags.DEFINE_string('compilation_cache', training.DEFAULT_COMPILATION_CACHE,
+                            "Directory of XLA's persistent compilation cache ('' = off).")
 flags.mark_flag_as_required('workdir')
 
 
@@ -22,6 +24,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
+  training.enable_compilation_cache(_CACHE.value)
   try:
     training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (ValueError, FileNotFoundError) as error:

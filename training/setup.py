@@ -1,4 +1,7 @@
-"""Builds the train state an experiment config describes, for the task's data."""
+"""Builds the train state an experiment config describes, for the task's data; the compilation
+cache."""
+
+import os
 
 import jax
 from flax import nnx
@@ -14,3 +17,18 @@ def build_state(config, task) -> TrainState:
     return create_train_state(model, make_optimizer(config))
   # One compiled initialiser instead of an eager compile per parameter shape (seconds on CPU).
   return jax.jit(create)()
+
+
+# XLA's persistent compilation cache: a repeated or resumed run reads its compiled programs from
+# disk instead of compiling them again. JAX_COMPILATION_CACHE_DIR, when set, is the default.
+DEFAULT_COMPILATION_CACHE = os.environ.get('JAX_COMPILATION_CACHE_DIR') or os.path.join(
+    os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'), 'attend', 'jax')
+# Programs that compile faster than this are not worth a disk entry.
+_MIN_COMPILE_SECONDS = 0.2
+
+
+def enable_compilation_cache(directory: str) -> None:
+  """Caches compiled programs in `directory` ('' = off); call before anything is compiled."""
+  if directory:
+    jax.config.update('jax_compilation_cache_dir', os.path.expanduser(directory))
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', _MIN_COMPILE_SECONDS)
