@@ -11,7 +11,13 @@ length also sets the decay (peak·√(warmup/step)), so no warm-up would mean a 
 Command:
   python sweep.py --config=configs/study_warmup.py --workdir=runs/study_warmup
   python compare.py runs/study_warmup --metrics=exact_match,token_accuracy,loss
-Result: see the README's studies section (measured on 2 CPU cores).
+Result (2 cores of an AMD EPYC, CPU, 6 runs two at a time, 16 min; exact match of the 256
+validation examples decoded greedily): without warm-up post-norm learns late (0.4% at step 250,
+against 44.1% with 100 warm-up steps) and ends lower (92.2% against 98.0% at step 1000), while
+pre-norm without warm-up is the fastest of all (62.1% at step 250) and ends where it ends with
+warm-up (95.3% against 94.9%). A 1000-step warm-up slows both (90.6% and 91.0%). With 2 layers
+and gradient clipping nothing diverges; the gap is one of speed, as Xiong et al. report for
+shallow models.
 """
 
 import itertools
