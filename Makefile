@@ -29,8 +29,9 @@ run: $(VENV)/.installed
 	  --config.dataset.data_dir=runs/default/tfds
 	$(BIN)/python eval.py --workdir=runs/default
 
+# Two workers (pytest-xdist): the suite is mostly XLA compilation, one core per compile.
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 # The benchmark suite (about 40 min on 2 CPU cores); tables on stdout, JSON under runs/bench/.
 bench: $(VENV)/.installed-bench
