@@ -6,7 +6,7 @@ output (a test checks it exactly). On number words order matters: "three hundred
 decoder keeps its causal mask, which alone lets it tell its own positions apart).
 
 Command:
-  python sweep.py --config=configs/study_positions.py --workdir=runs/study_positions
+  python sweep.py --config=configs/study_positions.py --workdir=runs/study_positions --parallel=2
   python compare.py runs/study_positions --metrics=exact_match,token_accuracy,loss
 Result (2 cores of an AMD EPYC, CPU, both runs side by side, 5 min 6 s; 256 validation examples
 decoded greedily at step 1000): exact match 98.8% with sinusoidal positions, 32.0% without;

@@ -9,7 +9,7 @@ length also sets the decay (peak·√(warmup/step)), so no warm-up would mean a 
 1/32 of its peak by step 1000, and the study would compare decays, not warm-ups.
 
 Command:
-  python sweep.py --config=configs/study_warmup.py --workdir=runs/study_warmup
+  python sweep.py --config=configs/study_warmup.py --workdir=runs/study_warmup --parallel=2
   python compare.py runs/study_warmup --metrics=exact_match,token_accuracy,loss
 Result (2 cores of an AMD EPYC, CPU, 6 runs two at a time, 16 min; exact match of the 256
 validation examples decoded greedily): without warm-up post-norm learns late (0.4% at step 250,

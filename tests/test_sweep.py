@@ -1,4 +1,4 @@
-"""Sweeps: spec parsing, expansion (product, names, types, errors), and resumable runs of train.py."""
+"""Sweeps: spec parsing, expansion (product, names, types, errors), resumable runs of train.py."""
 
 import importlib
 import os
@@ -36,11 +36,13 @@ def test_expand_is_the_product_in_order_with_typed_values_and_names():
       'model.score=cosine,seed=1,learning_rate=0.001,model.tie_output=False']
   assert runs[1].overrides == {'model.score': 'dot', 'seed': 1, 'learning_rate': 1e-3,
                                'model.tie_output': False}
-  assert type(runs[1].overrides['seed']) is int and type(runs[1].overrides['learning_rate']) is float
+  assert type(runs[1].overrides['seed']) is int
+  assert type(runs[1].overrides['learning_rate']) is float
 
 
 def test_a_config_sweep_list_times_the_flags():
-  config_sweep = [{'model.norm': 'post', 'warmup_steps': 0}, {'model.norm': 'pre', 'warmup_steps': 100}]
+  config_sweep = [{'model.norm': 'post', 'warmup_steps': 0},
+                  {'model.norm': 'pre', 'warmup_steps': 100}]
   runs = sweep.expand(default.get_config(), ['seed=3,4'], config_sweep)
   assert [run.name for run in runs] == [
       'model.norm=post,warmup_steps=0,seed=3', 'model.norm=post,warmup_steps=0,seed=4',
@@ -65,8 +67,8 @@ def test_bad_sweeps_raise_one_sentence(specs, config_sweep, match):
 
 
 def test_train_command_passes_every_override():
-  command = sweep.train_command('configs/transformer.py:pre', {'seed': 1, 'temperatures': (0.0, 1.0)},
-                                'runs/x/seed=1')
+  command = sweep.train_command('configs/transformer.py:pre',
+                                {'seed': 1, 'temperatures': (0.0, 1.0)}, 'runs/x/seed=1')
   assert command[1:] == [os.path.join(ROOT, 'train.py'), '--config=configs/transformer.py:pre',
                          '--config.seed=1', '--config.temperatures=(0.0, 1.0)',
                          '--workdir=runs/x/seed=1']

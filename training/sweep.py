@@ -125,7 +125,8 @@ def run_name(overrides: dict[str, Any]) -> str:
   return ','.join(f'{field}={_text(value)}' for field, value in overrides.items()).replace('/', '_')
 
 
-def apply(config: ml_collections.ConfigDict, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+def apply(config: ml_collections.ConfigDict,
+          overrides: dict[str, Any]) -> ml_collections.ConfigDict:
   """A copy of `config` with the dotted-field `overrides` set."""
   config = ml_collections.ConfigDict(config.to_dict())
   for field, value in overrides.items():
