@@ -48,7 +48,9 @@ def _training_fields() -> ml_collections.ConfigDict:
   # Optimizer: AdamW with the Transformer paper's betas and epsilon.
   c.schedule = 'rsqrt'              # rsqrt (paper) | cosine | constant
   c.learning_rate = 2e-3            # peak learning rate, reached after warmup_steps
-  c.warmup_steps = 300              # linear warm-up from 0
+  # Linear warm-up from 0. With 'rsqrt' it also sets the decay, peak·√(warmup/step): sweep warm-up
+  # lengths on 'constant' or 'cosine' to change the ramp alone (configs/study_warmup.py).
+  c.warmup_steps = 300
   c.beta1 = 0.9
   c.beta2 = 0.98
   c.eps = 1e-9
