@@ -59,7 +59,7 @@ from tasks.translation import teacher_forced_loss
 from training import sharding
 from training.optim import learning_rate_schedule
 from training.setup import build_state
-from training.steps import train_step
+from training.steps import parameter_count, train_step
 
 SIZES = {
     "default": dict(model={}, batch=64, source_length=16, target_length=32,
@@ -163,7 +163,7 @@ def attend_runner(config, size: dict, batch: dict):
                               label_smoothing=config.label_smoothing)
   mesh = sharding.make_mesh()
   state = sharding.replicate(build_state(config, task), mesh)
-  params = sum(x.size for x in jax.tree.leaves(state.params))
+  params = parameter_count(state.params)
   step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn,
                                       dtype=jnp.dtype(config.dtype)), donate_argnums=0)
   return params, _jax_runner(step_fn, state, sharding.shard_batch(batch, mesh),
@@ -180,7 +180,7 @@ def linen_runner(config, size: dict, batch: dict):
                                  weight_decay=config.weight_decay, grad_clip=config.grad_clip)
   mesh = sharding.make_mesh()
   state = sharding.replicate(linen_peer.create_state(model, batch, tx, config.seed), mesh)
-  params = sum(x.size for x in jax.tree.leaves(state.params))
+  params = parameter_count(state.params)
   step_fn = jax.jit(functools.partial(linen_peer.train_step,
                                       label_smoothing=config.label_smoothing), donate_argnums=0)
   return params, _jax_runner(step_fn, state, sharding.shard_batch(batch, mesh),

@@ -18,7 +18,7 @@ from training.compare import flatten
 from training.config import validate
 from training.metrics import MetricsWriter, Progress
 from training.setup import build_state
-from training.steps import train_step
+from training.steps import parameter_count, train_step
 
 
 class _StopRequest:
@@ -98,7 +98,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   try:
     if step == 0:
-      writer.write(0, 'model', dict(parameters=_parameter_count(state)))
+      writer.write(0, 'model', dict(parameters=parameter_count(state.params)))
       if config.eval_at_start:
         writer.write(0, config.dataset.eval_split, _evaluate(config, state, task, mesh))
     while step < config.num_train_steps and stop.signal is None:
@@ -166,11 +166,6 @@ def _warn_if_config_changed(workdir: str, config) -> None:
   if changed:
     logging.warning('This run differs from the config.json of %s in: %s.', workdir,
                     ', '.join(f'{key} {old.get(key)!r} -> {new.get(key)!r}' for key in changed))
-
-
-def _parameter_count(state) -> int:
-  """How many trainable numbers the model has."""
-  return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(state.params))
 
 
 def _train_summary(task, fetched: list[dict]) -> dict:

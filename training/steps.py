@@ -33,6 +33,11 @@ def create_train_state(model: nnx.Module, tx: optax.GradientTransformation) -> T
                     other=other, graphdef=graphdef, tx=tx)
 
 
+def parameter_count(params) -> int:
+  """How many numbers a parameter tree holds (an NNX state or any pytree of arrays)."""
+  return sum(int(leaf.size) for leaf in jax.tree.leaves(params))
+
+
 def merge_model(state: TrainState, dtype=jnp.float32) -> nnx.Module:
   """The NNX model of `state`, with floating parameters cast to `dtype` (bf16 compute)."""
   params = state.params
