@@ -79,6 +79,32 @@ def dense(in_features: int, out_features: int, *, use_bias: bool = True,
                     kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
 
 
+def project_heads(linear: nnx.Linear, x: Array, num_heads: int) -> Array:
+  """`split_heads(linear(x))`, `[B, T, D] -> [B, N, T, H]`, as one contraction.
+
+  The `[D, N*H]` kernel is contracted as a `[D, N, H]` view (the parameters are unchanged) rather
+  than projected and then transposed by `split_heads`: the weight gradients then compile to
+  XLA:CPU's fast matmul orientation, as Linen's `DenseGeneral` does, instead of dots with both
+  operands transposed, which run about 2x slower.
+  """
+  kernel = linear.kernel[...]
+  kernel = kernel.reshape(kernel.shape[0], num_heads, -1)              # [D, N, H]
+  y = jnp.einsum("...td,dnh->...nth", x, kernel)
+  if linear.bias is not None:
+    y = y + linear.bias[...].reshape(num_heads, 1, -1)                  # [N, 1, H]
+  return y
+
+
+def merge_project_heads(linear: nnx.Linear, x: Array) -> Array:
+  """`linear(merge_heads(x))`, `[B, N, T, H] -> [B, T, D]`, contracting N and H at once."""
+  kernel = linear.kernel[...]
+  kernel = kernel.reshape(x.shape[-3], x.shape[-1], kernel.shape[-1])  # [N, H, D]
+  y = jnp.einsum("...nth,nhd->...td", x, kernel)
+  if linear.bias is not None:
+    y = y + linear.bias[...]
+  return y
+
+
 def _score_param_attr(name: str) -> str:
   """The attribute holding score parameter `name`: `w_q` -> `score_wq`, the checkpoints' names."""
   return "score_" + name.replace("_", "")
@@ -172,9 +198,9 @@ class MultiHeadAttention(nnx.Module):
 
     With `rotary`, keys are rotated at `positions` (`[S]` or `[B, S]`, default `0 .. S-1`).
     """
-    k = attention.split_heads(self.w_k(context), self.num_heads)        # [B, N, S, d_k]
+    k = project_heads(self.w_k, context, self.num_heads)                # [B, N, S, d_k]
     return {"k": self._rotate(k, positions),
-            "v": attention.split_heads(self.w_v(context), self.num_heads)}
+            "v": project_heads(self.w_v, context, self.num_heads)}
 
   def __call__(self, x: Array, context: Array | None = None, *, positions: Array | None = None,
                mask: Array | None = None, is_causal: bool = False, deterministic: bool = True,
@@ -208,7 +234,7 @@ class MultiHeadAttention(nnx.Module):
 
     With `rotary`, queries are rotated at `positions` (`[T]` or `[B, T]`, default `0 .. T-1`).
     """
-    q = attention.split_heads(self.w_q(x), self.num_heads)              # [B, N, T, d_k]
+    q = project_heads(self.w_q, x, self.num_heads)                      # [B, N, T, d_k]
     q = self._rotate(q, positions)
     k, v = kv["k"], kv["v"]                                             # [B, N, S, d_k|d_v]
     dropout_rng = None
@@ -237,7 +263,7 @@ class MultiHeadAttention(nnx.Module):
         dropped = jnp.where(keep, weights / (1.0 - rate), 0.0)
       out = attention.attend(dropped, v)                                # [B, N, T, d_v]
       weights = weights if return_weights else None
-    return self.w_o(attention.merge_heads(out)), weights                # [B, T, D]
+    return merge_project_heads(self.w_o, out), weights                  # [B, T, D]
 
   def _scores(self, q: Array, k: Array) -> Array:
     """The registered score of q `[B, N, T, H]` and k `[B, N, S, H]`, `[B, N, T, S]`."""
