@@ -6,6 +6,11 @@
 
 import sys
 
+from training import allocator
+
+if __name__ == '__main__':
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 

@@ -6,6 +6,11 @@
 
 import sys
 
+from training import allocator
+
+if __name__ == '__main__':
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -25,6 +30,7 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
   training.enable_compilation_cache(_CACHE.value)
+  logging.info('Allocator: %s.', 'mimalloc' if allocator.active() else 'the system allocator')
   try:
     training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except (ValueError, FileNotFoundError) as error:

@@ -11,6 +11,11 @@ train step of configs/default.py (compiled beforehand on every batch shape it me
 `--train_steps` of those batches: the pipeline must be >= 10x faster than the step it feeds.
 """
 
+from training import allocator
+
+if __name__ == '__main__':
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
+
 import argparse
 import functools
 import json

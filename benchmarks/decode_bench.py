@@ -49,6 +49,11 @@ the batch (the best hypothesis per sequence), not the batch * beam hypotheses it
 cached >= 5x faster than uncached.
 """
 
+from training import allocator
+
+if __name__ == '__main__':
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
+
 import argparse
 import functools
 import json

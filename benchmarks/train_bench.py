@@ -36,6 +36,11 @@ achieved TFLOP/s over `--peak_tflops` (default: this device's matmul rate in the
 measured in the same run) is the MFU column.
 """
 
+from training import allocator
+
+if __name__ == '__main__':
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
+
 import argparse
 import functools
 import json
