@@ -4,17 +4,18 @@ import os
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Set in the environment, not only in this process's config: the train.py subprocesses of the
+# resume tests must multiply as the in-process runs they are compared with (on a GPU the default
+# is TF32, and a resumed run then differs from a straight one in every parameter).
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 # Tests (and the train.py/eval.py subprocesses they start) compile the same tiny programs many
 # times; a persistent cache for the session turns the repeats into disk reads.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(tempfile.gettempdir(), f"attend-jax-cache-{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
-import jax  # noqa: E402  (must follow the platform choice)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
-jax.config.update("jax_default_matmul_precision", "highest")
 
 
 @pytest.fixture
