@@ -28,7 +28,7 @@ from data import language
 from data.tokenizers import SPECIAL_TOKENS
 from models import decoding
 from models.interfaces import LanguageModel
-from tasks import pictures
+from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
 from tasks.losses import cross_entropy
 
@@ -80,6 +80,12 @@ def _forward(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
   """`(logits [B, T, V], last layer's weights [B, N, T, T])` without dropout."""
   logits, weights = nnx.merge(graphdef, state).token_logits(inputs, return_attention=True)
   return logits, weights['self'][:, -1]
+
+
+def _self_attention(model, ids: Array) -> Array:
+  """Every layer's self-attention weights `[B, L, N, T, T]` over ids `[B, T]` (no dropout)."""
+  _, weights = model.token_logits(ids, return_attention=True)
+  return weights['self']
 
 
 def attention_hits(weights: Array, support: Array) -> Array:
@@ -229,11 +235,11 @@ class LanguageModeling(Task):
     if not samples or not options.num_pictures:
       return []
     sample = samples[0]
-    inputs = jnp.asarray([sample['inputs']], jnp.int32)                 # [1, T]
-    _, weights = model.token_logits(inputs, return_attention=True)
+    (weights,) = picture_weights.batched_weights(_self_attention, model, [(sample['inputs'],)],
+                                                 pad_ids=(self.tokenizer.pad_id,), crop=(0, 0))
     queries = [(t, s) for t, s in enumerate(sample['support']) if s >= 0]
     path = os.path.join(out_dir, f'attention_heads_{sample["index"]:04d}.png')
-    pictures.save_head_grid(path, np.asarray(weights['self'][0]),
+    pictures.save_head_grid(path, weights,
                             self.tokenizer.tokens(sample['inputs']), marks=queries,
                             title=f'example {sample["index"]}: attention of every layer and head'
                                   + (' (squares: the matching key)' if queries else ''))

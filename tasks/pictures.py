@@ -2,10 +2,10 @@
 confusion matrices, grids of every layer's and head's self-attention, and attention over images."""
 
 import matplotlib
-
-matplotlib.use('Agg')  # files only; never needs a display
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 
 def select_heads(weights: np.ndarray, layer: int, head: int) -> np.ndarray:
@@ -25,11 +25,20 @@ def select_heads(weights: np.ndarray, layer: int, head: int) -> np.ndarray:
   return per_layer.mean(axis=0) if head < 0 else per_layer[head]
 
 
+def _figure(**kwargs) -> Figure:
+  """A figure drawn by Agg (files only, never a display) and outside pyplot, whose registry keeps
+  every figure open until closed: nothing here can leak one, however many pictures are drawn."""
+  figure = Figure(**kwargs)
+  FigureCanvasAgg(figure)
+  return figure
+
+
 def save_heatmap(path: str, weights: np.ndarray, source_tokens: list[str],
                  output_tokens: list[str], title: str) -> None:
   """Writes one heatmap of weights [T, S] to `path` (PNG)."""
   height, width = weights.shape
-  figure, axes = plt.subplots(figsize=(max(4.0, 0.3 * width + 2), max(3.0, 0.3 * height + 1.5)))
+  figure = _figure(figsize=(max(4.0, 0.3 * width + 2), max(3.0, 0.3 * height + 1.5)))
+  axes = figure.subplots()
   image = axes.imshow(weights, cmap='viridis', vmin=0.0, vmax=1.0, aspect='auto')
   axes.set_xticks(range(width), source_tokens, rotation=90, fontsize=8)
   axes.set_yticks(range(height), output_tokens, fontsize=8)
@@ -39,13 +48,13 @@ def save_heatmap(path: str, weights: np.ndarray, source_tokens: list[str],
   figure.colorbar(image, ax=axes, fraction=0.04)
   figure.tight_layout()
   figure.savefig(path, dpi=100)
-  plt.close(figure)
 
 
 def save_confusion_matrix(path: str, matrix: np.ndarray, names: list[str]) -> str:
   """Writes the `[C, C]` counts (rows true, columns predicted) as an annotated PNG; returns path."""
   size = max(3.5, 0.6 * len(names) + 2)
-  figure, axes = plt.subplots(figsize=(size, size))
+  figure = _figure(figsize=(size, size))
+  axes = figure.subplots()
   axes.imshow(matrix, cmap='Blues')
   axes.set_xticks(range(len(names)), names, rotation=45, ha='right', fontsize=8)
   axes.set_yticks(range(len(names)), names, fontsize=8)
@@ -58,7 +67,6 @@ def save_confusion_matrix(path: str, matrix: np.ndarray, names: list[str]) -> st
   axes.set_title(f'confusion matrix ({matrix.sum()} examples)', fontsize=9)
   figure.tight_layout()
   figure.savefig(path, dpi=100)
-  plt.close(figure)
   return path
 
 
@@ -77,9 +85,10 @@ def save_document_attention(path: str, tokens: list[list[str]], word_weights: li
                             sentence_weights: list[float] | None, key_sentences: list[int],
                             title: str) -> None:
   """The HAN paper's figure as a PNG: one row per sentence, a bar for its sentence weight on the
-  left, each word on a background as dark as its weight (see `_shades`); key sentences marked '*'."""
+  left, each word on a background as dark as its weight (see `_shades`); key sentences marked
+  '*'."""
   rows = len(tokens)
-  figure = plt.figure(figsize=(11, 0.38 * rows + 1.0))
+  figure = _figure(figsize=(11, 0.38 * rows + 1.0))
   axes = figure.add_axes((0, 0, 1, 1))
   axes.set_xlim(0, 1)
   axes.set_ylim(rows + 1, 0)
@@ -99,11 +108,10 @@ def save_document_attention(path: str, tokens: list[list[str]], word_weights: li
     for word, shade in zip(words, shades):
       text = axes.text(x, y, word, fontsize=8, va='center',
                        bbox=dict(boxstyle='square,pad=0.15', linewidth=0,
-                                 facecolor=plt.cm.Reds(0.85 * shade)))
+                                 facecolor=matplotlib.colormaps['Reds'](0.85 * shade)))
       extent = text.get_window_extent(renderer).transformed(to_data)
       x = extent.x1 + 0.008
   figure.savefig(path, dpi=100)
-  plt.close(figure)
 
 
 def document_attention_html(tokens: list[list[str]], word_weights: list[list[float]],
@@ -144,13 +152,13 @@ def save_head_grid(path: str, weights: np.ndarray, tokens: list[str], *, title: 
   """
   num_layers, num_heads, length = weights.shape[:3]
   size = 2.2 + 0.05 * length
-  figure, axes = plt.subplots(num_layers, num_heads, squeeze=False,
-                              figsize=(size * num_heads, size * num_layers + 0.6))
+  figure = _figure(figsize=(size * num_heads, size * num_layers + 0.6))
+  axes = figure.subplots(num_layers, num_heads, squeeze=False)
   for (layer, head), ax in np.ndenumerate(axes):
     ax.imshow(weights[layer, head], cmap='viridis', vmin=0.0, vmax=1.0, aspect='auto')
     for query, key in marks:
-      ax.add_patch(plt.Rectangle((key - 0.5, query - 0.5), 1, 1, fill=False, edgecolor='red',
-                                 linewidth=0.8))
+      ax.add_patch(Rectangle((key - 0.5, query - 0.5), 1, 1, fill=False, edgecolor='red',
+                             linewidth=0.8))
     ax.set_title(f'layer {layer}, head {head}', fontsize=8)
     if length <= 48:
       ax.set_xticks(range(length), tokens, rotation=90, fontsize=5)
@@ -161,7 +169,6 @@ def save_head_grid(path: str, weights: np.ndarray, tokens: list[str], *, title: 
   figure.suptitle(title, fontsize=9)
   figure.tight_layout()
   figure.savefig(path, dpi=100)
-  plt.close(figure)
 
 
 def save_image_attention(path: str, pixels: np.ndarray, maps: list[tuple[str, np.ndarray]], *,
@@ -181,8 +188,8 @@ def save_image_attention(path: str, pixels: np.ndarray, maps: list[tuple[str, np
   image = pixels[..., 0] if pixels.shape[-1] == 1 else pixels
   cmap = 'gray' if pixels.shape[-1] == 1 else None
   panel = max(1.2, min(3.0, 2.4 * width / max(height, width)))
-  figure, axes = plt.subplots(1, len(maps) + 1, squeeze=False,
-                              figsize=(panel * (len(maps) + 1), panel * height / width + 0.8))
+  figure = _figure(figsize=(panel * (len(maps) + 1), panel * height / width + 0.8))
+  axes = figure.subplots(1, len(maps) + 1, squeeze=False)
   axes = axes[0]
   axes[0].imshow(image, cmap=cmap)
   axes[0].set_title('image', fontsize=8)
@@ -195,8 +202,8 @@ def save_image_attention(path: str, pixels: np.ndarray, maps: list[tuple[str, np
     box = boxes[i] if i < len(boxes) else None
     if box is not None:
       top, left, bottom, right = box
-      ax.add_patch(plt.Rectangle((left - 0.5, top - 0.5), right - left, bottom - top,
-                                 fill=False, edgecolor='white', linewidth=1.0))
+      ax.add_patch(Rectangle((left - 0.5, top - 0.5), right - left, bottom - top, fill=False,
+                             edgecolor='white', linewidth=1.0))
     ax.set_title(name, fontsize=8)
   for ax in axes:
     ax.set_xticks([])
@@ -204,7 +211,6 @@ def save_image_attention(path: str, pixels: np.ndarray, maps: list[tuple[str, np
   figure.suptitle(title, fontsize=9)
   figure.tight_layout()
   figure.savefig(path, dpi=100)
-  plt.close(figure)
 
 
 def save_time_panels(path: str, panels: list[tuple[str, np.ndarray]], *, title: str) -> None:
@@ -218,9 +224,9 @@ def save_time_panels(path: str, panels: list[tuple[str, np.ndarray]], *, title: 
   """
   steps = panels[0][1].shape[1]
   heights = [max(1.0, min(4.0, 0.12 * values.shape[0])) for _, values in panels]
-  figure, axes = plt.subplots(len(panels), 1, squeeze=False, sharex=True,
-                              figsize=(max(4.0, 0.12 * steps + 1.5), sum(heights) + 0.8),
-                              gridspec_kw=dict(height_ratios=heights))
+  figure = _figure(figsize=(max(4.0, 0.12 * steps + 1.5), sum(heights) + 0.8))
+  axes = figure.subplots(len(panels), 1, squeeze=False, sharex=True,
+                         gridspec_kw=dict(height_ratios=heights))
   for ax, (name, values) in zip(axes[:, 0], panels):
     ax.imshow(values, cmap='gray_r', aspect='auto', interpolation='nearest')
     ax.set_ylabel(name, fontsize=8)
@@ -229,7 +235,6 @@ def save_time_panels(path: str, panels: list[tuple[str, np.ndarray]], *, title: 
   figure.suptitle(title, fontsize=9)
   figure.tight_layout()
   figure.savefig(path, dpi=100)
-  plt.close(figure)
 
 
 def save_hop_table(path: str, sentences: list[str], weights: np.ndarray, supporting: list[int],
@@ -245,7 +250,7 @@ def save_hop_table(path: str, sentences: list[str], weights: np.ndarray, support
     title: the figure's title (the question, the answer, the prediction).
   """
   hops, rows = weights.shape
-  figure = plt.figure(figsize=(4.5 + 0.9 * hops, 0.32 * rows + 1.0))
+  figure = _figure(figsize=(4.5 + 0.9 * hops, 0.32 * rows + 1.0))
   axes = figure.add_axes((0, 0, 1, 1))
   axes.set_xlim(0, 1)
   axes.set_ylim(rows + 1.5, 0)
@@ -263,10 +268,9 @@ def save_hop_table(path: str, sentences: list[str], weights: np.ndarray, support
     axes.text(text_width, y, 'yes' if i in supporting else '', fontsize=8, va='center')
     for k in range(hops):
       x = text_width + 0.1 + k * cell
-      axes.add_patch(plt.Rectangle((x, y - 0.45), cell * 0.95, 0.9,
-                                   color=plt.cm.Blues(0.85 * float(weights[k, i]))))
+      axes.add_patch(Rectangle((x, y - 0.45), cell * 0.95, 0.9,
+                               color=matplotlib.colormaps['Blues'](0.85 * float(weights[k, i]))))
       axes.text(x + cell * 0.47, y, f'{weights[k, i]:.2f}', fontsize=7, ha='center',
                 va='center', color='white' if weights[k, i] > 0.5 else 'black')
   axes.text(0.01, rows + 1.1, title, fontsize=8, va='center')
   figure.savefig(path, dpi=100)
-  plt.close(figure)

@@ -19,7 +19,7 @@ import attention
 import data
 from models import decoding
 from models.interfaces import EncoderDecoder
-from tasks import pictures
+from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
 from tasks.losses import cross_entropy
 
@@ -169,24 +169,30 @@ class Translation(Task):
 
   def draw(self, model, samples, out_dir, options):
     """One PNG per sample: decoder cross-attention while producing its own hypothesis."""
+    drawn = [sample for sample in samples[:options.num_pictures] if sample['output_ids']]
+    # Each sample's decoder inputs as `shift_right` makes them: BOS, then all but its last id.
+    examples = [(sample['inputs'], [self.target_tokenizer.bos_id, *sample['output_ids'][:-1]])
+                for sample in drawn]
+    weights = picture_weights.batched_weights(
+        _cross_attention, model, examples, crop=(1, 0),
+        pad_ids=(self.source_tokenizer.pad_id, self.target_tokenizer.pad_id))
+    which = 'mean over heads' if options.head < 0 else f'head {options.head}'
     paths = []
-    for sample in samples[:options.num_pictures]:
-      if not sample['output_ids']:
-        continue
-      inputs = jnp.asarray([sample['inputs']], jnp.int32)               # [1, S]
-      outputs = jnp.asarray([sample['output_ids']], jnp.int32)         # [1, T]
-      _, weights = model(inputs, shift_right(outputs, self.target_tokenizer.bos_id),
-                         deterministic=True, return_attention=True)
-      cross = pictures.select_heads(np.asarray(weights['cross'][0]), options.layer,
-                                    options.head)                       # [T, S]
-      which = 'mean over heads' if options.head < 0 else f'head {options.head}'
+    for sample, cross in zip(drawn, weights):                          # [L, N, T, S]
       path = os.path.join(out_dir, f'attention_{sample["index"]:04d}.png')
-      pictures.save_heatmap(path, cross, self.source_tokenizer.tokens(sample['inputs']),
+      pictures.save_heatmap(path, pictures.select_heads(cross, options.layer, options.head),
+                            self.source_tokenizer.tokens(sample['inputs']),
                             self.target_tokenizer.tokens(sample['output_ids']),
                             f'{sample["source"]} -> {sample["hypothesis"]}\n'
                             f'(layer {options.layer}, {which})')
       paths.append(path)
     return paths
+
+
+def _cross_attention(model, inputs: Array, decoder_inputs: Array) -> Array:
+  """Cross-attention weights `[B, L, N, T, S]` of source `[B, S]` and decoder inputs `[B, T]`."""
+  _, weights = model(inputs, decoder_inputs, deterministic=True, return_attention=True)
+  return weights['cross']
 
 
 def until_eos(ids, tokenizer) -> list[int]:
