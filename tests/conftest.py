@@ -8,6 +8,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # resume tests must multiply as the in-process runs they are compared with (on a GPU the default
 # is TF32, and a resumed run then differs from a straight one in every parameter).
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+# On a GPU, scatter-adds (embedding gradients) and some reductions use atomics, whose order varies
+# from run to run; the resume tests compare runs bit for bit. (Verified on an H100: with both
+# settings the two resume tests pass; with either alone they fail.) No effect on a CPU.
+if "--xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_gpu_deterministic_ops=true").strip()
 # Tests (and the train.py/eval.py subprocesses they start) compile the same tiny programs many
 # times; a persistent cache for the session turns the repeats into disk reads.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
