@@ -1,16 +1,21 @@
-"""Decoding speed: greedy, beam and sampled search with the KV cache vs recomputing the prefix.
+"""Decoding speed: greedy, beam and sampled search with the KV cache vs recomputing the prefix,
+and Attend's cached greedy search vs the flax.linen decoder with its KV cache.
 
     python -m benchmarks.decode_bench                          # three families, B=32, 64 tokens
     python -m benchmarks.decode_bench --batch=8 --repeats=1    # a quick look
     python -m benchmarks.decode_bench --models=transformer,seq2seq,seq2seq_luong,gpt \
         --json=/tmp/decode_bench.json
+    python -m benchmarks.decode_bench --models=transformer_medium --batch=64 \
+        --variants=cached,linen --repeats=9                    # Attend vs Linen, cached greedy
 
 Source -> target models, rows greedy and beam `--beam_size`: `transformer` is the model of
 configs/default.py (d_model 128, 4 heads, d_ff 256, 2+2 layers), `seq2seq` that of
-configs/seq2seq_bahdanau.py, `seq2seq_luong` that of configs/seq2seq_luong.py, `transformer_base`
-that of configs/transformer_base.py (d_model 512, 8 heads, 6+6 layers); vocabularies 1000 in / 64
-out like the default task (transformer_base: one shared vocabulary of 8000, as its config has),
-`--batch` sources of 32 random ids.
+configs/seq2seq_bahdanau.py, `seq2seq_luong` that of configs/seq2seq_luong.py, `transformer_medium`
+configs/default.py at d_model 256, 4 heads, d_ff 1024, 3+3 layers with vocabularies of 1000 in and
+out (the train bench's medium model), `transformer_base` that of configs/transformer_base.py
+(d_model 512, 8 heads, 6+6 layers); vocabularies 1000 in / 64 out like the default task otherwise
+(transformer_base: one shared vocabulary of 8000, as its config has), `--batch` sources of 32
+random ids.
 Language model, rows greedy and sample: `gpt` is the GPT-style `DecoderLM` of configs/gpt_text.py
 (d_model 128, 4 heads, d_ff 512, 4 layers, RoPE), vocabulary 128, `--batch` prompts of 32 random
 ids, continued as `decoding.continue_prompt` continues them; sampling uses temperature 0.8, top-p
@@ -32,21 +37,34 @@ target model and the prompt for gpt; the prompt's last token is the search's fir
   P - 1 + step. Inside `lax.while_loop` shapes are static, so the decoder runs over all
   P - 1 + max_length positions every step: that is how a jitted decoder without a cache works, and
   causal masking (for the RNN, the recurrence) makes positions after P - 1 + step irrelevant.
+- linen (Transformer models, greedy row): `benchmarks/linen_peer.py`, the same Transformer in
+  flax.linen blocks with Attend's weights, decoding as flax's examples/wmt does: the decoder's
+  self-attention is `nn.MultiHeadDotProductAttention(decode=True)` with its `'cache'` collection,
+  one `model.apply(..., mutable=['cache'])` per token (`linen_peer.decoder_callback`), run by the
+  same `greedy_search`. As published, its cross-attention projects the encoder memory into keys
+  and values in every step's code; in the one jitted while loop XLA hoists that projection out of
+  the loop (it is loop-invariant), but not the per-step transposes of those keys and values and of
+  the self-attention cache into the layout its attention contracts. Same sizes, float32, full
+  vocabulary logits; `linen_agreement` in the JSON is the fraction of its tokens equal to Attend's
+  (1.0 up to float rounding at near-ties: it computes the same function).
 
-Encoding the source once is fair in both variants and happens inside the timed call in both. The
-uncached Transformer calls the public `decode(prefix, memory, source_mask)`, which also projects the
-memory into cross-attention keys/values each step; the cached path projects them once.
+Encoding the source once is fair in all variants and happens inside the timed call in all. The
+uncached Transformer calls the public `decode(prefix, memory, source_mask)`, whose code projects
+the memory into cross-attention keys/values each step (XLA hoists that loop-invariant projection
+out of the while loop, as it does the Linen peer's); the cached path projects them once.
 Seq2Seq's only public teacher-forced decoder is `__call__`, which re-encodes the source; its
 decoder is a scan of one recurrence step over the inputs, so the uncached callback scans the public
 `decode_step` over the buffer from the initial state of `init_decode_cache` (tests/test_seq2seq.py
 checks that this reproduces `__call__`'s logits), and no code in models/ changes.
 
-Timing: each search (cached and uncached) is jitted whole; one warm-up call (compilation) is
-excluded; the figure is the median of `--repeats` calls. EOS is -1, an id no model can emit, so no
-sequence stops early and every search generates all `--length` tokens. tokens/s = batch * length /
-seconds (gpt: generated tokens, not the prompt); for beam search that counts the output tokens of
-the batch (the best hypothesis per sequence), not the batch * beam hypotheses it extends. Target:
-cached >= 5x faster than uncached.
+Timing: each search is jitted whole; one warm-up call (compilation) per variant is excluded; the
+variants of a row then take turns, `--repeats` rounds, so that a slow spell of a shared machine
+hits them alike, and each figure is the median of its `--repeats` calls. EOS is -1, an id no model
+can emit, so no sequence stops early and every search generates all `--length` tokens.
+tokens/s = batch * length / seconds (gpt: generated tokens, not the prompt); for beam search that
+counts the output tokens of the batch (the best hypothesis per sequence), not the batch * beam
+hypotheses it extends. Targets: cached >= 5x faster than uncached, and >= 2x the Linen decoder's
+tokens/s (`x linen`, Linen's seconds over Attend's cached seconds).
 """
 
 from training import allocator
@@ -68,6 +86,8 @@ import numpy as np
 from flax import nnx
 
 import models
+from benchmarks import linen_peer
+from benchmarks.train_bench import peer_model_config
 from configs import default, gpt_text, seq2seq_bahdanau, seq2seq_luong, transformer_base
 from data import BOS_ID, PAD_ID
 from models import decoding
@@ -83,11 +103,15 @@ class Bench(NamedTuple):
   config: Any                  # a configs module; its `get_config().model` is built
   vocabs: dict[str, int]       # the vocabulary sizes `models.build` takes from the data
   searches: tuple[str, ...]    # one table row each, from METHODS
+  resize: dict[str, Any] = {}  # changes to that `config.model`
 
 
 S2S_VOCABS = dict(input_vocab_size=1000, output_vocab_size=64)  # the default task's
 BENCHES = {
     "transformer": Bench(default, S2S_VOCABS, ("greedy", "beam")),
+    "transformer_medium": Bench(default, dict(input_vocab_size=1000, output_vocab_size=1000),
+                                ("greedy", "beam"),
+                                dict(d_model=256, num_heads=4, d_ff=1024, num_layers=3)),
     "seq2seq": Bench(seq2seq_bahdanau, S2S_VOCABS, ("greedy", "beam")),
     "seq2seq_luong": Bench(seq2seq_luong, S2S_VOCABS, ("greedy", "beam")),
     "transformer_base": Bench(transformer_base, dict(input_vocab_size=8000, output_vocab_size=8000),
@@ -95,12 +119,14 @@ BENCHES = {
     "gpt": Bench(gpt_text, dict(vocab_size=128), ("greedy", "sample")),
 }
 METHODS = ("greedy", "beam", "sample")
+VARIANTS = ("cached", "uncached", "linen")  # linen: Transformer models, greedy rows
 SOURCE_LENGTH = 32   # ids per source (gpt: per prompt)
 NEVER_EOS = -1       # no argmax or top-k index is negative, so every search runs max_length steps
 ALPHA = 0.6          # configs/default.py's length penalty
 SAMPLING = dict(temperature=0.8, top_p=0.9)
 SAMPLE_SEED = 0      # the sampling key, `jax.random.key(SAMPLE_SEED)`, in both variants
 TARGET_SPEEDUP = 5.0
+TARGET_X_LINEN = 2.0
 
 
 def _transformer_source(model: Transformer, inputs: Array, max_length: int) -> dict[str, Array]:
@@ -237,17 +263,52 @@ def search(model: nnx.Module, inputs: Array, *, cached: bool, method: str, max_l
                  eos_id=eos_id)
 
 
-def time_search(run: Callable[[], Array], repeats: int) -> tuple[float, float]:
-  """`(median seconds of one call, seconds of the warm-up call)`; the warm-up compiles."""
-  start = time.perf_counter()
-  jax.block_until_ready(run())
-  warmup = time.perf_counter() - start
-  times = []
-  for _ in range(repeats):
+def linen_greedy(model: linen_peer.Transformer, params: Any, inputs: Array, *, max_length: int,
+                 eos_id: int = NEVER_EOS) -> Array:
+  """Greedy search with the Linen peer's KV cache (`cached=True`), run by `decoding.greedy_search`.
+
+  Returns ids int32 [B, max_length]; jit it whole, as `_search` is.
+  """
+  tokens_to_logits, cache = linen_peer.decoder_callback(model, params, inputs, max_length)
+  return decoding.greedy_search(tokens_to_logits, cache, batch_size=inputs.shape[0],
+                                max_length=max_length, bos_id=BOS_ID, eos_id=eos_id, pad_id=PAD_ID)
+
+
+def linen_runner(model_config: Any, vocabs: dict[str, int], model: nnx.Module, inputs: Array,
+                 max_length: int) -> Callable[[], Array] | None:
+  """The Linen peer's cached greedy search with `model`'s weights, jitted; None where the peer
+  cannot mirror `model` (not a Transformer, or settings it does not implement)."""
+  if not isinstance(model, Transformer):
+    return None
+  size = dict(input_vocab=vocabs["input_vocab_size"], output_vocab=vocabs["output_vocab_size"])
+  try:
+    peer_config = peer_model_config(model_config, size)
+  except ValueError:
+    return None
+  peer = linen_peer.Transformer(peer_config, cached=True, max_length=max_length)
+  params = linen_peer.params_from_attend(nnx.to_pure_dict(nnx.state(model, nnx.Param)),
+                                         model_config.num_heads)
+  run = jax.jit(functools.partial(linen_greedy, peer, max_length=max_length))
+  return functools.partial(run, params, inputs)
+
+
+def time_runs(runs: dict[str, Callable[[], Array]], repeats: int
+              ) -> tuple[dict[str, float], dict[str, float], dict[str, Array]]:
+  """`(median seconds of one call, seconds of the warm-up call, ids of the warm-up call)` per run.
+
+  The warm-up compiles. The runs then take turns, `repeats` rounds.
+  """
+  warmup, ids, times = {}, {}, {name: [] for name in runs}
+  for name, run in runs.items():
     start = time.perf_counter()
-    jax.block_until_ready(run())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times), warmup
+    ids[name] = jax.block_until_ready(run())
+    warmup[name] = time.perf_counter() - start
+  for _ in range(repeats):
+    for name, run in runs.items():
+      start = time.perf_counter()
+      jax.block_until_ready(run())
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}, warmup, ids
 
 
 def _label(method: str, beam_size: int) -> str:
@@ -260,32 +321,45 @@ def _label(method: str, beam_size: int) -> str:
 
 
 def bench_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-  """Times the cached and uncached searches of one model; one row per search."""
+  """Times the `args.variants` of each search of one model; one row per search."""
   bench = BENCHES[name]
-  model = models.build(bench.config.get_config().model, **bench.vocabs, pad_id=PAD_ID,
-                       rngs=nnx.Rngs(0))
+  config = bench.config.get_config().model
+  config.update(bench.resize)
+  model = models.build(config, **bench.vocabs, pad_id=PAD_ID, rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(model)
   input_vocab = bench.vocabs.get("input_vocab_size", bench.vocabs.get("vocab_size"))
   # Ids 3.. are ordinary tokens: no padding (0), BOS (1) or EOS (2) in the source or prompt.
   inputs = jnp.asarray(np.random.default_rng(0).integers(
       3, input_vocab, (args.batch, SOURCE_LENGTH), dtype=np.int32))
   tokens = args.batch * args.length
+  linen = (linen_runner(config, bench.vocabs, model, inputs, args.length)
+           if "linen" in args.variants else None)
   rows = []
   for method in bench.searches:
     beam_size = args.beam_size if method == "beam" else 1
-    seconds, compile_s = {}, {}
-    for cached in (True, False):
-      run = functools.partial(_search, graphdef, state, inputs, cached=cached, method=method,
-                              beam_size=beam_size, max_length=args.length, eos_id=NEVER_EOS)
-      seconds[cached], compile_s[cached] = time_search(run, args.repeats)
-    speedup = seconds[False] / seconds[True]
-    rows.append(dict(model=name, search=_label(method, beam_size), method=method,
-                     beam_size=beam_size, batch=args.batch, length=args.length,
-                     vocabs=bench.vocabs, cached_s=seconds[True], uncached_s=seconds[False],
-                     cached_tokens_per_s=tokens / seconds[True],
-                     uncached_tokens_per_s=tokens / seconds[False], speedup=speedup,
-                     meets_target=speedup >= TARGET_SPEEDUP, cached_warmup_s=compile_s[True],
-                     uncached_warmup_s=compile_s[False]))
+    runs = {variant: functools.partial(_search, graphdef, state, inputs,
+                                       cached=variant == "cached", method=method,
+                                       beam_size=beam_size, max_length=args.length,
+                                       eos_id=NEVER_EOS)
+            for variant in ("cached", "uncached") if variant in args.variants}
+    if linen is not None and method == "greedy":
+      runs["linen"] = linen
+    seconds, warmup, ids = time_runs(runs, args.repeats)
+    row = dict(model=name, search=_label(method, beam_size), method=method, beam_size=beam_size,
+               batch=args.batch, length=args.length, vocabs=bench.vocabs)
+    for variant in VARIANTS:
+      row[f"{variant}_s"] = seconds.get(variant)
+      row[f"{variant}_tokens_per_s"] = tokens / seconds[variant] if variant in seconds else None
+      row[f"{variant}_warmup_s"] = warmup.get(variant)
+    ratio = lambda slower: (seconds[slower] / seconds["cached"]
+                            if {"cached", slower} <= set(seconds) else None)
+    row.update(speedup=ratio("uncached"), x_linen=ratio("linen"), linen_agreement=None)
+    if row["x_linen"] is not None:
+      row["linen_agreement"] = float(np.mean(np.asarray(ids["linen"]) == np.asarray(ids["cached"])))
+    row.update(meets_target=None if row["speedup"] is None else row["speedup"] >= TARGET_SPEEDUP,
+               meets_linen_target=(None if row["x_linen"] is None
+                                   else row["x_linen"] >= TARGET_X_LINEN))
+    rows.append(row)
   return rows
 
 
@@ -298,26 +372,39 @@ def _vocab_label(vocabs: dict[str, int]) -> str:
 
 
 def _row_line(r: dict[str, Any]) -> str:
-  verdict = "yes" if r["meets_target"] else "NO"
-  return (f"| {r['model']} | {r['search']} | {r['cached_s'] * 1e3:.0f} | "
-          f"{r['uncached_s'] * 1e3:.0f} | {r['cached_tokens_per_s']:,.0f} | "
-          f"{r['uncached_tokens_per_s']:,.0f} | {r['speedup']:.1f}x | {verdict} |")
+  """One table row; '-' where a variant did not run."""
+  ms = lambda v: "-" if r[f"{v}_s"] is None else f"{r[f'{v}_s'] * 1e3:.0f}"
+  rate = lambda v: "-" if r[f"{v}_tokens_per_s"] is None else f"{r[f'{v}_tokens_per_s']:,.0f}"
+  ratio = lambda x: "-" if r[x] is None else f"{r[x]:.2f}x"
+  verdict = lambda met: "-" if met is None else ("yes" if met else "NO")
+  return (f"| {r['model']} | {r['search']} | {' | '.join(ms(v) for v in VARIANTS)} | "
+          f"{' | '.join(rate(v) for v in VARIANTS)} | {ratio('speedup')} | "
+          f"{verdict(r['meets_target'])} | {ratio('x_linen')} | "
+          f"{verdict(r['meets_linen_target'])} |")
 
 
-def main():
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+  """Runs the benchmark on `argv` (default: the command line); returns the rows it printed."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--models", default="transformer,seq2seq,gpt",
                       help=f"comma-separated, from {', '.join(BENCHES)}")
   parser.add_argument("--batch", type=int, default=32, help="sources (prompts) per search")
   parser.add_argument("--length", type=int, default=64, help="output tokens per sequence")
   parser.add_argument("--beam_size", type=int, default=4)
+  parser.add_argument("--variants", default=",".join(VARIANTS),
+                      help=f"comma-separated, from {', '.join(VARIANTS)} (linen: Transformer "
+                           "models' greedy rows)")
   parser.add_argument("--repeats", type=int, default=3, help="timed calls after the warm-up")
   parser.add_argument("--json", default="", help="also write the results to this JSON file")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   names = [n for n in args.models.split(",") if n]
   unknown = [n for n in names if n not in BENCHES]
   if unknown or not names:
     parser.error(f"--models must name one or more of {', '.join(BENCHES)}; got {args.models!r}.")
+  args.variants = [v for v in args.variants.split(",") if v]
+  if not args.variants or set(args.variants) - set(VARIANTS):
+    parser.error(f"--variants must name one or more of {', '.join(VARIANTS)}; got "
+                 f"{','.join(args.variants)!r}.")
   for field in ("batch", "length", "beam_size", "repeats"):
     if getattr(args, field) < 1:
       parser.error(f"--{field} must be >= 1; got {getattr(args, field)}.")
@@ -327,10 +414,13 @@ def main():
             f"{args.length} output tokens (EOS never emitted), vocabularies: {vocabs}; float32, "
             f"backend={jax.default_backend()}, {os.cpu_count()} CPUs, jax {jax.__version__}")
   print(header, flush=True)
-  print(f"# median of {args.repeats} after a warm-up; tok/s = batch * length / s (beam: output "
-        f"tokens, not hypotheses); target: cached >= {TARGET_SPEEDUP:.0f}x uncached", flush=True)
-  print("| model | search | cached ms | uncached ms | cached tok/s | uncached tok/s | speed-up | "
-        f">= {TARGET_SPEEDUP:.0f}x |\n|---|---|---|---|---|---|---|---|", flush=True)
+  print(f"# median of {args.repeats} after a warm-up, the variants of a row interleaved; tok/s = "
+        f"batch * length / s (beam: output tokens, not hypotheses); targets: cached >= "
+        f"{TARGET_SPEEDUP:.0f}x uncached, >= {TARGET_X_LINEN:.0f}x the flax.linen decoder (its KV "
+        f"cache, wmt-style; greedy)", flush=True)
+  print("| model | search | cached ms | uncached ms | linen ms | cached tok/s | uncached tok/s | "
+        f"linen tok/s | x uncached | >= {TARGET_SPEEDUP:.0f}x | x linen | "
+        f">= {TARGET_X_LINEN:.0f}x |\n|{'---|' * 12}", flush=True)
   results = []
   for name in names:
     for row in bench_model(name, args):
@@ -340,9 +430,11 @@ def main():
     meta = dict(header=header, cpu_count=os.cpu_count(), jax=jax.__version__,
                 backend=jax.default_backend(), source_length=SOURCE_LENGTH,
                 vocabs={n: BENCHES[n].vocabs for n in names}, sampling=SAMPLING,
-                sample_seed=SAMPLE_SEED, repeats=args.repeats, target_speedup=TARGET_SPEEDUP)
+                sample_seed=SAMPLE_SEED, repeats=args.repeats, variants=args.variants,
+                target_speedup=TARGET_SPEEDUP, target_x_linen=TARGET_X_LINEN)
     with open(args.json, "w") as f:
       json.dump({"meta": meta, "results": results}, f, indent=1)
+  return results
 
 
 if __name__ == "__main__":

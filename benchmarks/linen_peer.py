@@ -10,6 +10,17 @@ attention comes from flax (`nn.MultiHeadDotProductAttention`); the train step is
 Linen + optax one: AdamW with global-norm clipping, label-smoothed cross-entropy over the non-pad
 tokens, and the metrics wmt's step reports (loss, accuracy, token count).
 
+Decoding is wmt's too: with `cached=True` the decoder's self-attention keeps its keys and values in
+Linen's `'cache'` collection (`nn.MultiHeadDotProductAttention(decode=True)`: `[B, L, N, H]`
+buffers written at a cache index and attended over all L positions with a mask), the target
+positions come from a cache index as in wmt's `AddPositionEmbs`, and each step is one
+`model.apply(..., mutable=['cache'], method=Transformer.decode)` (`decoder_callback`, wmt's
+`tokens_ids_to_logits`). As in wmt's `EncoderDecoder1DBlock`, the cross-attention is an ordinary
+`nn.MultiHeadDotProductAttention` that projects the encoder memory into keys and values again in
+every step's code: that is the peer as published (Attend projects them once per source). Run in
+one jitted while loop, XLA hoists that loop-invariant projection out of the loop, though not the
+transposes of its result into the layout the attention contracts.
+
 Shapes: source ids `[B, S]`, decoder input ids `[B, T]`, logits `[B, T, V_out]`; id 0 = padding.
 """
 
@@ -57,10 +68,33 @@ class _PostNorm(nn.Module):
     return nn.LayerNorm(epsilon=_EPS, dtype=self.dtype)(x + y)
 
 
-def _attention(config: dict[str, Any], dtype: Any) -> nn.MultiHeadDotProductAttention:
+class _Positions(nn.Module):
+  """Adds the sinusoidal positions; with `decode`, those of the next cached step (wmt's
+  `AddPositionEmbs`): the first call, `init` over the whole target, creates the cache index."""
+  max_length: int = 0
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    """`x [B, L, D]`, or `[B, 1, D]` at the cache index when decoding -> `[B, L, D]`."""
+    length, features = x.shape[-2:]
+    if not self.decode:
+      return x + jnp.asarray(sinusoidal_table(length, features), x.dtype)
+    initialized = self.has_variable("cache", "cache_index")
+    index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+    table = jnp.asarray(sinusoidal_table(max(self.max_length, length), features), x.dtype)
+    if not initialized:
+      return x + table[:length]
+    i = index.value
+    index.value = i + 1
+    return x + jax.lax.dynamic_slice_in_dim(table, i, 1)                  # [1, D]
+
+
+def _attention(config: dict[str, Any], dtype: Any,
+               decode: bool = False) -> nn.MultiHeadDotProductAttention:
   return nn.MultiHeadDotProductAttention(
       num_heads=config["num_heads"], dtype=dtype, dropout_rate=config["attention_dropout_rate"],
-      broadcast_dropout=False, kernel_init=_GLOROT)
+      broadcast_dropout=False, kernel_init=_GLOROT, decode=decode)
 
 
 class EncoderLayer(nn.Module):
@@ -79,15 +113,18 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-  """Causal self-attention, cross-attention to the memory, feed-forward."""
+  """Causal self-attention (cached with `decode`), cross-attention to the memory, feed-forward."""
   config: dict[str, Any]
   dtype: Any = jnp.float32
+  decode: bool = False
 
   @nn.compact
   def __call__(self, y, memory, causal_mask, source_mask, deterministic: bool):
-    """`y [B, T, D]`, `memory [B, S, D]`, masks `[1, 1, T, T]`, `[B, 1, 1, S]` -> `[B, T, D]`."""
+    """`y [B, T, D]`, `memory [B, S, D]`, masks `[1, 1, T, T]` (None when decoding: the cache
+    masks the positions not yet written), `[B, 1, 1, S]` -> `[B, T, D]`."""
     rate = self.config["dropout_rate"]
-    z = _attention(self.config, self.dtype)(y, mask=causal_mask, deterministic=deterministic)
+    z = _attention(self.config, self.dtype, self.decode)(y, mask=causal_mask,
+                                                         deterministic=deterministic)
     y = _PostNorm(rate, self.dtype)(y, z, deterministic)
     z = _attention(self.config, self.dtype)(y, memory, mask=source_mask,
                                             deterministic=deterministic)
@@ -101,9 +138,13 @@ class Transformer(nn.Module):
 
   `config` keys: input_vocab_size, output_vocab_size, num_encoder_layers, num_decoder_layers,
   d_model, num_heads, d_ff, dropout_rate, attention_dropout_rate, share_embeddings, tie_output.
+  `cached` builds the cached decoder (wmt's `config.decode`; see the module docstring);
+  `max_length` bounds the steps it decodes (wmt's `max_len`).
   """
   config: dict[str, Any]
   dtype: Any = jnp.float32
+  cached: bool = False
+  max_length: int = 512
 
   def setup(self):
     c, init = self.config, nn.initializers.normal(self.config["d_model"] ** -0.5)
@@ -113,30 +154,104 @@ class Transformer(nn.Module):
                          nn.Embed(c["input_vocab_size"], c["d_model"], embedding_init=init,
                                   dtype=self.dtype))
     self.dropout = nn.Dropout(c["dropout_rate"])
+    self.source_positions = _Positions()
+    self.target_positions = _Positions(self.max_length, self.cached)
     self.encoder_layers = [EncoderLayer(c, self.dtype) for _ in range(c["num_encoder_layers"])]
-    self.decoder_layers = [DecoderLayer(c, self.dtype) for _ in range(c["num_decoder_layers"])]
+    self.decoder_layers = [DecoderLayer(c, self.dtype, self.cached)
+                           for _ in range(c["num_decoder_layers"])]
     self.output_proj = (None if c["tie_output"] else
                         nn.Dense(c["output_vocab_size"], dtype=self.dtype, kernel_init=_GLOROT))
 
-  def _embed(self, table: nn.Embed, ids, deterministic: bool):
-    d = self.config["d_model"]
-    x = table(ids) * jnp.sqrt(jnp.float32(d)).astype(self.dtype)         # [B, L, D]
-    x = x + jnp.asarray(sinusoidal_table(ids.shape[1], d), self.dtype)
-    return self.dropout(x, deterministic=deterministic)
+  def _embed(self, table: nn.Embed, positions: _Positions, ids, deterministic: bool):
+    x = table(ids) * jnp.sqrt(jnp.float32(self.config["d_model"])).astype(self.dtype)  # [B, L, D]
+    return self.dropout(positions(x), deterministic=deterministic)
+
+  def encode(self, inputs, deterministic: bool = True):
+    """Memory `[B, S, D]` of source ids `[B, S]`."""
+    source_mask = (inputs != PAD_ID)[:, None, None, :]                   # [B, 1, 1, S]
+    x = self._embed(self.source_embed, self.source_positions, inputs, deterministic)
+    for layer in self.encoder_layers:
+      x = layer(x, source_mask, deterministic)
+    return x
+
+  def decode(self, memory, inputs, decoder_inputs, deterministic: bool = True):
+    """Float32 logits `[B, T, V_out]` of decoder inputs `[B, T]` (`[B, 1]` per cached step)
+    reading `memory [B, S, D]` of source ids `inputs [B, S]`."""
+    source_mask = (inputs != PAD_ID)[:, None, None, :]                   # [B, 1, 1, S]
+    # Causal only, as in Attend: with right padding no real position sees a padded one.
+    causal = None if self.cached else nn.make_causal_mask(decoder_inputs[:1])  # [1, 1, T, T]
+    y = self._embed(self.target_embed, self.target_positions, decoder_inputs, deterministic)
+    for layer in self.decoder_layers:
+      y = layer(y, memory, causal, source_mask, deterministic)
+    logits = self.target_embed.attend(y) if self.output_proj is None else self.output_proj(y)
+    return logits.astype(jnp.float32)
 
   def __call__(self, inputs, decoder_inputs, deterministic: bool = True):
     """Float32 logits `[B, T, V_out]` for source `[B, S]` and decoder inputs `[B, T]`."""
-    source_mask = (inputs != PAD_ID)[:, None, None, :]                   # [B, 1, 1, S]
-    x = self._embed(self.source_embed, inputs, deterministic)
-    for layer in self.encoder_layers:
-      x = layer(x, source_mask, deterministic)
-    # Causal only, as in Attend: with right padding no real position sees a padded one.
-    causal = nn.make_causal_mask(decoder_inputs[:1])                     # [1, 1, T, T]
-    y = self._embed(self.target_embed, decoder_inputs, deterministic)
-    for layer in self.decoder_layers:
-      y = layer(y, x, causal, source_mask, deterministic)
-    logits = self.target_embed.attend(y) if self.output_proj is None else self.output_proj(y)
-    return logits.astype(jnp.float32)
+    memory = self.encode(inputs, deterministic)
+    return self.decode(memory, inputs, decoder_inputs, deterministic)
+
+
+def init_cache(model: Transformer, inputs, max_length: int):
+  """The zeroed `'cache'` collection of a `cached=True` model for `max_length` steps.
+
+  wmt's `initialize_cache` runs `model.init` on ones of the source's and the target's shapes and
+  keeps the cache, which Linen fills with zeros (index 0); only its shapes are traced here, so
+  that no forward pass runs.
+  """
+  targets = jnp.ones((inputs.shape[0], max_length), jnp.int32)
+  shapes = jax.eval_shape(model.init, jax.random.key(0), inputs, targets)["cache"]
+  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def decoder_callback(model: Transformer, params, inputs, max_length: int):
+  """`(tokens_to_logits, cache)` for `models.decoding`'s searches: wmt's `tokens_ids_to_logits`.
+
+  Encodes `inputs [B, S]` once; each call decodes one token `ids [B]` through the cache of a
+  `cached=True` model and returns `(logits [B, V_out], cache)`. The cache index counts the steps
+  itself, so the search's `step` is unused.
+  """
+  if not model.cached:
+    raise ValueError("decoder_callback needs a Transformer built with cached=True.")
+  memory = model.apply({"params": params}, inputs, method=Transformer.encode)
+
+  def tokens_to_logits(ids, step, cache):
+    del step
+    logits, variables = model.apply({"params": params, "cache": cache}, memory, inputs,
+                                    ids[:, None], mutable=["cache"], method=Transformer.decode)
+    return logits[:, 0], variables["cache"]
+
+  return tokens_to_logits, init_cache(model, inputs, max_length)
+
+
+def params_from_attend(attend: dict, num_heads: int) -> dict:
+  """Attend's Transformer parameters (`nnx.to_pure_dict` of its `nnx.Param` state) in this peer's
+  layout, so that both compute the same function."""
+  def attention(a):
+    d = a["w_q"]["kernel"].shape[0]
+    # Attend splits [.., N*H] features head-major, as Linen's [D, N, H] kernels are laid out.
+    split = lambda w: {"kernel": w["kernel"].reshape(d, num_heads, -1),
+                       "bias": w["bias"].reshape(num_heads, -1)}
+    return {"query": split(a["w_q"]), "key": split(a["w_k"]), "value": split(a["w_v"]),
+            "out": {"kernel": a["w_o"]["kernel"].reshape(num_heads, -1, d),
+                    "bias": a["w_o"]["bias"]}}
+
+  def layer(p, attention_names):
+    out = {f"MultiHeadDotProductAttention_{i}": attention(p[name])
+           for i, name in enumerate(attention_names)}
+    out["FeedForward_0"] = {"Dense_0": p["ffn"]["w_1"], "Dense_1": p["ffn"]["w_2"]}
+    out.update({f"_PostNorm_{i}": {"LayerNorm_0": norm} for i, norm in p["norms"].items()})
+    return out
+
+  params = {name: {"embedding": attend[name]["embed"]["embedding"]}
+            for name in ("source_embed", "target_embed") if attend.get(name) is not None}
+  for i, p in attend["encoder_layers"].items():
+    params[f"encoder_layers_{i}"] = layer(p, ["self_attn"])
+  for i, p in attend["decoder_layers"].items():
+    params[f"decoder_layers_{i}"] = layer(p, ["self_attn", "cross_attn"])
+  if attend.get("output_proj") is not None:
+    params["output_proj"] = attend["output_proj"]
+  return params
 
 
 def shift_right(targets):

@@ -59,6 +59,20 @@ def _first_tokens(bos_id: int | Array, batch_size: int) -> Array:
   return jnp.broadcast_to(jnp.asarray(bos_id, jnp.int32), (batch_size,))
 
 
+def argmax(logits: Array) -> Array:
+  """`jnp.argmax(logits, axis=-1)`: the first index of each row's maximum, a NaN counting as the
+  maximum; int32 `[...]` of float `[..., V]`.
+
+  Computed as a max, then the smallest index that reaches it: XLA:CPU runs argmax's paired
+  (value, index) reduction as a scalar loop, over ten times slower than these two plain
+  reductions; at a vocabulary of 1000 it took about a tenth of a cached greedy step.
+  """
+  best = jnp.max(logits, axis=-1, keepdims=True)                          # NaN if any is NaN
+  reaches = (logits == best) | jnp.isnan(logits)                          # [..., V]
+  ids = jnp.arange(logits.shape[-1], dtype=jnp.int32)
+  return jnp.min(jnp.where(reaches, ids, logits.shape[-1]), axis=-1)
+
+
 def length_penalty(length: Array | int, alpha: float) -> Array:
   """GNMT length penalty `((5 + length) / 6) ** alpha` (Wu et al. 2016); scores divide by it."""
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
@@ -130,7 +144,7 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
   Takes the searches' common arguments (see the module docstring) and returns ids int32
   [B, max_length].
   """
-  return _search(tokens_to_logits, cache, lambda logits, step: jnp.argmax(logits, axis=-1),
+  return _search(tokens_to_logits, cache, lambda logits, step: argmax(logits),
                  batch_size=batch_size, max_length=max_length, bos_id=bos_id, eos_id=eos_id,
                  pad_id=pad_id)
 
@@ -158,7 +172,7 @@ def sample_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
 
   def choose(logits: Array, step: Array) -> Array:
     if temperature == 0:  # the filters always keep the most likely token: greedy is exact
-      return jnp.argmax(logits, axis=-1)
+      return argmax(logits)
     logits = filter_logits(logits.astype(jnp.float32) / temperature, top_k=top_k, top_p=top_p)
     return jax.random.categorical(jax.random.fold_in(rng, step), logits, axis=-1)
 

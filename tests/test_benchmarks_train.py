@@ -100,33 +100,6 @@ def test_linen_forward_has_logits_shape():
   assert bool(jnp.isfinite(logits).all())
 
 
-def _linen_params(attend: dict, num_heads: int) -> dict:
-  """Attend's parameters (a pure dict) in the Linen peer's layout, for the same function."""
-  def attention(a):
-    d = a["w_q"]["kernel"].shape[0]
-    # Attend splits [.., N*H] features head-major, as Linen's [D, N, H] kernels are laid out.
-    split = lambda w: {"kernel": w["kernel"].reshape(d, num_heads, -1),
-                       "bias": w["bias"].reshape(num_heads, -1)}
-    return {"query": split(a["w_q"]), "key": split(a["w_k"]), "value": split(a["w_v"]),
-            "out": {"kernel": a["w_o"]["kernel"].reshape(num_heads, -1, d),
-                    "bias": a["w_o"]["bias"]}}
-
-  def layer(p, attention_names):
-    out = {f"MultiHeadDotProductAttention_{i}": attention(p[name])
-           for i, name in enumerate(attention_names)}
-    out["FeedForward_0"] = {"Dense_0": p["ffn"]["w_1"], "Dense_1": p["ffn"]["w_2"]}
-    out.update({f"_PostNorm_{i}": {"LayerNorm_0": norm} for i, norm in p["norms"].items()})
-    return out
-
-  params = {name: {"embedding": attend[name]["embed"]["embedding"]}
-            for name in ("source_embed", "target_embed")}
-  for i, p in attend["encoder_layers"].items():
-    params[f"encoder_layers_{i}"] = layer(p, ["self_attn"])
-  for i, p in attend["decoder_layers"].items():
-    params[f"decoder_layers_{i}"] = layer(p, ["self_attn", "cross_attn"])
-  return params
-
-
 def test_linen_peer_computes_attends_function():
   size = train_bench.SIZES["default"]
   config = train_bench.experiment_config("default")
@@ -134,8 +107,8 @@ def test_linen_peer_computes_attends_function():
                         output_vocab_size=size["output_vocab"], pad_id=0, rngs=nnx.Rngs(0))
   peer = linen_peer.Transformer(train_bench.peer_model_config(config.model, size))
   batch = {k: v[:4] for k, v in train_bench.synthetic_batch(size).items()}
-  params = _linen_params(nnx.to_pure_dict(nnx.state(attend, nnx.Param)),
-                         config.model.num_heads)
+  params = linen_peer.params_from_attend(nnx.to_pure_dict(nnx.state(attend, nnx.Param)),
+                                         config.model.num_heads)
   decoder_inputs = shift_right(batch["targets"], 1)  # BOS = 1
   expected = nnx.jit(lambda m, x, y: m(x, y))(attend, batch["inputs"], decoder_inputs)
   got = jax.jit(peer.apply)({"params": params}, batch["inputs"], decoder_inputs)

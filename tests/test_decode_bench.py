@@ -1,25 +1,29 @@
 """benchmarks/decode_bench: its uncached search produces the tokens of the cached `generate` (for
 the language model: `continue_prompt`), so the speed comparison is between two ways of producing
-the same output.
+the same output; the flax.linen peer's cached decoder produces the tokens of its own uncached
+forward and, with Attend's weights, Attend's tokens, and the bench times it beside Attend.
 
 That Seq2Seq's `decode_step` scanned over a prefix, which the uncached callback runs, reproduces
 `__call__`'s teacher-forced logits is tested in test_seq2seq.py."""
+
+import functools
 
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
-from benchmarks import decode_bench
+from benchmarks import decode_bench, linen_peer
+from configs import default
 from models.decoding import continue_prompt, generate
 from models.language import DecoderLM
 from models.seq2seq import Seq2Seq
 from models.transformer import Transformer
 
 
-def _rngs() -> nnx.Rngs:
+def _rngs(seed: int = 0) -> nnx.Rngs:
   """'rbg' keys: their initialisers compile faster on CPU than threefry's."""
-  return nnx.Rngs(params=jax.random.key(0, impl="rbg"))
+  return nnx.Rngs(params=jax.random.key(seed, impl="rbg"))
 
 
 # The layer sizes of test_transformer and test_seq2seq, so their compiled initialisers are reused;
@@ -83,3 +87,48 @@ def test_lm_searches_continue_the_prompt_as_continue_prompt_does():
     assert np.all(np.any(expected[:, 1:] != expected[:, :-1], axis=1)), method
     outputs[method] = expected
   assert np.any(outputs["sample"] != outputs["greedy"])
+
+
+# The Linen peer mirrors d_k = d_v = d_model / num_heads only; untied for the reason above.
+PEER_CONFIG = dict(input_vocab_size=11, output_vocab_size=13, num_encoder_layers=1,
+                   num_decoder_layers=1, d_model=8, num_heads=2, d_ff=10, dropout_rate=0.1,
+                   attention_dropout_rate=0.0, share_embeddings=False, tie_output=False)
+
+
+def test_linen_peer_decodes_as_its_uncached_forward_and_as_attend():
+  """The Linen peer's cached greedy search (wmt-style `'cache'` collection, one `apply` per token)
+  picks, at every step, the argmax of its own uncached teacher-forced forward over the tokens it
+  produced, so uncached greedy decoding gives the same ids; with Attend's weights they are
+  Attend's `generate` tokens. Source padding in two rows; the tokens change along every row."""
+  c = PEER_CONFIG
+  attend = Transformer(input_vocab_size=c["input_vocab_size"],
+                       output_vocab_size=c["output_vocab_size"], pad_id=0, num_layers=1,
+                       d_model=c["d_model"], num_heads=c["num_heads"], d_ff=c["d_ff"],
+                       tie_output=False, rngs=_rngs(3))  # seed 3: no row repeats one token
+  params = linen_peer.params_from_attend(nnx.to_pure_dict(nnx.state(attend, nnx.Param)),
+                                         c["num_heads"])
+  cached = linen_peer.Transformer(c, cached=True, max_length=LENGTH)
+  ids = np.asarray(jax.jit(functools.partial(decode_bench.linen_greedy, cached,
+                                             max_length=LENGTH))(params, SRC))
+  decoder_inputs = np.concatenate([np.full((len(SRC), 1), decode_bench.BOS_ID), ids[:, :-1]], 1)
+  logits = jax.jit(linen_peer.Transformer(c).apply)({"params": params}, SRC, decoder_inputs)
+  np.testing.assert_array_equal(np.argmax(logits, axis=-1), ids)
+  expected = generate(attend, SRC, max_length=LENGTH, bos_id=decode_bench.BOS_ID,
+                      eos_id=decode_bench.NEVER_EOS, pad_id=decode_bench.PAD_ID)
+  np.testing.assert_array_equal(ids, expected)
+  assert np.all(np.any(ids[:, 1:] != ids[:, :-1], axis=1))
+
+
+def test_bench_times_the_linen_row_beside_attends(monkeypatch):
+  """At a tiny size the greedy row times Attend's cached search and the Linen peer's, reports
+  their ratio and that they produced the same tokens, and leaves the skipped variant empty."""
+  tiny = decode_bench.Bench(default, dict(input_vocab_size=11, output_vocab_size=13), ("greedy",),
+                            dict(d_model=8, num_heads=2, d_ff=10, num_layers=1, tie_output=False))
+  monkeypatch.setitem(decode_bench.BENCHES, "tiny", tiny)
+  [row] = decode_bench.main(["--models=tiny", "--batch=3", "--length=5", "--repeats=1",
+                             "--variants=cached,linen"])
+  assert row["cached_s"] > 0 and row["linen_s"] > 0 and row["uncached_s"] is None
+  assert row["x_linen"] == pytest.approx(row["linen_s"] / row["cached_s"])
+  assert row["linen_tokens_per_s"] == pytest.approx(3 * 5 / row["linen_s"])
+  assert row["linen_agreement"] == 1.0
+  assert row["speedup"] is None and row["meets_target"] is None

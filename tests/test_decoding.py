@@ -1,16 +1,16 @@
-"""Greedy and beam search on hand-written toy models with known answers; generate()'s checks.
+"""Greedy and beam search on hand-written toy models with known answers; generate()'s checks; the
+searches' argmax.
 
 generate() on a real Seq2Seq is tested in test_seq2seq.py, where a compiled model is at hand."""
 
 import itertools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from models.decoding import beam_search, generate, greedy_search, length_penalty
+from models.decoding import argmax, beam_search, generate, greedy_search, length_penalty
 from models.seq2seq import Seq2Seq
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -161,3 +161,20 @@ def test_searches_use_the_special_ids_they_are_given():
                                 [[0, 4, 1, 1]])
   beams, _ = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=4, **ids)
   np.testing.assert_array_equal(beams[0, 0], [0, 4, 1, 1])
+
+
+def test_argmax_is_numpys_first_maximum_and_first_nan():
+  """Ties go to the lowest index; a NaN counts as the maximum (its first occurrence, as
+  `jnp.argmax` and NumPy do); -inf rows and infinities are ordinary values."""
+  inf, nan = np.inf, np.nan
+  logits = np.array([[1.0, 3.0, 3.0, 2.0],
+                     [-inf, -inf, -inf, -inf],
+                     [0.0, nan, 5.0, nan],
+                     [inf, 2.0, inf, -inf],
+                     [-1.0, -2.0, -0.5, -0.5]], np.float32)
+  got = argmax(jnp.asarray(logits))
+  assert got.dtype == jnp.int32
+  np.testing.assert_array_equal(got, [1, 0, 1, 0, 2])
+  np.testing.assert_array_equal(got, np.argmax(logits, axis=-1))
+  batched = np.random.default_rng(0).integers(0, 4, (2, 3, 50)).astype(np.float32)  # many ties
+  np.testing.assert_array_equal(argmax(jnp.asarray(batched)), np.argmax(batched, axis=-1))

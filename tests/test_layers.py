@@ -1,6 +1,7 @@
 """Multi-head attention, feed-forward, pooling and embeddings against NumPy references."""
 
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +10,8 @@ import pytest
 from flax import nnx
 
 from models.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding, make_positions
-from models.layers import AttentionPooling, FeedForward, MultiHeadAttention
+from models.layers import (AttentionPooling, FeedForward, MultiHeadAttention, merge_project_heads,
+                           project_heads)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SCORE_KINDS = ("scaled_dot", "dot", "general", "additive", "cosine")
@@ -226,3 +228,35 @@ def test_positional_embeddings():
     make_positions("rotary", 8, 8, rngs=rngs(0))
   with pytest.raises(ValueError, match="even"):
     SinusoidalPositions(5)
+
+
+@pytest.mark.parametrize("length", (1, 5))  # a decoding step's single row and a sequence
+def test_head_projections_and_their_gradients_match_numpy(rng, length):
+  """`project_heads` and `merge_project_heads` run a custom VJP (forward as `x @ W`, gradients of
+  the [D, N, H] contraction); values and both gradients of `sum(g * out)` against NumPy, for
+  B=2, D=8, N=2, H=3."""
+  b, d, n, h = 2, 8, 2, 3
+  x = rng.standard_normal((b, length, d)).astype(np.float32)
+  heads = rng.standard_normal((b, n, length, h)).astype(np.float32)
+  w_in = rng.standard_normal((d, n * h)).astype(np.float32)
+  w_out = rng.standard_normal((n * h, d)).astype(np.float32)
+  g_heads = rng.standard_normal((b, n, length, h)).astype(np.float32)
+  g_out = rng.standard_normal((b, length, d)).astype(np.float32)
+  linear = lambda kernel: types.SimpleNamespace(kernel=kernel, bias=None)  # what they read
+  to_heads = lambda y: y.reshape(b, length, n, h).transpose(0, 2, 1, 3)   # [B, T, N*H] -> heads
+  from_heads = lambda y: y.transpose(0, 2, 1, 3).reshape(b, length, n * h)
+
+  project = lambda x, w: jnp.sum(g_heads * project_heads(linear(w), x, n))
+  value = project_heads(linear(jnp.asarray(w_in)), jnp.asarray(x), n)
+  dx, dw = jax.grad(project, argnums=(0, 1))(jnp.asarray(x), jnp.asarray(w_in))
+  np.testing.assert_allclose(value, to_heads(x @ w_in), **TOL)
+  g = from_heads(g_heads)                                                # [B, T, N*H]
+  np.testing.assert_allclose(dx, g @ w_in.T, **TOL)
+  np.testing.assert_allclose(dw, np.einsum("btd,btf->df", x, g), **TOL)
+
+  merge = lambda y, w: jnp.sum(g_out * merge_project_heads(linear(w), y))
+  value = merge_project_heads(linear(jnp.asarray(w_out)), jnp.asarray(heads))
+  dy, dw = jax.grad(merge, argnums=(0, 1))(jnp.asarray(heads), jnp.asarray(w_out))
+  np.testing.assert_allclose(value, from_heads(heads) @ w_out, **TOL)
+  np.testing.assert_allclose(dy, to_heads(g_out @ w_out.T), **TOL)
+  np.testing.assert_allclose(dw, np.einsum("btf,btd->fd", from_heads(heads), g_out), **TOL)
