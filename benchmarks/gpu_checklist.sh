@@ -17,7 +17,7 @@ case "$stage" in
     # tests/conftest.py pins the CPU unless JAX_PLATFORMS is set; no preallocation, so that the
     # parallel workers share the GPU.
     JAX_PLATFORMS=cuda XLA_PYTHON_CLIENT_PREALLOCATE=false \
-      "$py" -m pytest -q -p no:cacheprovider -n "${WORKERS:-6}" -rfEs 2>&1 | tee "$out/tests.log"
+      "$py" -m pytest -q -p no:cacheprovider -n "${WORKERS:-10}" -rfEs 2>&1 | tee "$out/tests.log"
     ;;
   attention)
     "$py" -m benchmarks.attention_bench --dtype=bfloat16 --sizes=512,2048,8192,16384 --batch=4 \
