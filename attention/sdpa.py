@@ -22,10 +22,11 @@ from attention.scores import check_qk
 
 Array = jax.Array
 
-# Below this many score entries per head (T * S) the plain einsum path wins on CPU: the blocked
-# loop's overhead is not paid back. Measured on 2 CPU cores (B=8, N=8, H=64): at S=256 reference is
-# 3.4x faster forward and 1.4x faster forward+backward; at S=512 chunked is 15% slower forward but
-# 10% faster forward+backward, and from S=1024 on it wins both (1.3x, 1.5x) and saves memory.
+# From this many score entries per head (T * S) the chunked kernel wins on CPU. Medians on 2 shared
+# CPU cores (B=8, N=8, H=64, float32) under mimalloc, as the entry points run: at S=512 chunked
+# takes 0.8x reference's time forward and 0.75x forward+backward; at S=384 they tie; at S=256
+# reference is 15% faster forward. Under glibc malloc reference's [T, S] buffers fault in afresh
+# at every call: chunked is then 2.5x faster at S=512, 3x at S=384.
 _CHUNKED_MIN_SCORES = 512 * 512
 
 

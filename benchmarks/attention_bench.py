@@ -7,14 +7,23 @@
 
 Speed: `--dtype` inputs, N=8, H=64, B=`--batch` (`--long_batch` from S=8192 on), forward and
 forward+backward, median wall time of `--repeats` runs after a warm-up, each waited for on the
-device. GFLOP/s counts the two matmuls (backward: twice that again); "x peak" divides it by this
-device's matmul rate in the same dtype, measured in the same run on a square matmul. Memory: B=1,
-N=8, each case in a fresh process; the figure is the peak memory the case adds on top of its
-inputs: on a GPU the device allocator's peak bytes in use minus the bytes in use before the call,
-on a CPU the resident memory (VmHWM after resetting it, minus VmRSS).
+device; the cases of a row take turns in each round, so that a slow spell of a shared machine hits
+them alike. GFLOP/s counts the two matmuls (backward: twice that again); "x peak" divides it by
+this device's matmul rate in the same dtype, measured in the same run on a square matmul. On Linux
+the process runs under mimalloc (`training/allocator.py`; `ATTEND_ALLOCATOR=system` keeps the
+system allocator; the header says which ran): under glibc the buffers of kernels that form
+`[T, S]` scores fault in afresh at every call, which made 'attend reference' about 2x slower at
+S=512. Memory: B=1, N=8, each case in a fresh process; the figure is the peak memory the case adds
+on top of its inputs: on a GPU the device allocator's peak bytes in use minus the bytes in use
+before the call, on a CPU the resident memory (VmHWM after resetting it, minus VmRSS).
 Cases a backend cannot run are left out (cuDNN needs an NVIDIA GPU and 16-bit inputs); peers run
 only when installed (torch comes with the `bench` extra, and runs on CUDA when it sees a GPU).
 """
+
+from training import allocator
+
+if __name__ == "__main__":
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
 
 import argparse
 import json
@@ -33,6 +42,11 @@ import attention
 HEADS, HEAD_DIM = 8, 64
 LONG = 8192  # from this length on, B=--long_batch (the memory runs use B=1)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# Idle time before each timed call: the worker threads of the call before (torch's OpenMP team,
+# XLA's pool) spin-wait for a while after their work and take cores from this call. Without it,
+# on 2 cores, 'attend default' (timed right after torch) took 1.4x the time of the same kernel as
+# 'attend chunked'; 0.1 s made every case 1.4-1.5x slower (the cores go idle), 0.01 s none.
+PAUSE_S = 0.01
 
 
 def _to_btnh(x):
@@ -128,11 +142,23 @@ def _runner(name, batch, length, backward, dtype):
   return _jax_runner(name, batch, length, backward, dtype)
 
 
-def time_case(name, batch, length, backward, repeats, dtype):
-  """Median seconds of one call, after one warm-up call."""
-  run = _runner(name, batch, length, backward, dtype)
-  run()
-  return statistics.median(_timed(run) for _ in range(repeats))
+def time_cases(names, batch, length, backward, repeats, dtype):
+  """Per case, the median seconds of one call: after a warm-up call each, the cases take turns in
+  each of `repeats` rounds. A case that fails (e.g. out of device memory) gets the error instead."""
+  runs, failed = {}, {}
+  for name in names:
+    try:
+      runs[name] = _runner(name, batch, length, backward, dtype)
+      runs[name]()
+    except Exception as e:  # the row says so, the table goes on
+      runs.pop(name, None)
+      failed[name] = f"failed: {str(e).strip().splitlines()[0][:80]}"
+  times = {name: [] for name in runs}
+  for _ in range(repeats):
+    for name, run in runs.items():
+      time.sleep(PAUSE_S)
+      times[name].append(_timed(run))
+  return {name: failed.get(name) or statistics.median(times[name]) for name in names}
 
 
 def _status_kib(field):
@@ -226,7 +252,8 @@ def main():
   peak = matmul_peak_gflops(args.dtype)
   device = jax.devices()[0].device_kind
   print(f"# attention, {args.dtype}, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()} "
-        f"({device}), {os.cpu_count()} CPUs, jax {jax.__version__}; {args.dtype} matmul peak "
+        f"({device}), {os.cpu_count()} CPUs, jax {jax.__version__}, allocator "
+        f"{'mimalloc' if allocator.active() else 'system'}; {args.dtype} matmul peak "
         f"{peak:.0f} GFLOP/s", flush=True)
   results = [dict(case=f"{args.dtype} matmul peak", gflops=peak, device=device)]
   print("| case | B | S | pass | ms | GFLOP/s | x peak | x torch time |\n"
@@ -234,12 +261,7 @@ def main():
   for length in (int(s) for s in args.sizes.split(",") if s):
     batch = args.long_batch if length >= LONG else args.batch
     for backward in (False, True):
-      row = {}
-      for c in cases:
-        try:
-          row[c] = time_case(c, batch, length, backward, args.repeats, args.dtype)
-        except Exception as e:  # e.g. out of device memory: the row says so, the table goes on
-          row[c] = f"failed: {str(e).strip().splitlines()[0][:80]}"
+      row = time_cases(cases, batch, length, backward, args.repeats, args.dtype)
       mode = "fwd+bwd" if backward else "fwd"
       for c, seconds in row.items():
         if isinstance(seconds, str):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from attention import causal_mask, chunked_attention, padding_mask, scaled_dot_product_attention
+from attention import chunked as attention_chunked
 from jax.test_util import check_grads
 
 
@@ -247,4 +248,30 @@ def test_chunked_head_blocks_equal_reference(rng, head_block):
   val, grads = jax.jit(jax.value_and_grad(out, (0, 1, 2, 3)))(q, k, v, bias)
   np.testing.assert_allclose(val, ref_val, rtol=1e-5, atol=1e-5)
   for name, g, g_ref in zip("qkvb", grads, ref_grads):
+    np.testing.assert_allclose(g, g_ref, atol=2e-5, err_msg=f"gradient wrt {name}")
+
+
+def test_default_blocks_keep_about_256_by_2048_scores():
+  """Without q_block, short keys get more query rows per block; sizes are clipped to T and S."""
+  blocks = attention_chunked._block_sizes
+  assert blocks(512, 512, None, 2048) == (512, 512)          # one block per head at S=512
+  assert blocks(4096, 1024, None, 2048) == (512, 1024)
+  assert blocks(8192, 8192, None, 2048) == (256, 2048)
+  assert blocks(100, 8192, None, 2048) == (100, 2048)
+  assert blocks(13, 21, 4, 8) == (4, 8)                       # explicit sizes are kept
+  assert blocks(3, 5, 4, 8) == (3, 5)
+
+
+def test_chunked_default_blocks_equal_reference(rng):
+  """With the default blocks (256 rows x 2048 keys, T not a multiple of 256) values match NumPy
+  and gradients match the reference."""
+  q, k, v = qkv(rng, lead=(1, 2), t=300, s=2048)
+  cotangent = jnp.asarray(rng.standard_normal((1, 2, 300, 5)), jnp.float32)
+  out = chunked_attention(q, k, v, scale=8 ** -0.5)
+  np.testing.assert_allclose(out, numpy_sdpa(q, k, v)[0], atol=1e-5)
+  loss = lambda impl: lambda q, k, v: jnp.sum(cotangent * scaled_dot_product_attention(
+      q, k, v, implementation=impl))
+  grads = jax.jit(jax.grad(loss("chunked"), (0, 1, 2)))(q, k, v)
+  ref_grads = jax.grad(loss("reference"), (0, 1, 2))(q, k, v)
+  for name, g, g_ref in zip("qkv", grads, ref_grads):
     np.testing.assert_allclose(g, g_ref, atol=2e-5, err_msg=f"gradient wrt {name}")

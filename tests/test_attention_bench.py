@@ -1,0 +1,20 @@
+"""benchmarks/attention_bench.py: the cases of a row take turns; a failing case is reported."""
+
+from benchmarks import attention_bench
+
+
+def test_cases_take_turns_and_a_failure_fills_its_cell(monkeypatch):
+  """Warm-up calls first, then one call per case per round; a case that raises gets its error."""
+  calls = []
+
+  def runner(name, *unused):
+    if name == "broken":
+      raise RuntimeError("out of memory\ndetails")
+    return lambda: calls.append(name)
+
+  monkeypatch.setattr(attention_bench, "_runner", runner)
+  monkeypatch.setattr(attention_bench, "PAUSE_S", 0.0)
+  row = attention_bench.time_cases(["a", "broken", "b"], 1, 8, False, 3, "float32")
+  assert row["broken"] == "failed: out of memory"
+  assert isinstance(row["a"], float) and isinstance(row["b"], float)
+  assert calls == ["a", "b"] + ["a", "b"] * 3
