@@ -77,3 +77,22 @@ def active() -> bool:
       return any(LIBRARY in line for line in maps)
   except OSError:
     return False
+
+
+def main(argv: list[str]) -> None:
+  """`python -m training.allocator MODULE [ARGS...]`: `python -m MODULE ARGS...` under mimalloc.
+
+  For programs that are not Attend's entry points, e.g. the test suite (`make test` runs pytest
+  so: its XLA compilations, and its workers', run about a third faster).
+  """
+  if not argv:
+    sys.exit('usage: python -m training.allocator MODULE [ARGS...]')
+  try:
+    environ = preload_environment(dict(os.environ), library_path())
+  except ValueError as error:
+    sys.exit(str(error))
+  os.execve(sys.executable, [sys.executable, '-m', *argv], environ or dict(os.environ))
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])
