@@ -52,7 +52,9 @@ print(allocator.active(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - 
 
 
 def _run(choice):
-  env = dict(os.environ, ATTEND_ALLOCATOR=choice, PYTHONPATH=ROOT)
+  # ROOT goes first, beside (not instead of) any PYTHONPATH that holds the installed packages.
+  path = os.pathsep.join(filter(None, (ROOT, os.environ.get('PYTHONPATH'))))
+  env = dict(os.environ, ATTEND_ALLOCATOR=choice, PYTHONPATH=path)
   env.pop('LD_PRELOAD', None)
   return subprocess.Popen([sys.executable, '-c', _FAULTS], env=env, cwd=ROOT, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
