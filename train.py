@@ -2,6 +2,10 @@
 
   python train.py --config=configs/default.py --workdir=runs/default
   python train.py --config=configs/default.py --config.model.num_layers=4 --workdir=runs/deeper
+
+Several processes (hosts) train one model together: start the same command on each, with
+--coordinator_address=HOST:PORT (process 0's), --num_processes and its --process_id (a cluster
+launcher such as SLURM or Open MPI is detected without them; see the README).
 """
 
 import sys
@@ -21,6 +25,13 @@ _CONFIG = config_flags.DEFINE_config_file('config', 'configs/default.py',
                                           'Experiment config file.', lock_config=True)
 _CACHE = flags.DEFINE_string('compilation_cache', training.DEFAULT_COMPILATION_CACHE,
                             "Directory of XLA's persistent compilation cache ('' = off).")
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address', None, "Multi-process runs: process 0's HOST:PORT (default: "
+    'JAX_COORDINATOR_ADDRESS, or what a cluster launcher sets).')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None,
+                                      'Multi-process runs: how many processes form the job.')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None,
+                                   'Multi-process runs: this process, 0 .. num_processes-1.')
 flags.mark_flag_as_required('workdir')
 
 
@@ -30,6 +41,7 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
   training.enable_compilation_cache(_CACHE.value)
+  training.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   logging.info('Allocator: %s.', 'mimalloc' if allocator.active() else 'the system allocator')
   try:
     training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention
-from models.layers import check_choice
+from models.layers import check_choice, sharding_metadata
 
 Array = jax.Array
 
@@ -42,7 +42,8 @@ class TokenEmbedding(nnx.Module):
     """
     self.features = features
     self.embed = nnx.Embed(vocab_size, features,
-                           embedding_init=nnx.initializers.normal(features ** -0.5), rngs=rngs)
+                           embedding_init=nnx.initializers.normal(features ** -0.5),
+                           embedding_metadata=sharding_metadata("vocab", "embed"), rngs=rngs)
 
   def __call__(self, ids: Array) -> Array:
     """Embeds integer ids `[...]` as `[..., D]`, scaled by `sqrt(D)`, in the table's dtype."""

@@ -180,7 +180,8 @@ class DecoderLM(_Stack):
                      norm=norm, activation=activation, score=score,
                      attention_impl=attention_impl, positions=positions, max_length=max_length,
                      rngs=rngs)
-    self.output_proj = None if tie_output else dense(d_model, vocab_size, rngs=rngs)
+    self.output_proj = None if tie_output else dense(
+        d_model, vocab_size, axes=("embed", "vocab"), rngs=rngs)
 
   def _logits(self, x: Array) -> Array:
     """Final states `[..., D]` -> float32 next-token logits `[..., V]`."""

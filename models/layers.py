@@ -72,11 +72,28 @@ def check_attention_args(d_model: int, num_heads: int, d_k: int | None, d_v: int
                      f"{head_size}.")
 
 
+def sharding_metadata(*names: str | None) -> dict[str, Any]:
+  """Variable metadata giving a parameter's dimensions logical axis names (None = unnamed).
+
+  `training.sharding.LOGICAL_AXIS_RULES` maps the names ('embed', 'heads', 'mlp', 'vocab') to
+  mesh axes. Sharding is applied by the training code, not when the variable is created
+  (`eager_sharding=False`), so models build the same with or without a mesh.
+  """
+  return {"out_sharding": names, "eager_sharding": False}
+
+
 def dense(in_features: int, out_features: int, *, use_bias: bool = True,
-          rngs: nnx.Rngs) -> nnx.Linear:
-  """A Glorot-uniform `nnx.Linear`, the initialisation of the original Transformer code."""
+          axes: tuple[str | None, str | None] = (None, None), rngs: nnx.Rngs) -> nnx.Linear:
+  """A Glorot-uniform `nnx.Linear`, the initialisation of the original Transformer code.
+
+  `axes` names the kernel's input and output dimensions for sharding (the bias takes the
+  output's); unnamed dimensions are never split.
+  """
+  metadata = sharding_metadata(*axes) if any(axes) else {}
+  bias_metadata = sharding_metadata(axes[1]) if axes[1] else {}
   return nnx.Linear(in_features, out_features, use_bias=use_bias,
-                    kernel_init=nnx.initializers.xavier_uniform(), rngs=rngs)
+                    kernel_init=nnx.initializers.xavier_uniform(), kernel_metadata=metadata,
+                    bias_metadata=bias_metadata, rngs=rngs)
 
 
 @jax.custom_vjp
@@ -203,10 +220,11 @@ class MultiHeadAttention(nnx.Module):
     self.dropout_rate = dropout_rate
     self.rotary = rotary
     n, h = num_heads, self.d_k
-    self.w_q = dense(d_model, n * h, use_bias=use_bias, rngs=rngs)
-    self.w_k = dense(d_model, n * h, use_bias=use_bias, rngs=rngs)
-    self.w_v = dense(d_model, n * self.d_v, use_bias=use_bias, rngs=rngs)
-    self.w_o = dense(n * self.d_v, d_model, use_bias=use_bias, rngs=rngs)
+    # Heads split over the 'heads' axis (tensor parallel), the model width over 'embed' (FSDP).
+    self.w_q = dense(d_model, n * h, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
+    self.w_k = dense(d_model, n * h, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
+    self.w_v = dense(d_model, n * self.d_v, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
+    self.w_o = dense(n * self.d_v, d_model, use_bias=use_bias, axes=("heads", "embed"), rngs=rngs)
     sizes = attention.ScoreSizes(q=h, k=h, a=h)
     for param in self.registered_score.params:
       # Each head on its own: on the whole [N, ...] a variance-scaling initialiser would count N
@@ -343,8 +361,8 @@ class FeedForward(nnx.Module):
   def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", rngs: nnx.Rngs):
     check_choice("activation", activation, ACTIVATIONS)
     self.activation = activation
-    self.w_1 = dense(d_model, d_ff, rngs=rngs)
-    self.w_2 = dense(d_ff, d_model, rngs=rngs)
+    self.w_1 = dense(d_model, d_ff, axes=("embed", "mlp"), rngs=rngs)
+    self.w_2 = dense(d_ff, d_model, axes=("mlp", "embed"), rngs=rngs)
 
   def __call__(self, x: Array) -> Array:
     """`[..., D] -> [..., D]`."""

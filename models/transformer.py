@@ -96,7 +96,8 @@ class Transformer(nnx.Module):
     pre = norm == "pre"
     self.encoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs) if pre else None
     self.decoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs) if pre else None
-    self.output_proj = None if tie_output else dense(d_model, output_vocab_size, rngs=rngs)
+    self.output_proj = None if tie_output else dense(
+        d_model, output_vocab_size, axes=("embed", "vocab"), rngs=rngs)
 
   def _check_ids(self, name: str, ids: Array, deterministic: bool, rngs: nnx.Rngs | None) -> None:
     """Raises ValueError, before tracing, on ids or a dropout setting the model cannot run."""

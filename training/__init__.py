@@ -14,6 +14,7 @@ _EXPORTS = {
     'load_config': 'training.run_eval',
     'DEFAULT_COMPILATION_CACHE': 'training.setup',
     'enable_compilation_cache': 'training.setup',
+    'initialize_distributed': 'training.sharding',
 }
 __all__ = list(_EXPORTS)
 

@@ -18,6 +18,7 @@ import ml_collections
 
 import models
 import tasks
+from training import sharding
 from training.optim import SCHEDULES
 
 DTYPES = ('float32', 'bfloat16')
@@ -60,6 +61,8 @@ def _training_fields() -> ml_collections.ConfigDict:
   # Captioning: weight of Show, Attend and Tell's doubly stochastic attention regulariser.
   c.attention_penalty = 0.0
   c.dtype = 'float32'               # compute dtype: float32 | bfloat16
+  # Devices per mesh axis (data, fsdp, tensor; -1 = the rest): see training/sharding.py.
+  c.mesh = sharding.mesh_config()
   return c
 
 
@@ -106,6 +109,8 @@ def _check_types(config) -> None:
     expected = (int, float) if isinstance(default, float) else type(default)
     if isinstance(default, tuple):  # config.json stores tuples as lists
       expected = (tuple, list)
+    if isinstance(default, ml_collections.ConfigDict):  # its fields are checked where it is used
+      expected = (ml_collections.ConfigDict, dict)
     if isinstance(value, bool) != isinstance(default, bool) or not isinstance(value, expected):
       raise ValueError(f'config.{field}={value!r} must be of type {type(default).__name__}.')
 
@@ -114,8 +119,9 @@ def validate(config) -> None:
   """Raises ValueError naming the first bad training field of `config` and what it may be.
 
   Checks every field of `_training_fields` and the task name; `config.model` is checked when the
-  model is built and `config.dataset` by the task's data, both before any compilation. The one
-  batch-size check lives here: the global batches must split evenly over all devices.
+  model is built and `config.dataset` by the task's data, both before any compilation. The
+  mesh is checked against the devices here, and the one batch-size check: the global batches
+  must split evenly over the mesh's batch shards.
   """
   _check_types(config)
   tasks.task_class(config.task)
@@ -145,9 +151,11 @@ def validate(config) -> None:
     raise ValueError(f'config.top_p={config.top_p!r} must be in (0, 1].')
   if config.grad_clip < 0:
     raise ValueError(f'config.grad_clip={config.grad_clip!r} must be >= 0 (0 = off).')
-  devices = jax.device_count()
+  sizes = sharding.mesh_shape(config.mesh, jax.device_count(), jax.local_device_count())
+  shards = sharding.batch_shards(sizes)
   for field in ('batch_size', 'eval_batch_size'):
     size = config.dataset[field]
-    if size % devices:
-      raise ValueError(f'config.dataset.{field}={size} is not divisible by the {devices} '
-                       f'devices; choose a multiple of {devices}.')
+    if size % shards:
+      raise ValueError(f'config.dataset.{field}={size} is not divisible by the {shards} batch '
+                       f'shards (config.mesh data={sizes["data"]} x fsdp={sizes["fsdp"]}); '
+                       f'choose a multiple of {shards}.')

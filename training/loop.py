@@ -10,6 +10,7 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 import tasks
 from training import evaluation, sharding
@@ -49,19 +50,17 @@ def train_and_evaluate(config, workdir: str) -> dict:
   Returns:
     The last validation metrics.
   """
+  sharding.initialize_distributed()  # a cluster launcher's job; before anything sees devices
   validate(config)
-  sharding.maybe_initialize_distributed()
   os.makedirs(workdir, exist_ok=True)
   if jax.process_index() == 0:
     _warn_if_config_changed(workdir, config)
     with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
       f.write(config.to_json_best_effort(indent=2))
 
-  if config.init_from:
-    _inherit_vocabulary(config.init_from, workdir)
-  task = tasks.build(config, workdir)
-  mesh = sharding.make_mesh()
-  state = sharding.replicate(build_state(config, task), mesh)
+  task = _build_task(config, workdir)
+  mesh = sharding.make_mesh(config.mesh)
+  state = build_state(config, task, mesh)
   checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'),
                               max_to_keep=config.keep_checkpoints)
   batches = task.batches(config.dataset.train_split, batch_size=config.dataset.batch_size,
@@ -74,8 +73,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
   elif config.init_from:
     state, _, _ = load_matching_params(state, config.init_from)
 
+  # The state keeps its shardings from step to step (FSDP: parameters and moments stay split).
+  state_shardings = sharding.state_shardings(state, mesh)
   step_fn = jax.jit(functools.partial(train_step, loss_fn=task.loss,
-                                      dtype=jnp.dtype(config.dtype)), donate_argnums=0)
+                                      dtype=jnp.dtype(config.dtype)),
+                    out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=0)
   dropout_key = jax.random.key(config.seed + 1)
   writer = MetricsWriter(workdir)
   first_step = step = int(jax.device_get(state.step))
@@ -131,6 +133,22 @@ def train_and_evaluate(config, workdir: str) -> dict:
   return eval_metrics
 
 
+def _build_task(config, workdir: str):
+  """The task, its data prepared and vocabularies saved by process 0 before the others read them.
+
+  Processes of one job share the workdir (and usually the data directory); preparing in turn
+  keeps them from writing the same files at once.
+  """
+  task = None
+  if jax.process_index() == 0:
+    if config.init_from:
+      _inherit_vocabulary(config.init_from, workdir)
+    task = tasks.build(config, workdir)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices('attend: data and vocabularies prepared')
+  return task or tasks.build(config, workdir)
+
+
 def _inherit_vocabulary(init_from: str, workdir: str) -> None:
   """Copies the vocabulary of the run `init_from` names into `workdir`, unless it has one.
 
@@ -145,7 +163,7 @@ def _inherit_vocabulary(init_from: str, workdir: str) -> None:
                             'checkpoints/); train the model to start from first.')
   source = os.path.join(source_workdir, tasks.VOCAB_DIR)
   target = os.path.join(workdir, tasks.VOCAB_DIR)
-  if os.path.isdir(source) and not os.path.exists(target) and jax.process_index() == 0:
+  if os.path.isdir(source) and not os.path.exists(target):
     shutil.copytree(source, target)
     logging.info('Copied the vocabulary of %s into %s.', source_workdir, target)
 

@@ -60,9 +60,10 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
   if average_last < 1:
     raise ValueError(f'--average_last={average_last} must be >= 1.')
   config = config or load_config(workdir)
+  _fit_mesh(config)
   validate(config)
   task = tasks.build(config, workdir)
-  mesh = sharding.make_mesh()
+  mesh = sharding.make_mesh(config.mesh)
   state, step = _restore(config, task, mesh, workdir, checkpoint_step, average_last)
 
   options = tasks.EvalOptions(
@@ -89,7 +90,7 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
 
 def _restore(config, task, mesh, workdir, checkpoint_step, average_last):
   """The checkpoint's state (parameters averaged over the newest `average_last`) and its step."""
-  like = sharding.replicate(build_state(config, task), mesh)
+  like = build_state(config, task, mesh)
   checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None)
   steps = checkpointer.steps()
   if not steps:
@@ -105,6 +106,17 @@ def _restore(config, task, mesh, workdir, checkpoint_step, average_last):
     logging.info('Averaged the parameters of steps %s.', chosen)
   checkpointer.close()
   return state, int(jax.device_get(state.step))
+
+
+def _fit_mesh(config) -> None:
+  """Evaluates on every device along 'data' when the training mesh does not fit these devices
+  (e.g. a multi-host run evaluated on one machine); the checkpoint restores into any mesh."""
+  try:
+    sharding.mesh_shape(config.mesh, jax.device_count(), jax.local_device_count())
+  except ValueError as error:
+    logging.warning('%s Evaluating with every device on the data axis instead.', error)
+    with config.unlocked():
+      config.mesh = sharding.mesh_config()
 
 
 def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:

@@ -5,18 +5,31 @@ import os
 
 import jax
 from flax import nnx
+from jax.sharding import Mesh
 
+from training import sharding
 from training.optim import make_optimizer
 from training.steps import TrainState, create_train_state
 
 
-def build_state(config, task) -> TrainState:
-  """A fresh train state: `config.model` built by the task for its data, seeded by config.seed."""
+def build_state(config, task, mesh: Mesh | None = None) -> TrainState:
+  """A fresh train state: `config.model` built by the task for its data, seeded by config.seed.
+
+  With a `mesh`, every array is created where its sharding puts it (parameters and optimizer
+  moments split by their logical axes), so no device ever holds a whole sharded model.
+
+  Raises:
+    ValueError: the mesh has an fsdp or tensor axis that splits no parameter of this model.
+  """
   def create() -> TrainState:
     model = task.build_model(config.model, nnx.Rngs(config.seed))
     return create_train_state(model, make_optimizer(config))
   # One compiled initialiser instead of an eager compile per parameter shape (seconds on CPU).
-  return jax.jit(create)()
+  if mesh is None:
+    return jax.jit(create)()
+  abstract = jax.eval_shape(create)
+  sharding.check_axes_used(abstract, dict(mesh.shape), config.model.name)
+  return jax.jit(create, out_shardings=sharding.state_shardings(abstract, mesh))()
 
 
 # XLA's persistent compilation cache: a repeated or resumed run reads its compiled programs from
