@@ -73,11 +73,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   elif config.init_from:
     state, _, _ = load_matching_params(state, config.init_from)
 
-  # The state keeps its shardings from step to step (FSDP: parameters and moments stay split).
-  state_shardings = sharding.state_shardings(state, mesh)
-  step_fn = jax.jit(functools.partial(train_step, loss_fn=task.loss,
-                                      dtype=jnp.dtype(config.dtype)),
-                    out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=0)
+  step_fn = jit_train_step(config, task, state, mesh)
   dropout_key = jax.random.key(config.seed + 1)
   writer = MetricsWriter(workdir)
   first_step = step = int(jax.device_get(state.step))
@@ -131,6 +127,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
     checkpointer.close()
     writer.close()
   return eval_metrics
+
+
+def jit_train_step(config, task, state, mesh):
+  """`train_step` for `task`, jitted as the loop runs it: `(state, batch, rng) -> (state,
+  metrics)`, the state donated and kept in its shardings from step to step (with FSDP the
+  parameters and moments stay split), the metrics replicated."""
+  state_shardings = sharding.state_shardings(state, mesh)
+  return jax.jit(functools.partial(train_step, loss_fn=task.loss, dtype=jnp.dtype(config.dtype)),
+                 out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=0)
 
 
 def _build_task(config, workdir: str):
