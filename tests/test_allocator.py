@@ -54,7 +54,8 @@ print(allocator.active(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - 
 def _run(choice):
   # ROOT goes first, beside (not instead of) any PYTHONPATH that holds the installed packages.
   path = os.pathsep.join(filter(None, (ROOT, os.environ.get('PYTHONPATH'))))
-  env = dict(os.environ, ATTEND_ALLOCATOR=choice, PYTHONPATH=path)
+  # On the CPU also on a GPU machine: what is measured are XLA:CPU's temporaries.
+  env = dict(os.environ, ATTEND_ALLOCATOR=choice, PYTHONPATH=path, JAX_PLATFORMS='cpu')
   env.pop('LD_PRELOAD', None)
   return subprocess.Popen([sys.executable, '-c', _FAULTS], env=env, cwd=ROOT, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
