@@ -22,7 +22,7 @@ from training import sharding
 from training.checkpoints import Checkpointer
 from training.optim import make_optimizer
 from training.setup import build_state
-from training.steps import create_train_state
+from training.steps import annotated_train_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # configs/default.py shrunk; dropout stays on, so the runs also agree on their dropout masks.
@@ -124,7 +124,7 @@ def test_two_processes_train_as_one_and_their_checkpoints_resume_either_way(data
       # The key projections' biases are left out: they add q.b_k to every score of a query,
       # which the softmax ignores, so their gradient is zero in exact arithmetic and Adam
       # (eps 1e-9) turns rounding noise, which differs with the summation order, into steps.
-      if not name.endswith('w_k.bias.value'):
+      if not name.endswith('w_k.bias'):
         np.testing.assert_allclose(ones[name], twos[name], rtol=1e-5, atol=1e-7, err_msg=name)
 
 
@@ -200,9 +200,9 @@ def test_data_fsdp_and_tensor_parallel_agree_and_split_the_parameters(data_dir, 
     assert len(shards) == 8 and len(set(shards)) == 1, (mesh, key, shards)
     return size // shards[0]
 
-  kernel = "['decoder_layers'][0]['self_attn']['w_q']['kernel'].value"   # [embed, heads]
-  ffn = "['encoder_layers'][0]['ffn']['w_1']['kernel'].value"            # [embed, mlp]
-  norm = "['encoder_layers'][0]['norms'][0]['scale'].value"              # unnamed: replicated
+  kernel = "['decoder_layers'][0]['self_attn']['w_q']['kernel']"   # [embed, heads]
+  ffn = "['encoder_layers'][0]['ffn']['w_1']['kernel']"            # [embed, mlp]
+  norm = "['encoder_layers'][0]['norms'][0]['scale']"              # unnamed: replicated
   assert [split_ways('data', k) for k in (kernel, ffn, norm)] == [1, 1, 1]
   assert [split_ways('fsdp', k) for k in (kernel, ffn, norm)] == [8, 8, 1]
   assert [split_ways('tensor', k) for k in (kernel, ffn, norm)] == [8, 8, 1]
@@ -263,7 +263,7 @@ def test_a_mesh_axis_that_splits_no_parameter_of_the_model_is_refused():
     config = config_lib.default_config('translation', name)
     def create():
       model = models.build(config.model, rngs=nnx.Rngs(0), **data_args)
-      return create_train_state(model, make_optimizer(config))
+      return annotated_train_state(model, make_optimizer(config))
     return jax.eval_shape(create)   # shapes only: nothing is compiled
   data_args = dict(input_vocab_size=16, output_vocab_size=16, pad_id=0)
   seq2seq = abstract_state('seq2seq', **data_args)

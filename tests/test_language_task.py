@@ -130,6 +130,6 @@ def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_pat
   assert saved['shared']['vocab'][-1] == '<mask>' and saved['labels'][0] == 'sports'
   task = tasks.build(config, workdir)
   _, loaded, initialised = load_matching_params(build_state(config, task), pretrained)
-  assert initialised == ['params.classifier.bias.value', 'params.classifier.kernel.value',
-                         'params.pooler.bias.value', 'params.pooler.kernel.value']
-  assert 'params.embed.embed.embedding.value' in loaded and 'params.mlm_bias.value' in loaded
+  assert initialised == ['params.classifier.bias', 'params.classifier.kernel',
+                         'params.pooler.bias', 'params.pooler.kernel']
+  assert 'params.embed.embed.embedding' in loaded and 'params.mlm_bias' in loaded

@@ -24,7 +24,7 @@ from training.checkpoints import Checkpointer
 from training.config import validate as validate_config
 from training.evaluation import split_metrics
 from training.setup import build_state
-from training.steps import create_train_state, merge_model, train_step
+from training.steps import annotated_train_state, create_train_state, merge_model, train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ('default', 'transformer', 'seq2seq_bahdanau', 'seq2seq_luong', 'transformer_base', 'tsv')
@@ -241,6 +241,23 @@ def test_corrupted_newest_checkpoint_falls_back_to_the_previous(tmp_path):
   restored, meta = checkpointer.restore(_toy_state())
   assert int(restored.step) == 1 and meta == dict(data=dict(position=1))
   for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(states[1].params)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_a_checkpoint_that_named_its_arrays_by_nnx_variable_still_restores(tmp_path):
+  """Runs saved while the train state held NNX Variables ('params.layers.0.kernel.value')."""
+  model = nnx.Sequential(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), nnx.Linear(4, 2, rngs=nnx.Rngs(1)))
+  old = annotated_train_state(model, optax.adam(1e-3))
+  checkpointer = Checkpointer(str(tmp_path), max_to_keep=1)
+  checkpointer.save(old.replace(step=old.step + 3), {})
+  checkpointer.wait()
+  assert 'params.layers.0.kernel.value' in checkpointer._manager.item_metadata(3)['state']
+  assert 'params.layers.0.kernel' in checkpointer.shapes(3)
+  fresh = _toy_state()
+  restored, _ = checkpointer.restore(fresh)
+  assert int(restored.step) == 3
+  assert jax.tree.structure(restored.opt_state) == jax.tree.structure(fresh.opt_state)
+  for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(old.params)):
     np.testing.assert_array_equal(a, b)
 
 

@@ -14,8 +14,13 @@ class CheckpointMismatchError(ValueError):
   """A checkpoint's arrays differ from what the config builds (another model config)."""
 
 
+# Checkpoints written while the train state held NNX Variables name every parameter and moment
+# with this suffix ('params.encoder...kernel.value'); they are read under today's names.
+_LEGACY_SUFFIX = '.value'
+
+
 def _flat(state: TrainState) -> dict:
-  """{'params.encoder...kernel.value': array, 'opt_state...': array, 'step': array}."""
+  """{'params.encoder...kernel': array, 'opt_state...': array, 'step': array}."""
   tree = dict(step=state.step, params=state.params, opt_state=state.opt_state)
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {jax.tree_util.keystr(path, simple=True, separator='.'): leaf for path, leaf in leaves}
@@ -79,8 +84,10 @@ class Checkpointer:
     for candidate in [step] if step is not None else steps[::-1]:
       try:
         _check_matches(self.shapes(candidate), wanted, candidate)
+        stored = self._stored_names(candidate)
         restored = self._manager.restore(candidate, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(wanted), meta=ocp.args.JsonRestore()))
+            state=ocp.args.StandardRestore({stored[k]: v for k, v in wanted.items()}),
+            meta=ocp.args.JsonRestore()))
       except CheckpointMismatchError:
         raise
       except Exception as error:  # pylint: disable=broad-except
@@ -88,13 +95,20 @@ class Checkpointer:
         logging.warning('Checkpoint %d in %s is unreadable (%s: %s); trying the previous one.',
                         candidate, self.directory, type(error).__name__, error)
         continue
-      return _unflat(restored['state'], like), dict(restored['meta'])
+      arrays = {key: restored['state'][stored[key]] for key in wanted}
+      return _unflat(arrays, like), dict(restored['meta'])
     raise RuntimeError(f'No readable checkpoint in {self.directory} (tried steps {steps}).')
+
+  def _stored_names(self, step: int) -> dict[str, str]:
+    """{today's name: the name it is stored under at `step`} (see `_LEGACY_SUFFIX`)."""
+    return {key.removesuffix(_LEGACY_SUFFIX): key
+            for key in self._manager.item_metadata(step)['state']}
 
   def shapes(self, step: int) -> dict[str, tuple[int, ...]]:
     """The flat names and shapes of the arrays saved at `step` (read from metadata only)."""
     metadata = self._manager.item_metadata(step)['state']
-    return {key: tuple(meta.shape) for key, meta in metadata.items()}
+    return {key.removesuffix(_LEGACY_SUFFIX): tuple(meta.shape)
+            for key, meta in metadata.items()}
 
   def read_arrays(self, step: int) -> dict[str, np.ndarray]:
     """Every array saved at `step`, as NumPy, by flat name (parameters and optimizer moments).
@@ -106,7 +120,7 @@ class Checkpointer:
     target = {key: jax.ShapeDtypeStruct(meta.shape, meta.dtype) for key, meta in metadata.items()}
     restored = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(target)))
-    return dict(restored['state'])
+    return {key.removesuffix(_LEGACY_SUFFIX): value for key, value in restored['state'].items()}
 
   def wait(self) -> None:
     self._manager.wait_until_finished()

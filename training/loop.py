@@ -131,9 +131,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 def jit_train_step(config, task, state, mesh):
   """`train_step` for `task`, jitted as the loop runs it: `(state, batch, rng) -> (state,
-  metrics)`, the state donated and kept in its shardings from step to step (with FSDP the
-  parameters and moments stay split), the metrics replicated."""
-  state_shardings = sharding.state_shardings(state, mesh)
+  metrics)`, the state donated and kept in the shardings it has (`build_state` placed it: with
+  FSDP the parameters and moments stay split), the metrics replicated on `mesh`."""
+  state_shardings = jax.tree.map(lambda x: x.sharding, state)   # as build_state placed it
   return jax.jit(functools.partial(train_step, loss_fn=task.loss, dtype=jnp.dtype(config.dtype)),
                  out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=0)
 
@@ -151,7 +151,7 @@ def _build_task(config, workdir: str):
     task = tasks.build(config, workdir)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices('attend: data and vocabularies prepared')
-  return task or tasks.build(config, workdir)
+  return task if task is not None else tasks.build(config, workdir)
 
 
 def _inherit_vocabulary(init_from: str, workdir: str) -> None:

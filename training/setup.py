@@ -9,7 +9,7 @@ from jax.sharding import Mesh
 
 from training import sharding
 from training.optim import make_optimizer
-from training.steps import TrainState, create_train_state
+from training.steps import TrainState, annotated_train_state, plain
 
 
 def build_state(config, task, mesh: Mesh | None = None) -> TrainState:
@@ -21,15 +21,18 @@ def build_state(config, task, mesh: Mesh | None = None) -> TrainState:
   Raises:
     ValueError: the mesh has an fsdp or tensor axis that splits no parameter of this model.
   """
-  def create() -> TrainState:
+  tx = make_optimizer(config)   # one object: the shardings' tree must match the state's statics
+
+  def annotated() -> TrainState:
     model = task.build_model(config.model, nnx.Rngs(config.seed))
-    return create_train_state(model, make_optimizer(config))
+    return annotated_train_state(model, tx)
+  create = lambda: plain(annotated())
   # One compiled initialiser instead of an eager compile per parameter shape (seconds on CPU).
   if mesh is None:
     return jax.jit(create)()
-  abstract = jax.eval_shape(create)
+  abstract = jax.eval_shape(annotated)   # shapes and logical axis names; nothing is computed
   sharding.check_axes_used(abstract, dict(mesh.shape), config.model.name)
-  return jax.jit(create, out_shardings=sharding.state_shardings(abstract, mesh))()
+  return jax.jit(create, out_shardings=plain(sharding.state_shardings(abstract, mesh)))()
 
 
 # XLA's persistent compilation cache: a repeated or resumed run reads its compiled programs from

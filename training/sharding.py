@@ -130,39 +130,34 @@ def partition_spec(names, shape: tuple[int, ...], sizes: dict[str, int]) -> Part
   return PartitionSpec(*axes)
 
 
-def _is_variable(x) -> bool:
+def is_variable(x) -> bool:
+  """Whether `x` is an NNX Variable (the tree leaf that carries logical axis names)."""
   return isinstance(x, nnx.Variable)
 
 
-def logical_names(tree):
-  """`tree` (a train state, possibly abstract) with each leaf replaced by its parameter's logical
-  axis names (a tuple), or None for arrays that carry none (steps, counts, unnamed parameters)."""
-  def names(x):
-    if _is_variable(x):
-      return x.replace(x.get_metadata().get('out_sharding'))
-    return None
-  return jax.tree.map(names, tree, is_leaf=_is_variable)
+def spec_of(x, sizes: dict[str, int]) -> PartitionSpec:
+  """The mesh axes of `x`: a Variable's by its logical axis names, a bare array's none."""
+  if not is_variable(x):
+    return PartitionSpec()
+  return partition_spec(x.get_metadata().get('out_sharding'), x.get_value().shape, sizes)
 
 
 def state_shardings(tree, mesh: Mesh):
-  """The `NamedSharding` of every array of `tree` (a train state, possibly abstract) on `mesh`."""
+  """The `NamedSharding` of every array of `tree` on `mesh`: a train state whose parameters and
+  moments are still Variables (`training.steps.annotated_train_state`), possibly abstract."""
   sizes = dict(mesh.shape)
   def sharding(x):
-    value = x.get_value() if _is_variable(x) else x
-    spec = partition_spec(x.get_metadata().get('out_sharding') if _is_variable(x) else None,
-                          np.shape(value), sizes)
-    named = NamedSharding(mesh, spec)
-    return x.replace(named) if _is_variable(x) else named
-  return jax.tree.map(sharding, tree, is_leaf=_is_variable)
+    named = NamedSharding(mesh, spec_of(x, sizes))
+    return x.replace(named) if is_variable(x) else named
+  return jax.tree.map(sharding, tree, is_leaf=is_variable)
 
 
 def check_axes_used(abstract_state, sizes: dict[str, int], model_name: str) -> None:
   """Raises ValueError when a parameter axis of the mesh (fsdp, tensor) is > 1 but no parameter
   of the model is split over it, which would only repeat the same work on more devices."""
   used = set()
-  for x in jax.tree.leaves(abstract_state.params, is_leaf=_is_variable):
-    spec = partition_spec(x.get_metadata().get('out_sharding'), x.get_value().shape, sizes)
-    used.update(axis for axis in spec if axis)
+  for x in jax.tree.leaves(abstract_state.params, is_leaf=is_variable):
+    used.update(axis for axis in spec_of(x, sizes) if axis)
   for axis in MESH_AXES[1:]:
     if sizes[axis] > 1 and axis not in used:
       kinds = sorted(name for name, mesh_axis in LOGICAL_AXIS_RULES.items() if mesh_axis == axis)

@@ -17,20 +17,40 @@ CountsFn = Callable[[nnx.Module, Any], dict[str, jax.Array]]
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything a train step reads and writes; graphdef and tx are static (not arrays)."""
+  """Everything a train step reads and writes; graphdef and tx are static (not arrays).
+
+  The parameters, moments and other model state are plain nested dicts of arrays
+  (`nnx.to_pure_dict`; `nnx.merge` takes them as they are). JAX flattens such trees in
+  C++ at every jitted call, whereas each NNX Variable costs a Python call there and a Variable
+  object on the way out: on an H100 the default-size step took 7.6 ms with Variables and 5.3 ms
+  with plain dicts, the base model's 30.3 and 23.6 ms.
+  """
   step: jax.Array            # int32 scalar, number of updates applied
-  params: nnx.State          # trainable parameters (nnx.Param)
-  opt_state: optax.OptState  # AdamW moments, same tree as params
-  other: nnx.State           # non-trainable model state, carried unchanged
+  params: dict               # trainable parameters (the model's nnx.Param values)
+  opt_state: optax.OptState  # AdamW moments, each the same tree as params
+  other: dict                # non-trainable model state, carried unchanged
   graphdef: Any = flax.struct.field(pytree_node=False)
   tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)
 
 
-def create_train_state(model: nnx.Module, tx: optax.GradientTransformation) -> TrainState:
-  """Splits an NNX model into a train state with fresh optimizer moments."""
+def annotated_train_state(model: nnx.Module, tx: optax.GradientTransformation) -> TrainState:
+  """The train state with its parameters and moments still NNX Variables, which carry their
+  metadata (the logical axis names `training.sharding` reads); `plain` turns it into the state
+  the steps take."""
   graphdef, params, other = nnx.split(model, nnx.Param, ...)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     other=other, graphdef=graphdef, tx=tx)
+
+
+def plain(tree):
+  """`tree` with every `nnx.State` in it a plain nested dict (`nnx.to_pure_dict`)."""
+  return jax.tree.map(lambda x: nnx.to_pure_dict(x) if isinstance(x, nnx.State) else x, tree,
+                      is_leaf=lambda x: isinstance(x, nnx.State))
+
+
+def create_train_state(model: nnx.Module, tx: optax.GradientTransformation) -> TrainState:
+  """Splits an NNX model into a train state with fresh optimizer moments."""
+  return plain(annotated_train_state(model, tx))
 
 
 def parameter_count(params) -> int:
