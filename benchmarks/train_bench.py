@@ -10,9 +10,10 @@
 
 Rows, all trained on the same synthetic batch (fixed seed, ids in [4, vocab), a few trailing pad
 positions per row):
-- `attend`: what train.py runs: the state of `training.setup.build_state` (the model of
-  `config.model`, AdamW of `training.optim`), `training.steps.train_step` jitted with the config's
-  label smoothing and dtype and the state donated, a dropout key folded with the step per call.
+- `attend`: what train.py runs: the state of `training.setup.build_state` on the config's mesh
+  (the model of `config.model`, AdamW of `training.optim`), `training.steps.train_step` jitted by
+  `training.loop.jit_train_step` with the config's label smoothing and dtype and the state
+  donated, a dropout key folded with the step per call.
 - `linen`: `benchmarks/linen_peer.py`, the same model in flax.linen blocks, optax AdamW with the
   same betas, epsilon, clipping and schedule, the same label-smoothed loss, a jitted step.
 - `torch`: `benchmarks/torch_peer.py`, `torch.nn.Transformer` in eager mode (`--torch_compile`
@@ -63,8 +64,9 @@ from data import BOS_ID, PAD_ID
 from tasks.translation import teacher_forced_loss
 from training import sharding
 from training.optim import learning_rate_schedule
+from training.loop import jit_train_step
 from training.setup import build_state
-from training.steps import parameter_count, train_step
+from training.steps import parameter_count
 
 SIZES = {
     "default": dict(model={}, batch=64, source_length=16, target_length=32,
@@ -163,14 +165,13 @@ def attend_runner(config, size: dict, batch: dict):
                    pad_id=PAD_ID)
   # The parts of the translation task that the train state and step read; the data is synthetic.
   task = types.SimpleNamespace(
-      build_model=lambda model_config, rngs: models.build(model_config, rngs=rngs, **data_args))
-  loss_fn = functools.partial(teacher_forced_loss, bos_id=BOS_ID, pad_id=PAD_ID,
-                              label_smoothing=config.label_smoothing)
-  mesh = sharding.make_mesh()
-  state = sharding.replicate(build_state(config, task), mesh)
+      build_model=lambda model_config, rngs: models.build(model_config, rngs=rngs, **data_args),
+      loss=functools.partial(teacher_forced_loss, bos_id=BOS_ID, pad_id=PAD_ID,
+                             label_smoothing=config.label_smoothing))
+  mesh = sharding.make_mesh(config.mesh)
+  state = build_state(config, task, mesh)
   params = parameter_count(state.params)
-  step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn,
-                                      dtype=jnp.dtype(config.dtype)), donate_argnums=0)
+  step_fn = jit_train_step(config, task, state, mesh)
   return params, _jax_runner(step_fn, state, sharding.shard_batch(batch, mesh),
                              jax.random.key(config.seed + 1), fold_on_host=True)
 
