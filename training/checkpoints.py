@@ -83,8 +83,10 @@ class Checkpointer:
     wanted = _abstract(_flat(like))
     for candidate in [step] if step is not None else steps[::-1]:
       try:
-        _check_matches(self.shapes(candidate), wanted, candidate)
-        stored = self._stored_names(candidate)
+        saved = self._saved(candidate)
+        _check_matches({key: tuple(meta.shape) for key, (_, meta) in saved.items()}, wanted,
+                       candidate)
+        stored = {key: name for key, (name, _) in saved.items()}
         restored = self._manager.restore(candidate, args=ocp.args.Composite(
             state=ocp.args.StandardRestore({stored[k]: v for k, v in wanted.items()}),
             meta=ocp.args.JsonRestore()))
@@ -99,16 +101,15 @@ class Checkpointer:
       return _unflat(arrays, like), dict(restored['meta'])
     raise RuntimeError(f'No readable checkpoint in {self.directory} (tried steps {steps}).')
 
-  def _stored_names(self, step: int) -> dict[str, str]:
-    """{today's name: the name it is stored under at `step`} (see `_LEGACY_SUFFIX`)."""
-    return {key.removesuffix(_LEGACY_SUFFIX): key
-            for key in self._manager.item_metadata(step)['state']}
+  def _saved(self, step: int) -> dict[str, tuple[str, object]]:
+    """{today's name: (the name it is stored under, its array metadata)} at `step`, read once
+    from the metadata (see `_LEGACY_SUFFIX`)."""
+    return {key.removesuffix(_LEGACY_SUFFIX): (key, meta)
+            for key, meta in self._manager.item_metadata(step)['state'].items()}
 
   def shapes(self, step: int) -> dict[str, tuple[int, ...]]:
     """The flat names and shapes of the arrays saved at `step` (read from metadata only)."""
-    metadata = self._manager.item_metadata(step)['state']
-    return {key.removesuffix(_LEGACY_SUFFIX): tuple(meta.shape)
-            for key, meta in metadata.items()}
+    return {key: tuple(meta.shape) for key, (_, meta) in self._saved(step).items()}
 
   def read_arrays(self, step: int) -> dict[str, np.ndarray]:
     """Every array saved at `step`, as NumPy, by flat name (parameters and optimizer moments).
