@@ -11,7 +11,7 @@ from flax import nnx
 
 from models.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding, make_positions
 from models.layers import (AttentionPooling, FeedForward, MultiHeadAttention, merge_project_heads,
-                           project_heads)
+                           project_heads, project_heads_together)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SCORE_KINDS = ("scaled_dot", "dot", "general", "additive", "cosine")
@@ -99,17 +99,18 @@ def test_mha_matches_numpy(rng, kind):
   assert np.all(np.asarray(weights)[0, :, :, 4:] == 0.0)
 
 
-@pytest.mark.parametrize("kind", ("scaled_dot", "additive"))
-def test_mha_causal_and_incremental_decoding(rng, kind):
-  """Causal self-attention puts 0 on future keys; decode_step step by step reproduces it."""
-  mha = _mha(score=kind)
+@pytest.mark.parametrize("kind,d_v", (("scaled_dot", 5), ("additive", 5), ("scaled_dot", 3)))
+def test_mha_causal_and_incremental_decoding(rng, kind, d_v):
+  """Causal self-attention puts 0 on future keys; decode_step step by step reproduces it (with
+  d_v == d_k it projects queries, keys and values in one matmul)."""
+  mha = MultiHeadAttention(8, 2, d_k=3, d_v=d_v, score=kind, rngs=rngs(0))
   x = jnp.asarray(rng.standard_normal((2, 5, 8)), jnp.float32)
   full, weights = mha(x, is_causal=True, return_weights=True)
   future = np.triu(np.ones((5, 5), bool), k=1)
   assert np.all(np.asarray(weights)[:, :, future] == 0.0)
   np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, **TOL)
   cache = mha.init_cache(2, 8)
-  assert cache["k"].shape == (2, 2, 8, 3) and cache["v"].shape == (2, 2, 8, 5)
+  assert cache["k"].shape == (2, 2, 8, 3) and cache["v"].shape == (2, 2, 8, d_v)
   steps = []
   for t in range(5):
     out, cache = mha.decode_step(x[:, t:t + 1], cache, jnp.int32(t))
@@ -260,3 +261,19 @@ def test_head_projections_and_their_gradients_match_numpy(rng, length):
   np.testing.assert_allclose(value, from_heads(heads) @ w_out, **TOL)
   np.testing.assert_allclose(dy, to_heads(g_out @ w_out.T), **TOL)
   np.testing.assert_allclose(dw, np.einsum("btf,btd->fd", from_heads(heads), g_out), **TOL)
+
+
+def test_heads_projected_together_match_numpy(rng):
+  """`project_heads_together` equals each linear's `split_heads(x @ W + b)`, for three linears
+  (self-attention's W_Q, W_K, W_V) with biases, B=2, T=4, D=8, N=2, H=3."""
+  b, t, d, n, h = 2, 4, 8, 2, 3
+  x = rng.standard_normal((b, t, d)).astype(np.float32)
+  params = [(rng.standard_normal((d, n * h)).astype(np.float32),
+             rng.standard_normal(n * h).astype(np.float32)) for _ in range(3)]
+  linears = [types.SimpleNamespace(kernel=jnp.asarray(w), bias=jnp.asarray(bias))
+             for w, bias in params]
+  outs = project_heads_together(linears, jnp.asarray(x), n)
+  assert len(outs) == 3
+  for out, (w, bias) in zip(outs, params):
+    want = (x @ w + bias).reshape(b, t, n, h).transpose(0, 2, 1, 3)     # [B, N, T, H]
+    np.testing.assert_allclose(out, want, **TOL)
