@@ -290,8 +290,8 @@ class MultiHeadAttention(nnx.Module):
       `(output [B, T, D], weights [B, N, T, S] or None)`; weights are taken before dropout.
     """
     kv = self.project_kv(x, positions) if context is None else self.project_kv(context)
-    return self._attend(self._query(x, positions), kv, mask=mask, is_causal=is_causal,
-                        deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+    return self.attend_kv(x, kv, positions=positions, mask=mask, is_causal=is_causal,
+                          deterministic=deterministic, rngs=rngs, return_weights=return_weights)
 
   def attend_kv(self, x: Array, kv: KV, *, positions: Array | None = None,
                 mask: Array | None = None, is_causal: bool = False, deterministic: bool = True,
