@@ -151,8 +151,7 @@ def project_heads_together(linears: Sequence[nnx.Linear], x: Array,
   queries, keys and values take one product instead of three (small matmuls cost more per FLOP on
   CPU). The linears need equal output sizes and either all or none of them a bias.
   """
-  kernels = [linear.kernel[...] for linear in linears]
-  kernel = kernels[0] if len(kernels) == 1 else jnp.concatenate(kernels, axis=1)  # [D, k*N*H]
+  kernel = jnp.concatenate([linear.kernel[...] for linear in linears], axis=1)  # [D, k*N*H]
   heads = len(linears) * num_heads
   y = _project(x, kernel.reshape(kernel.shape[0], heads, -1))          # [B, k*N, T, H]
   if linears[0].bias is not None:
