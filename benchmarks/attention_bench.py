@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
+from benchmarks import turns
 
 HEADS, HEAD_DIM = 8, 64
 LONG = 8192  # from this length on, B=--long_batch (the memory runs use B=1)
@@ -154,10 +155,9 @@ def time_cases(names, batch, length, backward, repeats, dtype):
       runs.pop(name, None)
       failed[name] = f"failed: {str(e).strip().splitlines()[0][:80]}"
   times = {name: [] for name in runs}
-  for _ in range(repeats):
-    for name, run in runs.items():
-      time.sleep(PAUSE_S)
-      times[name].append(_timed(run))
+  for name in turns(runs, repeats):
+    time.sleep(PAUSE_S)
+    times[name].append(_timed(runs[name]))
   return {name: failed.get(name) or statistics.median(times[name]) for name in names}
 
 

@@ -86,7 +86,7 @@ import numpy as np
 from flax import nnx
 
 import models
-from benchmarks import linen_peer
+from benchmarks import linen_peer, turns
 from benchmarks.train_bench import peer_model_config
 from configs import default, gpt_text, seq2seq_bahdanau, seq2seq_luong, transformer_base
 from data import BOS_ID, PAD_ID
@@ -296,18 +296,17 @@ def time_runs(runs: dict[str, Callable[[], Array]], repeats: int
               ) -> tuple[dict[str, float], dict[str, float], dict[str, Array]]:
   """`(median seconds of one call, seconds of the warm-up call, ids of the warm-up call)` per run.
 
-  The warm-up compiles. The runs then take turns, `repeats` rounds.
+  The warm-up compiles. The runs then take turns, `repeats` rounds (`benchmarks.turns`).
   """
   warmup, ids, times = {}, {}, {name: [] for name in runs}
   for name, run in runs.items():
     start = time.perf_counter()
     ids[name] = jax.block_until_ready(run())
     warmup[name] = time.perf_counter() - start
-  for _ in range(repeats):
-    for name, run in runs.items():
-      start = time.perf_counter()
-      jax.block_until_ready(run())
-      times[name].append(time.perf_counter() - start)
+  for name in turns(runs, repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(runs[name]())
+    times[name].append(time.perf_counter() - start)
   return {name: statistics.median(t) for name, t in times.items()}, warmup, ids
 
 

@@ -57,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from benchmarks import linen_peer
+from benchmarks import linen_peer, turns
 from benchmarks.attention_bench import matmul_peak_gflops
 from configs import default, seq2seq_bahdanau, transformer_base
 from data import BOS_ID, PAD_ID
@@ -219,17 +219,16 @@ def torch_runner(config, size: dict, batch: dict, total_steps: int, compile_mode
 def seconds_per_step(runs: dict, steps: int, repeats: int) -> dict[str, float]:
   """Per run, the median over `repeats` timed runs of `steps` steps, after untimed warm-up steps.
 
-  The runs take turns within each repeat, so a slow spell of a shared machine hits every row
-  alike instead of one row's whole measurement.
+  The runs take turns within each repeat (`benchmarks.turns`), so a slow spell of a shared machine
+  hits every row alike instead of one row's whole measurement.
   """
   times = {name: [] for name in runs}
   for run in runs.values():
     run(WARMUP_STEPS)
-  for _ in range(repeats):
-    for name, run in runs.items():
-      start = time.perf_counter()
-      run(steps)
-      times[name].append(time.perf_counter() - start)
+  for name in turns(runs, repeats):
+    start = time.perf_counter()
+    runs[name](steps)
+    times[name].append(time.perf_counter() - start)
   return {name: statistics.median(t) / steps for name, t in times.items()}
 
 
