@@ -86,7 +86,9 @@ def test_train_then_eval_writes_predictions_confusion_and_attention(model, data_
   """In-process (train.py and eval.py are these two calls; tests/test_training.py runs them)."""
   workdir = str(tmp_path / 'run')
   config = tiny_config(model, data_dir, tmp_path)
-  config.dataset.eval_batch_size = 64
+  # One padded shape (the longest document and sentence) instead of one per bucket: each step
+  # compiles once.
+  config.dataset.update(eval_batch_size=64, bucket_step=32)
   config.update(num_train_steps=3, eval_every_steps=0, num_eval_decode=0, log_every_steps=1)
   training.train_and_evaluate(config, workdir)
   training.evaluate_checkpoint(workdir, split='validation', max_examples=50, num_heatmaps=2)
