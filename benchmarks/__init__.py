@@ -6,8 +6,8 @@ def turns(names, repeats: int):
   in reverse.
 
   Where a run stands in its round biases it: the train bench's medium size timed the row going
-  first 2-3% slower, whichever model it was. Reversing every other round puts each row in each
-  place about equally often.
+  first 2-3% slower, whichever model it was. Reversing every other round puts each of two rows
+  first equally often when `repeats` is even (one more time for the first row when it is odd).
   """
   names = list(names)
   for i in range(repeats):
