@@ -4,8 +4,8 @@ from benchmarks import attention_bench
 
 
 def test_cases_take_turns_and_a_failure_fills_its_cell(monkeypatch):
-  """Warm-up calls first, then one call per case per round, every other round in reverse; a case
-  that raises gets its error."""
+  """Warm-up calls first, then one call per case per round, each round starting from the next case;
+  a case that raises gets its error."""
   calls = []
 
   def runner(name, *unused):
@@ -15,7 +15,7 @@ def test_cases_take_turns_and_a_failure_fills_its_cell(monkeypatch):
 
   monkeypatch.setattr(attention_bench, "_runner", runner)
   monkeypatch.setattr(attention_bench, "PAUSE_S", 0.0)
-  row = attention_bench.time_cases(["a", "broken", "b"], 1, 8, False, 3, "float32")
+  row = attention_bench.time_cases(["a", "broken", "c", "b"], 1, 8, False, 4, "float32")
   assert row["broken"] == "failed: out of memory"
   assert isinstance(row["a"], float) and isinstance(row["b"], float)
-  assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b"]
+  assert calls == ["a", "c", "b"] + ["a", "c", "b", "c", "b", "a", "b", "a", "c", "a", "c", "b"]
