@@ -1,4 +1,8 @@
-"""training.steps.train_step's guard: which bad steps it keeps out of the state, and what it reports."""
+"""training.steps.train_step's guard: which bad steps it keeps out of the state, and what it reports.
+
+The guard has two forms (a conditional on a CPU, a select elsewhere): run on a GPU (the GPU
+checklist runs the whole suite there), these tests check the other one.
+"""
 
 import jax
 import jax.numpy as jnp
