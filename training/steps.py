@@ -112,6 +112,8 @@ def train_step(state: TrainState, batch, rng: jax.Array, *, loss_fn: LossFn,
 
   def by_select(state: TrainState) -> tuple[TrainState, jax.Array]:
     # On a GPU, XLA's conditional copies its predicate to the host and waits for it mid-step.
+    # The select waits for the loss and gradient only: were `keep_new` to include the updates'
+    # norm, XLA would materialise the whole new state before a second, selecting pass.
     new_state, update_finite = update(state)
     return jax.tree.map(lambda new, old: jnp.where(keep_new, new, old), new_state,
                         state), update_finite
