@@ -65,7 +65,9 @@ def argmax(logits: Array) -> Array:
 
   Computed as a max, then the smallest index that reaches it: XLA:CPU runs argmax's paired
   (value, index) reduction as a scalar loop, over ten times slower than these two plain
-  reductions; at a vocabulary of 1000 it took about a tenth of a cached greedy step.
+  reductions; at a vocabulary of 1000 it took about a tenth of a cached greedy step, and the
+  token-accuracy counts over a vocabulary of 8000 about 3% of a train step (35 ms of a 730 ms
+  step at the train bench's medium size), so the tasks' counts use it too.
   """
   best = jnp.max(logits, axis=-1, keepdims=True)                          # NaN if any is NaN
   reaches = (logits == best) | jnp.isnan(logits)                          # [..., V]

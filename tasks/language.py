@@ -69,7 +69,7 @@ def bert_mask(rng: Array, ids: Array, *, mask_id: int, vocab_size: int,
 def _token_counts(logits: Array, targets: Array, weights: Array) -> dict[str, Array]:
   """Scored tokens, correct ones, and rows whose scored tokens are all correct."""
   scored = weights > 0
-  right = (jnp.argmax(logits, -1) == targets) | ~scored                 # [B, T]
+  right = (decoding.argmax(logits) == targets) | ~scored                # [B, T]
   has = scored.any(-1)
   return dict(tokens=scored.sum(), correct=(right & scored).sum(),
               rows=has.sum(), exact=(right.all(-1) & has).sum())

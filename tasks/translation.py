@@ -35,7 +35,7 @@ def shift_right(targets: Array, bos_id: int) -> Array:
 def token_counts(logits: Array, targets: Array, pad_id: int) -> dict[str, Array]:
   """Tokens, correct tokens, rows and exactly right rows of a batch (padding rows count as none)."""
   weights = targets != pad_id                                         # [B, T]
-  correct = (jnp.argmax(logits, -1) == targets) & weights
+  correct = (decoding.argmax(logits) == targets) & weights
   rows = jnp.any(weights, axis=1)                                     # [B]
   exact = jnp.all(correct | ~weights, axis=1) & rows
   return dict(tokens=weights.sum(), correct=correct.sum(), rows=rows.sum(), exact=exact.sum())
