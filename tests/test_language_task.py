@@ -119,8 +119,9 @@ def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_pat
   training.train_and_evaluate(pretrain, pretrained)
   config = get_config('bert_finetune')
   config.model = pretrain.model
+  # bucket_step = max_length: one padded shape, so each step compiles once.
   config.dataset.update(data_dir=str(tmp_path / 'tfds'), batch_size=8, eval_batch_size=8,
-                        max_length=64)
+                        max_length=64, bucket_step=64)
   config.update(init_from=pretrained, num_train_steps=2, eval_every_steps=0, num_eval_decode=0)
   workdir = str(tmp_path / 'tuned')
   training.train_and_evaluate(config, workdir)
