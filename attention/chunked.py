@@ -5,16 +5,23 @@ each query block the keys are visited in blocks of `kv_block` columns while a ru
 normaliser `l` and un-normalised output `acc` are updated (Milakov & Gimelshein 2018; Rabe & Staats
 2021; Dao et al. 2022). The backward pass is a `custom_vjp` that recomputes each score block from
 `q`, `k` and the saved row log-sum-exp instead of storing the weights, so forward and backward both
-use O(block) extra memory. Causal attention skips key blocks that lie wholly in the future.
+use O(block) extra memory. Causal attention skips key blocks that lie wholly in the future, and a
+sliding window skips every key block outside the window (both passes), so time is O(S·W).
+
+The variants are per-block terms, so none of them adds a `[T, S]` array: soft-capping is applied
+to each score block, ALiBi's `-slope·|i - j|` is formed from the block's positions, and a sink
+logit is a key every row has already seen when the online softmax starts (`m = sink`, `l = 1`).
+Grouped-query keys and values are repeated to the query heads before the loop.
 
 On CPU the (batch, head) slices are visited one at a time (`head_block=1`): a 256 x 2048 score
 block of one head (2 MB) stays in cache between the matmuls and the softmax around them, where the
 same block over all 64 heads of a B=8, N=8 call (128 MB) streams through memory. On 2 CPU cores at
 S=2048 this took the forward pass from 1.7x torch's SDPA time to 1.0x (and the backward's
-transposed blocks, see `_block_grads`, took forward+backward from 1.3x to 1.0x). Accelerators get
-every head at once: a loop would serialise work they run in parallel. Short keys make narrow
-blocks, so the default query block grows to keep 256 x 2048 scores: at S=512 one 512 x 512 block
-per head instead of two 256 x 512 ones took 15-20% off the forward pass (2 cores).
+transposed blocks, see `chunked_backward._block_grads`, took forward+backward from 1.3x to
+1.0x). Accelerators get every head at once: a loop would serialise work they run in parallel.
+Short keys make narrow blocks, so the default query block grows to keep 256 x 2048 scores: at
+S=512 one 512 x 512 block per head instead of two 256 x 512 ones took 15-20% off the forward
+pass (2 cores).
 
 Call it through `attention.scaled_dot_product_attention(..., implementation='chunked')`, which
 validates the inputs; the function here assumes they are valid.
@@ -44,6 +51,8 @@ class _Static:
   is_causal: bool
   scale: float
   dropout_rate: float
+  window: int = 0
+  softcap: float = 0.0
 
   @property
   def num_q_blocks(self) -> int:
@@ -52,6 +61,51 @@ class _Static:
   @property
   def num_kv_blocks(self) -> int:
     return -(-self.kv_len // self.kv_block)
+
+  def kv_range(self, i):
+    return kv_block_range(i, q_block=self.q_block, kv_block=self.kv_block, q_len=self.q_len,
+                          kv_len=self.kv_len, is_causal=self.is_causal, window=self.window)
+
+  def q_range(self, j):
+    return q_block_range(j, q_block=self.q_block, kv_block=self.kv_block, q_len=self.q_len,
+                         kv_len=self.kv_len, is_causal=self.is_causal, window=self.window)
+
+
+def kv_block_range(i, *, q_block: int, kv_block: int, q_len: int, kv_len: int,
+                   is_causal: bool = False, window: int = 0):
+  """Key blocks `[first, stop)` holding a key that some real row of query block `i` sees.
+
+  All blocks without causal masking or a window. Causal masking ends at the block of the last
+  row's own position; a window starts at the block of key `i*q_block - window + 1` and ends
+  `window - 1` keys past the last row (or at it, with causal masking). `i` may be traced; the
+  bounds are then traced too.
+  """
+  num_kv_blocks = -(-kv_len // kv_block)
+  if not is_causal and not window:
+    return 0, num_kv_blocks
+  last_row = jnp.minimum((i + 1) * q_block, q_len) - 1       # padded rows see nothing needed
+  last_key = last_row + (window - 1 if window and not is_causal else 0)
+  stop = jnp.minimum(num_kv_blocks, last_key // kv_block + 1)
+  if not window:
+    return 0, stop
+  first_key = i * q_block - window + 1
+  first = jnp.where(first_key < kv_len, jnp.maximum(first_key, 0) // kv_block, num_kv_blocks)
+  return first, stop
+
+
+def q_block_range(j, *, q_block: int, kv_block: int, q_len: int, kv_len: int,
+                  is_causal: bool = False, window: int = 0):
+  """Query blocks `[first, stop)` holding a row that sees some real key of key block `j`: the
+  backward's inner loop, the transpose of `kv_block_range`."""
+  num_q_blocks = -(-q_len // q_block)
+  if not is_causal and not window:
+    return 0, num_q_blocks
+  first_row = j * kv_block - (window - 1 if window and not is_causal else 0)
+  first = jnp.where(first_row < q_len, jnp.maximum(first_row, 0) // q_block, num_q_blocks)
+  if not window:
+    return first, num_q_blocks
+  last_key = jnp.minimum((j + 1) * kv_block, kv_len) - 1
+  return first, jnp.minimum(num_q_blocks, (last_key + window - 1) // q_block + 1)
 
 
 def _pad_axis(x: Array | None, axis: int, size: int, value=0) -> Array | None:
@@ -70,16 +124,24 @@ def _slice(x: Array | None, axis: int, start, size: int) -> Array | None:
   return lax.dynamic_slice_in_dim(x, start, size, axis)
 
 
-def _block_inputs(st: _Static, i, j, bias, mask, rng, lead_shape):
-  """Bias, validity mask and dropout keep-mask of score block (query block i, key block j)."""
+def _block_inputs(st: _Static, i, j, bias, mask, rng, lead_shape, slopes=None):
+  """Bias (with ALiBi), validity mask and dropout keep-mask of score block (query block i, key
+  block j). `slopes`: ALiBi slopes rank-aligned as `[..., 1, 1]`, or None."""
   bq, bk = st.q_block, st.kv_block
   bias_ij = _slice(_slice(bias, -2, i * bq, bq), -1, j * bk, bk)
   valid = _slice(_slice(mask, -2, i * bq, bq), -1, j * bk, bk)
   k_pos = j * bk + jnp.arange(bk)                         # [bk]
+  q_pos = i * bq + jnp.arange(bq)                         # [bq]
   if st.is_causal:
-    q_pos = i * bq + jnp.arange(bq)                       # [bq]
     causal = k_pos[None, :] <= q_pos[:, None]             # [bq, bk]
     valid = causal if valid is None else valid & causal
+  if st.window:
+    near = jnp.abs(q_pos[:, None] - k_pos[None, :]) < st.window   # [bq, bk]
+    valid = near if valid is None else valid & near
+  if slopes is not None:
+    distance = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(jnp.float32)   # [bq, bk]
+    alibi = -slopes.astype(jnp.float32) * distance                            # [..., bq, bk]
+    bias_ij = alibi if bias_ij is None else bias_ij.astype(jnp.float32) + alibi
   if st.num_kv_blocks * bk != st.kv_len:                  # keys padded up to whole blocks
     real = k_pos < st.kv_len                              # [bk]
     valid = real if valid is None else valid & real
@@ -90,35 +152,29 @@ def _block_inputs(st: _Static, i, j, bias, mask, rng, lead_shape):
   return bias_ij, valid, keep
 
 
-def _scores(q_i, k_j, bias_ij, valid):
-  """Biased, masked scores of one block from pre-scaled queries, `[..., bq, bk]` in float32.
+def _scores(st: _Static, q_i, k_j, bias_ij, valid):
+  """Soft-capped, biased, masked scores of one block from pre-scaled queries, `[..., bq, bk]` in
+  float32, and `tanh(raw / softcap)` (None without soft-capping), which the backward needs.
 
   Masked entries are -inf. The caller scales q once per call, which saves a multiply per score
   compared with scaling every score block. The backward passes keys first (with transposed bias
   and mask) to get the block transposed, `[..., bk, bq]`.
   """
   s = jnp.einsum("...td,...sd->...ts", q_i, k_j, preferred_element_type=jnp.float32)
+  capped = None
+  if st.softcap:
+    capped = jnp.tanh(s / st.softcap)
+    s = st.softcap * capped
   if bias_ij is not None:
     s = s + bias_ij.astype(jnp.float32)
   if valid is not None:
     s = jnp.where(valid, s, -jnp.inf)
-  return s
+  return s, capped
 
 
-def _num_kv_blocks_for(st: _Static, i):
-  """Key blocks that query block i needs: all, or with causal masking only up to its diagonal."""
-  if not st.is_causal:
-    return st.num_kv_blocks
-  return jnp.minimum(st.num_kv_blocks, ((i + 1) * st.q_block + st.kv_block - 1) // st.kv_block)
-
-
-def _first_q_block_for(st: _Static, j):
-  """First query block that key block j contributes to (0 unless causal)."""
-  return (j * st.kv_block) // st.q_block if st.is_causal else 0
-
-
-def _forward(st: _Static, q, k, v, bias, mask, rng):
-  """Returns (output `[..., Tp, Dv]`, row log-sum-exp `[..., Tp]`) for padded inputs."""
+def _forward(st: _Static, q, k, v, bias, mask, rng, sink, slopes):
+  """Returns (output `[..., Tp, Dv]`, row log-sum-exp `[..., Tp]`, the sink's slot included)
+  for padded inputs; `sink`, `slopes`: `[..., 1, 1]` or None."""
   lead = q.shape[:-2]
   bq, bk, dv = st.q_block, st.kv_block, v.shape[-1]
 
@@ -127,8 +183,8 @@ def _forward(st: _Static, q, k, v, bias, mask, rng):
 
     def key_block(j, carry):
       m, l, acc = carry                                   # [..., bq], [..., bq], [..., bq, Dv]
-      bias_ij, valid, keep = _block_inputs(st, i, j, bias, mask, rng, lead)
-      s = _scores(q_i, _slice(k, -2, j * bk, bk), bias_ij, valid)       # [..., bq, bk]
+      bias_ij, valid, keep = _block_inputs(st, i, j, bias, mask, rng, lead, slopes)
+      s, _ = _scores(st, q_i, _slice(k, -2, j * bk, bk), bias_ij, valid)  # [..., bq, bk]
       m_new = jnp.maximum(m, jnp.max(s, axis=-1))
       m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)           # rows with no key seen yet
       p = jnp.exp(s - m_safe[..., None])                            # masked -> exp(-inf) = 0
@@ -140,10 +196,17 @@ def _forward(st: _Static, q, k, v, bias, mask, rng):
                       preferred_element_type=jnp.float32)
       return m_new, l, acc * alpha[..., None] + pv
 
-    init = (jnp.full((*lead, bq), -jnp.inf, jnp.float32), jnp.zeros((*lead, bq), jnp.float32),
-            jnp.zeros((*lead, bq, dv), jnp.float32))
-    m, l, acc = lax.fori_loop(0, _num_kv_blocks_for(st, i), key_block, init)
-    seen = l > 0.0                                                  # False: row fully masked
+    if sink is None:
+      m, l = jnp.full((*lead, bq), -jnp.inf, jnp.float32), jnp.zeros((*lead, bq), jnp.float32)
+    else:
+      # The sink is a key every row has seen before the first block: it sets the running max,
+      # adds exp(sink - m) = 1 to the normaliser, and its value (zero) adds nothing to acc.
+      m = jnp.broadcast_to(sink[..., 0].astype(jnp.float32), (*lead, bq))
+      l = jnp.ones((*lead, bq), jnp.float32)
+    first, stop = st.kv_range(i)
+    m, l, acc = lax.fori_loop(first, stop, key_block,
+                              (m, l, jnp.zeros((*lead, bq, dv), jnp.float32)))
+    seen = (l > 0.0) & (m > -jnp.inf)      # False: row fully masked (and no finite sink)
     out = acc / jnp.where(seen, l, 1.0)[..., None]
     lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
     return out.astype(q.dtype), lse
@@ -156,151 +219,74 @@ def _forward(st: _Static, q, k, v, bias, mask, rng):
   return out, lse
 
 
-def _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng, lead):
-  """Recomputes block (i, j) transposed, `[..., bk, bq]`: returns (weights as used, after dropout;
-  dS = ∂loss/∂scores).
+def _block_sizes(t: int, s: int, q_block: int | None, kv_block: int | None,
+                 window: int = 0) -> tuple[int, int]:
+  """(query rows, key columns) per block for T queries and S keys; None = the default size.
 
-  Keys lead so that the products that follow, P̃ᵀ dO into dV and dSᵀ Q into dK, contract the
-  last axis of their left operand: on CPU the other orientation skips the fast matmul kernels
-  and ran 2.4x slower (measured on [2048, 256] x [256, 64] blocks).
+  With a window W, blocks are square, a quarter of W rounded up to a power of 2, within
+  [128, 512]: 2048-key blocks would compute mostly masked scores, and smaller blocks waste
+  fewer scores at the band's edges. Forward medians on 2 shared CPU cores (S=8192, N=4, H=64,
+  causal):
+  W=256: 128-blocks 70 ms, 256: 160 ms, 512: 290 ms; W=1024: 256-blocks 270 ms, 512: 320 ms,
+  1024: 550 ms; W=4096: 512-blocks 770 ms, 1024: 1030 ms, 256 x 2048: 1450 ms.
   """
-  bias_ij, valid, keep = map(_transpose, _block_inputs(st, i, j, bias, mask, rng, lead))
-  p = jnp.exp(_scores(k_j, q_i, bias_ij, valid) - lse_i[..., None, :])   # [..., bk, bq]
-  dp = jnp.einsum("...sv,...tv->...st", v_j, do_i, preferred_element_type=jnp.float32)
-  if keep is None:
-    return p, p * (dp - delta_i[..., None, :])
-  inv_keep = 1.0 / (1.0 - st.dropout_rate)           # P̃ = P·Z/(1-r) and dP = dP̃·Z/(1-r)
-  p_used, dp = jnp.where(keep, p * inv_keep, 0.0), jnp.where(keep, dp * inv_keep, 0.0)
-  return p_used, p * (dp - delta_i[..., None, :])
-
-
-def _transpose(x: Array | None) -> Array | None:
-  """`[..., bq, bk]` -> `[..., bk, bq]`; a key-only `[bk]` becomes `[bk, 1]`."""
-  if x is None:
-    return None
-  return x[:, None] if x.ndim == 1 else jnp.swapaxes(x, -1, -2)
-
-
-def _backward(st: _Static, res, d_out):
-  """One pass over key blocks j (outer) and the query blocks i that see them (inner).
-
-  dV_j and dK_j accumulate in the inner loop's carry; dQ_i and the bias gradient are added into
-  full-size buffers, which XLA updates in place. Each score block is recomputed once.
-
-  dQ accumulates transposed, `[..., D, Tp]`, as dQ_iᵀ = K_jᵀ dS: a plain `[D, bk] x [bk, bq]`
-  product. Transposing each block back to `[bq, D]` before adding it let XLA fold the transpose
-  into the dot, which then contracted the first axis of dS and the last of K_jᵀ; XLA:CPU runs
-  that orientation outside its fast matmul kernels, and forward+backward took 1.2-1.3x as long
-  (2 cores, S=512 to 8192). One transpose at the end replaces it.
-  """
-  q, k, v, bias, mask, rng, out, lse = res
-  lead = q.shape[:-2]
-  bq, bk = st.q_block, st.kv_block
-  delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)  # [..., Tp]
-  q_scaled = q * jnp.asarray(st.scale, q.dtype)
-
-  def key_block(j, carry):
-    dq_t, dk, dv, d_bias = carry
-    k_j, v_j = _slice(k, -2, j * bk, bk), _slice(v, -2, j * bk, bk)
-    # [..., D, bk], once per key block; the barrier keeps XLA from folding the transpose back
-    # into the dQ product when the loop over query blocks has a single step and is inlined.
-    k_j_t = lax.optimization_barrier(jnp.swapaxes(k_j, -1, -2))
-
-    def query_block(i, inner):
-      dq_t, dk_j, dv_j, d_bias = inner
-      q_i, do_i = _slice(q_scaled, -2, i * bq, bq), _slice(d_out, -2, i * bq, bq)
-      lse_i, delta_i = _slice(lse, -1, i * bq, bq), _slice(delta, -1, i * bq, bq)
-      p_used, ds = _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask,
-                                rng, lead)                               # [..., bk, bq]
-      dv_j = dv_j + jnp.einsum("...st,...tv->...sv", p_used.astype(d_out.dtype), do_i,
-                               preferred_element_type=jnp.float32)
-      dk_j = dk_j + jnp.einsum("...st,...td->...sd", ds.astype(q.dtype), q_i,
-                               preferred_element_type=jnp.float32)
-      dq_i_t = jnp.einsum("...ds,...st->...dt", k_j_t, ds.astype(k.dtype),
-                          preferred_element_type=jnp.float32)              # [..., D, bq]
-      dq_t = _add_block(dq_t, dq_i_t, (-1,), (i * bq,))
-      if d_bias is not None:
-        d_bias = _add_block(d_bias, _reduce_to(jnp.swapaxes(ds, -1, -2), d_bias.shape, bq, bk),
-                            (-2, -1), (i * bq, j * bk))
-      return dq_t, dk_j, dv_j, d_bias
-
-    zeros_j = (jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32))
-    dq_t, dk_j, dv_j, d_bias = lax.fori_loop(_first_q_block_for(st, j), st.num_q_blocks,
-                                             query_block, (dq_t, *zeros_j, d_bias))
-    dk = lax.dynamic_update_slice_in_dim(dk, dk_j, j * bk, -2)            # q_i carries the scale
-    dv = lax.dynamic_update_slice_in_dim(dv, dv_j, j * bk, -2)
-    return dq_t, dk, dv, d_bias
-
-  init = (jnp.zeros((*lead, q.shape[-1], q.shape[-2]), jnp.float32),   # dQᵀ: [..., D, Tp]
-          jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32),
-          None if bias is None else jnp.zeros(bias.shape, jnp.float32))
-  dq_t, dk, dv, d_bias = lax.fori_loop(0, st.num_kv_blocks, key_block, init)
-  d_bias = None if bias is None else d_bias.astype(bias.dtype)
-  dq = jnp.swapaxes(dq_t, -1, -2) * st.scale                              # [..., Tp, D]
-  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_bias, None, None
-
-
-def _reduce_to(ds, shape, bq, bk):
-  """Sums block dS `[..., bq, bk]` over the dims that a bias of `shape` broadcasts along."""
-  block_shape = (*shape[:-2], 1 if shape[-2] == 1 else bq, 1 if shape[-1] == 1 else bk)
-  axes = tuple(a for a, (n, m) in enumerate(zip(block_shape, ds.shape)) if n == 1 and m != 1)
-  return jnp.sum(ds, axis=axes, keepdims=True)
-
-
-def _add_block(buffer, block, axes, starts):
-  """`buffer[block position] += block`, where `block` sits at `starts` along `axes`.
-
-  Axes along which the buffer has size 1 (broadcast) are not offset.
-  """
-  index = [0] * buffer.ndim
-  for axis, start in zip(axes, starts):
-    if buffer.shape[axis] != 1:
-      index[axis] = start
-  current = lax.dynamic_slice(buffer, index, block.shape)
-  return lax.dynamic_update_slice(buffer, current + block, index)
-
-
-def _block_sizes(t: int, s: int, q_block: int | None, kv_block: int) -> tuple[int, int]:
-  """(query rows, key columns) per block for T queries and S keys; None = the default rows."""
+  side = min(512, max(128, (1 << (window - 1).bit_length()) // 4)) if window else None
+  if kv_block is None:
+    kv_block = side or 2048
   kv_block = min(kv_block, s)
   if q_block is None:
-    q_block = max(1, _BLOCK_SCORES // kv_block)
+    q_block = side or max(1, _BLOCK_SCORES // kv_block)
   return min(q_block, t), kv_block
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _chunked(st: _Static, q, k, v, bias, mask, rng):
-  return _forward(st, q, k, v, bias, mask, rng)[0]
+def _chunked(st: _Static, q, k, v, bias, mask, rng, sink, slopes):
+  return _forward(st, q, k, v, bias, mask, rng, sink, slopes)[0]
 
 
-def _chunked_fwd(st: _Static, q, k, v, bias, mask, rng):
-  out, lse = _forward(st, q, k, v, bias, mask, rng)
-  return out, (q, k, v, bias, mask, rng, out, lse)
+def _chunked_fwd(st: _Static, q, k, v, bias, mask, rng, sink, slopes):
+  out, lse = _forward(st, q, k, v, bias, mask, rng, sink, slopes)
+  return out, (q, k, v, bias, mask, rng, sink, slopes, out, lse)
 
 
-_chunked.defvjp(_chunked_fwd, _backward)
+def _chunked_bwd(st: _Static, res, d_out):
+  # Imported at call time: the backward builds on this module's block helpers, so a top-level
+  # import here would be circular.
+  from attention.chunked_backward import backward  # pylint: disable=import-outside-toplevel
+  return backward(st, res, d_out)
+
+
+_chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 
 def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
                       bias: Array | None = None, is_causal: bool = False, scale: float,
                       dropout_rate: float = 0.0, dropout_rng: Array | None = None,
-                      q_block: int | None = None, kv_block: int = 2048,
-                      head_block: int | None = None) -> Array:
+                      window: int = 0, softcap: float = 0.0, sink: Array | None = None,
+                      alibi_slopes: Array | None = None, q_block: int | None = None,
+                      kv_block: int | None = None, head_block: int | None = None) -> Array:
   """Blocked online-softmax attention; see the module docstring.
 
   Args:
-    q: queries `[..., T, D]`.
-    k: keys `[..., S, D]`, same leading dims as q.
-    v: values `[..., S, Dv]`, same leading dims as q.
+    q: queries `[..., N, T, D]` (or any leading dims).
+    k: keys `[..., S, D]`, same leading dims as q, or `[..., K, S, D]` with K dividing N
+      (grouped-query attention: query head n reads key head `n // (N // K)`).
+    v: values `[..., S, Dv]`, leading dims as k.
     mask: boolean, broadcastable to `[..., T, S]`; True = may attend.
     bias: added to the scores, broadcastable to `[..., T, S]`.
     is_causal: apply `causal_mask(T, S)` (query i sees keys 0..i).
     scale: score multiplier.
     dropout_rate: dropout on the attention weights.
     dropout_rng: PRNG key, required when dropout_rate > 0.
+    window: if > 0, query i sees key j only if `|i - j| < window`; key blocks outside are skipped.
+    softcap: if > 0, scaled scores s become `softcap * tanh(s / softcap)` before bias and ALiBi.
+    sink: sink logits broadcastable to q's leading dims `[...]`: an extra softmax slot of value 0.
+    alibi_slopes: broadcastable to q's leading dims; adds `-slope * |i - j|` to the scores.
     q_block: query rows per block (clipped to T); None = as many as make a block of 256 x 2048
-      scores with the clipped kv_block (256 rows once S >= 2048, all T rows at S=512 up to T=1024).
-    kv_block: key columns per block (clipped to S).
+      scores with the clipped kv_block (256 rows once S >= 2048, all T rows at S=512 up to T=1024);
+      with a window, the same as kv_block's default.
+    kv_block: key columns per block (clipped to S); None = 2048, or with a window a quarter of
+      it rounded up to a power of 2 within [128, 512].
     head_block: (batch, head) slices processed together; None = 1 on CPU, all elsewhere.
 
   Returns:
@@ -310,13 +296,19 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
   q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
   mask = None if mask is None else jnp.asarray(mask)
   bias = None if bias is None else jnp.asarray(bias)
-  t, s = q.shape[-2], k.shape[-2]
-  # Bring mask and bias to q's rank so that blocks slice and reduce along matching axes.
+  if q.ndim >= 3:
+    k, v = _repeat_heads(k, q.shape[-3]), _repeat_heads(v, q.shape[-3])
+  t, s, lead = q.shape[-2], k.shape[-2], q.shape[:-2]
+  # Bring mask and bias to q's rank so that blocks slice and reduce along matching axes; sink
+  # and slopes (over leading dims) too, as [..., 1, 1], so `_head_of` slices them per head.
   to_rank = lambda x: None if x is None else x.reshape((1,) * (q.ndim - x.ndim) + x.shape)
   mask, bias = to_rank(mask), to_rank(bias)
-  bq, bk = _block_sizes(t, s, q_block, kv_block)
+  sink, slopes = (None if x is None else to_rank(_floating(x)[..., None, None])
+                  for x in (sink, alibi_slopes))
+  bq, bk = _block_sizes(t, s, q_block, kv_block, window)
   st = _Static(q_len=t, kv_len=s, q_block=bq, kv_block=bk, is_causal=is_causal,
-               scale=float(scale), dropout_rate=float(dropout_rate))
+               scale=float(scale), dropout_rate=float(dropout_rate), window=int(window),
+               softcap=float(softcap))
   tp, sp = st.num_q_blocks * st.q_block, st.num_kv_blocks * st.kv_block
   q = _pad_axis(q, -2, tp)
   k, v = _pad_axis(k, -2, sp), _pad_axis(v, -2, sp)
@@ -324,17 +316,17 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
   mask = _pad_axis(_pad_axis(mask, -2, tp, False), -1, sp, False)
   if dropout_rate == 0.0:
     dropout_rng = None
-  lead = q.shape[:-2]
   heads = math.prod(lead)
   if head_block is None:
     head_block = 1 if jax.default_backend() == "cpu" else heads
   if head_block >= heads:
-    return _chunked(st, q, k, v, bias, mask, dropout_rng)[..., :t, :]
+    return _chunked(st, q, k, v, bias, mask, dropout_rng, sink, slopes)[..., :t, :]
 
   def one_head(args):
     h, q_h, k_h, v_h = args
     rng_h = None if dropout_rng is None else jax.random.fold_in(dropout_rng, h)
-    return _chunked(st, q_h, k_h, v_h, _head_of(bias, h, lead), _head_of(mask, h, lead), rng_h)
+    of_h = lambda x: _head_of(x, h, lead)
+    return _chunked(st, q_h, k_h, v_h, of_h(bias), of_h(mask), rng_h, of_h(sink), of_h(slopes))
 
   flat = lambda x: x.reshape(heads, *x.shape[-2:])
   out = lax.map(one_head, (jnp.arange(heads), flat(q), flat(k), flat(v)),
@@ -342,9 +334,23 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
   return out.reshape(*lead, *out.shape[-2:])[..., :t, :]
 
 
+def _repeat_heads(x: Array, num_heads: int) -> Array:
+  """`[..., K, S, D]` -> `[..., N, S, D]` (`jnp.repeat` order) when K divides N; the copy lets
+  each (batch, head) slice run as plain attention, and its gradient sums the groups back."""
+  if x.ndim < 3 or x.shape[-3] in (1, num_heads):
+    return x
+  return jnp.repeat(x, num_heads // x.shape[-3], axis=-3)
+
+
+def _floating(x) -> Array:
+  """`x` as a JAX array of a floating dtype (float32 unless it has one): it gets a gradient."""
+  x = jnp.asarray(x)
+  return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
+
+
 def _head_of(x: Array | None, h, lead: tuple[int, ...]) -> Array | None:
-  """The `[T or 1, S or 1]` slice that flat (batch, head) index h reads of a rank-aligned mask or
-  bias; broadcast (size-1) leading dims are read at 0."""
+  """The `[T or 1, S or 1]` slice that flat (batch, head) index h reads of a rank-aligned mask,
+  bias, sink or slopes; broadcast (size-1) leading dims are read at 0."""
   if x is None or not lead:
     return None if x is None else x.reshape(x.shape[-2:])
   index = jnp.unravel_index(h, lead)

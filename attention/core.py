@@ -60,6 +60,25 @@ def masked_softmax(scores: Array, mask: Array | None = None, axis: int = -1) -> 
   return (e / jnp.where(total > 0, total, 1.0)).astype(scores.dtype)
 
 
+def rms_normalize(x: Array, eps: float = 1e-6) -> Array:
+  """`x / rms(x)` over the last axis, in float32 (RMSNorm without its learned scale).
+
+  Queries and keys normalised this way (qk-norm) have scores bounded by the feature size,
+  however large the projections grow.
+  """
+  x = x.astype(jnp.float32)
+  return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def drop_weights(weights: Array, rate: float, rng: Array | None) -> Array:
+  """Dropout on attention weights `[..., T, S]` (kept ones scaled by `1/(1-rate)`); a rate of 0
+  returns them unchanged."""
+  if rate == 0.0:
+    return weights
+  keep = jax.random.bernoulli(rng, 1.0 - rate, weights.shape)
+  return jnp.where(keep, weights / (1.0 - rate), 0.0).astype(weights.dtype)
+
+
 def attend(weights: Array, values: Array) -> Array:
   """Weighted sum of values: `[..., T, S] x [..., S, Dv] -> [..., T, Dv]`."""
   if weights.shape[-1] != values.shape[-2]:

@@ -27,6 +27,30 @@ def causal_mask(q_len: int, kv_len: int | None = None, offset: int | Array = 0) 
   return k_pos <= q_pos
 
 
+def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int,
+                        offset: int | Array = 0) -> Array:
+  """Band mask of local attention: query `i` sees key `j` iff `|i + offset - j| < window`.
+
+  Bidirectional; AND it with `causal_mask` for the causal window (keys `i - window + 1 .. i`).
+
+  Args:
+    q_len: number of queries T.
+    kv_len: number of keys S; default T.
+    window: keys within `window - 1` positions either side are seen, so a row sees at most
+      `2 * window - 1` keys (`window` with causal masking). At least 1.
+    offset: absolute position of the first query, as in `causal_mask`. May be a traced integer.
+
+  Returns:
+    Mask `[T, S]`.
+  """
+  if window < 1:
+    raise ValueError(f"sliding_window_mask: window must be >= 1, got {window}.")
+  kv_len = q_len if kv_len is None else kv_len
+  q_pos = jnp.arange(q_len)[:, None] + offset  # [T, 1]
+  k_pos = jnp.arange(kv_len)[None, :]          # [1, S]
+  return jnp.abs(q_pos - k_pos) < window
+
+
 def padding_mask(lengths: Array, kv_len: int) -> Array:
   """Key mask from sequence lengths: key `j` of example `b` is real iff `j < lengths[b]`.
 

@@ -7,6 +7,11 @@
 - `'cudnn'`: `jax.nn.dot_product_attention(implementation='cudnn')`, the fused flash kernel on
   NVIDIA GPUs (float16/bfloat16).
 `implementation=None` picks the fastest one that supports the call on this backend.
+
+Variants, all off by default: a sliding `window`, logit soft-capping (`softcap`), attention-sink
+logits (`sink`), ALiBi (`alibi_slopes`), and grouped-query attention (keys and values with fewer
+heads than the queries). cuDNN runs grouped queries and causal windows; the dispatcher sends the
+rest to 'chunked' or 'reference'.
 """
 
 import math
@@ -16,8 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from attention.chunked import chunked_attention
-from attention.core import attend, check_kv, check_mask, masked_softmax
-from attention.masks import causal_mask, combine_masks
+from attention.core import attend, check_kv, check_mask, drop_weights, masked_softmax
+from attention.masks import causal_mask, combine_masks, sliding_window_mask
 from attention.scores import check_qk
 
 Array = jax.Array
@@ -30,45 +35,128 @@ Array = jax.Array
 _CHUNKED_MIN_SCORES = 512 * 512
 
 
-def _reference(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng):
+def _reference(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng, window=0,
+               softcap=0.0, sink=None, alibi_slopes=None, groups=1):
+  if groups > 1:
+    # Each key/value head meets its G query heads in one einsum, [..., K, G, T, D] against
+    # [..., K, 1, S, D], instead of being copied to all N heads.
+    q, k, v = _split_heads(q, groups), k[..., None, :, :], v[..., None, :, :]
   scores = jnp.einsum("...td,...sd->...ts", q, k, preferred_element_type=jnp.float32) * scale
-  if bias is not None:
-    scores = scores + bias.astype(scores.dtype)
-  if is_causal:
-    mask = combine_masks(mask, causal_mask(q.shape[-2], k.shape[-2]))
-  weights = masked_softmax(scores, mask).astype(q.dtype)      # [..., T, S]
-  dropped = weights
-  if dropout_rate > 0.0:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-    dropped = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0).astype(q.dtype)
+  if groups > 1:
+    scores = _merge_heads(scores)                                       # [..., N, T, S]
+  weights = normalize_scores(scores, mask=mask, bias=bias, alibi_slopes=alibi_slopes,
+                             is_causal=is_causal, window=window, softcap=softcap, sink=sink)
+  weights = weights.astype(q.dtype)                                     # [..., T, S]
+  dropped = drop_weights(weights, dropout_rate, dropout_rng)
+  if groups > 1:
+    return _merge_heads(attend(_split_heads(dropped, groups), v)), weights
   return attend(dropped, v), weights
 
 
-def _chunked(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng):
+def normalize_scores(scores: Array, *, mask: Array | None = None, bias: Array | None = None,
+                     alibi_slopes: Array | None = None, is_causal: bool = False, window: int = 0,
+                     softcap: float = 0.0, sink: Array | None = None) -> Array:
+  """Scaled scores `[..., T, S]` -> attention weights, the variants' one definition.
+
+  Soft-cap, add the bias and ALiBi's `-slope · |i - j|`, mask (causal, window), then softmax,
+  with one more slot of logit `sink` when given. Queries sit at `0 .. T-1`, keys at `0 .. S-1`.
+  `scaled_dot_product_attention` documents the arguments; any score (`attention.SCORES`) can be
+  normalised this way.
+  """
+  t, s = scores.shape[-2:]
+  if softcap:
+    scores = softcap * jnp.tanh(scores / softcap)
+  if bias is not None:
+    scores = scores + bias.astype(scores.dtype)
+  if alibi_slopes is not None:
+    distance = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(s)[None, :])   # [T, S]
+    scores = scores - alibi_slopes.astype(scores.dtype)[..., None, None] * distance
+  if is_causal:
+    mask = combine_masks(mask, causal_mask(t, s))
+  if window:
+    mask = combine_masks(mask, sliding_window_mask(t, s, window=window))
+  return masked_softmax(scores, mask) if sink is None else _sink_softmax(scores, mask, sink)
+
+
+def _split_heads(x: Array, groups: int) -> Array:
+  """`[..., N, T, X]` -> `[..., N // G, G, T, X]`: query head n is group member n % G of key/value
+  head n // G, the order of `jnp.repeat(k, G, axis=-3)`."""
+  return x.reshape(*x.shape[:-3], x.shape[-3] // groups, groups, *x.shape[-2:])
+
+
+def _merge_heads(x: Array) -> Array:
+  """`[..., K, G, T, X]` -> `[..., K * G, T, X]`, the inverse of `_split_heads`."""
+  return x.reshape(*x.shape[:-4], x.shape[-4] * x.shape[-3], *x.shape[-2:])
+
+
+def _sink_softmax(scores: Array, mask: Array | None, sink: Array) -> Array:
+  """Softmax over the keys plus one null slot of logit `sink` (broadcasting against the leading
+  dims) and value 0: `exp(s_j) / (exp(sink) + Σ_j exp(s_j))`.
+
+  The weights over the real keys sum to less than 1; a fully masked row gets zeros. As in
+  `masked_softmax`, masked scores become a finite minimum and the shift is a constant, so
+  gradients (also with respect to the sink) stay finite.
+  """
+  x = scores.astype(jnp.promote_types(scores.dtype, jnp.float32))
+  sink = sink.astype(x.dtype)[..., None, None]                          # [..., 1, 1]
+  if mask is not None:
+    x = jnp.where(mask, x, jnp.finfo(x.dtype).min)
+  shift = jax.lax.stop_gradient(jnp.maximum(jnp.max(x, axis=-1, keepdims=True), sink))
+  e = jnp.exp(x - shift)
+  if mask is not None:
+    e = jnp.where(mask, e, 0.0)
+  total = jnp.exp(sink - shift) + jnp.sum(e, axis=-1, keepdims=True)
+  return (e / jnp.where(total > 0, total, 1.0)).astype(scores.dtype)
+
+
+def _chunked(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng, window=0,
+             softcap=0.0, sink=None, alibi_slopes=None, groups=1):
+  del groups  # chunked_attention repeats grouped keys and values to the query heads itself.
   out = chunked_attention(q, k, v, mask=mask, bias=bias, is_causal=is_causal, scale=scale,
-                          dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+                          dropout_rate=dropout_rate, dropout_rng=dropout_rng, window=window,
+                          softcap=softcap, sink=sink, alibi_slopes=alibi_slopes)
   return out, None
 
 
-def _cudnn(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng):
-  del dropout_rate, dropout_rng  # jax.nn exposes no cuDNN dropout; the dispatcher rejects rate > 0.
+def _cudnn(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng, window=0,
+           softcap=0.0, sink=None, alibi_slopes=None, groups=1):
+  # jax.nn exposes no cuDNN dropout, soft-capping, sinks or ALiBi slopes: the dispatcher sends
+  # none of them here (see `_cudnn_unsupported`).
+  del dropout_rate, dropout_rng, softcap, sink, alibi_slopes, groups
   # jax.nn wants [B, T, N, H] while Attend keeps heads as a leading dim, [..., N, T, H]: fold all
-  # leading dims but the last into B and use the last as N.
+  # leading dims but the last into B and use the last as N. Keys and values keep their K heads:
+  # jax.nn runs grouped-query attention itself.
   lead, t, s = q.shape[:-2], q.shape[-2], k.shape[-2]
-  b, n = (math.prod(lead[:-1]), lead[-1]) if lead else (1, 1)
-  to_btnh = lambda x: jnp.swapaxes(x.reshape(b, n, *x.shape[-2:]), 1, 2)
-  to_bnts = lambda x: None if x is None else jnp.broadcast_to(x, (*lead, t, s)).reshape(b, n, t, s)
+  b = math.prod(lead[:-1]) if lead else 1
+  to_btnh = lambda x: jnp.swapaxes(x.reshape(b, -1, *x.shape[-2:]), 1, 2)
+  to_bnts = lambda x: None if x is None else jnp.broadcast_to(x, (*lead, t, s)).reshape(b, -1, t, s)
+  # jax.nn's (left, right) window counts keys either side, inclusive; cuDNN takes left ones only.
+  local_window = (window - 1, 0) if window else None
   out = jax.nn.dot_product_attention(
       to_btnh(q), to_btnh(k), to_btnh(v), bias=to_bnts(bias), mask=to_bnts(mask), scale=scale,
-      is_causal=is_causal, implementation="cudnn")                   # [B, T, N, Dv]
+      is_causal=is_causal, local_window_size=local_window, implementation="cudnn")  # [B, T, N, Dv]
   return jnp.swapaxes(out, 1, 2).reshape(*lead, t, v.shape[-1]), None
 
 
 KERNELS = {"reference": _reference, "chunked": _chunked, "cudnn": _cudnn}
 
 
-def _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights) -> str | None:
-  """Why cuDNN cannot run this call (`masked`: a mask, bias or is_causal), or None if it can."""
+def _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, *, is_causal=False,
+                       window=0, softcap=0.0, sink=None, alibi_slopes=None) -> str | None:
+  """Why cuDNN cannot run this call (`masked`: a mask, bias, is_causal or window), or None if it
+  can. The variants come first: what they name does not depend on the machine."""
+  if softcap:
+    return f"it cannot run softcap={softcap}: jax.nn's cuDNN call has no logit soft-capping"
+  if sink is not None:
+    return f"it cannot run sink (shape {tuple(sink.shape)}): jax.nn's cuDNN call has no sink slot"
+  if alibi_slopes is not None:
+    return "it cannot run alibi_slopes: jax.nn's cuDNN call takes no ALiBi slopes"
+  if window and not is_causal:
+    return (f"it cannot run window={window} with is_causal=False: jax.nn's cuDNN call takes a "
+            "window of past keys only")
+  if window and q.shape[-2] != k.shape[-2]:
+    # Where the band sits for T != S is not documented for cuDNN's sliding window.
+    return f"it cannot run window={window} with T={q.shape[-2]} != S={k.shape[-2]}"
   if jax.default_backend() != "gpu":
     return f"it needs an NVIDIA GPU and the JAX backend is {jax.default_backend()!r}"
   if q.dtype not in (jnp.float16, jnp.bfloat16):
@@ -86,26 +174,80 @@ def _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights) -> str | N
   return None
 
 
-def _pick(q, k, v, masked, dropout_rate, return_weights) -> str:
+def _pick(q, k, v, masked, dropout_rate, return_weights, **variants) -> str:
+  """The implementation for `implementation=None`; `variants`: `_cudnn_unsupported`'s keywords."""
   if return_weights:
     return "reference"
-  if _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights) is None:
+  if _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, **variants) is None:
     return "cudnn"
   if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
     return "chunked"
   return "reference"
 
 
-def _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation):
-  """Raises ValueError, before any tracing, on inputs no implementation could handle."""
-  check_qk(q, k, "scaled_dot_product_attention")
-  check_kv(k, v, "scaled_dot_product_attention")
+def _lead_and_groups(q, k, v) -> tuple[tuple[int, ...], int]:
+  """(leading dims of the output, query heads G per key/value head).
+
+  Axis -3 holds the heads. Keys and values with K heads there, 1 < K < N and K dividing the
+  query's N, serve G = N // K query heads each (grouped-query attention); otherwise G = 1 and
+  all leading dims broadcast as usual (K = 1 is multi-query attention).
+  """
+  name = "scaled_dot_product_attention"
+  n = q.shape[-3] if q.ndim >= 3 else 1
+  kv_heads = {x.shape[-3] for x in (k, v) if x.ndim >= 3} - {1}
+  groups = 1
+  if n > 1 and kv_heads and min(kv_heads) < n:
+    if len(kv_heads) > 1:
+      raise ValueError(f"{name}: grouped-query keys and values need the same number of heads, "
+                       f"got k{tuple(k.shape)} and v{tuple(v.shape)}.")
+    heads = kv_heads.pop()
+    if n % heads:
+      raise ValueError(
+          f"{name}: q has N={n} heads, not a multiple of the K={heads} key/value heads of "
+          f"k{tuple(k.shape)}, v{tuple(v.shape)}; grouped-query attention needs N % K == 0.")
+    groups = n // heads
+  # Grouped heads count as N for broadcasting the other leading dims.
+  widen = lambda x: (x.shape[:-3] + (n,) if groups > 1 and x.ndim >= 3 and x.shape[-3] > 1
+                     else x.shape[:-2])
   try:
-    lead = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    lead = jnp.broadcast_shapes(q.shape[:-2], widen(k), widen(v))
   except ValueError:
     raise ValueError(
-        f"scaled_dot_product_attention: leading dims of q{tuple(q.shape)}, k{tuple(k.shape)}, "
+        f"{name}: leading dims of q{tuple(q.shape)}, k{tuple(k.shape)}, "
         f"v{tuple(v.shape)} do not broadcast.") from None
+  return lead, groups
+
+
+def _validate_variants(lead, window, softcap, sink, alibi_slopes):
+  """Raises ValueError on a bad window, softcap, sink or alibi_slopes."""
+  name = "scaled_dot_product_attention"
+  if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 0:
+    raise ValueError(f"{name}: window must be a non-negative int (0 = no window), got {window!r}.")
+  if (isinstance(softcap, bool) or not isinstance(softcap, numbers.Real)
+      or not 0.0 <= softcap < math.inf):
+    raise ValueError(
+        f"{name}: softcap must be a non-negative finite number (0 = off), got {softcap!r}.")
+  for arg, x in (("sink", sink), ("alibi_slopes", alibi_slopes)):
+    if x is None:
+      continue
+    try:
+      fits = jnp.broadcast_shapes(tuple(x.shape), lead) == tuple(lead)
+    except ValueError:
+      fits = False
+    if not fits:
+      raise ValueError(
+          f"{name}: {arg} of shape {tuple(x.shape)} does not broadcast to the leading dims "
+          f"{tuple(lead)} of q, k, v (e.g. [N], one per head, for q [B, N, T, H]).")
+
+
+def _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation):
+  """Raises ValueError, before any tracing, on inputs no implementation could handle.
+
+  Returns `_lead_and_groups(q, k, v)`.
+  """
+  check_qk(q, k, "scaled_dot_product_attention")
+  check_kv(k, v, "scaled_dot_product_attention")
+  lead, groups = _lead_and_groups(q, k, v)
   scores_shape = (*lead, q.shape[-2], k.shape[-2])
   check_mask(mask, scores_shape, "scaled_dot_product_attention")
   if bias is not None:
@@ -124,20 +266,24 @@ def _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementat
     raise ValueError(
         f"Unknown attention implementation {implementation!r}; valid implementations: "
         f"{', '.join(KERNELS)} (or None to pick automatically).")
-  return lead
+  return lead, groups
 
 
 def scaled_dot_product_attention(
     q: Array, k: Array, v: Array, *, mask: Array | None = None, bias: Array | None = None,
     is_causal: bool = False, scale: float | None = None, dropout_rate: float = 0.0,
     dropout_rng: Array | None = None, return_weights: bool = False,
-    implementation: str | None = None) -> Array | tuple[Array, Array]:
-  """`softmax(q kᵀ * scale + bias, masked) v`, with a choice of implementation.
+    implementation: str | None = None, window: int = 0, softcap: float = 0.0,
+    sink: Array | None = None, alibi_slopes: Array | None = None) -> Array | tuple[Array, Array]:
+  """`softmax(cap(q kᵀ * scale) + bias + alibi, masked, sink) v`, with a choice of implementation.
 
   Args:
-    q: queries `[..., T, D]`; leading dims (batch, heads) broadcast against k and v.
-    k: keys `[..., S, D]`.
-    v: values `[..., S, Dv]`.
+    q: queries `[..., T, D]`, usually `[B, N, T, H]`; leading dims (batch, heads) broadcast
+      against k and v.
+    k: keys `[..., S, D]`. With `[..., K, S, H]` for K < N heads, K dividing N, each key head
+      serves N // K query heads (grouped-query attention; query head n reads key head
+      `n // (N // K)`, the order of `jnp.repeat(k, N // K, axis=-3)`; K = 1 is multi-query).
+    v: values `[..., S, Dv]`, heads as k.
     mask: boolean, broadcastable to `[..., T, S]`; True = may attend. A fully masked query row
       gets zero weights and a zero output.
     bias: added to the scores (e.g. relative-position or ALiBi terms), broadcastable to `[..., T, S]`.
@@ -147,6 +293,16 @@ def scaled_dot_product_attention(
     dropout_rng: PRNG key for dropout; required when `dropout_rate > 0`.
     return_weights: also return the (pre-dropout) weights `[..., T, S]`; only `'reference'` forms them.
     implementation: `'reference'`, `'chunked'`, `'cudnn'` or None (pick the fastest valid one).
+    window: if > 0, sliding-window (local) attention: query i sees key j only if
+      `|i - j| < window` (with is_causal: keys `i - window + 1 .. i`). 'chunked' skips the key
+      blocks outside the window, so its time grows as S·window.
+    softcap: if > 0, logit soft-capping (Gemma 2): the scaled scores s become
+      `softcap * tanh(s / softcap)`, before bias, ALiBi and masking.
+    sink: attention-sink logits (a learned parameter), broadcastable to the leading dims (e.g.
+      `[N]`, one per head): the softmax gets one more slot of that logit and value 0, so the
+      weights over the keys sum to less than 1 and a head can attend to nothing.
+    alibi_slopes: ALiBi (Press et al. 2022), broadcastable to the leading dims (e.g. `[N]`):
+      adds `-slope * |i - j|` to the scores. Treated as a constant (no gradient).
 
   Returns:
     Output `[..., T, Dv]`, or `(output, weights)` when `return_weights`.
@@ -154,24 +310,31 @@ def scaled_dot_product_attention(
   # Converted here, before any kernel traces them: 'chunked' indexes the mask and bias with traced
   # head indices inside custom_vjp and lax.map, which a NumPy array cannot take.
   q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-  mask = None if mask is None else jnp.asarray(mask)
-  bias = None if bias is None else jnp.asarray(bias)
-  lead = _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation)
-  masked = mask is not None or bias is not None or is_causal
+  mask, bias, sink, alibi_slopes = (None if x is None else jnp.asarray(x)
+                                    for x in (mask, bias, sink, alibi_slopes))
+  lead, groups = _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation)
+  _validate_variants(lead, window, softcap, sink, alibi_slopes)
+  window, softcap = int(window), float(softcap)
+  masked = mask is not None or bias is not None or is_causal or window > 0
+  variants = dict(is_causal=is_causal, window=window, softcap=softcap, sink=sink,
+                  alibi_slopes=alibi_slopes)
   if implementation is None:
-    implementation = _pick(q, k, v, masked, dropout_rate, return_weights)
+    implementation = _pick(q, k, v, masked, dropout_rate, return_weights, **variants)
   elif implementation != "reference" and return_weights:
     raise ValueError(
         f"scaled_dot_product_attention: return_weights=True needs implementation='reference'; "
         f"{implementation!r} never forms the weights.")
   elif implementation == "cudnn":
-    reason = _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights)
+    reason = _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, **variants)
     if reason:
       raise ValueError(f"scaled_dot_product_attention: implementation='cudnn' unavailable: {reason}.")
   if implementation in ("chunked", "cudnn"):
-    q, k, v = (jnp.broadcast_to(x, (*lead, *x.shape[-2:])) for x in (q, k, v))
+    # Grouped keys and values keep their K heads: the kernels expand or group them themselves.
+    kv_lead = (*lead[:-1], lead[-1] // groups) if groups > 1 else lead
+    q = jnp.broadcast_to(q, (*lead, *q.shape[-2:]))
+    k, v = (jnp.broadcast_to(x, (*kv_lead, *x.shape[-2:])) for x in (k, v))
   scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
   out, weights = KERNELS[implementation](
-      q, k, v, mask=mask, bias=bias, is_causal=is_causal, scale=scale,
-      dropout_rate=float(dropout_rate), dropout_rng=dropout_rng)
+      q, k, v, mask=mask, bias=bias, scale=scale, dropout_rate=float(dropout_rate),
+      dropout_rng=dropout_rng, groups=groups, **variants)
   return (out, weights) if return_weights else out

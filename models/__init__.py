@@ -1,6 +1,7 @@
 """Flax NNX models built on `attention/`; `build(config.model, ...)` constructs one by name."""
 
 from collections.abc import Mapping
+import dataclasses
 import inspect
 import types
 from typing import Any
@@ -47,16 +48,38 @@ def fitting(interface: type) -> list[str]:
   return sorted(name for name, cls in MODELS.items() if issubclass(cls, interface))
 
 
-def _config_value(parameter: inspect.Parameter) -> Any:
-  """A parameter's default as a config value; `X | None = None` becomes an overridable X field."""
-  if parameter.default is not None:
-    return parameter.default
-  kinds = [t for t in getattr(parameter.annotation, '__args__', ()) if t is not types.NoneType]
+def _config_value(default: Any, annotation: Any) -> Any:
+  """A default as a config value; `X | None = None` becomes an overridable X placeholder."""
+  if default is not None:
+    return default
+  kinds = [t for t in getattr(annotation, '__args__', ()) if t is not types.NoneType]
   return config_dict.placeholder(kinds[0]) if len(kinds) == 1 else None
 
 
+def _groups(cls: type) -> dict[str, Any]:
+  """{argument: default instance} for the constructor's config dataclasses (e.g. `stack`), whose
+  fields are plain fields of `config.model`."""
+  parameters = inspect.signature(cls.__init__).parameters
+  return {key: p.default for key, p in parameters.items() if dataclasses.is_dataclass(p.default)}
+
+
+def _fields(cls: type) -> dict[str, Any]:
+  """Every configurable field of `cls` at its default: the constructor's arguments that have a
+  default, with each config dataclass replaced by its fields at the declared default."""
+  fields = {}
+  for key, parameter in inspect.signature(cls.__init__).parameters.items():
+    if parameter.default is inspect.Parameter.empty or key == 'rngs':
+      continue
+    if dataclasses.is_dataclass(parameter.default):
+      fields.update({field.name: _config_value(getattr(parameter.default, field.name), field.type)
+                     for field in dataclasses.fields(parameter.default)})
+    else:
+      fields[key] = _config_value(parameter.default, parameter.annotation)
+  return fields
+
+
 def default_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
-  """`config.model` for `MODELS[name]`: every constructor argument that has a default, at it.
+  """`config.model` for `MODELS[name]`: every configurable field (see `_fields`) at its default.
 
   The arguments without a default (vocabulary sizes, special ids) come from the task's data and
   are left out. Every field is present, so `--config.model.FIELD=value` works for all of them.
@@ -66,11 +89,9 @@ def default_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
     **overrides: the experiment's values, where it differs from the defaults.
 
   Raises:
-    ValueError: the name is unknown, or an override is not an argument with a default.
+    ValueError: the name is unknown, or an override is not a field.
   """
-  parameters = inspect.signature(model_class(name).__init__).parameters
-  fields = {key: _config_value(p) for key, p in parameters.items()
-            if p.default is not inspect.Parameter.empty and key != 'rngs'}
+  fields = _fields(model_class(name))
   unknown = sorted(set(overrides) - set(fields))
   if unknown:
     raise ValueError(f'config.model.{unknown[0]} is not a configurable argument of '
@@ -81,7 +102,10 @@ def default_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
 
 
 def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) -> nnx.Module:
-  """Constructs `MODELS[model_config['name']]` with the config's other fields as keyword arguments.
+  """Constructs `MODELS[model_config['name']]` from the config's other fields.
+
+  Fields of a config dataclass argument (`stack`) become that dataclass, starting from the
+  constructor's default instance; the others are keyword arguments.
 
   Args:
     model_config: `config.model`: the constructor arguments plus `name`.
@@ -95,12 +119,11 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
     The model.
 
   Raises:
-    ValueError: the name is unknown, or a field is not an argument of the model or is set (not
-      None) although the data decides it.
+    ValueError: the name is unknown, or a field is not one of the model's or is set (not None)
+      although the data decides it, or a value is invalid (the message names the field).
   """
   kwargs = dict(model_config)
   model_cls = model_class(kwargs.pop('name', None))
-  accepted = set(inspect.signature(model_cls.__init__).parameters) - {'self', 'rngs'}
   for key in set(kwargs) & set(data_args):
     if kwargs[key] is None:
       del kwargs[key]
@@ -108,10 +131,14 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
   if from_data:
     raise ValueError(f'config.model.{from_data[0]} is set from the data ({from_data[0]}='
                      f'{data_args[from_data[0]]!r}); remove it from the config.')
-  unknown = sorted(set(kwargs) - accepted)
+  unknown = sorted(set(kwargs) - set(_fields(model_cls)))
   if unknown:
     raise ValueError(f'config.model.{unknown[0]} is not an argument of {model_cls.__name__}; '
-                     f'valid fields: {sorted(accepted - set(data_args))}.')
+                     f'valid fields: {sorted(set(_fields(model_cls)) - set(data_args))}.')
+  for group, default in _groups(model_cls).items():
+    names = {field.name for field in dataclasses.fields(default)}
+    values = {key: kwargs.pop(key) for key in sorted(names & set(kwargs))}
+    kwargs[group] = dataclasses.replace(default, **values)
   return model_cls(**data_args, **kwargs, rngs=rngs)
 
 

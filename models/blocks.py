@@ -1,4 +1,4 @@
-"""Transformer blocks: encoder and decoder layers, stacks of them, and the checks they share.
+"""Transformer blocks: encoder and decoder layers and stacks of them, built from a `StackConfig`.
 
 Every Transformer-family model (the encoder-decoder Transformer, the classifier, the language
 models, the ViT, the captioner's decoder) builds on these. Shapes: `x`/`y` `[B, T, D]`, memory
@@ -12,30 +12,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models.embeddings import POSITIONS
-from models.layers import (ACTIVATIONS, FeedForward, MultiHeadAttention, check_attention_args,
-                           check_choice)
+from models.attention_layer import MultiHeadAttention
+from models.layers import FeedForward
+from models.stack_config import StackConfig
 
 Array = jax.Array
-NORMS = ("post", "pre")
 EPS = 1e-6  # every LayerNorm of the Transformer families
-
-
-def check_stack_args(*, d_model: int, num_heads: int, d_k: int | None, d_v: int | None, score: str,
-                     attention_impl: str | None, norm: str, activation: str, positions: str,
-                     valid_positions: tuple[str, ...] = POSITIONS) -> None:
-  """Raises ValueError, naming the field, on settings no stack of `EncoderLayer`s can take.
-
-  `valid_positions` are the `positions` the model supports; `'rope'` (rotary attention, for models
-  that take it) needs an even d_k.
-  """
-  check_choice("positions", positions, valid_positions)
-  check_attention_args(d_model, num_heads, d_k, d_v, score, attention_impl,
-                       implementation_field="attention_impl", rotary=positions == "rope")
-  check_choice("norm", norm, NORMS)
-  check_choice("activation", activation, ACTIVATIONS)
-  if positions == "sinusoidal" and d_model % 2:
-    raise ValueError(f"d_model must be even for positions='sinusoidal'; got {d_model}.")
 
 
 class _Block(nnx.Module):
@@ -70,11 +52,11 @@ class EncoderLayer(_Block):
   decoder-only language model.
   """
 
-  def __init__(self, d_model: int, d_ff: int, *, norm: str, activation: str,
-               dropout_rate: float, attention_kwargs: dict[str, Any], rngs: nnx.Rngs):
-    super().__init__(d_model, num_sublayers=2, norm=norm, dropout_rate=dropout_rate, rngs=rngs)
-    self.self_attn = MultiHeadAttention(d_model, **attention_kwargs, rngs=rngs)
-    self.ffn = FeedForward(d_model, d_ff, activation=activation, rngs=rngs)
+  def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
+    super().__init__(stack.d_model, num_sublayers=2, norm=stack.norm,
+                     dropout_rate=stack.dropout_rate, rngs=rngs)
+    self.self_attn = MultiHeadAttention(stack.d_model, **stack.attention_kwargs(), rngs=rngs)
+    self.ffn = FeedForward(stack.d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
 
   def __call__(self, x: Array, mask: Array | None, *, is_causal: bool = False,
                deterministic: bool = True, rngs: nnx.Rngs | None = None,
@@ -94,27 +76,29 @@ class EncoderLayer(_Block):
     return x, cache
 
 
-def encoder_stack(num_layers: int, d_model: int, d_ff: int, *, norm: str, activation: str,
-                  dropout_rate: float, attention_dropout_rate: float, rngs: nnx.Rngs,
-                  **attention_kwargs: Any) -> tuple[nnx.List, nnx.LayerNorm | None]:
-  """`num_layers` `EncoderLayer`s, and the final LayerNorm a pre-norm stack ends with (None for
-  post-norm); `attention_kwargs` go to each layer's `MultiHeadAttention`."""
-  attention_kwargs = dict(attention_kwargs, dropout_rate=attention_dropout_rate)
-  layers = nnx.List([EncoderLayer(d_model, d_ff, norm=norm, activation=activation,
-                                  dropout_rate=dropout_rate, attention_kwargs=attention_kwargs,
-                                  rngs=rngs) for _ in range(num_layers)])
-  return layers, nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs) if norm == "pre" else None
+def encoder_stack(stack: StackConfig, *, rngs: nnx.Rngs
+                  ) -> tuple[nnx.List, nnx.LayerNorm | None]:
+  """`stack.num_layers` `EncoderLayer`s, and the final LayerNorm a pre-norm stack ends with
+  (None for post-norm)."""
+  layers = nnx.List([EncoderLayer(stack, rngs=rngs) for _ in range(stack.num_layers)])
+  return layers, final_norm(stack, rngs=rngs)
+
+
+def final_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.LayerNorm | None:
+  """The LayerNorm a pre-norm stack ends with; None for post-norm."""
+  return nnx.LayerNorm(stack.d_model, epsilon=EPS, rngs=rngs) if stack.norm == "pre" else None
 
 
 class DecoderLayer(_Block):
   """Masked self-attention, cross-attention to the encoder memory, feed-forward."""
 
-  def __init__(self, d_model: int, d_ff: int, *, norm: str, activation: str,
-               dropout_rate: float, attention_kwargs: dict[str, Any], rngs: nnx.Rngs):
-    super().__init__(d_model, num_sublayers=3, norm=norm, dropout_rate=dropout_rate, rngs=rngs)
-    self.self_attn = MultiHeadAttention(d_model, **attention_kwargs, rngs=rngs)
-    self.cross_attn = MultiHeadAttention(d_model, **attention_kwargs, rngs=rngs)
-    self.ffn = FeedForward(d_model, d_ff, activation=activation, rngs=rngs)
+  def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
+    super().__init__(stack.d_model, num_sublayers=3, norm=stack.norm,
+                     dropout_rate=stack.dropout_rate, rngs=rngs)
+    d_model = stack.d_model
+    self.self_attn = MultiHeadAttention(d_model, **stack.attention_kwargs(), rngs=rngs)
+    self.cross_attn = MultiHeadAttention(d_model, **stack.attention_kwargs(cross=True), rngs=rngs)
+    self.ffn = FeedForward(d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
 
   def __call__(self, y: Array, memory: Array, source_mask: Array, *, deterministic: bool = True,
                rngs: nnx.Rngs | None = None, return_weights: bool = False
@@ -166,8 +150,9 @@ def run_decoder(layers: Sequence[DecoderLayer], y: Array, memory: Array,
 
 def init_decoder_cache(layers: Sequence[DecoderLayer], memory: Array,
                        max_length: int) -> list[dict[str, Any]]:
-  """Per layer: zeroed `'self'` K/V `[B, N, max_length, H]`, `'cross'` K/V `[B, N, S, H]`."""
-  return [{"self": layer.self_attn.init_cache(memory.shape[0], max_length, memory.dtype),
+  """Per layer: the empty `'self'` state (K/V `[B, K, max_length, H]` for softmax attention) and
+  `'cross'` K/V `[B, K, S, H]`."""
+  return [{"self": layer.self_attn.init_cache(memory.shape[0], max_length),
            "cross": layer.cross_attn.project_kv(memory)} for layer in layers]
 
 

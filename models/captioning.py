@@ -24,6 +24,7 @@ Decoders (`decoder`):
   token positions.
 """
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -32,19 +33,19 @@ from flax import nnx
 
 from models import rnn_attention
 from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
-from models.layers import (check_choice, check_positive_ints, check_rate, check_vocab, dense,
-                           is_int)
+from models.layers import check_choice, check_positive_ints, check_vocab, dense, is_int
 from models.seq2seq import bahdanau_step
-from models.blocks import (EPS, DecoderLayer, check_stack_args, decoder_step,
-                                init_decoder_cache, run_decoder)
+from models.blocks import EPS, DecoderLayer, decoder_step, init_decoder_cache, run_decoder
+from models.stack_config import AttentionVariant, StackConfig
 from models.vision import (GridPositions, PatchEncoder, check_dropout, check_image_shape,
                            check_images, check_positions_2d)
 
 Array = jax.Array
 ENCODERS = ("cnn", "vit")
 DECODERS = ("gru", "transformer")
-# The Transformer decoder's fixed choices (and the ViT encoder's): pre-norm trains without warm-up.
-_STACK = dict(norm="pre", activation="gelu", score="scaled_dot", attention_impl=None)
+# The Transformer decoder's fixed choices (and the ViT encoder's): pre-norm trains without warm-up;
+# the decoder's token positions are sinusoidal (the encoder's are `positions`).
+_STACK = dict(norm="pre", activation="gelu", positions="sinusoidal")
 
 
 def _check_cnn(image_shape: tuple[int, int, int], channels: Any) -> None:
@@ -106,7 +107,8 @@ class Captioner(nnx.Module):
                cnn_channels: tuple[int, ...] = (32, 64), patch_size: int = 4,
                encoder_layers: int = 2, decoder_layers: int = 1, num_heads: int = 4,
                d_ff: int = 256, embed_dim: int = 64, score: str = "additive",
-               positions: str = "learned", dropout_rate: float = 0.0, rngs: nnx.Rngs):
+               positions: str = "learned", dropout_rate: float = 0.0,
+               variant: AttentionVariant = AttentionVariant(), rngs: nnx.Rngs):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -127,23 +129,23 @@ class Captioner(nnx.Module):
       score: the GRU decoder's attention score, a name in `attention.SCORES`.
       positions: the regions' 2-D positions, `'learned'` or `'sinusoidal'` (d_model % 4 == 0).
       dropout_rate: dropout rate (see the class docstring).
+      variant: the attention variant of the Transformer stacks (ViT encoder, Transformer decoder).
       rngs: `params` stream for initialisation.
     """
     image_shape = check_image_shape(image_shape)
     check_vocab(vocab_size, pad_id)
     check_choice("encoder", encoder, ENCODERS)
     check_choice("decoder", decoder, DECODERS)
-    check_positive_ints(d_model=d_model, encoder_layers=encoder_layers,
-                        decoder_layers=decoder_layers, d_ff=d_ff, embed_dim=embed_dim)
+    check_positive_ints(encoder_layers=encoder_layers, decoder_layers=decoder_layers,
+                        embed_dim=embed_dim)
     check_positions_2d(positions, d_model)
-    check_rate("dropout_rate", dropout_rate)
+    # The Transformer stacks' settings; checked even when no stack is built.
+    stack = StackConfig(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
+                        dropout_rate=dropout_rate, **_STACK, **dataclasses.asdict(variant))
     if encoder == "cnn":
       _check_cnn(image_shape, cnn_channels)
     if decoder == "gru":
       rnn_attention.check_score(score)
-    else:
-      check_stack_args(d_model=d_model, num_heads=num_heads, d_k=None, d_v=None,
-                       positions="sinusoidal", **_STACK)
 
     self.pad_id = pad_id
     self.image_shape = image_shape
@@ -154,10 +156,8 @@ class Captioner(nnx.Module):
                                        positions=positions, rngs=rngs)
     else:
       self.image_encoder = PatchEncoder(
-          image_shape, patch_size, num_layers=encoder_layers, d_model=d_model,
-          num_heads=num_heads, d_ff=d_ff, d_k=None, d_v=None, dropout_rate=dropout_rate,
-          attention_dropout_rate=0.0, positions=positions, class_token=False, rngs=rngs,
-          **_STACK)
+          image_shape, patch_size, class_token=False, rngs=rngs,
+          stack=dataclasses.replace(stack, num_layers=encoder_layers, positions=positions))
     self.grid = self.image_encoder.grid
     self.dropout = nnx.Dropout(dropout_rate)
     if decoder == "gru":
@@ -170,11 +170,8 @@ class Captioner(nnx.Module):
     else:
       self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
       self.token_positions = SinusoidalPositions(d_model)
-      attention_kwargs = dict(num_heads=num_heads, score=_STACK["score"])
-      self.decoder_layers = nnx.List([
-          DecoderLayer(d_model, d_ff, norm=_STACK["norm"], activation=_STACK["activation"],
-                       dropout_rate=dropout_rate, attention_kwargs=attention_kwargs, rngs=rngs)
-          for _ in range(decoder_layers)])
+      self.decoder_layers = nnx.List([DecoderLayer(stack, rngs=rngs)
+                                      for _ in range(decoder_layers)])
       self.decoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
       features = d_model
     self.output = dense(features, vocab_size, rngs=rngs)

@@ -17,7 +17,8 @@ from models.layers import (AttentionPooling, check_choice, check_positive_ints, 
                            check_vocab, dense, is_int)
 from models.rnn_attention import check_score
 from models.seq2seq import GRUEncoder
-from models.blocks import check_stack_args, encoder_stack
+from models.blocks import encoder_stack
+from models.stack_config import StackConfig
 
 Array = jax.Array
 POOLINGS = ("cls", "mean", "attention")
@@ -136,57 +137,34 @@ class TransformerClassifier(nnx.Module):
   - `'attention'`: HAN's `AttentionPooling` with `pooling_score`.
   """
 
-  def __init__(self, *, vocab_size: int, num_classes: int, pad_id: int, num_layers: int = 2,
-               d_model: int = 128, num_heads: int = 4, d_ff: int = 256, d_k: int | None = None,
-               d_v: int | None = None, dropout_rate: float = 0.1,
-               attention_dropout_rate: float = 0.0, norm: str = "pre", activation: str = "relu",
-               score: str = "scaled_dot", attention_impl: str | None = None,
-               positions: str = "sinusoidal", max_length: int = 512, pooling: str = "attention",
-               pooling_score: str = "dot", rngs: nnx.Rngs):
+  def __init__(self, *, vocab_size: int, num_classes: int, pad_id: int,
+               stack: StackConfig = StackConfig(num_layers=2, d_model=128, num_heads=4, d_ff=256,
+                                                norm="pre"),
+               pooling: str = "attention", pooling_score: str = "dot", rngs: nnx.Rngs):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
       vocab_size: vocabulary size V.
       num_classes: classes C (>= 2).
       pad_id: the tokenizer's padding id; padded positions are masked out.
-      num_layers: encoder layers L.
-      d_model: model width D.
-      num_heads: attention heads N.
-      d_ff: inner width of the feed-forward sublayers.
-      d_k: per-head query/key size; default `d_model // num_heads`.
-      d_v: per-head value size; default `d_model // num_heads`.
-      dropout_rate: dropout on sublayer outputs, embedding + position sums and the pooled vector.
-      attention_dropout_rate: dropout on the attention weights.
-      norm: `'post'` or `'pre'` (with a final LayerNorm).
-      activation: feed-forward activation, `'relu'` or `'gelu'`.
-      score: self-attention score kind, a name in `attention.SCORES`.
-      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'sinusoidal'`, `'learned'` or `'none'`.
-      max_length: most tokens (S*W for documents) learned positions cover.
+      stack: the encoder; `dropout_rate` also acts on the pooled vector, `max_length` is the
+        most tokens (S*W for documents) learned positions cover.
       pooling: `'cls'`, `'mean'` or `'attention'`.
       pooling_score: the attention pooling's score, a name in `attention.SCORES`.
       rngs: `params` stream for initialisation.
     """
     _check_data_args(vocab_size, num_classes, pad_id)
-    check_positive_ints(num_layers=num_layers, d_model=d_model, d_ff=d_ff, max_length=max_length)
-    check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
-                     attention_impl=attention_impl, norm=norm, activation=activation,
-                     positions=positions)
     check_choice("pooling", pooling, POOLINGS)
     check_score(pooling_score, "pooling_score")
-    check_rate("dropout_rate", dropout_rate)
-    check_rate("attention_dropout_rate", attention_dropout_rate)
 
+    d_model = stack.d_model
     self.pad_id = pad_id
     self.pooling = pooling
-    self.dropout_rates = (dropout_rate, attention_dropout_rate)
+    self.dropout_rates = (stack.dropout_rate, stack.attention_dropout_rate)
     self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
-    self.positions = make_positions(positions, d_model, max_length, rngs=rngs)
-    self.dropout = nnx.Dropout(dropout_rate)
-    self.layers, self.final_norm = encoder_stack(
-        num_layers, d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
-        num_heads=num_heads, d_k=d_k, d_v=d_v, score=score, implementation=attention_impl,
-        attention_dropout_rate=attention_dropout_rate, rngs=rngs)
+    self.positions = make_positions(stack.positions, d_model, stack.max_length, rngs=rngs)
+    self.dropout = nnx.Dropout(stack.dropout_rate)
+    self.layers, self.final_norm = encoder_stack(stack, rngs=rngs)
     # Unit variance, like the sqrt(D)-scaled token embeddings it sits among.
     self.cls = (nnx.Param(nnx.initializers.normal(1.0)(rngs.params(), (d_model,)))
                 if pooling == "cls" else None)
@@ -208,7 +186,8 @@ class TransformerClassifier(nnx.Module):
                        f"{self.positions.max_length} of the learned positions.")
     mask = ids != self.pad_id                                           # [B, T]
     x = self.embed(ids)                                                 # [B, T, D]
-    x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)   # positions are float32
+    if self.positions is not None:                                      # float32 encodings
+      x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)
     if self.cls is not None:
       cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (x.shape[0], 1, x.shape[2]))
       x = jnp.concatenate([cls, x], axis=1)                             # [B, T+1, D]

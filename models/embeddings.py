@@ -95,12 +95,17 @@ class NoPositions(nnx.Module):
 
 
 POSITIONS = ("sinusoidal", "learned", "none")
+# Positions that act inside self-attention (`models.attention_layer`), leaving the embeddings alone.
+ATTENTION_POSITIONS = ("rope", "alibi", "t5")
 
 
-def make_positions(kind: str, features: int, max_length: int, *,
-                   rngs: nnx.Rngs) -> SinusoidalPositions | LearnedPositions | NoPositions:
-  """Builds the positional embedding named `kind` (one of `POSITIONS`)."""
-  check_choice("positions", kind, POSITIONS)
+def make_positions(kind: str, features: int, max_length: int, *, rngs: nnx.Rngs
+                   ) -> SinusoidalPositions | LearnedPositions | NoPositions | None:
+  """Builds the positional embedding named `kind` (one of `POSITIONS`); None for a kind of
+  `ATTENTION_POSITIONS`, which adds nothing to the embeddings."""
+  check_choice("positions", kind, POSITIONS + ATTENTION_POSITIONS)
+  if kind in ATTENTION_POSITIONS:
+    return None
   if kind == "sinusoidal":
     return SinusoidalPositions(features)
   if kind == "none":

@@ -15,12 +15,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models.embeddings import POSITIONS, LearnedPositions, TokenEmbedding, make_positions
-from models.layers import check_positive_ints, check_rate, check_vocab, dense, is_int
-from models.blocks import EPS, check_stack_args, encoder_stack
+from models.blocks import EPS, encoder_stack
+from models.embeddings import LearnedPositions, TokenEmbedding, make_positions
+from models.layers import check_positive_ints, check_vocab, dense, is_int
+from models.stack_config import StackConfig
 
 Array = jax.Array
-LM_POSITIONS = (*POSITIONS, "rope")
 
 
 class _Stack(nnx.Module):
@@ -33,29 +33,15 @@ class _Stack(nnx.Module):
 
   causal: bool
 
-  def __init__(self, *, vocab_size: int, pad_id: int, num_layers: int, d_model: int,
-               num_heads: int, d_ff: int, d_k: int | None, d_v: int | None, dropout_rate: float,
-               attention_dropout_rate: float, norm: str, activation: str, score: str,
-               attention_impl: str | None, positions: str, max_length: int, rngs: nnx.Rngs):
+  def __init__(self, *, vocab_size: int, pad_id: int, stack: StackConfig, rngs: nnx.Rngs):
     check_vocab(vocab_size, pad_id)
-    check_positive_ints(num_layers=num_layers, d_model=d_model, d_ff=d_ff, max_length=max_length)
-    check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
-                     attention_impl=attention_impl, norm=norm, activation=activation,
-                     positions=positions, valid_positions=LM_POSITIONS)
-    check_rate("dropout_rate", dropout_rate)
-    check_rate("attention_dropout_rate", attention_dropout_rate)
-
     self.pad_id = pad_id
-    self.dropout_rates = (dropout_rate, attention_dropout_rate)
-    self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
-    # RoPE rotates queries and keys inside every self-attention; nothing joins the embeddings.
-    self.positions = (None if positions == "rope"
-                      else make_positions(positions, d_model, max_length, rngs=rngs))
-    self.dropout = nnx.Dropout(dropout_rate)
-    self.layers, self.final_norm = encoder_stack(
-        num_layers, d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
-        num_heads=num_heads, d_k=d_k, d_v=d_v, score=score, implementation=attention_impl,
-        attention_dropout_rate=attention_dropout_rate, rotary=positions == "rope", rngs=rngs)
+    self.dropout_rates = (stack.dropout_rate, stack.attention_dropout_rate)
+    self.embed = TokenEmbedding(vocab_size, stack.d_model, rngs=rngs)
+    # None for positions that act inside every self-attention (RoPE, ALiBi, T5).
+    self.positions = make_positions(stack.positions, stack.d_model, stack.max_length, rngs=rngs)
+    self.dropout = nnx.Dropout(stack.dropout_rate)
+    self.layers, self.final_norm = encoder_stack(stack, rngs=rngs)
 
   def _check_length(self, length: int, what: str) -> None:
     """Raises ValueError if `length` positions exceed the learned table (`what` names them)."""
@@ -144,44 +130,24 @@ class DecoderLM(_Stack):
 
   causal = True
 
-  def __init__(self, *, vocab_size: int, pad_id: int, num_layers: int = 6, d_model: int = 512,
-               num_heads: int = 8, d_ff: int = 2048, d_k: int | None = None,
-               d_v: int | None = None, dropout_rate: float = 0.1,
-               attention_dropout_rate: float = 0.0, norm: str = "pre", activation: str = "gelu",
-               score: str = "scaled_dot", attention_impl: str | None = None,
-               positions: str = "rope", max_length: int = 1024, tie_output: bool = True,
-               rngs: nnx.Rngs):
+  def __init__(self, *, vocab_size: int, pad_id: int,
+               stack: StackConfig = StackConfig(norm="pre", activation="gelu", positions="rope",
+                                                max_length=1024),
+               tie_output: bool = True, rngs: nnx.Rngs):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
       vocab_size: vocabulary size V.
       pad_id: the tokenizer's padding id (right padding; causal attention never reads it).
-      num_layers: layers L.
-      d_model: model width D.
-      num_heads: attention heads N.
-      d_ff: inner width of the feed-forward sublayers.
-      d_k: per-head query/key size; default `d_model // num_heads`; even for `'rope'`.
-      d_v: per-head value size; default `d_model // num_heads`.
-      dropout_rate: dropout on sublayer outputs and on the embeddings.
-      attention_dropout_rate: dropout on the attention weights.
-      norm: `'pre'` (GPT-2, with a final LayerNorm) or `'post'`.
-      activation: feed-forward activation, `'gelu'` (GPT) or `'relu'`.
-      score: attention score kind, a name in `attention.SCORES`.
-      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'rope'` (rotary, in every self-attention), `'learned'`, `'sinusoidal'` or
-        `'none'` (only the causal mask tells positions apart).
-      max_length: positions the learned table covers; unused by `'rope'` and `'sinusoidal'`.
+      stack: the layers; defaults are GPT-2's choices (pre-norm, gelu) with rotary positions.
+        `positions='none'` leaves only the causal mask to tell positions apart; `max_length`
+        is what a learned table covers.
       tie_output: the output projection is the transposed token embedding.
       rngs: `params` stream for initialisation.
     """
-    super().__init__(vocab_size=vocab_size, pad_id=pad_id, num_layers=num_layers,
-                     d_model=d_model, num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
-                     dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-                     norm=norm, activation=activation, score=score,
-                     attention_impl=attention_impl, positions=positions, max_length=max_length,
-                     rngs=rngs)
+    super().__init__(vocab_size=vocab_size, pad_id=pad_id, stack=stack, rngs=rngs)
     self.output_proj = None if tie_output else dense(
-        d_model, vocab_size, axes=("embed", "vocab"), rngs=rngs)
+        stack.d_model, vocab_size, axes=("embed", "vocab"), rngs=rngs)
 
   def _logits(self, x: Array) -> Array:
     """Final states `[..., D]` -> float32 next-token logits `[..., V]`."""
@@ -208,7 +174,7 @@ class DecoderLM(_Stack):
     x = self._embed(prompt[:, :-1], 0)                                  # [B, P-1, D]
     layers = []
     for layer in self.layers:
-      cache = layer.self_attn.init_cache(batch, length, x.dtype)
+      cache = layer.self_attn.init_cache(batch, length)
       if x.shape[1]:                                                    # P = 1: nothing to prefill
         x, cache = layer.decode_step(x, cache, 0)
       layers.append(cache)
@@ -252,41 +218,23 @@ class EncoderMLM(_Stack):
   causal = False
 
   def __init__(self, *, vocab_size: int, pad_id: int, num_classes: int | None = None,
-               num_layers: int = 6, d_model: int = 512, num_heads: int = 8, d_ff: int = 2048,
-               d_k: int | None = None, d_v: int | None = None, dropout_rate: float = 0.1,
-               attention_dropout_rate: float = 0.0, norm: str = "pre", activation: str = "gelu",
-               score: str = "scaled_dot", attention_impl: str | None = None,
-               positions: str = "learned", max_length: int = 512, rngs: nnx.Rngs):
+               stack: StackConfig = StackConfig(norm="pre", activation="gelu",
+                                                positions="learned"),
+               rngs: nnx.Rngs):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
       vocab_size: vocabulary size V.
       pad_id: the tokenizer's padding id; padded positions are masked out as keys.
       num_classes: classes C (>= 2) of the classification head; None builds none.
-      num_layers: layers L.
-      d_model: model width D.
-      num_heads: attention heads N.
-      d_ff: inner width of the feed-forward sublayers.
-      d_k: per-head query/key size; default `d_model // num_heads`; even for `'rope'`.
-      d_v: per-head value size; default `d_model // num_heads`.
-      dropout_rate: dropout on sublayer outputs, the embeddings and the pooled vector.
-      attention_dropout_rate: dropout on the attention weights.
-      norm: `'pre'` (with a final LayerNorm) or `'post'` (BERT).
-      activation: feed-forward activation, `'gelu'` (BERT) or `'relu'`.
-      score: attention score kind, a name in `attention.SCORES`.
-      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'learned'` (BERT), `'sinusoidal'`, `'rope'` or `'none'`.
-      max_length: positions the learned table covers (S*W tokens for documents).
+      stack: the layers; BERT's learned positions and gelu by default (pre-norm; BERT is
+        post-norm). `max_length` is what a learned table covers (S*W tokens for documents).
       rngs: `params` stream for initialisation.
     """
     if num_classes is not None and (not is_int(num_classes) or num_classes < 2):
       raise ValueError(f"num_classes must be None or an integer >= 2; got {num_classes!r}.")
-    super().__init__(vocab_size=vocab_size, pad_id=pad_id, num_layers=num_layers,
-                     d_model=d_model, num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
-                     dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-                     norm=norm, activation=activation, score=score,
-                     attention_impl=attention_impl, positions=positions, max_length=max_length,
-                     rngs=rngs)
+    super().__init__(vocab_size=vocab_size, pad_id=pad_id, stack=stack, rngs=rngs)
+    d_model = stack.d_model
     self.mlm_dense = dense(d_model, d_model, rngs=rngs)
     self.mlm_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
     self.mlm_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))

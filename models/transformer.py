@@ -11,10 +11,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models.blocks import (EPS, DecoderLayer, EncoderLayer, check_stack_args, decoder_step,
+from models.blocks import (DecoderLayer, EncoderLayer, decoder_step, final_norm,
                            init_decoder_cache, run_decoder)
 from models.embeddings import LearnedPositions, TokenEmbedding, make_positions
-from models.layers import check_rate, dense
+from models.layers import check_positive_ints, dense
+from models.stack_config import StackConfig
 
 Array = jax.Array
 
@@ -28,13 +29,8 @@ class Transformer(nnx.Module):
   """
 
   def __init__(self, *, input_vocab_size: int, output_vocab_size: int, pad_id: int,
-               num_layers: int = 6,
+               stack: StackConfig = StackConfig(),
                num_encoder_layers: int | None = None, num_decoder_layers: int | None = None,
-               d_model: int = 512, num_heads: int = 8, d_ff: int = 2048, d_k: int | None = None,
-               d_v: int | None = None, dropout_rate: float = 0.1,
-               attention_dropout_rate: float = 0.0, norm: str = "post", activation: str = "relu",
-               score: str = "scaled_dot", attention_impl: str | None = None,
-               positions: str = "sinusoidal", max_length: int = 512,
                share_embeddings: bool = False, tie_output: bool = True, rngs: nnx.Rngs):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
@@ -42,60 +38,37 @@ class Transformer(nnx.Module):
       input_vocab_size: source vocabulary size.
       output_vocab_size: target vocabulary size V_out.
       pad_id: the tokenizer's padding id; padded source positions are masked out.
-      num_layers: layers per stack; `num_encoder_layers` / `num_decoder_layers` override it.
-      num_encoder_layers: encoder layers, default `num_layers`.
-      num_decoder_layers: decoder layers, default `num_layers`.
-      d_model: model width D.
-      num_heads: attention heads N.
-      d_ff: inner width of the feed-forward sublayers.
-      d_k: per-head query/key size; default `d_model // num_heads`.
-      d_v: per-head value size; default `d_model // num_heads`.
-      dropout_rate: dropout on sublayer outputs and on embedding + position sums.
-      attention_dropout_rate: dropout on the attention weights.
-      norm: `'post'` (the paper) or `'pre'` (LayerNorm inside the residual branch, plus a final
-        LayerNorm on each stack).
-      activation: feed-forward activation, `'relu'` (the paper) or `'gelu'`.
-      score: attention score kind, a name in `attention.SCORES`.
-      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'sinusoidal'` (the paper), `'learned'` (one table shared by both stacks) or
-        `'none'` (no position information: the encoder sees a set).
-      max_length: longest sequence learned positions cover.
+      stack: width, heads, layers (`num_layers` per stack), norm, positions, attention variant.
+        Positions `'learned'` are one table shared by both stacks; `'none'` leaves the encoder
+        a set; `'rope'`, `'alibi'` and `'t5'` act in the self-attentions of both stacks, and
+        cross-attention sees no positions.
+      num_encoder_layers: encoder layers, default `stack.num_layers`.
+      num_decoder_layers: decoder layers, default `stack.num_layers`.
       share_embeddings: one token table for source and target (needs equal vocabulary sizes).
       tie_output: the output projection is the transposed target embedding.
       rngs: `params` stream for initialisation.
     """
-    num_encoder_layers = num_layers if num_encoder_layers is None else num_encoder_layers
-    num_decoder_layers = num_layers if num_decoder_layers is None else num_decoder_layers
-    check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
-                     attention_impl=attention_impl, norm=norm, activation=activation,
-                     positions=positions)
+    layers = dict(num_encoder_layers=num_encoder_layers, num_decoder_layers=num_decoder_layers)
+    layers = {name: stack.num_layers if value is None else value for name, value in layers.items()}
+    check_positive_ints(**layers)
     if share_embeddings and input_vocab_size != output_vocab_size:
       raise ValueError(f"share_embeddings=True needs input_vocab_size == output_vocab_size; got "
                        f"{input_vocab_size} and {output_vocab_size}.")
-    if min(num_encoder_layers, num_decoder_layers) < 1:
-      raise ValueError(f"num_encoder_layers and num_decoder_layers must be >= 1; got "
-                       f"{num_encoder_layers} and {num_decoder_layers}.")
-    check_rate("dropout_rate", dropout_rate)
-    check_rate("attention_dropout_rate", attention_dropout_rate)
 
+    d_model = stack.d_model
     self.pad_id = pad_id
-    self.dropout_rates = (dropout_rate, attention_dropout_rate)
+    self.dropout_rates = (stack.dropout_rate, stack.attention_dropout_rate)
     self.target_embed = TokenEmbedding(output_vocab_size, d_model, rngs=rngs)
     self.source_embed = (None if share_embeddings
                          else TokenEmbedding(input_vocab_size, d_model, rngs=rngs))
-    self.positions = make_positions(positions, d_model, max_length, rngs=rngs)
-    self.dropout = nnx.Dropout(dropout_rate)
-    layer_kwargs = dict(norm=norm, activation=activation, dropout_rate=dropout_rate, rngs=rngs,
-                        attention_kwargs=dict(num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
-                                              implementation=attention_impl,
-                                              dropout_rate=attention_dropout_rate))
-    self.encoder_layers = nnx.List([EncoderLayer(d_model, d_ff, **layer_kwargs)
-                                    for _ in range(num_encoder_layers)])
-    self.decoder_layers = nnx.List([DecoderLayer(d_model, d_ff, **layer_kwargs)
-                                    for _ in range(num_decoder_layers)])
-    pre = norm == "pre"
-    self.encoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs) if pre else None
-    self.decoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs) if pre else None
+    self.positions = make_positions(stack.positions, d_model, stack.max_length, rngs=rngs)
+    self.dropout = nnx.Dropout(stack.dropout_rate)
+    self.encoder_layers = nnx.List([EncoderLayer(stack, rngs=rngs)
+                                    for _ in range(layers["num_encoder_layers"])])
+    self.decoder_layers = nnx.List([DecoderLayer(stack, rngs=rngs)
+                                    for _ in range(layers["num_decoder_layers"])])
+    self.encoder_norm = final_norm(stack, rngs=rngs)
+    self.decoder_norm = final_norm(stack, rngs=rngs)
     self.output_proj = None if tie_output else dense(
         d_model, output_vocab_size, axes=("embed", "vocab"), rngs=rngs)
 
@@ -114,7 +87,8 @@ class Transformer(nnx.Module):
              rngs: nnx.Rngs | None) -> Array:
     """Scaled token embeddings plus positions, then dropout: `[B, T] -> [B, T, D]`."""
     x = table(ids)                                                     # [B, T, D]
-    x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)  # positions are float32
+    if self.positions is not None:                                     # float32 encodings
+      x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
   def _logits(self, y: Array) -> Array:
@@ -204,7 +178,8 @@ class Transformer(nnx.Module):
       `(logits [B, V_out] float32, the cache with position step written)`.
     """
     y = self.target_embed(ids[:, None])                                 # [B, 1, D]
-    y = y + self.positions(jnp.reshape(step, (1,))).astype(y.dtype)
+    if self.positions is not None:
+      y = y + self.positions(jnp.reshape(step, (1,))).astype(y.dtype)
     mask = cache["source_mask"][:, None, None, :]                       # [B, 1, 1, S]
     y, layers = decoder_step(self.decoder_layers, y, cache["layers"], step, mask)
     return self._logits(y)[:, 0], {"source_mask": cache["source_mask"], "layers": layers}

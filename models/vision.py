@@ -14,7 +14,9 @@ from flax import nnx
 
 import attention
 from models.layers import check_choice, check_positive_ints, check_rate, dense, is_int
-from models.blocks import check_stack_args, encoder_stack
+from models.blocks import encoder_stack
+from models.embeddings import ATTENTION_POSITIONS
+from models.stack_config import StackConfig
 
 Array = jax.Array
 POSITIONS_2D = ("learned", "sinusoidal")
@@ -151,34 +153,27 @@ class PatchEncoder(nnx.Module):
   no position (it has none, and being learned it needs none). Pre-norm stacks end in a LayerNorm.
   """
 
-  def __init__(self, image_shape: tuple[int, int, int], patch_size: Any, *, num_layers: int,
-               d_model: int, num_heads: int, d_ff: int, d_k: int | None, d_v: int | None,
-               dropout_rate: float, attention_dropout_rate: float, norm: str, activation: str,
-               score: str, attention_impl: str | None, positions: str, class_token: bool,
-               rngs: nnx.Rngs):
-    """Checks the settings (before any parameter is created), then builds the encoder."""
+  def __init__(self, image_shape: tuple[int, int, int], patch_size: Any, *, stack: StackConfig,
+               class_token: bool, rngs: nnx.Rngs):
+    """Checks the settings (before any parameter is created), then builds the encoder.
+
+    `stack.positions` is a 2-D grid encoding (`POSITIONS_2D`), or one that acts inside
+    self-attention (`'rope'`, `'alibi'`, `'t5'`), which then sees the patches in row-major order.
+    """
     self.image_shape = check_image_shape(image_shape)
     self.patch = as_pair("patch_size", patch_size)
     self.grid = patch_grid(self.image_shape[:2], self.patch)
-    check_positive_ints(num_layers=num_layers, d_model=d_model, d_ff=d_ff)
-    check_positions_2d(positions, d_model)
-    check_stack_args(d_model=d_model, num_heads=num_heads, d_k=d_k, d_v=d_v, score=score,
-                     attention_impl=attention_impl, norm=norm, activation=activation,
-                     positions=positions, valid_positions=POSITIONS_2D)
-    check_rate("dropout_rate", dropout_rate)
-    check_rate("attention_dropout_rate", attention_dropout_rate)
-
-    self.dropout_rates = (dropout_rate, attention_dropout_rate)
+    stack.check_positions(POSITIONS_2D + ATTENTION_POSITIONS)
+    d_model = stack.d_model
+    self.dropout_rates = (stack.dropout_rate, stack.attention_dropout_rate)
     self.patch_embed = dense(self.patch[0] * self.patch[1] * self.image_shape[2], d_model,
                              rngs=rngs)
-    self.positions = GridPositions(positions, self.grid, d_model, rngs=rngs)
+    self.positions = (GridPositions(stack.positions, self.grid, d_model, rngs=rngs)
+                      if stack.positions in POSITIONS_2D else None)
     self.cls = (nnx.Param(nnx.initializers.normal(0.02)(rngs.params(), (d_model,)))
                 if class_token else None)
-    self.dropout = nnx.Dropout(dropout_rate)
-    self.layers, self.final_norm = encoder_stack(
-        num_layers, d_model, d_ff, norm=norm, activation=activation, dropout_rate=dropout_rate,
-        num_heads=num_heads, d_k=d_k, d_v=d_v, score=score, implementation=attention_impl,
-        attention_dropout_rate=attention_dropout_rate, rngs=rngs)
+    self.dropout = nnx.Dropout(stack.dropout_rate)
+    self.layers, self.final_norm = encoder_stack(stack, rngs=rngs)
 
   def __call__(self, images: Any, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
                return_attention: bool = False) -> tuple[Array, Array | None]:
@@ -191,7 +186,8 @@ class PatchEncoder(nnx.Module):
     images = check_images(images, self.image_shape)
     check_dropout(deterministic, rngs, self.dropout_rates)
     x = self.patch_embed(patchify(images, self.patch))                  # [B, P, D]
-    x = x + self.positions().astype(x.dtype)                            # positions [P, D]
+    if self.positions is not None:
+      x = x + self.positions().astype(x.dtype)                          # positions [P, D]
     if self.cls is not None:
       cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (x.shape[0], 1, x.shape[2]))
       x = jnp.concatenate([cls, x], axis=1)                             # [B, 1+P, D]
@@ -214,31 +210,19 @@ class ViT(nnx.Module):
   """
 
   def __init__(self, *, image_shape: tuple[int, int, int], num_classes: int,
-               patch_size: int | tuple[int, int] = 2, num_layers: int = 4, d_model: int = 64,
-               num_heads: int = 4, d_ff: int = 128, d_k: int | None = None,
-               d_v: int | None = None, dropout_rate: float = 0.1,
-               attention_dropout_rate: float = 0.0, norm: str = "pre", activation: str = "gelu",
-               score: str = "scaled_dot", attention_impl: str | None = None,
-               positions: str = "learned", pooling: str = "cls", rngs: nnx.Rngs):
+               patch_size: int | tuple[int, int] = 2,
+               stack: StackConfig = StackConfig(num_layers=4, d_model=64, num_heads=4, d_ff=128,
+                                                norm="pre", activation="gelu",
+                                                positions="learned"),
+               pooling: str = "cls", rngs: nnx.Rngs):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
       image_shape: `(H, W, C)` of the images.
       num_classes: classes C (>= 2).
       patch_size: `p` for square patches or `(ph, pw)`; must divide H and W.
-      num_layers: encoder layers L.
-      d_model: model width D.
-      num_heads: attention heads N.
-      d_ff: inner width of the feed-forward sublayers.
-      d_k: per-head query/key size; default `d_model // num_heads`.
-      d_v: per-head value size; default `d_model // num_heads`.
-      dropout_rate: dropout on sublayer outputs and on the patch embeddings.
-      attention_dropout_rate: dropout on the attention weights.
-      norm: `'pre'` (ViT, with a final LayerNorm) or `'post'`.
-      activation: feed-forward activation, `'gelu'` (ViT) or `'relu'`.
-      score: self-attention score kind, a name in `attention.SCORES`.
-      attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
-      positions: `'learned'` (ViT) or `'sinusoidal'` (fixed 2-D sinusoids; d_model % 4 == 0).
+      stack: the encoder; ViT's pre-norm, gelu and learned positions by default. `positions`
+        `'sinusoidal'` is fixed 2-D sinusoids (d_model % 4 == 0); `max_length` is unused.
       pooling: `'cls'` (ViT) or `'mean'`.
       rngs: `params` stream for initialisation.
     """
@@ -247,14 +231,10 @@ class ViT(nnx.Module):
       raise ValueError(f"num_classes must be an integer >= 2; got {num_classes!r}.")
     check_choice("pooling", pooling, POOLINGS)
     self.pooling = pooling
-    self.encoder = PatchEncoder(
-        image_shape, patch_size, num_layers=num_layers, d_model=d_model, num_heads=num_heads,
-        d_ff=d_ff, d_k=d_k, d_v=d_v, dropout_rate=dropout_rate,
-        attention_dropout_rate=attention_dropout_rate, norm=norm, activation=activation,
-        score=score, attention_impl=attention_impl, positions=positions,
-        class_token=pooling == "cls", rngs=rngs)
+    self.encoder = PatchEncoder(image_shape, patch_size, stack=stack,
+                                class_token=pooling == "cls", rngs=rngs)
     self.grid = self.encoder.grid
-    self.head = dense(d_model, num_classes, rngs=rngs)
+    self.head = dense(stack.d_model, num_classes, rngs=rngs)
 
   def classify_image(self, images: Any, *, deterministic: bool = True,
                      rngs: nnx.Rngs | None = None, return_attention: bool = False

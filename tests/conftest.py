@@ -23,8 +23,20 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+import models  # noqa: E402
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:
   """A NumPy generator with a fixed seed, fresh for every test."""
   return np.random.default_rng(0)
+
+
+def build_model(name: str, *, rngs, **kwargs):
+  """`models.build` from flat keyword arguments, as a model was once constructed: the fields of
+  `config.model` (including those of its `stack`) beside the data's arguments (vocabulary sizes,
+  special ids, image shapes), told apart by `models.default_config`."""
+  fields = set(models.default_config(name))
+  config = {key: value for key, value in kwargs.items() if key in fields}
+  data = {key: value for key, value in kwargs.items() if key not in fields}
+  return models.build(dict(name=name, **config), rngs=rngs, **data)

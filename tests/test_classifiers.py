@@ -11,6 +11,7 @@ from flax import nnx
 
 import attention
 import models
+from conftest import build_model
 from models.classifiers import HAN, TransformerClassifier
 from models.interfaces import Classifier, EncoderDecoder
 from models.layers import AttentionPooling
@@ -33,10 +34,17 @@ def rngs(seed: int = 0, **streams: int) -> nnx.Rngs:
   return nnx.Rngs(**keys)
 
 
+def _build(cls: type, **change) -> nnx.Module:
+  """A tiny `cls` with `change`d settings (flat, as `config.model` holds them)."""
+  if cls is HAN:
+    return HAN(**{**TINY_HAN, **change}, rngs=rngs(0))
+  return build_model("transformer_classifier", **{**TINY_TC, **change}, rngs=rngs(0))
+
+
 @functools.cache
 def _model(cls: type, **change) -> nnx.Module:
   """A tiny model, built once per setting; the tests only read it."""
-  return cls(**(TINY_HAN if cls is HAN else TINY_TC), **change, rngs=rngs(0))
+  return _build(cls, **change)
 
 
 @functools.partial(nnx.jit, static_argnames="return_attention")
@@ -236,9 +244,8 @@ def test_transformer_classifier_reads_documents_as_one_flat_sequence():
     (TransformerClassifier, dict(attention_impl="flash"), "attention_impl"),
 ])
 def test_bad_settings_name_the_field(cls, change, field):
-  kwargs = {**(TINY_HAN if cls is HAN else TINY_TC), **change}
   with pytest.raises(ValueError, match=f"^{field}"):
-    cls(**kwargs, rngs=rngs(0))
+    _build(cls, **change)
 
 
 @pytest.mark.parametrize("cls", [HAN, TransformerClassifier])

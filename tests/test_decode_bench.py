@@ -15,10 +15,10 @@ from flax import nnx
 
 from benchmarks import decode_bench, linen_peer
 from configs import default
+from conftest import build_model
 from models.decoding import continue_prompt, generate
 from models.language import DecoderLM
 from models.seq2seq import Seq2Seq
-from models.transformer import Transformer
 
 
 def _rngs(seed: int = 0) -> nnx.Rngs:
@@ -31,9 +31,9 @@ def _rngs(seed: int = 0) -> nnx.Rngs:
 # makes a random Transformer repeat its input token forever, which would hide a decoder that
 # ignores the history: untied here.
 TINY = {
-    "transformer": lambda: Transformer(input_vocab_size=11, output_vocab_size=13, pad_id=0,
-                                       num_layers=1, d_model=8, num_heads=2, d_k=3, d_v=5,
-                                       d_ff=10, tie_output=False, rngs=_rngs()),
+    "transformer": lambda: build_model("transformer", input_vocab_size=11, output_vocab_size=13,
+                                       pad_id=0, num_layers=1, d_model=8, num_heads=2, d_k=3,
+                                       d_v=5, d_ff=10, tie_output=False, rngs=_rngs()),
     "seq2seq": lambda: Seq2Seq(input_vocab_size=12, output_vocab_size=12, pad_id=0, embed_dim=16,
                                hidden_dim=16, rngs=_rngs()),
 }
@@ -61,8 +61,8 @@ def test_uncached_search_generates_what_generate_does(family, beam_size):
 
 def _tiny_lm() -> DecoderLM:
   """Untied for the reason above; a vocabulary of 7 puts several tokens in every top-p nucleus."""
-  return DecoderLM(vocab_size=7, pad_id=0, num_layers=1, d_model=8, num_heads=2, d_ff=10,
-                   tie_output=False, rngs=_rngs())
+  return build_model("decoder_lm", vocab_size=7, pad_id=0, num_layers=1, d_model=8, num_heads=2,
+                     d_ff=10, tie_output=False, rngs=_rngs())
 
 
 PROMPT = np.array([[3, 4, 5, 6, 3], [6, 5, 4, 3, 3], [4, 4, 6, 5, 4]], np.int32)
@@ -101,7 +101,7 @@ def test_linen_peer_decodes_as_its_uncached_forward_and_as_attend():
   produced, so uncached greedy decoding gives the same ids; with Attend's weights they are
   Attend's `generate` tokens. Source padding in two rows; the tokens change along every row."""
   c = PEER_CONFIG
-  attend = Transformer(input_vocab_size=c["input_vocab_size"],
+  attend = build_model("transformer", input_vocab_size=c["input_vocab_size"],
                        output_vocab_size=c["output_vocab_size"], pad_id=0, num_layers=1,
                        d_model=c["d_model"], num_heads=c["num_heads"], d_ff=c["d_ff"],
                        tie_output=False, rngs=_rngs(3))  # seed 3: no row repeats one token

@@ -10,9 +10,10 @@ from flax import nnx
 
 import attention
 import models
+from conftest import build_model
+from models.attention_layer import MultiHeadAttention
 from models.interfaces import Classifier, EncoderDecoder, LanguageModel
 from models.language import DecoderLM, EncoderMLM
-from models.layers import MultiHeadAttention
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 V, PAD = 13, 0
@@ -117,7 +118,7 @@ def test_rotary_decode_step_with_prefill_equals_full_causal_pass(rng):
 
 
 def _decoder(**kwargs) -> DecoderLM:
-  return DecoderLM(**{**SIZES, **kwargs}, rngs=rngs())
+  return build_model("decoder_lm", **{**SIZES, **kwargs}, rngs=rngs())
 
 
 @pytest.mark.parametrize("positions, score", [("rope", "scaled_dot"), ("learned", "scaled_dot"),
@@ -160,7 +161,7 @@ def test_decoder_lm_output_tying():
 
 
 def _mlm(**kwargs) -> EncoderMLM:
-  return EncoderMLM(**{**SIZES, "num_classes": 3, **kwargs}, rngs=rngs())
+  return build_model("encoder_mlm", **{**SIZES, "num_classes": 3, **kwargs}, rngs=rngs())
 
 
 def test_encoder_mlm_is_bidirectional_and_padding_invariant(rng):
@@ -241,10 +242,17 @@ def test_bad_settings_are_clear_errors(rng):
     _decoder(d_model=6)                                              # d_k = 3
   _decoder(d_model=6, positions="learned")                          # odd d_k is fine without rope
   with pytest.raises(ValueError, match="positions must be one of"):
-    _mlm(positions="alibi")
+    _mlm(positions="rotary")
   with pytest.raises(ValueError, match="positions must be one of"):
-    models.Transformer(input_vocab_size=V, output_vocab_size=V, pad_id=PAD, positions="rope",
-                       rngs=rngs())
+    build_model("transformer", input_vocab_size=V, output_vocab_size=V, pad_id=PAD,
+                positions="rotary", rngs=rngs())
+  # The Transformer now takes RoPE too, in the self-attentions of both stacks.
+  rotary = nnx.eval_shape(lambda: build_model(
+      "transformer", input_vocab_size=V, output_vocab_size=V, pad_id=PAD, positions="rope",
+      rngs=rngs()))
+  assert rotary.positions is None and rotary.encoder_layers[0].self_attn.rotary
+  assert rotary.decoder_layers[0].self_attn.rotary
+  assert not rotary.decoder_layers[0].cross_attn.rotary
   with pytest.raises(ValueError, match="num_classes must be None or an integer >= 2"):
     _mlm(num_classes=1)
   short = _decoder(positions="learned", max_length=8)

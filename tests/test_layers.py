@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from models.attention_layer import MultiHeadAttention
 from models.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding, make_positions
-from models.layers import (AttentionPooling, FeedForward, MultiHeadAttention, merge_project_heads,
-                           project_heads, project_heads_together)
+from models.layers import (AttentionPooling, FeedForward, merge_project_heads, project_heads,
+                           project_heads_together)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SCORE_KINDS = ("scaled_dot", "dot", "general", "additive", "cosine")
@@ -272,7 +273,7 @@ def test_heads_projected_together_match_numpy(rng):
              rng.standard_normal(n * h).astype(np.float32)) for _ in range(3)]
   linears = [types.SimpleNamespace(kernel=jnp.asarray(w), bias=jnp.asarray(bias))
              for w, bias in params]
-  outs = project_heads_together(linears, jnp.asarray(x), n)
+  outs = project_heads_together(linears, jnp.asarray(x), (n, n, n))
   assert len(outs) == 3
   for out, (w, bias) in zip(outs, params):
     want = (x @ w + bias).reshape(b, t, n, h).transpose(0, 2, 1, 3)     # [B, N, T, H]

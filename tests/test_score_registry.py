@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 import attention
-from models.layers import MultiHeadAttention
+from models.attention_layer import MultiHeadAttention
 from models.rnn_attention import make_attention
 
 TOL = dict(atol=1e-5, rtol=1e-5)

@@ -7,6 +7,7 @@ import optax
 import pytest
 from flax import nnx
 
+from conftest import build_model
 from models.transformer import Transformer
 
 SCORE_KINDS = ("scaled_dot", "dot", "general", "additive", "cosine")
@@ -28,7 +29,7 @@ def rngs(seed: int = 0, stream: str = "params") -> nnx.Rngs:
 
 
 def tiny(**overrides) -> Transformer:
-  return Transformer(**{**TINY, **overrides}, rngs=rngs(0))
+  return build_model("transformer", **{**TINY, **overrides}, rngs=rngs(0))
 
 
 def param_count(model: nnx.Module) -> int:
@@ -162,9 +163,9 @@ def test_dropout_is_active_only_in_training():
 def _train(norm: str, reverse: bool, steps: int = 400) -> float:
   """Trains a 1-layer model on random copy/reverse batches; returns the loss on a fresh batch."""
   vocab, length, batch = 10, 8, 32
-  model = Transformer(input_vocab_size=vocab, output_vocab_size=vocab, pad_id=0, num_layers=1,
-                      d_model=32, num_heads=4, d_ff=64, dropout_rate=0.0, norm=norm,
-                      rngs=rngs(0))
+  model = build_model("transformer", input_vocab_size=vocab, output_vocab_size=vocab, pad_id=0,
+                      num_layers=1, d_model=32, num_heads=4, d_ff=64, dropout_rate=0.0,
+                      norm=norm, rngs=rngs(0))
   graphdef, params = nnx.split(model)
   optimizer = optax.adam(optax.cosine_decay_schedule(1e-2, steps))
   # Batches made up front in NumPy keep the PRNG out of the compiled step (faster to compile).
@@ -211,12 +212,13 @@ def test_encoder_without_positions_is_permutation_equivariant(positions, equivar
     (dict(score="bahdanau"), "score must be one of 'additive', 'cosine', 'dot', 'general'"),
     (dict(norm="sandwich"), "norm must be one of 'post', 'pre'"),
     (dict(activation="tanh"), "activation must be one of 'relu', 'gelu'"),
-    (dict(positions="rotary"), "positions must be one of 'sinusoidal', 'learned', 'none'"),
+    (dict(positions="rotary"),
+     "positions must be one of 'sinusoidal', 'learned', 'none', 'rope', 'alibi', 't5'"),
     (dict(attention_impl="flash"), "attention_impl must be one of None, 'reference', 'chunked'"),
     (dict(score="cosine", attention_impl="chunked"), "attention_impl applies only"),
     (dict(share_embeddings=True), "share_embeddings=True needs input_vocab_size"),
     (dict(dropout_rate=1.5), "dropout_rate must be in"),
-    (dict(num_decoder_layers=0), "num_decoder_layers must be >= 1"),
+    (dict(num_decoder_layers=0), "num_decoder_layers must be a positive integer"),
 ])
 def test_bad_config_raises(overrides, match):
   """Each bad setting raises one ValueError naming the field, before any parameter exists."""

@@ -12,6 +12,7 @@ from flax import nnx
 
 import models
 from attention import attention_rollout, doubly_stochastic_penalty, sinusoidal_positions_2d
+from conftest import build_model
 from models import decoding
 from models.captioning import Captioner
 from models.interfaces import EncoderDecoder, ImageCaptioner, ImageClassifier
@@ -147,7 +148,7 @@ def vit(**overrides) -> ViT:
 @functools.cache  # one model per setting for the whole file: building compiles its initialisers
 def _vit(**overrides) -> ViT:
   settings = dict(image_shape=SHAPE, num_classes=3, patch_size=(2, 4), num_layers=2, **TINY)
-  return ViT(**{**settings, **overrides}, rngs=nnx.Rngs(0))
+  return build_model("vit", **{**settings, **overrides}, rngs=nnx.Rngs(0))
 
 
 @pytest.mark.parametrize("pooling, tokens", [("cls", 1 + 4 * 3), ("mean", 4 * 3)])

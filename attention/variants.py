@@ -1,0 +1,182 @@
+"""Attention variants: the one registry an attention layer dispatches through.
+
+A variant is a small contract of pure functions (`Variant`): how a whole sequence attends
+(`attend`), what a decoder keeps between steps (`init_state`) and how one step, or a block of
+steps when a prompt is prefilled, reads and updates it (`step`). `VARIANTS` maps the config name
+(`attention=` of every Transformer-family model) to one:
+
+- `'softmax'`: `softmax(scores + biases)` over the keys, through `scaled_dot_product_attention`'s
+  kernels (or any score of `attention.SCORES`). Its decoding state is a K/V buffer of every
+  position, or with a `window` a ring buffer of the last `window` positions, so the memory of a
+  windowed decoder does not grow with its length.
+- `'linear'`: `attention.linear_attention` (elu + 1 features); its decoding state is the fixed
+  `[H, Dv]` running sum, O(1) per token.
+
+Score-side options (`mask`, `bias`, `alibi_slopes`, `window`, `softcap`, `sink`) mean what
+`scaled_dot_product_attention` documents. Shapes: queries `[B, N, T, H]`, keys and values
+`[B, K, S, H|Dv]` with K key/value heads dividing the N query heads (grouped-query attention,
+query head n reads key/value head `n // (N // K)`).
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from attention.core import attend as weighted_sum, drop_weights
+from attention.linear import init_linear_state, linear_attention, linear_attention_weights
+from attention.sdpa import normalize_scores, scaled_dot_product_attention
+
+Array = jax.Array
+State = dict[str, Array]
+# `(q [B, N, T, H], keys [B, K, S, H], values [B, K, S, Dv], q_positions [T], k_positions [S])
+# -> out [B, N, T, Dv]`: the layer's softmax over explicit positions, for decoding steps.
+AttendAt = Callable[[Array, Array, Array, Array, Array], Array]
+
+
+def group_queries(q: Array, kv_heads: int) -> Array:
+  """`[B, N, T, H] -> [B, K, N/K, T, H]`: the query heads that share each key/value head."""
+  return q.reshape(*q.shape[:-3], kv_heads, q.shape[-3] // kv_heads, *q.shape[-2:])
+
+
+def repeat_kv(x: Array, num_heads: int) -> Array:
+  """`[B, K, S, H] -> [B, N, S, H]`, each key/value head repeated for its N/K query heads."""
+  return jnp.repeat(x, num_heads // x.shape[-3], axis=-3)
+
+
+def window_mask(q_positions: Array, k_positions: Array, window: int) -> Array:
+  """Causal visibility by explicit positions, `[T, S]`: key j visible iff `0 <= j <= i` and, with
+  a window, `i - j < window`. Negative key positions are empty cache slots."""
+  distance = q_positions[:, None] - k_positions[None, :]              # [T, S]
+  visible = (distance >= 0) & (k_positions[None, :] >= 0)
+  return visible & (distance < window) if window else visible
+
+
+def _softmax_attend(q, k, v, *, scores=None, mask=None, bias=None, alibi_slopes=None, sink=None,
+                    is_causal=False, window=0, softcap=0.0, dropout_rate=0.0, dropout_rng=None,
+                    return_weights=False, implementation=None):
+  """Softmax attention; `scores`, when given, replaces the scaled dot product:
+  `(q [B, N, T, H], k [B, N, S, H]) -> [B, N, T, S]`, scaled."""
+  if scores is None:
+    out = scaled_dot_product_attention(
+        q, k, v, mask=mask, bias=bias, alibi_slopes=alibi_slopes, sink=sink, window=window,
+        softcap=softcap, is_causal=is_causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+        return_weights=return_weights, implementation=implementation)
+    return out if return_weights else (out, None)
+  k, v = repeat_kv(k, q.shape[-3]), repeat_kv(v, q.shape[-3])
+  weights = normalize_scores(scores(q, k), mask=mask, bias=bias, alibi_slopes=alibi_slopes,
+                             is_causal=is_causal, window=window, softcap=softcap, sink=sink)
+  out = weighted_sum(drop_weights(weights, dropout_rate, dropout_rng), v)
+  return out, (weights if return_weights else None)
+
+
+def _softmax_init(batch: int, kv_heads: int, d_k: int, d_v: int, *, max_length: int,
+                  window: int, dtype: Any) -> State:
+  """Zeroed K/V slots `{'k': [B, K, L, H], 'v': [B, K, L, Dv]}`: L = max_length positions, or
+  the `window` a sliding window can see (a ring buffer: position p lives in slot p % window)."""
+  slots = window if window else max_length
+  return {"k": jnp.zeros((batch, kv_heads, slots, d_k), dtype),
+          "v": jnp.zeros((batch, kv_heads, slots, d_v), dtype)}
+
+
+def _ring_positions(step: Array, window: int) -> Array:
+  """The position each ring slot holds before `step` is written: slot s holds the latest
+  position p < step with p % window == s, negative (empty) if there is none. `[window]`."""
+  slots = jnp.arange(window)
+  return step - 1 - jnp.mod(step - 1 - slots, window)
+
+
+def _softmax_step(state: State, q: Array, k: Array, v: Array, step: Array, *, window: int,
+                  attend_at: AttendAt) -> tuple[Array, State]:
+  """Positions `step .. step+T-1`: write their keys/values, attend to every visible one.
+
+  The full buffer is written first and read whole, masked by position. A ring buffer is read
+  together with the new block (the block's first rows may be overwritten by its last ones when
+  T > window), then keeps the block's last `window` positions.
+  """
+  t = q.shape[-2]
+  positions = step + jnp.arange(t)                                    # [T]
+  new = {"k": k.astype(state["k"].dtype), "v": v.astype(state["v"].dtype)}
+  if not window:
+    state = {name: jax.lax.dynamic_update_slice_in_dim(state[name], new[name], step, axis=2)
+             for name in ("k", "v")}
+    k_positions = jnp.arange(state["k"].shape[2])
+    return attend_at(q, state["k"], state["v"], positions, k_positions), state
+  keys = jnp.concatenate([state["k"], new["k"]], axis=2)               # [B, K, W+T, H]
+  values = jnp.concatenate([state["v"], new["v"]], axis=2)
+  k_positions = jnp.concatenate([_ring_positions(step, window), positions])
+  out = attend_at(q, keys, values, positions, k_positions)
+  kept = min(t, window)
+  slots = jnp.mod(positions[t - kept:], window)                       # distinct slots
+  state = {name: state[name].at[:, :, slots].set(new[name][:, :, t - kept:])
+           for name in ("k", "v")}
+  return out, state
+
+
+def _linear_attend(q, k, v, *, mask=None, is_causal=False, return_weights=False, **unused):
+  """Linear attention with grouped key/value heads; `mask` is a key mask `[..., 1, S]`."""
+  del unused  # score-side options; the model config refuses them with 'linear' before tracing
+  key_mask = None
+  if mask is not None:
+    if mask.ndim != 4 or mask.shape[1] != 1 or mask.shape[2] != 1:
+      raise ValueError("attention='linear' takes a key mask [B, 1, 1, S] only (no query-"
+                       f"dependent masks); got a mask of shape {tuple(mask.shape)}.")
+    key_mask = mask[:, :, None, 0, :]                                 # [B, 1, 1, S]
+  grouped = group_queries(q, k.shape[-3])                             # [B, K, G, T, H]
+  k, v = k[..., None, :, :], v[..., None, :, :]                       # [B, K, 1, S, H|Dv]
+  out = linear_attention(grouped, k, v, mask=key_mask, is_causal=is_causal)
+  weights = None
+  if return_weights:
+    weights = linear_attention_weights(grouped, k, mask=key_mask, is_causal=is_causal)
+    weights = weights.reshape(*q.shape[:-1], weights.shape[-1])       # [B, N, T, S]
+  return out.reshape(*q.shape[:-1], v.shape[-1]), weights
+
+
+def _linear_init(batch: int, kv_heads: int, d_k: int, d_v: int, *, max_length: int,
+                 window: int, dtype: Any) -> State:
+  """The running sums `{'s': [B, K, H, Dv], 'z': [B, K, H]}`, whatever the length."""
+  del max_length, window, dtype  # the state's size is fixed; sums stay float32
+  return init_linear_state((batch, kv_heads), d_k, d_v)
+
+
+def _linear_step(state: State, q: Array, k: Array, v: Array, step: Array, *, window: int,
+                 attend_at: AttendAt) -> tuple[Array, State]:
+  """Positions `step ..` of `q [B, N, T, H]` from the running sums, which take in k and v."""
+  del step, window, attend_at  # the state already holds everything before this block
+  grouped = group_queries(q, k.shape[-3])                             # [B, K, G, T, H]
+  per_group = {name: value[:, :, None] for name, value in state.items()}  # the G axis
+  out, state = linear_attention(grouped, k[..., None, :, :], v[..., None, :, :],
+                                is_causal=True, state=per_group, return_state=True)
+  state = {name: value[:, :, 0] for name, value in state.items()}     # [B, K, H, Dv], [B, K, H]
+  return out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype), state
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """An attention variant; see the module docstring.
+
+  Attributes:
+    attend: `(q, k, v, **options) -> (out [B, N, T, Dv], weights [B, N, T, S] or None)`.
+    init_state: `(batch, kv_heads, d_k, d_v, *, max_length, window, dtype) -> state`, every leaf
+      leading with B (beam search repeats and gathers states along axis 0).
+    step: `(state, q, k, v, step, *, window, attend_at) -> (out, state)` for the new positions
+      `step .. step+T-1`; `attend_at` is the layer's softmax over explicit positions.
+  """
+  attend: Callable[..., tuple[Array, Array | None]]
+  init_state: Callable[..., State]
+  step: Callable[..., tuple[Array, State]]
+
+
+VARIANTS: dict[str, Variant] = {
+    "softmax": Variant(_softmax_attend, _softmax_init, _softmax_step),
+    "linear": Variant(_linear_attend, _linear_init, _linear_step),
+}
+
+
+def get_variant(name: str) -> Variant:
+  """`VARIANTS[name]`; an unknown name raises ValueError listing the valid ones."""
+  if name not in VARIANTS:
+    raise ValueError(f"Unknown attention variant {name!r}; valid variants: "
+                     f"{', '.join(sorted(VARIANTS))}.")
+  return VARIANTS[name]

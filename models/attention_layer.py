@@ -1,0 +1,263 @@
+"""Multi-head attention with parameters, dispatching every variant through `attention.VARIANTS`.
+
+Shapes: inputs `[B, T, D]`, context (the keys/values source) `[B, S, D]`. Inside, heads are a
+leading dim: queries `[B, N, T, H]`, keys and values `[B, K, S, H]` with K key/value heads
+(K = N unless grouped); masks broadcast to `[B, N, T, S]` with True = may attend.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import attention
+from models.layers import (check_rate, dense, merge_project_heads, project_heads,
+                           project_heads_together, score_param_attr)
+from models.stack_config import AttentionVariant, check_attention_args
+
+Array = jax.Array
+KV = dict[str, Array]
+POSITION_BIASES = ("alibi", "t5")
+
+
+class MultiHeadAttention(nnx.Module):
+  """Multi-head attention `concat_n(attend(x W_Q^n, c W_K^n, c W_V^n)) W_O` (Vaswani et al. 3.2.2).
+
+  How heads attend is an attention variant (`attention.VARIANTS`, `variant=`), called in one
+  place for whole sequences (`_attend`) and one for decoding steps (`decode_step`):
+
+  - `'softmax'`: with `score='scaled_dot'` `attention.scaled_dot_product_attention` runs with the
+    chosen kernel; every other name in `attention.SCORES` forms its scores with one set of the
+    parameters it declares per head, stored as `score_<name without underscores>` with a leading
+    N axis (`'general'`: `score_w [N, H, H]`; `'additive'`: `score_wq`, `score_wk [N, H, H]`,
+    `score_v [N, H]`; `'cosine'`: a learned `score_scale [N]` starting at `sqrt(H)`, the size of
+    scaled dot-product scores of unit-variance queries and keys). `'dot'` and `'general'` are
+    unscaled, as in Luong et al.; their softmax saturates as H grows.
+  - `'linear'`: `attention.linear_attention`, no scores; decoding keeps a fixed-size state.
+
+  Around the variant, each optional and off by default:
+
+  - `num_kv_heads` K < N: grouped-query attention (K = 1: multi-query); `w_k`, `w_v` project to K
+    heads and the decoding cache shrinks by N / K.
+  - `rotary`: queries and keys rotated by their positions (RoPE), before any score; decoding
+    caches rotated keys. `position_bias`: `'alibi'` (fixed slopes per head) or `'t5'` (a learned
+    `relative_bias [32, N]` of bucketed offsets) added to the scores. Queries and keys of
+    `__call__` sit at `0 .. T-1` unless `positions` says otherwise.
+  - `window`: keys less than `window` positions away only; a decoder keeps a ring buffer of them.
+  - `qk_norm`: queries and keys RMS-normalised per head with learned scales `q_norm`, `k_norm [H]`.
+  - `softcap`: scores soft-capped `softcap · tanh(s / softcap)`. `sink`: a learned `sink [N]`
+    logit, a null key of value zero that every query may attend to instead.
+
+  The switches are checked as the `AttentionVariant` fields they are (`variant` is its
+  `attention`).
+  """
+
+  def __init__(self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None,
+               d_k: int | None = None, d_v: int | None = None, use_bias: bool = True,
+               score: str = "scaled_dot", implementation: str | None = None,
+               dropout_rate: float = 0.0, rotary: bool = False, position_bias: str | None = None,
+               window: int = 0, qk_norm: bool = False, softcap: float = 0.0, sink: bool = False,
+               variant: str = "softmax", cache_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+    """Builds the projections and the parameters the options need; see the class docstring."""
+    check_attention_args(d_model, num_heads, d_k, d_v, score, implementation, rotary=rotary)
+    check_rate("dropout_rate", dropout_rate)
+    switches = AttentionVariant(num_kv_heads=num_kv_heads, window=window, qk_norm=qk_norm,
+                                softcap=softcap, sink=sink, attention=variant,
+                                cache_dtype=jnp.dtype(cache_dtype).name)
+    switches.refuse_with_linear(score=None if score == "scaled_dot" else score,
+                                implementation=implementation, dropout_rate=dropout_rate,
+                                position_bias=position_bias)
+    if position_bias not in (None, *POSITION_BIASES):
+      raise ValueError(f"position_bias must be None or one of {POSITION_BIASES}; got "
+                       f"{position_bias!r}.")
+    self.num_heads, self.num_kv_heads = num_heads, switches.kv_heads(num_heads)
+    self.d_k = d_model // num_heads if d_k is None else d_k
+    self.d_v = d_model // num_heads if d_v is None else d_v
+    self.score, self.registered_score = score, attention.get_score(score)
+    self.implementation, self.dropout_rate = implementation, dropout_rate
+    self.rotary, self.position_bias, self.window = rotary, position_bias, window
+    self.softcap, self.cache_dtype = float(softcap), jnp.dtype(cache_dtype)
+    self.variant = attention.get_variant(variant)
+    n, kv, h = num_heads, self.num_kv_heads, self.d_k
+    # Heads split over the 'heads' axis (tensor parallel), the model width over 'embed' (FSDP).
+    self.w_q = dense(d_model, n * h, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
+    self.w_k = dense(d_model, kv * h, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
+    self.w_v = dense(d_model, kv * self.d_v, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
+    self.w_o = dense(n * self.d_v, d_model, use_bias=use_bias, axes=("heads", "embed"), rngs=rngs)
+    sizes = attention.ScoreSizes(q=h, k=h, a=h)
+    for param in self.registered_score.params:
+      # Each head on its own: on the whole [N, ...] a variance-scaling initialiser would count N
+      # into its fans.
+      heads = jax.random.split(rngs.params(), n)
+      value = jax.vmap(lambda key, param=param: param.initialize(key, sizes))(heads)  # [N, ...]
+      setattr(self, score_param_attr(param.name), nnx.Param(value))
+    self.q_norm = nnx.Param(jnp.ones((h,), jnp.float32)) if qk_norm else None
+    self.k_norm = nnx.Param(jnp.ones((h,), jnp.float32)) if qk_norm else None
+    # A zero sink starts as "softmax off by one": one extra exp(0) in every denominator.
+    self.sink = nnx.Param(jnp.zeros((n,), jnp.float32)) if sink else None
+    # Small, so training starts close to no position bias.
+    self.relative_bias = (nnx.Param(nnx.initializers.normal(0.1)(
+        rngs.params(), (attention.T5_NUM_BUCKETS, n))) if position_bias == "t5" else None)
+
+  def _heads(self, x: Array, positions: Array | None, norm: nnx.Param | None) -> Array:
+    """Per-head queries or keys `[B, N|K, L, H]`: qk-norm, then RoPE at `positions`."""
+    if norm is not None:
+      x = (attention.rms_normalize(x) * norm[...]).astype(x.dtype)
+    if not self.rotary:
+      return x
+    positions = jnp.arange(x.shape[-2]) if positions is None else jnp.asarray(positions)
+    if positions.ndim == 2:
+      positions = positions[:, None, :]                                 # [B, 1, L]: every head
+    return attention.rotary_embedding(x, positions)
+
+  def project_kv(self, context: Array, positions: Array | None = None) -> KV:
+    """Keys and values of `context [B, S, D]`: `{'k': [B, K, S, d_k], 'v': [B, K, S, d_v]}`.
+
+    With `rotary`, keys are rotated at `positions` (`[S]` or `[B, S]`, default `0 .. S-1`).
+    """
+    k = project_heads(self.w_k, context, self.num_kv_heads)             # [B, K, S, d_k]
+    return {"k": self._heads(k, positions, self.k_norm),
+            "v": project_heads(self.w_v, context, self.num_kv_heads)}
+
+  def _query(self, x: Array, positions: Array | None) -> Array:
+    """Queries `[B, N, T, d_k]` of `x [B, T, D]`, normalised and rotated as the options say."""
+    return self._heads(project_heads(self.w_q, x, self.num_heads), positions, self.q_norm)
+
+  def _project_self(self, x: Array, positions: Array | None) -> tuple[Array, KV]:
+    """Self-attention's queries and keys/values of `x [B, T, D]`, in one matmul when all three
+    have one head size (d_k == d_v).
+
+    Decoding only: a cached step's three `[B, D] x [D, D]` products cost more per FLOP than one
+    `[B, D] x [D, 3D]` (decode bench, medium model, same process: 1.74x -> 1.83x the Linen cache),
+    and XLA hoists the kernels' concatenation out of the decoding loop. A train step ran 5-7%
+    slower with it (the concatenation and the split gradient), so `__call__` keeps three.
+    """
+    if self.d_k != self.d_v:
+      return self._query(x, positions), self.project_kv(x, positions)
+    heads = (self.num_heads, self.num_kv_heads, self.num_kv_heads)
+    q, k, v = project_heads_together((self.w_q, self.w_k, self.w_v), x, heads)
+    return (self._heads(q, positions, self.q_norm),
+            {"k": self._heads(k, positions, self.k_norm), "v": v})
+
+  def __call__(self, x: Array, context: Array | None = None, *, positions: Array | None = None,
+               mask: Array | None = None, is_causal: bool = False, deterministic: bool = True,
+               rngs: nnx.Rngs | None = None, return_weights: bool = False
+               ) -> tuple[Array, Array | None]:
+    """Attends from `x` to `context` (self-attention when `context` is None).
+
+    Args:
+      x: queries' source `[B, T, D]`.
+      context: keys' and values' source `[B, S, D]`; default `x`.
+      positions: the positions of x's rows, `[T]` or `[B, T]`, default `0 .. T-1`, for RoPE and
+        position biases; in self-attention the keys' too (cross-attention keys sit at `0 .. S-1`).
+      mask: boolean, broadcastable to `[B, N, T, S]`; True = may attend.
+      is_causal: also apply the causal mask (query i sees keys 0..i).
+      deterministic: disables attention dropout.
+      rngs: an `nnx.Rngs` with a `dropout` stream; needed when dropout is active.
+      return_weights: also return the attention weights.
+
+    Returns:
+      `(output [B, T, D], weights [B, N, T, S] or None)`; weights are taken before dropout.
+    """
+    kv = self.project_kv(x, positions) if context is None else self.project_kv(context)
+    return self.attend_kv(x, kv, positions=positions, mask=mask, is_causal=is_causal,
+                          deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+
+  def attend_kv(self, x: Array, kv: KV, *, positions: Array | None = None,
+                mask: Array | None = None, is_causal: bool = False, deterministic: bool = True,
+                rngs: nnx.Rngs | None = None, return_weights: bool = False
+                ) -> tuple[Array, Array | None]:
+    """Like `__call__`, with keys and values already projected by `project_kv` (or a cache)."""
+    dropout_rng = None
+    if not deterministic and self.dropout_rate > 0.0:
+      if rngs is None:
+        raise ValueError("MultiHeadAttention: deterministic=False with attention dropout needs "
+                         "rngs, an nnx.Rngs with a 'dropout' stream.")
+      dropout_rng = rngs.dropout()
+    q = self._query(x, positions)                                       # [B, N, T, d_k]
+    options = self._softmax_options(return_weights)
+    options.update(self._position_options(q.shape[-2], kv["k"].shape[-2], positions, is_causal))
+    out, weights = self.variant.attend(
+        q, kv["k"], kv["v"], mask=mask, is_causal=is_causal, window=self.window,
+        dropout_rate=0.0 if dropout_rng is None else self.dropout_rate, dropout_rng=dropout_rng,
+        return_weights=return_weights, **options)
+    return merge_project_heads(self.w_o, out), weights                  # [B, T, D]
+
+  def _softmax_options(self, return_weights: bool = False) -> dict[str, Any]:
+    """The softmax variant's options that do not depend on positions."""
+    # Only the reference kernel forms the weights.
+    return dict(scores=None if self.score == "scaled_dot" else self._scores,
+                implementation="reference" if return_weights else self.implementation,
+                softcap=self.softcap, sink=None if self.sink is None else self.sink[...])
+
+  def _position_options(self, t: int, s: int, positions: Array | None, is_causal: bool
+                        ) -> dict[str, Array]:
+    """The position bias of a whole-sequence call of T queries and S keys, if any.
+
+    ALiBi at the default positions goes to the kernel as slopes, so the chunked kernel forms it
+    block by block instead of as a `[N, T, S]` array.
+    """
+    if self.position_bias is None:
+      return {}
+    if self.position_bias == "alibi" and positions is None:
+      return {"alibi_slopes": attention.alibi_slopes(self.num_heads)}
+    q_positions = jnp.arange(t) if positions is None else jnp.asarray(positions)
+    k_positions = jnp.arange(s) if positions is None else q_positions
+    return {"bias": self._position_bias(q_positions, k_positions, causal=is_causal)}
+
+  def _position_bias(self, q_positions: Array, k_positions: Array, *, causal: bool) -> Array:
+    """ALiBi or T5 bias `[..., N, T, S]` for queries and keys at the given positions."""
+    if self.position_bias == "alibi":
+      return attention.alibi_bias(attention.alibi_slopes(self.num_heads), q_positions,
+                                  k_positions)
+    return attention.t5_bias(self.relative_bias[...], q_positions, k_positions,
+                             bidirectional=not causal)
+
+  def _scores(self, q: Array, k: Array) -> Array:
+    """The registered score of q `[B, N, T, H]` and k `[B, N, S, H]`, `[B, N, T, S]`."""
+    params = {param.name: getattr(self, score_param_attr(param.name))[...]
+              for param in self.registered_score.params}                # each [N, ...]
+    # Per-head parameters lead with N; vmap pairs them with the heads axis (-3) of q and k.
+    per_head = lambda q, k, params: self.registered_score(q, k, **params)
+    return jax.vmap(per_head, in_axes=(-3, -3, 0), out_axes=-3)(q, k, params)
+
+  def _attend_at(self, q: Array, keys: Array, values: Array, q_positions: Array,
+                 k_positions: Array) -> Array:
+    """Causal softmax of `q [B, N, T, H]` over cached keys at explicit positions (decoding).
+
+    Visibility (causal, the window, empty slots) and position biases come from the positions.
+    """
+    options = self._softmax_options()
+    if self.position_bias is not None:
+      options["bias"] = self._position_bias(q_positions, k_positions, causal=True)
+    out, _ = attention.VARIANTS["softmax"].attend(
+        q, keys.astype(q.dtype), values.astype(q.dtype),
+        mask=attention.window_mask(q_positions, k_positions, self.window), **options)
+    return out
+
+  def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
+    """The variant's empty decoding state for `max_length` positions (see `attention.variants`):
+    K/V buffers `[B, K, L, H]` in `cache_dtype`, a ring of `window` slots, or running sums."""
+    return self.variant.init_state(batch_size, self.num_kv_heads, self.d_k, self.d_v,
+                                   max_length=max_length, window=self.window,
+                                   dtype=self.cache_dtype)
+
+  def decode_step(self, x: Array, cache: dict[str, Array], step: Array
+                  ) -> tuple[Array, dict[str, Array]]:
+    """Causal self-attention for new positions, without recomputing the earlier ones.
+
+    Args:
+      x: the inputs at positions `step .. step+T-1`, `[B, T, D]`: T = 1 when decoding token by
+        token, a whole prompt when prefilling the cache in one parallel pass.
+      cache: the state from `init_cache` after positions `0 .. step-1`.
+      step: int32 scalar, the 0-based position of x's first row; may be traced.
+
+    Returns:
+      `(output [B, T, D], the state after positions step .. step+T-1)`; no dropout.
+    """
+    positions = step + jnp.arange(x.shape[1])                           # [T]
+    q, new = self._project_self(x, positions)                           # [B, N|K, T, H]
+    out, cache = self.variant.step(cache, q, new["k"], new["v"], step, window=self.window,
+                                   attend_at=self._attend_at)
+    return merge_project_heads(self.w_o, out.astype(x.dtype)), cache
