@@ -22,7 +22,8 @@ from attention.scores import (SCORES, KeyPrep, Score, ScoreParam, ScoreSizes, ad
                               cosine_scores, dot_scores, general_scores, get_score, get_score_fn,
                               project_keys, scaled_dot_scores)
 from attention.sdpa import KERNELS, normalize_scores, scaled_dot_product_attention
-from attention.variants import VARIANTS, Variant, get_variant, group_queries, repeat_kv, window_mask
+from attention.variants import (VARIANTS, Variant, get_variant, group_queries, repeat_kv,
+                                window_mask)
 
 __all__ = [
     "KERNELS", "KeyPrep", "SCORES", "Score", "ScoreParam", "ScoreSizes", "T5_MAX_DISTANCE",

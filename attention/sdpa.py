@@ -37,20 +37,35 @@ _CHUNKED_MIN_SCORES = 512 * 512
 
 def _reference(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng, window=0,
                softcap=0.0, sink=None, alibi_slopes=None, groups=1):
+  if groups == 1 and q.ndim >= 3 and q.shape[-3] > 1 and k.shape[-3] == v.shape[-3] == 1:
+    groups = q.shape[-3]  # one key/value head serves every query head (multi-query attention)
   if groups > 1:
-    # Each key/value head meets its G query heads in one einsum, [..., K, G, T, D] against
-    # [..., K, 1, S, D], instead of being copied to all N heads.
-    q, k, v = _split_heads(q, groups), k[..., None, :, :], v[..., None, :, :]
+    # Each key/value head meets its G query heads as one block of G*T rows, a plain batched
+    # matmul against [..., K, S, D]: broadcast against [..., G, T, D], XLA:CPU copies the keys
+    # to every query head.
+    q = _stack_groups(q, groups)                                        # [..., K, G*T, D]
   scores = jnp.einsum("...td,...sd->...ts", q, k, preferred_element_type=jnp.float32) * scale
   if groups > 1:
-    scores = _merge_heads(scores)                                       # [..., N, T, S]
+    scores = _unstack_groups(scores, groups)                            # [..., N, T, S]
   weights = normalize_scores(scores, mask=mask, bias=bias, alibi_slopes=alibi_slopes,
                              is_causal=is_causal, window=window, softcap=softcap, sink=sink)
   weights = weights.astype(q.dtype)                                     # [..., T, S]
   dropped = drop_weights(weights, dropout_rate, dropout_rng)
   if groups > 1:
-    return _merge_heads(attend(_split_heads(dropped, groups), v)), weights
+    return _unstack_groups(attend(_stack_groups(dropped, groups), v), groups), weights
   return attend(dropped, v), weights
+
+
+def _stack_groups(x: Array, groups: int) -> Array:
+  """`[..., N, T, X]` -> `[..., N // G, G * T, X]`: query head n is group member n % G of key/value
+  head n // G (the order of `jnp.repeat(k, G, axis=-3)`), its rows stacked after the members
+  before it. A reshape: no copy."""
+  return x.reshape(*x.shape[:-3], x.shape[-3] // groups, groups * x.shape[-2], x.shape[-1])
+
+
+def _unstack_groups(x: Array, groups: int) -> Array:
+  """`[..., K, G * T, X]` -> `[..., K * G, T, X]`, the inverse of `_stack_groups`."""
+  return x.reshape(*x.shape[:-3], x.shape[-3] * groups, x.shape[-2] // groups, x.shape[-1])
 
 
 def normalize_scores(scores: Array, *, mask: Array | None = None, bias: Array | None = None,
@@ -76,17 +91,6 @@ def normalize_scores(scores: Array, *, mask: Array | None = None, bias: Array | 
   if window:
     mask = combine_masks(mask, sliding_window_mask(t, s, window=window))
   return masked_softmax(scores, mask) if sink is None else _sink_softmax(scores, mask, sink)
-
-
-def _split_heads(x: Array, groups: int) -> Array:
-  """`[..., N, T, X]` -> `[..., N // G, G, T, X]`: query head n is group member n % G of key/value
-  head n // G, the order of `jnp.repeat(k, G, axis=-3)`."""
-  return x.reshape(*x.shape[:-3], x.shape[-3] // groups, groups, *x.shape[-2:])
-
-
-def _merge_heads(x: Array) -> Array:
-  """`[..., K, G, T, X]` -> `[..., K * G, T, X]`, the inverse of `_split_heads`."""
-  return x.reshape(*x.shape[:-4], x.shape[-4] * x.shape[-3], *x.shape[-2:])
 
 
 def _sink_softmax(scores: Array, mask: Array | None, sink: Array) -> Array:

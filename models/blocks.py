@@ -70,7 +70,7 @@ class EncoderLayer(_Block):
 
   def decode_step(self, x: Array, cache: dict[str, Array], step: Array
                   ) -> tuple[Array, dict[str, Array]]:
-    """Causal layer for positions `step ..` of `x [B, T, D]`; `cache`: this layer's K/V buffers."""
+    """Causal layer for positions `step ..` of `x [B, T, D]`; `cache`: its decoding state."""
     x, cache = self.residual(0, x, lambda h: self.self_attn.decode_step(h, cache, step))
     x, _ = self.residual(1, x, lambda h: (self.ffn(h), None))
     return x, cache
@@ -118,7 +118,7 @@ class DecoderLayer(_Block):
 
   def decode_step(self, y: Array, cache: dict[str, Any], step: Array,
                   source_mask: Array) -> tuple[Array, dict[str, Any]]:
-    """One position `y [B, 1, D]`; `cache` holds this layer's `'self'` and `'cross'` K/V."""
+    """One position `y [B, 1, D]`; `cache` holds this layer's `'self'` state and `'cross'` K/V."""
     y, self_kv = self.residual(0, y, lambda h: self.self_attn.decode_step(h, cache["self"], step))
     y, _ = self.residual(1, y, lambda h: self.cross_attn.attend_kv(h, cache["cross"],
                                                                    mask=source_mask))

@@ -98,8 +98,8 @@ class Captioner(nnx.Module):
   stacks (ViT encoder, Transformer decoder).
 
   Decoding cache (every leaf leads with B): GRU `{'keys': [B, R, K], 'values': [B, R, D],
-  'state': [B, 1, D]}`; Transformer `{'layers': [{'self': K/V [B, N, max_length, H], 'cross':
-  K/V [B, N, R, H]}] * L}`.
+  'state': [B, 1, D]}`; Transformer `{'layers': [{'self': the attention variant's state (K/V
+  [B, heads, max_length, H] for softmax attention), 'cross': K/V [B, heads, R, H]}] * L}`.
   """
 
   def __init__(self, *, image_shape: tuple[int, int, int], vocab_size: int, pad_id: int,

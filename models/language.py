@@ -3,8 +3,9 @@
 Shapes: token ids `[B, T]`, the model's `pad_id` marks padding; logits float32 `[B, T, V]`;
 self-attention weights `[B, L, N, T, T]` (L layers, N heads). Both stacks are the Transformer's
 `EncoderLayer`s: `DecoderLM` runs them causally, `EncoderMLM` bidirectionally with a key mask.
-`positions='rope'` adds nothing to the embeddings and rotates queries and keys in every
-self-attention instead (`attention.rotary_embedding`), so scores see relative positions only.
+`positions='rope'`, `'alibi'` and `'t5'` add nothing to the embeddings and act in every
+self-attention instead (rotated queries and keys, or a bias on the scores), so scores see relative
+positions only.
 Both implement `models.interfaces.LanguageModel`; `EncoderMLM` also `Classifier`.
 """
 
@@ -124,8 +125,10 @@ class DecoderLM(_Stack):
   one, and `decode_step`, which cannot know future padding, computes exactly `token_logits`.
 
   Decoding cache (every leaf leads with B, so beam search can repeat and gather it along axis 0):
-  `{'offset': int32 [B], 'layers': [{'k': [B, N, P-1+max_length, d_k], 'v': [..., d_v]}] * L}`,
-  where `offset` (all entries equal) is the absolute position P-1 of the token fed at step 0.
+  `{'offset': int32 [B], 'layers': [state] * L}`, where `offset` (all entries equal) is the
+  absolute position P-1 of the token fed at step 0 and `state` the attention variant's: K/V
+  buffers `{'k': [B, K, P-1+max_length, d_k], 'v': [..., d_v]}` (K key/value heads), a ring of
+  `window` slots, or linear attention's running sums (`attention.variants`).
   """
 
   causal = True

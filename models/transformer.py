@@ -156,8 +156,9 @@ class Transformer(nnx.Module):
     """Encodes `inputs [B, S]` once and allocates the state `decode_step` carries.
 
     Every leaf leads with B, so beam search can repeat the cache along axis 0:
-    `source_mask [B, S]`; per decoder layer `'self'` K/V buffers `[B, N, max_length, H]` and
-    `'cross'` K/V `[B, N, S, H]` projected from the memory.
+    `source_mask [B, S]`; per decoder layer the `'self'` state of the attention variant (K/V
+    buffers `[B, K, max_length, H]` for softmax attention) and `'cross'` K/V `[B, K, S, H]`
+    projected from the memory.
     """
     if isinstance(self.positions, LearnedPositions) and max_length > self.positions.max_length:
       raise ValueError(f"max_length={max_length} exceeds the {self.positions.max_length} "
