@@ -40,6 +40,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.attention_bench --json=runs/bench/attention.json
 	$(BIN)/python -m benchmarks.train_bench --json=runs/bench/train.json
 	$(BIN)/python -m benchmarks.decode_bench --json=runs/bench/decode.json
+	$(BIN)/python -m benchmarks.variants_bench --json=runs/bench/variants.json
 	$(BIN)/python -m benchmarks.data_bench --data_dir=runs/bench/tfds --json=runs/bench/data.json
 
 clean:
