@@ -115,7 +115,7 @@ def _softmax_step(state: State, q: Array, k: Array, v: Array, step: Array, *, wi
 
 
 def _linear_attend(q, k, v, *, mask=None, is_causal=False, return_weights=False, **unused):
-  """Linear attention with grouped key/value heads; `mask` is a key mask `[..., 1, S]`."""
+  """Linear attention with grouped key/value heads; `mask` is a key mask `[B, 1, 1, S]`."""
   del unused  # score-side options; the model config refuses them with 'linear' before tracing
   key_mask = None
   if mask is not None:

@@ -140,6 +140,7 @@ LM_VARIANTS = [
     dict(attention="linear", num_kv_heads=2),
 ]
 SEQ_VARIANTS = [dict(num_kv_heads=1, window=2, positions="t5", sink=True, softcap=3.0),
+                dict(num_kv_heads=2, window=3, positions="alibi", qk_norm=True),
                 dict(attention="linear", qk_norm=True, positions="rope")]
 
 
@@ -182,10 +183,11 @@ def test_decoder_lm_cached_decoding_equals_the_full_pass(rng, variant):
     assert layer["k"].shape == (2, kv_heads, slots, 4)
 
 
-@pytest.mark.parametrize("variant", SEQ_VARIANTS, ids=("gqa-window-t5-sink", "linear-rope"))
+@pytest.mark.parametrize("variant", SEQ_VARIANTS,
+                         ids=("mqa-window-t5-sink-softcap", "gqa-window-alibi", "linear-rope"))
 def test_transformer_and_captioner_cached_decoding_equals_teacher_forcing(rng, variant):
   transformer = build_model("transformer", input_vocab_size=9, output_vocab_size=9, pad_id=0,
-                            num_layers=1, d_model=16, num_heads=2, d_ff=16, max_length=16,
+                            num_layers=1, d_model=16, num_heads=4, d_ff=16, max_length=16,
                             **variant, rngs=nnx.Rngs(0))
   source, targets = jnp.asarray(rng.integers(1, 9, (2, 6))), jnp.asarray(rng.integers(1, 9, (2, 7)))
   logits, _, full = _decode_all(transformer, source, targets, 0, lambda m: m(source, targets))
@@ -193,7 +195,7 @@ def test_transformer_and_captioner_cached_decoding_equals_teacher_forcing(rng, v
   captions = {key: value for key, value in variant.items() if key != "positions"}
   captioner = build_model("captioner", image_shape=(8, 8, 1), vocab_size=9, pad_id=0,
                           decoder="transformer", encoder="vit", patch_size=4, d_model=16,
-                          num_heads=2, d_ff=16, **captions, rngs=nnx.Rngs(0))
+                          num_heads=4, d_ff=16, **captions, rngs=nnx.Rngs(0))
   images = jnp.asarray(rng.random((2, 8, 8, 1)), jnp.float32)
   logits, _, full = _decode_all(captioner, images, targets, 0,
                                 lambda m: m.caption_logits(images, targets))
