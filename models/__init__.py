@@ -131,10 +131,11 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
   if from_data:
     raise ValueError(f'config.model.{from_data[0]} is set from the data ({from_data[0]}='
                      f'{data_args[from_data[0]]!r}); remove it from the config.')
-  unknown = sorted(set(kwargs) - set(_fields(model_cls)))
+  fields = set(_fields(model_cls))
+  unknown = sorted(set(kwargs) - fields)
   if unknown:
     raise ValueError(f'config.model.{unknown[0]} is not an argument of {model_cls.__name__}; '
-                     f'valid fields: {sorted(set(_fields(model_cls)) - set(data_args))}.')
+                     f'valid fields: {sorted(fields - set(data_args))}.')
   for group, default in _groups(model_cls).items():
     names = {field.name for field in dataclasses.fields(default)}
     values = {key: kwargs.pop(key) for key in sorted(names & set(kwargs))}

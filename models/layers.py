@@ -15,7 +15,6 @@ from flax import nnx
 import attention
 
 Array = jax.Array
-KV = dict[str, Array]
 
 ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
 

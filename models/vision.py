@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention
-from models.layers import check_choice, check_positive_ints, check_rate, dense, is_int
+from models.layers import check_choice, dense, is_int
 from models.blocks import encoder_stack
 from models.embeddings import ATTENTION_POSITIONS
 from models.stack_config import StackConfig
