@@ -2,6 +2,7 @@
 
   python eval.py --workdir=runs/default
   python eval.py --workdir=runs/default --decode=beam --average_last=3 --num_heatmaps=8
+  python eval.py --workdir=runs/gpt_text --eval_length=256,512
 """
 
 import sys
@@ -27,6 +28,9 @@ _AVERAGE = flags.DEFINE_integer('average_last', 1, 'Average the newest K checkpo
 _HEATMAPS = flags.DEFINE_integer('num_heatmaps', 4, 'Attention pictures (PNG) to write.')
 _LAYER = flags.DEFINE_integer('heatmap_layer', -1, 'Layer whose attention is drawn (-1 = last).')
 _HEAD = flags.DEFINE_integer('heatmap_head', -1, 'Head to plot (-1 = mean over heads).')
+_EVAL_LENGTH = flags.DEFINE_list(
+    'eval_length', [], 'Language models: also evaluate on rows of these lengths (tokens), past '
+    "the training length included; metrics named 'loss@N', 'bits_per_char@N'.")
 _MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Predict at most this many (0 = all).')
 _CACHE = flags.DEFINE_string('compilation_cache', training.DEFAULT_COMPILATION_CACHE,
                             "Directory of XLA's persistent compilation cache ('' = off).")
@@ -43,7 +47,8 @@ def main(argv):
     training.evaluate_checkpoint(
         _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,
         decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
-        heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value)
+        heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value,
+        eval_lengths=_EVAL_LENGTH.value)
   except (ValueError, FileNotFoundError) as error:
     # Bad input is reported in one sentence naming the field or path, not as a traceback.
     sys.exit(f'eval.py: {error}')

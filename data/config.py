@@ -68,6 +68,8 @@ def checked_fields(config: Any, defaults: ml_collections.ConfigDict, *,
   merged = defaults.to_dict()
   for key, value in values.items():
     expected = type(merged[key])
+    if expected is tuple and isinstance(value, list):  # config.json stores tuples as lists
+      value = tuple(value)
     if type(value) is not expected:  # noqa: E721  (bool must not pass as int, nor int as bool)
       raise ValueError(f"config.dataset.{key} must be of type {expected.__name__}, got "
                        f"{value!r} ({_type_name(value)}).")

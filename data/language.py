@@ -56,6 +56,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.keep_whitespace = False     # Keep line breaks and runs of spaces (char-level text models).
   c.packing = "example"         # 'example': one example per row; 'stream': joined, then cut.
   c.seq_length = 64             # Tokens per row fed to the model.
+  c.eval_lengths = ()           # Other row lengths every evaluation also reports ('loss@256').
   c.held_out = 0.05             # text_file: the fraction for validation, then as much for test.
   c.batch_size = 64             # Global training batch size (split evenly across hosts).
   c.eval_batch_size = 256       # Global evaluation batch size.
@@ -80,6 +81,10 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     if merged[field] not in choices:
       raise ValueError(f"config.dataset.{field}={merged[field]!r} is not valid; valid: "
                        f"{list(choices)}.")
+  lengths = merged["eval_lengths"]
+  if not all(type(n) is int and n > 0 for n in lengths) or len(set(lengths)) < len(lengths):
+    raise ValueError(f"config.dataset.eval_lengths must be distinct positive ints, got "
+                     f"{lengths}.")
   if not 0 < merged["held_out"] < 0.5:
     raise ValueError(f"config.dataset.held_out must be in (0, 0.5), got {merged['held_out']}.")
   if merged["name"] == TEXT_FILE:
@@ -142,6 +147,14 @@ class LanguageData:
     self._read = read
     self._examples: dict[str, list[Example]] = {}
     self._rows: dict[str, dict[str, np.ndarray]] = {}
+
+  def at_length(self, seq_length: int) -> "LanguageData":
+    """The same examples and tokenizer cut into rows of `seq_length` tokens."""
+    config = self.config.as_configdict()
+    config.seq_length = seq_length
+    other = LanguageData(self.name, ml_collections.FrozenConfigDict(config), self._read)
+    other.tokenizer, other.mask_id, other._examples = self.tokenizer, self.mask_id, self._examples
+    return other
 
   def examples(self, split: str) -> list[Example]:
     """Every example of `split` ('train', 'validation', 'test', or a TFDS slice), cached."""

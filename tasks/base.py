@@ -105,6 +105,12 @@ class Task(abc.ABC):
               num_epochs: int | None = None) -> BatchIterator:
     """This host's share of the global batches of `split` (see the module docstring)."""
 
+  def split_views(self, split: str) -> dict[str, str]:
+    """Other views of `split` that every evaluation also reports, `{metric suffix: split name
+    for batches}` (a language model's rows of other lengths: `{'@256': 'validation@256'}`)."""
+    del split
+    return {}
+
   @abc.abstractmethod
   def loss(self, model: nnx.Module, batch: Batch, rng: Array) -> tuple[Array, dict[str, Array]]:
     """The training loss (a scalar, dropout on with `rng`) and the batch's counts. Pure."""

@@ -124,23 +124,33 @@ class LanguageModeling(Task):
     return language.default_config()
 
   def __init__(self, config, workdir: str):
+    lengths = _readable(config)  # before the data writes a vocabulary into the workdir
     self.causal = models.model_class(config.model.name).causal
     self.data = language.build(config.dataset, os.path.join(workdir, VOCAB_DIR),
                                mask_token=not self.causal)
     self.tokenizer = self.data.tokenizer
     self.label_smoothing = config.label_smoothing
     self.continuation_length = config.max_decode_length or config.dataset.seq_length // 2
+    self.at_length = {n: self.data.at_length(n) for n in lengths}
     # Cut the rows the run will read now, so a window longer than a split fails before anything
     # compiles (rows are cached for the batches).
     for split in (config.dataset.train_split, config.dataset.eval_split):
       self.data.rows(split)
+    for data in self.at_length.values():
+      data.rows(config.dataset.eval_split)
 
   def model_args(self) -> dict[str, Any]:
     return dict(vocab_size=self.tokenizer.vocab_size, pad_id=self.tokenizer.pad_id)
 
+  def split_views(self, split):
+    """The split cut into rows of each of `config.dataset.eval_lengths`: '@256'."""
+    return {f'@{n}': f'{split}@{n}' for n in self.at_length}
+
   def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                             num_epochs=num_epochs)
+    name, _, length = split.partition('@')  # a view: 'validation@256'
+    data = self.at_length[int(length)] if length else self.data
+    return data.batches(name, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                        num_epochs=num_epochs)
 
   def _objective(self, batch: Batch, rng: Array) -> tuple[Array, Array, Array]:
     """`(model inputs, targets, weights)`: the batch's as they are, or BERT-masked inputs."""
@@ -244,6 +254,21 @@ class LanguageModeling(Task):
                             title=f'example {sample["index"]}: attention of every layer and head'
                                   + (' (squares: the matching key)' if queries else ''))
     return [path]
+
+
+def _readable(config) -> tuple[int, ...]:
+  """`config.dataset.eval_lengths`, checked against what the model can read.
+
+  Raises:
+    ValueError: a length past a learned position table, which has no embedding beyond
+      `config.model.max_length`.
+  """
+  lengths, model = tuple(config.dataset.get('eval_lengths', ())), config.model
+  if model.get('positions') == 'learned' and max(lengths, default=0) > model.max_length:
+    raise ValueError(f'config.dataset.eval_lengths={lengths} reaches past the learned position '
+                     f'table of config.model.max_length={model.max_length}: a learned '
+                     'table has no embedding for later positions.')
+  return lengths
 
 
 def _one_line(text: str) -> str:

@@ -84,11 +84,16 @@ def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path):
 def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(tmp_path):
   text = tmp_path / 'book.txt'
   text.write_text('It was the best of times, it was the worst of times.\n' * 40)
-  config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32)
+  config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32,
+                    eval_lengths=(16,))
   workdir = str(tmp_path / 'run')
-  training.train_and_evaluate(config, workdir)
-  metrics = evaluate_checkpoint(workdir, num_heatmaps=1)
+  validation = training.train_and_evaluate(config, workdir)
+  assert validation['bits_per_char@16'] == pytest.approx(validation['loss@16'] / np.log(2))
+  # eval.py --eval_length: rows of other lengths; at the trained length, the same rows as usual.
+  metrics = evaluate_checkpoint(workdir, num_heatmaps=1, eval_lengths=['32', '64'])
   assert metrics['bits_per_char'] == pytest.approx(metrics['loss'] / np.log(2))
+  assert metrics['loss@32'] == pytest.approx(metrics['loss'], rel=1e-6)
+  assert metrics['loss@64'] > 0 and 'loss@16' not in metrics
   lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
   assert all('-> [T=0] ' in line and ' || [T=1] ' in line for line in lines[1:])
 
@@ -111,6 +116,23 @@ def test_a_window_longer_than_the_held_out_text_fails_when_the_task_is_built(tmp
   config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=64)
   with pytest.raises(ValueError, match=r"seq_length=64 .* split 'validation'"):
     tasks.build(config, str(tmp_path / 'run'))
+
+
+def test_eval_lengths_are_refused_past_a_learned_table_and_for_other_tasks(tmp_path):
+  text = tmp_path / 'book.txt'
+  text.write_text('It was the best of times, it was the worst of times.\n' * 40)
+  config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32,
+                    eval_lengths=(64, 128))
+  config.model.positions = 'learned'
+  with pytest.raises(ValueError, match=r'eval_lengths=\(64, 128\) reaches past the learned '
+                     r'position table of config.model.max_length=64'):
+    tasks.build(config, str(tmp_path / 'run'))
+  translation = get_config('default')
+  with open(os.path.join(tmp_path, 'config.json'), 'w', encoding='utf-8') as f:
+    f.write(translation.to_json())
+  with pytest.raises(ValueError, match="--eval_length applies to language models; this run's "
+                     "task is 'translation'"):
+    evaluate_checkpoint(str(tmp_path), eval_lengths=['64'])
 
 
 def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_path):

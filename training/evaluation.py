@@ -21,14 +21,23 @@ def _gather(array) -> np.ndarray:
 _eval_step = jax.jit(eval_step, static_argnames='counts_fn')
 
 
-def split_metrics(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
-  """The task's metrics of its counts summed over the whole split (no dropout)."""
+def _summed_counts(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
   totals: dict[str, float] = {}
   for batch in task.batches(split, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1):
     counts = _eval_step(state, sharding.shard_batch(batch, mesh), counts_fn=task.eval_counts)
     for key, value in jax.device_get(counts).items():
       totals[key] = totals.get(key, 0) + value
-  return task.summarize(totals)
+  return totals
+
+
+def split_metrics(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
+  """The task's metrics of its counts summed over the whole split (no dropout), and those of
+  each of the split's views (`Task.split_views`), their names suffixed ('loss@256')."""
+  metrics = task.summarize(_summed_counts(state, task, split, batch_size=batch_size, mesh=mesh))
+  for suffix, view in task.split_views(split).items():
+    totals = _summed_counts(state, task, view, batch_size=batch_size, mesh=mesh)
+    metrics.update({f'{key}{suffix}': value for key, value in task.summarize(totals).items()})
+  return metrics
 
 
 def predict_split(state: TrainState, task: Task, split: str, *, batch_size: int, mesh,

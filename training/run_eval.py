@@ -33,7 +33,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | None = None,
                         split: str = 'test', decode: str = 'greedy', average_last: int = 1,
                         num_heatmaps: int = 4, heatmap_layer: int = -1, heatmap_head: int = -1,
-                        max_examples: int = 0) -> dict:
+                        max_examples: int = 0, eval_lengths=()) -> dict:
   """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, the task's samples
   file (samples.txt, predictions.txt), pictures}.
 
@@ -51,6 +51,8 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
     heatmap_layer: layer whose attention is drawn (negative counts from the end).
     heatmap_head: head to draw; -1 = the mean over heads.
     max_examples: decode only this many examples (0 = all).
+    eval_lengths: language models: also evaluate on rows of these lengths ('loss@N'); replaces
+      the config's `dataset.eval_lengths`.
 
   Returns:
     The metrics written to eval/metrics.json.
@@ -60,6 +62,8 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
   if average_last < 1:
     raise ValueError(f'--average_last={average_last} must be >= 1.')
   config = config or load_config(workdir)
+  if eval_lengths:
+    _set_eval_lengths(config, eval_lengths)
   _fit_mesh(config)
   validate(config)
   task = tasks.build(config, workdir)
@@ -106,6 +110,19 @@ def _restore(config, task, mesh, workdir, checkpoint_step, average_last):
     logging.info('Averaged the parameters of steps %s.', chosen)
   checkpointer.close()
   return state, int(jax.device_get(state.step))
+
+
+def _set_eval_lengths(config, lengths) -> None:
+  """Sets `config.dataset.eval_lengths` from --eval_length values (ints or their strings)."""
+  if 'eval_lengths' not in tasks.task_class(config.task).dataset_config():
+    raise ValueError(f'--eval_length applies to language models; this run\'s task is '
+                     f'{config.task!r}.')
+  try:
+    lengths = tuple(int(n) for n in lengths)
+  except ValueError as error:
+    raise ValueError(f'--eval_length={",".join(map(str, lengths))} must be token counts.') from error
+  with config.unlocked():
+    config.dataset.eval_lengths = lengths
 
 
 def _fit_mesh(config) -> None:
