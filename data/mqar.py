@@ -26,6 +26,9 @@ import tensorflow_datasets as tfds
 from data.generated import GeneratedConfig, disjoint_splits
 
 
+RECALL_PAIRS = (4, 8, 16, 32)  # the recall study's sizes: a builder config 'pairs_N' each
+
+
 @dataclasses.dataclass(eq=False)
 class MqarConfig(GeneratedConfig):
   """Task sizes; split sizes and seed as in `GeneratedConfig`, with 20,000 training examples.
@@ -95,6 +98,10 @@ class Mqar(tfds.core.GeneratorBasedBuilder):
       MqarConfig(name="small", description="8 pairs of 64 keys and 64 values, 7,000 examples of "
                  "32 tokens.", num_pairs=8, train_size=5_000),
   ]
+  BUILDER_CONFIGS += [
+      MqarConfig(name=f"pairs_{n}", description=f"{n} pairs of 64 keys and 64 values, 20,000 "
+                 f"training examples of {4 * n} tokens (configs/study_recall.py).", num_pairs=n)
+      for n in RECALL_PAIRS]
   DEFAULT_CONFIG_NAME = "default"
 
   def _info(self) -> tfds.core.DatasetInfo:

@@ -1,0 +1,39 @@
+"""Study: recall versus efficiency (Arora et al. 2023, "Zoology"; 2024, "Based").
+
+Multi-query associative recall (`configs/gpt_mqar.py`'s task) with 4, 8, 16 and 32 key-value
+pairs (sequences of 16 to 128 tokens), at two widths (d_model 64 and 128), for three ways of
+mixing tokens in a 2-layer GPT: softmax attention, which keeps every key (a decoding state that
+grows with the sequence); a sliding window of 16 tokens, shorter than every sequence but the
+shortest; and linear attention, whose state is a fixed d_k x d_v matrix per head. Expected:
+softmax recalls every setting its size allows, linear attention falls as the pairs outgrow its
+state, and the window fails once the keys lie outside it.
+
+Command:
+  python sweep.py --config=configs/study_recall.py --workdir=runs/study_recall --parallel=2
+  python compare.py runs/study_recall --metrics=accuracy,attention_hit_rate
+Result: see docs/studies.md (the table, the figure and the machine).
+"""
+
+import itertools
+
+from configs import gpt_mqar
+from data.mqar import RECALL_PAIRS
+
+WIDTHS = (64, 128)
+WINDOW = 16
+MIXERS = {'softmax': {}, f'window {WINDOW}': {'model.window': WINDOW},
+          'linear': {'model.attention': 'linear'}}
+
+
+def get_config(arg: str | None = None):
+  """`configs/gpt_mqar.py` (2 layers, 3000 steps) on 20,000 training examples; `arg` unused."""
+  config = gpt_mqar.get_config(arg)
+  config.num_eval_decode = 256
+  return config
+
+
+def get_sweep(arg: str | None = None):
+  del arg
+  return [{**mixer, 'model.d_model': width, 'dataset.builder_config': f'pairs_{pairs}',
+           'dataset.seq_length': 4 * pairs - 1, 'model.max_length': 4 * pairs}
+          for mixer, width, pairs in itertools.product(MIXERS.values(), WIDTHS, RECALL_PAIRS)]
