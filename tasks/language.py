@@ -18,6 +18,7 @@ import math
 import os
 from typing import Any
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -130,7 +131,7 @@ class LanguageModeling(Task):
                                mask_token=not self.causal)
     self.tokenizer = self.data.tokenizer
     self.label_smoothing = config.label_smoothing
-    self.continuation_length = config.max_decode_length or config.dataset.seq_length // 2
+    self.continuation_length = _continuation_length(config)
     self.at_length = {n: self.data.at_length(n) for n in lengths}
     # Cut the rows the run will read now, so a window longer than a split fails before anything
     # compiles (rows are cached for the batches).
@@ -269,6 +270,30 @@ def _readable(config) -> tuple[int, ...]:
                      f'table of config.model.max_length={model.max_length}: a learned '
                      'table has no embedding for later positions.')
   return lengths
+
+
+def _continuation_length(config) -> int:
+  """Tokens sampled after a prompt of half a row: `config.max_decode_length` (default: the other
+  half), capped, with a logged message, where the sample would run past the positions the
+  model was trained on (`dataset.seq_length`) and nothing keeps it within them.
+
+  A sliding window no longer than the training rows keeps every query within trained relative
+  distances when positions are relative (rope, alibi, t5); absolute positions (sinusoidal,
+  learned) and the causal count of 'none' leave the trained range whatever the window
+  (configs/study_length.py measures what happens past it).
+  """
+  trained = config.dataset.seq_length
+  prompt = max(1, trained // 2)
+  wanted = config.max_decode_length or trained - prompt
+  window = config.model.get('window', 0)
+  relative = config.model.get('positions') in ('rope', 'alibi', 't5')
+  if prompt + wanted <= trained or (relative and 0 < window <= trained):
+    return wanted
+  logging.warning('Sampling %d tokens after a %d-token prompt would run %d positions past the %d '
+                  'the model was trained on (config.dataset.seq_length); sampling %d. With '
+                  "positions rope, alibi or t5, config.model.window <= %d samples further.",
+                  wanted, prompt, prompt + wanted - trained, trained, trained - prompt, trained)
+  return trained - prompt
 
 
 def _one_line(text: str) -> str:

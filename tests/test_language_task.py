@@ -13,7 +13,7 @@ import models
 import tasks
 import training
 from data.tokenizers import SPECIAL_TOKENS
-from tasks.language import attention_hits, bert_mask
+from tasks.language import _continuation_length, attention_hits, bert_mask
 from training.checkpoints import load_matching_params
 from training.run_eval import evaluate_checkpoint
 from training.setup import build_state
@@ -133,6 +133,24 @@ def test_eval_lengths_are_refused_past_a_learned_table_and_for_other_tasks(tmp_p
   with pytest.raises(ValueError, match="--eval_length applies to language models; this run's "
                      "task is 'translation'"):
     evaluate_checkpoint(str(tmp_path), eval_lengths=['64'])
+
+
+@pytest.mark.parametrize('positions, window, wanted, expected', [
+    ('rope', 0, 0, 64),         # the default: the rest of the row
+    ('rope', 0, 64, 64),
+    ('rope', 0, 128, 64),       # past the 128 trained positions: capped
+    ('rope', 128, 128, 128),    # a sliding window within them: relative distances stay trained
+    ('alibi', 64, 200, 200),
+    ('sinusoidal', 128, 128, 64),  # absolute positions leave the trained range all the same
+    ('none', 128, 128, 64),
+])
+def test_continuations_stay_within_the_trained_positions(positions, window, wanted, expected,
+                                                         caplog):
+  config = get_config('gpt_text')
+  config.model.update(positions=positions, window=window)
+  config.max_decode_length = wanted
+  assert _continuation_length(config) == expected
+  assert ('past the 128 the model was trained on' in caplog.text) == (expected < (wanted or 64))
 
 
 def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_path):
