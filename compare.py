@@ -2,8 +2,10 @@
 
   python compare.py runs/study
   python compare.py runs/dot runs/additive --metrics=exact_match,bleu --out=runs/report
+  python compare.py runs/study_recall --metrics=accuracy --against=dataset.builder_config
 
-Each path is a training workdir or a folder of them; report.md and curves.png go to --out.
+Each path is a training workdir or a folder of them; report.md and curves.png (and against.png)
+go to --out.
 """
 
 import sys
@@ -14,6 +16,9 @@ from training import compare
 
 _METRICS = flags.DEFINE_list('metrics', None,
                              'Eval metrics to compare (default: all in every final evaluation).')
+_AGAINST = flags.DEFINE_string(
+    'against', None, "Also draw against.png: the final metrics against this differing config "
+    "field (e.g. dataset.builder_config), or across the metrics with 'metrics'.")
 _OUT = flags.DEFINE_string('out', None, 'Folder for report.md and curves.png (default: the first '
                            'path).')
 
@@ -23,7 +28,8 @@ def main(argv):
   if not paths:
     raise app.UsageError('Give one or more training workdirs, or folders of them.')
   try:
-    print(compare.write_report(paths, _OUT.value or paths[0], metrics=_METRICS.value or None),
+    print(compare.write_report(paths, _OUT.value or paths[0], metrics=_METRICS.value or None,
+                               against=_AGAINST.value),
           end='')
   except (ValueError, FileNotFoundError) as error:
     # Bad input is reported in one sentence naming the path or metric, not as a traceback.

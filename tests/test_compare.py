@@ -9,7 +9,7 @@ import sys
 from PIL import Image
 import pytest
 
-from training import compare
+from training import compare, compare_against
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -165,3 +165,28 @@ def test_command_line(study, tmp_path):
                            capture_output=True, text=True, timeout=60, check=False)
   assert missing.returncode != 0
   assert 'compare.py:' in missing.stderr and 'nowhere does not exist' in missing.stderr
+
+
+def test_against_a_field_draws_one_line_per_other_setting_and_skips_tied_fields(tmp_path):
+  # model.d_k is the x axis; num_train_steps moves with it (tied), so it labels no line.
+  for score in ('dot', 'additive'):
+    for d_k in (8, 16, 32):
+      directory = tmp_path / f'{score}_{d_k}'
+      _write_run(directory, score=score, d_k=d_k, lines=_lines(d_k / 100, 1.0))
+      config = json.loads((directory / 'config.json').read_text())
+      config['num_train_steps'] = 10 * d_k
+      (directory / 'config.json').write_text(json.dumps(config))
+  runs = [compare.load_run(path) for path in compare.find_runs([str(tmp_path)])]
+  _, settings = compare.group_settings(runs)
+  lines = compare_against.lines(settings, 'model.d_k')
+  assert list(lines) == ['model.score=additive', 'model.score=dot']
+  assert [s.values['model.d_k'] for s in lines['model.score=dot']] == [8, 16, 32]
+  with pytest.raises(ValueError, match=r"--against=model.heads is not a field that differs among "
+                     r"these runs; valid: metrics, model.d_k, model.score, num_train_steps"):
+    compare_against.lines(settings, 'model.heads')
+  assert list(compare_against.lines(settings, 'metrics')) == [s.label for s in settings]
+  markdown = compare.write_report([str(tmp_path)], str(tmp_path / 'out'), metrics=['accuracy'],
+                                  against='model.d_k')
+  assert markdown.endswith('![curves](curves.png)\n\n![against](against.png)\n')
+  width, height = Image.open(tmp_path / 'out' / 'against.png').size
+  assert width > 500 and height > 300

@@ -147,7 +147,7 @@ def format_value(value) -> str:
   return value if isinstance(value, str) else json.dumps(value)
 
 
-def _natural_key(value) -> tuple:
+def natural_key(value) -> tuple:
   """Numbers numerically, then strings with their digit runs as numbers, then anything else."""
   if isinstance(value, (int, float)):
     return (0, value)
@@ -168,7 +168,7 @@ def group_settings(runs: list[Run]) -> tuple[list[str], list[Setting]]:
   for values, members in groups.values():
     label = ', '.join(f'{field}={format_value(value)}' for field, value in zip(fields, values))
     settings.append(Setting(label or members[0].name, dict(zip(fields, values)), members))
-  settings.sort(key=lambda setting: [_natural_key(value) for value in setting.values.values()])
+  settings.sort(key=lambda setting: [natural_key(value) for value in setting.values.values()])
   return fields, settings
 
 
@@ -310,13 +310,17 @@ def _count(number: int, noun: str) -> str:
   return f'{number} {noun}' + ('' if number == 1 else 's')
 
 
-def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = None) -> str:
-  """Compares the runs under `paths`; writes out_dir/report.md and out_dir/curves.png.
+def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = None,
+                 against: str | None = None) -> str:
+  """Compares the runs under `paths`; writes out_dir/report.md and out_dir/curves.png (and
+  out_dir/against.png with `against`).
 
   Args:
     paths: runs (workdirs with metrics.jsonl) or folders whose subdirectories are runs.
     out_dir: where report.md and curves.png go (created if needed).
     metrics: eval metrics to compare (default: all in every run's final eval line).
+    against: draw the final metrics against this differing field, or across the metrics with
+      'metrics' (see `training.compare_against`).
 
   Returns:
     The markdown of report.md.
@@ -328,15 +332,21 @@ def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = Non
   runs = [load_run(path) for path in find_runs(paths)]
   metrics = select_metrics(runs, metrics)
   fields, settings = group_settings(runs)
+  figures = {'curves.png': lambda: draw_curves(settings, metrics)}
+  if against:
+    from training import compare_against  # pylint: disable=g-import-not-at-top  (it imports us)
+    compare_against.lines(settings, against)  # a bad field fails before anything is written
+    figures['against.png'] = lambda: compare_against.draw(settings, metrics, against)
   splits = '/'.join(sorted({run.eval_split for run in runs}))
   markdown = '\n\n'.join([
       f'# Comparison of {_count(len(runs), "run")} in {_count(len(settings), "setting")}',
       f'Final {splits} metrics, mean ± std over the n seeds of each setting.',
       markdown_table(fields, settings, metrics),
-      '![curves](curves.png)']) + '\n'
+      *(f'![{name[:-4]}]({name})' for name in figures)]) + '\n'
   os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, 'curves.png'), 'wb') as f:
-    f.write(draw_curves(settings, metrics))
+  for name, draw in figures.items():
+    with open(os.path.join(out_dir, name), 'wb') as f:
+      f.write(draw())
   with open(os.path.join(out_dir, 'report.md'), 'w', encoding='utf-8') as f:
     f.write(markdown)
   return markdown
