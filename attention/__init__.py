@@ -5,8 +5,8 @@ heads) are free. Masks broadcast to `[..., T, S]` with True = may attend.
 """
 
 from attention import addressing  # the NTM's steps: attention.addressing.address, read, write
-from attention.biases import (T5_MAX_DISTANCE, T5_NUM_BUCKETS, alibi_bias, alibi_slopes, t5_bias,
-                              t5_buckets)
+from attention.biases import (T5_MAX_DISTANCE, T5_NUM_BUCKETS, alibi_bias, alibi_bias_at,
+                              alibi_slopes, relative_positions, t5_bias, t5_bias_at, t5_buckets)
 from attention.chunked import chunked_attention
 from attention.core import (attend, attention, attention_pooling, drop_weights, masked_softmax,
                             merge_heads, rms_normalize, split_heads)
@@ -22,19 +22,19 @@ from attention.scores import (SCORES, KeyPrep, Score, ScoreParam, ScoreSizes, ad
                               cosine_scores, dot_scores, general_scores, get_score, get_score_fn,
                               project_keys, scaled_dot_scores)
 from attention.sdpa import KERNELS, normalize_scores, scaled_dot_product_attention
-from attention.variants import (VARIANTS, Variant, get_variant, group_queries, repeat_kv,
-                                window_mask)
+from attention.variants import (VARIANTS, Variant, cache_offsets, get_variant, group_queries,
+                                repeat_kv, window_mask)
 
 __all__ = [
     "KERNELS", "KeyPrep", "SCORES", "Score", "ScoreParam", "ScoreSizes", "T5_MAX_DISTANCE",
     "T5_NUM_BUCKETS", "VARIANTS", "Variant", "additive_scores", "addressing", "alibi_bias",
-    "alibi_slopes", "attend", "attention", "attention_entropy", "attention_pooling",
-    "attention_rollout", "causal_mask", "chunked_attention", "combine_masks", "cosine_scores",
+    "alibi_bias_at", "alibi_slopes", "attend", "attention", "attention_entropy", "attention_pooling",
+    "attention_rollout", "cache_offsets", "causal_mask", "chunked_attention", "combine_masks", "cosine_scores",
     "dot_scores", "doubly_stochastic_penalty", "drop_weights", "elu_feature_map", "general_scores", "get_score",
     "get_score_fn", "get_variant", "group_queries", "linear_attention",
     "linear_attention_weights", "masked_softmax", "merge_heads", "normalize_scores", "padding_mask",
-    "padding_mask_from_ids", "project_keys", "repeat_kv", "rms_normalize", "rotary_embedding",
+    "padding_mask_from_ids", "project_keys", "relative_positions", "repeat_kv", "rms_normalize", "rotary_embedding",
     "scaled_dot_product_attention", "scaled_dot_scores", "sentence_position_encoding",
     "sinusoidal_embedding", "sinusoidal_positions", "sinusoidal_positions_2d",
-    "sliding_window_mask", "split_heads", "t5_bias", "t5_buckets", "window_mask",
+    "sliding_window_mask", "split_heads", "t5_bias", "t5_bias_at", "t5_buckets", "window_mask",
 ]

@@ -56,10 +56,19 @@ def alibi_bias(slopes: Array, q_positions: Array, k_positions: Array) -> Array:
   Returns:
     float32 `[..., N, T, S]`.
   """
-  distance = jnp.abs(jnp.asarray(q_positions)[..., :, None]
-                     - jnp.asarray(k_positions)[..., None, :])         # [..., T, S]
-  return -jnp.asarray(slopes, jnp.float32)[:, None, None] * distance[..., None, :, :].astype(
-      jnp.float32)
+  return alibi_bias_at(slopes, relative_positions(q_positions, k_positions))
+
+
+def relative_positions(q_positions: Array, k_positions: Array) -> Array:
+  """`j - i` for query position i and key position j: `[..., T, S]`."""
+  return jnp.asarray(k_positions)[..., None, :] - jnp.asarray(q_positions)[..., :, None]
+
+
+def alibi_bias_at(slopes: Array, relative: Array) -> Array:
+  """`-slope · |j - i|` per head for given offsets `relative` `[..., T, S]` (`j - i`, e.g. a
+  decoding cache's own, see `attention.variants.cache_offsets`): float32 `[..., N, T, S]`."""
+  distance = jnp.abs(jnp.asarray(relative)).astype(jnp.float32)[..., None, :, :]
+  return -jnp.asarray(slopes, jnp.float32)[:, None, None] * distance
 
 
 def t5_buckets(relative: Array, *, bidirectional: bool, num_buckets: int = T5_NUM_BUCKETS,
@@ -110,8 +119,14 @@ def t5_bias(table: Array, q_positions: Array, k_positions: Array, *, bidirection
   Returns:
     `[..., N, T, S]` in the table's dtype.
   """
-  relative = (jnp.asarray(k_positions)[..., None, :]
-              - jnp.asarray(q_positions)[..., :, None])                # [..., T, S]
+  return t5_bias_at(table, relative_positions(q_positions, k_positions),
+                    bidirectional=bidirectional, max_distance=max_distance)
+
+
+def t5_bias_at(table: Array, relative: Array, *, bidirectional: bool,
+               max_distance: int = T5_MAX_DISTANCE) -> Array:
+  """`table[bucket(relative), n]` for given offsets `relative` `[..., T, S]` (`j - i`):
+  `[..., N, T, S]` in the table's dtype."""
   buckets = t5_buckets(relative, bidirectional=bidirectional, num_buckets=table.shape[0],
                        max_distance=max_distance)                     # [..., T, S]
   return jnp.moveaxis(jnp.take(table, buckets, axis=0), -1, -3)      # [..., N, T, S]

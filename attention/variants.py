@@ -7,8 +7,9 @@ steps when a prompt is prefilled, reads and updates it (`step`). `VARIANTS` maps
 
 - `'softmax'`: `softmax(scores + biases)` over the keys, through `scaled_dot_product_attention`'s
   kernels (or any score of `attention.SCORES`). Its decoding state is a K/V buffer of every
-  position, or with a `window` a ring buffer of the last `window` positions, so the memory of a
-  windowed decoder does not grow with its length.
+  position, or with a `window` a ring buffer of the last `window` positions (after the first
+  `sink_tokens`, kept for good), so the memory of a windowed decoder does not grow with its
+  length.
 - `'linear'`: `attention.linear_attention` (elu + 1 features); its decoding state is the fixed
   `[H, Dv]` running sum, O(1) per token.
 
@@ -45,12 +46,29 @@ def repeat_kv(x: Array, num_heads: int) -> Array:
   return jnp.repeat(x, num_heads // x.shape[-3], axis=-3)
 
 
-def window_mask(q_positions: Array, k_positions: Array, window: int) -> Array:
+def window_mask(q_positions: Array, k_positions: Array, window: int,
+                sink_tokens: int = 0) -> Array:
   """Causal visibility by explicit positions, `[T, S]`: key j visible iff `0 <= j <= i` and, with
-  a window, `i - j < window`. Negative key positions are empty cache slots."""
+  a window, `i - j < window` or `j < sink_tokens` (the first tokens kept past the window:
+  StreamingLLM's attention sinks). Negative key positions are empty cache slots."""
   distance = q_positions[:, None] - k_positions[None, :]              # [T, S]
   visible = (distance >= 0) & (k_positions[None, :] >= 0)
-  return visible & (distance < window) if window else visible
+  if not window:
+    return visible
+  return visible & ((distance < window) | (k_positions[None, :] < sink_tokens))
+
+
+def cache_offsets(q_positions: Array, k_positions: Array, window: int,
+                  sink_tokens: int = 0) -> Array:
+  """`j - i` per query and key as a streaming cache sees them, `[T, S]`: the kept first tokens
+  sit right before the window, so key j < sink_tokens is at most `window + sink_tokens - 1 - j`
+  away, however far the stream has gone (StreamingLLM numbers positions within its cache;
+  with the relative position biases that is this offset). Other keys: their true offset."""
+  relative = k_positions[None, :] - q_positions[:, None]              # [T, S]
+  if not sink_tokens:
+    return relative
+  in_cache = k_positions[None, :] - (window + sink_tokens - 1)
+  return jnp.where(k_positions[None, :] < sink_tokens, jnp.maximum(relative, in_cache), relative)
 
 
 def _softmax_attend(q, k, v, *, scores=None, mask=None, bias=None, alibi_slopes=None, sink=None,
@@ -72,28 +90,32 @@ def _softmax_attend(q, k, v, *, scores=None, mask=None, bias=None, alibi_slopes=
 
 
 def _softmax_init(batch: int, kv_heads: int, d_k: int, d_v: int, *, max_length: int,
-                  window: int, dtype: Any) -> State:
+                  window: int, sink_tokens: int, dtype: Any) -> State:
   """Zeroed K/V slots `{'k': [B, K, L, H], 'v': [B, K, L, Dv]}`: L = max_length positions, or
-  the `window` a sliding window can see (a ring buffer: position p lives in slot p % window)."""
-  slots = window if window else max_length
+  with a window the `sink_tokens` first positions (slot p) and a ring buffer of the `window`
+  latest later ones (position p in slot `sink_tokens + (p - sink_tokens) % window`)."""
+  slots = sink_tokens + window if window else max_length
   return {"k": jnp.zeros((batch, kv_heads, slots, d_k), dtype),
           "v": jnp.zeros((batch, kv_heads, slots, d_v), dtype)}
 
 
-def _ring_positions(step: Array, window: int) -> Array:
-  """The position each ring slot holds before `step` is written: slot s holds the latest
-  position p < step with p % window == s, negative (empty) if there is none. `[window]`."""
-  slots = jnp.arange(window)
-  return step - 1 - jnp.mod(step - 1 - slots, window)
+def _slot_positions(step: Array, window: int, sink_tokens: int) -> Array:
+  """The position each slot of a windowed cache holds before `step` is written, -1 if empty:
+  the first-token slots hold 0 .. sink_tokens-1, ring slot s the latest p < step with
+  p >= sink_tokens and `(p - sink_tokens) % window == s`. `[sink_tokens + window]`."""
+  first = jnp.arange(sink_tokens)
+  ring = step - 1 - jnp.mod(step - 1 - sink_tokens - jnp.arange(window), window)
+  return jnp.concatenate([jnp.where(first < step, first, -1),
+                          jnp.where(ring >= sink_tokens, ring, -1)])
 
 
 def _softmax_step(state: State, q: Array, k: Array, v: Array, step: Array, *, window: int,
-                  attend_at: AttendAt) -> tuple[Array, State]:
+                  sink_tokens: int, attend_at: AttendAt) -> tuple[Array, State]:
   """Positions `step .. step+T-1`: write their keys/values, attend to every visible one.
 
-  The full buffer is written first and read whole, masked by position. A ring buffer is read
+  The full buffer is written first and read whole, masked by position. A windowed cache is read
   together with the new block (the block's first rows may be overwritten by its last ones when
-  T > window), then keeps the block's last `window` positions.
+  T > window), then keeps the block's first tokens and its last `window` positions.
   """
   t = q.shape[-2]
   positions = step + jnp.arange(t)                                    # [T]
@@ -103,14 +125,19 @@ def _softmax_step(state: State, q: Array, k: Array, v: Array, step: Array, *, wi
              for name in ("k", "v")}
     k_positions = jnp.arange(state["k"].shape[2])
     return attend_at(q, state["k"], state["v"], positions, k_positions), state
-  keys = jnp.concatenate([state["k"], new["k"]], axis=2)               # [B, K, W+T, H]
+  keys = jnp.concatenate([state["k"], new["k"]], axis=2)               # [B, K, L+T, H]
   values = jnp.concatenate([state["v"], new["v"]], axis=2)
-  k_positions = jnp.concatenate([_ring_positions(step, window), positions])
+  k_positions = jnp.concatenate([_slot_positions(step, window, sink_tokens), positions])
   out = attend_at(q, keys, values, positions, k_positions)
-  kept = min(t, window)
-  slots = jnp.mod(positions[t - kept:], window)                       # distinct slots
-  state = {name: state[name].at[:, :, slots].set(new[name][:, :, t - kept:])
-           for name in ("k", "v")}
+  # Slot indices past the cache (sink_tokens + window) are dropped: a first token goes to its
+  # own slot, the last `window` of the others to the ring (distinct slots either way).
+  kept, past = min(t, window), sink_tokens + window
+  first = jnp.where(positions < sink_tokens, positions, past)
+  latest = positions[t - kept:]
+  ring = jnp.where(latest >= sink_tokens, sink_tokens + jnp.mod(latest - sink_tokens, window),
+                   past)
+  state = {name: state[name].at[:, :, first].set(new[name], mode="drop")
+           .at[:, :, ring].set(new[name][:, :, t - kept:], mode="drop") for name in ("k", "v")}
   return out, state
 
 
@@ -134,16 +161,16 @@ def _linear_attend(q, k, v, *, mask=None, is_causal=False, return_weights=False,
 
 
 def _linear_init(batch: int, kv_heads: int, d_k: int, d_v: int, *, max_length: int,
-                 window: int, dtype: Any) -> State:
+                 window: int, sink_tokens: int, dtype: Any) -> State:
   """The running sums `{'s': [B, K, H, Dv], 'z': [B, K, H]}`, whatever the length."""
-  del max_length, window, dtype  # the state's size is fixed; sums stay float32
+  del max_length, window, sink_tokens, dtype  # a fixed size; the sums stay float32
   return init_linear_state((batch, kv_heads), d_k, d_v)
 
 
 def _linear_step(state: State, q: Array, k: Array, v: Array, step: Array, *, window: int,
-                 attend_at: AttendAt) -> tuple[Array, State]:
+                 sink_tokens: int, attend_at: AttendAt) -> tuple[Array, State]:
   """Positions `step ..` of `q [B, N, T, H]` from the running sums, which take in k and v."""
-  del step, window, attend_at  # the state already holds everything before this block
+  del step, window, sink_tokens, attend_at  # the state holds everything before this block
   grouped = group_queries(q, k.shape[-3])                             # [B, K, G, T, H]
   per_group = {name: value[:, :, None] for name, value in state.items()}  # the G axis
   out, state = linear_attention(grouped, k[..., None, :, :], v[..., None, :, :],
@@ -158,10 +185,11 @@ class Variant:
 
   Attributes:
     attend: `(q, k, v, **options) -> (out [B, N, T, Dv], weights [B, N, T, S] or None)`.
-    init_state: `(batch, kv_heads, d_k, d_v, *, max_length, window, dtype) -> state`, every leaf
-      leading with B (beam search repeats and gathers states along axis 0).
-    step: `(state, q, k, v, step, *, window, attend_at) -> (out, state)` for the new positions
-      `step .. step+T-1`; `attend_at` is the layer's softmax over explicit positions.
+    init_state: `(batch, kv_heads, d_k, d_v, *, max_length, window, sink_tokens, dtype) ->
+      state`, every leaf leading with B (beam search repeats and gathers states along axis 0).
+    step: `(state, q, k, v, step, *, window, sink_tokens, attend_at) -> (out, state)` for the
+      new positions `step .. step+T-1`; `attend_at` is the layer's softmax over explicit
+      positions.
   """
   attend: Callable[..., tuple[Array, Array | None]]
   init_state: Callable[..., State]

@@ -45,6 +45,9 @@ class MultiHeadAttention(nnx.Module):
     `relative_bias [32, N]` of bucketed offsets) added to the scores. Queries and keys of
     `__call__` sit at `0 .. T-1` unless `positions` says otherwise.
   - `window`: keys less than `window` positions away only; a decoder keeps a ring buffer of them.
+    `sink_tokens`: the first positions stay visible past the window, at the offset they would
+    have right before it (StreamingLLM); position biases read that offset, so rotary positions,
+    fixed in the keys, cannot take it.
   - `qk_norm`: queries and keys RMS-normalised per head with learned scales `q_norm`, `k_norm [H]`.
   - `softcap`: scores soft-capped `softcap · tanh(s / softcap)`. `sink`: a learned `sink [N]`
     logit, a null key of value zero that every query may attend to instead.
@@ -57,14 +60,20 @@ class MultiHeadAttention(nnx.Module):
                d_k: int | None = None, d_v: int | None = None, use_bias: bool = True,
                score: str = "scaled_dot", implementation: str | None = None,
                dropout_rate: float = 0.0, rotary: bool = False, position_bias: str | None = None,
-               window: int = 0, qk_norm: bool = False, softcap: float = 0.0, sink: bool = False,
-               variant: str = "softmax", cache_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+               window: int = 0, sink_tokens: int = 0, qk_norm: bool = False,
+               softcap: float = 0.0, sink: bool = False, variant: str = "softmax",
+               cache_dtype: Any = jnp.float32, rngs: nnx.Rngs):
     """Builds the projections and the parameters the options need; see the class docstring."""
     check_attention_args(d_model, num_heads, d_k, d_v, score, implementation, rotary=rotary)
     check_rate("dropout_rate", dropout_rate)
-    switches = AttentionVariant(num_kv_heads=num_kv_heads, window=window, qk_norm=qk_norm,
-                                softcap=softcap, sink=sink, attention=variant,
+    switches = AttentionVariant(num_kv_heads=num_kv_heads, window=window,
+                                sink_tokens=sink_tokens, qk_norm=qk_norm, softcap=softcap,
+                                sink=sink, attention=variant,
                                 cache_dtype=jnp.dtype(cache_dtype).name)
+    if sink_tokens and rotary:
+      raise ValueError(f"sink_tokens={sink_tokens} moves the kept first tokens next to the "
+                       "window, which rotary positions fix in the keys; use the position biases "
+                       "('alibi', 't5') or none.")
     switches.refuse_with_linear(score=None if score == "scaled_dot" else score,
                                 implementation=implementation, dropout_rate=dropout_rate,
                                 position_bias=position_bias)
@@ -77,6 +86,7 @@ class MultiHeadAttention(nnx.Module):
     self.score, self.registered_score = score, attention.get_score(score)
     self.implementation, self.dropout_rate = implementation, dropout_rate
     self.rotary, self.position_bias, self.window = rotary, position_bias, window
+    self.sink_tokens = sink_tokens
     self.softcap, self.cache_dtype = float(softcap), jnp.dtype(cache_dtype)
     self.variant = attention.get_variant(variant)
     n, kv, h = num_heads, self.num_kv_heads, self.d_k
@@ -177,9 +187,15 @@ class MultiHeadAttention(nnx.Module):
       dropout_rng = rngs.dropout()
     q = self._query(x, positions)                                       # [B, N, T, d_k]
     options = self._softmax_options(return_weights)
+    window = self.window
+    if self.sink_tokens:  # visibility and offsets by position, as a streaming cache has them
+      q_positions, k_positions = self._whole_positions(q.shape[-2], kv["k"].shape[-2], positions)
+      mask = attention.combine_masks(mask, attention.window_mask(
+          q_positions, k_positions, window, self.sink_tokens))
+      window = 0
     options.update(self._position_options(q.shape[-2], kv["k"].shape[-2], positions, is_causal))
     out, weights = self.variant.attend(
-        q, kv["k"], kv["v"], mask=mask, is_causal=is_causal, window=self.window,
+        q, kv["k"], kv["v"], mask=mask, is_causal=is_causal, window=window,
         dropout_rate=0.0 if dropout_rng is None else self.dropout_rate, dropout_rng=dropout_rng,
         return_weights=return_weights, **options)
     return merge_project_heads(self.w_o, out), weights                  # [B, T, D]
@@ -200,19 +216,28 @@ class MultiHeadAttention(nnx.Module):
     """
     if self.position_bias is None:
       return {}
-    if self.position_bias == "alibi" and positions is None:
+    if self.position_bias == "alibi" and positions is None and not self.sink_tokens:
       return {"alibi_slopes": attention.alibi_slopes(self.num_heads)}
-    q_positions = jnp.arange(t) if positions is None else jnp.asarray(positions)
-    k_positions = jnp.arange(s) if positions is None else q_positions
+    q_positions, k_positions = self._whole_positions(t, s, positions)
     return {"bias": self._position_bias(q_positions, k_positions, causal=is_causal)}
 
+  @staticmethod
+  def _whole_positions(t: int, s: int, positions: Array | None) -> tuple[Array, Array]:
+    """Query and key positions of a whole-sequence call (self-attention keys share `positions`)."""
+    if positions is None:
+      return jnp.arange(t), jnp.arange(s)
+    return jnp.asarray(positions), jnp.asarray(positions)
+
   def _position_bias(self, q_positions: Array, k_positions: Array, *, causal: bool) -> Array:
-    """ALiBi or T5 bias `[..., N, T, S]` for queries and keys at the given positions."""
+    """ALiBi or T5 bias `[..., N, T, S]` for queries and keys at the given positions (the kept
+    first tokens at their offsets in a streaming cache, `attention.cache_offsets`)."""
+    if self.sink_tokens:
+      relative = attention.cache_offsets(q_positions, k_positions, self.window, self.sink_tokens)
+    else:
+      relative = attention.relative_positions(q_positions, k_positions)
     if self.position_bias == "alibi":
-      return attention.alibi_bias(attention.alibi_slopes(self.num_heads), q_positions,
-                                  k_positions)
-    return attention.t5_bias(self.relative_bias[...], q_positions, k_positions,
-                             bidirectional=not causal)
+      return attention.alibi_bias_at(attention.alibi_slopes(self.num_heads), relative)
+    return attention.t5_bias_at(self.relative_bias[...], relative, bidirectional=not causal)
 
   def _scores(self, q: Array, k: Array) -> Array:
     """The registered score of q `[B, N, T, H]` and k `[B, N, S, H]`, `[B, N, T, S]`."""
@@ -233,7 +258,8 @@ class MultiHeadAttention(nnx.Module):
       options["bias"] = self._position_bias(q_positions, k_positions, causal=True)
     out, _ = attention.VARIANTS["softmax"].attend(
         q, keys.astype(q.dtype), values.astype(q.dtype),
-        mask=attention.window_mask(q_positions, k_positions, self.window), **options)
+        mask=attention.window_mask(q_positions, k_positions, self.window, self.sink_tokens),
+        **options)
     return out
 
   def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
@@ -241,7 +267,7 @@ class MultiHeadAttention(nnx.Module):
     K/V buffers `[B, K, L, H]` in `cache_dtype`, a ring of `window` slots, or running sums."""
     return self.variant.init_state(batch_size, self.num_kv_heads, self.d_k, self.d_v,
                                    max_length=max_length, window=self.window,
-                                   dtype=self.cache_dtype)
+                                   sink_tokens=self.sink_tokens, dtype=self.cache_dtype)
 
   def decode_step(self, x: Array, cache: dict[str, Array], step: Array
                   ) -> tuple[Array, dict[str, Array]]:
@@ -259,5 +285,5 @@ class MultiHeadAttention(nnx.Module):
     positions = step + jnp.arange(x.shape[1])                           # [T]
     q, new = self._project_self(x, positions)                           # [B, N|K, T, H]
     out, cache = self.variant.step(cache, q, new["k"], new["v"], step, window=self.window,
-                                   attend_at=self._attend_at)
+                                   sink_tokens=self.sink_tokens, attend_at=self._attend_at)
     return merge_project_heads(self.w_o, out.astype(x.dtype)), cache

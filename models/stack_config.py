@@ -53,6 +53,9 @@ class AttentionVariant:
       query head. The decoding cache shrinks by num_heads / K.
     window: self-attention sees keys less than `window` positions away (sliding window; causal
       models: the last `window` positions); 0 = every key. Decoding keeps only the window.
+    sink_tokens: with a window, the first `sink_tokens` positions stay visible to every later
+      query, at the offset they would have right before the window (StreamingLLM's attention
+      sinks); needs relative position biases or none (`positions` 'alibi', 't5' or 'none').
     qk_norm: RMS-normalise each head's queries and keys (learned scales) before the score.
     softcap: logit soft-capping `softcap · tanh(s / softcap)` (Gemma 2); 0 = off.
     sink: a learned per-head sink logit, a null key every query may attend to instead.
@@ -61,6 +64,7 @@ class AttentionVariant:
   """
   num_kv_heads: int | None = None
   window: int = 0
+  sink_tokens: int = 0
   qk_norm: bool = False
   softcap: float = 0.0
   sink: bool = False
@@ -73,6 +77,12 @@ class AttentionVariant:
     if not is_int(self.window) or self.window < 0:
       raise ValueError(f"window must be a non-negative integer (0 = full attention); got "
                        f"{self.window!r}.")
+    if not is_int(self.sink_tokens) or self.sink_tokens < 0:
+      raise ValueError(f"sink_tokens must be a non-negative integer (0 = none); got "
+                       f"{self.sink_tokens!r}.")
+    if self.sink_tokens and not self.window:
+      raise ValueError(f"sink_tokens={self.sink_tokens} keeps the first tokens visible past a "
+                       "sliding window; set window > 0 too.")
     if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) \
         or self.softcap < 0:
       raise ValueError(f"softcap must be a non-negative number (0 = off); got {self.softcap!r}.")
@@ -103,7 +113,8 @@ class AttentionVariant:
 
   def variant_kwargs(self) -> dict[str, Any]:
     """`MultiHeadAttention`'s keyword arguments for these switches, for a self-attention."""
-    return dict(num_kv_heads=self.num_kv_heads, window=self.window, qk_norm=self.qk_norm,
+    return dict(num_kv_heads=self.num_kv_heads, window=self.window,
+                sink_tokens=self.sink_tokens, qk_norm=self.qk_norm,
                 softcap=float(self.softcap), sink=self.sink, variant=self.attention,
                 cache_dtype=jnp.dtype(self.cache_dtype))
 
@@ -158,6 +169,10 @@ class StackConfig(AttentionVariant):
     check_choice("activation", self.activation, ACTIVATIONS)
     if self.positions == "sinusoidal" and self.d_model % 2:
       raise ValueError(f"d_model must be even for positions='sinusoidal'; got {self.d_model}.")
+    if self.sink_tokens and self.positions in ("sinusoidal", "learned"):
+      raise ValueError(f"sink_tokens={self.sink_tokens} moves the kept first tokens next to the "
+                       f"window, which positions={self.positions!r} fixes in the embeddings; use "
+                       "positions 'alibi', 't5' or 'none'.")
     super().__post_init__()
     self.kv_heads(self.num_heads)
     self.refuse_with_linear(
@@ -179,6 +194,6 @@ class StackConfig(AttentionVariant):
                   implementation=self.attention_impl, dropout_rate=self.attention_dropout_rate,
                   **self.variant_kwargs())
     if cross:
-      return dict(kwargs, window=0, variant="softmax")
+      return dict(kwargs, window=0, sink_tokens=0, variant="softmax")
     return dict(kwargs, rotary=self.positions == "rope",
                 position_bias=self.positions if self.positions in ("alibi", "t5") else None)

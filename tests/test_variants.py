@@ -84,6 +84,26 @@ def test_linear_attention_state_continues_a_sequence(rng):
                              atol=1e-5)
 
 
+def test_window_with_sink_tokens_by_hand():
+  """Window 2 with the first token kept: visible keys and the offsets a streaming cache sees."""
+  positions = jnp.arange(5)
+  mask = attention.window_mask(positions, positions, 2, sink_tokens=1)
+  np.testing.assert_array_equal(mask, [[1, 0, 0, 0, 0],
+                                       [1, 1, 0, 0, 0],
+                                       [1, 1, 1, 0, 0],
+                                       [1, 0, 1, 1, 0],
+                                       [1, 0, 0, 1, 1]])
+  offsets = attention.cache_offsets(positions, positions, 2, sink_tokens=1)
+  # Token 0 sits right before the window: at most 2 + 1 - 1 - 0 = 2 positions back.
+  np.testing.assert_array_equal(np.where(mask, offsets, 9), [[0, 9, 9, 9, 9],
+                                                              [-1, 0, 9, 9, 9],
+                                                              [-2, -1, 0, 9, 9],
+                                                              [-2, 9, -1, 0, 9],
+                                                              [-2, 9, 9, -1, 0]])
+  np.testing.assert_array_equal(attention.cache_offsets(positions, positions, 2),
+                                positions[None, :] - positions[:, None])
+
+
 def test_registry_error_lists_the_variants():
   with pytest.raises(ValueError, match="valid variants: linear, softmax"):
     attention.get_variant("performer")
@@ -98,6 +118,12 @@ def test_registry_error_lists_the_variants():
     (dict(softcap=-1.0), "softcap must be a non-negative number"),
     (dict(attention="performer"), "attention must be one of 'linear', 'softmax'"),
     (dict(cache_dtype="int8"), "cache_dtype must be one of 'float32', 'bfloat16'"),
+    (dict(sink_tokens=2, positions="alibi"), "sink_tokens=2 keeps the first tokens visible past "
+                                             "a sliding window; set window > 0 too"),
+    (dict(sink_tokens=-1), "sink_tokens must be a non-negative integer"),
+    (dict(sink_tokens=1, window=4, positions="rope"), "rotary positions fix in the keys"),
+    (dict(sink_tokens=1, window=4, positions="learned"), "positions='learned' fixes in the "
+                                                         "embeddings"),
 ])
 def test_bad_variant_settings_are_one_sentence(overrides, match):
   config = models.default_config("decoder_lm", num_layers=1, d_model=8, num_heads=2, d_ff=8,
@@ -138,6 +164,8 @@ LM_VARIANTS = [
     dict(num_kv_heads=1, positions="t5", sink=True),
     dict(qk_norm=True, softcap=2.0, window=4),
     dict(attention="linear", num_kv_heads=2),
+    dict(window=3, sink_tokens=2, positions="alibi"),
+    dict(num_kv_heads=2, window=2, sink_tokens=1, positions="t5", sink=True),
 ]
 SEQ_VARIANTS = [dict(num_kv_heads=1, window=2, positions="t5", sink=True, softcap=3.0),
                 dict(num_kv_heads=2, window=3, positions="alibi", qk_norm=True),
@@ -179,7 +207,7 @@ def test_decoder_lm_cached_decoding_equals_the_full_pass(rng, variant):
   if variant.get("attention") == "linear":
     assert layer["s"].shape == (2, kv_heads, 4, 4) and layer["z"].shape == (2, kv_heads, 4)
   else:
-    slots = variant.get("window") or 4 + 10                           # prompt - 1 + max_length
+    slots = variant.get("window", 0) + variant.get("sink_tokens", 0) or 4 + 10  # or P-1+length
     assert layer["k"].shape == (2, kv_heads, slots, 4)
 
 
