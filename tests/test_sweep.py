@@ -110,7 +110,7 @@ def test_sweep_py_refuses_a_bad_field_before_anything_runs(tmp_path):
 @pytest.mark.parametrize('study, count', [('study_scaling', 10), ('study_warmup', 8),
                                           ('study_scores', 5), ('study_positions', 2),
                                           ('study_length', 6), ('study_recall', 24),
-                                          ('study_gqa', 3), ('study_sinks', 2)])
+                                          ('study_gqa', 3), ('study_sinks', 3)])
 def test_every_study_config_expands_into_valid_runs(study, count):
   module = importlib.import_module(f'configs.{study}')
   runs = sweep.expand(module.get_config(), [], module.get_sweep())
