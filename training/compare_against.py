@@ -72,6 +72,8 @@ def draw(settings: list[Setting], metrics: list[str], against: str) -> bytes:
   panels = [None] if against == METRICS else metrics
   if against == METRICS:
     ticks = metrics
+    prefixes = {metric.partition('@')[0] for metric in metrics}
+    shared = prefixes.pop() if len(prefixes) == 1 and all('@' in m for m in metrics) else None
   else:
     ticks = sorted({format_value(s.values[against]) for s in settings}, key=natural_key)
   columns = min(2, len(panels))
@@ -92,9 +94,14 @@ def draw(settings: list[Setting], metrics: list[str], against: str) -> bytes:
         xs, means, stds = zip(*points)
         ax.errorbar(xs, means, yerr=stds if any(stds) else None, marker='o', markersize=4,
                     linewidth=1.5, capsize=3, color=colours(index % 10), label=label)
-    ax.set_xticks(range(len(ticks)), ticks, fontsize=9, rotation=20 if len(ticks) > 5 else 0)
-    ax.set_xlabel('metric' if metric is None else against, fontsize=10)
-    ax.set_ylabel('final value' if metric is None else metric, fontsize=10)
+    if metric is None and shared:  # 'bits_per_char@64', '@128', ...: the suffixes along x
+      ax.set_xticks(range(len(ticks)), [t.partition('@')[2] for t in ticks], fontsize=9)
+      ax.set_xlabel(f'{shared}@…', fontsize=10)
+      ax.set_ylabel(shared, fontsize=10)
+    else:
+      ax.set_xticks(range(len(ticks)), ticks, fontsize=9, rotation=20 if len(ticks) > 5 else 0)
+      ax.set_xlabel('metric' if metric is None else against, fontsize=10)
+      ax.set_ylabel('final value' if metric is None else metric, fontsize=10)
     ax.grid(alpha=0.3)
   for ax in list(axes.flat)[len(panels):]:
     ax.set_visible(False)
