@@ -10,6 +10,7 @@ state, and the window fails once the keys lie outside it.
 
 Command:
   python sweep.py --config=configs/study_recall.py --workdir=runs/study_recall --parallel=2
+  python sweep.py --config=configs/study_recall.py:64 ...   # one width only (12 runs)
   python compare.py runs/study_recall --metrics=accuracy,attention_hit_rate
 Result: see docs/studies.md (the table, the figure and the machine).
 """
@@ -27,13 +28,15 @@ MIXERS = {'softmax': {}, f'window {WINDOW}': {'model.window': WINDOW},
 
 def get_config(arg: str | None = None):
   """`configs/gpt_mqar.py` (2 layers, 3000 steps) on 20,000 training examples; `arg` unused."""
-  config = gpt_mqar.get_config(arg)
+  del arg
+  config = gpt_mqar.get_config()
   config.num_eval_decode = 256
   return config
 
 
 def get_sweep(arg: str | None = None):
-  del arg
+  """Every mixer, width and pair count; `arg` = the widths to run, e.g. '64' (default: both)."""
+  widths = tuple(int(width) for width in arg.split(',')) if arg else WIDTHS
   return [{**mixer, 'model.d_model': width, 'dataset.builder_config': f'pairs_{pairs}',
            'dataset.seq_length': 4 * pairs - 1, 'model.max_length': 4 * pairs}
-          for mixer, width, pairs in itertools.product(MIXERS.values(), WIDTHS, RECALL_PAIRS)]
+          for mixer, width, pairs in itertools.product(MIXERS.values(), widths, RECALL_PAIRS)]
