@@ -3,9 +3,10 @@
   python eval.py --workdir=runs/default
   python eval.py --workdir=runs/default --decode=beam --average_last=3 --num_heatmaps=8
   python eval.py --workdir=runs/gpt_text --eval_length=256,512
-"""
 
-import sys
+Metrics cover the whole split except those of predictions with --max_examples (metrics.json names
+each metric's examples). Reads a workdir while train.py trains it; writes WORKDIR/eval/ only.
+"""
 
 from training import allocator
 
@@ -18,8 +19,9 @@ from ml_collections import config_flags
 import training
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.')
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Config to build the model with (default: the workdir\'s config.json).')
+with training.failures.flag_errors('eval.py'):   # the config file is read here
+  _CONFIG = config_flags.DEFINE_config_file(
+      'config', None, 'Config to build the model with (default: the workdir\'s config.json).')
 _STEP = flags.DEFINE_integer('checkpoint_step', None, 'Checkpoint step (default: the newest).')
 _SPLIT = flags.DEFINE_string('split', 'test', 'Dataset split to evaluate.')
 _DECODE = flags.DEFINE_enum('decode', 'greedy', ['greedy', 'beam'],
@@ -43,16 +45,12 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
   training.enable_compilation_cache(_CACHE.value)
-  try:
-    training.evaluate_checkpoint(
-        _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,
-        decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
-        heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value,
-        eval_lengths=_EVAL_LENGTH.value)
-  except (ValueError, FileNotFoundError) as error:
-    # Bad input is reported in one sentence naming the field or path, not as a traceback.
-    sys.exit(f'eval.py: {error}')
+  training.failures.run('eval.py', lambda: training.evaluate_checkpoint(
+      _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,
+      decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
+      heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value,
+      eval_lengths=_EVAL_LENGTH.value))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=training.failures.parse_flags)

@@ -6,9 +6,12 @@
 Several processes (hosts) train one model together: start the same command on each, with
 --coordinator_address=HOST:PORT (process 0's), --num_processes and its --process_id (a cluster
 launcher such as SLURM or Open MPI is detected without them; see the README).
-"""
 
-import sys
+Config fields (override any with --config.FIELD=VALUE): the training fields, each with its default
+and meaning, are in training/config.py; config.model's are the model's constructor arguments
+(models/, listed by models.default_config(name)); config.dataset's are the task's data schema
+(e.g. data/config.py). One run at a time holds a workdir; its log is WORKDIR/train.log.
+"""
 
 from training import allocator
 
@@ -21,8 +24,9 @@ from ml_collections import config_flags
 import training
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and vocab.')
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/default.py',
-                                          'Experiment config file.', lock_config=True)
+with training.failures.flag_errors('train.py'):   # the config file is read here
+  _CONFIG = config_flags.DEFINE_config_file('config', 'configs/default.py',
+                                            'Experiment config file.', lock_config=True)
 _CACHE = flags.DEFINE_string('compilation_cache', training.DEFAULT_COMPILATION_CACHE,
                             "Directory of XLA's persistent compilation cache ('' = off).")
 _COORDINATOR = flags.DEFINE_string(
@@ -43,12 +47,9 @@ def main(argv):
   training.enable_compilation_cache(_CACHE.value)
   training.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   logging.info('Allocator: %s.', 'mimalloc' if allocator.active() else 'the system allocator')
-  try:
-    training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (ValueError, FileNotFoundError) as error:
-    # Bad input is reported in one sentence naming the field or path, not as a traceback.
-    sys.exit(f'train.py: {error}')
+  training.failures.run('train.py', lambda: training.train_and_evaluate(_CONFIG.value,
+                                                                       _WORKDIR.value))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=training.failures.parse_flags)

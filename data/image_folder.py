@@ -158,11 +158,19 @@ def config_for_path(path: str) -> ImageFolderConfig:
 
 
 def read_image(file: epath.Path) -> np.ndarray:
-  """The image in `file` as uint8 `[H, W, C]`: C = 1 for an 'L' image, else RGB's 3."""
-  with Image.open(file) as image:
-    if image.mode == "L":
-      return np.asarray(image)[:, :, None]
-    return np.asarray(image.convert("RGB"))
+  """The image in `file` as uint8 `[H, W, C]`: C = 1 for an 'L' image, else RGB's 3.
+
+  Raises:
+    ValueError: naming the file, if its pixels cannot be decoded (e.g. a truncated file).
+  """
+  try:
+    with Image.open(file) as image:
+      if image.mode == "L":
+        return np.asarray(image)[:, :, None]
+      return np.asarray(image.convert("RGB"))
+  except OSError as error:  # only the header was checked when the folder was listed
+    raise ValueError(f"config.dataset.folder: {str(file)!r} cannot be decoded ({error}); "
+                     "remove it or replace it with a complete image.") from None
 
 
 class ImageFolder(tfds.core.GeneratorBasedBuilder):

@@ -40,7 +40,11 @@ def split_text_file(config: ml_collections.FrozenConfigDict) -> dict[str, str]:
   path = epath.Path(os.path.expanduser(config.text_path))
   if not path.exists():
     raise FileNotFoundError(f"config.dataset.text_path={config.text_path!r} names no file.")
-  text = path.read_text(encoding="utf-8")
+  try:
+    text = path.read_text(encoding="utf-8")
+  except UnicodeDecodeError as error:
+    raise ValueError(f"config.dataset.text_path={config.text_path!r} is not UTF-8 text (byte "
+                     f"{error.start} cannot be decoded); give a text file.") from None
   if not text.strip():
     raise ValueError(f"config.dataset.text_path={config.text_path!r} is an empty file.")
   end, held = len(text), int(len(text) * config.held_out)

@@ -19,7 +19,7 @@ import models
 import tasks
 import training
 from tasks.translation import teacher_forced_loss
-from training import loop, sharding
+from training import sharding, workdir
 from training.checkpoints import Checkpointer
 from training.config import validate as validate_config
 from training.evaluation import split_metrics
@@ -382,5 +382,5 @@ def test_resuming_with_a_changed_config_names_the_changed_fields(tmp_path, caplo
   config.schedule = 'constant'
   config.model.num_layers = 3
   with caplog.at_level('WARNING'):
-    loop._warn_if_config_changed(str(tmp_path), config)
+    workdir.record_config(str(tmp_path), config, step=60)
   assert "model.num_layers 2 -> 3, schedule 'rsqrt' -> 'constant'" in caplog.text

@@ -1,5 +1,7 @@
 """Orbax checkpoints of the train state as a flat dict of plain arrays, plus JSON metadata."""
 
+import contextlib
+import logging as std_logging
 import os
 
 from absl import logging
@@ -12,6 +14,10 @@ from training.steps import TrainState
 
 class CheckpointMismatchError(ValueError):
   """A checkpoint's arrays differ from what the config builds (another model config)."""
+
+
+class UnreadableCheckpointError(RuntimeError):
+  """No checkpoint of a directory can be read (all damaged or partial)."""
 
 
 # Checkpoints written while the train state held NNX Variables name every parameter and moment
@@ -38,14 +44,26 @@ def _unflat(flat: dict, like: TrainState) -> TrainState:
 class Checkpointer:
   """Saves and restores train states under WORKDIR/checkpoints, keeping the last `max_to_keep`."""
 
-  def __init__(self, directory, *, max_to_keep: int):
+  def __init__(self, directory, *, max_to_keep: int | None, create: bool = True,
+               local: bool = False):
+    """`create=False` only reads: the directory is neither created nor written to. `local`: this
+    process alone opens it (process 0 checking a workdir before the others read it), without
+    the barriers Orbax otherwise holds with every process of the job."""
     self.directory = os.path.abspath(directory)  # Orbax refuses relative paths
-    self._manager = ocp.CheckpointManager(
-        self.directory, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
-        item_handlers=dict(state=ocp.StandardCheckpointHandler(),
-                           meta=ocp.JsonCheckpointHandler()))
+    alone = ocp.options.MultiprocessingOptions(primary_host=jax.process_index(),
+                                               active_processes={jax.process_index()})
+    with _orbax_quiet():   # it lists the steps, reading each one's metadata
+      self._manager = ocp.CheckpointManager(
+          self.directory, options=ocp.CheckpointManagerOptions(
+              max_to_keep=max_to_keep, create=create,
+              **dict(multiprocessing_options=alone) if local else {}),
+          item_handlers=dict(state=ocp.StandardCheckpointHandler(),
+                             meta=ocp.JsonCheckpointHandler()))
 
   def steps(self) -> list[int]:
+    """The saved steps, read from the directory (a save that failed midway is not one)."""
+    with _orbax_quiet():   # a damaged step is reported when it is read (`first_readable`)
+      self._manager.reload()
     return sorted(self._manager.all_steps())
 
   def save(self, state: TrainState, meta: dict) -> None:
@@ -60,7 +78,7 @@ class Checkpointer:
   def restore(self, like: TrainState, step: int | None = None):
     """Restores the newest readable checkpoint (or `step`) into the structure of `like`.
 
-    An unreadable checkpoint is skipped with a warning in favour of the one before it; a
+    An unreadable checkpoint is skipped with one logged line in favour of the one before it; a
     checkpoint whose arrays do not match `like` (another model config) is an error.
 
     Args:
@@ -73,7 +91,7 @@ class Checkpointer:
     Raises:
       CheckpointMismatchError: the checkpoint's arrays differ from `like` in names or shapes.
       ValueError: `step` is not a saved step.
-      RuntimeError: no checkpoint could be read.
+      UnreadableCheckpointError: no checkpoint could be read.
     """
     steps = self.steps()
     if not steps:
@@ -81,25 +99,57 @@ class Checkpointer:
     if step is not None and step not in steps:
       raise ValueError(f'--checkpoint_step={step} is not in {self.directory}; saved steps: {steps}.')
     wanted = _abstract(_flat(like))
-    for candidate in [step] if step is not None else steps[::-1]:
+
+    def read(candidate: int):
+      stored = self._check(candidate, wanted)
+      restored = self._manager.restore(candidate, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore({stored[k]: v for k, v in wanted.items()}),
+          meta=ocp.args.JsonRestore()))
+      return {key: restored['state'][stored[key]] for key in wanted}, dict(restored['meta'])
+
+    _, (arrays, meta) = self.first_readable([step] if step is not None else steps[::-1], read)
+    return _unflat(arrays, like), meta
+
+  def newest_matching(self, like: TrainState) -> int | None:
+    """The step `restore` would start from, checked against `like` from metadata alone (no
+    array is read); None when there is no checkpoint.
+
+    Raises:
+      CheckpointMismatchError, UnreadableCheckpointError: as `restore`.
+    """
+    steps = self.steps()
+    if not steps:
+      return None
+    wanted = _abstract(_flat(like))
+    return self.first_readable(steps[::-1], lambda step: self._check(step, wanted))[0]
+
+  def first_readable(self, candidates: list[int], read):
+    """`(step, read(step))` for the first of `candidates` that reads; each one that does not is
+    skipped with one logged line naming it and why.
+
+    Raises:
+      CheckpointMismatchError: from `read`: a readable checkpoint of another config.
+      UnreadableCheckpointError: none of them reads.
+    """
+    for candidate in candidates:
       try:
-        saved = self._saved(candidate)
-        _check_matches({key: tuple(meta.shape) for key, (_, meta) in saved.items()}, wanted,
-                       candidate)
-        stored = {key: name for key, (name, _) in saved.items()}
-        restored = self._manager.restore(candidate, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore({stored[k]: v for k, v in wanted.items()}),
-            meta=ocp.args.JsonRestore()))
+        with _orbax_quiet():
+          return candidate, read(candidate)
       except CheckpointMismatchError:
         raise
       except Exception as error:  # pylint: disable=broad-except
         # Orbax raises many types for a damaged directory; any of them means "try the older one".
-        logging.warning('Checkpoint %d in %s is unreadable (%s: %s); trying the previous one.',
-                        candidate, self.directory, type(error).__name__, error)
-        continue
-      arrays = {key: restored['state'][stored[key]] for key in wanted}
-      return _unflat(arrays, like), dict(restored['meta'])
-    raise RuntimeError(f'No readable checkpoint in {self.directory} (tried steps {steps}).')
+        logging.warning('Skipping checkpoint %d in %s: %s.', candidate, self.directory,
+                        _reason(error))
+    raise UnreadableCheckpointError(
+        f'No checkpoint in {self.directory} can be read (tried step(s) {candidates}); the log '
+        'names the reason for each.')
+
+  def _check(self, step: int, wanted: dict) -> dict[str, str]:
+    """{name: the name it is stored under} at `step`, after checking the shapes match."""
+    saved = self._saved(step)
+    _check_matches({key: tuple(meta.shape) for key, (_, meta) in saved.items()}, wanted, step)
+    return {key: name for key, (name, _) in saved.items()}
 
   def _saved(self, step: int) -> dict[str, tuple[str, object]]:
     """{today's name: (the name it is stored under, its array metadata)} at `step`, read once
@@ -137,6 +187,26 @@ def _abstract(flat: dict) -> dict:
   return {key: spec(value) for key, value in flat.items()}
 
 
+@contextlib.contextmanager
+def _orbax_quiet():
+  """Drops Orbax's own log records (e.g. an ERROR quoting a damaged file) while checkpoints are
+  listed or tried: a failure is told once, in `first_readable`'s line."""
+  def keep(record) -> bool:
+    return '/orbax/' not in record.pathname
+  logger = std_logging.getLogger('absl')
+  logger.addFilter(keep)
+  try:
+    yield
+  finally:
+    logger.removeFilter(keep)
+
+
+def _reason(error: Exception) -> str:
+  """The first line of an error, shortened: Orbax and TensorStore messages run to pages."""
+  line = (str(error).strip().splitlines() or [''])[0]
+  return f'{type(error).__name__}: {line[:200]}{"..." if len(line) > 200 else ""}'
+
+
 def _check_matches(saved: dict[str, tuple[int, ...]], wanted: dict, step: int) -> None:
   """Raises one readable ValueError when saved and wanted arrays differ in names or shapes."""
   missing = sorted(set(wanted) - set(saved))
@@ -148,8 +218,13 @@ def _check_matches(saved: dict[str, tuple[int, ...]], wanted: dict, step: int) -
   if missing or extra or shapes:
     problems = shapes[:3] + [f'missing in the checkpoint: {missing[:3]}'] * bool(missing) + [
         f'not in this config: {extra[:3]}'] * bool(extra)
-    raise CheckpointMismatchError(f'The checkpoint at step {step} does not match this config.model '
-                     f'(was it trained with another config?): {"; ".join(problems)}.')
+    # The parameters agree and only the optimizer's moments differ: an optimizer field changed.
+    model_ok = all(not key.startswith('params') for key in missing + extra) and not any(
+        problem.startswith('params') for problem in shapes)
+    what = ("this config's optimizer (was config.grad_clip switched on or off?)" if model_ok
+            else 'this config.model (was it trained with another config?)')
+    raise CheckpointMismatchError(
+        f'The checkpoint at step {step} does not match {what}: {"; ".join(problems)}.')
 
 
 def init_from_workdir(init_from: str) -> tuple[str, int | None]:
@@ -164,11 +239,27 @@ def init_from_workdir(init_from: str) -> tuple[str, int | None]:
   return path, None
 
 
+def check_init_from(like: TrainState, init_from: str) -> int:
+  """The step of `init_from` a fine-tuning run would load, checked from metadata alone by this
+  process alone.
+
+  Args:
+    like: the new run's train state, possibly of jax.ShapeDtypeStruct leaves.
+    init_from: `config.init_from`, see `init_from_workdir`.
+
+  Raises:
+    FileNotFoundError, CheckpointMismatchError, UnreadableCheckpointError: as
+      `load_matching_params`.
+  """
+  return _read_init_from(like, init_from, arrays=False)[0]
+
+
 def load_matching_params(state: TrainState, init_from: str
                          ) -> tuple[TrainState, list[str], list[str]]:
   """`state` with the parameters of `init_from`'s checkpoint that match by name and shape.
 
-  The optimizer state and step stay fresh: fine-tuning starts a new run from those weights.
+  The optimizer state and step stay fresh: fine-tuning starts a new run from those weights. A
+  damaged newest checkpoint of a workdir is skipped for the one before it.
 
   Args:
     state: a freshly initialised train state.
@@ -181,9 +272,41 @@ def load_matching_params(state: TrainState, init_from: str
   Raises:
     FileNotFoundError: `init_from` holds no checkpoint (or not that step).
     CheckpointMismatchError: a parameter of both has different shapes (another model size).
+    UnreadableCheckpointError: no checkpoint of `init_from` can be read.
   """
+  step, (saved, restored) = _read_init_from(state, init_from, arrays=True)
+  flat = _flat(state)
+  wanted = [key for key in flat if key.startswith('params.')]
+  loaded = sorted(key for key in wanted if key in saved)
+  for key in loaded:
+    flat[key] = jax.device_put(np.asarray(restored[key], flat[key].dtype),
+                               getattr(flat[key], 'sharding', None))
+  initialised = sorted(key for key in wanted if key not in saved)
+  logging.info('init_from %s step %d: loaded %d parameter arrays: %s; initialised %d: %s',
+               init_from_workdir(init_from)[0], step, len(loaded), loaded, len(initialised),
+               initialised or 'none')
+  return _unflat(flat, state), loaded, initialised
+
+
+def _read_init_from(like: TrainState, init_from: str, *, arrays: bool):
+  """`(step, (saved shapes, saved arrays or None))` of the checkpoint `init_from` names (the
+  newest readable one of a workdir), its parameters' shapes checked against `like`'s."""
   workdir, step = init_from_workdir(init_from)
-  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None)
+  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False,
+                              local=not arrays)
+  wanted = {key: tuple(np.shape(value)) for key, value in _flat(like).items()
+            if key.startswith('params.')}
+
+  def read(candidate: int):
+    saved = checkpointer.shapes(candidate)
+    differ = [f'{key} is {saved[key]} there but {shape} here'
+              for key, shape in wanted.items() if key in saved and saved[key] != shape]
+    if differ:
+      raise CheckpointMismatchError(
+          f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
+          f'this config.model (another model size?): {"; ".join(differ[:3])}.')
+    return saved, checkpointer.read_arrays(candidate) if arrays else None
+
   try:
     steps = checkpointer.steps()
     if not steps or (step is not None and step not in steps):
@@ -191,24 +314,6 @@ def load_matching_params(state: TrainState, init_from: str
           f'config.init_from={init_from!r} holds no checkpoint'
           f'{f" at step {step}" if step is not None else ""} (saved steps: {steps or "none"}); '
           'name a training workdir or WORKDIR/checkpoints/STEP.')
-    step = steps[-1] if step is None else step
-    saved = checkpointer.shapes(step)
-    flat = _flat(state)
-    wanted = {key: value for key, value in flat.items() if key.startswith('params.')}
-    differ = [f'{key} is {saved[key]} there but {tuple(value.shape)} here'
-              for key, value in wanted.items() if key in saved and saved[key] != value.shape]
-    if differ:
-      raise CheckpointMismatchError(
-          f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
-          f'this config.model (another model size?): {"; ".join(differ[:3])}.')
-    loaded = sorted(key for key in wanted if key in saved)
-    restored = checkpointer.read_arrays(step)
+    return checkpointer.first_readable([step] if step is not None else steps[::-1], read)
   finally:
     checkpointer.close()
-  for key in loaded:
-    flat[key] = jax.device_put(np.asarray(restored[key], flat[key].dtype),
-                               getattr(flat[key], 'sharding', None))
-  initialised = sorted(key for key in wanted if key not in saved)
-  logging.info('init_from %s step %d: loaded %d parameter arrays: %s; initialised %d: %s',
-               workdir, step, len(loaded), loaded, len(initialised), initialised or 'none')
-  return _unflat(flat, state), loaded, initialised

@@ -1,10 +1,10 @@
 """train_and_evaluate: the training loop behind train.py."""
 
+import contextlib
 import functools
-import json
 import os
-import shutil
 import signal
+import time
 
 from absl import logging
 import jax
@@ -14,11 +14,12 @@ from jax.experimental import multihost_utils
 
 import tasks
 from training import evaluation, sharding
-from training.checkpoints import Checkpointer, init_from_workdir, load_matching_params
-from training.compare import flatten
+from training import workdir as workdir_lib
+from training.checkpoints import (Checkpointer, check_init_from, init_from_workdir,
+                                  load_matching_params)
 from training.config import validate
 from training.metrics import MetricsWriter, Progress
-from training.setup import build_state
+from training.setup import abstract_state, build_state
 from training.steps import parameter_count, train_step
 
 
@@ -42,23 +43,65 @@ class _StopRequest:
 def train_and_evaluate(config, workdir: str) -> dict:
   """Trains `config` in `workdir`, resuming from its newest checkpoint, and evaluates it.
 
+  Nothing is written into `workdir` until the config has been checked against what it holds
+  (its vocabulary and checkpoints, or `config.init_from`'s): a refused run leaves it as it was.
+  Process 0 holds the workdir's lock for the job; its log, and the traceback of a failure once
+  the run was accepted, go to WORKDIR/train.log.
+
   Args:
     config: the experiment config (see training/config.py for every field).
-    workdir: where config.json, checkpoints/, metrics.jsonl, tensorboard/ and what the task
-      saves (e.g. vocab/) go.
+    workdir: where config.json, checkpoints/, metrics.jsonl, tensorboard/, train.log and what
+      the task saves (e.g. vocab/) go.
 
   Returns:
     The last validation metrics.
   """
   sharding.initialize_distributed()  # a cluster launcher's job; before anything sees devices
   validate(config)
-  os.makedirs(workdir, exist_ok=True)
-  if jax.process_index() == 0:
-    _warn_if_config_changed(workdir, config)
-    with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
-      f.write(config.to_json_best_effort(indent=2))
+  with workdir_lib.run_log() as log, (
+      workdir_lib.held(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
+    task = _accept(config, workdir, log)
+    return _train(config, workdir, task)
 
-  task = _build_task(config, workdir)
+
+def _accept(config, workdir: str, log: workdir_lib.Log):
+  """The task, once process 0 has checked `config` against the workdir and written its config,
+  vocabulary and log there; the other processes then read the vocabulary it saved.
+
+  Raises:
+    FileNotFoundError: `config.init_from` is not a training workdir.
+    CheckpointMismatchError: the workdir's (or `init_from`'s) checkpoint is of another model.
+  """
+  task = None
+  if jax.process_index() == 0:
+    sources = [workdir]
+    if config.init_from:
+      source = init_from_workdir(config.init_from)[0]
+      if not os.path.isdir(os.path.join(source, 'checkpoints')):
+        raise FileNotFoundError(f'config.init_from={config.init_from!r} is not a training workdir '
+                                '(it has no checkpoints/); train the model to start from first.')
+      sources.append(source)   # a pretrained model's embeddings mean something with its ids only
+    with workdir_lib.staging(*sources) as staged:
+      task = tasks.build(config, staged)
+      like = abstract_state(config, task)
+      reader = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False,
+                            local=True)
+      try:
+        step = reader.newest_matching(like)
+      finally:
+        reader.close()
+      if step is None and config.init_from:
+        check_init_from(like, config.init_from)
+      workdir_lib.record_config(workdir, config, step or 0)
+      workdir_lib.commit_vocab(staged, workdir)
+    log.to_file(os.path.join(workdir, workdir_lib.LOG_FILE))
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices('attend: data and vocabularies prepared')
+  return task if task is not None else tasks.build(config, workdir)
+
+
+def _train(config, workdir: str, task) -> dict:
+  """The training loop of an accepted run: restore or initialise, train, checkpoint, evaluate."""
   mesh = sharding.make_mesh(config.mesh)
   state = build_state(config, task, mesh)
   checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'),
@@ -89,9 +132,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
       if not metrics['finite']:
         bad_step = step - len(fetched) + offset + 1
         raise FloatingPointError(
-            f'Non-finite loss or gradient at step {bad_step}; stopped without saving it (the last '
-            f'checkpoint is step {max(checkpointer.steps(), default=0)}). Lower '
-            'config.learning_rate or set config.grad_clip.')
+            f'Non-finite loss or gradient at step {bad_step}; stopped without saving it '
+            f'({_newest(checkpointer)}). Lower config.learning_rate or set config.grad_clip.')
     return fetched
 
   try:
@@ -100,8 +142,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
       if config.eval_at_start:
         writer.write(0, config.dataset.eval_split, _evaluate(config, state, task, mesh))
     while step < config.num_train_steps and stop.signal is None:
-      batch = sharding.shard_batch(next(batches), mesh)
-      state, metrics = step_fn(state, batch, jax.random.fold_in(dropout_key, step))
+      batch = next(batches)
+      if step == first_step:
+        _warn_if_batch_exceeds_split(config, batch)
+        logging.info('Compiling the train step...')
+        started = time.perf_counter()
+      state, metrics = step_fn(state, sharding.shard_batch(batch, mesh),
+                               jax.random.fold_in(dropout_key, step))
+      if step == first_step:
+        jax.block_until_ready(metrics)
+        logging.info('Compiled the train step in %.1f s.', time.perf_counter() - started)
       pending.append(metrics)
       step += 1
       if (step % config.log_every_steps == 0 or step == config.num_train_steps
@@ -121,12 +171,42 @@ def train_and_evaluate(config, workdir: str) -> dict:
       flush_train_metrics()
       logging.info('%s received: saving step %d and exiting.', stop.signal, step)
       checkpointer.save(state, dict(data=batches.get_state()))
+    checkpointer.wait()   # a failed last (asynchronous) save surfaces here
+  except Exception as error:
+    if workdir_lib.is_disk_full(error):
+      raise workdir_lib.DiskFullError(
+          f'The disk holding {workdir} is full (no space left on device) at step {step}; free '
+          f'space and rerun the same command ({_newest(checkpointer)}).') from error
+    raise
   finally:
     stop.restore()
-    checkpointer.wait()
-    checkpointer.close()
-    writer.close()
+    for close in (checkpointer.wait, checkpointer.close, writer.close):
+      try:
+        close()
+      except Exception as error:  # pylint: disable=broad-except
+        # Failing already (e.g. the disk is full): the first error is the one to report.
+        logging.warning('While stopping: %s: %s', type(error).__name__, error)
   return eval_metrics
+
+
+def _newest(checkpointer: Checkpointer) -> str:
+  """Where a rerun of the same command resumes, as the end of a sentence."""
+  with contextlib.suppress(Exception):
+    checkpointer.wait()
+  steps = checkpointer.steps()
+  if not steps:
+    return 'no checkpoint has been saved yet; a rerun starts from step 0'
+  return f'the newest checkpoint is step {steps[-1]}; a rerun resumes from it'
+
+
+def _warn_if_batch_exceeds_split(config, batch) -> None:
+  """A train split smaller than one batch repeats its examples within each batch; say so."""
+  examples = len({int(i) for i in batch['index'] if i >= 0})
+  size = config.dataset.batch_size
+  if examples < len(batch['index']):
+    logging.warning('config.dataset.batch_size=%d is larger than the %d example(s) of the %s split '
+                    '(on this host): every batch repeats them.', size, examples,
+                    config.dataset.train_split)
 
 
 def jit_train_step(config, task, state, mesh):
@@ -136,59 +216,6 @@ def jit_train_step(config, task, state, mesh):
   state_shardings = jax.tree.map(lambda x: x.sharding, state)   # as build_state placed it
   return jax.jit(functools.partial(train_step, loss_fn=task.loss, dtype=jnp.dtype(config.dtype)),
                  out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=0)
-
-
-def _build_task(config, workdir: str):
-  """The task, its data prepared and vocabularies saved by process 0 before the others read them.
-
-  Processes of one job share the workdir (and usually the data directory); preparing in turn
-  keeps them from writing the same files at once.
-  """
-  task = None
-  if jax.process_index() == 0:
-    if config.init_from:
-      _inherit_vocabulary(config.init_from, workdir)
-    task = tasks.build(config, workdir)
-  if jax.process_count() > 1:
-    multihost_utils.sync_global_devices('attend: data and vocabularies prepared')
-  return task if task is not None else tasks.build(config, workdir)
-
-
-def _inherit_vocabulary(init_from: str, workdir: str) -> None:
-  """Copies the vocabulary of the run `init_from` names into `workdir`, unless it has one.
-
-  A pretrained model's embeddings are only meaningful with the ids it was trained on.
-
-  Raises:
-    FileNotFoundError: `init_from` is not a training workdir (no checkpoints there).
-  """
-  source_workdir, _ = init_from_workdir(init_from)
-  if not os.path.isdir(os.path.join(source_workdir, 'checkpoints')):
-    raise FileNotFoundError(f'config.init_from={init_from!r} is not a training workdir (it has no '
-                            'checkpoints/); train the model to start from first.')
-  source = os.path.join(source_workdir, tasks.VOCAB_DIR)
-  target = os.path.join(workdir, tasks.VOCAB_DIR)
-  if os.path.isdir(source) and not os.path.exists(target):
-    shutil.copytree(source, target)
-    logging.info('Copied the vocabulary of %s into %s.', source_workdir, target)
-
-
-def _warn_if_config_changed(workdir: str, config) -> None:
-  """Logs the fields in which `config` differs from the one the workdir was last trained with.
-
-  Resuming is allowed (e.g. more steps), but a run that resumes another experiment's checkpoint
-  by mistake should say so.
-  """
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
-    return
-  with open(path, encoding='utf-8') as f:
-    old = flatten(json.load(f))
-  new = flatten(json.loads(config.to_json_best_effort()))
-  changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
-  if changed:
-    logging.warning('This run differs from the config.json of %s in: %s.', workdir,
-                    ', '.join(f'{key} {old.get(key)!r} -> {new.get(key)!r}' for key in changed))
 
 
 def _train_summary(task, fetched: list[dict]) -> dict:

@@ -9,12 +9,14 @@ import ml_collections
 
 import tasks
 from training import evaluation, sharding
+from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
 from training.config import add_missing_fields, validate
 from training.setup import build_state
 from training.steps import merge_model
 
 DECODERS = ('greedy', 'beam')
+LOG_FILE = 'eval.log'   # in WORKDIR/eval/, the only folder eval.py writes
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -35,7 +37,11 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
                         num_heatmaps: int = 4, heatmap_layer: int = -1, heatmap_head: int = -1,
                         max_examples: int = 0, eval_lengths=()) -> dict:
   """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, the task's samples
-  file (samples.txt, predictions.txt), pictures}.
+  file (samples.txt, predictions.txt), pictures, eval.log}, and nothing anywhere else.
+
+  metrics.json names the examples each metric was computed on ('population'): the counted ones
+  (loss, token accuracy) cover the split, the predicted ones (exact match, BLEU) the predicted
+  examples. A damaged newest checkpoint is skipped for the one before it.
 
   What is predicted, measured and drawn is the task's (`config.task`); translation decodes,
   scores exact match and sacreBLEU, and draws decoder cross-attention heatmaps.
@@ -57,59 +63,88 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
   Returns:
     The metrics written to eval/metrics.json.
   """
+  _check_flags(decode, average_last, num_heatmaps, max_examples)
+  checkpoints = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False)
+  with workdir_lib.run_log() as log:
+    try:
+      if not checkpoints.steps():   # before anything is built, so nothing is written
+        raise FileNotFoundError(f'No checkpoint in {checkpoints.directory}; train first with '
+                                f'python train.py --config=... --workdir={workdir}.')
+      config = config or load_config(workdir)
+      if eval_lengths:
+        _set_eval_lengths(config, eval_lengths)
+      _fit_mesh(config)
+      validate(config)
+      with workdir_lib.staging(workdir) as staged:   # eval.py writes into eval/ only
+        task = tasks.build(config, staged)
+      mesh = sharding.make_mesh(config.mesh)
+      state, step = _restore(build_state(config, task, mesh), checkpoints, checkpoint_step,
+                             average_last)
+    finally:
+      checkpoints.close()
+    out_dir = os.path.join(workdir, 'eval')
+    os.makedirs(out_dir, exist_ok=True)
+    log.to_file(os.path.join(out_dir, LOG_FILE))
+
+    options = tasks.EvalOptions(
+        max_examples=max_examples, beam_size=config.beam_size if decode == 'beam' else 1,
+        alpha=config.alpha, num_pictures=num_heatmaps, layer=heatmap_layer, head=heatmap_head,
+        temperatures=tuple(config.temperatures), top_k=config.top_k, top_p=config.top_p,
+        seed=config.seed)
+    batch_size = config.dataset.eval_batch_size
+    metrics = evaluation.split_metrics(state, task, split, batch_size=batch_size, mesh=mesh)
+    samples = evaluation.predict_split(state, task, split, batch_size=batch_size, mesh=mesh,
+                                       options=options)
+    predicted = task.prediction_metrics(samples)
+    # The counted metrics cover the whole split, the predicted ones only what was predicted.
+    population = {key: f'all of {split}' for key in metrics}
+    population.update({key: f'the first {len(samples)} examples of {split}' if max_examples
+                       else f'all of {split}' for key in predicted})
+    metrics = {key: float(value) for key, value in {**metrics, **predicted}.items()}
+    metrics.update(step=step, split=split, decode=decode, examples=len(samples),
+                   population=population)
+
+    with open(os.path.join(out_dir, 'metrics.json'), 'w', encoding='utf-8') as f:
+      json.dump(metrics, f, indent=2)
+    with open(os.path.join(out_dir, task.samples_file), 'w', encoding='utf-8') as f:
+      f.write(task.samples_header + '\n')
+      f.writelines(sample['line'] + '\n' for sample in samples)
+    task.draw(merge_model(state), samples, out_dir, options)
+    _print_summary(metrics, out_dir, task.samples_file)
+  return metrics
+
+
+def _check_flags(decode: str, average_last: int, num_heatmaps: int, max_examples: int) -> None:
+  """Raises ValueError naming the first flag whose value eval.py cannot honour."""
   if decode not in DECODERS:
     raise ValueError(f'--decode={decode!r} is not one of {DECODERS}.')
   if average_last < 1:
     raise ValueError(f'--average_last={average_last} must be >= 1.')
-  config = config or load_config(workdir)
-  if eval_lengths:
-    _set_eval_lengths(config, eval_lengths)
-  _fit_mesh(config)
-  validate(config)
-  task = tasks.build(config, workdir)
-  mesh = sharding.make_mesh(config.mesh)
-  state, step = _restore(config, task, mesh, workdir, checkpoint_step, average_last)
-
-  options = tasks.EvalOptions(
-      max_examples=max_examples, beam_size=config.beam_size if decode == 'beam' else 1,
-      alpha=config.alpha, num_pictures=num_heatmaps, layer=heatmap_layer, head=heatmap_head,
-      temperatures=tuple(config.temperatures), top_k=config.top_k, top_p=config.top_p,
-      seed=config.seed)
-  metrics, samples = evaluation.evaluate(state, task, split, mesh=mesh, options=options,
-                                         batch_size=config.dataset.eval_batch_size)
-  metrics = {key: float(value) for key, value in metrics.items()}
-  metrics.update(step=step, split=split, decode=decode, examples=len(samples))
-
-  out_dir = os.path.join(workdir, 'eval')
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, 'metrics.json'), 'w', encoding='utf-8') as f:
-    json.dump(metrics, f, indent=2)
-  with open(os.path.join(out_dir, task.samples_file), 'w', encoding='utf-8') as f:
-    f.write(task.samples_header + '\n')
-    f.writelines(sample['line'] + '\n' for sample in samples)
-  task.draw(merge_model(state), samples, out_dir, options)
-  _print_summary(metrics, out_dir, task.samples_file)
-  return metrics
+  if num_heatmaps < 0:
+    raise ValueError(f'--num_heatmaps={num_heatmaps} must be >= 0 (0 = no pictures).')
+  if max_examples < 0:
+    raise ValueError(f'--max_examples={max_examples} must be >= 0 (0 = every example).')
 
 
-def _restore(config, task, mesh, workdir, checkpoint_step, average_last):
-  """The checkpoint's state (parameters averaged over the newest `average_last`) and its step."""
-  like = build_state(config, task, mesh)
-  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None)
-  steps = checkpointer.steps()
-  if not steps:
-    raise FileNotFoundError(f'No checkpoint in {checkpointer.directory}; train first with '
-                            f'python train.py --config=... --workdir={workdir}.')
-  step = checkpoint_step if checkpoint_step is not None else steps[-1]
-  state, _ = checkpointer.restore(like, step)
-  chosen = [s for s in steps if s <= step][-average_last:]
+def _restore(like, checkpointer: Checkpointer, checkpoint_step, average_last):
+  """The state of `checkpoint_step` (default: the newest readable checkpoint), its parameters
+  averaged with those of the `average_last - 1` checkpoints before it, and its step.
+
+  Raises:
+    ValueError: fewer than `average_last` checkpoints up to that step.
+  """
+  state, _ = checkpointer.restore(like, checkpoint_step)
+  step = int(jax.device_get(state.step))
+  chosen = [s for s in checkpointer.steps() if s <= step][-average_last:]
+  if len(chosen) < average_last:
+    raise ValueError(f'--average_last={average_last}, but {checkpointer.directory} holds '
+                     f'{len(chosen)} checkpoint(s) up to step {step}: {chosen}.')
   if len(chosen) > 1:
     # `step` is restored already; only the earlier checkpoints are read again.
     params = [checkpointer.restore(like, s)[0].params for s in chosen[:-1]] + [state.params]
     state = state.replace(params=jax.tree.map(lambda *p: sum(p) / len(p), *params))
     logging.info('Averaged the parameters of steps %s.', chosen)
-  checkpointer.close()
-  return state, int(jax.device_get(state.step))
+  return state, step
 
 
 def _set_eval_lengths(config, lengths) -> None:
@@ -138,7 +173,11 @@ def _fit_mesh(config) -> None:
 
 def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:
   rows = [(key, f'{value:.4f}' if isinstance(value, float) else str(value))
-          for key, value in metrics.items()]
+          for key, value in metrics.items() if key != 'population']
   width = max(len(key) for key, _ in rows)
   print('\n'.join(f'{key:<{width}}  {value}' for key, value in rows))
+  partial = sorted({value for value in metrics['population'].values() if value.startswith('the')})
+  for subset in partial:
+    keys = [key for key, value in metrics['population'].items() if value == subset]
+    print(f'{", ".join(keys)}: on {subset} (--max_examples); the others on the whole split.')
   print(f'Wrote {out_dir}/metrics.json, {samples_file} and attention pictures.')

@@ -1,6 +1,7 @@
 """Builds the train state an experiment config describes, for the task's data; the compilation
 cache."""
 
+import functools
 import os
 
 import jax
@@ -22,10 +23,7 @@ def build_state(config, task, mesh: Mesh | None = None) -> TrainState:
     ValueError: the mesh has an fsdp or tensor axis that splits no parameter of this model.
   """
   tx = make_optimizer(config)   # one object: the shardings' tree must match the state's statics
-
-  def annotated() -> TrainState:
-    model = task.build_model(config.model, nnx.Rngs(config.seed))
-    return annotated_train_state(model, tx)
+  annotated = functools.partial(_annotated, config, task, tx)
   create = lambda: plain(annotated())
   # One compiled initialiser instead of an eager compile per parameter shape (seconds on CPU).
   if mesh is None:
@@ -33,6 +31,17 @@ def build_state(config, task, mesh: Mesh | None = None) -> TrainState:
   abstract = jax.eval_shape(annotated)   # shapes and logical axis names; nothing is computed
   sharding.check_axes_used(abstract, dict(mesh.shape), config.model.name)
   return jax.jit(create, out_shardings=plain(sharding.state_shardings(abstract, mesh)))()
+
+
+def abstract_state(config, task) -> TrainState:
+  """The names, shapes and dtypes of `build_state`'s arrays, without computing any (for checking
+  a config against a checkpoint before anything is built or written)."""
+  return plain(jax.eval_shape(functools.partial(_annotated, config, task, make_optimizer(config))))
+
+
+def _annotated(config, task, tx) -> TrainState:
+  model = task.build_model(config.model, nnx.Rngs(config.seed))
+  return annotated_train_state(model, tx)
 
 
 # XLA's persistent compilation cache: a repeated or resumed run reads its compiled programs from
