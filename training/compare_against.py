@@ -106,8 +106,9 @@ def draw(settings: list[Setting], metrics: list[str], against: str) -> bytes:
   for ax in list(axes.flat)[len(panels):]:
     ax.set_visible(False)
   handles, labels = axes.flat[0].get_legend_handles_labels()
-  figure.legend(handles, labels, loc='outside lower center', ncols=min(3, len(labels)),
-                fontsize=9)
+  longest = max(map(len, labels), default=0)  # long labels: fewer columns, no wider than the axes
+  figure.legend(handles, labels, loc='outside lower center', fontsize=9,
+                ncols=min(3 if longest <= 30 else 2 if longest <= 45 else 1, len(labels) or 1))
   buffer = io.BytesIO()
   figure.savefig(buffer, format='png', dpi=110, bbox_inches='tight')
   plt.close(figure)
