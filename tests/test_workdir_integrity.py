@@ -4,6 +4,7 @@ checkpoints are skipped, failures are one sentence, and eval metrics name their 
 import errno
 import hashlib
 import json
+import logging as std_logging
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import ml_collections
 import numpy as np
 import pytest
 from absl import flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 from PIL import Image
 
@@ -21,7 +23,7 @@ import tasks
 import training
 from data import image_folder, text_sources
 from test_training import ROOT, get_config, tiny
-from training import failures, loop, workdir as workdir_lib
+from training import failures, loop, metrics, workdir as workdir_lib
 from training.checkpoints import CheckpointMismatchError, Checkpointer, load_matching_params
 from training.setup import build_state
 
@@ -289,3 +291,19 @@ def test_item6_a_batch_larger_than_the_split_warns(caplog):
   with caplog.at_level('WARNING'):
     loop._warn_if_batch_exceeds_split(config, dict(index=np.array([0, 1, 2, 0, 1, 2])))
   assert 'larger than the 3 example(s) of the train split' in caplog.text
+
+
+def test_item5_library_tracebacks_stay_off_the_terminal_and_go_to_the_log(tmp_path):
+  try:
+    raise ValueError('RESOURCE_EXHAUSTED: no space left on device')
+  except ValueError:
+    record = std_logging.LogRecord('absl', std_logging.ERROR, '/x/orbax/future.py', 1,
+                                   'Save failed.', None, sys.exc_info())
+  terminal = metrics._WithoutTraceback(absl_logging.PythonFormatter()).format(record)
+  assert 'Save failed.' in terminal and 'Traceback' not in terminal
+  assert record.exc_info is not None   # the log file's handler still formats it
+  with workdir_lib.run_log() as log:
+    log.to_file(str(tmp_path / 'train.log'))
+    sys.excepthook(*record.exc_info)   # what a library's thread prints (PyErr_Print)
+  assert 'RESOURCE_EXHAUSTED' in (tmp_path / 'train.log').read_text()
+  assert sys.excepthook is sys.__excepthook__

@@ -20,6 +20,9 @@ class UnreadableCheckpointError(RuntimeError):
   """No checkpoint of a directory can be read (all damaged or partial)."""
 
 
+# (directory, step) of the damaged checkpoints this process has reported.
+_REPORTED: set[tuple[str, int]] = set()
+
 # Checkpoints written while the train state held NNX Variables name every parameter and moment
 # with this suffix ('params.encoder...kernel.value'); they are read under today's names.
 _LEGACY_SUFFIX = '.value'
@@ -139,8 +142,10 @@ class Checkpointer:
         raise
       except Exception as error:  # pylint: disable=broad-except
         # Orbax raises many types for a damaged directory; any of them means "try the older one".
-        logging.warning('Skipping checkpoint %d in %s: %s.', candidate, self.directory,
-                        _reason(error))
+        if (self.directory, candidate) not in _REPORTED:   # checked, then read: one line
+          _REPORTED.add((self.directory, candidate))
+          logging.warning('Skipping checkpoint %d in %s: %s.', candidate, self.directory,
+                          _reason(error))
     raise UnreadableCheckpointError(
         f'No checkpoint in {self.directory} can be read (tried step(s) {candidates}); the log '
         'names the reason for each.')

@@ -67,7 +67,29 @@ def _duration(seconds: float) -> str:
 
 
 def quiet_library_logs() -> None:
-  """Drops Orbax's per-save INFO chatter from the absl log so progress lines stay readable."""
+  """Keeps the terminal readable: drops Orbax's per-save INFO chatter, shows a logged exception
+  as its message line (the traceback goes to the run's log file, see training/workdir.py), and
+  drops asyncio's notes on the writes Orbax abandoned after a failed save, which come at exit."""
   def keep(record) -> bool:
+    if record.name == 'asyncio' and 'never retrieved' in record.getMessage():
+      return False
     return record.levelno >= std_logging.WARNING or '/orbax/' not in record.pathname
-  logging.get_absl_handler().addFilter(keep)
+  handler = logging.get_absl_handler()
+  handler.addFilter(keep)
+  handler.python_handler.setFormatter(_WithoutTraceback(handler.python_handler.formatter))
+
+
+class _WithoutTraceback(std_logging.Formatter):
+  """`formatter`'s lines without a record's traceback (other handlers still see it)."""
+
+  def __init__(self, formatter: std_logging.Formatter):
+    super().__init__()
+    self._formatter = formatter
+
+  def format(self, record) -> str:
+    saved = record.exc_info, record.exc_text, record.stack_info
+    record.exc_info = record.exc_text = record.stack_info = None
+    try:
+      return self._formatter.format(record)
+    finally:
+      record.exc_info, record.exc_text, record.stack_info = saved

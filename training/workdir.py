@@ -16,6 +16,7 @@ from logging import handlers as std_handlers
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import traceback
 
@@ -145,7 +146,7 @@ def commit_vocab(staged: str, workdir: str) -> None:
   source = os.path.join(staged, VOCAB_DIR)
   if not os.path.isdir(source):
     return
-  target = os.path.join(workdir, VOCAB_DIR)
+  target, copied = os.path.join(workdir, VOCAB_DIR), []
   for root, _, names in os.walk(source):
     for name in names:
       path = os.path.join(root, name)
@@ -154,6 +155,9 @@ def commit_vocab(staged: str, workdir: str) -> None:
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copyfile(path, dest + '.tmp')
         os.replace(dest + '.tmp', dest)
+        copied.append(os.path.relpath(dest, target))
+  if copied:
+    logging.info('Saved the vocabulary (%s) in %s.', ', '.join(sorted(copied)), target)
 
 
 def record_config(workdir: str, config, step: int) -> None:
@@ -187,6 +191,14 @@ def changed_fields(old: dict, new: dict) -> str:
   return ', '.join(f'{key} {old.get(key)!r} -> {new.get(key)!r}' for key in keys)
 
 
+class _QuietFileHandler(std_logging.FileHandler):
+  """A log file that gives up quietly when it cannot be written (a full disk): what it copies
+  is on the terminal, and the failure is reported once, by the run."""
+
+  def handleError(self, record):
+    del record
+
+
 class Log:
   """The run's log lines, kept in memory until the run has a file to write them to (`to_file`),
   then appended there; `traceback` adds an exception's traceback to the file only."""
@@ -199,26 +211,38 @@ class Log:
     std_logging.getLogger().addHandler(self._memory)
 
   def to_file(self, path: str) -> None:
-    self._file = std_logging.FileHandler(path, encoding='utf-8')
+    self._file = _QuietFileHandler(path, encoding='utf-8')
     self._file.setFormatter(logging.PythonFormatter())
     self._memory.setTarget(self._file)
     self._memory.flush()
     std_logging.getLogger().removeHandler(self._memory)
     std_logging.getLogger().addHandler(self._file)
+    # Tracebacks that libraries' threads print (Orbax's after a failed write) go here too.
+    self._excepthook, sys.excepthook = sys.excepthook, self._print_to_file
+
+  def _print_to_file(self, kind, error, trace) -> None:
+    with contextlib.suppress(OSError):
+      self._file.stream.write(''.join(traceback.format_exception(kind, error, trace)))
 
   def traceback(self, error: BaseException) -> str | None:
     """Writes `error`'s traceback into the log file; returns its path (None: no file yet)."""
     if self._file is None:
       return None
-    self._file.stream.write(''.join(traceback.format_exception(error)))
-    self._file.flush()
+    try:
+      self._file.stream.write(''.join(traceback.format_exception(error)))
+      self._file.flush()
+    except OSError:   # e.g. the disk is full: the error itself is still reported
+      return None
     return self._file.baseFilename
 
   def close(self) -> None:
+    if self._file is not None:
+      sys.excepthook = self._excepthook
     for handler in (self._memory, self._file):
       if handler is not None:
         std_logging.getLogger().removeHandler(handler)
-        handler.close()
+        with contextlib.suppress(OSError):   # a full disk fails the last flush
+          handler.close()
 
 
 def is_disk_full(error: BaseException) -> bool:
