@@ -19,6 +19,9 @@ _METRICS = flags.DEFINE_list('metrics', None,
 _AGAINST = flags.DEFINE_string(
     'against', None, "Also draw against.png: the final metrics against this differing config "
     "field (e.g. dataset.builder_config), or across the metrics with 'metrics'.")
+_EVAL = flags.DEFINE_bool(
+    'eval', False, "Final metrics from each run's eval/metrics.json (eval.py's evaluation, with "
+    'the config it evaluated) instead of its last validation.')
 _OUT = flags.DEFINE_string('out', None, 'Folder for report.md and curves.png (default: the first '
                            'path).')
 
@@ -29,7 +32,7 @@ def main(argv):
     raise app.UsageError('Give one or more training workdirs, or folders of them.')
   try:
     print(compare.write_report(paths, _OUT.value or paths[0], metrics=_METRICS.value or None,
-                               against=_AGAINST.value),
+                               against=_AGAINST.value, from_eval=_EVAL.value),
           end='')
   except (ValueError, FileNotFoundError) as error:
     # Bad input is reported in one sentence naming the path or metric, not as a traceback.

@@ -190,3 +190,24 @@ def test_against_a_field_draws_one_line_per_other_setting_and_skips_tied_fields(
   assert markdown.endswith('![curves](curves.png)\n\n![against](against.png)\n')
   width, height = Image.open(tmp_path / 'out' / 'against.png').size
   assert width > 500 and height > 300
+
+
+def test_eval_results_replace_the_last_validation_with_the_config_evaluated(tmp_path):
+  for window in (0, 64):
+    directory = tmp_path / f'window_{window}'
+    _write_run(directory, lines=_lines(0.5, 1.0))
+    os.makedirs(directory / 'eval')
+    config = json.loads((directory / 'config.json').read_text())
+    config['model']['window'] = window                    # evaluated with another window
+    (directory / 'eval' / 'config.json').write_text(json.dumps(config))
+    (directory / 'eval' / 'metrics.json').write_text(json.dumps(
+        {'accuracy': 0.7 + window / 1000, 'step': 300, 'split': 'validation',
+         'population': {'accuracy': 'all of validation'}}))
+  markdown = compare.write_report([str(tmp_path)], str(tmp_path / 'out'), metrics=['accuracy'],
+                                  from_eval=True)
+  assert '| 0 | 1 | 0.7000 |' in markdown and '| 64 | 1 | 0.7640 |' in markdown
+  assert 'validation metrics of eval.py' in markdown
+  (tmp_path / 'window_0' / 'eval' / 'metrics.json').unlink()
+  with pytest.raises(FileNotFoundError, match='window_0 has no eval/metrics.json; run python '
+                                              'eval.py'):
+    compare.write_report([str(tmp_path)], str(tmp_path / 'out'), from_eval=True)

@@ -115,21 +115,36 @@ def parse_metrics(text: str, source: str = 'metrics.jsonl') -> dict:
   return {split: [steps[step] for step in sorted(steps)] for split, steps in by_split.items()}
 
 
-def load_run(path: str) -> Run:
-  """Reads a workdir's config.json and metrics.jsonl.
+def load_run(path: str, from_eval: bool = False) -> Run:
+  """Reads a workdir's config.json and metrics.jsonl; `from_eval`: its final evaluation is
+  eval.py's instead (eval/metrics.json, with the config evaluated, eval/config.json).
 
   Raises:
-    FileNotFoundError: the workdir has no config.json.
+    FileNotFoundError: the workdir has no config.json, or no eval/metrics.json with `from_eval`.
   """
   config_path = os.path.join(path, 'config.json')
   if not os.path.isfile(config_path):
     raise FileNotFoundError(f'{path} has metrics.jsonl but no config.json, so its setting is '
                             'unknown.')
-  with open(config_path, encoding='utf-8') as f:
-    config = flatten(json.load(f))
   metrics_path = os.path.join(path, 'metrics.jsonl')
   with open(metrics_path, encoding='utf-8') as f:
     lines = parse_metrics(f.read(), metrics_path)
+  if from_eval:
+    evaluated = os.path.join(path, 'eval', 'metrics.json')
+    if not os.path.isfile(evaluated):
+      raise FileNotFoundError(f'{path} has no eval/metrics.json; run python eval.py '
+                              f'--workdir={path} first, or compare without --eval.')
+    with open(evaluated, encoding='utf-8') as f:
+      record = json.load(f)
+    if os.path.isfile(os.path.join(path, 'eval', 'config.json')):
+      config_path = os.path.join(path, 'eval', 'config.json')
+  with open(config_path, encoding='utf-8') as f:
+    config = flatten(json.load(f))
+  if from_eval:
+    numbers = {key: value for key, value in record.items()
+               if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    split = config.get('dataset.eval_split', 'validation')
+    lines[split] = [{**numbers, 'step': record.get('step', 0), 'split': split}]
   return Run(os.path.basename(os.path.normpath(path)), config, lines)
 
 
@@ -311,7 +326,7 @@ def _count(number: int, noun: str) -> str:
 
 
 def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = None,
-                 against: str | None = None) -> str:
+                 against: str | None = None, from_eval: bool = False) -> str:
   """Compares the runs under `paths`; writes out_dir/report.md and out_dir/curves.png (and
   out_dir/against.png with `against`).
 
@@ -321,6 +336,7 @@ def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = Non
     metrics: eval metrics to compare (default: all in every run's final eval line).
     against: draw the final metrics against this differing field, or across the metrics with
       'metrics' (see `training.compare_against`).
+    from_eval: each run's final metrics are eval.py's (see `load_run`).
 
   Returns:
     The markdown of report.md.
@@ -329,7 +345,7 @@ def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = Non
     FileNotFoundError: a path is not a run or folder of runs, or a run lacks config.json.
     ValueError: a requested metric is in no run's final evaluation.
   """
-  runs = [load_run(path) for path in find_runs(paths)]
+  runs = [load_run(path, from_eval) for path in find_runs(paths)]
   metrics = select_metrics(runs, metrics)
   fields, settings = group_settings(runs)
   figures = {'curves.png': lambda: draw_curves(settings, metrics)}
@@ -340,7 +356,8 @@ def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = Non
   splits = '/'.join(sorted({run.eval_split for run in runs}))
   markdown = '\n\n'.join([
       f'# Comparison of {_count(len(runs), "run")} in {_count(len(settings), "setting")}',
-      f'Final {splits} metrics, mean ± std over the n seeds of each setting.',
+      f"Final {splits} metrics{' of eval.py' if from_eval else ''}, mean ± std over the n "
+      'seeds of each setting.',
       markdown_table(fields, settings, metrics),
       *(f'![{name[:-4]}]({name})' for name in figures)]) + '\n'
   os.makedirs(out_dir, exist_ok=True)

@@ -36,8 +36,9 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
                         split: str = 'test', decode: str = 'greedy', average_last: int = 1,
                         num_heatmaps: int = 4, heatmap_layer: int = -1, heatmap_head: int = -1,
                         max_examples: int = 0, eval_lengths=()) -> dict:
-  """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, the task's samples
-  file (samples.txt, predictions.txt), pictures, eval.log}, and nothing anywhere else.
+  """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, config.json (the
+  config evaluated), the task's samples file (samples.txt, predictions.txt), pictures,
+  eval.log}, and nothing anywhere else.
 
   metrics.json names the examples each metric was computed on ('population'): the counted ones
   (loss, token accuracy) cover the split, the predicted ones (exact match, BLEU) the predicted
@@ -106,6 +107,8 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
 
     with open(os.path.join(out_dir, 'metrics.json'), 'w', encoding='utf-8') as f:
       json.dump(metrics, f, indent=2)
+    with open(os.path.join(out_dir, 'config.json'), 'w', encoding='utf-8') as f:
+      f.write(config.to_json_best_effort(indent=2))  # what was evaluated (--config, --eval_length)
     with open(os.path.join(out_dir, task.samples_file), 'w', encoding='utf-8') as f:
       f.write(task.samples_header + '\n')
       f.writelines(sample['line'] + '\n' for sample in samples)
