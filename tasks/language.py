@@ -28,6 +28,7 @@ import models
 from data import language
 from data.tokenizers import SPECIAL_TOKENS
 from models import decoding
+from models.embeddings import ATTENTION_POSITIONS
 from models.interfaces import LanguageModel
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
@@ -280,13 +281,14 @@ def _continuation_length(config) -> int:
   A sliding window no longer than the training rows keeps every query within trained relative
   distances when positions are relative (rope, alibi, t5); absolute positions (sinusoidal,
   learned) and the causal count of 'none' leave the trained range whatever the window
-  (configs/study_length.py measures what happens past it).
+  (configs/study_length.py measures what happens past it; configs/study_sinks.py, that a
+  trained rotary model read with such a window stays as good as within its rows).
   """
   trained = config.dataset.seq_length
   prompt = max(1, trained // 2)
   wanted = config.max_decode_length or trained - prompt
   window = config.model.get('window', 0)
-  relative = config.model.get('positions') in ('rope', 'alibi', 't5')
+  relative = config.model.get('positions') in ATTENTION_POSITIONS  # offsets, not places
   if prompt + wanted <= trained or (relative and 0 < window <= trained):
     return wanted
   logging.warning('Sampling %d tokens after a %d-token prompt would run %d positions past the %d '
