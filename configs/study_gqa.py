@@ -13,7 +13,10 @@ Command:
   python compare.py runs/study_gqa_translation --metrics=exact_match,token_accuracy,loss
   python sweep.py --config=configs/study_gqa.py:gpt_text --workdir=runs/study_gqa_text --parallel=2
   python compare.py runs/study_gqa_text --metrics=bits_per_char,accuracy
-Result: see docs/studies.md (the table, the figure and the machine).
+Result (translation; 2 cores of an AMD EPYC, CPU, shared; 3 runs in 21 min): exact match 99.2%
+(4 key/value heads), 98.4% (2), 99.6% (1), BLEU 99.97 / 99.75 / 99.98: quality holds with a
+quarter of the K/V cache and 22% fewer parameters. The `:gpt_text` sweep has not been measured.
+docs/studies.md.
 """
 
 from configs import gpt_text, study_scores

@@ -17,7 +17,9 @@ against 44.1% with 100 warm-up steps) and ends lower (92.2% against 98.0% at ste
 pre-norm without warm-up is the fastest of all (62.1% at step 250) and ends where it ends with
 warm-up (95.3% against 94.9%). A 1000-step warm-up slows both (90.6% and 91.0%). With 2 layers
 and gradient clipping nothing diverges; the gap is one of speed, as Xiong et al. report for
-shallow models.
+shallow models. The last two runs of the sweep, post-norm without warm-up with qk-norm or with
+soft-capped scores (do the knobs that bound attention scores make warm-up unnecessary?), were
+added with the attention variants and have not been measured yet.
 """
 
 import itertools
