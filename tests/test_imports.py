@@ -37,8 +37,7 @@ def test_entry_points_ignore_a_users_own_packages_of_the_same_names(tmp_path):
   }
   expected = {
       'train.py': 'train.py: config.num_train_steps=0 must be a positive integer.',
-      'eval.py': 'eval.py: nowhere/config.json does not exist; is --workdir=nowhere a training '
-                 'workdir?',
+      'eval.py': 'eval.py: --workdir=nowhere does not exist; give a training workdir.',
   }
   for script, flags in commands.items():
     result = subprocess.run([sys.executable, os.path.join(ROOT, script), *flags], cwd=tmp_path,

@@ -186,7 +186,8 @@ def test_mask_token(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     ({"name": "no_such_dataset"}, "name='no_such_dataset' is not a known dataset"),
     ({"builder_config": "huge"}, r"builder_config='huge' is not a config of mqar; valid: "
-                                 r"\['default', 'small'\]"),
+                                 r"\['default', 'pairs_16', 'pairs_32', 'pairs_4', 'pairs_8', "
+                                 r"'small'\]"),
     ({"packing": "rows"}, r"packing='rows' is not valid; valid: \['example', 'stream'\]"),
     ({"held_out": 0.5}, r"held_out must be in \(0, 0.5\)"),
     ({"name": "text_file"}, "text_path must name a file"),

@@ -14,6 +14,7 @@ import tasks
 import training
 from data.tokenizers import SPECIAL_TOKENS
 from tasks.language import _continuation_length, attention_hits, bert_mask
+from training import run_eval
 from training.checkpoints import load_matching_params
 from training.run_eval import evaluate_checkpoint
 from training.setup import build_state
@@ -127,12 +128,9 @@ def test_eval_lengths_are_refused_past_a_learned_table_and_for_other_tasks(tmp_p
   with pytest.raises(ValueError, match=r'eval_lengths=\(64, 128\) reaches past the learned '
                      r'position table of config.model.max_length=64'):
     tasks.build(config, str(tmp_path / 'run'))
-  translation = get_config('default')
-  with open(os.path.join(tmp_path, 'config.json'), 'w', encoding='utf-8') as f:
-    f.write(translation.to_json())
   with pytest.raises(ValueError, match="--eval_length applies to language models; this run's "
                      "task is 'translation'"):
-    evaluate_checkpoint(str(tmp_path), eval_lengths=['64'])
+    run_eval.set_eval_lengths(get_config('default'), ['64'])
 
 
 @pytest.mark.parametrize('positions, window, wanted, expected', [

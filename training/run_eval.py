@@ -68,12 +68,14 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
   checkpoints = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False)
   with workdir_lib.run_log() as log:
     try:
+      if not os.path.isdir(workdir):
+        raise FileNotFoundError(f'--workdir={workdir} does not exist; give a training workdir.')
       if not checkpoints.steps():   # before anything is built, so nothing is written
         raise FileNotFoundError(f'No checkpoint in {checkpoints.directory}; train first with '
                                 f'python train.py --config=... --workdir={workdir}.')
       config = config or load_config(workdir)
       if eval_lengths:
-        _set_eval_lengths(config, eval_lengths)
+        set_eval_lengths(config, eval_lengths)
       _fit_mesh(config)
       validate(config)
       with workdir_lib.staging(workdir) as staged:   # eval.py writes into eval/ only
@@ -150,7 +152,7 @@ def _restore(like, checkpointer: Checkpointer, checkpoint_step, average_last):
   return state, step
 
 
-def _set_eval_lengths(config, lengths) -> None:
+def set_eval_lengths(config, lengths) -> None:
   """Sets `config.dataset.eval_lengths` from --eval_length values (ints or their strings)."""
   if 'eval_lengths' not in tasks.task_class(config.task).dataset_config():
     raise ValueError(f'--eval_length applies to language models; this run\'s task is '
