@@ -26,6 +26,7 @@ from test_training import ROOT, get_config, tiny
 from training import failures, loop, metrics, workdir as workdir_lib
 from training.checkpoints import CheckpointMismatchError, Checkpointer, load_matching_params
 from training.setup import build_state
+from workdir_faults import truncate_checkpoint
 
 
 def _snapshot(path) -> dict:
@@ -101,19 +102,9 @@ def test_item2_a_refused_init_from_leaves_no_vocabulary(trained, tmp_path):
   assert not os.path.exists(tmp_path / 'tuned')
 
 
-def _truncate_step(workdir, step):
-  for root, _, files in os.walk(os.path.join(workdir, 'checkpoints', str(step))):
-    for name in files:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as f:
-        data = f.read()
-      with open(path, 'wb') as f:
-        f.write(data[:len(data) // 2])
-
-
 def test_item3_eval_and_init_from_skip_a_truncated_newest_checkpoint(trained, tmp_path, caplog):
   workdir = _copy(trained, tmp_path)
-  _truncate_step(workdir, 4)
+  truncate_checkpoint(workdir, 4)
   with caplog.at_level('WARNING'):
     metrics = training.evaluate_checkpoint(workdir, split='validation', max_examples=1,
                                            num_heatmaps=0)

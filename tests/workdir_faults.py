@@ -37,6 +37,17 @@ def snapshot(path: str) -> dict:
   return found
 
 
+def truncate_checkpoint(workdir: str, step: int) -> None:
+  """Cuts every file of checkpoint `step` to half its size (a save interrupted mid-write)."""
+  for root, _, files in os.walk(os.path.join(workdir, 'checkpoints', str(step))):
+    for name in files:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as f:
+        data = f.read()
+      with open(path, 'wb') as f:
+        f.write(data[:len(data) // 2])
+
+
 def train_args(workdir: str, corpus: str, data_dir: str, **overrides) -> list[str]:
   fields = {**TINY, 'dataset.tsv_path': corpus, 'dataset.data_dir': data_dir, **overrides}
   return ['train.py', '--config=configs/tsv.py', f'--workdir={workdir}',
@@ -126,13 +137,7 @@ def main(scratch: str) -> None:
         kept=raced, shows='no longer running', check=lambda out: 'no longer running' in out)
 
   damaged = copy('damaged')
-  for root, _, files in os.walk(os.path.join(damaged, 'checkpoints', '4')):
-    for name in files:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as f:
-        data = f.read()
-      with open(path, 'wb') as f:
-        f.write(data[:len(data) // 2])
+  truncate_checkpoint(damaged, 4)
   skipped = lambda out: out.count('Skipping checkpoint 4') == 1
   fault('truncated newest checkpoint: eval.py',
         ['eval.py', f'--workdir={damaged}', '--max_examples=1', '--num_heatmaps=0'],
