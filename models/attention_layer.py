@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention
+from models import interventions
 from models.layers import (check_rate, dense, merge_project_heads, project_heads,
                            project_heads_together, score_param_attr)
 from models.stack_config import AttentionVariant, check_attention_args
@@ -185,8 +186,12 @@ class MultiHeadAttention(nnx.Module):
         raise ValueError("MultiHeadAttention: deterministic=False with attention dropout needs "
                          "rngs, an nnx.Rngs with a 'dropout' stream.")
       dropout_rng = rngs.dropout()
-    q = self._query(x, positions)                                       # [B, N, T, d_k]
-    options = self._softmax_options(return_weights)
+    # A running `interventions.capture` reads and edits these; otherwise each tap is a no-op.
+    tapping = interventions.active()
+    q = interventions.tap(self, "queries", self._query(x, positions))  # [B, N, T, d_k]
+    kv = {"k": interventions.tap(self, "keys", kv["k"]),
+          "v": interventions.tap(self, "values", kv["v"])}
+    options = self._softmax_options(return_weights or tapping)
     window = self.window
     if self.sink_tokens:  # visibility and offsets by position, as a streaming cache has them
       q_positions, k_positions = self._whole_positions(q.shape[-2], kv["k"].shape[-2], positions)
@@ -197,8 +202,20 @@ class MultiHeadAttention(nnx.Module):
     out, weights = self.variant.attend(
         q, kv["k"], kv["v"], mask=mask, is_causal=is_causal, window=window,
         dropout_rate=0.0 if dropout_rng is None else self.dropout_rate, dropout_rng=dropout_rng,
-        return_weights=return_weights, **options)
+        return_weights=return_weights or tapping, **options)
+    if tapping:
+      out, weights = self._tapped(out, weights, kv["v"])
+      weights = weights if return_weights else None
     return merge_project_heads(self.w_o, out), weights                  # [B, T, D]
+
+  def _tapped(self, out: Array, weights: Array, values: Array) -> tuple[Array, Array]:
+    """Weights `[B, N, T, S]` and per-head outputs `[B, N, T, d_v]` through their taps; edited
+    weights make the output `weights @ values` (no attention dropout)."""
+    edited = interventions.tap(self, "weights", weights)
+    if edited is not weights:
+      values = attention.repeat_kv(values, self.num_heads)              # [B, N, S, d_v]
+      out = attention.attend(edited, values.astype(edited.dtype)).astype(out.dtype)
+    return interventions.tap(self, "heads", out), edited
 
   def _softmax_options(self, return_weights: bool = False) -> dict[str, Any]:
     """The softmax variant's options that do not depend on positions."""

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models import interventions
 from models.attention_layer import MultiHeadAttention
 from models.layers import FeedForward
 from models.stack_config import StackConfig
@@ -66,7 +67,7 @@ class EncoderLayer(_Block):
     x, weights = self.residual(0, x, lambda h: self.self_attn(
         h, mask=mask, is_causal=is_causal, return_weights=return_weights, **run), **run)
     x, _ = self.residual(1, x, lambda h: (self.ffn(h), None), **run)
-    return x, weights
+    return interventions.tap(self, "residual", x), weights             # the stream after it
 
   def decode_step(self, x: Array, cache: dict[str, Array], step: Array
                   ) -> tuple[Array, dict[str, Array]]:
@@ -114,7 +115,7 @@ class DecoderLayer(_Block):
     y, cross_w = self.residual(1, y, lambda h: self.cross_attn(
         h, memory, mask=source_mask, return_weights=return_weights, **run), **run)
     y, _ = self.residual(2, y, lambda h: (self.ffn(h), None), **run)
-    return y, (self_w, cross_w)
+    return interventions.tap(self, "residual", y), (self_w, cross_w)  # the stream after it
 
   def decode_step(self, y: Array, cache: dict[str, Any], step: Array,
                   source_mask: Array) -> tuple[Array, dict[str, Any]]:
