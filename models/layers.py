@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention
+from models import interventions
 
 Array = jax.Array
 
@@ -215,11 +216,20 @@ class AttentionPooling(nnx.Module):
     keys = jnp.tanh(self.proj(h))                                       # [..., T, A]
     if self.score == "dot":
       # The paper's score, through the kernel that has always computed it.
-      return attention.attention_pooling(h, self.context[...], mask, keys=keys)
+      pooled, weights = attention.attention_pooling(h, self.context[...], mask, keys=keys)
+      return self._tapped(h, pooled, weights)
     params = {param.name: getattr(self, score_param_attr(param.name))[...]
               for param in self.registered_score.params}
     prepared = self.registered_score.prepare_keys(keys, params)        # [..., T, K]
     query = self.context[...][None, :]                                  # [1, A]: one query
     scores = self.registered_score.scores_prepared(query, prepared, params)[..., 0, :]  # [..., T]
     weights = attention.masked_softmax(scores, mask)                    # [..., T]
-    return jnp.einsum("...t,...td->...d", weights, h), weights          # [..., D]
+    return self._tapped(h, jnp.einsum("...t,...td->...d", weights, h), weights)  # [..., D]
+
+  def _tapped(self, h: Array, pooled: Array, weights: Array) -> tuple[Array, Array]:
+    """`(pooled, weights)` through their taps (no-ops outside `interventions.capture`); edited
+    weights make the output `Σ_t α_t h_t`."""
+    edited = interventions.tap(self, "weights", weights)
+    if edited is not weights:
+      pooled = jnp.einsum("...t,...td->...d", edited, h)                # [..., D]
+    return interventions.tap(self, "pooled", pooled), edited

@@ -14,6 +14,7 @@ from flax import nnx
 from attention.core import attend, masked_softmax
 from attention.positions import sentence_position_encoding
 from attention.scores import dot_scores
+from models import interventions
 from models.layers import check_choice, check_positive_ints, check_vocab, is_int
 
 Array = jax.Array
@@ -163,6 +164,7 @@ class MemN2N(nnx.Module):
       a, c = self._hop_tables(hop)
       scores = dot_scores(u[:, None, :], memories[a])                   # [B, 1, M]
       weights = jnp.where(linear, jnp.where(mask, scores, 0.0), masked_softmax(scores, mask))
+      weights = interventions.tap(self, f"hop_{hop}/weights", weights)  # [B, 1, M]
       o = attend(weights, memories[c])[:, 0]                            # [B, d]
       u = (u if self.h is None else self.h(u)) + o                      # [B, d]
       hop_weights.append(weights[:, 0])                                 # [B, M]

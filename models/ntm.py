@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention import addressing
+from models import interventions
 from models.layers import check_choice, check_positive_ints, dense, is_int
 
 Array = jax.Array
@@ -143,10 +144,12 @@ class NTM(nnx.Module):
       state, out = (), jnp.tanh(self.controller(controller_in))
     write_raw = self.write_params(out).reshape(batch, self.write_heads, -1)  # [B, W, 3M+3+S]
     write_w, rest = self._address(write_raw, carry["memory"], carry["write_w"])
+    write_w = interventions.tap(self, "write_weights", write_w)             # [B, W, N]
     erase, add = jax.nn.sigmoid(rest[..., :m]), jnp.tanh(rest[..., m:])     # [B, W, M] each
     memory = addressing.write_heads(carry["memory"], write_w, erase, add)   # [B, N, M]
     read_raw = self.read_params(out).reshape(batch, self.read_heads, -1)    # [B, R, M+3+S]
     read_w, _ = self._address(read_raw, memory, carry["read_w"])
+    read_w = interventions.tap(self, "read_weights", read_w)                # [B, R, N]
     reads = addressing.read(memory[:, None], read_w)                        # [B, R, M]
     features = jnp.concatenate([out, reads.reshape(batch, -1)], axis=-1)    # [B, C + R*M]
     new = {"controller": state, "memory": memory, "read_w": read_w, "write_w": write_w,
@@ -170,7 +173,7 @@ class NTM(nnx.Module):
     del deterministic, rngs  # no dropout
     inputs = _check_inputs(inputs, self.input_size, "NTM")
     carry = self._initial_carry(inputs.shape[0])
-    _, (features, read_w, write_w) = jax.lax.scan(self._step, carry, _time_major(inputs))
+    _, (features, read_w, write_w) = interventions.scan(self._step, carry, _time_major(inputs))
     logits = self.output(_time_major(features)).astype(jnp.float32)          # [B, T, O]
     if not return_attention:
       return logits

@@ -19,6 +19,7 @@ import jax
 from flax import nnx
 
 import attention
+from models import interventions
 from models.layers import check_choice
 
 Array = jax.Array
@@ -79,7 +80,11 @@ class RNNAttention(nnx.Module):
     Returns:
       `(context [..., T, Dv], weights [..., T, S])`; masked positions get exactly zero weight.
     """
-    return attention.attention(query, prepared, values, score_fn=self.score, mask=mask)
+    context, weights = attention.attention(query, prepared, values, score_fn=self.score, mask=mask)
+    edited = interventions.tap(self, "weights", weights)  # a no-op outside interventions.capture
+    if edited is not weights:
+      context = attention.attend(edited, values)                        # [..., T, Dv]
+    return interventions.tap(self, "context", context), edited
 
 
 def make_attention(score: str, *, query_dim: int, key_dim: int, rngs: nnx.Rngs) -> RNNAttention:

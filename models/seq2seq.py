@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models import rnn_attention
+from models import interventions, rnn_attention
 from models.embeddings import lookup
 
 Array = jax.Array
@@ -231,7 +231,7 @@ class Seq2Seq(nnx.Module):
                        f"got shape {decoder_inputs.shape}.")
     memory, carry = self._encode(inputs, deterministic, rngs)
     y = self.dropout(lookup(self.tgt_embed, decoder_inputs), deterministic=deterministic, rngs=rngs)
-    _, (features, weights) = jax.lax.scan(
+    _, (features, weights) = interventions.scan(
         lambda c, y_t: self._step(c, y_t, memory), carry, jnp.swapaxes(y, 0, 1))  # [T, B, ...]
     features = jnp.swapaxes(features, 0, 1)                                       # [B, T, F]
     logits = self.output(self.dropout(features, deterministic=deterministic, rngs=rngs))
