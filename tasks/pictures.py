@@ -274,3 +274,23 @@ def save_hop_table(path: str, sentences: list[str], weights: np.ndarray, support
                 va='center', color='white' if weights[k, i] > 0.5 else 'black')
   axes.text(0.01, rows + 1.1, title, fontsize=8, va='center')
   figure.savefig(path, dpi=100)
+
+
+def save_head_ablation(path: str, values: np.ndarray, layers: list[str], *, metric: str,
+                       unablated: float) -> str:
+  """Writes `values [L, N]`, the metric with each head ablated (rows attention layers, columns
+  heads), as an annotated PNG with a colour bar; returns `path`."""
+  rows, heads = values.shape
+  figure = _figure(figsize=(max(4.0, 0.7 * heads + 3.5), max(2.5, 0.45 * rows + 1.5)))
+  axes = figure.subplots()
+  image = axes.imshow(values, cmap='viridis', aspect='auto')
+  axes.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=8)
+  axes.set_yticks(range(rows), layers, fontsize=8)
+  axes.set_xlabel('head ablated')
+  for (i, j), value in np.ndenumerate(values):
+    axes.text(j, i, f'{value:.3g}', ha='center', va='center', fontsize=8, color='white')
+  axes.set_title(f'{metric} with one head ablated (none: {unablated:.3g})', fontsize=9)
+  figure.colorbar(image, ax=axes, fraction=0.04, label=metric)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  return path
