@@ -22,9 +22,10 @@ stacked per step after the batch axis, `[B, T, ...]`, and an array edit of such 
 in that shape too. Teacher-forced forward passes are covered; the decoding loops are not.
 """
 
+import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -92,6 +93,27 @@ def module_paths(model: nnx.Module) -> dict[int, str]:
           for path, module in nnx.iter_modules(model)}
 
 
+@contextlib.contextmanager
+def editing(model: nnx.Module, edits: Mapping[str, Edit] | None = None) -> Iterator[_Run]:
+  """Within the block, `model`'s seams record into the yielded run's `captured` and apply
+  `edits` (see `capture`), whatever code calls the model, e.g. a task's loss or counts.
+
+  Raises:
+    ValueError: on leaving, one sentence listing the valid names if an edit names none of them.
+  """
+  edits = dict(edits or {})
+  run = _Run(module_paths(model), edits)
+  token = _ACTIVE.set(run)
+  try:
+    yield run
+  finally:
+    _ACTIVE.reset(token)
+  unknown = sorted(set(edits) - run.used)
+  if unknown:
+    raise ValueError(f"capture: no intermediate named {', '.join(map(repr, unknown))}; this "
+                     f"model's names for this call are {', '.join(sorted(run.captured))}.")
+
+
 def capture(model: nnx.Module, *args: Any, edits: Mapping[str, Edit] | None = None,
             method: str = "__call__", **kwargs: Any) -> tuple[Any, dict[str, Array]]:
   """Runs `model.<method>(*args, **kwargs)` with its intermediates recorded and edited.
@@ -110,17 +132,8 @@ def capture(model: nnx.Module, *args: Any, edits: Mapping[str, Edit] | None = No
   Raises:
     ValueError: one sentence listing the valid names, if an edit names none of them.
   """
-  edits = dict(edits or {})
-  run = _Run(module_paths(model), edits)
-  token = _ACTIVE.set(run)
-  try:
+  with editing(model, edits) as run:
     out = getattr(model, method)(*args, **kwargs)
-  finally:
-    _ACTIVE.reset(token)
-  unknown = sorted(set(edits) - run.used)
-  if unknown:
-    raise ValueError(f"capture: no intermediate named {', '.join(map(repr, unknown))}; this "
-                     f"model's names for this call are {', '.join(sorted(run.captured))}.")
   return out, run.captured
 
 

@@ -287,8 +287,10 @@ def save_head_ablation(path: str, values: np.ndarray, layers: list[str], *, metr
   axes.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=8)
   axes.set_yticks(range(rows), layers, fontsize=8)
   axes.set_xlabel('head ablated')
+  middle = (np.nanmin(values) + np.nanmax(values)) / 2
   for (i, j), value in np.ndenumerate(values):
-    axes.text(j, i, f'{value:.3g}', ha='center', va='center', fontsize=8, color='white')
+    axes.text(j, i, f'{value:.3g}', ha='center', va='center', fontsize=8,
+              color='black' if value > middle else 'white')
   axes.set_title(f'{metric} with one head ablated (none: {unablated:.3g})', fontsize=9)
   figure.colorbar(image, ax=axes, fraction=0.04, label=metric)
   figure.tight_layout()

@@ -8,7 +8,7 @@ import jax
 import ml_collections
 
 import tasks
-from training import evaluation, sharding
+from training import evaluation, head_ablation, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
 from training.config import add_missing_fields, validate
@@ -35,7 +35,8 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | None = None,
                         split: str = 'test', decode: str = 'greedy', average_last: int = 1,
                         num_heatmaps: int = 4, heatmap_layer: int = -1, heatmap_head: int = -1,
-                        max_examples: int = 0, eval_lengths=()) -> dict:
+                        max_examples: int = 0, eval_lengths=(),
+                        ablate_heads: bool = False) -> dict:
   """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, config.json (the
   config evaluated), the task's samples file (samples.txt, predictions.txt), pictures,
   eval.log}, and nothing anywhere else.
@@ -60,6 +61,8 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
     max_examples: decode only this many examples (0 = all).
     eval_lengths: language models: also evaluate on rows of these lengths ('loss@N'); replaces
       the config's `dataset.eval_lengths`.
+    ablate_heads: also write the split's main metric with each attention head ablated in turn
+      (eval/head_ablation.json and .png, `training.head_ablation`).
 
   Returns:
     The metrics written to eval/metrics.json.
@@ -115,6 +118,9 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
       f.write(task.samples_header + '\n')
       f.writelines(sample['line'] + '\n' for sample in samples)
     task.draw(merge_model(state), samples, out_dir, options)
+    if ablate_heads:
+      head_ablation.write(head_ablation.sweep(state, task, split, batch_size=batch_size,
+                                              mesh=mesh), out_dir)
     _print_summary(metrics, out_dir, task.samples_file)
   return metrics
 

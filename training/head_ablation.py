@@ -1,0 +1,91 @@
+"""Head ablation: the task's metrics over a split with each attention head zeroed in turn.
+
+A head is ablated by zeroing its output (`<layer>/heads`, before the output projection, see
+`models.interventions`), so the layer goes on with the other heads' contributions only. Every
+ablation runs through one compiled step: which heads are kept is an argument of it.
+"""
+
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models import interventions
+from models.attention_layer import MultiHeadAttention
+from tasks import Task, pictures
+from training import sharding
+from training.steps import TrainState, merge_model
+
+MAIN_METRICS = ('accuracy', 'token_accuracy', 'sequence_accuracy', 'loss')  # the first present
+JSON_FILE, PICTURE_FILE = 'head_ablation.json', 'head_ablation.png'
+
+
+def attention_layers(model: nnx.Module) -> dict[str, int]:
+  """`{path: heads}` of the model's multi-head attention layers, in the model's order."""
+  return {interventions.module_paths(model)[id(module)]: module.num_heads
+          for _, module in nnx.iter_modules(model) if isinstance(module, MultiHeadAttention)}
+
+
+@functools.partial(jax.jit, static_argnames='counts_fn')
+def _counts(state: TrainState, batch, keep: dict[str, jax.Array], *, counts_fn):
+  """The task's counts of a batch with each layer's heads scaled by `keep[path] [N]` (0 or 1)."""
+  model = merge_model(state)
+  scale = lambda mask, heads: heads * mask[:, None, None].astype(heads.dtype)  # [B, N, T, H]
+  edits = {f'{path}/heads': functools.partial(scale, mask) for path, mask in keep.items()}
+  with interventions.editing(model, edits):
+    return counts_fn(model, batch)
+
+
+def _metrics(state, task: Task, split: str, keep, *, batch_size: int, mesh) -> dict[str, float]:
+  totals: dict[str, float] = {}
+  for batch in task.batches(split, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1):
+    counts = _counts(state, sharding.shard_batch(batch, mesh), keep, counts_fn=task.eval_counts)
+    for key, value in jax.device_get(counts).items():
+      totals[key] = totals.get(key, 0) + value
+  return {key: float(value) for key, value in task.summarize(totals).items()}
+
+
+def sweep(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
+  """The split's metrics with no head ablated and with each head of each layer ablated alone.
+
+  Returns:
+    `{'metric': the main one (the first of MAIN_METRICS the task reports), 'unablated': its
+    value, 'layers': {path: {head: value}}, 'all_metrics': the same with every metric}`.
+
+  Raises:
+    ValueError: the model has no multi-head attention layer.
+  """
+  layers = attention_layers(merge_model(state))
+  if not layers:
+    raise ValueError('--ablate_heads needs a model with multi-head attention layers (the '
+                     'Transformer family); this one has none.')
+  ones = {path: jnp.ones((heads,)) for path, heads in layers.items()}
+  run = functools.partial(_metrics, state, task, split, batch_size=batch_size, mesh=mesh)
+  base = run(ones)
+  metric = next(name for name in MAIN_METRICS if name in base)
+  every = {path: {str(head): run({**ones, path: ones[path].at[head].set(0.0)})
+                  for head in range(heads)} for path, heads in layers.items()}
+  return dict(metric=metric, unablated=base[metric], split=split,
+              layers={path: {head: values[metric] for head, values in heads.items()}
+                      for path, heads in every.items()},
+              all_metrics=dict(unablated=base, layers=every))
+
+
+def write(result: dict, out_dir: str) -> list[str]:
+  """Writes `result` (from `sweep`) as head_ablation.json and its layers x heads PNG."""
+  json_path = os.path.join(out_dir, JSON_FILE)
+  with open(json_path, 'w', encoding='utf-8') as f:
+    json.dump(result, f, indent=2)
+  paths = list(result['layers'])
+  width = max(len(heads) for heads in result['layers'].values())
+  grid = np.full((len(paths), width), np.nan)
+  for row, path in enumerate(paths):
+    for head, value in result['layers'][path].items():
+      grid[row, int(head)] = value
+  picture = pictures.save_head_ablation(os.path.join(out_dir, PICTURE_FILE), grid, paths,
+                                        metric=result['metric'], unablated=result['unablated'])
+  return [json_path, picture]
