@@ -152,7 +152,9 @@ def dates(workdir: str) -> dict:
   @jax.jit
   def step_outputs(source, decoder_inputs, forced, field_steps):
     """Greedy outputs [B, T] of a teacher-forced pass, field_steps' attention set to `forced`."""
-    edit = lambda w: jnp.where(field_steps[None, :, None, None], forced, w)   # [B, T, 1, S]
+    def edit(w):                                                          # one step: [B, 1, S]
+      t = interventions.scan_step()
+      return jnp.where(field_steps[t], forced[:, t], w)
     logits, captured = interventions.capture(nnx.merge(graphdef, params), source, decoder_inputs,
                                              edits={'attn/weights': edit})
     return jnp.argmax(logits, axis=-1), captured['attn/weights']

@@ -19,7 +19,8 @@ drive the output: the layer recomputes `weights @ values`. `capture` can be call
 
 Steps of a recurrence run through `scan` (Seq2Seq's decoder, the NTM): their values come back
 stacked per step after the batch axis, `[B, T, ...]`, and an array edit of such a name is given
-in that shape too. Teacher-forced forward passes are covered; the decoding loops are not.
+in that shape too; a function edit gets one step's value, and `scan_step()` tells it which step.
+Teacher-forced forward passes are covered; the decoding loops are not.
 """
 
 import contextlib
@@ -43,6 +44,7 @@ class _Run:
   edits: Mapping[str, Edit]
   captured: dict[str, Array] = dataclasses.field(default_factory=dict)
   used: set[str] = dataclasses.field(default_factory=set)
+  step: Array | None = None  # inside `scan`: the index of the step being traced
 
   def name(self, module: nnx.Module, name: str) -> str:
     path = self.paths.get(id(module))
@@ -148,16 +150,17 @@ def scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tu
   """`jax.lax.scan(step, carry, xs)` (xs time-major) whose steps' taps come out `[B, T, ...]`.
 
   Outside `capture` it is `jax.lax.scan`. Inside, the names tapped in a step are found first
-  (abstractly), array edits of them are fed to the steps time by time, and each step's values
-  are returned and recorded stacked after the batch axis.
+  (abstractly), array edits of them are fed to the steps time by time, function edits see one
+  step's value (`scan_step()` says which), and each step's values are returned and recorded
+  stacked after the batch axis.
   """
   run = _ACTIVE.get()
   if run is None:
     return jax.lax.scan(step, carry, xs)
 
   def body(c, inputs):
-    x, step_edits = inputs
-    inner = _Run(run.paths, {**functions, **step_edits})
+    x, step_edits, index = inputs
+    inner = _Run(run.paths, {**functions, **step_edits}, step=index)
     token = _ACTIVE.set(inner)
     try:
       c, y = step(c, x)
@@ -167,18 +170,29 @@ def scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tu
 
   functions: dict[str, Edit] = {}
   first = jax.tree.map(lambda leaf: leaf[0], xs)
-  tapped = jax.eval_shape(lambda: body(carry, (first, {}))[1][1])
+  tapped = jax.eval_shape(lambda: body(carry, (first, {}, jnp.int32(0)))[1][1])
   inside = {name: run.edits[name] for name in tapped if name in run.edits}
   functions.update({name: edit for name, edit in inside.items() if callable(edit)})
   arrays = {name: jnp.swapaxes(jnp.asarray(edit), 0, 1)              # [T, B, ...]
             for name, edit in inside.items() if not callable(edit)}
-  carry, (ys, captured) = jax.lax.scan(body, carry, (xs, arrays))
+  steps = jnp.arange(jax.tree.leaves(xs)[0].shape[0])
+  carry, (ys, captured) = jax.lax.scan(body, carry, (xs, arrays, steps))
   for name, value in captured.items():
     if name in run.captured:
       raise ValueError(f"capture: {name!r} was computed twice in one run.")
     run.captured[name] = jnp.swapaxes(value, 0, 1)                      # [B, T, ...]
   run.used.update(inside)
   return carry, ys
+
+
+def scan_step() -> Array:
+  """The index of the recurrence step running now, for a function edit of a per-step name that
+  depends on the step (e.g. force some output steps' attention only)."""
+  run = _ACTIVE.get()
+  if run is None or run.step is None:
+    raise ValueError("interventions.scan_step() is only defined in an edit of a per-step name, "
+                     "inside a capture.")
+  return run.step
 
 
 def zero_head(head: int) -> Callable[[Array], Array]:

@@ -115,7 +115,7 @@ def test_patching_the_last_residual_from_a_into_b_gives_a_s_output_under_jit(lm)
   assert not np.allclose(lm.token_logits(other), a, atol=1e-3)
 
 
-def test_forced_rnn_attention_drives_every_step_s_context_inside_the_scan():
+def test_forced_rnn_attention_drives_the_chosen_steps_contexts_inside_the_scan():
   seq2seq = Seq2Seq(input_vocab_size=9, output_vocab_size=9, pad_id=0, embed_dim=4,
                     hidden_dim=4, rngs=nnx.Rngs(3))
   clean, captured = interventions.capture(seq2seq, IDS, IDS[:, :3])
@@ -125,6 +125,12 @@ def test_forced_rnn_attention_drives_every_step_s_context_inside_the_scan():
   context = edited["attn/context"]                                       # [B, T, 1, Dv]
   np.testing.assert_allclose(context, jnp.broadcast_to(context[:, :1], context.shape), atol=1e-6)
   assert not np.allclose(forced, clean, atol=1e-4)
+  # A function edit sees one step; scan_step() picks step 1 only: step 0 stays clean.
+  later = lambda w: jnp.where(interventions.scan_step() == 1, one_hot[:, 1], w)
+  stepped, edited = interventions.capture(seq2seq, IDS, IDS[:, :3], edits={"attn/weights": later})
+  np.testing.assert_allclose(stepped[:, 0], clean[:, 0], atol=1e-6)
+  np.testing.assert_allclose(edited["attn/context"][:, 1], context[:, 1], atol=1e-6)
+  assert not np.allclose(stepped[:, 1], clean[:, 1], atol=1e-4)
 
 
 def test_an_unknown_name_is_one_sentence_listing_the_valid_names():
