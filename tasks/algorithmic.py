@@ -118,19 +118,31 @@ class Copy(Task):
                 predicted_sequence_accuracy=float(np.mean([s['wrong'] == 0 for s in samples])))
 
   def draw(self, model, samples, out_dir, options):
-    """The copy figure per drawn sample: inputs and outputs over time and, for a model with a
-    memory, its write and read weightings over the slots (one PNG each)."""
+    """The copy figure per drawn sample: inputs, targets and outputs over time and, for a model
+    with a memory, its write and read weightings over the slots (one PNG each)."""
     del model  # the weightings were computed with the predictions
     paths = []
     for sample in samples[:options.num_pictures]:
-      steps = len(sample['inputs'])
-      outputs = np.zeros((steps, self.data.width))
-      outputs[sample['length'] + 1:] = sample['outputs']
-      panels = [('inputs', sample['inputs'].T), ('outputs', outputs.T)]
-      panels += [(f'{key} weightings', sample[key].T) for key in ('write', 'read')
-                 if key in sample]
       path = os.path.join(out_dir, f'copy_{sample["index"]:04d}.png')
-      pictures.save_time_panels(path, panels, title=f'length {sample["length"]}: '
-                                                    f'{sample["wrong"]} wrong bits')
+      pictures.save_time_panels(path, self.panels(sample), title=f'length {sample["length"]}: '
+                                                                 f'{sample["wrong"]} wrong bits')
       paths.append(path)
     return paths
+
+  def explore(self, model, samples, options):
+    """Per sample, the copy figure's panels over time."""
+    del model, options  # the weightings were computed with the predictions
+    show = lambda bits: ' '.join(''.join(str(int(x)) for x in v) for v in bits)
+    return [dict(index=s['index'], reference=show(s['bits']), prediction=show(s['outputs']),
+                 correct=s['wrong'] == 0, views=[dict(kind='time', panels=self.panels(s))])
+            for s in samples]
+
+  def panels(self, sample) -> list[tuple[str, np.ndarray]]:
+    """`(name, values [rows, T])` over the sample's time steps: inputs, the target bits and the
+    outputs where they are due, then the write and read weightings over the memory slots."""
+    steps, length = len(sample['inputs']), sample['length']
+    targets, outputs = np.zeros((2, steps, self.data.width))
+    targets[length + 1:], outputs[length + 1:] = sample['bits'], sample['outputs']
+    return ([('inputs', sample['inputs'].T), ('targets', targets.T), ('outputs', outputs.T)]
+            + [(f'{key} weightings', sample[key].T) for key in ('write', 'read')
+               if key in sample])

@@ -191,3 +191,12 @@ class Captioning(Task):
                                                        f'{sample["reference"]!r})')
       paths.append(path)
     return paths
+
+  def explore(self, model, samples, options):
+    """Per sample, the image with each generated word's attention over its regions."""
+    del model, options  # the weights were computed with the predictions
+    return [dict(index=s['index'], reference=s['reference'], prediction=s['hypothesis'],
+                 correct=s['hypothesis'] == s['reference'],
+                 views=[dict(kind='image', pixels=s['pixels'],
+                             maps=list(zip(s['words'], s['attention'])))])
+            for s in samples]

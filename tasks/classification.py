@@ -197,6 +197,18 @@ class Classification(Task):
     return paths
 
 
+  def explore(self, model, samples, options):
+    """Per sample, its words shaded by their weights and its sentences' weights as bars."""
+    del model, options  # the weights were computed with the predictions
+    return [dict(index=s['index'], reference=self.label_names[s['label']],
+                 prediction=f'{self.label_names[s["prediction"]]} ({s["confidence"]:.2f})',
+                 correct=s['label'] == s['prediction'],
+                 views=[dict(kind='document', tokens=s['tokens'], word=s['word_weights'],
+                             sentence=s.get('sentence_weights'), key=s['key_sentences'])]
+                 if 'word_weights' in s else [])  # mean pooling has no attention to show
+            for s in samples]
+
+
 def hit_rate(samples: list[dict[str, Any]]) -> float | None:
   """The share of samples whose highest sentence weight falls on a key sentence, over the
   samples that have both; None when none has (no key sentences recorded, or no sentence weights).

@@ -100,3 +100,16 @@ class ImageClassification(Classification):
                 f'{self.label_names[sample["prediction"]]} ({sample["confidence"]:.2f})')
       paths.append(path)
     return paths
+
+  def explore(self, model, samples, options):
+    """Per sample, the image with its attention rollout and last-layer class-token attention
+    over the patches."""
+    del options  # the maps were computed with the predictions
+    patches = lambda m: m[-model.grid[0] * model.grid[1]:].reshape(model.grid)  # [gh, gw]
+    return [dict(index=s['index'], reference=self.label_names[s['label']],
+                 prediction=f'{self.label_names[s["prediction"]]} ({s["confidence"]:.2f})',
+                 correct=s['label'] == s['prediction'],
+                 views=[dict(kind='image', pixels=s['pixels'],
+                             maps=[('attention rollout', patches(s['rollout'])),
+                                   ('last layer, class token', patches(s['last_layer']))])])
+            for s in samples]

@@ -218,6 +218,8 @@ class LanguageModeling(Task):
     if 'continuations' in row:
       prompt = inputs[:int(row['prompt_length'])]
       record['continuations'] = [decode(ids) for ids in np.asarray(row['continuations'])]
+      record.update(reference=decode(inputs[len(prompt):]), prediction=record['continuations'][0],
+                    correct=None)  # free text: the row's own continuation, the first sample's
       record['line'] = f'{decode(prompt)} -> ' + ' || '.join(
           f'[T={t:g}] {text}' for t, text in zip(np.asarray(row['temperatures']),
                                                   record['continuations']))
@@ -226,6 +228,8 @@ class LanguageModeling(Task):
     tokens = self.tokenizer.tokens
     predicted = np.asarray(row['predicted'])[scored]
     expected = np.asarray(row['model_targets'])[scored]
+    record.update(reference=' '.join(tokens(expected)), prediction=' '.join(tokens(predicted)),
+                  correct=bool(np.array_equal(predicted, expected)))
     pairs = ' '.join(f'{p}{"" if p == e else f"(not {e})"}'
                      for p, e in zip(tokens(predicted), tokens(expected)))
     record['line'] = (f'{" ".join(tokens(inputs[inputs != self.tokenizer.pad_id]))} | {pairs} | '
@@ -243,19 +247,34 @@ class LanguageModeling(Task):
     return metrics
 
   def draw(self, model, samples, out_dir, options):
-    """Every layer's and head's attention over the first sample's sequence, one PNG."""
-    if not samples or not options.num_pictures:
-      return []
-    sample = samples[0]
-    (weights,) = picture_weights.batched_weights(_self_attention, model, [(sample['inputs'],)],
-                                                 pad_ids=(self.tokenizer.pad_id,), crop=(0, 0))
-    queries = [(t, s) for t, s in enumerate(sample['support']) if s >= 0]
-    path = os.path.join(out_dir, f'attention_heads_{sample["index"]:04d}.png')
-    pictures.save_head_grid(path, weights,
-                            self.tokenizer.tokens(sample['inputs']), marks=queries,
-                            title=f'example {sample["index"]}: attention of every layer and head'
-                                  + (' (squares: the matching key)' if queries else ''))
-    return [path]
+    """Every layer's and head's attention over each drawn sample's sequence, one PNG each."""
+    drawn = samples[:options.num_pictures]
+    paths = []
+    for sample, weights in zip(drawn, self.attention(model, drawn)):
+      queries = [(t, s) for t, s in enumerate(sample['support']) if s >= 0]
+      path = os.path.join(out_dir, f'attention_heads_{sample["index"]:04d}.png')
+      pictures.save_head_grid(path, weights,
+                              self.tokenizer.tokens(sample['inputs']), marks=queries,
+                              title=f'example {sample["index"]}: attention of every layer and '
+                                    'head' + (' (squares: the matching key)' if queries else ''))
+      paths.append(path)
+    return paths
+
+  def explore(self, model, samples, options):
+    """Per sample, its self-attention of every layer and head over its model inputs."""
+    del options
+    return [dict(index=sample['index'], reference=sample['reference'],
+                 prediction=sample['prediction'], correct=sample['correct'],
+                 views=[dict(kind='attention', maps=[dict(
+                     name='self-attention', rows=self.tokenizer.tokens(sample['inputs']),
+                     cols=self.tokenizer.tokens(sample['inputs']), weights=weights)])])
+            for sample, weights in zip(samples, self.attention(model, samples))]
+
+  def attention(self, model, samples):
+    """Per sample, in order, its self-attention weights `[L, N, T, T]` (one jitted forward)."""
+    return picture_weights.batched_weights(_self_attention, model,
+                                           [(sample['inputs'],) for sample in samples],
+                                           pad_ids=(self.tokenizer.pad_id,), crop=(0, 0))
 
 
 def _readable(config) -> tuple[int, ...]:

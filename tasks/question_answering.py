@@ -141,3 +141,12 @@ class QuestionAnswering(Task):
                               sample['supporting'], title=title)
       paths += [stem + '.txt', stem + '.png']
     return paths
+
+  def explore(self, model, samples, options):
+    """Per sample, its hop table: each hop's weights over the story's sentences."""
+    del model, options  # the weights were computed with the predictions
+    return [dict(index=s['index'], reference=f'{s["question"]} {s["answer"]}',
+                 prediction=s['prediction'], correct=s['prediction'] == s['answer'],
+                 views=[dict(kind='hops', sentences=s['sentences'], weights=s['hops'],
+                             supporting=s['supporting'])])
+            for s in samples]

@@ -6,6 +6,7 @@ label-smoothed per-token cross-entropy, and evaluates with greedy or beam decodi
 sacreBLEU, and a cross-attention heatmap per example (output tokens down, source tokens across).
 """
 
+import functools
 import os
 from typing import Any
 
@@ -170,29 +171,73 @@ class Translation(Task):
   def draw(self, model, samples, out_dir, options):
     """One PNG per sample: decoder cross-attention while producing its own hypothesis."""
     drawn = [sample for sample in samples[:options.num_pictures] if sample['output_ids']]
-    # Each sample's decoder inputs as `shift_right` makes them: BOS, then all but its last id.
-    examples = [(sample['inputs'], [self.target_tokenizer.bos_id, *sample['output_ids'][:-1]])
-                for sample in drawn]
-    weights = picture_weights.batched_weights(
-        _cross_attention, model, examples, crop=(1, 0),
-        pad_ids=(self.source_tokenizer.pad_id, self.target_tokenizer.pad_id))
-    which = 'mean over heads' if options.head < 0 else f'head {options.head}'
     paths = []
-    for sample, cross in zip(drawn, weights):                          # [L, N, T, S]
+    for sample, weights in zip(drawn, self.attention(model, drawn, ('cross',))):
+      cross = weights['cross']                                          # [L, N, T, S]
+      # A one-layer, one-head map (a Seq2Seq's) has no layer or head to name.
+      which = ('' if cross.shape[:2] == (1, 1) else
+               f' (layer {options.layer}, '
+               f'{"mean over heads" if options.head < 0 else f"head {options.head}"})')
       path = os.path.join(out_dir, f'attention_{sample["index"]:04d}.png')
       pictures.save_heatmap(path, pictures.select_heads(cross, options.layer, options.head),
                             self.source_tokenizer.tokens(sample['inputs']),
                             self.target_tokenizer.tokens(sample['output_ids']),
-                            f'{sample["source"]} -> {sample["hypothesis"]}\n'
-                            f'(layer {options.layer}, {which})')
+                            f'{sample["source"]} -> {sample["hypothesis"]}{which}')
       paths.append(path)
     return paths
 
+  def explore(self, model, samples, options):
+    """Per sample, the encoder self-, decoder self- and cross-attention (whichever the model
+    has) while producing its own hypothesis."""
+    del options
+    drawn = [sample for sample in samples if sample['output_ids']]
+    names = {'cross': 'cross-attention', 'encoder_self': 'encoder self-attention',
+             'decoder_self': 'decoder self-attention'}
+    records = []
+    for sample, weights in zip(drawn, self.attention(model, drawn, tuple(names))):
+      source = self.source_tokenizer.tokens(sample['inputs'])
+      output = self.target_tokenizer.tokens(sample['output_ids'])
+      inputs = self.target_tokenizer.tokens([self.target_tokenizer.bos_id,
+                                             *sample['output_ids'][:-1]])
+      axes = {'cross': (output, source), 'encoder_self': (source, source),
+              'decoder_self': (output, inputs)}
+      maps = [dict(name=names[key], rows=axes[key][0], cols=axes[key][1], weights=w)
+              for key, w in weights.items()]
+      records.append(dict(index=sample['index'], reference=sample['reference'],
+                          prediction=sample['hypothesis'],
+                          correct=sample['hypothesis'] == sample['reference'],
+                          views=[dict(kind='attention', maps=maps)]))
+    return records
 
-def _cross_attention(model, inputs: Array, decoder_inputs: Array) -> Array:
-  """Cross-attention weights `[B, L, N, T, S]` of source `[B, S]` and decoder inputs `[B, T]`."""
+  def attention(self, model, samples, keys) -> list[dict[str, np.ndarray]]:
+    """Per sample, the model's attention weights `[L, N, T', S']` named by `keys` (those it
+    has of 'cross', 'encoder_self', 'decoder_self') while producing its own hypothesis."""
+    # Each sample's decoder inputs as `shift_right` makes them: BOS, then all but its last id.
+    examples = [(sample['inputs'], [self.target_tokenizer.bos_id, *sample['output_ids'][:-1]])
+                for sample in samples]
+    pads = (self.source_tokenizer.pad_id, self.target_tokenizer.pad_id)
+    found = {}
+    for key in keys:
+      try:
+        found[key] = list(picture_weights.batched_weights(_FORWARDS[key], model, examples,
+                                                          crop=_CROPS[key], pad_ids=pads))
+      except KeyError:  # e.g. a Seq2Seq has cross-attention only
+        continue
+    return [{key: weights[i] for key, weights in found.items()} for i in range(len(samples))]
+
+
+def _weights(key: str, model, inputs: Array, decoder_inputs: Array) -> Array:
+  """Attention weights `weights[key]`, `[B, L, N, T', S']`, of source `[B, S]` and decoder
+  inputs `[B, T]`; KeyError where the model has no such attention."""
   _, weights = model(inputs, decoder_inputs, deterministic=True, return_attention=True)
-  return weights['cross']
+  return weights[key]
+
+
+# One function per key, made once, so that each compiles once (`picture_weights` jits by it).
+_FORWARDS = {key: functools.partial(_weights, key)
+             for key in ('cross', 'encoder_self', 'decoder_self')}
+# The fields (0: source, 1: decoder inputs) whose lengths the weights' last two axes have.
+_CROPS = {'cross': (1, 0), 'encoder_self': (0, 0), 'decoder_self': (1, 1)}
 
 
 def until_eos(ids, tokenizer) -> list[int]:

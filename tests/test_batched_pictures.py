@@ -47,7 +47,7 @@ def test_padded_batches_give_each_example_its_own_weights_from_one_trace(bahdana
 
   def counted(model, inputs, decoder_inputs):
     traces.append((inputs.shape, decoder_inputs.shape))
-    return translation._cross_attention(model, inputs, decoder_inputs)
+    return translation._FORWARDS['cross'](model, inputs, decoder_inputs)
 
   examples = _examples(task, samples)
   pads = (task.source_tokenizer.pad_id, task.target_tokenizer.pad_id)
