@@ -36,6 +36,9 @@ _EVAL_LENGTH = flags.DEFINE_list(
 _ABLATE = flags.DEFINE_bool(
     'ablate_heads', False, 'Also measure the main metric with each attention head ablated in '
     'turn: eval/head_ablation.json and .png (docs/interventions.md).')
+_EXPLORER = flags.DEFINE_integer(
+    'explorer_examples', None, 'Examples in eval/explorer.html, the interactive attention '
+    'explorer (default: --num_heatmaps; docs/explorer.md).')
 _MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Predict at most this many (0 = all).')
 _CACHE = flags.DEFINE_string('compilation_cache', training.DEFAULT_COMPILATION_CACHE,
                             "Directory of XLA's persistent compilation cache ('' = off).")
@@ -52,7 +55,8 @@ def main(argv):
       _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,
       decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
       heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value,
-      eval_lengths=_EVAL_LENGTH.value, ablate_heads=_ABLATE.value))
+      eval_lengths=_EVAL_LENGTH.value, ablate_heads=_ABLATE.value,
+      explorer_examples=_EXPLORER.value))
 
 
 if __name__ == '__main__':

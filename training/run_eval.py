@@ -8,7 +8,7 @@ import jax
 import ml_collections
 
 import tasks
-from training import evaluation, head_ablation, sharding
+from training import evaluation, explorer, head_ablation, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
 from training.config import add_missing_fields, validate
@@ -36,7 +36,7 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
                         split: str = 'test', decode: str = 'greedy', average_last: int = 1,
                         num_heatmaps: int = 4, heatmap_layer: int = -1, heatmap_head: int = -1,
                         max_examples: int = 0, eval_lengths=(),
-                        ablate_heads: bool = False) -> dict:
+                        ablate_heads: bool = False, explorer_examples: int | None = None) -> dict:
   """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, config.json (the
   config evaluated), the task's samples file (samples.txt, predictions.txt), pictures,
   eval.log}, and nothing anywhere else.
@@ -63,11 +63,15 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
       the config's `dataset.eval_lengths`.
     ablate_heads: also write the split's main metric with each attention head ablated in turn
       (eval/head_ablation.json and .png, `training.head_ablation`).
+    explorer_examples: the first examples shown in eval/explorer.html (`training.explorer`);
+      None = `num_heatmaps`.
 
   Returns:
     The metrics written to eval/metrics.json.
   """
   _check_flags(decode, average_last, num_heatmaps, max_examples)
+  if explorer_examples is not None and explorer_examples < 0:
+    raise ValueError(f'--explorer_examples={explorer_examples} must be >= 0 (0 = none).')
   checkpoints = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False)
   with workdir_lib.run_log() as log:
     try:
@@ -117,7 +121,12 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
     with open(os.path.join(out_dir, task.samples_file), 'w', encoding='utf-8') as f:
       f.write(task.samples_header + '\n')
       f.writelines(sample['line'] + '\n' for sample in samples)
-    task.draw(merge_model(state), samples, out_dir, options)
+    model = merge_model(state)
+    task.draw(model, samples, out_dir, options)
+    shown = num_heatmaps if explorer_examples is None else explorer_examples
+    explorer.write(out_dir, task.explore(model, samples[:shown], options), metrics=metrics,
+                   title=f'{config.task}, {os.path.basename(os.path.abspath(workdir))}, '
+                         f'step {step}, {split}')
     if ablate_heads:
       head_ablation.write(head_ablation.sweep(state, task, split, batch_size=batch_size,
                                               mesh=mesh), out_dir)
@@ -191,4 +200,4 @@ def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:
   for subset in partial:
     keys = [key for key, value in metrics['population'].items() if value == subset]
     print(f'{", ".join(keys)}: on {subset} (--max_examples); the others on the whole split.')
-  print(f'Wrote {out_dir}/metrics.json, {samples_file} and attention pictures.')
+  print(f'Wrote {out_dir}/metrics.json, {samples_file}, attention pictures and explorer.html.')
