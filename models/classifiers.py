@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models import interventions
 from models.embeddings import LearnedPositions, TokenEmbedding, lookup, make_positions
 from models.layers import (AttentionPooling, check_choice, check_positive_ints, check_rate,
                            check_vocab, dense, is_int)
@@ -108,6 +109,7 @@ class HAN(nnx.Module):
     word_mask = docs != self.pad_id                                     # [B, S, W]
     sentence_mask = jnp.any(word_mask, axis=-1)                         # [B, S]
     words = lookup(self.embed, docs.reshape(b * s, w))                  # [B*S, W, E]
+    words = interventions.tap(self, "embedded", words)  # e.g. for gradient x input
     run = dict(deterministic=deterministic, rngs=rngs)
     h = self.word_encoder(words, word_mask.reshape(b * s, w), **run)    # [B*S, W, 2H]
     sentences, word_w = self.word_pool(h, word_mask.reshape(b * s, w))  # [B*S, 2H], [B*S, W]
@@ -192,6 +194,7 @@ class TransformerClassifier(nnx.Module):
       cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (x.shape[0], 1, x.shape[2]))
       x = jnp.concatenate([cls, x], axis=1)                             # [B, T+1, D]
       mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)  # [B, T+1]
+    x = interventions.tap(self, "embedded", x)          # the residual stream's start
     run = dict(deterministic=deterministic, rngs=rngs)
     x = self.dropout(x, **run)
     weights = []

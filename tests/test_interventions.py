@@ -54,7 +54,7 @@ def test_every_family_taps_its_attention_under_stable_names():
       "read_weights": (2, 4, 1, 5), "write_weights": (2, 4, 1, 5)}      # [B, T, heads, N]
   han = HAN(vocab_size=9, num_classes=2, pad_id=0, embed_dim=4, hidden_dim=4, rngs=rngs)
   assert interventions.names(han, jnp.ones((2, 3, 5), jnp.int32)) == {
-      "sentence_pool/pooled": (2, 8), "sentence_pool/weights": (2, 3),
+      "embedded": (6, 5, 4), "sentence_pool/pooled": (2, 8), "sentence_pool/weights": (2, 3),
       "word_pool/pooled": (6, 8), "word_pool/weights": (6, 5)}         # words: [B*S, W]
 
 
