@@ -1,6 +1,8 @@
 """models/interventions.py: the names every family taps, edits against NumPy, patching, the HLO."""
 
 import functools
+import importlib
+import json
 
 import jax
 import jax.numpy as jnp
@@ -9,9 +11,13 @@ import optax
 import pytest
 from flax import nnx
 
+import models
+import tasks
 from models import HAN, NTM, DecoderLM, MemN2N, Seq2Seq, Transformer, interventions
 from models.attention_layer import MultiHeadAttention
 from models.stack_config import StackConfig
+from training import evaluation, head_ablation, sharding
+from training.setup import build_state
 from training.steps import create_train_state, train_step
 
 STACK = StackConfig(num_layers=2, d_model=8, num_heads=2, d_ff=16, max_length=16)
@@ -162,3 +168,26 @@ def test_the_train_step_compiles_to_the_same_program_as_without_the_seams(lm, mo
   monkeypatch.setattr(interventions, "tap", lambda module, name, value: value)
   monkeypatch.setattr(interventions, "active", lambda: False)
   assert _lowered_train_step(lm) == with_seams
+
+
+def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projection(tmp_path):
+  # Zeroing head h's rows of W_O removes its contribution as the sweep's edit does.
+  config = importlib.import_module("configs.gpt_mqar").get_config()
+  config.model = models.default_config("decoder_lm", num_layers=1, d_model=8, num_heads=2,
+                                       d_ff=16, max_length=32, dropout_rate=0.0)
+  config.dataset.update(data_dir=str(tmp_path / "tfds"), eval_batch_size=250)
+  task, mesh = tasks.build(config, str(tmp_path)), sharding.make_mesh(None)
+  state = build_state(config, task, mesh)
+  result = head_ablation.sweep(state, task, "validation", batch_size=250, mesh=mesh)
+  assert result["metric"] == "accuracy" and set(result["layers"]) == {"layers/0/self_attn"}
+  loss = lambda s: evaluation.split_metrics(s, task, "validation", batch_size=250, mesh=mesh)
+  assert result["all_metrics"]["unablated"]["loss"] == pytest.approx(float(loss(state)["loss"]))
+  for head in (0, 1):
+    kernel = state.params["layers"][0]["self_attn"]["w_o"]["kernel"]    # [N*H, D]
+    params = jax.tree.map(lambda x: x, state.params)
+    params["layers"][0]["self_attn"]["w_o"]["kernel"] = kernel.at[4 * head:4 * head + 4].set(0)
+    ablated = result["all_metrics"]["layers"]["layers/0/self_attn"][str(head)]["loss"]
+    assert ablated == pytest.approx(float(loss(state.replace(params=params))["loss"]), rel=1e-5)
+    assert ablated != pytest.approx(result["all_metrics"]["unablated"]["loss"], rel=1e-4)
+  paths = head_ablation.write(result, str(tmp_path))
+  assert json.load(open(paths[0], encoding="utf-8"))["layers"] == result["layers"]
