@@ -273,7 +273,7 @@ function hopsView(view) {
       tr.appendChild(el('td', {style: `background:${colour(w)};color:${w > 0.55 ? '#fff' : '#000'}`}, w.toFixed(3)));
     }
   });
-  return add(el('div'), colourBar('weight'), table);
+  return add(el('div', {class: 'hops'}), colourBar('weight'), table);
 }
 
 // Values over time (NTM): one canvas per panel; hovering a step names its strongest slot.

@@ -1,0 +1,251 @@
+"""The attention explorer (training/explorer.py): its data encoding against NumPy, and its page in
+headless Chromium: a tiny trained translation run end to end (no JavaScript errors, layer/head
+pickers change the lines, hovering a token shows its row of the weights eval wrote), every view
+kind rendered with a screenshot, a long GPT-sized map, and users' markup shown as text."""
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+import training
+from test_training import get_config, tiny
+from training import explorer
+
+CHROMIUM = next((shutil.which(name) for name in ('chromium', 'chromium-browser', 'google-chrome')
+                 if shutil.which(name)), None)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason='no Chromium binary found (Debian: apt-get install chromium); the '
+                             'explorer is tested in a real browser')
+XSS = ('<img src=x onerror=alert(1)>', '</script><script>alert(2)</script>', 'a & b')
+
+
+def _load(page: str, tmp_path, name: str, script: str) -> tuple[list[str], str]:
+  """Writes `page` with `script` appended as its last element; returns Chromium's common
+  arguments and the page's URL."""
+  if script:
+    page = page.replace('</body>', f'<script>{script}</script></body>')
+  path = tmp_path / f'{name}.html'
+  path.write_text(page, encoding='utf-8')
+  return [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--hide-scrollbars',
+          f'--user-data-dir={tmp_path / "profile"}', '--virtual-time-budget=5000'], path.as_uri()
+
+
+def screenshot(page: str, tmp_path, name: str, script: str = '') -> None:
+  """Saves a screenshot of `page` (after `script`) as tmp_path/NAME.png."""
+  common, url = _load(page, tmp_path, name, script)
+  subprocess.run(common + ['--window-size=1100,800', f'--screenshot={tmp_path / name}.png', url],
+                 capture_output=True, timeout=60, check=True)
+  assert os.path.getsize(f'{tmp_path / name}.png') > 5000
+
+
+def browse(page: str, tmp_path, name: str, script: str = '', shot: bool = False):
+  """Loads `page` (HTML text, `script` appended as the last element) in headless Chromium.
+
+  Returns:
+    (the document after the scripts ran, its console messages, the test script's JSON output
+    from `<pre id="test-out">` or None).
+  """
+  common, url = _load(page, tmp_path, name, script)
+  run = subprocess.run(common + ['--enable-logging=stderr', '--v=0', '--dump-dom', url],
+                       capture_output=True, text=True, timeout=60, check=True)
+  if shot:
+    screenshot(page, tmp_path, name, script)
+  console = [line for line in run.stderr.splitlines() if ':CONSOLE' in line]
+  found = re.search(r'<pre id="test-out">(.*?)</pre>', run.stdout, re.S)
+  return run.stdout, console, json.loads(html.unescape(found.group(1))) if found else None
+
+
+def page_data(page: str) -> dict:
+  """The JSON a page carries, as the page's own code reads it."""
+  found = re.search(r'<script type="application/json" id="explorer-data">(.*?)</script>', page,
+                    re.S)
+  return json.loads(found.group(1))
+
+
+def test_maps_are_rounded_and_long_rows_keep_their_largest_weights(rng):
+  weights = rng.dirichlet(np.ones(5), size=(2, 3, 4))                 # [L, N, T, S]
+  dense = explorer.encode_map('m', list('abcd'), list('vwxyz'), weights)
+  assert dense['shape'] == [2, 3, 4, 5] and dense['topk'] == 0
+  np.testing.assert_array_equal(dense['w'], np.rint(weights * 1000).ravel())
+  long = rng.dirichlet(np.ones(300), size=(1, 2, 3))                  # S > DENSE_KEYS
+  sparse = explorer.encode_map('m', ['q'] * 3, ['k'] * 300, long)
+  idx = np.asarray(sparse['idx']).reshape(1, 2, 3, explorer.TOP_K)
+  np.testing.assert_array_equal(np.sort(idx, -1), np.sort(np.argsort(-long, -1)[..., :16], -1))
+  np.testing.assert_array_equal(sparse['w'], np.rint(np.take_along_axis(long, idx, -1) * 1000)
+                                .ravel())
+  with pytest.raises(ValueError, match="'m'.*do not match 4 row and 5 column"):
+    explorer.encode_map('m', list('abcd'), list('vwxyz'), weights[..., :4])
+
+
+def test_users_text_cannot_end_the_script_element_and_reads_back_unchanged():
+  text = explorer.safe_json({'tokens': list(XSS)})
+  assert '<' not in text and '>' not in text and '&' not in text
+  assert json.loads(text) == {'tokens': list(XSS)}
+
+
+def _records(rng):
+  """One record per view kind, two of them wrong, users' markup in the text."""
+  attention = [dict(name='cross-attention', rows=[XSS[0], 'b', 'c'], cols=[XSS[1], 'y'],
+                    weights=rng.dirichlet(np.ones(2), size=(2, 2, 3)))]
+  pixels = rng.integers(0, 255, (16, 16, 1), dtype=np.uint8)
+  return [
+      dict(index=0, reference=XSS[0], prediction=XSS[1], correct=True,
+           views=[dict(kind='attention', maps=attention)]),
+      dict(index=1, reference='sports', prediction='food (0.61)', correct=False,
+           views=[dict(kind='document', tokens=[[XSS[0], 'x'], ['y']], word=[[0.9, 0.1], [1.0]],
+                       sentence=[0.7, 0.3], key=[0])]),
+      dict(index=2, reference='7', prediction='7 (0.90)', correct=True,
+           views=[dict(kind='image', pixels=pixels, maps=[('rollout', rng.random((4, 4))),
+                                                          ('word', rng.random((4, 4)))])]),
+      dict(index=3, reference='where? garden', prediction='kitchen', correct=False,
+           views=[dict(kind='hops', sentences=['John went to the garden.', XSS[0]],
+                       weights=[[0.8, 0.2], [0.4, 0.6]], supporting=[0])]),
+      dict(index=4, reference='0101', prediction='0101', correct=True,
+           views=[dict(kind='time', panels=[('inputs', rng.integers(0, 2, (4, 9))),
+                                            ('write weightings', rng.random((8, 9)))])]),
+  ]
+
+
+VIEW_SCRIPT = """
+const out = {kinds: [], errorsFirst: null};
+for (let i = 0; i < 5; i++) {
+  explorer.select(i);
+  out.kinds.push(document.querySelector('#main > div:last-child').className);
+}
+explorer.select(1);
+out.sentences = document.querySelectorAll('.sentence').length;
+const box = document.getElementById('errors-first');
+box.checked = true; box.dispatchEvent(new Event('change'));
+out.errorsFirst = [...document.querySelectorAll('#examples .ex')].map(e => +e.dataset.example);
+out.alerted = window.alerted || 0;
+document.body.appendChild(Object.assign(document.createElement('pre'),
+                                        {id: 'test-out', textContent: JSON.stringify(out)}));
+"""
+
+
+@needs_chromium
+def test_every_view_kind_renders_and_users_markup_stays_text(rng, tmp_path):
+  page = explorer.page(_records(rng), title=XSS[1], metrics=dict(accuracy=0.6, split=XSS[0]))
+  # An alert that ran would count itself; a page that ran the markup would hold an <img>.
+  spy = 'window.alert = () => { window.alerted = (window.alerted || 0) + 1; };'
+  page = page.replace('<script>\n', f'<script>{spy}\n', 1)
+  dom, console, out = browse(page, tmp_path, 'views', VIEW_SCRIPT, shot=True)
+  assert console == []
+  assert out['kinds'] == ['attention', 'document', 'image', 'hops', 'time']
+  assert out['sentences'] == 2 and out['errorsFirst'] == [1, 3, 0, 2, 4]
+  assert out['alerted'] == 0
+  assert '<img' not in dom and 'alert(2)</script>' not in dom
+  assert html.escape(XSS[0], quote=False) in dom       # shown, as text
+  for kind in range(1, 5):                               # a screenshot per view kind
+    screenshot(page, tmp_path, f'view_{kind}', f'explorer.select({kind});')
+
+
+@pytest.fixture(scope='module')
+def translation_run(tmp_path_factory) -> str:
+  """A tiny Transformer trained 2 steps on a corpus of markup, evaluated as eval.py does."""
+  root = tmp_path_factory.mktemp('run')
+  corpus = root / 'corpus.tsv'
+  corpus.write_text(''.join(f'{XSS[0]} go {i}\t{XSS[1]} geh {i}\tattribution\n'
+                            for i in range(40)), encoding='utf-8')
+  config = tiny(get_config('tsv'), root / 'tfds', num_train_steps=2)
+  config.dataset.update(tsv_path=str(corpus), lowercase=False, strip_accents=False,
+                        split_punctuation=False)
+  workdir = str(root / 'workdir')
+  training.train_and_evaluate(config, workdir)
+  training.evaluate_checkpoint(workdir, max_examples=4, num_heatmaps=1, explorer_examples=3)
+  return workdir
+
+
+def test_eval_writes_the_explorer_with_every_attention_of_its_examples(translation_run):
+  page = open(os.path.join(translation_run, 'eval', 'explorer.html'), encoding='utf-8').read()
+  data = page_data(page)
+  assert len(data['examples']) == 2 and data['metrics']['examples'] == 2  # the test split
+  samples = open(os.path.join(translation_run, 'eval', 'samples.txt')).read().splitlines()[1:]
+  for example, line in zip(data['examples'], samples):
+    source, reference, hypothesis = line.split(' | ')
+    assert (example['reference'], example['prediction']) == (reference, hypothesis)
+    assert example['correct'] == (reference == hypothesis)
+    maps = {m['name']: m for m in example['views'][0]['maps']}
+    assert set(maps) == {'cross-attention', 'encoder self-attention', 'decoder self-attention'}
+    cross = maps['cross-attention']
+    assert cross['rows'] == maps['decoder self-attention']['rows']
+    assert cross['cols'] == maps['encoder self-attention']['rows']
+    assert cross['shape'] == [1, 2, len(cross['rows']), len(cross['cols'])]
+    # Every query's weights sum to one (within the rounding of each weight).
+    sums = np.asarray(cross['w']).reshape(cross['shape']).sum(-1)
+    assert np.all(np.abs(sums - 1000) <= len(cross['cols']))
+    assert '<img' in cross['cols'] and example['reference'].startswith(XSS[1])
+  assert os.path.getsize(os.path.join(translation_run, 'eval', 'explorer.html')) < 200_000
+
+
+HEAD_SCRIPT = """
+const out = {};
+const lines = () => [...document.querySelectorAll('#headview line')].map(l => l.getAttribute('stroke-opacity')).join();
+explorer.set({map: 0, layer: 0, head: 0, tab: 'head'});
+out.head0 = lines();
+document.getElementById('head').value = '1';
+document.getElementById('head').dispatchEvent(new Event('change'));
+out.head1 = lines();
+const token = document.querySelector('#headview g[data-side=row][data-i="1"]');
+token.dispatchEvent(new MouseEvent('mouseenter'));
+out.hovered = [...document.querySelectorAll('#headview g[data-side=col]')].map(g => +g.dataset.w);
+out.hoverLines = document.querySelectorAll('#headview line').length;
+document.getElementById('tab-model').click();
+out.thumbnails = document.querySelectorAll('#view-model canvas').length;
+document.querySelector('#view-model canvas[data-head="0"]').click();
+out.opened = [explorer.state.tab, explorer.state.head];
+document.body.appendChild(Object.assign(document.createElement('pre'),
+                                        {id: 'test-out', textContent: JSON.stringify(out)}));
+"""
+
+
+@needs_chromium
+def test_the_head_view_follows_the_pickers_and_the_hovered_token(translation_run, tmp_path):
+  page = open(os.path.join(translation_run, 'eval', 'explorer.html'), encoding='utf-8').read()
+  started = time.perf_counter()
+  dom, console, out = browse(page, tmp_path, 'translation', HEAD_SCRIPT, shot=True)
+  print(f'explorer: {len(page)} bytes, loaded and driven in {time.perf_counter() - started:.2f} s')
+  assert console == []
+  assert '<img' not in dom and html.escape(XSS[1], quote=False) in dom  # the corpus, as text
+  assert out['head0'] != out['head1']                    # another head draws other lines
+  cross = page_data(page)['examples'][0]['views'][0]['maps'][0]
+  weights = np.asarray(cross['w']).reshape(cross['shape']) / 1000
+  np.testing.assert_allclose(out['hovered'], weights[0, 1, 1], atol=5e-4)  # layer 0, head 1
+  assert 0 < out['hoverLines'] <= len(cross['cols'])
+  assert out['thumbnails'] == 2 and out['opened'] == ['head', 0]
+
+
+LONG_SCRIPT = """
+const started = performance.now();
+explorer.set({tab: 'head', layer: 1, head: 3});
+const token = document.querySelector('#headview g[data-side=row][data-i="1000"]');
+token.dispatchEvent(new MouseEvent('mouseenter'));
+const out = {ms: performance.now() - started,
+             lines: document.querySelectorAll('#headview line').length,
+             top: +document.querySelector('#headview g[data-side=col][data-i="7"]').dataset.w};
+document.body.appendChild(Object.assign(document.createElement('pre'),
+                                        {id: 'test-out', textContent: JSON.stringify(out)}));
+"""
+
+
+@needs_chromium
+def test_a_1024_token_gpt_map_stays_small_and_draws_few_lines(tmp_path):
+  length = 1024
+  weights = np.full((2, 4, length, length), 0.0, np.float32)
+  weights[..., 7] = 0.5                                  # every query: half on token 7
+  weights[..., np.arange(length), np.arange(length)] += 0.5
+  tokens = [f't{i}' for i in range(length)]
+  page = explorer.page([dict(index=0, views=[dict(kind='attention', maps=[dict(
+      name='self-attention', rows=tokens, cols=tokens, weights=weights)])])], title='long')
+  assert len(page) < 1_500_000                           # top-16 per row, not 8 M weights
+  _, console, out = browse(page, tmp_path, 'long', LONG_SCRIPT, shot=True)
+  assert console == []
+  assert out['top'] == 0.5 and out['lines'] == 2         # token 7 and itself
+  print(f'1024-token map: {len(page)} bytes; head view and hover in {out["ms"]:.0f} ms')
