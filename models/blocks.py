@@ -18,16 +18,16 @@ from models.layers import FeedForward
 from models.stack_config import StackConfig
 
 Array = jax.Array
-EPS = 1e-6  # every LayerNorm of the Transformer families
+EPS = 1e-6  # every LayerNorm of the Transformer families, unless a `StackConfig.norm_eps` says
 
 
 class _Block(nnx.Module):
   """Shared residual wiring of the encoder and decoder layers."""
 
   def __init__(self, d_model: int, *, num_sublayers: int, norm: str, dropout_rate: float,
-               rngs: nnx.Rngs):
+               epsilon: float = EPS, rngs: nnx.Rngs):
     self.norm = norm
-    self.norms = nnx.List([nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
+    self.norms = nnx.List([nnx.LayerNorm(d_model, epsilon=epsilon, rngs=rngs)
                            for _ in range(num_sublayers)])
     self.dropout = nnx.Dropout(dropout_rate)
 
@@ -55,7 +55,7 @@ class EncoderLayer(_Block):
 
   def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
     super().__init__(stack.d_model, num_sublayers=2, norm=stack.norm,
-                     dropout_rate=stack.dropout_rate, rngs=rngs)
+                     dropout_rate=stack.dropout_rate, epsilon=stack.norm_eps, rngs=rngs)
     self.self_attn = MultiHeadAttention(stack.d_model, **stack.attention_kwargs(), rngs=rngs)
     self.ffn = FeedForward(stack.d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
 
@@ -87,7 +87,9 @@ def encoder_stack(stack: StackConfig, *, rngs: nnx.Rngs
 
 def final_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.LayerNorm | None:
   """The LayerNorm a pre-norm stack ends with; None for post-norm."""
-  return nnx.LayerNorm(stack.d_model, epsilon=EPS, rngs=rngs) if stack.norm == "pre" else None
+  if stack.norm != "pre":
+    return None
+  return nnx.LayerNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs)
 
 
 class DecoderLayer(_Block):
@@ -95,7 +97,7 @@ class DecoderLayer(_Block):
 
   def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
     super().__init__(stack.d_model, num_sublayers=3, norm=stack.norm,
-                     dropout_rate=stack.dropout_rate, rngs=rngs)
+                     dropout_rate=stack.dropout_rate, epsilon=stack.norm_eps, rngs=rngs)
     d_model = stack.d_model
     self.self_attn = MultiHeadAttention(d_model, **stack.attention_kwargs(), rngs=rngs)
     self.cross_attn = MultiHeadAttention(d_model, **stack.attention_kwargs(cross=True), rngs=rngs)

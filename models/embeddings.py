@@ -32,22 +32,26 @@ class TokenEmbedding(nnx.Module):
   output projection `x Eᵀ` of a layer-normalised `x` gives logits of unit variance.
   """
 
-  def __init__(self, vocab_size: int, features: int, *, rngs: nnx.Rngs):
+  def __init__(self, vocab_size: int, features: int, *, scale: bool = True, rngs: nnx.Rngs):
     """Builds a `[vocab_size, features]` table.
 
     Args:
       vocab_size: number of token ids V.
       features: embedding size D.
+      scale: multiply lookups by `sqrt(D)`; False returns the table's rows as they are (BERT,
+        whose embeddings are layer-normalised after the sum instead).
       rngs: `params` stream for the table.
     """
-    self.features = features
+    self.features, self.scale = features, scale
     self.embed = nnx.Embed(vocab_size, features,
                            embedding_init=nnx.initializers.normal(features ** -0.5),
                            embedding_metadata=sharding_metadata("vocab", "embed"), rngs=rngs)
 
   def __call__(self, ids: Array) -> Array:
-    """Embeds integer ids `[...]` as `[..., D]`, scaled by `sqrt(D)`, in the table's dtype."""
-    return lookup(self.embed, ids) * self.features ** 0.5
+    """Embeds integer ids `[...]` as `[..., D]`, scaled by `sqrt(D)` (see `scale`), in the
+    table's dtype."""
+    rows = lookup(self.embed, ids)
+    return rows * self.features ** 0.5 if self.scale else rows
 
   def attend(self, x: Array) -> Array:
     """Tied output projection: `[..., D] -> [..., V]` logits `x Eᵀ` in x's dtype (see `lookup`)."""

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models.blocks import EPS, encoder_stack
-from models.embeddings import LearnedPositions, TokenEmbedding, make_positions
-from models.layers import check_positive_ints, check_vocab, dense, is_int
+from models.blocks import encoder_stack
+from models.embeddings import LearnedPositions, TokenEmbedding, lookup, make_positions
+from models.layers import ACTIVATIONS, check_choice, check_positive_ints, check_vocab, dense, is_int
 from models.stack_config import StackConfig
 
 Array = jax.Array
@@ -30,17 +30,34 @@ class _Stack(nnx.Module):
   Its parameter names (`embed`, `positions`, `layers`, `final_norm`) are the same in both models
   and under every head, so checkpoints move between them by name. A subclass sets `causal` and
   defines `_logits`, its output head; `token_logits` is then the same for both.
+
+  BERT's embedding options, off by default (no parameters then, so older checkpoints load as
+  they are): `scale_embeddings=False` takes token rows unscaled, `type_vocab_size` > 0 adds a
+  learned token-type (segment) embedding `token_types`, and `embed_norm` layer-normalises the sum
+  (`embed_norm`, epsilon `stack.norm_eps`) before dropout.
   """
 
   causal: bool
 
-  def __init__(self, *, vocab_size: int, pad_id: int, stack: StackConfig, rngs: nnx.Rngs):
+  def __init__(self, *, vocab_size: int, pad_id: int, stack: StackConfig,
+               scale_embeddings: bool = True, embed_norm: bool = False, type_vocab_size: int = 0,
+               rngs: nnx.Rngs):
     check_vocab(vocab_size, pad_id)
+    check_choice("scale_embeddings", scale_embeddings, (True, False))
+    check_choice("embed_norm", embed_norm, (False, True))
+    if not is_int(type_vocab_size) or type_vocab_size < 0:
+      raise ValueError(f"type_vocab_size must be a non-negative integer (0 = no token types); "
+                       f"got {type_vocab_size!r}.")
     self.pad_id = pad_id
     self.dropout_rates = (stack.dropout_rate, stack.attention_dropout_rate)
-    self.embed = TokenEmbedding(vocab_size, stack.d_model, rngs=rngs)
+    self.embed = TokenEmbedding(vocab_size, stack.d_model, scale=scale_embeddings, rngs=rngs)
     # None for positions that act inside every self-attention (RoPE, ALiBi, T5).
     self.positions = make_positions(stack.positions, stack.d_model, stack.max_length, rngs=rngs)
+    self.token_types = nnx.Embed(type_vocab_size, stack.d_model,
+                                 embedding_init=nnx.initializers.normal(1.0),
+                                 rngs=rngs) if type_vocab_size else None
+    self.embed_norm = nnx.LayerNorm(stack.d_model, epsilon=stack.norm_eps,
+                                    rngs=rngs) if embed_norm else None
     self.dropout = nnx.Dropout(stack.dropout_rate)
     self.layers, self.final_norm = encoder_stack(stack, rngs=rngs)
 
@@ -67,24 +84,32 @@ class _Stack(nnx.Module):
     return ids
 
   def _embed(self, ids: Array, start: Array | int, deterministic: bool = True,
-             rngs: nnx.Rngs | None = None) -> Array:
-    """Scaled token embeddings plus positions `start ..`, then dropout: `[B, T] -> [B, T, D]`."""
+             rngs: nnx.Rngs | None = None, token_types: Array | None = None) -> Array:
+    """Token embeddings plus positions `start ..` (plus token types, LayerNorm where built),
+    then dropout: `[B, T] -> [B, T, D]`. `token_types` `[B, T]`: None = all type 0."""
     x = self.embed(ids)                                                 # [B, T, D]
     if self.positions is not None:
       x = x + self.positions(start + jnp.arange(ids.shape[1])).astype(x.dtype)  # float32 table
+    if self.token_types is not None:
+      types = jnp.zeros_like(ids) if token_types is None else token_types
+      x = x + lookup(self.token_types, types).astype(x.dtype)
+    if self.embed_norm is not None:
+      x = self.embed_norm(x)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
   def encode(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-             return_attention: bool = False) -> tuple[Array, Array | None, Array | None]:
+             return_attention: bool = False, token_types: Array | None = None
+             ) -> tuple[Array, Array | None, Array | None]:
     """Encodes ids `[B, T]` to `(states [B, T, D], mask [B, T] True = real, weights or None)`.
 
     States are after the final LayerNorm for pre-norm; weights are `[B, L, N, T, T]`. A causal
-    model reads no padding mask (see `DecoderLM`), so its mask is None.
+    model reads no padding mask (see `DecoderLM`), so its mask is None. `token_types` `[B, T]`
+    (segment ids, for a model built with `type_vocab_size`): None = all 0.
     """
     mask = None if self.causal else ids != self.pad_id                  # [B, T]
     key_mask = None if mask is None else mask[:, None, None, :]
     run = dict(deterministic=deterministic, rngs=rngs)
-    x = self._embed(ids, 0, **run)
+    x = self._embed(ids, 0, token_types=token_types, **run)
     weights = []
     for layer in self.layers:
       x, w = layer(x, key_mask, is_causal=self.causal, return_weights=return_attention, **run)
@@ -210,8 +235,10 @@ class EncoderMLM(_Stack):
   """BERT-style bidirectional encoder (Devlin et al. 2019): masked-LM head, optional classifier.
 
   Self-attention sees every real token; padding (`pad_id`) is masked out as a key. The MLM head is
-  BERT's: dense D->D, gelu, LayerNorm, then the transposed token embedding plus an output bias
-  `[V]`. With `num_classes`, a classification head reads the mean of the final states of the real
+  BERT's: dense D->D, the stack's activation, LayerNorm, then the transposed token embedding plus
+  an output bias `[V]`. With BERT's embedding options (see `_Stack`), post-norm,
+  `norm_eps=1e-12` and `activation='gelu_exact'` it is BERT itself: `models.pretrained` loads
+  Hugging Face BERT checkpoints into it. With `num_classes`, a classification head reads the mean of the final states of the real
   tokens (the pretraining windows hold no [CLS] token, so there is none to read) through a dense
   D->D tanh layer, dropout and a dense D->C layer. Both heads sit beside the encoder, whose
   parameter names do not depend on `num_classes`, so a pretrained checkpoint loads by name into a
@@ -223,6 +250,7 @@ class EncoderMLM(_Stack):
   def __init__(self, *, vocab_size: int, pad_id: int, num_classes: int | None = None,
                stack: StackConfig = StackConfig(norm="pre", activation="gelu",
                                                 positions="learned"),
+               scale_embeddings: bool = True, embed_norm: bool = False, type_vocab_size: int = 0,
                rngs: nnx.Rngs):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
@@ -232,14 +260,20 @@ class EncoderMLM(_Stack):
       num_classes: classes C (>= 2) of the classification head; None builds none.
       stack: the layers; BERT's learned positions and gelu by default (pre-norm; BERT is
         post-norm). `max_length` is what a learned table covers (S*W tokens for documents).
+      scale_embeddings: multiply token embeddings by sqrt(D) (False: BERT).
+      embed_norm: LayerNorm over the summed embeddings (True: BERT).
+      type_vocab_size: token types (segments) of a learned table; 0 = none (BERT: 2).
       rngs: `params` stream for initialisation.
     """
     if num_classes is not None and (not is_int(num_classes) or num_classes < 2):
       raise ValueError(f"num_classes must be None or an integer >= 2; got {num_classes!r}.")
-    super().__init__(vocab_size=vocab_size, pad_id=pad_id, stack=stack, rngs=rngs)
+    super().__init__(vocab_size=vocab_size, pad_id=pad_id, stack=stack,
+                     scale_embeddings=scale_embeddings, embed_norm=embed_norm,
+                     type_vocab_size=type_vocab_size, rngs=rngs)
     d_model = stack.d_model
+    self.mlm_activation = stack.activation
     self.mlm_dense = dense(d_model, d_model, rngs=rngs)
-    self.mlm_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
+    self.mlm_norm = nnx.LayerNorm(d_model, epsilon=stack.norm_eps, rngs=rngs)
     self.mlm_bias = nnx.Param(jnp.zeros((vocab_size,), jnp.float32))
     has_head = num_classes is not None
     self.pooler = dense(d_model, d_model, rngs=rngs) if has_head else None
@@ -247,7 +281,7 @@ class EncoderMLM(_Stack):
 
   def _logits(self, x: Array) -> Array:
     """Final states `[..., D]` -> float32 masked-LM logits `[..., V]` through BERT's MLM head."""
-    h = self.mlm_norm(jax.nn.gelu(self.mlm_dense(x)))                   # [..., D]
+    h = self.mlm_norm(ACTIVATIONS[self.mlm_activation](self.mlm_dense(x)))  # [..., D]
     return (self.embed.attend(h) + self.mlm_bias[...].astype(h.dtype)).astype(jnp.float32)
 
   def classify(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,

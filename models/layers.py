@@ -5,6 +5,7 @@ Shapes: inputs `[B, T, D]`; heads are a leading dim, `[B, N, T, H]`, the layout 
 kernels take.
 """
 
+import functools
 import numbers
 from typing import Any, Iterable, Sequence
 
@@ -17,7 +18,9 @@ from models import interventions
 
 Array = jax.Array
 
-ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu}
+# 'gelu' is the tanh approximation (GPT-2); 'gelu_exact' the erf form (BERT's `hidden_act='gelu'`).
+ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu,
+               "gelu_exact": functools.partial(jax.nn.gelu, approximate=False)}
 
 
 def check_choice(field: str, value: Any, valid: Iterable[Any]) -> None:
@@ -159,8 +162,8 @@ def score_param_attr(name: str) -> str:
 class FeedForward(nnx.Module):
   """Position-wise feed-forward `act(x W_1 + b_1) W_2 + b_2` (section 3.3).
 
-  `activation` is `'relu'` (the paper) or `'gelu'` (`jax.nn.gelu`, the tanh approximation BERT and
-  GPT-2 use).
+  `activation` is `'relu'` (the paper), `'gelu'` (`jax.nn.gelu`, the tanh approximation GPT-2
+  uses) or `'gelu_exact'` (the erf form of pretrained BERT checkpoints).
   """
 
   def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", rngs: nnx.Rngs):

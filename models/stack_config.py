@@ -134,7 +134,9 @@ class StackConfig(AttentionVariant):
     attention_dropout_rate: dropout on the attention weights.
     norm: `'post'` (LayerNorm after each residual sum, the original Transformer) or `'pre'`
       (inside the residual branch, plus a final LayerNorm).
-    activation: feed-forward activation, `'relu'` or `'gelu'`.
+    norm_eps: the epsilon of every LayerNorm of the stack (pretrained BERT checkpoints: 1e-12).
+    activation: feed-forward activation, `'relu'`, `'gelu'` (tanh approximation) or
+      `'gelu_exact'` (erf).
     score: attention score kind, a name in `attention.SCORES`.
     attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
     positions: `'sinusoidal'`, `'learned'`, `'none'` (added to the embeddings), or `'rope'`,
@@ -150,6 +152,7 @@ class StackConfig(AttentionVariant):
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
   norm: str = "post"
+  norm_eps: float = 1e-6
   activation: str = "relu"
   score: str = "scaled_dot"
   attention_impl: str | None = None
@@ -166,6 +169,9 @@ class StackConfig(AttentionVariant):
     check_rate("dropout_rate", self.dropout_rate)
     check_rate("attention_dropout_rate", self.attention_dropout_rate)
     check_choice("norm", self.norm, NORMS)
+    if isinstance(self.norm_eps, bool) or not isinstance(self.norm_eps, (int, float)) \
+        or not 0 < self.norm_eps < 1:
+      raise ValueError(f"norm_eps must be a number in (0, 1); got {self.norm_eps!r}.")
     check_choice("activation", self.activation, ACTIVATIONS)
     if self.positions == "sinusoidal" and self.d_model % 2:
       raise ValueError(f"d_model must be even for positions='sinusoidal'; got {self.d_model}.")
