@@ -42,7 +42,15 @@ def default_config() -> ml_collections.ConfigDict:
   c.name = "key_sentence_docs"  # 'key_sentence_docs', 'tsv_classification' or a TFDS dataset.
   c.builder_config = ""         # TFDS builder config; '' = the default.
   c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
-  c.tsv_path = ""               # tsv_classification: file of 'text<TAB>label' lines.
+  # tsv_classification: files of 'text<TAB>label' lines (data/tsv_classification.py).
+  c.tsv_path = ""               # The training file (the held-out splits are cut from it too).
+  c.validation_path = ""        # The validation file; '' = validation_fraction of tsv_path.
+  c.test_path = ""              # The test file; '' = test_fraction of tsv_path (or a fold).
+  c.validation_fraction = 0.05  # Share of tsv_path's distinct texts held out for validation.
+  c.test_fraction = 0.05        # Share of tsv_path's distinct texts held out for test.
+  c.num_folds = 0               # k-fold cross-validation of tsv_path (0 = off): test = one fold.
+  c.fold = 0                    # Which fold is the test split, 0 .. num_folds - 1.
+  c.split_seed = 0              # Seed of the cuts and folds (not of training).
   c.text_key = "text"           # Feature holding the text.
   c.label_key = "label"         # Feature holding the label (ClassLabel or text).
   c.key_sentences_key = "key_sentences"  # Key sentence positions; '' or absent default = none.
@@ -77,10 +85,41 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
   if merged["layout"] not in LAYOUTS:
     raise ValueError(f"config.dataset.layout={merged['layout']!r} is not a layout; valid: "
                      f"{list(LAYOUTS)}.")
-  if merged["name"] == "tsv_classification" and not merged["tsv_path"]:
+  if merged["name"] == "tsv_classification":
+    _check_tsv_fields(merged)
+  return ml_collections.FrozenConfigDict(merged)
+
+
+def _check_tsv_fields(merged: dict[str, Any]) -> None:
+  """Raises ValueError naming the first tsv_classification field that cannot make the splits."""
+  if not merged["tsv_path"]:
     raise ValueError("config.dataset.tsv_path must name a file when config.dataset.name is "
                      "'tsv_classification'.")
-  return ml_collections.FrozenConfigDict(merged)
+  for field in ("validation_fraction", "test_fraction"):
+    if not 0 < merged[field] < 1:
+      raise ValueError(f"config.dataset.{field}={merged[field]!r} must be in (0, 1).")
+  folds, fold = merged["num_folds"], merged["fold"]
+  if folds < 0 or folds == 1:
+    raise ValueError(f"config.dataset.num_folds={folds} must be 0 (off) or at least 2.")
+  if folds and not 0 <= fold < folds:
+    raise ValueError(f"config.dataset.fold={fold} must be in 0 .. {folds - 1} "
+                     f"(config.dataset.num_folds={folds}).")
+  if folds and merged["test_path"]:
+    raise ValueError("config.dataset.test_path must be '' with config.dataset.num_folds="
+                     f"{folds}: cross-validation tests on the folds of tsv_path.")
+
+
+def tsv_builder_config(config: Any) -> tsv_classification.TsvClassificationConfig:
+  """The builder config of a validated tsv_classification `config.dataset`: its files and splits.
+
+  Raises:
+    FileNotFoundError: a named file does not exist.
+  """
+  return tsv_classification.config_for_path(
+      config.tsv_path, config.validation_path, config.test_path,
+      validation_fraction=config.validation_fraction, test_fraction=config.test_fraction,
+      num_folds=config.num_folds, fold=config.fold if config.num_folds else 0,
+      split_seed=config.split_seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,7 +348,7 @@ def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
     FileNotFoundError: if `tsv_path` names no file.
   """
   config = validate_config(dataset_config)
-  file_config = (tsv_classification.config_for_path(config.tsv_path)  # Its config is the file's.
+  file_config = (tsv_builder_config(config)  # Its config is the files' and the splits'.
                  if config.name == "tsv_classification" else None)
   builder = make_builder(config, OWN_BUILDERS, kind="text classification",
                          examples=("ag_news_subset", "imdb_reviews", "yelp_polarity_reviews"),

@@ -36,22 +36,23 @@ class TsvParallelConfig(tfds.core.BuilderConfig):
   path: str = ""
 
 
-def config_for_path(path: str) -> TsvParallelConfig:
+def config_for_path(path: str, field: str = "tsv_path") -> TsvParallelConfig:
   """A config named `<file name>_<hash of contents>` for the file at `path`.
 
   Raises:
-    FileNotFoundError: if there is no file at `path`.
+    FileNotFoundError: if there is no file at `path` (`config.dataset.<field>` names it).
   """
   file = epath.Path(path).expanduser()
   if not file.is_file():
-    raise FileNotFoundError(f"config.dataset.tsv_path: no such file: {path!r}.")
+    raise FileNotFoundError(f"config.dataset.{field}: no such file: {path!r}.")
   digest = hashlib.sha256(file.read_bytes()).hexdigest()[:12]
   stem = re.sub(r"[^a-z0-9]+", "_", file.name.lower()).strip("_") or "tsv"
   return TsvParallelConfig(name=f"{stem}_{digest}", path=str(file),
                            description=f"Sentence pairs from {file}.")
 
 
-def read_columns(path: str, builder: str, header: str) -> list[tuple[int, str, str]]:
+def read_columns(path: str, builder: str, header: str,
+                 field: str = "tsv_path") -> list[tuple[int, str, str]]:
   """The `(line number, first column, second column)` of every well-formed line of a TSV file.
 
   Blank lines are ignored silently; lines that are not UTF-8, have no tab, or have an empty first
@@ -59,7 +60,8 @@ def read_columns(path: str, builder: str, header: str) -> list[tuple[int, str, s
   attribution, say) are ignored.
 
   Raises:
-    ValueError: if no line is well formed; `header` names the expected columns.
+    ValueError: if no line is well formed; `header` names the expected columns and `field` the
+      config field that named the file.
   """
   rows = []
   skipped = collections.Counter()
@@ -87,7 +89,7 @@ def read_columns(path: str, builder: str, header: str) -> list[tuple[int, str, s
     logging.warning("%s: skipped %d malformed line(s) of %s (%s); the first is line %d.", builder,
                     sum(skipped.values()), path, reasons, first_skipped)
   if not rows:
-    raise ValueError(f"config.dataset.tsv_path {path!r} has no '{header}' line.")
+    raise ValueError(f"config.dataset.{field} {path!r} has no '{header}' line.")
   return rows
 
 

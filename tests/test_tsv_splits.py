@@ -1,0 +1,82 @@
+"""tsv_classification's splits: files of their own, seeded fractions, k-fold cross-validation."""
+
+import numpy as np
+import pytest
+
+from data import classification, tsv_classification
+
+ROWS = [(i + 1, f"text number {i}", "pos" if i % 3 else "neg") for i in range(30)]
+
+
+def _config(**split):
+  return tsv_classification.TsvClassificationConfig(name="test", **split)
+
+
+def _texts(rows):
+  return {text for _, text, _ in rows}
+
+
+def test_seeded_fractions_are_disjoint_and_reproducible():
+  """10% test, 20% validation of 30 texts: 3 and 6, disjoint, the same for the same seed only."""
+  splits = tsv_classification.split_rows(ROWS, _config(test_fraction=0.1, validation_fraction=0.2))
+  assert [len(splits[s]) for s in ("train", "validation", "test")] == [21, 6, 3]
+  assert _texts(splits["train"]) | _texts(splits["validation"]) | _texts(splits["test"]) == \
+      _texts(ROWS)
+  assert not _texts(splits["train"]) & _texts(splits["test"])
+  again = tsv_classification.split_rows(ROWS, _config(test_fraction=0.1, validation_fraction=0.2))
+  other = tsv_classification.split_rows(ROWS, _config(test_fraction=0.1, validation_fraction=0.2,
+                                                      split_seed=1))
+  assert again == splits and _texts(other["test"]) != _texts(splits["test"])
+
+
+def test_folds_partition_the_texts():
+  """5 folds: the test splits are disjoint and cover every text once; validation is cut from
+  the rest, never from the fold."""
+  tests = []
+  for fold in range(5):
+    splits = tsv_classification.split_rows(ROWS, _config(num_folds=5, fold=fold,
+                                                         validation_fraction=0.1))
+    assert len(splits["test"]) == 6 and len(splits["validation"]) == 3
+    assert not _texts(splits["test"]) & (_texts(splits["train"]) | _texts(splits["validation"]))
+    tests.append(_texts(splits["test"]))
+  assert sorted(t for fold in tests for t in fold) == sorted(_texts(ROWS))
+
+
+def test_files_of_their_own_are_used_as_they_are(tmp_path):
+  """validation_path and test_path: those files are the splits; train is the whole tsv_path."""
+  (tmp_path / "train.tsv").write_text("".join(f"{t}\t{l}\n" for _, t, l in ROWS))
+  (tmp_path / "test.tsv").write_text("a new one\tpos\ntext number 1\tpos\n")
+  config = {**classification.default_config().to_dict(), "name": "tsv_classification",
+            "tsv_path": str(tmp_path / "train.tsv"), "test_path": str(tmp_path / "test.tsv"),
+            "data_dir": str(tmp_path / "d"), "layout": "sentence"}
+  labeled = classification.build(config, str(tmp_path / "v"))
+  sizes = {s: len(labeled.examples(s)) for s in ("train", "validation", "test")}
+  assert sizes == {"train": 28, "validation": 2, "test": 2}   # 5% of 30 texts: 2 validation
+  assert [e.text for e in labeled.examples("test")] == ["a new one", "text number 1"]
+  fold = classification.build({**config, "test_path": "", "num_folds": 3, "fold": 2},
+                              str(tmp_path / "v3"))
+  assert len(fold.examples("test")) == 10 and fold.name != labeled.name
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"num_folds": 1}, "num_folds=1 must be 0 .off. or at least 2"),
+    ({"num_folds": 5, "fold": 5}, r"fold=5 must be in 0 \.\. 4"),
+    ({"num_folds": 5, "test_path": "t.tsv"}, "test_path must be '' with config.dataset.num_folds=5"),
+    ({"validation_fraction": 1.0}, r"validation_fraction=1.0 must be in \(0, 1\)"),
+    ({"test_path": "/no/such.tsv"}, "config.dataset.test_path: no such file"),
+])
+def test_bad_split_fields(tmp_path, overrides, message):
+  """Each bad split field is one error naming it."""
+  (tmp_path / "train.tsv").write_text("".join(f"{t}\t{l}\n" for _, t, l in ROWS))
+  config = {**classification.default_config().to_dict(), "name": "tsv_classification",
+            "tsv_path": str(tmp_path / "train.tsv"), "data_dir": str(tmp_path / "d"), **overrides}
+  with pytest.raises((ValueError, FileNotFoundError), match=message):
+    classification.build(config, str(tmp_path / "v"))
+
+
+def test_unknown_test_label_is_refused():
+  """A test label that train lacks is named (the model could never predict it)."""
+  with pytest.raises(ValueError, match=r"\['odd'\] have no example in the train split .they "
+                                       r"are in test"):
+    tsv_classification.split_rows(ROWS, files={"test": [(1, "x", "odd")]})
+  assert np.isclose(len(tsv_classification.split_rows(ROWS)["test"]), 2)
