@@ -76,12 +76,15 @@ class Task(abc.ABC):
     unit: the count in `loss`'s counts that measures throughput (logged per second).
     samples_header: the first line of the samples file, naming the fields of each line.
     samples_file: the file in `eval/` that holds one line per predicted example.
+    selection_metric: the validation metric that picks the best checkpoint by default
+      (`training.selection`; config.selection_metric overrides it).
   """
 
   interface: ClassVar[type]
   unit: ClassVar[str]
   samples_header: ClassVar[str]
   samples_file: ClassVar[str] = 'samples.txt'
+  selection_metric: ClassVar[str] = 'loss'
 
   @staticmethod
   @abc.abstractmethod

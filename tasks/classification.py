@@ -80,6 +80,7 @@ class Classification(Task):
   unit = 'examples'
   samples_header = 'text | label | prediction | confidence'
   samples_file = 'predictions.txt'
+  selection_metric = 'accuracy'
 
   @staticmethod
   def dataset_config():

@@ -33,6 +33,10 @@ def _training_fields() -> ml_collections.ConfigDict:
   c.eval_every_steps = 500          # validation metrics (0 = only at the end)
   c.checkpoint_every_steps = 500    # Orbax checkpoint interval (also saved at the end)
   c.keep_checkpoints = 3            # how many of the newest checkpoints are kept
+  # Model selection (training/selection.py): the validation metric that picks WORKDIR/best/
+  # ('' = the task's: accuracy for classifiers, loss otherwise); its direction follows its name.
+  c.selection_metric = ''
+  c.patience = 0                    # stop after this many evaluations without a new best (0 = off)
   c.num_eval_decode = 256           # validation examples predicted (decoded) in training (0 = none)
   # Studies of initialisation: validation metrics of the initial parameters (step 0), and step 1's
   # train metrics logged on their own (its loss and gradient norm are at those parameters).
@@ -130,7 +134,8 @@ def validate(config) -> None:
   for field in positive:
     if config[field] <= 0:
       raise ValueError(f'config.{field}={config[field]!r} must be a positive integer.')
-  for field in ('eval_every_steps', 'warmup_steps', 'max_decode_length', 'num_eval_decode'):
+  for field in ('eval_every_steps', 'warmup_steps', 'max_decode_length', 'num_eval_decode',
+                'patience'):
     if config[field] < 0:
       raise ValueError(f'config.{field}={config[field]!r} must be an integer >= 0.')
   if config.schedule not in SCHEDULES:
