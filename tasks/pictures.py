@@ -1,11 +1,17 @@
 """Attention pictures: heatmaps (source across, output down), the HAN document figure,
 confusion matrices, grids of every layer's and head's self-attention, and attention over images."""
 
+import textwrap
+
 import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
+
+# Sequences longer than this are drawn as a window of their last WINDOW positions, where the
+# tokens' labels can still be read (the explorer, eval/explorer.html, shows every position).
+WINDOW = 48
 
 
 def select_heads(weights: np.ndarray, layer: int, head: int) -> np.ndarray:
@@ -44,8 +50,10 @@ def save_heatmap(path: str, weights: np.ndarray, source_tokens: list[str],
   axes.set_yticks(range(height), output_tokens, fontsize=8)
   axes.set_xlabel('source')
   axes.set_ylabel('output')
-  axes.set_title(title, fontsize=9)
-  figure.colorbar(image, ax=axes, fraction=0.04)
+  # Wrapped to the figure's width (about 14 characters an inch at this size), never cut off.
+  axes.set_title(textwrap.fill(title, max(30, int(14 * figure.get_figwidth())),
+                               replace_whitespace=False), fontsize=9)
+  figure.colorbar(image, ax=axes, fraction=0.04, label='attention weight')
   figure.tight_layout()
   figure.savefig(path, dpi=100)
 
@@ -106,11 +114,20 @@ def save_document_attention(path: str, tokens: list[list[str]], word_weights: li
     x = 0.03 + bar_width + 0.04
     axes.text(x - 0.015, y, marker, fontsize=9, va='center')
     for word, shade in zip(words, shades):
+      # White on the darker shades, black on the lighter ones: readable on every background.
       text = axes.text(x, y, word, fontsize=8, va='center',
+                       color='white' if shade > 0.55 else 'black',
                        bbox=dict(boxstyle='square,pad=0.15', linewidth=0,
                                  facecolor=matplotlib.colormaps['Reds'](0.85 * shade)))
       extent = text.get_window_extent(renderer).transformed(to_data)
       x = extent.x1 + 0.008
+  legend = [Patch(color=matplotlib.colormaps['Reds'](0.85 * v), label=f'{v:g}')
+            for v in (0.25, 0.5, 1.0)]
+  legend.insert(0, Patch(color='tab:blue', label='bar: sentence weight'))
+  legend.append(Patch(color='white', label='* key sentence (from the data)'))
+  axes.legend(handles=legend, loc='upper right', fontsize=7, ncol=5, frameon=False,
+              title='word shade (weight x sqrt(sentence weight), of the largest)',
+              title_fontsize=7)
   figure.savefig(path, dpi=100)
 
 
@@ -141,33 +158,38 @@ def document_attention_html(tokens: list[list[str]], word_weights: list[list[flo
 
 def save_head_grid(path: str, weights: np.ndarray, tokens: list[str], *, title: str,
                    marks: list[tuple[int, int]] = ()) -> None:
-  """Every layer's and head's self-attention over one sequence: a grid of `[T, T]` maps.
+  """Every layer's and head's self-attention over one sequence: a grid of `[T, T]` maps, with
+  a colour bar; longer sequences are drawn as the window of their last WINDOW positions.
 
   Args:
     path: the PNG to write.
     weights: `[L, N, T, T]` (query down, key across).
-    tokens: the T tokens, for the axes (left out beyond 48 tokens, where they cannot be read).
+    tokens: the T tokens, for the axes.
     title: the figure's title.
     marks: `(query, key)` cells to outline, e.g. where a query should look.
   """
   num_layers, num_heads, length = weights.shape[:3]
-  size = 2.2 + 0.05 * length
-  figure = _figure(figsize=(size * num_heads, size * num_layers + 0.6))
+  start = max(0, length - WINDOW)
+  if start:
+    weights, tokens = weights[..., start:, start:], tokens[start:]
+    title += f' (positions {start}..{length - 1} of {length})'
+  shown = length - start
+  size = 2.2 + 0.06 * shown
+  figure = _figure(figsize=(size * num_heads + 1.0, size * num_layers + 0.8))
   axes = figure.subplots(num_layers, num_heads, squeeze=False)
   for (layer, head), ax in np.ndenumerate(axes):
-    ax.imshow(weights[layer, head], cmap='viridis', vmin=0.0, vmax=1.0, aspect='auto')
+    image = ax.imshow(weights[layer, head], cmap='viridis', vmin=0.0, vmax=1.0, aspect='auto',
+                      interpolation='nearest')
     for query, key in marks:
-      ax.add_patch(Rectangle((key - 0.5, query - 0.5), 1, 1, fill=False, edgecolor='red',
-                             linewidth=0.8))
-    ax.set_title(f'layer {layer}, head {head}', fontsize=8)
-    if length <= 48:
-      ax.set_xticks(range(length), tokens, rotation=90, fontsize=5)
-      ax.set_yticks(range(length), tokens, fontsize=5)
-    else:
-      ax.set_xticks([])
-      ax.set_yticks([])
-  figure.suptitle(title, fontsize=9)
-  figure.tight_layout()
+      if query >= start and key >= start:
+        ax.add_patch(Rectangle((key - start - 0.5, query - start - 0.5), 1, 1, fill=False,
+                               edgecolor='red', linewidth=0.8))
+    ax.set_title(f'layer {layer}, head {head}', fontsize=9)
+    ax.set_xticks(range(shown), tokens, rotation=90, fontsize=6)
+    ax.set_yticks(range(shown), tokens, fontsize=6)
+  figure.suptitle(title, fontsize=10)
+  figure.tight_layout(rect=(0, 0, 0.97, 0.98))
+  figure.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label='attention weight')
   figure.savefig(path, dpi=100)
 
 
@@ -178,8 +200,8 @@ def save_image_attention(path: str, pixels: np.ndarray, maps: list[tuple[str, np
   Args:
     path: the PNG to write.
     pixels: the image, uint8 `[H, W, C]` (C = 1 is drawn in grey).
-    maps: `(panel title, weights [gh, gw])` per panel; each map is stretched over the whole image
-      (its cells are the regions or patches) and scaled to its own maximum.
+    maps: `(panel title, weights [gh, gw])` per panel; each map is drawn over the whole image
+      as its cells (the regions or patches, no smoothing) and scaled to its own maximum.
     title: the figure's title.
     boxes: per map, a `(top, left, bottom, right)` box to outline (e.g. where the word's object
       is), or None; empty for none at all.
@@ -197,8 +219,8 @@ def save_image_attention(path: str, pixels: np.ndarray, maps: list[tuple[str, np
     ax = axes[i + 1]
     ax.imshow(image, cmap=cmap)
     peak = float(np.max(weights)) or 1.0
-    ax.imshow(weights / peak, cmap='jet', alpha=0.5, vmin=0.0, vmax=1.0,
-              extent=(-0.5, width - 0.5, height - 0.5, -0.5), interpolation='bilinear')
+    overlay = ax.imshow(weights / peak, cmap='inferno', alpha=0.6, vmin=0.0, vmax=1.0,
+                        extent=(-0.5, width - 0.5, height - 0.5, -0.5), interpolation='nearest')
     box = boxes[i] if i < len(boxes) else None
     if box is not None:
       top, left, bottom, right = box
@@ -208,9 +230,11 @@ def save_image_attention(path: str, pixels: np.ndarray, maps: list[tuple[str, np
   for ax in axes:
     ax.set_xticks([])
     ax.set_yticks([])
-  figure.suptitle(title, fontsize=9)
+  figure.suptitle(textwrap.fill(title, max(30, int(14 * figure.get_figwidth()))), fontsize=9)
   figure.tight_layout()
-  figure.savefig(path, dpi=100)
+  if maps:
+    figure.colorbar(overlay, ax=list(axes), fraction=0.03, pad=0.01, label='of the peak')
+  figure.savefig(path, dpi=100, bbox_inches='tight')
 
 
 def save_time_panels(path: str, panels: list[tuple[str, np.ndarray]], *, title: str) -> None:
@@ -219,7 +243,7 @@ def save_time_panels(path: str, panels: list[tuple[str, np.ndarray]], *, title: 
   Args:
     path: the PNG to write.
     panels: `(name, values [rows, T])` per panel, e.g. input bits, or write weightings over the
-      memory slots; each is scaled to its own range.
+      memory slots; values in [0, 1], each panel with its colour bar.
     title: the figure's title.
   """
   steps = panels[0][1].shape[1]
@@ -228,13 +252,15 @@ def save_time_panels(path: str, panels: list[tuple[str, np.ndarray]], *, title: 
   axes = figure.subplots(len(panels), 1, squeeze=False, sharex=True,
                          gridspec_kw=dict(height_ratios=heights))
   for ax, (name, values) in zip(axes[:, 0], panels):
-    ax.imshow(values, cmap='gray_r', aspect='auto', interpolation='nearest')
+    image = ax.imshow(values, cmap='gray_r', aspect='auto', interpolation='nearest', vmin=0.0,
+                      vmax=1.0)
     ax.set_ylabel(name, fontsize=8)
     ax.set_yticks([])
+    figure.colorbar(image, ax=ax, fraction=0.02, pad=0.01)
   axes[-1, 0].set_xlabel('time step')
   figure.suptitle(title, fontsize=9)
   figure.tight_layout()
-  figure.savefig(path, dpi=100)
+  figure.savefig(path, dpi=100, bbox_inches='tight')
 
 
 def save_hop_table(path: str, sentences: list[str], weights: np.ndarray, supporting: list[int],
