@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from models import rnn_attention
+from models import interventions, rnn_attention
 from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
 from models.layers import check_choice, check_positive_ints, check_vocab, dense, is_int
 from models.seq2seq import bahdanau_step
@@ -232,7 +232,7 @@ class Captioner(nnx.Module):
                                                  regions, None)
         return state, (features, weights)
 
-      _, (features, cross) = jax.lax.scan(step, state, jnp.swapaxes(y, 0, 1))  # [T, B, ...]
+      _, (features, cross) = interventions.scan(step, state, jnp.swapaxes(y, 0, 1))  # [T, B]
       features = self.dropout(jnp.swapaxes(features, 0, 1), **run)      # [B, T, F]
       weights = {"cross": jnp.swapaxes(cross, 0, 1)[:, None, None]}     # [B, 1, 1, T, R]
     else:
