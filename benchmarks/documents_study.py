@@ -107,6 +107,6 @@ def classifier(workdir: str, rng: np.random.Generator) -> dict:
 
 
 def run(workdirs: list[str]) -> dict:
-  """The study for each classifier workdir, keyed by workdir."""
-  rng = np.random.default_rng(0)
-  return {workdir: classifier(workdir, rng) for workdir in workdirs}
+  """The study for each classifier workdir, keyed by workdir (each with the same permutations'
+  seed, whatever the order)."""
+  return {workdir: classifier(workdir, np.random.default_rng(0)) for workdir in workdirs}
