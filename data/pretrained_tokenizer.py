@@ -1,0 +1,63 @@
+"""A pretrained checkpoint's own tokenizer (`tokenizer.json`), read by the `tokenizers` package.
+
+It speaks the interface of `data.tokenizers` (`vocab_size`, `pad_id`, `encode`, `decode`,
+`tokens`), with the checkpoint's special ids instead of Attend's fixed ones: `encode` returns what
+the pretrained model was trained on, `[CLS] pieces [SEP]` for BERT's WordPiece, and `pad_id`,
+`mask_id` are its `[PAD]`, `[MASK]`.
+"""
+
+from collections.abc import Iterable
+
+
+class PretrainedTokenizer:
+  """`tokenizers.Tokenizer` of a `tokenizer.json`, with its own truncation and padding off."""
+
+  kind = "pretrained"
+
+  def __init__(self, tokenizer_json: str, *, max_length: int | None = None):
+    """Reads the tokenizer.
+
+    Args:
+      tokenizer_json: the text of a `tokenizer.json`.
+      max_length: `encode` keeps at most this many ids, the closing special token included.
+    """
+    import tokenizers  # pylint: disable=import-outside-toplevel
+    self.tokenizer_json = tokenizer_json
+    self._tokenizer = tokenizers.Tokenizer.from_str(tokenizer_json)
+    self._tokenizer.no_padding()
+    self._tokenizer.no_truncation()
+    if max_length is not None:
+      self._tokenizer.enable_truncation(max_length)
+
+    def special(*names: str) -> int | None:
+      ids = [self._tokenizer.token_to_id(name) for name in names]
+      return next((i for i in ids if i is not None), None)
+
+    self.pad_id = special("[PAD]", "<pad>")
+    if self.pad_id is None:
+      raise ValueError("tokenizer.json has no padding token ([PAD] or <pad>).")
+    self.unk_id = special("[UNK]", "<unk>")
+    self.mask_id = special("[MASK]", "<mask>")
+    self.bos_id = special("[CLS]", "<s>")
+    self.eos_id = special("[SEP]", "</s>")
+
+  @property
+  def vocab_size(self) -> int:
+    """Number of ids, added tokens included."""
+    return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+  def encode(self, text: str) -> list[int]:
+    """Ids of `text` with the checkpoint's special tokens (`[CLS] ... [SEP]` for BERT)."""
+    return self._tokenizer.encode(text).ids
+
+  def encode_batch(self, texts: list[str]) -> list[list[int]]:
+    """`encode` of each text, in parallel."""
+    return [encoding.ids for encoding in self._tokenizer.encode_batch(texts)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of `ids`, special tokens skipped."""
+    return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+
+  def tokens(self, ids: Iterable[int]) -> list[str]:
+    """The piece of each id (`##` marks a word's continuation), for attention axes."""
+    return [self._tokenizer.id_to_token(int(i)) or "[UNK]" for i in ids]

