@@ -248,6 +248,10 @@ def save_tokenizers(directory: str, source: Tokenizer, target: Tokenizer, **info
       filename = f"{side}.spm.model"
       (directory / filename).write_bytes(tokenizer.model_proto)
       manifest[side] = {"kind": tokenizer.kind, "model_file": filename}
+    elif tokenizer.kind == "pretrained":  # data.pretrained_tokenizer: a checkpoint's own
+      filename = f"{side}.tokenizer.json"
+      (directory / filename).write_text(tokenizer.tokenizer_json)
+      manifest[side] = {"kind": tokenizer.kind, "model_file": filename}
     else:
       manifest[side] = tokenizer.to_json()
   # Written last and moved into place (over an older one), so a reader never sees a manifest
@@ -272,6 +276,9 @@ def load_tokenizers(directory: str) -> tuple[Tokenizer, Tokenizer] | None:
   def load(entry: dict) -> Tokenizer:
     if entry["kind"] == "sentencepiece":
       return SentencePieceTokenizer((directory / entry["model_file"]).read_bytes())
+    if entry["kind"] == "pretrained":
+      from data.pretrained_tokenizer import PretrainedTokenizer  # needs `tokenizers`
+      return PretrainedTokenizer((directory / entry["model_file"]).read_text())
     return _VOCAB_CLASSES[entry["kind"]](entry["vocab"])
 
   if manifest["shared"]:
