@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from data.pretrained_tokenizer import PretrainedTokenizer
 from models.language import EncoderMLM
 from models.stack_config import StackConfig
 
@@ -123,6 +124,20 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
                     tokenizer_json=contents("tokenizer.json").decode("utf-8"))
 
 
+def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]:
+  """`config.model` fields of the checkpoint's architecture (flat, as `models.default_config`
+  takes them), reading its config.json only; `overrides` change some (dropout, say)."""
+  if checkpoint == DEFAULT:
+    with zipfile.ZipFile(package_zip()) as archive:
+      config = json.loads(archive.read("config.json"))
+  else:
+    config = read(checkpoint).config
+  args = model_args(config)
+  stack = dataclasses.asdict(args.pop("stack"))
+  del args["vocab_size"], args["pad_id"]                                # from the task's data
+  return {**stack, **args, **overrides}
+
+
 def model_args(config: dict[str, Any]) -> dict[str, Any]:
   """`EncoderMLM`'s arguments (`stack` and the embedding options) for a BERT `config.json`."""
   model_type = config.get("model_type")
@@ -206,8 +221,36 @@ def load_model(checkpoint: Checkpoint, *, num_classes: int | None = None, seed: 
 
 def load(checkpoint: str = DEFAULT, **kwargs: Any):
   """`(EncoderMLM, PretrainedTokenizer)` of a checkpoint (see `read`, `load_model`)."""
-  from data.pretrained_tokenizer import PretrainedTokenizer  # pylint: disable=import-outside-toplevel
   read_checkpoint = read(checkpoint)
   model, _ = load_model(read_checkpoint, **kwargs)
   return model, PretrainedTokenizer(read_checkpoint.tokenizer_json)
 
+
+
+def write_workdir(checkpoint: str, workdir: str) -> None:
+  """Writes the checkpoint as an Attend training workdir (step 0 and the tokenizer in vocab/), the
+  `config.init_from` that the fine-tuning configs (configs/minilm_*.py) start from."""
+  from data.tokenizers import save_tokenizers  # pylint: disable=import-outside-toplevel
+  from tasks.base import VOCAB_DIR  # pylint: disable=import-outside-toplevel
+  from training import checkpoints, steps  # pylint: disable=import-outside-toplevel
+  import optax  # pylint: disable=import-outside-toplevel
+  read_checkpoint = read(checkpoint)
+  model, report = load_model(read_checkpoint)
+  tokenizer = PretrainedTokenizer(read_checkpoint.tokenizer_json)
+  save_tokenizers(os.path.join(workdir, VOCAB_DIR), tokenizer, tokenizer, dataset=checkpoint)
+  saver = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=None)
+  saver.save(steps.create_train_state(model, optax.identity()), dict(pretrained=checkpoint))
+  saver.wait()
+  saver.close()
+  print(f"Wrote {checkpoint} into {workdir}: {len(report['loaded'])} tensors loaded, "
+        f"initialised {report['fresh'] or 'none'}, unused {report['unused'] or 'none'}.")
+
+
+if __name__ == "__main__":
+  import argparse  # pylint: disable=import-outside-toplevel
+  parser = argparse.ArgumentParser(description=write_workdir.__doc__)
+  parser.add_argument("--checkpoint", default=DEFAULT,
+                      help=f"{DEFAULT!r} (the package) or a folder / .zip of a BERT checkpoint")
+  parser.add_argument("--workdir", required=True)
+  flags = parser.parse_args()
+  write_workdir(flags.checkpoint, flags.workdir)

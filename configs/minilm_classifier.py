@@ -1,0 +1,53 @@
+"""Fine-tunes the pretrained all-MiniLM-L6-v2 encoder (models/pretrained.py) with a classification
+head on a `text<TAB>label` file, with the checkpoint's own WordPiece tokenizer.
+
+The dataset fields are those of configs/classification_tsv.py (`dataset.tsv_path`,
+`dataset.validation_path`, `dataset.test_path`, the held-out fractions). `arg` picks a corpus of
+../shared/data: 'trec' (default: its train file, 5% of it held out for validation, its test
+file) or 'subj' (one file: 5% validation, 10% test). `config.init_from` is the pretrained
+checkpoint written as an Attend workdir by `python -m models.pretrained` (the package's weights by
+default; `--checkpoint=FOLDER` converts another local BERT checkpoint, whose architecture
+`MODEL_CHECKPOINT` here must then name too). The head (mean of the final states, tanh layer,
+linear) is new; WORKDIR/best keeps the checkpoint of best validation accuracy.
+
+Command:
+  python -m models.pretrained --workdir=runs/minilm
+  python train.py --config=configs/minilm_classifier.py --workdir=runs/minilm_trec
+  python eval.py --workdir=runs/minilm_trec
+Result: see docs/pretrained.md (TREC; 2 cores of an AMD EPYC, CPU, shared with other work).
+"""
+
+from models import pretrained
+from training.config import default_config
+
+MODEL_CHECKPOINT = pretrained.DEFAULT   # the architecture; its weights come from init_from
+CORPORA = {
+    'trec': dict(tsv_path='../shared/data/trec/train.tsv',
+                 test_path='../shared/data/trec/test.tsv'),
+    'subj': dict(tsv_path='../shared/data/subj/subj.tsv', test_fraction=0.1),
+}
+
+
+def get_config(arg: str | None = None):
+  """`arg`: 'trec' (default) or 'subj', the corpus of ../shared/data."""
+  corpus = arg or 'trec'
+  if corpus not in CORPORA:
+    raise ValueError(f'configs/minilm_classifier.py:{corpus} is not one of {sorted(CORPORA)}.')
+  config = default_config('classification', 'encoder_mlm',
+                          **pretrained.config_fields(MODEL_CHECKPOINT))
+  config.dataset.update(name='tsv_classification', builder_config='', key_sentences_key='',
+                        layout='sentence', max_length=64, batch_size=32, eval_batch_size=128,
+                        **CORPORA[corpus])
+  config.init_from = 'runs/minilm'
+  config.num_train_steps = 500
+  config.eval_every_steps = 100
+  config.checkpoint_every_steps = 100
+  config.num_eval_decode = 0
+  config.schedule = 'cosine'
+  config.learning_rate = 1e-4
+  config.warmup_steps = 50
+  config.beta2 = 0.999
+  config.eps = 1e-8
+  config.weight_decay = 0.01
+  config.label_smoothing = 0.0
+  return config
