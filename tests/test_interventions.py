@@ -13,7 +13,7 @@ from flax import nnx
 
 import models
 import tasks
-from models import HAN, NTM, DecoderLM, MemN2N, Seq2Seq, Transformer, interventions
+from models import HAN, NTM, DecoderLM, MemN2N, Seq2Seq, Transformer, ViT, interventions
 from models.attention_layer import MultiHeadAttention
 from models.stack_config import StackConfig
 from training import evaluation, head_ablation, sharding
@@ -36,8 +36,14 @@ def _transformer_names(stack: str, layers: int, attentions: tuple[str, ...]) -> 
              for part in ATTENTION})
 
 
-def test_every_family_taps_its_attention_under_stable_names():
+def test_every_family_taps_its_attention_under_stable_names(lm):
   rngs = nnx.Rngs(0)
+  assert set(interventions.names(lm, IDS, method="token_logits")) == _transformer_names(
+      "layers", 2, ("self_attn",))
+  vit = ViT(image_shape=(8, 8, 1), num_classes=3, patch_size=4, stack=STACK, rngs=rngs)
+  vit_names = interventions.names(vit, jnp.ones((2, 8, 8, 1)))
+  assert set(vit_names) == _transformer_names("encoder/layers", 2, ("self_attn",))
+  assert vit_names["encoder/layers/1/self_attn/weights"] == (2, 2, 5, 5)  # [CLS] + 4 patches
   translation = Transformer(input_vocab_size=9, output_vocab_size=9, pad_id=0, stack=STACK,
                             rngs=rngs)
   names = interventions.names(translation, IDS, IDS[:, :4])
