@@ -22,7 +22,10 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.')
 with training.failures.flag_errors('eval.py'):   # the config file is read here
   _CONFIG = config_flags.DEFINE_config_file(
       'config', None, 'Config to build the model with (default: the workdir\'s config.json).')
-_STEP = flags.DEFINE_integer('checkpoint_step', None, 'Checkpoint step (default: the newest).')
+_CHECKPOINT = flags.DEFINE_string(
+    'checkpoint', '', "'best' (chosen on validation by config.selection_metric), 'latest' or a "
+    'step (default: the best where the workdir has one, else the latest).')
+_STEP = flags.DEFINE_integer('checkpoint_step', None, 'Checkpoint step (= --checkpoint=STEP).')
 _SPLIT = flags.DEFINE_string('split', 'test', 'Dataset split to evaluate.')
 _DECODE = flags.DEFINE_enum('decode', 'greedy', ['greedy', 'beam'],
                             'Decoding method, for tasks that generate sequences.')
@@ -52,7 +55,8 @@ def main(argv):
   training.quiet_library_logs()
   training.enable_compilation_cache(_CACHE.value)
   training.failures.run('eval.py', lambda: training.evaluate_checkpoint(
-      _WORKDIR.value, config=_CONFIG.value, checkpoint_step=_STEP.value, split=_SPLIT.value,
+      _WORKDIR.value, config=_CONFIG.value, checkpoint=_CHECKPOINT.value,
+      checkpoint_step=_STEP.value, split=_SPLIT.value,
       decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
       heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value,
       eval_lengths=_EVAL_LENGTH.value, ablate_heads=_ABLATE.value,

@@ -178,6 +178,10 @@ class Checkpointer:
         state=ocp.args.StandardRestore(target)))
     return {key.removesuffix(_LEGACY_SUFFIX): value for key, value in restored['state'].items()}
 
+  def delete(self, step: int) -> None:
+    """Deletes the checkpoint of `step`."""
+    self._manager.delete(step)
+
   def wait(self) -> None:
     self._manager.wait_until_finished()
 

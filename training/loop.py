@@ -19,6 +19,7 @@ from training.checkpoints import (Checkpointer, check_init_from, init_from_workd
                                   load_matching_params)
 from training.config import validate
 from training.metrics import MetricsWriter, Progress
+from training.selection import BEST_DIR, Best, metric_for
 from training.setup import abstract_state, build_state
 from training.steps import parameter_count, train_step
 
@@ -108,13 +109,19 @@ def _train(config, workdir: str, task) -> dict:
                               max_to_keep=config.keep_checkpoints)
   batches = task.batches(config.dataset.train_split, batch_size=config.dataset.batch_size,
                          shuffle=True, seed=config.seed)
+  best_checkpointer = Checkpointer(os.path.join(workdir, BEST_DIR), max_to_keep=1)
+  best = Best(metric_for(config, task))
   restored = checkpointer.restore(state)
   if restored:
     state, meta = restored
     batches.set_state(meta['data'])
-    logging.info('Resumed from step %d in %s.', int(state.step), checkpointer.directory)
+    best = Best.from_meta(meta.get('best'), best.metric)
+    logging.info('Resumed from step %d in %s (best %s so far: %s).', int(state.step),
+                 checkpointer.directory, best.metric,
+                 f'{best.value:.4g} at step {best.step}' if best.step >= 0 else 'none')
   elif config.init_from:
     state, _, _ = load_matching_params(state, config.init_from)
+  _forget_other_bests(best_checkpointer, best)
 
   step_fn = jit_train_step(config, task, state, mesh)
   dropout_key = jax.random.key(config.seed + 1)
@@ -141,7 +148,8 @@ def _train(config, workdir: str, task) -> dict:
       writer.write(0, 'model', dict(parameters=parameter_count(state.params)))
       if config.eval_at_start:
         writer.write(0, config.dataset.eval_split, _evaluate(config, state, task, mesh))
-    while step < config.num_train_steps and stop.signal is None:
+    while (step < config.num_train_steps and stop.signal is None
+           and not best.exhausted(config.patience)):
       batch = next(batches)
       if step == first_step:
         _warn_if_batch_exceeds_split(config, batch)
@@ -160,17 +168,29 @@ def _train(config, workdir: str, task) -> dict:
         summary = _train_summary(task, fetched)
         summary.update(progress.update(step, sum(m[task.unit] for m in fetched), summary))
         writer.write(step, 'train', summary)
-      if step % config.checkpoint_every_steps == 0 or step == config.num_train_steps:
-        flush_train_metrics()
-        checkpointer.save(state, dict(data=batches.get_state()))
-      if (config.eval_every_steps and step % config.eval_every_steps == 0) or (
-          step == config.num_train_steps):
+      evaluated = (config.eval_every_steps and step % config.eval_every_steps == 0) or (
+          step == config.num_train_steps)
+      if evaluated:   # before the checkpoint of this step, whose metadata holds the best so far
         eval_metrics = _evaluate(config, state, task, mesh)
-        writer.write(step, config.dataset.eval_split, eval_metrics)
+        best, improved = best.update(step, eval_metrics)
+        if improved:
+          flush_train_metrics()
+          best_checkpointer.save(state, dict(data=batches.get_state(), best=best.to_meta()))
+        writer.write(step, config.dataset.eval_split, {**eval_metrics, **best.line()})
+        if best.exhausted(config.patience):
+          logging.info('No better %s in %d evaluations since step %d (config.patience): '
+                       'stopping at step %d.', best.metric, best.stale, best.step, step)
+      if (step % config.checkpoint_every_steps == 0 or step == config.num_train_steps
+          or (evaluated and best.exhausted(config.patience))):
+        flush_train_metrics()
+        best_checkpointer.wait()   # the metadata below names the best: it is on disk first
+        checkpointer.save(state, dict(data=batches.get_state(), best=best.to_meta()))
     if stop.signal is not None:
       flush_train_metrics()
       logging.info('%s received: saving step %d and exiting.', stop.signal, step)
-      checkpointer.save(state, dict(data=batches.get_state()))
+      best_checkpointer.wait()
+      checkpointer.save(state, dict(data=batches.get_state(), best=best.to_meta()))
+    best_checkpointer.wait()
     checkpointer.wait()   # a failed last (asynchronous) save surfaces here
   except Exception as error:
     if workdir_lib.is_disk_full(error):
@@ -180,13 +200,24 @@ def _train(config, workdir: str, task) -> dict:
     raise
   finally:
     stop.restore()
-    for close in (checkpointer.wait, checkpointer.close, writer.close):
+    for close in (best_checkpointer.wait, best_checkpointer.close, checkpointer.wait,
+                  checkpointer.close, writer.close):
       try:
         close()
       except Exception as error:  # pylint: disable=broad-except
         # Failing already (e.g. the disk is full): the first error is the one to report.
         logging.warning('While stopping: %s: %s', type(error).__name__, error)
   return eval_metrics
+
+
+def _forget_other_bests(best_checkpointer: Checkpointer, best: Best) -> None:
+  """Deletes WORKDIR/best/ checkpoints other than `best`'s: a run killed after saving a new best
+  but before the checkpoint that records it resumes from an older best, and trains again to it."""
+  for step in best_checkpointer.steps():
+    if step != best.step:
+      logging.info('Removing best/%d: the checkpoint resumed from records best step %s.', step,
+                   best.step if best.step >= 0 else 'none')
+      best_checkpointer.delete(step)
 
 
 def _newest(checkpointer: Checkpointer) -> str:

@@ -11,6 +11,7 @@ import tasks
 from training import evaluation, explorer, head_ablation, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
+from training.selection import BEST_DIR
 from training.config import add_missing_fields, validate
 from training.setup import build_state
 from training.steps import merge_model
@@ -32,7 +33,8 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   return config
 
 
-def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | None = None,
+def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
+                        checkpoint_step: int | None = None,
                         split: str = 'test', decode: str = 'greedy', average_last: int = 1,
                         num_heatmaps: int = 4, heatmap_layer: int = -1, heatmap_head: int = -1,
                         max_examples: int = 0, eval_lengths=(),
@@ -51,7 +53,10 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
   Args:
     workdir: a training workdir.
     config: the config to build the model with; None = the workdir's config.json.
-    checkpoint_step: the step to evaluate; None = the newest.
+    checkpoint: 'best' (WORKDIR/best/, chosen on validation by config.selection_metric),
+      'latest' or a step number; '' = the best where the workdir has one and `average_last` is
+      1, else the latest. The choice is logged and written to metrics.json ('checkpoint').
+    checkpoint_step: the step to evaluate (the same as `checkpoint=str(step)`).
     split: the dataset split.
     decode: 'greedy' or 'beam' (config.beam_size, config.alpha).
     average_last: average the parameters of this many newest checkpoints (the paper used 5).
@@ -70,6 +75,8 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
     The metrics written to eval/metrics.json.
   """
   _check_flags(decode, average_last, num_heatmaps, max_examples)
+  if checkpoint_step is not None:
+    checkpoint = str(checkpoint_step)
   if explorer_examples is not None and explorer_examples < 0:
     raise ValueError(f'--explorer_examples={explorer_examples} must be >= 0 (0 = none).')
   checkpoints = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False)
@@ -88,8 +95,19 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
       with workdir_lib.staging(workdir) as staged:   # eval.py writes into eval/ only
         task = tasks.build(config, staged)
       mesh = sharding.make_mesh(config.mesh)
-      state, step = _restore(build_state(config, task, mesh), checkpoints, checkpoint_step,
-                             average_last)
+      chosen = _choose(workdir, checkpoint, average_last)
+      like = build_state(config, task, mesh)
+      if chosen == 'best':
+        best = Checkpointer(os.path.join(workdir, BEST_DIR), max_to_keep=None, create=False)
+        try:
+          state, _ = best.restore(like)
+        finally:
+          best.close()
+        step = int(jax.device_get(state.step))
+      else:
+        state, step = _restore(like, checkpoints, None if chosen == 'latest' else int(chosen),
+                               average_last)
+      logging.info('Evaluating step %d (--checkpoint=%s).', step, chosen)
     finally:
       checkpoints.close()
     out_dir = os.path.join(workdir, 'eval')
@@ -111,7 +129,7 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
     population.update({key: f'the first {len(samples)} examples of {split}' if max_examples
                        else f'all of {split}' for key in predicted})
     metrics = {key: float(value) for key, value in {**metrics, **predicted}.items()}
-    metrics.update(step=step, split=split, decode=decode, examples=len(samples),
+    metrics.update(step=step, checkpoint=chosen, split=split, decode=decode, examples=len(samples),
                    population=population)
 
     with open(os.path.join(out_dir, 'metrics.json'), 'w', encoding='utf-8') as f:
@@ -132,6 +150,30 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint_step: int | Non
                                               mesh=mesh), out_dir)
     _print_summary(metrics, out_dir, task.samples_file)
   return metrics
+
+
+def _choose(workdir: str, checkpoint: str, average_last: int) -> str:
+  """'best', 'latest' or a step (as text): what `checkpoint` asks for in `workdir`.
+
+  Raises:
+    ValueError: `checkpoint` is none of them, or 'best' where there is none or with averaging.
+  """
+  best_dir = os.path.join(workdir, BEST_DIR)
+  has_best = os.path.isdir(best_dir) and bool(
+      Checkpointer(best_dir, max_to_keep=None, create=False).steps())
+  if not checkpoint:
+    return 'best' if has_best and average_last == 1 else 'latest'
+  if checkpoint == 'best':
+    if average_last > 1:
+      raise ValueError(f'--average_last={average_last} averages the newest checkpoints; use it '
+                       'with --checkpoint=latest or a step, not --checkpoint=best.')
+    if not has_best:
+      raise ValueError(f'--checkpoint=best: {workdir} has no {BEST_DIR}/ checkpoint (trained '
+                       'before model selection, or not yet evaluated); use --checkpoint=latest.')
+    return checkpoint
+  if checkpoint != 'latest' and not checkpoint.isdigit():
+    raise ValueError(f"--checkpoint={checkpoint!r} must be 'best', 'latest' or a step number.")
+  return checkpoint
 
 
 def _check_flags(decode: str, average_last: int, num_heatmaps: int, max_examples: int) -> None:
