@@ -80,3 +80,21 @@ def test_unknown_test_label_is_refused():
                                        r"are in test"):
     tsv_classification.split_rows(ROWS, files={"test": [(1, "x", "odd")]})
   assert np.isclose(len(tsv_classification.split_rows(ROWS)["test"]), 2)
+
+
+def test_compare_averages_over_folds(tmp_path):
+  """Runs that differ only in dataset.fold are one setting: mean and sample std over the folds."""
+  import json, os  # pylint: disable=import-outside-toplevel,multiple-imports
+  from training import compare  # pylint: disable=import-outside-toplevel
+  for fold, accuracy in enumerate((0.90, 0.86, 0.88)):
+    run = tmp_path / f'fold={fold}'
+    os.makedirs(run)
+    (run / 'config.json').write_text(json.dumps({'seed': 0, 'dataset': {'fold': fold,
+                                                                        'num_folds': 3}}))
+    (run / 'metrics.jsonl').write_text(json.dumps({'step': 9, 'split': 'validation',
+                                                   'accuracy': accuracy}) + '\n')
+  runs = [compare.load_run(path) for path in compare.find_runs([str(tmp_path)])]
+  fields, [setting] = compare.group_settings(runs)
+  assert fields == [] and len(setting.runs) == 3
+  stat = compare.aggregate([compare.summarize_run(r, ['accuracy']) for r in setting.runs])
+  assert stat['accuracy'].mean == pytest.approx(0.88) and stat['accuracy'].std == pytest.approx(0.02)

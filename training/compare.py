@@ -3,8 +3,9 @@
   markdown = compare.write_report(['runs/study'], out_dir='runs/study')
 
 A run is a workdir written by train.py (config.json, metrics.jsonl). The config fields that differ
-among the runs, `seed` aside, define a run's setting; runs of one setting are its seeds. It only
-reads files: no jax, no model is built.
+among the runs, the replicate fields aside (`REPLICATES`: the seed, and the cross-validation fold
+`dataset.fold`), define a run's setting; runs of one setting are its seeds (or folds), and the
+table gives their mean ± std. It only reads files: no jax, no model is built.
 """
 
 import dataclasses
@@ -24,6 +25,8 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
 _MISSING = object()  # A config field that one run has and another lacks.
 _NOT_METRICS = ('step', 'split')
+# Fields whose runs repeat one setting: the table aggregates over them instead of splitting on them.
+REPLICATES = ('seed', 'dataset.fold')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,8 +152,9 @@ def load_run(path: str, from_eval: bool = False) -> Run:
 
 
 def setting_fields(configs: list[dict]) -> list[str]:
-  """The sorted dotted keys whose values differ among the flattened `configs`, except `seed`."""
-  keys = sorted(set().union(*configs) - {'seed'})
+  """The sorted dotted keys whose values differ among the flattened `configs`, except the
+  `REPLICATES`."""
+  keys = sorted(set().union(*configs) - set(REPLICATES))
   return [key for key in keys
           if len({json.dumps(config.get(key, _MISSING), default=repr) for config in configs}) > 1]
 
@@ -357,7 +361,7 @@ def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = Non
   markdown = '\n\n'.join([
       f'# Comparison of {_count(len(runs), "run")} in {_count(len(settings), "setting")}',
       f"Final {splits} metrics{' of eval.py' if from_eval else ''}, mean ± std over the n "
-      'seeds of each setting.',
+      'seeds (or cross-validation folds) of each setting.',
       markdown_table(fields, settings, metrics),
       *(f'![{name[:-4]}]({name})' for name in figures)]) + '\n'
   os.makedirs(out_dir, exist_ok=True)
