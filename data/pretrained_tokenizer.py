@@ -54,6 +54,10 @@ class PretrainedTokenizer:
     """`encode` of each text, in parallel."""
     return [encoding.ids for encoding in self._tokenizer.encode_batch(texts)]
 
+  def encodings(self, texts: list[str]) -> list:
+    """The `tokenizers.Encoding` of each text: `ids`, `tokens`, `word_ids` (a token's word)."""
+    return self._tokenizer.encode_batch(texts)
+
   def decode(self, ids: Iterable[int]) -> str:
     """Text of `ids`, special tokens skipped."""
     return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)

@@ -1,0 +1,115 @@
+"""Attend's pretrained encoder forward against Hugging Face transformers on CPU torch, same run.
+
+    python -m benchmarks.pretrained_bench                  # all-MiniLM-L6-v2, batch 32 x 128
+    python -m benchmarks.pretrained_bench --checkpoint=FOLDER --batch=8 --tokens=512
+
+The model is loaded once from the checkpoint (models.pretrained) into both: Attend's
+`EncoderMLM.encode` under `jax.jit`, and transformers' `BertModel` (its default attention, SDPA,
+under `torch.inference_mode`). Inputs are `--batch` rows of `--tokens` random ids, each row
+padded after a random length of at least half the row, so the padding mask is real work. Times
+are medians of `--repeats` calls after a warm-up, the two taking turns (`benchmarks.turns`), so
+a slow spell of a shared machine hits both alike; the last column is the ratio torch / Attend
+(> 1: Attend is faster). The outputs' largest difference on real tokens is printed too.
+"""
+
+from training import allocator
+
+if __name__ == "__main__":
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from benchmarks import turns
+from models import pretrained
+
+
+def inputs(batch: int, tokens: int, vocab_size: int, pad_id: int, seed: int = 0) -> np.ndarray:
+  """`[batch, tokens]` ids, each row padded after a random length in `[tokens / 2, tokens]`."""
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(1000, vocab_size, (batch, tokens))
+  lengths = rng.integers(tokens // 2, tokens + 1, batch)
+  ids[np.arange(tokens)[None, :] >= lengths[:, None]] = pad_id
+  return ids
+
+
+def torch_reference(name: str):
+  """transformers' BertModel of the checkpoint `name` (models.pretrained.read's), float32, eval."""
+  import transformers  # pylint: disable=import-outside-toplevel
+  if os.path.isdir(name):
+    return transformers.BertModel.from_pretrained(name).eval()
+  with tempfile.TemporaryDirectory() as folder:
+    with zipfile.ZipFile(pretrained.package_zip() if name == pretrained.DEFAULT else name) as z:
+      z.extractall(folder)
+    root = next(path for path, _, files in os.walk(folder) if "config.json" in files)
+    return transformers.BertModel.from_pretrained(root).eval()
+
+
+def measure(args) -> dict:
+  """The row of the table: median seconds per forward of each, their ratio, the difference."""
+  import torch  # pylint: disable=import-outside-toplevel
+  torch.set_num_threads(os.cpu_count())
+  checkpoint = pretrained.read(args.checkpoint)
+  model, _ = pretrained.load_model(checkpoint)
+  reference = torch_reference(args.checkpoint)
+  ids = inputs(args.batch, args.tokens, checkpoint.config["vocab_size"], model.pad_id)
+  graphdef, state = nnx.split(model)
+
+  @jax.jit
+  def encode(state, ids):
+    return nnx.merge(graphdef, state).encode(ids)[0]
+
+  jax_ids, torch_ids = jnp.asarray(ids), torch.tensor(ids)
+  torch_mask = torch.tensor(ids != model.pad_id).long()
+
+  def attend():
+    return encode(state, jax_ids).block_until_ready()
+
+  def torch_forward():
+    with torch.inference_mode():
+      return reference(input_ids=torch_ids, attention_mask=torch_mask).last_hidden_state
+
+  fns = {"attend": attend, "torch": torch_forward}
+  real = ids != model.pad_id
+  difference = float(np.abs(np.asarray(attend()) - torch_forward().numpy())[real].max())
+  times = {name: [] for name in fns}
+  for name in turns(fns, args.repeats):
+    start = time.perf_counter()
+    fns[name]()
+    times[name].append(time.perf_counter() - start)
+  attend_s, torch_s = (statistics.median(times[name]) for name in ("attend", "torch"))
+  return dict(checkpoint=args.checkpoint, batch=args.batch, tokens=args.tokens,
+              attend_ms=attend_s * 1e3, torch_ms=torch_s * 1e3, ratio=torch_s / attend_s,
+              max_abs_difference=difference, torch_threads=torch.get_num_threads())
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--checkpoint", default=pretrained.DEFAULT)
+  parser.add_argument("--batch", type=int, default=32)
+  parser.add_argument("--tokens", type=int, default=128)
+  parser.add_argument("--repeats", type=int, default=10)
+  parser.add_argument("--json", default="")
+  args = parser.parse_args()
+  row = measure(args)
+  row.update(device=jax.devices()[0].device_kind,
+             allocator="mimalloc" if allocator.active() else "system")
+  print("  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+                  for key, value in row.items()))
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(row, f, indent=1)
+
+
+if __name__ == "__main__":
+  main()
