@@ -1,5 +1,7 @@
 """tsv_classification's splits: files of their own, seeded fractions, k-fold cross-validation."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,23 @@ def test_compare_averages_over_folds(tmp_path):
   assert fields == [] and len(setting.runs) == 3
   stat = compare.aggregate([compare.summarize_run(r, ['accuracy']) for r in setting.runs])
   assert stat['accuracy'].mean == pytest.approx(0.88) and stat['accuracy'].std == pytest.approx(0.02)
+
+
+SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), '..', 'shared',
+                      'data')
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(SHARED, 'trec', 'test.tsv')),
+                    reason='the TREC corpus is not in ../shared/data/trec (see docs/real_corpora.md)')
+def test_trec_official_test_and_a_tenth_of_train_for_validation(tmp_path):
+  """TREC as configs/classification_tsv.py reads it: the 500 official test questions, 10% of the
+  5,452 training questions (by distinct text) for validation, the six coarse classes."""
+  config = {**classification.default_config().to_dict(), 'name': 'tsv_classification',
+            'tsv_path': os.path.join(SHARED, 'trec', 'train.tsv'),
+            'test_path': os.path.join(SHARED, 'trec', 'test.tsv'), 'validation_fraction': 0.1,
+            'data_dir': str(tmp_path / 'd'), 'layout': 'sentence'}
+  labeled = classification.build(config, str(tmp_path / 'v'))
+  sizes = {s: len(labeled.examples(s)) for s in ('train', 'validation', 'test')}
+  assert sizes['test'] == 500 and sizes['train'] + sizes['validation'] == 5452
+  assert 530 <= sizes['validation'] <= 560     # 10% of 5,381 distinct texts: 538 groups
+  assert labeled.label_names == ['ABBR', 'DESC', 'ENTY', 'HUM', 'LOC', 'NUM']
