@@ -175,3 +175,14 @@ def test_all_minilm_l6_v2_equals_transformers_and_ranks_sentences(tmp_path):
   assert cosine[0, 2] == pytest.approx(-0.025, abs=0.005)
   assert np.argmax(cosine[0, 1:]) == 0
 
+
+
+def test_the_head_study_counts_the_keys_each_measure_names():
+  from benchmarks.pretrained_heads import key_masks  # pylint: disable=import-outside-toplevel
+  # [CLS] play ##ing the [SEP] [PAD]: words 0 (two pieces) and 1; 5 real tokens of 6.
+  masks = key_masks([None, 0, 0, 1, None, None], 5)
+  assert np.argwhere(masks["previous"]).tolist() == [[1, 0], [2, 1], [3, 2], [4, 3]]
+  assert np.argwhere(masks["next"]).tolist() == [[0, 1], [1, 2], [2, 3], [3, 4]]
+  assert np.argwhere(masks["[SEP]"])[:, 1].tolist() == [4] * 5
+  assert np.argwhere(masks["[CLS]"]).tolist() == [[q, 0] for q in range(5)]
+  assert np.argwhere(masks["same word"]).tolist() == [[1, 2], [2, 1]]
