@@ -140,6 +140,7 @@ function headView(box, m) {
     if (side === 'row') weights[i].forEach((w, s) => pairs.push([i, s, w]));
     else if (side === 'col') weights.forEach((r, t) => pairs.push([t, i, r[i]]));
     else weights.forEach((r, t) => r.forEach((w, s) => { if (w >= state.threshold) pairs.push([t, s, w]); }));
+    if (side) (side === 'row' ? left : right)[i].firstChild.style.fillOpacity = 0.3;  // the hovered
     if (side) (side === 'row' ? right : left).forEach((g, j) => {
       const w = side === 'row' ? weights[i][j] : weights[j][i];
       g.setAttribute('data-w', w.toFixed(3)); g.firstChild.style.fillOpacity = Math.min(1, w);
