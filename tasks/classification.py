@@ -20,7 +20,7 @@ from flax import nnx
 
 from data import classification as labeled
 from models.interfaces import Classifier
-from tasks import pictures
+from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, Task
 from tasks.losses import cross_entropy
 
@@ -38,6 +38,13 @@ def _classify(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
   """`(probabilities [B, C], attention weights)` of the model `graphdef, state` (no dropout)."""
   logits, weights = nnx.merge(graphdef, state).classify(inputs, return_attention=True)
   return jax.nn.softmax(logits), weights
+
+
+def _self_attention(model, ids: Array) -> Array:
+  """Self-attention `[B, L, N, T, T]` over ids `[B, T]`, the [CLS] position (if any, first)
+  left out; KeyError for a model without self-attention."""
+  _, weights = model.classify(ids, return_attention=True)
+  return weights['self'][..., -ids.shape[1]:, -ids.shape[1]:]
 
 
 def confusion_matrix(labels: list[int], predictions: list[int], num_classes: int) -> np.ndarray:
@@ -141,6 +148,7 @@ class Classification(Task):
     count = min(len(example.sentences), len(units))
     units, real = units[:count], units[:count] != self.tokenizer.pad_id
     record = dict(index=row['index'], text=example.text, label=example.label,
+                  ids=inputs.reshape(-1),  # as the encoder reads them (documents flattened)
                   prediction=prediction, confidence=float(probabilities[prediction]),
                   key_sentences=list(example.key_sentences),
                   tokens=[self.tokenizer.tokens(ids[keep]) for ids, keep in zip(units, real)],
@@ -199,16 +207,36 @@ class Classification(Task):
 
 
   def explore(self, model, samples, options):
-    """Per sample, its words shaded by their weights and its sentences' weights as bars."""
-    del model, options  # the weights were computed with the predictions
-    return [dict(index=s['index'], reference=self.label_names[s['label']],
-                 prediction=f'{self.label_names[s["prediction"]]} ({s["confidence"]:.2f})',
-                 correct=s['label'] == s['prediction'],
-                 views=[dict(kind='document', tokens=s['tokens'], word=s['word_weights'],
-                             sentence=s.get('sentence_weights'), key=s['key_sentences'])]
-                 if 'word_weights' in s else [])  # mean pooling has no attention to show
-            for s in samples]
+    """Per sample, its words shaded by their weights and its sentences' weights as bars, and a
+    Transformer's self-attention of every layer and head over the real tokens."""
+    del options
+    records = []
+    for s, weights in zip(samples, self.self_attention(model, samples)):
+      views = []
+      if 'word_weights' in s:  # mean pooling has no pooling weights to show
+        views.append(dict(kind='document', tokens=s['tokens'], word=s['word_weights'],
+                          sentence=s.get('sentence_weights'), key=s['key_sentences']))
+      if weights is not None:
+        real = s['ids'] != self.tokenizer.pad_id
+        tokens = self.tokenizer.tokens(s['ids'][real])
+        views.append(dict(kind='attention', maps=[dict(
+            name='self-attention', rows=tokens, cols=tokens,
+            weights=weights[:, :, real][..., real])]))
+      records.append(dict(index=s['index'], reference=self.label_names[s['label']],
+                          prediction=f'{self.label_names[s["prediction"]]} '
+                                     f'({s["confidence"]:.2f})',
+                          correct=s['label'] == s['prediction'], views=views))
+    return records
 
+  def self_attention(self, model, samples) -> list[np.ndarray | None]:
+    """Per sample, a Transformer's self-attention `[L, N, T, T]` over its ids (padding included,
+    [CLS] left out); Nones for a model without self-attention (HAN)."""
+    try:
+      return list(picture_weights.batched_weights(
+          _self_attention, model, [(s['ids'],) for s in samples],
+          pad_ids=(self.tokenizer.pad_id,), crop=(0, 0)))
+    except KeyError:
+      return [None] * len(samples)
 
 def hit_rate(samples: list[dict[str, Any]]) -> float | None:
   """The share of samples whose highest sentence weight falls on a key sentence, over the
