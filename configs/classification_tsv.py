@@ -9,11 +9,21 @@ are skipped and counted. The splits (data/tsv_classification.py, docs/real_corpo
 - `dataset.num_folds=10 dataset.fold=0..9`: k-fold cross-validation of one file, fold `fold` as
   the test split (sweep.py over the folds; compare.py reports mean and std over them).
 
-Command:
-  python train.py --config=configs/classification_tsv.py \
-      --config.dataset.tsv_path=reviews.tsv --workdir=runs/classification_tsv
-  python eval.py --workdir=runs/classification_tsv
-Result: not measured here (needs a file of your own).
+A tenth of the training file is the validation split (Kim 2014's dev set) unless
+`dataset.validation_path` names one; it is evaluated every 100 steps, and the best step by
+validation accuracy is kept in WORKDIR/best/, which eval.py reads (docs/real_corpora.md).
+
+Command (TREC: its own test file):
+  python train.py --config=configs/classification_tsv.py --workdir=runs/trec \
+      --config.dataset.tsv_path=../shared/data/trec/train.tsv \
+      --config.dataset.test_path=../shared/data/trec/test.tsv
+  python eval.py --workdir=runs/trec
+Result (2 cores of an AMD EPYC, CPU, shared with other runs at a load of 14-18): the earlier
+shipping of this config (3000 steps, validation and test each 5% of the training file, the last
+checkpoint evaluated) reached 84.8%, 86.2% and 84.4% validation accuracy on TREC at steps 400,
+800 and 1200, with the training loss at 1e-5 from step 800 on: it overfits early, hence the best
+checkpoint and the 1500 steps. The official TREC test accuracy of this config is not measured
+yet (the runs did not finish on the shared machine); Kim (2014)'s CNN-rand reaches 91.2%.
 """
 
 from configs import han
@@ -25,5 +35,8 @@ def get_config(arg: str | None = None):
   config = han.get_config()
   config.dataset.update(name='tsv_classification', builder_config='', tsv_path='',
                         key_sentences_key='')
-  config.num_train_steps = 3000
+  config.dataset.validation_fraction = 0.1
+  config.num_train_steps = 1500        # TREC: validation accuracy peaks by step 800
+  config.eval_every_steps = 100        # model selection: the best of 15 evaluations
+  config.checkpoint_every_steps = 500
   return config
