@@ -249,3 +249,18 @@ def test_a_1024_token_gpt_map_stays_small_and_draws_few_lines(tmp_path):
   assert console == []
   assert out['top'] == 0.5 and out['lines'] == 2         # token 7 and itself
   print(f'1024-token map: {len(page)} bytes; head view and hover in {out["ms"]:.0f} ms')
+
+
+def test_explore_command_opens_the_page_or_says_what_to_run(translation_run, tmp_path,
+                                                           monkeypatch, capsys):
+  opened = []
+  monkeypatch.setattr(explorer.webbrowser, 'open', opened.append)
+  assert explorer.main([translation_run]) == 0
+  assert opened == ['file://' + os.path.join(translation_run, 'eval', explorer.FILE)]
+  assert explorer.main([str(tmp_path)]) == 1 and opened[1:] == []
+  assert f'run python eval.py --workdir={tmp_path} first' in capsys.readouterr().err
+
+
+def test_a_negative_explorer_examples_is_one_sentence_naming_the_flag(tmp_path):
+  with pytest.raises(ValueError, match=r'^--explorer_examples=-1 must be >= 0'):
+    training.evaluate_checkpoint(str(tmp_path), explorer_examples=-1)
