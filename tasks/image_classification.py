@@ -29,15 +29,16 @@ Array = jax.Array
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
 def _classify(graphdef: nnx.GraphDef, state: nnx.State, pixels: Array, pooled_row: bool):
-  """Probabilities `[B, C]`, rollout and last-layer maps `[B, T]` over the tokens (no dropout).
+  """Probabilities `[B, C]`, rollout and last-layer maps `[B, T]` over the tokens, and every
+  layer's and head's map `[B, L, N, T]` (no dropout).
 
   The maps are the class token's row (token 0) when `pooled_row` is False, else the mean row.
   """
   logits, weights = nnx.merge(graphdef, state).classify_image(pixels, return_attention=True)
   rollout = attention.attention_rollout(weights['self'])                # [B, T, T]
   last = weights['self'][:, -1].mean(axis=1)                            # [B, T, T] heads averaged
-  read = (lambda w: w.mean(axis=1)) if pooled_row else (lambda w: w[:, 0])
-  return jax.nn.softmax(logits), read(rollout), read(last)
+  read = (lambda w: w.mean(axis=-2)) if pooled_row else (lambda w: w[..., 0, :])
+  return jax.nn.softmax(logits), read(rollout), read(last), read(weights['self'])
 
 
 class ImageClassification(Classification):
@@ -69,8 +70,8 @@ class ImageClassification(Classification):
   def predict(self, model, batch, options):
     graphdef, state = nnx.split(model)
     pooled_row = getattr(model, 'pooling', 'cls') != 'cls'
-    probabilities, rollout, last = _classify(graphdef, state, batch['images'], pooled_row)
-    return dict(probabilities=probabilities, rollout=rollout, last_layer=last)
+    probabilities, rollout, last, heads = _classify(graphdef, state, batch['images'], pooled_row)
+    return dict(probabilities=probabilities, rollout=rollout, last_layer=last, heads=heads)
 
   def sample(self, split, row):
     probabilities = np.asarray(row['probabilities'])
@@ -79,6 +80,7 @@ class ImageClassification(Classification):
     return dict(index=row['index'], label=label, prediction=prediction, confidence=confidence,
                 pixels=self.data.pixels(split)[row['index']],
                 rollout=np.asarray(row['rollout']), last_layer=np.asarray(row['last_layer']),
+                heads=np.asarray(row['heads']),                          # [L, N, T]
                 line=f'{row["index"]} | {self.label_names[label]} | '
                      f'{self.label_names[prediction]} | {confidence:.3f}')
 
@@ -102,8 +104,8 @@ class ImageClassification(Classification):
     return paths
 
   def explore(self, model, samples, options):
-    """Per sample, the image with its attention rollout and last-layer class-token attention
-    over the patches."""
+    """Per sample, the image with its attention rollout, the last layer's class-token attention
+    and each layer's and head's over the patches."""
     del options  # the maps were computed with the predictions
     patches = lambda m: m[-model.grid[0] * model.grid[1]:].reshape(model.grid)  # [gh, gw]
     return [dict(index=s['index'], reference=self.label_names[s['label']],
@@ -111,5 +113,8 @@ class ImageClassification(Classification):
                  correct=s['label'] == s['prediction'],
                  views=[dict(kind='image', pixels=s['pixels'],
                              maps=[('attention rollout', patches(s['rollout'])),
-                                   ('last layer, class token', patches(s['last_layer']))])])
+                                   ('last layer, class token', patches(s['last_layer']))]
+                             + [(f'layer {l}, head {h}', patches(s['heads'][l, h]))
+                                for l in range(s['heads'].shape[0])
+                                for h in range(s['heads'].shape[1])])])
             for s in samples]
