@@ -106,8 +106,8 @@ def test_item3_eval_and_init_from_skip_a_truncated_newest_checkpoint(trained, tm
   workdir = _copy(trained, tmp_path)
   truncate_checkpoint(workdir, 4)
   with caplog.at_level('WARNING'):
-    metrics = training.evaluate_checkpoint(workdir, split='validation', max_examples=1,
-                                           num_heatmaps=0)
+    metrics = training.evaluate_checkpoint(workdir, checkpoint='latest', split='validation',
+                                           max_examples=1, num_heatmaps=0)
   assert metrics['step'] == 2
   skipped = [r.getMessage() for r in caplog.records if 'Skipping checkpoint 4' in r.getMessage()]
   assert len(skipped) == 1 and len(skipped[0].splitlines()) == 1

@@ -140,7 +140,8 @@ def main(scratch: str) -> None:
   truncate_checkpoint(damaged, 4)
   skipped = lambda out: out.count('Skipping checkpoint 4') == 1
   fault('truncated newest checkpoint: eval.py',
-        ['eval.py', f'--workdir={damaged}', '--max_examples=1', '--num_heatmaps=0'],
+        ['eval.py', f'--workdir={damaged}', '--checkpoint=latest', '--max_examples=1',
+         '--num_heatmaps=0'],
         [os.path.join(damaged, 'checkpoints')], expect_status=0, check=skipped,
         shows='Skipping checkpoint')
   fault('truncated newest checkpoint: `init_from`',
