@@ -14,6 +14,13 @@ os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 if "--xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_gpu_deterministic_ops=true").strip()
+# The suite's programs are tiny and compiled once or twice each, so XLA:CPU's LLVM optimisation
+# costs more than it saves: without it the suite's compilation takes about half the CPU time.
+# Numerics stay IEEE float32 (tests compare with tolerances, and resume tests compare processes
+# that all inherit these flags). Training and benchmarks keep XLA's defaults.
+for flag in ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"):
+  if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 # Tests (and the train.py/eval.py subprocesses they start) compile the same tiny programs many
 # times; a persistent cache for the session turns the repeats into disk reads.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
