@@ -96,6 +96,16 @@ def test_a_tiny_bert_with_its_mlm_head_equals_transformers(tiny):
                              atol=1e-5, rtol=0)
 
 
+def test_a_checkpoint_gives_the_config_model_fields_of_its_architecture(tiny):
+  import models  # pylint: disable=import-outside-toplevel
+  fields = pretrained.config_fields(str(tiny[0]), dropout_rate=0.0)
+  config = models.default_config("encoder_mlm", **fields)     # every one a configurable field
+  assert (config.norm, config.norm_eps, config.activation, config.type_vocab_size) == (
+      "post", 1e-12, "gelu_exact", 2)
+  assert (config.d_model, config.num_layers, config.max_length, config.dropout_rate) == (
+      32, 2, 24, 0.0)
+
+
 def test_a_zipped_checkpoint_loads_like_its_folder(tiny, tmp_path):
   folder, _ = tiny
   archive = tmp_path / "tiny.zip"
