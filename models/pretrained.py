@@ -7,8 +7,8 @@ the `pretrained` extra), read from the package's `model.zip`: nothing is downloa
 
 The architecture becomes `EncoderMLM`'s BERT options (post-norm, `norm_eps`, exact GELU,
 learned positions, token types, a LayerNorm over the embeddings, unscaled token rows); each
-tensor is mapped by the one table `TENSORS` (torch's `[out, in]` linear weights transposed to
-`[in, out]` kernels). The tokenizer is the checkpoint's own `tokenizer.json`, read by the
+tensor is mapped by the one table below (`EMBEDDINGS`, `LAYER` per layer, `MLM_HEAD`; torch's
+`[out, in]` linear weights transposed to `[in, out]` kernels). The tokenizer is the checkpoint's own `tokenizer.json`, read by the
 `tokenizers` package. Anything the loader cannot represent faithfully (another architecture, a
 relative position embedding, a missing or misshapen tensor) is a ValueError naming it.
 """
@@ -71,6 +71,9 @@ MLM_HEAD = (
 # config.json's `hidden_act` -> Attend's activation ('gelu' in transformers is the erf form).
 ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
                "relu": "relu"}
+# config.json fields without a default: the sizes.
+SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+         "intermediate_size")
 # config.json fields that would change the function; any other value is refused.
 REQUIRED = {"position_embedding_type": "absolute", "is_decoder": False,
             "add_cross_attention": False}
@@ -101,28 +104,27 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
   from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
   path = package_zip() if checkpoint == DEFAULT else os.path.expanduser(checkpoint)
   if os.path.isdir(path):
-    def contents(name):
-      file = os.path.join(path, name)
-      if not os.path.isfile(file):
-        raise ValueError(f"The checkpoint folder {path} has no {name}; a checkpoint holds "
-                         f"{', '.join(FILES)}.")
+    found = {name: os.path.join(path, name) for name in FILES
+             if os.path.isfile(os.path.join(path, name))}
+    contents = {}
+    for name, file in found.items():
       with open(file, "rb") as f:
-        return f.read()
+        contents[name] = f.read()
   elif zipfile.is_zipfile(path):
-    archive = zipfile.ZipFile(path)
-    names = {os.path.basename(n): n for n in archive.namelist() if n.count("/") <= 1}
-
-    def contents(name):
-      if name not in names:
-        raise ValueError(f"The checkpoint archive {path} has no {name}; a checkpoint holds "
-                         f"{', '.join(FILES)}.")
-      return archive.read(names[name])
+    with zipfile.ZipFile(path) as archive:
+      found = {os.path.basename(n): n for n in archive.namelist()
+               if n.count("/") <= 1 and os.path.basename(n) in FILES}
+      contents = {name: archive.read(member) for name, member in found.items()}
   else:
     raise ValueError(f"checkpoint={checkpoint!r} is neither {DEFAULT!r}, a folder nor a .zip "
                      f"holding {', '.join(FILES)}.")
-  return Checkpoint(name=checkpoint, config=json.loads(contents("config.json")),
-                    tensors=load_safetensors(contents("model.safetensors")),
-                    tokenizer_json=contents("tokenizer.json").decode("utf-8"))
+  missing = [name for name in FILES if name not in contents]
+  if missing:
+    raise ValueError(f"The checkpoint {path} has no {missing[0]}; a checkpoint holds "
+                     f"{', '.join(FILES)}.")
+  return Checkpoint(name=checkpoint, config=json.loads(contents["config.json"]),
+                    tensors=load_safetensors(contents["model.safetensors"]),
+                    tokenizer_json=contents["tokenizer.json"].decode("utf-8"))
 
 
 def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]:
@@ -149,6 +151,9 @@ def model_args(config: dict[str, Any]) -> dict[str, Any]:
     if config.get(field, value) != value:
       raise ValueError(f"config.json has {field}={config[field]!r}, which the loader does not "
                        f"support (only {value!r}).")
+  absent = [field for field in SIZES if field not in config]
+  if absent:
+    raise ValueError(f"config.json has no {absent[0]}; a BERT config gives {', '.join(SIZES)}.")
   act = config.get("hidden_act", "gelu")
   if act not in ACTIVATIONS:
     raise ValueError(f"config.json has hidden_act={act!r}; supported: {sorted(ACTIVATIONS)}.")
@@ -165,7 +170,7 @@ def model_args(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def table(num_layers: int) -> list[tuple[str, str, bool]]:
-  """`TENSORS` for `num_layers` layers: (Attend path, checkpoint name, transpose) per tensor."""
+  """The table for `num_layers` layers: (Attend path, checkpoint name, transpose) per tensor."""
   layers = [(ours.format(i=i), theirs.format(i=i), t)
             for i in range(num_layers) for ours, theirs, t in LAYER]
   return [*EMBEDDINGS, *layers]

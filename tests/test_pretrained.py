@@ -123,7 +123,9 @@ def _edited(folder, tmp_path, *, config=None, drop=None, reshape=None):
   out = tmp_path / "edited"
   shutil.copytree(folder, out)
   settings = json.loads((folder / "config.json").read_text())
-  (out / "config.json").write_text(json.dumps({**settings, **(config or {})}))
+  settings = {key: value for key, value in {**settings, **(config or {})}.items()
+              if value is not None}                                     # None: removed
+  (out / "config.json").write_text(json.dumps(settings))
   tensors = load_file(folder / "model.safetensors")
   tensors.pop(drop, None)
   if reshape:
@@ -142,6 +144,7 @@ def _edited(folder, tmp_path, *, config=None, drop=None, reshape=None):
      "position_embedding_type='relative_key', which the loader does not support"),
     (dict(config=dict(model_type="roberta")), "model_type='roberta'"),
     (dict(config=dict(hidden_act="swish")), "hidden_act='swish'"),
+    (dict(config=dict(intermediate_size=None)), "config.json has no intermediate_size"),
 ])
 def test_a_checkpoint_the_loader_cannot_represent_is_one_sentence_naming_it(
     tiny, tmp_path, edit, message):
