@@ -3,6 +3,7 @@ evaluated by eval.py by default, kept across a kill -9 and resume; early stoppin
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +101,19 @@ def test_eval_reads_the_best_by_default(straight):
   assert (latest['checkpoint'], latest['step']) == ('latest', STEPS)
   with pytest.raises(ValueError, match="--checkpoint='top' must be 'best', 'latest' or a step"):
     training.evaluate_checkpoint(straight, checkpoint='top')
+
+
+def test_eval_reads_a_best_without_regular_checkpoints(straight, tmp_path):
+  """A run stopped before its first regular checkpoint may hold a best one only: eval.py reads
+  it (and says there is nothing to read for --checkpoint=latest)."""
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(straight, workdir, ignore=shutil.ignore_patterns('checkpoints', 'eval'))
+  metrics = training.evaluate_checkpoint(workdir, split='validation', num_heatmaps=0,
+                                         explorer_examples=0, max_examples=2)
+  assert metrics['checkpoint'] == 'best'
+  assert metrics['step'] == _validation(straight)[-1]['best_step']
+  with pytest.raises(FileNotFoundError, match='No checkpoint in'):
+    training.evaluate_checkpoint(workdir, checkpoint='latest')
 
 
 def test_kill_9_and_resume_keeps_the_best(straight, data_dir, tmp_path):

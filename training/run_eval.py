@@ -84,7 +84,10 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
     try:
       if not os.path.isdir(workdir):
         raise FileNotFoundError(f'--workdir={workdir} does not exist; give a training workdir.')
-      if not checkpoints.steps():   # before anything is built, so nothing is written
+      chosen = _choose(workdir, checkpoint, average_last)
+      # Before anything is built, so nothing is written; a run stopped before its first regular
+      # checkpoint may have a best one only.
+      if chosen != 'best' and not checkpoints.steps():
         raise FileNotFoundError(f'No checkpoint in {checkpoints.directory}; train first with '
                                 f'python train.py --config=... --workdir={workdir}.')
       config = config or load_config(workdir)
@@ -95,7 +98,6 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
       with workdir_lib.staging(workdir) as staged:   # eval.py writes into eval/ only
         task = tasks.build(config, staged)
       mesh = sharding.make_mesh(config.mesh)
-      chosen = _choose(workdir, checkpoint, average_last)
       like = build_state(config, task, mesh)
       if chosen == 'best':
         best = Checkpointer(os.path.join(workdir, BEST_DIR), max_to_keep=None, create=False)
