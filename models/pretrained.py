@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from data.pretrained_tokenizer import PretrainedTokenizer
+from data.tokenizers import PAD_ID
 from models.language import EncoderMLM
 from models.stack_config import StackConfig
 
@@ -74,9 +75,10 @@ ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "g
 # config.json fields without a default: the sizes.
 SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
          "intermediate_size")
-# config.json fields that would change the function; any other value is refused.
+# config.json fields that would change the function; any other value is refused. The padding id
+# must be the one data/ pads with, or padded positions would read as tokens.
 REQUIRED = {"position_embedding_type": "absolute", "is_decoder": False,
-            "add_cross_attention": False}
+            "add_cross_attention": False, "pad_token_id": PAD_ID}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,7 +166,7 @@ def model_args(config: dict[str, Any]) -> dict[str, Any]:
       attention_dropout_rate=config.get("attention_probs_dropout_prob", 0.1),
       norm="post", norm_eps=config.get("layer_norm_eps", 1e-12), activation=ACTIVATIONS[act],
       positions="learned", max_length=config.get("max_position_embeddings", 512))
-  return dict(vocab_size=config["vocab_size"], pad_id=config.get("pad_token_id", 0), stack=stack,
+  return dict(vocab_size=config["vocab_size"], pad_id=REQUIRED["pad_token_id"], stack=stack,
               scale_embeddings=False, embed_norm=True,
               type_vocab_size=config.get("type_vocab_size", 2))
 
