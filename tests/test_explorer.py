@@ -26,6 +26,13 @@ needs_chromium = pytest.mark.skipif(
 XSS = ('<img src=x onerror=alert(1)>', '</script><script>alert(2)</script>', 'a & b')
 
 
+# `make test` runs the suite under mimalloc (training/allocator.py preloads it), and Chromium's
+# own allocator traps (SIGTRAP) when another one is preloaded: the browser gets the environment
+# without it.
+BROWSER_ENV = {key: value for key, value in os.environ.items()
+               if key not in ('LD_PRELOAD', 'MIMALLOC_PURGE_DELAY')}
+
+
 def _load(page: str, tmp_path, name: str, script: str) -> tuple[list[str], str]:
   """Writes `page` with `script` appended as its last element; returns Chromium's common
   arguments and the page's URL."""
@@ -41,7 +48,7 @@ def screenshot(page: str, tmp_path, name: str, script: str = '') -> None:
   """Saves a screenshot of `page` (after `script`) as tmp_path/NAME.png."""
   common, url = _load(page, tmp_path, name, script)
   subprocess.run(common + ['--window-size=1100,800', f'--screenshot={tmp_path / name}.png', url],
-                 capture_output=True, timeout=60, check=True)
+                 capture_output=True, timeout=60, check=True, env=BROWSER_ENV)
   assert os.path.getsize(f'{tmp_path / name}.png') > 5000
 
 
@@ -54,7 +61,8 @@ def browse(page: str, tmp_path, name: str, script: str = '', shot: bool = False)
   """
   common, url = _load(page, tmp_path, name, script)
   run = subprocess.run(common + ['--enable-logging=stderr', '--v=0', '--dump-dom', url],
-                       capture_output=True, text=True, timeout=60, check=True)
+                       capture_output=True, text=True, timeout=60, check=True,
+                       env=BROWSER_ENV)
   if shot:
     screenshot(page, tmp_path, name, script)
   console = [line for line in run.stderr.splitlines() if ':CONSOLE' in line]
