@@ -129,16 +129,22 @@ def _softmax_step(state: State, q: Array, k: Array, v: Array, step: Array, *, wi
   values = jnp.concatenate([state["v"], new["v"]], axis=2)
   k_positions = jnp.concatenate([_slot_positions(step, window, sink_tokens), positions])
   out = attend_at(q, keys, values, positions, k_positions)
-  # Slot indices past the cache (sink_tokens + window) are dropped: a first token goes to its
-  # own slot, the last `window` of the others to the ring (distinct slots either way).
+  # A first token goes to its own slot, the last `window` of the others to the ring (distinct
+  # slots either way); the rest go to slot `past`, one extra slot cut off after writing. (Not
+  # mode="drop": XLA:GPU can write an update of the index just past the end into the last slot,
+  # jax issue #21708.)
   kept, past = min(t, window), sink_tokens + window
   first = jnp.where(positions < sink_tokens, positions, past)
   latest = positions[t - kept:]
   ring = jnp.where(latest >= sink_tokens, sink_tokens + jnp.mod(latest - sink_tokens, window),
                    past)
-  state = {name: state[name].at[:, :, first].set(new[name], mode="drop")
-           .at[:, :, ring].set(new[name][:, :, t - kept:], mode="drop") for name in ("k", "v")}
-  return out, state
+
+  def write(buffer: Array, rows: Array) -> Array:
+    padded = jnp.pad(buffer, ((0, 0), (0, 0), (0, 1), (0, 0)))          # [B, K, past + 1, H]
+    padded = padded.at[:, :, first].set(rows).at[:, :, ring].set(rows[:, :, t - kept:])
+    return padded[:, :, :past]
+
+  return out, {name: write(state[name], new[name]) for name in ("k", "v")}
 
 
 def _linear_attend(q, k, v, *, mask=None, is_causal=False, return_weights=False, **unused):
