@@ -26,7 +26,9 @@ of it compiling, the machine loaded) and 1 min 52 s of eval.py. Below Kim (2014)
 3000 steps, validation and test each 5% of the training file, the last checkpoint evaluated)
 reached 84.8%, 86.2% and 84.4% validation accuracy at steps 400, 800 and 1200 with the training
 loss at 1e-5 from step 800 on: it overfit early; hence the wider model, dropout 0.5, label
-smoothing, 1000 steps and the best checkpoint.
+smoothing, 1000 steps and the best checkpoint. Subj (`--config.dataset.tsv_path=../shared/data/
+subj/subj.tsv --config.dataset.num_folds=10`, sweep.py over `dataset.fold`): 10-fold test accuracy
+90.5 +- 1.1% (Kim's CNN-rand 89.6%; measured on one NVIDIA H200).
 """
 
 from configs import han
