@@ -1,12 +1,14 @@
 """A pretrained checkpoint's own tokenizer (`tokenizer.json`), read by the `tokenizers` package.
 
 It speaks the interface of `data.tokenizers` (`vocab_size`, `pad_id`, `encode`, `decode`,
-`tokens`), with the checkpoint's special ids instead of Attend's fixed ones: `encode` returns what
-the pretrained model was trained on, `[CLS] pieces [SEP]` for BERT's WordPiece, and `pad_id`,
-`mask_id` are its `[PAD]`, `[MASK]`.
+`tokens`, `special_ids`), with the checkpoint's special ids instead of Attend's fixed ones: `encode`
+returns what the pretrained model was trained on, `[CLS] pieces [SEP]` for BERT's WordPiece, and
+`pad_id`, `mask_id` are its `[PAD]`, `[MASK]`.
 """
 
 from collections.abc import Iterable
+
+from data.tokenizers import PAD_ID
 
 
 class PretrainedTokenizer:
@@ -36,10 +38,17 @@ class PretrainedTokenizer:
     self.pad_id = special("[PAD]", "<pad>")
     if self.pad_id is None:
       raise ValueError("tokenizer.json has no padding token ([PAD] or <pad>).")
+    if self.pad_id != PAD_ID:   # data/ pads every row with PAD_ID, which must read as padding
+      raise ValueError(f"tokenizer.json's padding token has id {self.pad_id}; Attend pads with "
+                       f"{PAD_ID}.")
     self.unk_id = special("[UNK]", "<unk>")
     self.mask_id = special("[MASK]", "<mask>")
     self.bos_id = special("[CLS]", "<s>")
     self.eos_id = special("[SEP]", "</s>")
+    # The ids tokenizer.json marks special ([PAD], [UNK], [CLS], [SEP], [MASK] for BERT): they
+    # are not text, wherever they sit in the vocabulary (BERT's [CLS] is 101).
+    self.special_ids = tuple(sorted(
+        i for i, token in self._tokenizer.get_added_tokens_decoder().items() if token.special))
 
   @property
   def vocab_size(self) -> int:
@@ -49,6 +58,10 @@ class PretrainedTokenizer:
   def encode(self, text: str) -> list[int]:
     """Ids of `text` with the checkpoint's special tokens (`[CLS] ... [SEP]` for BERT)."""
     return self._tokenizer.encode(text).ids
+
+  def encode_pieces(self, text: str) -> list[int]:
+    """Ids of `text` without special tokens (the pieces alone, to cut into framed windows)."""
+    return self._tokenizer.encode(text, add_special_tokens=False).ids
 
   def encode_batch(self, texts: list[str]) -> list[list[int]]:
     """`encode` of each text, in parallel."""

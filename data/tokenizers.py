@@ -44,6 +44,8 @@ class SpecialIds:
   """The special ids every tokenizer exposes; models, decoding and losses read them from here."""
 
   pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
+  # Every id that is not text (BERT masking never picks one); a pretrained tokenizer has its own.
+  special_ids = tuple(range(len(SPECIAL_TOKENS)))
 
 
 class VocabTokenizer(SpecialIds):

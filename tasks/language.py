@@ -26,7 +26,7 @@ from flax import nnx
 
 import models
 from data import language
-from data.tokenizers import SPECIAL_TOKENS
+from data.tokenizers import SpecialIds
 from models import decoding
 from models.embeddings import ATTENTION_POSITIONS
 from models.interfaces import LanguageModel
@@ -38,32 +38,37 @@ Array = jax.Array
 MASK_RATE = 0.15  # BERT: the share of tokens the model must predict
 
 
-def bert_mask(rng: Array, ids: Array, *, mask_id: int, vocab_size: int,
-              rate: float = MASK_RATE) -> tuple[Array, Array]:
+def bert_mask(rng: Array, ids: Array, *, mask_id: int, vocab_size: int, rate: float = MASK_RATE,
+              special_ids: tuple[int, ...] = SpecialIds.special_ids) -> tuple[Array, Array]:
   """BERT's masking (Devlin et al. 2019): picks `rate` of the regular tokens to predict; of those
   80% become `mask_id`, 10% a random regular token and 10% stay as they are.
 
-  Special tokens (the ids of `SPECIAL_TOKENS`, padding included) and `mask_id` itself are never
-  picked; random replacements are regular tokens, never specials or the mask.
+  Special tokens (`special_ids`, padding included) and `mask_id` itself are never picked; random
+  replacements are regular tokens, never specials or the mask.
 
   Args:
     rng: a PRNG key.
     ids: int `[...]` token ids.
     mask_id: the `<mask>` id.
-    vocab_size: V; regular tokens are the ids `[len(SPECIAL_TOKENS), V)` other than `mask_id`.
+    vocab_size: V; regular tokens are the ids in `[0, V)` other than `special_ids` and `mask_id`.
     rate: the share of regular tokens picked.
+    special_ids: the tokenizer's `special_ids` (Attend's vocabularies: the ids of
+      `SPECIAL_TOKENS`; BERT's: [PAD], [UNK], [CLS], [SEP], [MASK] at 0 and 100-103).
 
   Returns:
     `(corrupted ids [...], picked bool [...])`: the model reads the first and is scored where
     the second is True, against the original ids.
   """
   pick_rng, kind_rng, token_rng = jax.random.split(rng, 3)
-  regular = (ids >= len(SPECIAL_TOKENS)) & (ids != mask_id)
+  excluded = sorted({*(int(i) for i in special_ids), int(mask_id)})
+  regular = ~jnp.isin(ids, jnp.asarray(excluded, ids.dtype))
   picked = regular & jax.random.bernoulli(pick_rng, rate, ids.shape)
   kind = jax.random.uniform(kind_rng, ids.shape)
-  # Random regular ids, skipping mask_id: draw from one fewer and step over it.
-  random_ids = jax.random.randint(token_rng, ids.shape, len(SPECIAL_TOKENS), vocab_size - 1)
-  random_ids = random_ids + (random_ids >= mask_id)
+  # Random regular ids: the r-th regular id is r stepped over each excluded id at or below it
+  # (ascending, so a step can reach the next excluded id and be counted by it too).
+  random_ids = jax.random.randint(token_rng, ids.shape, 0, vocab_size - len(excluded))
+  for skipped in excluded:
+    random_ids = random_ids + (random_ids >= skipped)
   corrupted = jnp.where(kind < 0.8, mask_id, jnp.where(kind < 0.9, random_ids, ids))
   return jnp.where(picked, corrupted, ids), picked
 
@@ -160,7 +165,8 @@ class LanguageModeling(Task):
       return batch['inputs'], batch['targets'], batch['weights']
     ids = batch['inputs']
     corrupted, picked = bert_mask(rng, ids, mask_id=self.data.mask_id,
-                                  vocab_size=self.tokenizer.vocab_size)
+                                  vocab_size=self.tokenizer.vocab_size,
+                                  special_ids=self.tokenizer.special_ids)
     return corrupted, ids, picked.astype(jnp.float32)
 
   def loss(self, model, batch, rng):
