@@ -12,6 +12,9 @@ answers (`mqar`), only where an answer is predicted; 'support' then says, per we
 which input position holds the evidence, so attention maps can be checked against it.
 Datasets: Attend's `mqar` and `key_sentence_docs` (prepared offline), a local UTF-8 file
 (`text_file`), or any TFDS text dataset (tiny_shakespeare, lm1b), prepared by TFDS as usual.
+Vocabulary 'pretrained' is a checkpoint's own tokenizer (models.pretrained), saved in the
+vocabulary directory by `config.init_from`; its rows are framed as the checkpoint was trained,
+`[CLS] pieces [SEP]`, and its `[MASK]` is the mask id.
 """
 
 import functools
@@ -28,13 +31,16 @@ from data.config import checked_fields
 from data.pipeline import BatchIterator, check_batch_args, placeholder_split
 from data.task import make_builder
 from data.text import TextOptions
-from data.text_sources import TEXT_FILE, Example, read_text_file, read_tfds, split_text_file
+from data.text_sources import (TEXT_FILE, Example, feature_keys, read_text_file, read_tfds,
+                               split_text_file)
 from data.tokenizers import (EOS_ID, PAD_ID, VOCAB_KINDS, Tokenizer, build_tokenizer,
                              load_tokenizers, save_tokenizers)
 
 OWN_BUILDERS = {"key_sentence_docs": key_sentence.KeySentenceDocs, "mqar": mqar.Mqar}
 PACKINGS = ("example", "stream")
 MASK_TOKEN = "<mask>"
+PRETRAINED = "pretrained"     # vocab: the tokenizer.json of a converted checkpoint's workdir
+VOCABS = (*VOCAB_KINDS, PRETRAINED)
 # SentencePiece skips training sentences over 4192 bytes, and a text file is one long text.
 _SPM_CHUNK_CHARS = 1000
 
@@ -49,7 +55,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.text_key = "text"           # Feature holding the text.
   c.answers_key = "answers"     # Token positions that carry the loss; '' or absent = every token.
   c.support_key = "support"     # Per answer, the position to attend to; '' or absent = none.
-  c.vocab = "word"              # 'char', 'word' or 'sentencepiece', built from the train split.
+  c.vocab = "word"              # 'char', 'word', 'sentencepiece' (from train) or 'pretrained'.
   c.vocab_size = 8000           # Word and SentencePiece vocabulary cap, 4 specials included.
   c.lowercase = False           # Lower-case the text.
   c.split_punctuation = False   # Put spaces around punctuation ('boy.' -> 'boy .').
@@ -77,7 +83,7 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     ValueError: naming the first bad field and what it accepts.
   """
   merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
-  for field, choices in (("vocab", VOCAB_KINDS), ("packing", PACKINGS)):
+  for field, choices in (("vocab", VOCABS), ("packing", PACKINGS)):
     if merged[field] not in choices:
       raise ValueError(f"config.dataset.{field}={merged[field]!r} is not valid; valid: "
                        f"{list(choices)}.")
@@ -95,32 +101,6 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
       raise ValueError(f"config.dataset.packing must be 'stream' when config.dataset.name is "
                        f"{TEXT_FILE!r} (the file is one text), got {merged['packing']!r}.")
   return ml_collections.FrozenConfigDict(merged)
-
-
-def _feature_keys(config: ml_collections.FrozenConfigDict, features: Mapping[str, Any],
-                  name: str) -> tuple[str, str]:
-  """Checks the configured features exist; returns the answers and support features ('' = none).
-
-  A feature left at its default name may be absent (most datasets mark no answers). Answers are
-  read only for packing 'example', support only with answers (it holds one position each).
-  """
-  if config.text_key not in features:
-    raise ValueError(f"config.dataset.text_key={config.text_key!r} is not a feature of {name}; "
-                     f"valid: {sorted(features)}.")
-  keys = {}
-  for field in ("answers_key", "support_key"):
-    key = config[field]
-    if key and key not in features and key != default_config()[field]:
-      raise ValueError(f"config.dataset.{field}={key!r} is not a feature of {name}; valid: "
-                       f"{sorted(features)} or '' (none).")
-    keys[field] = key if key in features else ""
-  if config.packing == "stream":  # Windows cut across examples: every target is weighted.
-    return "", ""
-  if keys["answers_key"] and config.vocab != "word":
-    raise ValueError(f"config.dataset.answers_key={keys['answers_key']!r} holds word positions, "
-                     f"so it needs config.dataset.vocab='word', got {config.vocab!r}; or set "
-                     "answers_key='' to weight every token.")
-  return keys["answers_key"], (keys["support_key"] if keys["answers_key"] else "")
 
 
 class LanguageData:
@@ -190,6 +170,8 @@ class LanguageData:
     return self._rows[split]
 
   def _stream_rows(self, split: str) -> dict[str, np.ndarray]:
+    if self.tokenizer.kind == PRETRAINED:
+      return self._framed_rows(split)
     length = self.config.seq_length
     ids = np.fromiter((i for e in self.examples(split) for i in [*self._ids(e), EOS_ID]),
                       np.int32)
@@ -201,6 +183,25 @@ class LanguageData:
     starts = np.arange(count)[:, None] * length                       # [N, 1]
     return {"tokens": ids[starts + np.arange(length + 1)],            # [N, L + 1]
             "weights": np.ones((count, length), np.float32),
+            "support": np.full((count, length), -1, np.int32)}
+
+  def _framed_rows(self, split: str) -> dict[str, np.ndarray]:
+    """Stream rows for a pretrained tokenizer: each window of `seq_length - 2` pieces framed
+    `[CLS] pieces [SEP]` as in its pretraining, then a PAD (the last target, weight 0)."""
+    length, tokenizer = self.config.seq_length, self.tokenizer
+    pieces = np.fromiter((i for e in self.examples(split)
+                          for i in tokenizer.encode_pieces(self.preprocess(e.text))), np.int32)
+    count = len(pieces) // max(length - 2, 1)
+    if length < 3 or count < 1:
+      raise ValueError(f"config.dataset.seq_length={length} must hold [CLS], at least one piece "
+                       f"and [SEP], and fit in split {split!r} of {self.name} ({len(pieces)} "
+                       "pieces).")
+    tokens = np.full((count, length + 1), PAD_ID, np.int32)             # [N, L + 1]
+    tokens[:, 0], tokens[:, length - 1] = tokenizer.bos_id, tokenizer.eos_id
+    tokens[:, 1:length - 1] = pieces[:count * (length - 2)].reshape(count, length - 2)
+    weights = np.ones((count, length), np.float32)
+    weights[:, -1] = 0
+    return {"tokens": tokens, "weights": weights,
             "support": np.full((count, length), -1, np.int32)}
 
   def _example_rows(self, split: str) -> dict[str, np.ndarray]:
@@ -305,14 +306,15 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
       fields take defaults.
     vocab_dir: directory for the vocabulary files (usually the workdir).
     mask_token: give the vocabulary a '<mask>' token (the last id when added), for masked
-      language models; a loaded vocabulary without one gains it and is saved again.
+      language models; a loaded vocabulary without one gains it and is saved again. A
+      pretrained tokenizer's own [MASK] serves instead.
 
   Returns:
     The dataset.
 
   Raises:
-    ValueError: for a bad config field, mask_token with a SentencePiece vocabulary, or a saved
-      vocabulary of another kind.
+    ValueError: for a bad config field, mask_token with a SentencePiece vocabulary, a saved
+      vocabulary of another kind, or vocab 'pretrained' without a saved pretrained tokenizer.
     FileNotFoundError: if `text_path` names no file.
   """
   config = validate_config(dataset_config)
@@ -327,7 +329,7 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
                            examples=("lm1b", "tiny_shakespeare"))
     builder.download_and_prepare()
     name = builder.info.full_name.rsplit("/", 1)[0]
-    keys = _feature_keys(config, builder.info.features, name)
+    keys = feature_keys(config, builder.info.features, name, default_config())
     data = LanguageData(name, config, functools.partial(read_tfds, builder, config.text_key,
                                                         *keys))
   loaded = load_tokenizers(vocab_dir)
@@ -337,6 +339,16 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
       raise ValueError(f"config.dataset.vocab={config.vocab!r} but the vocabulary saved in "
                        f"{vocab_dir} is {tokenizer.kind!r}; use that or another directory.")
     logging.info("Loaded the vocabulary from %s.", vocab_dir)
+    if tokenizer.kind == PRETRAINED:   # the checkpoint's own [MASK]: nothing to add or save
+      if mask_token and tokenizer.mask_id is None:
+        raise ValueError("config.dataset.vocab='pretrained': the checkpoint's tokenizer has no "
+                         "[MASK] token, so it cannot serve a masked language model.")
+      data.tokenizer, data.mask_id = tokenizer, tokenizer.mask_id if mask_token else None
+      return data
+  elif config.vocab == PRETRAINED:
+    raise ValueError("config.dataset.vocab='pretrained' reads the checkpoint's tokenizer from "
+                     "config.init_from, which holds none; set it to a workdir written by "
+                     "python -m models.pretrained.")
   else:
     texts = [data.preprocess(t) for t in data.texts(config.train_split)]
     if config.vocab == "sentencepiece":

@@ -5,7 +5,8 @@ Readers return `Example`s; `data.language` tokenizes them into rows.
 """
 
 import os
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from etils import epath
 import ml_collections
@@ -33,6 +34,33 @@ def read_tfds(builder: tfds.core.DatasetBuilder, text_key: str, answers_key: str
 
   return [Example(as_text(r[text_key]), positions(r, answers_key), positions(r, support_key))
           for r in read_split(builder, split, builder.name)]
+
+
+def feature_keys(config: ml_collections.FrozenConfigDict, features: Mapping[str, Any], name: str,
+                 defaults: Mapping[str, Any]) -> tuple[str, str]:
+  """Checks the configured features exist; returns the answers and support features ('' = none).
+
+  A feature left at its default name (`defaults`, the schema's) may be absent (most datasets
+  mark no answers). Answers are read only for packing 'example', support only with answers (it
+  holds one position each).
+  """
+  if config.text_key not in features:
+    raise ValueError(f"config.dataset.text_key={config.text_key!r} is not a feature of {name}; "
+                     f"valid: {sorted(features)}.")
+  keys = {}
+  for field in ("answers_key", "support_key"):
+    key = config[field]
+    if key and key not in features and key != defaults[field]:
+      raise ValueError(f"config.dataset.{field}={key!r} is not a feature of {name}; valid: "
+                       f"{sorted(features)} or '' (none).")
+    keys[field] = key if key in features else ""
+  if config.packing == "stream":  # Windows cut across examples: every target is weighted.
+    return "", ""
+  if keys["answers_key"] and config.vocab != "word":
+    raise ValueError(f"config.dataset.answers_key={keys['answers_key']!r} holds word positions, "
+                     f"so it needs config.dataset.vocab='word', got {config.vocab!r}; or set "
+                     "answers_key='' to weight every token.")
+  return keys["answers_key"], (keys["support_key"] if keys["answers_key"] else "")
 
 
 def split_text_file(config: ml_collections.FrozenConfigDict) -> dict[str, str]:
