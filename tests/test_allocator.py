@@ -63,6 +63,7 @@ def _run(choice):
 
 @pytest.mark.skipif(not sys.platform.startswith('linux') or allocator.library_path() is None,
                     reason='mimalloc is preloaded on Linux, with cmeel-mimalloc installed')
+@pytest.mark.slow
 def test_under_mimalloc_the_temporaries_stop_faulting():
   runs = {choice: _run(choice) for choice in ('mimalloc', 'system')}
   results = {}

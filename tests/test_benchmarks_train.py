@@ -22,6 +22,7 @@ from tasks.translation import shift_right
 DEFAULT_PARAMS = 136_192 + 2 * 132_480 + 2 * 198_784
 
 
+@pytest.mark.slow
 def test_bench_runs_and_parameter_counts_match(tmp_path):
   # Torch is left out to keep this fast (eager torch steps are slow on a busy CPU); its count
   # is checked without training in the next test.

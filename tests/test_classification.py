@@ -81,6 +81,7 @@ def test_every_classification_config_takes_a_training_step(name, data_dir, tmp_p
                                                    jax.tree.leaves(new_state.params)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('model', ['han', 'transformer_classifier'])
 def test_train_then_eval_writes_predictions_confusion_and_attention(model, data_dir, tmp_path):
   """In-process (train.py and eval.py are these two calls; tests/test_training.py runs them)."""

@@ -107,6 +107,7 @@ def _saved_params(workdir, step: int) -> dict[str, np.ndarray]:
           for path, x in jax.tree_util.tree_flatten_with_path(state.params)[0]}
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_one_and_their_checkpoints_resume_either_way(data_dir, tmp_path):
   one, two = tmp_path / 'one', tmp_path / 'two'
   _, logs = _finish(_start(one, data_dir, steps=4, processes=1),
@@ -189,6 +190,7 @@ print(json.dumps(report))
 '''
 
 
+@pytest.mark.slow
 def test_data_fsdp_and_tensor_parallel_agree_and_split_the_parameters(data_dir, tmp_path):
   run = subprocess.run([sys.executable, '-c', _MESHES, str(data_dir),
                         str(tmp_path / 'checkpoints')], cwd=ROOT, env=_environment(devices=8),

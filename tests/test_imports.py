@@ -5,6 +5,8 @@ import site
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ('attention', 'benchmarks', 'configs', 'data', 'models', 'tasks', 'training')
 
@@ -25,6 +27,7 @@ def test_packages_import_from_the_repository_root():
     assert os.path.dirname(os.path.dirname(os.path.abspath(module.__file__))) == ROOT, name
 
 
+@pytest.mark.slow
 def test_entry_points_ignore_a_users_own_packages_of_the_same_names(tmp_path):
   """A user's `data/` (or `attention/`) in the working directory cannot shadow Attend's."""
   for name in ('data', 'attention'):

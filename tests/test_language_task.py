@@ -151,6 +151,7 @@ def test_continuations_stay_within_the_trained_positions(positions, window, want
   assert ('past the 128 the model was trained on' in caplog.text) == (expected < (wanted or 64))
 
 
+@pytest.mark.slow
 def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_path):
   pretrain = _tiny_lm('bert_pretrain', tmp_path / 'tfds', builder_config='default', seq_length=32)
   pretrained = str(tmp_path / 'pretrained')

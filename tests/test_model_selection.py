@@ -116,6 +116,7 @@ def test_eval_reads_a_best_without_regular_checkpoints(straight, tmp_path):
     training.evaluate_checkpoint(workdir, checkpoint='latest')
 
 
+@pytest.mark.slow
 def test_kill_9_and_resume_keeps_the_best(straight, data_dir, tmp_path):
   """Killed mid-run (after a best was saved, before the checkpoint recording it), then resumed:
   the same best step, value and parameters as the run that was never interrupted."""

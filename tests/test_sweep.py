@@ -74,6 +74,7 @@ def test_train_command_passes_every_override():
                          '--workdir=runs/x/seed=1']
 
 
+@pytest.mark.slow
 def test_sweep_trains_runs_side_by_side_reports_failures_resumes_and_skips_finished(tmp_path):
   base = {**TINY, 'dataset.data_dir': str(tmp_path / 'tfds')}
   config = sweep.apply(default.get_config(), base)

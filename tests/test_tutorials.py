@@ -26,6 +26,7 @@ def test_the_tutorial_opens_as_a_notebook(path):
   assert title.startswith(f'# Lecture {os.path.basename(path)[:3]}:'), title
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('path', TUTORIALS, ids=os.path.basename)
 def test_the_tutorial_runs_top_to_bottom(path, tmp_path):
   env = dict(os.environ, MPLBACKEND='Agg')
