@@ -15,12 +15,10 @@ Command:
   python train.py --config=configs/minilm_classifier.py --workdir=runs/minilm_trec
   python eval.py --workdir=runs/minilm_trec
   python train.py --config=configs/minilm_classifier.py:subj --workdir=runs/minilm_subj
-Result (2 cores of an AMD EPYC, CPU, heavily shared with other work): TREC test accuracy 96.8%
-(macro-F1 96.5%; WORKDIR/best = step 400, validation 95.6%), Kim 2014's best 93.6%; 31 min 14 s
-of wall time for training on the shared machine, 626 s of CPU time (about 5-6 min alone on 2
-cores, not measured). Subj (:subj, 10% test split of the one file): test accuracy 95.9%
-(WORKDIR/best = step 500, validation 95.2%), Kim's best 93.4%; 30 min 9 s of wall time on the
-shared machine, 1,049 s of CPU time. Details: docs/pretrained.md.
+Result (2 cores of an AMD EPYC, CPU): TREC test accuracy 96.8% (macro-F1 96.5%; WORKDIR/best =
+step 400, validation 95.6%), Kim 2014's best 93.6%; 5 min 38 s of wall time for training. Subj
+(:subj, 10% test split of the one file): test accuracy 95.9% (WORKDIR/best = step 500, validation
+95.2%), Kim's best 93.4%; 8 min 59 s of wall time for training. Details: docs/pretrained.md.
 """
 
 from models import pretrained
