@@ -56,6 +56,7 @@ class Copy(Task):
 
   interface = SequenceModel
   unit = 'bits'
+  selection_metric = 'sequence_accuracy'
   samples_header = 'length | wrong bits | input bits (one vector per group) | output bits'
 
   @staticmethod

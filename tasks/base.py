@@ -77,7 +77,8 @@ class Task(abc.ABC):
     samples_header: the first line of the samples file, naming the fields of each line.
     samples_file: the file in `eval/` that holds one line per predicted example.
     selection_metric: the validation metric that picks the best checkpoint by default
-      (`training.selection`; config.selection_metric overrides it).
+      (`training.selection`; config.selection_metric overrides it): the task's headline metric
+      where every validation has it, else the loss.
   """
 
   interface: ClassVar[type]

@@ -74,6 +74,7 @@ class Captioning(Task):
 
   interface = ImageCaptioner
   unit = 'tokens'
+  selection_metric = 'teacher_forced_exact_match'   # as translation: the outputs, not the loss
   samples_header = 'reference | caption'
 
   @staticmethod

@@ -58,6 +58,7 @@ class QuestionAnswering(Task):
 
   interface = QuestionAnswerer
   unit = 'examples'
+  selection_metric = 'accuracy'
   samples_header = 'question | answer | prediction | hop-1 sentence'
 
   @staticmethod

@@ -102,6 +102,9 @@ class Translation(Task):
 
   interface = EncoderDecoder
   unit = 'tokens'
+  # Label smoothing lets the loss rise while the outputs still improve (configs/default.py: loss
+  # lowest at step 500, exact match 95.6% there against 99.6% at 1500), so the outputs select.
+  selection_metric = 'teacher_forced_exact_match'
   samples_header = 'source | reference | hypothesis'
 
   @staticmethod

@@ -22,7 +22,7 @@ TINY = {'model.num_layers': 1, 'model.d_model': 16, 'model.num_heads': 2, 'model
         'dataset.max_input_length': 40, 'dataset.max_target_length': 40,
         'dataset.bucket_step': 48, 'num_train_steps': STEPS, 'eval_every_steps': 10,
         'checkpoint_every_steps': 20, 'log_every_steps': 1, 'num_eval_decode': 0,
-        'warmup_steps': 2, 'learning_rate': 0.01}
+        'warmup_steps': 2, 'learning_rate': 0.01, 'selection_metric': 'loss'}
 
 
 def _flags(data_dir):

@@ -34,7 +34,7 @@ def _training_fields() -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 500    # Orbax checkpoint interval (also saved at the end)
   c.keep_checkpoints = 3            # how many of the newest checkpoints are kept
   # Model selection (training/selection.py): the validation metric that picks WORKDIR/best/
-  # ('' = the task's: accuracy for classifiers, loss otherwise); its direction follows its name.
+  # ('' = the task's headline metric, Task.selection_metric); its direction follows its name.
   c.selection_metric = ''
   c.patience = 0                    # stop after this many evaluations without a new best (0 = off)
   c.num_eval_decode = 256           # validation examples predicted (decoded) in training (0 = none)
