@@ -8,9 +8,10 @@ the `pretrained` extra), read from the package's `model.zip`: nothing is downloa
 The architecture becomes `EncoderMLM`'s BERT options (post-norm, `norm_eps`, exact GELU,
 learned positions, token types, a LayerNorm over the embeddings, unscaled token rows); each
 tensor is mapped by the one table below (`EMBEDDINGS`, `LAYER` per layer, `MLM_HEAD`; torch's
-`[out, in]` linear weights transposed to `[in, out]` kernels). The tokenizer is the checkpoint's own `tokenizer.json`, read by the
-`tokenizers` package. Anything the loader cannot represent faithfully (another architecture, a
-relative position embedding, a missing or misshapen tensor) is a ValueError naming it.
+`[out, in]` linear weights transposed to `[in, out]` kernels). The tokenizer is the checkpoint's
+own `tokenizer.json`, read by the `tokenizers` package. Anything the loader cannot represent
+faithfully (another architecture, a relative position embedding, a missing or misshapen tensor)
+is a ValueError naming it.
 """
 
 import dataclasses

@@ -36,9 +36,10 @@ def _classify(graphdef: nnx.GraphDef, state: nnx.State, pixels: Array, pooled_ro
   """
   logits, weights = nnx.merge(graphdef, state).classify_image(pixels, return_attention=True)
   rollout = attention.attention_rollout(weights['self'])                # [B, T, T]
-  last = weights['self'][:, -1].mean(axis=1)                            # [B, T, T] heads averaged
   read = (lambda w: w.mean(axis=-2)) if pooled_row else (lambda w: w[..., 0, :])
-  return jax.nn.softmax(logits), read(rollout), read(last), read(weights['self'])
+  heads = read(weights['self'])                                          # [B, L, N, T]
+  # A row is linear in the weights, so the last layer's head-averaged map is its heads' mean.
+  return jax.nn.softmax(logits), read(rollout), heads[:, -1].mean(axis=1), heads
 
 
 class ImageClassification(Classification):

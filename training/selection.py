@@ -3,10 +3,11 @@ run stops early.
 
 The metric is `config.selection_metric`, or the task's own (`Task.selection_metric`: accuracy for
 classifiers and question answering, teacher-forced exact match for translation and captioning,
-sequence accuracy for copying, the loss for language models). Its direction is derived from its name here and nowhere else:
-losses, perplexities, bits and error rates are lowered, everything else (accuracy, F1, exact
-match, BLEU) is raised. The best so far travels in every checkpoint's metadata, so a resumed run
-keeps it, and its parameters are saved in WORKDIR/best/ (see `training.loop`).
+sequence accuracy for copying, the loss for language models). Its direction is derived from its
+name here and nowhere else: losses, perplexities, bits and error rates are lowered, everything
+else (accuracy, F1, exact match, BLEU) is raised. The best so far travels in every checkpoint's
+metadata, so a resumed run keeps it, and its parameters are saved in WORKDIR/best/ (see
+`training.loop`).
 """
 
 import dataclasses
