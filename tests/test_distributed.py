@@ -23,6 +23,7 @@ from training.checkpoints import Checkpointer
 from training.optim import make_optimizer
 from training.setup import build_state
 from training.steps import annotated_train_state
+from cpu_devices import cpu_environment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # configs/default.py shrunk; dropout stays on, so the runs also agree on their dropout masks. One
@@ -54,15 +55,6 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _environment(devices: int = 1) -> dict:
-  """CPU only (on a GPU machine too: these tests are about CPU collectives), `devices` each."""
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
-  env['XLA_FLAGS'] = ' '.join([*(f for f in env.get('XLA_FLAGS', '').split()
-                                 if 'device_count' not in f),
-                               f'--xla_force_host_platform_device_count={devices}'])
-  return env
-
-
 def _start(workdir, data_dir, steps: int, processes: int) -> list[subprocess.Popen]:
   """Starts train.py on the tiny default config as `processes` processes of one job."""
   command = [sys.executable, 'train.py', '--config=configs/default.py', f'--workdir={workdir}',
@@ -71,7 +63,7 @@ def _start(workdir, data_dir, steps: int, processes: int) -> list[subprocess.Pop
     command += [f'--coordinator_address=127.0.0.1:{_free_port()}',
                 f'--num_processes={processes}']
   return [subprocess.Popen(command + ([f'--process_id={i}'] if processes > 1 else []),
-                           cwd=ROOT, env=_environment(), text=True, stdout=subprocess.PIPE,
+                           cwd=ROOT, env=cpu_environment(), text=True, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT) for i in range(processes)]
 
 
@@ -193,7 +185,7 @@ print(json.dumps(report))
 @pytest.mark.slow
 def test_data_fsdp_and_tensor_parallel_agree_and_split_the_parameters(data_dir, tmp_path):
   run = subprocess.run([sys.executable, '-c', _MESHES, str(data_dir),
-                        str(tmp_path / 'checkpoints')], cwd=ROOT, env=_environment(devices=8),
+                        str(tmp_path / 'checkpoints')], cwd=ROOT, env=cpu_environment(devices=8),
                        capture_output=True, text=True, timeout=600)
   assert run.returncode == 0, run.stderr[-3000:]
   report = json.loads(run.stdout.splitlines()[-1])

@@ -25,6 +25,7 @@ from training.config import validate as validate_config
 from training.evaluation import split_metrics
 from training.setup import build_state
 from training.steps import annotated_train_state, create_train_state, merge_model, train_step
+from cpu_devices import cpu_environment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ('default', 'transformer', 'seq2seq_bahdanau', 'seq2seq_luong', 'transformer_base', 'tsv')
@@ -322,10 +323,8 @@ def sharded_step_metrics() -> dict:
 
 @pytest.mark.slow
 def test_eight_simulated_devices_match_one_device():
-  # The suite's XLA flags (tests/conftest.py) stay: without them this process compiles with
-  # XLA's full optimisation, twice as long.
-  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=' '.join(
-      [os.environ.get('XLA_FLAGS', ''), '--xla_force_host_platform_device_count=8']).strip())
+  # The suite's XLA flags stay: without them this process compiles at XLA's full optimisation.
+  env = cpu_environment(devices=8)
   script = 'import sys, json; sys.path.insert(0, "tests"); import test_training as t; ' \
            'print(json.dumps(t.sharded_step_metrics()))'
   result = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True,
