@@ -281,4 +281,6 @@ if __name__ == "__main__":
                       help=f"{DEFAULT!r} (the package) or a folder / .zip of a BERT checkpoint")
   parser.add_argument("--workdir", required=True)
   flags = parser.parse_args()
-  write_workdir(flags.checkpoint, flags.workdir)
+  # As train.py and eval.py: a user's mistake is one sentence on the terminal, not a traceback.
+  from training import failures  # pylint: disable=import-outside-toplevel
+  failures.run("models.pretrained", lambda: write_workdir(flags.checkpoint, flags.workdir))
