@@ -18,6 +18,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import tempfile
 import zipfile
 from typing import Any
 
@@ -248,24 +249,32 @@ def write_workdir(checkpoint: str, workdir: str) -> None:
   from tasks.base import VOCAB_DIR  # pylint: disable=import-outside-toplevel
   from training import checkpoints, optim, steps  # pylint: disable=import-outside-toplevel
   from training.workdir import record_config  # pylint: disable=import-outside-toplevel
-  if os.path.isdir(os.path.join(workdir, "checkpoints")):   # a step 0 there would be kept
-    raise ValueError(f"--workdir={workdir} already holds checkpoints/; convert into a new "
-                     "directory.")
+  if os.path.exists(workdir) and not (os.path.isdir(workdir) and not os.listdir(workdir)):
+    raise ValueError(f"--workdir={workdir} exists and is not an empty directory; convert into a "
+                     "new one.")
   config = minilm_mlm.get_config(checkpoint)
   config.init_from = ""                      # its weights are its own step 0
   read_checkpoint = read(checkpoint)
   model, report = load_model(read_checkpoint, seed=config.seed)
   tokenizer = PretrainedTokenizer(read_checkpoint.tokenizer_json)
-  save_tokenizers(os.path.join(workdir, VOCAB_DIR), tokenizer, tokenizer, dataset=checkpoint)
-  saver = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=None)
-  # The first batch's position (data.pipeline), so train.py can also continue this run in place.
-  saver.save(steps.create_train_state(model, optim.make_optimizer(config)),
-             dict(data=dict(epoch=0, batch=0), pretrained=checkpoint))
-  saver.wait()
-  saver.close()
-  record_config(workdir, config, 0)
-  with open(os.path.join(workdir, "pretrained.json"), "w", encoding="utf-8") as f:
-    json.dump(dict(checkpoint=checkpoint, **report), f, indent=1)
+  parent = os.path.dirname(os.path.abspath(workdir))
+  os.makedirs(parent, exist_ok=True)
+  # Written beside the workdir and moved in whole, so a failure part-way (a full disk, Ctrl-C)
+  # leaves no half-written workdir that a second try would refuse.
+  with tempfile.TemporaryDirectory(prefix=".attend-convert-", dir=parent) as staged:
+    save_tokenizers(os.path.join(staged, VOCAB_DIR), tokenizer, tokenizer, dataset=checkpoint)
+    saver = checkpoints.Checkpointer(os.path.join(staged, "checkpoints"), max_to_keep=None)
+    # The first batch's position (data.pipeline), so train.py can also continue this run in place.
+    saver.save(steps.create_train_state(model, optim.make_optimizer(config)),
+               dict(data=dict(epoch=0, batch=0), pretrained=checkpoint))
+    saver.wait()
+    saver.close()
+    record_config(staged, config, 0)
+    with open(os.path.join(staged, "pretrained.json"), "w", encoding="utf-8") as f:
+      json.dump(dict(checkpoint=checkpoint, **report), f, indent=1)
+    os.makedirs(workdir, exist_ok=True)
+    for name in sorted(os.listdir(staged)):
+      os.rename(os.path.join(staged, name), os.path.join(workdir, name))
   head = ("its masked-LM head" if not report["fresh"] else
           "a NEW masked-LM head (the checkpoint has no cls.predictions.*; seed "
           f"{config.seed}, decoder tied to the word embeddings: train it with "

@@ -220,6 +220,17 @@ def _mlm_config(checkpoint, init_from, text_path, seq_length):
   return config
 
 
+def test_a_conversion_that_fails_part_way_leaves_no_workdir_behind(tiny, tmp_path, monkeypatch):
+  from training import workdir  # pylint: disable=import-outside-toplevel
+
+  def disk_full(*args):
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(workdir, "record_config", disk_full)   # after vocab/ and the checkpoint
+  with pytest.raises(OSError, match="No space left"):
+    pretrained.write_workdir(str(tiny[0]), str(tmp_path / "converted"))
+  assert sorted(path.name for path in tmp_path.iterdir()) == []   # nor a staging folder
+
+
 def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tiny, tmp_path):
   from configs import minilm_mlm  # pylint: disable=import-outside-toplevel
   from data import language  # pylint: disable=import-outside-toplevel
@@ -228,7 +239,7 @@ def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tin
                                   load_config)
   folder, converted = str(tiny[0]), str(tmp_path / "converted")
   pretrained.write_workdir(folder, converted)
-  with pytest.raises(ValueError, match="already holds checkpoints/; convert into a new"):
+  with pytest.raises(ValueError, match="exists and is not an empty directory; convert into a new"):
     pretrained.write_workdir(folder, converted)
   # The converted workdir is step 0 of configs/minilm_mlm.py: its config is that file's.
   expected = minilm_mlm.get_config(folder)
