@@ -241,7 +241,8 @@ def load(checkpoint: str = DEFAULT, **kwargs: Any):
 def write_workdir(checkpoint: str, workdir: str) -> None:
   """Writes the checkpoint as an Attend workdir: step 0 of configs/minilm_mlm.py (its config.json
   and optimizer; the tokenizer in vocab/; what was loaded or initialised in pretrained.json). It is
-  the `config.init_from` of configs/minilm_*.py, and eval.py reads it as the frozen model."""
+  the `config.init_from` of configs/minilm_*.py, and eval.py reads it as the frozen model.
+  `workdir` must be new or an empty directory."""
   # The entry point's imports: a workdir is training's format, its config the configs' (a
   # sentence encoder has no masked-LM head, so the config that trains one describes it).
   from configs import minilm_mlm  # pylint: disable=import-outside-toplevel
@@ -249,7 +250,7 @@ def write_workdir(checkpoint: str, workdir: str) -> None:
   from tasks.base import VOCAB_DIR  # pylint: disable=import-outside-toplevel
   from training import checkpoints, optim, steps  # pylint: disable=import-outside-toplevel
   from training.workdir import record_config  # pylint: disable=import-outside-toplevel
-  if os.path.exists(workdir) and not (os.path.isdir(workdir) and not os.listdir(workdir)):
+  if os.path.exists(workdir) and (not os.path.isdir(workdir) or os.listdir(workdir)):
     raise ValueError(f"--workdir={workdir} exists and is not an empty directory; convert into a "
                      "new one.")
   config = minilm_mlm.get_config(checkpoint)
