@@ -10,7 +10,6 @@ the same proportion. `digit_splits` is the one place the split assignment is mad
 import functools
 
 import numpy as np
-from sklearn import datasets
 import tensorflow_datasets as tfds
 
 LABELS = tuple(str(d) for d in range(10))
@@ -29,6 +28,9 @@ def digit_splits() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     `[N, 8, 8]` in 0..255, labels int64 `[N]` in 0..9, in the order of `load_digits()`. The
     arrays are read-only (they are cached and shared).
   """
+  # Imported here: scikit-learn takes over a second to import, which every train.py and eval.py
+  # would otherwise pay, whatever the task.
+  from sklearn import datasets  # pylint: disable=import-outside-toplevel
   digits = datasets.load_digits()
   images = np.round(digits.images * (255 / 16)).astype(np.uint8)  # [1797, 8, 8]
   labels = digits.target.astype(np.int64)                          # [1797]
