@@ -11,8 +11,9 @@ Command (TREC, split as configs/classification_tsv.py splits it):
   python -m benchmarks.ngram_baseline --config=configs/classification_tsv.py \\
       --config.dataset.tsv_path=../shared/data/trec/train.tsv \\
       --config.dataset.test_path=../shared/data/trec/test.tsv
-Result (2 cores of an AMD EPYC, CPU, 20 s): unigrams and bigrams with C = 1 are best on
-validation (86.9% of 550), test accuracy 89.8%; unigrams alone 84.5% -> 86.0%.
+Result (2 cores of an AMD EPYC, CPU): TREC, unigrams and bigrams with C = 1 best on validation
+(86.9% of 550), test accuracy 89.8%, in 31 s. Subj, the ten folds of configs/classification_tsv.py
+(`--config.dataset.num_folds=10 --config.dataset.fold=K`): 91.4 +- 1.2%, 15 to 25 s a fold.
 """
 
 import tempfile
