@@ -19,15 +19,18 @@ Result (2 cores of an AMD EPYC, CPU): TREC, unigrams and bigrams with C = 1 best
 import tempfile
 
 import numpy as np
-from absl import app, flags
+from absl import app
 from ml_collections import config_flags
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.svm import LinearSVC
 
 from data import classification
+from training import failures
 
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/classification_tsv.py',
-                                          'A classification config; only its dataset is read.')
+PROGRAM = 'benchmarks.ngram_baseline'
+with failures.flag_errors(PROGRAM):   # the config file is read here
+  _CONFIG = config_flags.DEFINE_config_file('config', 'configs/classification_tsv.py',
+                                            'A classification config; only its dataset is read.')
 NGRAM_RANGES = ((1, 1), (1, 2), (1, 3))
 COSTS = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0)
 
@@ -47,19 +50,19 @@ def select_and_test(train, validation, test) -> list[dict]:
     # Pieces are the pipeline's words: split on whitespace, punctuation already separated.
     vectorizer = CountVectorizer(ngram_range=ngrams, token_pattern=r'\S+', lowercase=False,
                                  binary=True).fit(train[0])
-    features = [vectorizer.transform(split[0]) for split in (train, validation, test)]
+    features = [vectorizer.transform(split[0]) for split in (train, validation)]
     for cost in COSTS:
       svm = LinearSVC(C=cost, max_iter=20000).fit(features[0], train[1])
       rows.append(dict(ngrams=ngrams, C=cost, validation=svm.score(features[1], validation[1])))
       if best is None or rows[-1]['validation'] > best[0]['validation']:
-        best = rows[-1], svm, features[2]
-  best[0]['test'] = best[1].score(best[2], test[1])
+        best = rows[-1], vectorizer, svm
+  row, vectorizer, svm = best
+  row['test'] = svm.score(vectorizer.transform(test[0]), test[1])
   return rows
 
 
-def main(argv):
-  del argv
-  dataset = _CONFIG.value.dataset
+def report(dataset) -> None:
+  """Prints the validation table of `dataset` (a config's) and the chosen pair's test accuracy."""
   with tempfile.TemporaryDirectory() as vocab_dir:   # build() saves a vocabulary; none is kept
     labeled = classification.build(dataset, vocab_dir)
   splits = [texts_and_labels(labeled, getattr(dataset, f'{name}_split'))
@@ -77,5 +80,11 @@ def main(argv):
         f"{100 * chosen['test']:.1f}%.")
 
 
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  failures.run(PROGRAM, lambda: report(_CONFIG.value.dataset))   # a user's mistake: one sentence
+
+
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=failures.parse_flags)

@@ -44,3 +44,14 @@ def test_the_command_reads_the_tsv_config_splits(tmp_path):
   # classification_tsv.py holds out a tenth for validation and 5% for test, by distinct text.
   assert '204 train, 24 validation, 12 test texts of tsv_classification' in run.stdout
   assert 'test accuracy 100.0%' in run.stdout
+
+
+def test_a_missing_file_is_one_sentence_naming_its_field(tmp_path):
+  run = subprocess.run(
+      [sys.executable, '-m', 'benchmarks.ngram_baseline',
+       f'--config.dataset.tsv_path={tmp_path / "missing.tsv"}'],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1 and run.stdout == ''
+  assert run.stderr.strip().splitlines() == [
+      f"benchmarks.ngram_baseline: config.dataset.tsv_path: no such file: "
+      f"'{tmp_path / 'missing.tsv'}'."]
