@@ -10,7 +10,7 @@ launcher such as SLURM or Open MPI is detected without them; see the README).
 Config fields (override any with --config.FIELD=VALUE): the training fields, each with its default
 and meaning, are in training/config.py; config.model's are the model's constructor arguments
 (models/, listed by models.default_config(name)); config.dataset's are the task's data schema
-(e.g. data/config.py). One run at a time holds a workdir; its log is WORKDIR/train.log.
+(e.g. data/translation.py). One run at a time holds a workdir; its log is WORKDIR/train.log.
 """
 
 from training import allocator

@@ -89,7 +89,7 @@ import models
 from benchmarks import linen_peer, turns
 from benchmarks.train_bench import peer_model_config
 from configs import default, gpt_text, seq2seq_bahdanau, seq2seq_luong, transformer_base
-from data import BOS_ID, PAD_ID
+from data.tokenizers import BOS_ID, PAD_ID
 from models import decoding
 from models.language import DecoderLM
 from models.seq2seq import Seq2Seq

@@ -33,7 +33,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from data import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
+from data.tokenizers import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
 
 _EPS = 1e-6
 _GLOROT = nn.initializers.xavier_uniform()  # Attend's `models.layers.dense` initialiser

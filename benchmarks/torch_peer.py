@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from data import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
+from data.tokenizers import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
 
 
 

@@ -60,7 +60,7 @@ import models
 from benchmarks import linen_peer, turns
 from benchmarks.attention_bench import matmul_peak_gflops
 from configs import default, seq2seq_bahdanau, transformer_base
-from data import BOS_ID, PAD_ID
+from data.tokenizers import BOS_ID, PAD_ID
 from tasks.translation import teacher_forced_loss
 from training import sharding
 from training.optim import learning_rate_schedule

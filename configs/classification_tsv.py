@@ -1,7 +1,7 @@
 """HAN on a local file of `text<TAB>label` lines (the common export format of labelling tools).
 
 Classes are the distinct labels of the training file; lines without a tab or with an empty side
-are skipped and counted. The splits (data/tsv_classification.py, docs/real_corpora.md):
+are skipped and counted. The splits (data/readers/tsv_classification.py, docs/real_corpora.md):
 - `dataset.tsv_path`: the training file. `dataset.validation_path` and `dataset.test_path` name
   files of their own where the corpus has them (an official test set);
 - a split without a file is cut from tsv_path: `dataset.validation_fraction` and

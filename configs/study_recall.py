@@ -26,7 +26,7 @@ softmax and the window are unchanged. docs/studies.md.
 import itertools
 
 from configs import gpt_mqar
-from data.mqar import RECALL_PAIRS
+from data.builders.mqar import RECALL_PAIRS
 
 WIDTHS = (64, 128)
 WINDOW = 16

@@ -1,30 +1,21 @@
-"""Attend's data: offline TFDS datasets, tokenizers, and resumable batches of NumPy arrays.
+"""Attend's data, in rooms by role. Nothing is imported here: import the module you need.
 
-Importing this package registers the TFDS builders `number_words`, `dates` and `tsv_parallel`.
+- One module per task, named after the task in `tasks/` it serves, each with its
+  `config.dataset` schema (`default_config`, `validate_config`) and `build(...)`:
+  `translation`, `classification`, `language` (with `language_sources`), `image_classification`,
+  `captioning`, `question_answering`, `algorithmic`.
+- `builders/`: the TFDS datasets Attend generates offline and deterministically (number words,
+  dates, digits, digit captions, key-sentence documents, associative recall, bAbI-style stories).
+- `readers/`: the readers of users' own files (TSV corpora, image folders, the original bAbI
+  files), each a TFDS builder prepared offline from the file.
+- Shared: `tfds_reading` (a builder from `config.dataset`, a split read whole), `schema` (the
+  checks every dataset schema shares), `tokenizers` (special ids `<pad>`=0, `<bos>`=1, `<eos>`=2,
+  `<unk>`=3, the same in every vocabulary) and `pretrained_tokenizer`, `text` (preprocessing),
+  `sentences` (a sentence splitter), `pipeline` (resumable, fixed-shape batches).
 
-    task = data.build_task(config.dataset, workdir)       # see data.default_config() for fields
-    it = task.batches('train', batch_size=64, shuffle=True, seed=0)
+    from data import translation
+    translation_data = translation.build(config.dataset, workdir)
+    it = translation_data.batches('train', batch_size=64, shuffle=True, seed=0)
     batch = next(it)   # {'inputs': int32 [B, S], 'targets': int32 [B, T], 'index': int32 [B]}
     state = it.get_state()                                 # {'epoch': 0, 'batch': 1}
-
-Special ids, the same in every vocabulary: `<pad>`=0, `<bos>`=1, `<eos>`=2, `<unk>`=3.
 """
-
-from data.config import default_config, validate_config
-from data.dates import Dates, DatesConfig
-from data.number_words import NumberWords, NumberWordsConfig
-from data.pipeline import BatchIterator, EncodedSplit
-from data.task import Task, build_task
-from data.text import TextOptions
-from data.tokenizers import (BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID, CharTokenizer,
-                             SentencePieceTokenizer, WordTokenizer, build_tokenizer,
-                             load_tokenizers, save_tokenizers)
-from data.tsv_parallel import TsvParallel, TsvParallelConfig, config_for_path
-
-__all__ = [
-    "BOS_ID", "BatchIterator", "CharTokenizer", "Dates", "DatesConfig", "EOS_ID", "EncodedSplit",
-    "NumberWords", "NumberWordsConfig", "PAD_ID", "SPECIAL_TOKENS", "SentencePieceTokenizer",
-    "Task", "TextOptions", "TsvParallel", "TsvParallelConfig", "UNK_ID", "WordTokenizer",
-    "build_task", "build_tokenizer", "config_for_path", "default_config", "load_tokenizers",
-    "save_tokenizers", "validate_config",
-]

@@ -23,11 +23,12 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import key_sentence, tsv_classification
-from data.config import checked_fields
-from data.pipeline import BatchIterator, check_batch_args, placeholder_split
+from data.builders import key_sentence
+from data.readers import tsv_classification
+from data.schema import checked_fields
+from data.pipeline import PaddedBatches, check_batch_args, placeholder_split
 from data.sentences import split_sentences
-from data.task import as_text, make_builder, read_all, read_split  # Shared TFDS reading.
+from data.tfds_reading import as_text, make_builder, read_all, read_split
 from data.text import TextOptions
 from data.tokenizers import MANIFEST, PAD_ID, WordTokenizer, load_tokenizers, save_tokenizers
 
@@ -42,7 +43,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.name = "key_sentence_docs"  # 'key_sentence_docs', 'tsv_classification' or a TFDS dataset.
   c.builder_config = ""         # TFDS builder config; '' = the default.
   c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
-  # tsv_classification: files of 'text<TAB>label' lines (data/tsv_classification.py).
+  # tsv_classification: files of 'text<TAB>label' lines (data/readers/tsv_classification.py).
   c.tsv_path = ""               # The training file (the held-out splits are cut from it too).
   c.validation_path = ""        # The validation file; '' = validation_fraction of tsv_path.
   c.test_path = ""              # The test file; '' = test_fraction of tsv_path (or a fold).
@@ -278,8 +279,8 @@ class LabeledText:
         bucket_step=self.config.bucket_step)
 
 
-class ClassificationBatches(BatchIterator):
-  """Batches `{'inputs', 'labels', 'index'}` of one split, planned as `BatchIterator` plans.
+class ClassificationBatches(PaddedBatches):
+  """Batches `{'inputs', 'labels', 'index'}` of one split, planned as `PaddedBatches` plans.
 
   The parent's plan (length-sorted pools, `seed + epoch` shuffles, host slices) and its
   `get_state`/`set_state` are used as they are: it is given each example's extents (sentences

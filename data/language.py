@@ -26,12 +26,12 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from data import key_sentence, mqar
-from data.config import checked_fields
-from data.pipeline import BatchIterator, check_batch_args, placeholder_split
-from data.task import make_builder
+from data.builders import key_sentence, mqar
+from data.schema import checked_fields
+from data.pipeline import PaddedBatches, check_batch_args, placeholder_split
+from data.tfds_reading import make_builder
 from data.text import TextOptions
-from data.text_sources import (TEXT_FILE, Example, feature_keys, read_text_file, read_tfds,
+from data.language_sources import (TEXT_FILE, Example, feature_keys, read_text_file, read_tfds,
                                split_text_file)
 from data.tokenizers import (EOS_ID, PAD_ID, VOCAB_KINDS, Tokenizer, build_tokenizer,
                              load_tokenizers, save_tokenizers)
@@ -266,8 +266,8 @@ class LanguageData:
                            process_count=process_count)
 
 
-class LanguageBatches(BatchIterator):
-  """Batches of one split's rows, planned and resumed as `BatchIterator` does.
+class LanguageBatches(PaddedBatches):
+  """Batches of one split's rows, planned and resumed as `PaddedBatches` does.
 
   Every row is given the same placeholder length: rows have one fixed shape, so sorting by
   length would save no padding and only make training batches less random. The plan thus keeps

@@ -112,7 +112,7 @@ def encode_split(name: str, sources: Sequence[list[int]], targets: Sequence[list
 def placeholder_split(source_lengths: np.ndarray, target_lengths: np.ndarray) -> EncodedSplit:
   """An `EncodedSplit` of zero ids with the given per-row lengths; row k has index k.
 
-  Lets a `BatchIterator` subclass that holds its rows as dense arrays reuse the parent's plan
+  Lets a `PaddedBatches` subclass that holds its rows as dense arrays reuse the parent's plan
   (length-sorted pools, `seed + epoch` shuffles, host slices) and `get_state`/`set_state`: the
   plan reads only the lengths, and the subclass's `_assemble` reads its own arrays.
 
@@ -165,7 +165,7 @@ def _gather(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int)
   return np.where(cols < lengths, flat[positions], PAD_ID).astype(np.int32)
 
 
-class BatchIterator:
+class PaddedBatches:
   """Padded batches `{'inputs' [B, S], 'targets' [B, T], 'index' [B]}` of one split, resumable.
 
   Every epoch visits each kept example exactly once; its last batch may be partial and is then
@@ -175,7 +175,7 @@ class BatchIterator:
   def __init__(self, encoded: EncodedSplit, *, batch_size: int, shuffle: bool, seed: int,
                num_epochs: int | None, process_index: int, process_count: int,
                bucket_step: int):
-    """See `data.Task.batches`; `batch_size` is global, this host yields its share of rows."""
+    """See `data.translation.TranslationData.batches`; `batch_size` is global, this host yields its share of rows."""
     self._encoded = encoded
     self._batch_size = batch_size
     self._host_rows = batch_size // process_count
@@ -220,7 +220,7 @@ class BatchIterator:
     """`rows` stably sorted by source length, then target length."""
     return rows[np.lexsort((self._target_lengths[rows], self._source_lengths[rows]))]
 
-  def __iter__(self) -> "BatchIterator":
+  def __iter__(self) -> "PaddedBatches":
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
@@ -273,8 +273,8 @@ class BatchIterator:
 BatchTransform = Callable[[dict[str, np.ndarray], np.random.Generator], dict[str, np.ndarray]]
 
 
-class DenseBatches(BatchIterator):
-  """Fixed-shape batches of dense per-example arrays, planned as `BatchIterator` plans.
+class DenseBatches(PaddedBatches):
+  """Fixed-shape batches of dense per-example arrays, planned as `PaddedBatches` plans.
 
   Every example has the same shape, so the parent's plan is given equal placeholder lengths
   (see `placeholder_split`): shuffled training epochs with `seed + epoch`, the split's order for
@@ -292,7 +292,7 @@ class DenseBatches(BatchIterator):
       transform: applied to this host's real rows of each batch with a generator seeded from
         `(seed, epoch, batch, first row of this host)`, so a restored iterator transforms
         exactly as the saved one would have; e.g. data augmentation, normalization.
-      **kwargs: the `BatchIterator` arguments but `encoded` and `bucket_step`.
+      **kwargs: the `PaddedBatches` arguments but `encoded` and `bucket_step`.
     """
     lengths = {len(a) for a in arrays.values()}
     if len(lengths) != 1:

@@ -8,7 +8,7 @@ returns what the pretrained model was trained on, `[CLS] pieces [SEP]` for BERT'
 
 from collections.abc import Iterable
 
-from data.tokenizers import PAD_ID
+from data.special_ids import PAD_ID
 
 
 class PretrainedTokenizer:

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Sequence
 from etils import epath
 import sentencepiece as spm
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+from data.pretrained_tokenizer import PretrainedTokenizer
+from data.special_ids import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+
 VOCAB_KINDS = ("char", "word", "sentencepiece")
 MANIFEST = "vocab.json"
 
@@ -279,7 +280,6 @@ def load_tokenizers(directory: str) -> tuple[Tokenizer, Tokenizer] | None:
     if entry["kind"] == "sentencepiece":
       return SentencePieceTokenizer((directory / entry["model_file"]).read_bytes())
     if entry["kind"] == "pretrained":
-      from data.pretrained_tokenizer import PretrainedTokenizer  # needs `tokenizers`
       return PretrainedTokenizer((directory / entry["model_file"]).read_text())
     return _VOCAB_CLASSES[entry["kind"]](entry["vocab"])
 

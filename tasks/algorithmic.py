@@ -1,6 +1,6 @@
 """Algorithmic tasks: the Neural Turing Machine's copy task, bits in and the same bits out.
 
-Reads `data/copy_task.py` (random bit vectors, a delimiter, then blank steps to write them back
+Reads `data/algorithmic.py` (random bit vectors, a delimiter, then blank steps to write them back
 on), trains a `models.SequenceModel` (the NTM or its LSTM baseline) with sigmoid cross-entropy on
 the output steps, and measures the bit error rate (thresholded outputs that differ from the
 target bits) and how many sequences come back without a single wrong bit. The picture is the
@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from data import copy_task
+from data import algorithmic
 from models.interfaces import SequenceModel
 from tasks import pictures
 from tasks.base import Batch, EvalOptions, Task
@@ -61,11 +61,11 @@ class Copy(Task):
 
   @staticmethod
   def dataset_config():
-    return copy_task.default_config()
+    return algorithmic.default_config()
 
   def __init__(self, config, workdir: str):
     del workdir  # nothing is derived from the data
-    self.data = copy_task.build(config.dataset)
+    self.data = algorithmic.build(config.dataset)
 
   def model_args(self) -> dict[str, Any]:
     return dict(input_size=self.data.width + 1, output_size=self.data.width)

@@ -1,6 +1,6 @@
 """Image captioning: an image in, a sentence out, each word generated from attention over regions.
 
-Reads a captioning dataset of `data/captions.py` (the generated digit captions, built from the
+Reads a captioning dataset of `data/captioning.py` (the generated digit captions, built from the
 real handwritten digits with every digit's box recorded, or a TFDS captioning dataset), trains a
 `models.ImageCaptioner` (CNN or ViT regions; GRU decoder with additive attention as in "Show,
 Attend and Tell", or a Transformer decoder) with label-smoothed cross-entropy plus, with
@@ -22,7 +22,7 @@ import sacrebleu
 from flax import nnx
 
 import attention
-from data import captions
+from data import captioning
 from models import decoding
 from models.interfaces import ImageCaptioner
 from tasks import pictures
@@ -79,10 +79,10 @@ class Captioning(Task):
 
   @staticmethod
   def dataset_config():
-    return captions.default_config()
+    return captioning.default_config()
 
   def __init__(self, config, workdir: str):
-    self.data = captions.build(config.dataset, os.path.join(workdir, VOCAB_DIR))
+    self.data = captioning.build(config.dataset, os.path.join(workdir, VOCAB_DIR))
     self.tokenizer = self.data.tokenizer
     self.label_smoothing = config.label_smoothing
     self.attention_penalty = config.attention_penalty

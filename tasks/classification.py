@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from data import classification as labeled
+from data import classification
 from models.interfaces import Classifier
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, Task
@@ -91,10 +91,10 @@ class Classification(Task):
 
   @staticmethod
   def dataset_config():
-    return labeled.default_config()
+    return classification.default_config()
 
   def __init__(self, config, workdir: str):
-    self.data = labeled.build(config.dataset, os.path.join(workdir, VOCAB_DIR))
+    self.data = classification.build(config.dataset, os.path.join(workdir, VOCAB_DIR))
     self.tokenizer = self.data.tokenizer
     self.label_names = list(self.data.label_names)
     self.label_smoothing = config.label_smoothing

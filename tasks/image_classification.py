@@ -1,6 +1,6 @@
 """Image classification: an image in, one label out; where a Vision Transformer looks, drawn.
 
-Reads an image dataset of `data/images.py` (scikit-learn's handwritten digits, a local image
+Reads an image dataset of `data/image_classification.py` (scikit-learn's handwritten digits, a local image
 folder, or a TFDS image dataset such as mnist or cifar10), trains a `models.ImageClassifier`
 (the ViT) with label-smoothed cross-entropy, and evaluates accuracy, macro-F1, per-class
 precision and recall and the confusion matrix. Each drawn example shows the image beside two
@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 import attention
-from data import images
+from data import image_classification
 from models.interfaces import ImageClassifier
 from tasks import pictures
 from tasks.base import Batch
@@ -54,11 +54,11 @@ class ImageClassification(Classification):
 
   @staticmethod
   def dataset_config():
-    return images.default_config()
+    return image_classification.default_config()
 
   def __init__(self, config, workdir: str):  # pylint: disable=super-init-not-called
     del workdir  # nothing is derived from the data but the normalisation, computed each time
-    self.data = images.build(config.dataset)
+    self.data = image_classification.build(config.dataset)
     self.label_names = list(self.data.label_names)
     self.label_smoothing = config.label_smoothing
 

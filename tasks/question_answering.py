@@ -1,6 +1,6 @@
 """Question answering over a story: a memory network reads the story's sentences, hop by hop.
 
-Reads a bAbI-style dataset of `data/qa.py` (Attend's generated tasks 1, 2 and 16, or the original
+Reads a bAbI-style dataset of `data/question_answering.py` (Attend's generated tasks 1, 2 and 16, or the original
 bAbI files from a local folder), trains a `models.QuestionAnswerer` (MemN2N) with cross-entropy on
 the answer word, and evaluates answer accuracy and, since every example records its supporting
 sentences, the supporting-fact hit rate of each hop: how often the hop's strongest weight lands
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from data import qa
+from data import question_answering
 from models.interfaces import QuestionAnswerer
 from tasks import pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
@@ -63,10 +63,10 @@ class QuestionAnswering(Task):
 
   @staticmethod
   def dataset_config():
-    return qa.default_config()
+    return question_answering.default_config()
 
   def __init__(self, config, workdir: str):
-    self.data = qa.build(config.dataset, os.path.join(workdir, VOCAB_DIR))
+    self.data = question_answering.build(config.dataset, os.path.join(workdir, VOCAB_DIR))
     self.tokenizer = self.data.tokenizer
     self.label_smoothing = config.label_smoothing
 

@@ -17,7 +17,7 @@ import sacrebleu
 from flax import nnx
 
 import attention
-import data
+from data import translation
 from models import decoding
 from models.interfaces import EncoderDecoder
 from tasks import picture_weights, pictures
@@ -109,10 +109,10 @@ class Translation(Task):
 
   @staticmethod
   def dataset_config():
-    return data.default_config()
+    return translation.default_config()
 
   def __init__(self, config, workdir: str):
-    self.data = data.build_task(config.dataset, os.path.join(workdir, VOCAB_DIR))
+    self.data = translation.build(config.dataset, os.path.join(workdir, VOCAB_DIR))
     self.source_tokenizer = self.data.source_tokenizer
     self.target_tokenizer = self.data.target_tokenizer
     self.target_vocab = config.dataset.target_vocab

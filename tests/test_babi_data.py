@@ -6,7 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from data import babi, babi_files, qa
+from data import question_answering as qa
+from data.builders import babi
+from data.readers import babi_files
 from data.tokenizers import PAD_ID
 
 

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from data import classification, key_sentence, language, tsv_classification
+from data import classification, language
+from data.builders import key_sentence
+from data.readers import tsv_classification
 from data.sentences import split_sentences
 
 

@@ -8,7 +8,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 import data  # noqa: F401  (registers the builders)
-from data import dates, number_words, tsv_parallel
+from data.builders import dates, number_words
+from data.readers import tsv_parallel
 
 
 def _read(builder: tfds.core.DatasetBuilder) -> dict[str, list[tuple[str, str]]]:

@@ -6,7 +6,7 @@ import logging
 import numpy as np
 import pytest
 
-from data.pipeline import BatchIterator, encode_split
+from data.pipeline import PaddedBatches, encode_split
 
 # Example k has source length SOURCE_LENGTHS[k] filled with id 5 + k (EOS comes on top).
 SOURCE_LENGTHS = [3, 9, 1, 5, 2]
@@ -32,7 +32,7 @@ def _random_encoded(n=300):
 def _iterator(encoded, **kwargs):
   args = {"batch_size": 2, "shuffle": False, "seed": 0, "num_epochs": 1, "process_index": 0,
           "process_count": 1, "bucket_step": 4, **kwargs}
-  return BatchIterator(encoded, **args)
+  return PaddedBatches(encoded, **args)
 
 
 def test_encode_appends_eos_and_stores_flat():

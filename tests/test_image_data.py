@@ -9,8 +9,10 @@ from PIL import Image
 from sklearn import datasets
 import tensorflow_datasets as tfds
 
-from data import captions, digit_captions, digits, image_folder, images
-from data.task import read_all
+from data import captioning, image_classification
+from data.builders import digit_captions, digits
+from data.readers import image_folder
+from data.tfds_reading import read_all
 from data.tokenizers import EOS_ID, MANIFEST, PAD_ID
 
 
@@ -22,7 +24,7 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def digit_data(data_dir):
-  return images.build({"data_dir": data_dir, "shift": 1})
+  return image_classification.build({"data_dir": data_dir, "shift": 1})
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,7 @@ def vocab_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def caption_data(data_dir, vocab_dir):
-  return captions.build({"builder_config": "small", "data_dir": data_dir}, str(vocab_dir))
+  return captioning.build({"builder_config": "small", "data_dir": data_dir}, str(vocab_dir))
 
 
 def _rows(pixels, labels):
@@ -101,7 +103,7 @@ def test_image_folder_class_layout(tmp_path, rng):
       name: [rng.integers(0, 256, (4, 6, 3), dtype=np.uint8) for _ in range(5)]
       for name in ("cat", "dog")})
   (tmp_path / "pets" / "README.txt").write_text("Files directly in the root are ignored.")
-  data = images.build({"name": "image_folder", "folder": str(tmp_path / "pets"),
+  data = image_classification.build({"name": "image_folder", "folder": str(tmp_path / "pets"),
                        "data_dir": str(tmp_path / "tfds")})
   assert data.label_names == ["cat", "dog"] and data.image_shape == (4, 6, 3)
   splits = {s: _rows(data.pixels(s), data.labels(s)) for s in ("train", "validation", "test")}
@@ -119,7 +121,7 @@ def test_image_folder_split_layout_and_new_config_on_edit(tmp_path, rng):
 
   train = _write(root / "train", {"a": make(2), "b": make(1)})
   test = _write(root / "test", {"a": make(1), "b": make(1)})
-  data = images.build({"name": "image_folder", "folder": str(root),
+  data = image_classification.build({"name": "image_folder", "folder": str(root),
                        "data_dir": str(tmp_path / "tfds")})
   assert data.image_shape == (5, 3, 1)
   assert _rows(data.pixels("train"), data.labels("train")) == train
@@ -150,7 +152,7 @@ def test_image_folder_rejects_bad_folders_before_preparing(tmp_path, rng, case, 
   elif case == "not_an_image":
     (root / "a" / "notes.txt").write_text("not a picture")
   with pytest.raises(ValueError, match=message):
-    images.build({"name": "image_folder", "folder": str(root), "data_dir": str(tmp_path / "d")})
+    image_classification.build({"name": "image_folder", "folder": str(root), "data_dir": str(tmp_path / "d")})
   assert not (tmp_path / "d").exists()
 
 
@@ -164,7 +166,7 @@ def test_image_folder_rejects_bad_folders_before_preparing(tmp_path, rng, case, 
 ])
 def test_bad_image_configs(data_dir, config, error, message):
   with pytest.raises(error, match=message):
-    images.build({"data_dir": data_dir, **config})
+    image_classification.build({"data_dir": data_dir, **config})
 
 
 def test_eval_batches_pad_and_normalize(digit_data):
@@ -223,9 +225,9 @@ def test_training_batches_shift_resume_and_split_over_hosts(digit_data):
 def test_tfds_image_datasets_by_name_under_mock_data(tmp_path):
   """mnist from TFDS's registry gives batches; images of several shapes name the split."""
   with tfds.testing.mock_data(num_examples=10):
-    mnist = images.build({"name": "mnist", "data_dir": str(tmp_path)})
+    mnist = image_classification.build({"name": "mnist", "data_dir": str(tmp_path)})
     batch = next(mnist.batches("train", batch_size=4, shuffle=True, seed=0))
-    cats = images.build({"name": "cats_vs_dogs", "data_dir": str(tmp_path)})
+    cats = image_classification.build({"name": "cats_vs_dogs", "data_dir": str(tmp_path)})
     with pytest.raises(ValueError, match=r"Split 'train' of cats_vs_dogs has images of diff"):
       cats.pixels("train")
   assert mnist.label_names == [str(d) for d in range(10)] and mnist.image_shape == (28, 28, 1)
@@ -254,7 +256,7 @@ def test_caption_vocabulary_saved_and_reloaded_and_truncation(caption_data, data
   """A saved vocabulary is reused; long captions are cut to max_length with one warning."""
   assert json.loads((vocab_dir / MANIFEST).read_text())["dataset"] == "digit_captions/small"
   with caplog.at_level(logging.WARNING):
-    cut = captions.build({"builder_config": "small", "data_dir": data_dir, "max_length": 2},
+    cut = captioning.build({"builder_config": "small", "data_dir": data_dir, "max_length": 2},
                          str(vocab_dir))
     targets = cut.targets("validation")
   assert cut.tokenizer.vocab == caption_data.tokenizer.vocab
@@ -279,14 +281,14 @@ def test_generic_captioning_datasets(tmp_path):
       return [self[k] for k in keys]
 
   with tfds.testing.mock_data(as_data_source_fn=lambda self, split, **_: Source(records)):
-    data = captions.build({"name": "ai2dcaption", "data_dir": str(tmp_path)}, str(tmp_path / "a"))
-    nested = captions.build({"name": "ai2dcaption", "caption_key": "relationships",
+    data = captioning.build({"name": "ai2dcaption", "data_dir": str(tmp_path)}, str(tmp_path / "a"))
+    nested = captioning.build({"name": "ai2dcaption", "caption_key": "relationships",
                              "data_dir": str(tmp_path)}, str(tmp_path / "b"))
-    assert data.examples("train")[3] == captions.CaptionExample(
+    assert data.examples("train")[3] == captioning.CaptionExample(
         "a diagram , number 3 .", ("a diagram , number 3 .",), ())
     assert nested.examples("train")[1].references == ("x1 eats y", "z")
     batch = next(data.batches("train", batch_size=4, shuffle=False, seed=0))
   assert data.image_shape == (6, 5, 3) and batch["images"].shape == (4, 6, 5, 3)
   assert data.tokenizer.decode(batch["targets"][0]) == "a diagram , number 0 ."
   with pytest.raises(ValueError, match=r"name='coco_captions' needs TensorFlow"):
-    captions.build({"name": "coco_captions", "data_dir": str(tmp_path)}, str(tmp_path / "c"))
+    captioning.build({"name": "coco_captions", "data_dir": str(tmp_path)}, str(tmp_path / "c"))

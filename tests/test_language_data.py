@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from data import language, mqar
+from data import language
+from data.builders import mqar
 from data.tokenizers import EOS_ID, PAD_ID
 
 

@@ -12,7 +12,7 @@ import pytest
 import models
 import tasks
 import training
-from data import copy_task
+from data import algorithmic
 from tasks.algorithmic import bit_counts
 from tasks.losses import cross_entropy
 from tasks.question_answering import hop_table
@@ -24,7 +24,7 @@ from test_training import get_config
 
 def test_copy_layout_by_hand():
   bits = np.array([[[1, 0], [0, 1]], [[1, 1], [0, 0]]], np.uint8)     # lengths 2 and 1
-  out = copy_task.layout(bits, np.array([2, 1]))
+  out = algorithmic.layout(bits, np.array([2, 1]))
   # Row 0: bits at steps 0-1, the delimiter at step 2, the copy at steps 3-4.
   np.testing.assert_array_equal(out['inputs'][0], [[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0],
                                                    [0, 0, 0]])
@@ -36,11 +36,11 @@ def test_copy_layout_by_hand():
 
 
 def test_copy_splits_lengths_and_bad_fields():
-  copying = copy_task.build(dict(max_length=5, train_size=100, eval_size=10))
+  copying = algorithmic.build(dict(max_length=5, train_size=100, eval_size=10))
   assert set(copying.sequences('validation').lengths) <= set(range(1, 6))
   np.testing.assert_array_equal(copying.sequences('test').lengths, 10)   # 2 x max_length
   with pytest.raises(ValueError, match=r'config.dataset.min_length=9 exceeds'):
-    copy_task.build(dict(min_length=9, max_length=5))
+    algorithmic.build(dict(min_length=9, max_length=5))
 
 
 def test_bit_counts_by_hand():

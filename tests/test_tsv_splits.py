@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from data import classification, tsv_classification
+from data import classification
+from data.readers import tsv_classification
 
 ROWS = [(i + 1, f"text number {i}", "pos" if i % 3 else "neg") for i in range(30)]
 

@@ -21,7 +21,8 @@ from PIL import Image
 
 import tasks
 import training
-from data import image_folder, text_sources
+from data import language_sources
+from data.readers import image_folder
 from test_training import ROOT, get_config, tiny
 from training import failures, loop, metrics, workdir as workdir_lib
 from training.checkpoints import CheckpointMismatchError, Checkpointer, load_matching_params
@@ -213,7 +214,7 @@ def test_item5_data_mistakes_name_the_file_and_field(tmp_path):
   binary.write_bytes(bytes(range(256)) * 4)
   config = ml_collections.FrozenConfigDict(dict(text_path=str(binary), held_out=0.1))
   with pytest.raises(ValueError, match=r"config.dataset.text_path='.*book.bin' is not UTF-8"):
-    text_sources.split_text_file(config)
+    language_sources.split_text_file(config)
 
 
 def _fake_train_step(monkeypatch, finite: bool):

@@ -7,7 +7,7 @@ A config file starts from `default_config(task, model)` and states only where it
     config.num_train_steps = 1500
 
 `config.model` is the model's constructor arguments (`models.default_config`), `config.dataset`
-the task's data schema (e.g. `data.default_config()`); every other field is below. Every field
+the task's data schema (e.g. `data.translation.default_config()`); every other field is below. Every field
 exists in every config, so `--config.FIELD=value` overrides any of them.
 """
 

@@ -13,7 +13,7 @@ from babel import dates as babel_dates
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data.text_pairs import text_pair_info
+from data.builders.text_pairs import text_pair_info
 
 # babel's localized styles and CLDR patterns (month and weekday names follow the locale). Only
 # one all-numeric pattern per separator, so no rendering is ambiguous: dots are day-first,

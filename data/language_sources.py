@@ -12,7 +12,7 @@ from etils import epath
 import ml_collections
 import tensorflow_datasets as tfds
 
-from data.task import as_text, read_split  # TFDS reading shared with translation.
+from data.tfds_reading import as_text, read_split
 
 TEXT_FILE = "text_file"
 

@@ -184,7 +184,7 @@ class ImageFolder(tfds.core.GeneratorBasedBuilder):
     """The folder's listing: `_info` needs the class names and shape before the splits."""
     config = self.builder_config
     if config is None or not config.path:
-      raise ValueError("image_folder needs a config from data.image_folder.config_for_path(path).")
+      raise ValueError("image_folder needs a config from data.readers.image_folder.config_for_path(path).")
     return read_folder(config.path)
 
   def _info(self) -> tfds.core.DatasetInfo:

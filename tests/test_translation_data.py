@@ -1,4 +1,4 @@
-"""build_task end to end: config schema and errors, a local TSV corpus, a mocked TFDS dataset."""
+"""Translation data (`data.translation.build`) end to end: config schema and errors, a local TSV corpus, a mocked TFDS dataset."""
 
 import json
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import data
-from data.task import as_text
+from data import translation
+from data.tokenizers import BOS_ID, EOS_ID, UNK_ID
+from data.tfds_reading import as_text
 
 # 21 well-formed pairs over 20 distinct sources ("Go." twice), then two malformed lines.
 TSV = """He is a boy.\tEr ist ein Junge.\tCC-BY 2.0 (France) Attribution: tatoeba.org #1
@@ -46,7 +47,7 @@ def corpus(tmp_path_factory):
 
 
 def _config(**overrides):
-  config = data.default_config()
+  config = translation.default_config()
   config.update({"name": "tsv_parallel", "builder_config": "", "lowercase": True,
                  "strip_accents": True, "split_punctuation": True, "batch_size": 4,
                  **overrides})
@@ -55,7 +56,7 @@ def _config(**overrides):
 
 def test_default_config_is_the_number_words_task():
   """Every schema field with its documented default."""
-  assert data.default_config().to_dict() == {
+  assert translation.default_config().to_dict() == {
       "name": "number_words", "builder_config": "en_de", "source_key": "source",
       "target_key": "target", "data_dir": "", "tsv_path": "", "lowercase": False,
       "strip_accents": False, "split_punctuation": False, "split_cjk": False,
@@ -78,42 +79,42 @@ def test_default_config_is_the_number_words_task():
 ])
 def test_bad_config_fields(tmp_path, overrides, message):
   """Each bad field is a ValueError naming it, raised before any data is touched."""
-  config = data.default_config().to_dict()
+  config = translation.default_config().to_dict()
   config.update(overrides)
   with pytest.raises(ValueError, match=message):
-    data.build_task(config, str(tmp_path))
+    translation.build(config, str(tmp_path))
 
 
 def test_unknown_dataset_and_builder_config_list_valid_ones(tmp_path):
   """An unknown name lists ours and the TFDS translation sets; a bad config lists the configs."""
   with pytest.raises(ValueError, match=r"valid: \['dates', 'number_words', 'tsv_parallel'\].*"
                                        r"'ted_hrlr_translate'.*'wmt14_translate'"):
-    data.build_task({"name": "numbr_words"}, str(tmp_path))
+    translation.build({"name": "numbr_words"}, str(tmp_path))
   with pytest.raises(ValueError, match=r"builder_config='en_xx'.*'digits_en', 'en_de'"):
-    data.build_task({"builder_config": "en_xx"}, str(tmp_path))
+    translation.build({"builder_config": "en_xx"}, str(tmp_path))
 
 
 def test_missing_tsv_path_names_it(tmp_path):
   """A TSV path with no file is a FileNotFoundError naming the path."""
   missing = str(tmp_path / "nowhere" / "deu.txt")
   with pytest.raises(FileNotFoundError, match="nowhere/deu.txt"):
-    data.build_task(_config(tsv_path=missing), str(tmp_path / "vocab"))
+    translation.build(_config(tsv_path=missing), str(tmp_path / "vocab"))
 
 
 def test_tsv_task_english_example(corpus, tmp_path):
   """'He is a boy.' with English preprocessing and a word vocab: <bos> he is a boy . <eos>."""
-  task = data.build_task(_config(source_vocab="word", target_vocab="word", **corpus),
+  task = translation.build(_config(source_vocab="word", target_vocab="word", **corpus),
                          str(tmp_path))
   tok = task.source_tokenizer
-  ids = [data.BOS_ID] + tok.encode(task.preprocess("He is a boy.")) + [data.EOS_ID]
+  ids = [BOS_ID] + tok.encode(task.preprocess("He is a boy.")) + [EOS_ID]
   assert tok.tokens(ids) == ["<bos>", "he", "is", "a", "boy", ".", "<eos>"]
   assert tok.decode(ids) == "he is a boy ."
-  assert tok.encode("he is a zebra") == tok.encode("he is a")[:3] + [data.UNK_ID]
+  assert tok.encode("he is a zebra") == tok.encode("he is a")[:3] + [UNK_ID]
 
 
 def test_tsv_task_splits_are_disjoint_and_complete(corpus, tmp_path):
   """All 21 good pairs, preprocessed, in disjoint splits; a rebuild reads the same order."""
-  task = data.build_task(_config(**corpus), str(tmp_path))
+  task = translation.build(_config(**corpus), str(tmp_path))
   splits = {s: task.examples(s) for s in ("train", "validation", "test")}
   assert sum(len(v) for v in splits.values()) == 21
   assert all(splits.values())
@@ -123,13 +124,13 @@ def test_tsv_task_splits_are_disjoint_and_complete(corpus, tmp_path):
   sources = {s: {src for src, _ in v} for s, v in splits.items()}
   assert not sources["train"] & sources["validation"]
   assert not sources["train"] & sources["test"]
-  again = data.build_task(_config(**corpus), str(tmp_path))
+  again = translation.build(_config(**corpus), str(tmp_path))
   assert again.examples("train") == splits["train"]
 
 
 def test_tsv_batches_decode_back_to_examples(corpus, tmp_path):
   """Every row of one eval pass decodes (char vocab) to the example its 'index' names."""
-  task = data.build_task(_config(**corpus), str(tmp_path))
+  task = translation.build(_config(**corpus), str(tmp_path))
   examples = task.examples("train")
   seen = []
   for batch in task.batches("train", batch_size=4, shuffle=False, seed=0, num_epochs=1):
@@ -146,31 +147,31 @@ def test_tsv_batches_decode_back_to_examples(corpus, tmp_path):
 
 def test_saved_vocab_is_reused_and_checked(corpus, tmp_path):
   """A second build loads the saved vocabulary; a different vocab kind is a clear error."""
-  first = data.build_task(_config(**corpus), str(tmp_path))
+  first = translation.build(_config(**corpus), str(tmp_path))
   vocab = json.loads((tmp_path / "vocab.json").read_text())
   assert vocab["source"]["vocab"] == first.source_tokenizer.vocab
   assert vocab["shared"] is False
-  other = data.build_task(_config(lowercase=False, **corpus), str(tmp_path))
+  other = translation.build(_config(lowercase=False, **corpus), str(tmp_path))
   assert other.source_tokenizer.vocab == first.source_tokenizer.vocab  # no 'H' in it: loaded
   assert "H" not in other.source_tokenizer.vocab
   with pytest.raises(ValueError, match="target_vocab='word' but the tokenizers saved"):
-    data.build_task(_config(target_vocab="word", **corpus), str(tmp_path))
+    translation.build(_config(target_vocab="word", **corpus), str(tmp_path))
 
 
 def test_shared_vocab_is_one_tokenizer(corpus, tmp_path):
   """shared_vocab=True: one tokenizer with both sides' characters ('y' only English, 'j' German)."""
-  task = data.build_task(_config(shared_vocab=True, **corpus), str(tmp_path))
+  task = translation.build(_config(shared_vocab=True, **corpus), str(tmp_path))
   assert task.source_tokenizer is task.target_tokenizer
   assert {"y", "j"} <= set(task.source_tokenizer.vocab)
-  separate = data.build_task(_config(**corpus), str(tmp_path / "separate"))
+  separate = translation.build(_config(**corpus), str(tmp_path / "separate"))
   assert "y" not in separate.target_tokenizer.vocab and "j" not in separate.source_tokenizer.vocab
 
 
 def test_bad_keys_splits_and_limits(corpus, tmp_path):
   """A missing feature, an unknown split and limits that remove everything are clear errors."""
   with pytest.raises(ValueError, match=r"source_key='english'.*valid: \['source', 'target'\]"):
-    data.build_task(_config(source_key="english", **corpus), str(tmp_path / "a"))
-  task = data.build_task(_config(max_target_length=2, **corpus), str(tmp_path / "b"))
+    translation.build(_config(source_key="english", **corpus), str(tmp_path / "a"))
+  task = translation.build(_config(max_target_length=2, **corpus), str(tmp_path / "b"))
   with pytest.raises(ValueError, match=r"'dev' is not a split.*\['test', 'train', 'validation'\]"):
     task.examples("dev")
   with pytest.raises(ValueError, match="max_target_length=2"):
@@ -188,11 +189,11 @@ def test_text_accepts_bytes_and_str():
 
 def test_registered_tfds_translation_dataset_under_mock_data(tmp_path):
   """ted_hrlr_translate/pt_to_en through the same interface, with TFDS's mock examples."""
-  config = data.default_config()
+  config = translation.default_config()
   config.update({"name": "ted_hrlr_translate", "builder_config": "pt_to_en", "source_key": "pt",
                  "target_key": "en", "source_vocab": "word", "target_vocab": "word"})
   with tfds.testing.mock_data(num_examples=6):
-    task = data.build_task(config, str(tmp_path))
+    task = translation.build(config, str(tmp_path))
     examples = task.examples("train")
     batches = list(task.batches("train", batch_size=4, shuffle=False, seed=0, num_epochs=1))
   assert task.name == "ted_hrlr_translate/pt_to_en"
@@ -202,4 +203,4 @@ def test_registered_tfds_translation_dataset_under_mock_data(tmp_path):
   assert sorted(i for i, _, _ in rows) == list(range(6))
   for i, batch, r in rows:
     assert task.source_tokenizer.decode(batch["inputs"][r]) == examples[i][0]
-    np.testing.assert_array_equal(batch["targets"][r][batch["targets"][r] > 0][-1:], [data.EOS_ID])
+    np.testing.assert_array_equal(batch["targets"][r][batch["targets"][r] > 0][-1:], [EOS_ID])

@@ -22,7 +22,7 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data.babi import qa_info
+from data.builders.babi import qa_info
 
 VALIDATION_FRACTION = 0.1
 _FILE_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
@@ -160,7 +160,7 @@ class BabiFiles(tfds.core.GeneratorBasedBuilder):
     del dl_manager  # The files are local.
     if self.builder_config is None or not self.builder_config.files:
       raise ValueError("babi_files needs a config from "
-                       "data.babi_files.config_for_folder(folder, task).")
+                       "data.readers.babi_files.config_for_folder(folder, task).")
     splits = read_splits(self.builder_config)
     return {split: self._generate_examples(examples) for split, examples in splits.items()}
 

@@ -25,7 +25,7 @@ import hashlib
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import tsv_parallel
+from data.readers import tsv_parallel
 
 
 Row = tuple[int, str, str]  # (line number, text, label)
@@ -139,7 +139,7 @@ class TsvClassification(tfds.core.GeneratorBasedBuilder):
     """The training file's rows, read once: `_info` needs the class names first."""
     if self.builder_config is None or not self.builder_config.path:
       raise ValueError("tsv_classification needs a config from "
-                       "data.tsv_classification.config_for_path(path).")
+                       "data.readers.tsv_classification.config_for_path(path).")
     return read_rows(self.builder_config.path)
 
   def _info(self) -> tfds.core.DatasetInfo:

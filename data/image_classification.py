@@ -1,6 +1,6 @@
 """Image classification data: `build(config.dataset) -> ImageData`, then batches.
 
-    images = images.build(config.dataset)
+    images = image_classification.build(config.dataset)
     it = images.batches('train', batch_size=64, shuffle=True, seed=0)
     batch = next(it)  # {'images': float32 [B, H, W, C], 'labels': int32 [B], 'index': int32 [B]}
 
@@ -19,10 +19,11 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import digits, image_folder
-from data.config import checked_fields
+from data.builders import digits
+from data.readers import image_folder
+from data.schema import checked_fields
 from data.pipeline import DenseBatches, check_batch_args
-from data.task import make_builder, read_split
+from data.tfds_reading import make_builder, read_split
 
 OWN_BUILDERS = {"digits": digits.Digits, "image_folder": image_folder.ImageFolder}
 
@@ -250,7 +251,7 @@ def build(dataset_config: Any) -> ImageData:
     The dataset.
 
   Raises:
-    ValueError: for a bad config field, or a folder `data.image_folder` rejects.
+    ValueError: for a bad config field, or a folder `data.readers.image_folder` rejects.
     FileNotFoundError: if `folder` names no folder.
   """
   config = validate_config(dataset_config)

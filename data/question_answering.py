@@ -1,6 +1,6 @@
 """Question answering over stories: `build(config.dataset, vocab_dir) -> QAData`, then batches.
 
-    qa_data = qa.build(config.dataset, workdir)
+    qa_data = question_answering.build(config.dataset, workdir)
     it = qa_data.batches('train', batch_size=32, shuffle=True, seed=0)
     batch = next(it)  # {'story': [B, M, L], 'query': [B, L], 'answer': [B], 'support': [B, M],
                       #  'index': [B]}
@@ -22,10 +22,11 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import babi, babi_files
-from data.config import checked_fields
+from data.builders import babi
+from data.readers import babi_files
+from data.schema import checked_fields
 from data.pipeline import DenseBatches, check_batch_args
-from data.task import as_text, make_builder, read_split
+from data.tfds_reading import as_text, make_builder, read_split
 from data.text import TextOptions
 from data.tokenizers import PAD_ID, UNK_ID, WordTokenizer, load_tokenizers, save_tokenizers
 

@@ -1,6 +1,6 @@
 """The Neural Turing Machine's copy task: read a sequence of random bit vectors, then write it back.
 
-    copying = copy_task.build(config.dataset)
+    copying = algorithmic.build(config.dataset)
     batch = next(copying.batches('train', batch_size=32, shuffle=True, seed=0))
     # {'inputs': [B, T, W + 1], 'targets': [B, T, W], 'weights': [B, T], 'index': [B]}
 
@@ -19,7 +19,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from data.config import checked_fields
+from data.schema import checked_fields
 from data.pipeline import DenseBatches, check_batch_args
 
 SPLITS = ("train", "validation", "test")

@@ -13,7 +13,7 @@ from num2words import num2words
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data.text_pairs import text_pair_info
+from data.builders.text_pairs import text_pair_info
 
 LANGUAGES = ("digits", "en", "de", "fr", "es")
 

@@ -1,116 +1,99 @@
-"""`build_task`: from `config.dataset` to examples, tokenizers and batches.
+"""Translation data: `build(config.dataset, vocab_dir) -> TranslationData`, then batches.
 
-    task = data.build_task(config.dataset, workdir)
-    train_iter = task.batches('train', batch_size=64, shuffle=True, seed=0)
+    translation_data = translation.build(config.dataset, workdir)
+    train_iter = translation_data.batches('train', batch_size=64, shuffle=True, seed=0)
     batch = next(train_iter)        # {'inputs': [B, S], 'targets': [B, T], 'index': [B]}
 
-The dataset is read through `tfds` data sources (array_record files, no TensorFlow): Attend's
-own builders (`number_words`, `dates`, `tsv_parallel`) are prepared offline on first use; any
-other registered TFDS dataset is prepared by TFDS as usual (which may need the internet).
+The `config.dataset` schema of translation is `default_config()` / `validate_config()` here. The
+dataset is read through `tfds` data sources (array_record files, no TensorFlow): Attend's own
+builders (`number_words`, `dates`, `tsv_parallel`) are prepared offline on first use; any other
+registered TFDS dataset is prepared by TFDS as usual (which may need the internet).
 """
 
 import functools
-import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from absl import logging
 import ml_collections
 import tensorflow_datasets as tfds
 
-from data import tsv_parallel
-from data.config import validate_config
-from data.dates import Dates
-from data.number_words import NumberWords
-from data.pipeline import BatchIterator, EncodedSplit, check_batch_args, encode_split
+from data.builders.dates import Dates
+from data.builders.number_words import NumberWords
+from data.pipeline import EncodedSplit, PaddedBatches, check_batch_args, encode_split
+from data.readers import tsv_parallel
+from data.schema import checked_fields
 from data.text import TextOptions
-from data.tokenizers import Tokenizer, build_tokenizer, load_tokenizers, save_tokenizers
+from data.tfds_reading import as_text, make_builder, read_split
+from data.tokenizers import (VOCAB_KINDS, Tokenizer, build_tokenizer, load_tokenizers,
+                             save_tokenizers)
 
 OWN_BUILDERS = {"dates": Dates, "number_words": NumberWords,
                 "tsv_parallel": tsv_parallel.TsvParallel}
-_READ_CHUNK = 4096
 
 
-def as_text(value: Any) -> str:
-  """A text feature as str: the real data sources give bytes, `tfds.testing.mock_data` str."""
-  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+def default_config() -> ml_collections.ConfigDict:
+  """Returns `config.dataset` with every field at its default (the number_words en->de task)."""
+  c = ml_collections.ConfigDict()
+  # Which data.
+  c.name = "number_words"       # 'number_words', 'dates', 'tsv_parallel' or any TFDS dataset name.
+  c.builder_config = "en_de"    # TFDS builder config, e.g. 'pt_to_en' for ted; '' = the default.
+  c.source_key = "source"       # Feature holding the source text ('pt' for ted pt_to_en).
+  c.target_key = "target"       # Feature holding the target text ('en' for ted pt_to_en).
+  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.tsv_path = ""               # tsv_parallel: file of 'english<TAB>other[<TAB>...]' lines.
+  # Preprocessing, applied to both sides of every example before tokenization.
+  c.lowercase = False           # Lower-case the text.
+  c.strip_accents = False       # Drop accents from Latin letters ('café' -> 'cafe').
+  c.split_punctuation = False   # Put spaces around punctuation ('boy.' -> 'boy .').
+  c.split_cjk = False           # Put spaces around each CJK character (Chinese, Japanese).
+  # Tokenizers, built from the train split and saved into the workdir.
+  c.source_vocab = "char"       # 'char' | 'word' | 'sentencepiece'.
+  c.target_vocab = "char"       # 'char' | 'word' | 'sentencepiece'.
+  c.vocab_size = 8000           # Cap (specials included) for word and sentencepiece vocabularies.
+  c.shared_vocab = False        # One vocabulary for both sides (needs equal source/target_vocab).
+  # Lengths and batches.
+  c.max_input_length = 79       # Source tokens per example, EOS excluded (79 + EOS = 80).
+  c.max_target_length = 79      # Target tokens per example, EOS excluded.
+  c.truncate = False            # Truncate longer examples instead of dropping them.
+  c.bucket_step = 8             # Padded lengths are multiples of this, so jit sees few shapes.
+  c.batch_size = 64             # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256       # Global evaluation batch size.
+  c.train_split = "train"       # Split for training and for building the vocabularies.
+  c.eval_split = "validation"   # Split evaluated during training.
+  c.test_split = "test"         # Split for the final evaluation.
+  return c
 
 
-def read_all(source: Any) -> list[dict[str, Any]]:
-  """Every record of a TFDS data source, in order, read in chunks (4x faster than one by one)."""
-  n = len(source)
-  try:
-    return [example for start in range(0, n, _READ_CHUNK)
-            for example in source.__getitems__(list(range(start, min(n, start + _READ_CHUNK))))]
-  except TypeError:  # The data sources of tfds.testing.mock_data only support indexing.
-    return [source[i] for i in range(n)]
+_CHOICES = {"source_vocab": VOCAB_KINDS, "target_vocab": VOCAB_KINDS}
+_POSITIVE = ("max_input_length", "max_target_length", "bucket_step", "batch_size",
+             "eval_batch_size")
+_NON_EMPTY = ("name", "source_key", "target_key", "train_split", "eval_split", "test_split")
 
 
-def read_split(builder: tfds.core.DatasetBuilder, split: str, name: str) -> list[dict[str, Any]]:
-  """Every record of `split` of a prepared builder, in order (`read_all`), after checking it.
-
-  Args:
-    builder: the prepared builder.
-    split: a split name, or a TFDS slice such as 'train[:10%]'.
-    name: the dataset, as the error names it.
-
-  Raises:
-    ValueError: if the builder has no such split. Builders mocked by `tfds.testing.mock_data`
-      know no split names; they accept any.
-  """
-  known = list(builder.info.splits.keys())
-  if known and split.split("[")[0] not in known:
-    raise ValueError(f"Split {split!r} is not a split of {name}; valid: {sorted(known)}.")
-  return read_all(builder.as_data_source(split=split))
-
-
-def make_builder(config: ml_collections.FrozenConfigDict,
-                 own_builders: Mapping[str, type[tfds.core.DatasetBuilder]], *, kind: str,
-                 examples: Iterable[str] | Callable[[], Iterable[str]],
-                 extra_names: Iterable[str] = (),
-                 builder_config: tfds.core.BuilderConfig | None = None
-                 ) -> tfds.core.DatasetBuilder:
-  """The builder `config.dataset` names, reading array_record files, its builder config checked.
-
-  Shared by translation, classification and language modelling, whose datasets differ only in
-  Attend's own builders and in what the error for an unknown name suggests.
+def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
+  """Checks `config.dataset` against the schema and fills fields it leaves out with defaults.
 
   Args:
-    config: a validated `config.dataset`; its name, builder_config and data_dir are read.
-    own_builders: Attend's builders of this kind of data, by name; any other name is looked up
-      in TFDS's registry.
-    kind: the kind of TFDS dataset the error for an unknown name suggests, e.g. 'text'.
-    examples: TFDS datasets that error names, or a function giving them (called only then, for
-      a list that costs something to make).
-    extra_names: names the caller serves without a builder, listed as valid in that error.
-    builder_config: the builder config to use instead of `config.builder_config` (which is then
-      not checked): for builders whose config is made from a file.
+    config: a ConfigDict or dict with fields of `default_config()`.
 
   Returns:
-    The builder, not yet prepared.
+    The complete, frozen config.
 
   Raises:
-    ValueError: for an unknown dataset name or a builder config the dataset does not have.
+    ValueError: naming the first bad field and what it accepts.
   """
-  if config.name in own_builders:
-    cls = own_builders[config.name]
-  else:
-    try:
-      cls = tfds.builder_cls(config.name)
-    except tfds.core.registered.DatasetNotFoundError:
-      named = sorted(examples() if callable(examples) else examples)
-      raise ValueError(f"config.dataset.name={config.name!r} is not a known dataset; valid: "
-                       f"{sorted([*own_builders, *extra_names])} or a registered TFDS {kind} "
-                       f"dataset, e.g. {named}.") from None
-  kwargs = {"data_dir": os.path.expanduser(config.data_dir) if config.data_dir else None,
-            "file_format": "array_record"}
-  if builder_config is not None:
-    return cls(config=builder_config, **kwargs)
-  valid = sorted(cls.builder_configs)
-  if config.builder_config and config.builder_config not in valid:
-    raise ValueError(f"config.dataset.builder_config={config.builder_config!r} is not a config "
-                     f"of {config.name}; valid: {valid or 'none (use an empty string)'}.")
-  return cls(config=config.builder_config or None, **kwargs)
+  merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
+  for key, choices in _CHOICES.items():
+    if merged[key] not in choices:
+      raise ValueError(f"config.dataset.{key} must be one of {list(choices)}, got {merged[key]!r}.")
+  if merged["shared_vocab"] and merged["source_vocab"] != merged["target_vocab"]:
+    raise ValueError(f"config.dataset.shared_vocab=True needs source_vocab == target_vocab, got "
+                     f"{merged['source_vocab']!r} and {merged['target_vocab']!r}.")
+  if merged["name"] == "tsv_parallel" and not merged["tsv_path"]:
+    raise ValueError("config.dataset.tsv_path must name a file when config.dataset.name is "
+                     "'tsv_parallel'.")
+  return ml_collections.FrozenConfigDict(merged)
 
 
 def _translation_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
@@ -126,7 +109,7 @@ def _translation_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.D
                         if "translate" in n))
 
 
-class Task:
+class TranslationData:
   """A prepared dataset with its tokenizers: examples and padded batches of any split.
 
   Attributes:
@@ -140,7 +123,7 @@ class Task:
   def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict,
                source_tokenizer: Tokenizer | None = None,
                target_tokenizer: Tokenizer | None = None):
-    """Wraps a prepared builder; `build_task` is the usual way to get one."""
+    """Wraps a prepared builder; `build` is the usual way to get one."""
     self.config = config
     self._builder = builder
     self.name = builder.info.full_name.rsplit("/", 1)[0]
@@ -189,7 +172,7 @@ class Task:
 
   def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
               num_epochs: int | None = None, process_index: int | None = None,
-              process_count: int | None = None) -> BatchIterator:
+              process_count: int | None = None) -> PaddedBatches:
     """A resumable iterator of this host's padded batches of `split`.
 
     Args:
@@ -213,7 +196,7 @@ class Task:
     """
     process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
                                                     process_count)
-    return BatchIterator(self.encoded(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
+    return PaddedBatches(self.encoded(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
                          num_epochs=num_epochs, process_index=process_index,
                          process_count=process_count, bucket_step=self.config.bucket_step)
 
@@ -228,7 +211,7 @@ def _check_saved(config: ml_collections.FrozenConfigDict, source: Tokenizer, tar
                        f"{vocab_dir} have {field}={value!r}; use that or another directory.")
 
 
-def build_task(dataset_config: Any, vocab_dir: str) -> Task:
+def build(dataset_config: Any, vocab_dir: str) -> TranslationData:
   """Prepares the dataset and its tokenizers.
 
   The dataset is prepared into `dataset_config.data_dir` if it is not there yet. Tokenizers are
@@ -236,11 +219,11 @@ def build_task(dataset_config: Any, vocab_dir: str) -> Task:
   training vocabulary); otherwise they are built from the train split and saved there.
 
   Args:
-    dataset_config: `config.dataset`, see `data.default_config()`; missing fields take defaults.
+    dataset_config: `config.dataset`, see `default_config()`; missing fields take defaults.
     vocab_dir: directory for the tokenizer files (usually the workdir).
 
   Returns:
-    The task.
+    The prepared data.
 
   Raises:
     ValueError: for a bad config field, naming it and the valid values.
@@ -249,25 +232,25 @@ def build_task(dataset_config: Any, vocab_dir: str) -> Task:
   config = validate_config(dataset_config)
   builder = _translation_builder(config)
   builder.download_and_prepare()
-  task = Task(builder, config)
+  prepared = TranslationData(builder, config)
   loaded = load_tokenizers(vocab_dir)
   if loaded:
     _check_saved(config, *loaded, vocab_dir)
-    task.source_tokenizer, task.target_tokenizer = loaded
+    prepared.source_tokenizer, prepared.target_tokenizer = loaded
     logging.info("Loaded tokenizers from %s.", vocab_dir)
-    return task
-  pairs = task.examples(config.train_split)
-  build = functools.partial(build_tokenizer, vocab_size=config.vocab_size)
+    return prepared
+  pairs = prepared.examples(config.train_split)
+  tokenizer = functools.partial(build_tokenizer, vocab_size=config.vocab_size)
   sources = [source for source, _ in pairs]
   targets = [target for _, target in pairs]
   if config.shared_vocab:
-    task.source_tokenizer = task.target_tokenizer = build(config.source_vocab, sources + targets)
+    prepared.source_tokenizer = prepared.target_tokenizer = tokenizer(config.source_vocab, sources + targets)
   else:
-    task.source_tokenizer = build(config.source_vocab, sources)
-    task.target_tokenizer = build(config.target_vocab, targets)
-  save_tokenizers(vocab_dir, task.source_tokenizer, task.target_tokenizer, dataset=task.name)
-  logging.info("Built tokenizers from %s %s (sizes %d, %d) and saved them in %s.", task.name,
-               config.train_split, task.source_tokenizer.vocab_size,
-               task.target_tokenizer.vocab_size, vocab_dir)
-  return task
+    prepared.source_tokenizer = tokenizer(config.source_vocab, sources)
+    prepared.target_tokenizer = tokenizer(config.target_vocab, targets)
+  save_tokenizers(vocab_dir, prepared.source_tokenizer, prepared.target_tokenizer, dataset=prepared.name)
+  logging.info("Built tokenizers from %s %s (sizes %d, %d) and saved them in %s.", prepared.name,
+               config.train_split, prepared.source_tokenizer.vocab_size,
+               prepared.target_tokenizer.vocab_size, vocab_dir)
+  return prepared
 

@@ -1,12 +1,12 @@
 """Image captioning data: `build(config.dataset, vocab_dir) -> CaptionData`, then batches.
 
-    captions = captions.build(config.dataset, workdir)
+    captions = captioning.build(config.dataset, workdir)
     it = captions.batches('train', batch_size=64, shuffle=True, seed=0)
     batch = next(it)  # {'images': float32 [B, H, W, C], 'targets': int32 [B, L + 1], 'index': [B]}
 
 Targets are word ids (`WordTokenizer`, built from the train captions) then EOS, padded with
 PAD_ID to `max_length + 1`; the captioning task prepends BOS for teacher forcing. Images are
-read and normalized as in `data.images` (`ImageSource`). A caption feature may be one Text or a
+read and normalized as in `data.image_classification` (`ImageSource`). A caption feature may be one Text or a
 Sequence of Text: the first text is the training target, all of them are references for
 evaluation. Datasets: Attend's `digit_captions` (prepared offline), or a TFDS captioning dataset
 whose images share one shape; TFDS's coco_captions needs TensorFlow and images of one size.
@@ -20,11 +20,11 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import digit_captions
-from data.config import checked_fields
-from data.images import ImageSource, check_image_feature, check_shift
+from data.builders import digit_captions
+from data.schema import checked_fields
+from data.image_classification import ImageSource, check_image_feature, check_shift
 from data.pipeline import DenseBatches
-from data.task import as_text, make_builder
+from data.tfds_reading import as_text, make_builder
 from data.text import TextOptions
 from data.tokenizers import EOS_ID, PAD_ID, WordTokenizer, load_tokenizers, save_tokenizers
 

@@ -1,6 +1,6 @@
 """`digit_captions`: 2-4 real handwritten digits on a blank canvas, captioned left to right.
 
-Offline and deterministic. Each image places 2-4 of scikit-learn's 8x8 digits (`data.digits`)
+Offline and deterministic. Each image places 2-4 of scikit-learn's 8x8 digits (`data.builders.digits`)
 at random rows and at columns that do not overlap, so "left to right" is well defined; the
 caption names the digits in that order ("seven two nine"). Feature 'boxes' holds each digit's
 box `(top, left, bottom, right)` in pixels (bottom and right exclusive) and 'digits' its label,
@@ -16,8 +16,8 @@ import dataclasses
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data import digits
-from data.generated import GeneratedConfig
+from data.builders import digits
+from data.builders.generated import GeneratedConfig
 
 NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 

@@ -12,7 +12,7 @@ mechanisms cleanly. Feature 'support' holds, per answer, the position of the mat
 the pair section: where attention from the query should land.
 
 Splits are disjoint by text: test is generated first, then validation, then train, from one
-`random.Random(seed)`, each skipping texts already used (`data.generated`).
+`random.Random(seed)`, each skipping texts already used (`data.builders.generated`).
 """
 
 import dataclasses
@@ -23,7 +23,7 @@ import random
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data.generated import GeneratedConfig, disjoint_splits
+from data.builders.generated import GeneratedConfig, disjoint_splits
 
 
 RECALL_PAIRS = (4, 8, 16, 32)  # the recall study's sizes: a builder config 'pairs_N' each

@@ -13,7 +13,7 @@ Filler sentences hold abbreviations, initials and decimals, so that `data.senten
 exercised: `split_sentences(text)` gives back exactly the generated sentences, and feature
 'key_sentences' holds the positions of the key sentences in that list. Splits are disjoint by
 text: test is generated first, then validation, then train, each skipping texts already used
-(`data.generated`).
+(`data.builders.generated`).
 """
 
 import dataclasses
@@ -22,7 +22,7 @@ import random
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data.generated import GeneratedConfig, disjoint_splits
+from data.builders.generated import GeneratedConfig, disjoint_splits
 
 TOPICS = {
     "sports": ("goal", "referee", "stadium", "striker", "tournament", "goalkeeper", "league",

@@ -20,7 +20,7 @@ from etils import epath
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data.text_pairs import text_pair_info
+from data.builders.text_pairs import text_pair_info
 
 HOLDOUT_FRACTION = 0.05
 _SEED = 0
@@ -135,7 +135,7 @@ class TsvParallel(tfds.core.GeneratorBasedBuilder):
   def _split_generators(self, dl_manager):
     del dl_manager  # The file is local.
     if self.builder_config is None or not self.builder_config.path:
-      raise ValueError("tsv_parallel needs a config from data.tsv_parallel.config_for_path(path).")
+      raise ValueError("tsv_parallel needs a config from data.readers.tsv_parallel.config_for_path(path).")
     splits = split_by_source(read_pairs(self.builder_config.path))
     return {split: self._generate_examples(pairs) for split, pairs in splits.items()}
 

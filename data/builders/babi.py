@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data.generated import SPLITS, GeneratedConfig
+from data.builders.generated import SPLITS, GeneratedConfig
 
 PEOPLE = ("Mary", "John", "Sandra", "Daniel")
 PLACES = ("bathroom", "hallway", "garden", "office", "kitchen", "bedroom")
