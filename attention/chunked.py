@@ -27,85 +27,20 @@ Call it through `attention.scaled_dot_product_attention(..., implementation='chu
 validates the inputs; the function here assumes they are valid.
 """
 
-import dataclasses
 import functools
 import math
 
 import jax
-import jax.numpy as jnp
 from jax import lax
+import jax.numpy as jnp
+
+from attention.chunked_backward import backward
+from attention.chunked_blocks import Static, block_inputs, block_scores, slice_axis
 
 Array = jax.Array
 
 # Score entries per block by default: 256 x 2048 float32 (2 MB) stays in a core's cache.
 _BLOCK_SCORES = 256 * 2048
-
-
-@dataclasses.dataclass(frozen=True)
-class _Static:
-  """Everything about a call that is not an array; hashable for `custom_vjp`."""
-  q_len: int
-  kv_len: int
-  q_block: int
-  kv_block: int
-  is_causal: bool
-  scale: float
-  dropout_rate: float
-  window: int = 0
-  softcap: float = 0.0
-
-  @property
-  def num_q_blocks(self) -> int:
-    return -(-self.q_len // self.q_block)
-
-  @property
-  def num_kv_blocks(self) -> int:
-    return -(-self.kv_len // self.kv_block)
-
-  def kv_range(self, i):
-    return kv_block_range(i, q_block=self.q_block, kv_block=self.kv_block, q_len=self.q_len,
-                          kv_len=self.kv_len, is_causal=self.is_causal, window=self.window)
-
-  def q_range(self, j):
-    return q_block_range(j, q_block=self.q_block, kv_block=self.kv_block, q_len=self.q_len,
-                         kv_len=self.kv_len, is_causal=self.is_causal, window=self.window)
-
-
-def kv_block_range(i, *, q_block: int, kv_block: int, q_len: int, kv_len: int,
-                   is_causal: bool = False, window: int = 0):
-  """Key blocks `[first, stop)` holding a key that some real row of query block `i` sees.
-
-  All blocks without causal masking or a window. Causal masking ends at the block of the last
-  row's own position; a window starts at the block of key `i*q_block - window + 1` and ends
-  `window - 1` keys past the last row (or at it, with causal masking). `i` may be traced; the
-  bounds are then traced too.
-  """
-  num_kv_blocks = -(-kv_len // kv_block)
-  if not is_causal and not window:
-    return 0, num_kv_blocks
-  last_row = jnp.minimum((i + 1) * q_block, q_len) - 1       # padded rows see nothing needed
-  last_key = last_row + (window - 1 if window and not is_causal else 0)
-  stop = jnp.minimum(num_kv_blocks, last_key // kv_block + 1)
-  if not window:
-    return 0, stop
-  first_key = i * q_block - window + 1
-  first = jnp.where(first_key < kv_len, jnp.maximum(first_key, 0) // kv_block, num_kv_blocks)
-  return first, stop
-
-
-def q_block_range(j, *, q_block: int, kv_block: int, q_len: int, kv_len: int,
-                  is_causal: bool = False, window: int = 0):
-  """Query blocks `[first, stop)` holding a row that sees some real key of key block `j`: the
-  backward's inner loop, the transpose of `kv_block_range`."""
-  num_q_blocks = -(-q_len // q_block)
-  if not is_causal and not window:
-    return 0, num_q_blocks
-  first_row = j * kv_block - (window - 1 if window and not is_causal else 0)
-  first = jnp.where(first_row < q_len, jnp.maximum(first_row, 0) // q_block, num_q_blocks)
-  if not window:
-    return first, num_q_blocks
-  last_key = jnp.minimum((j + 1) * kv_block, kv_len) - 1
-  return first, jnp.minimum(num_q_blocks, (last_key + window - 1) // q_block + 1)
 
 
 def _pad_axis(x: Array | None, axis: int, size: int, value=0) -> Array | None:
@@ -117,62 +52,7 @@ def _pad_axis(x: Array | None, axis: int, size: int, value=0) -> Array | None:
   return jnp.pad(x, widths, constant_values=value)
 
 
-def _slice(x: Array | None, axis: int, start, size: int) -> Array | None:
-  """`x[..., start:start+size, ...]` along `axis`; broadcast (size-1) axes are kept as they are."""
-  if x is None or x.shape[axis] == 1:
-    return x
-  return lax.dynamic_slice_in_dim(x, start, size, axis)
-
-
-def _block_inputs(st: _Static, i, j, bias, mask, rng, lead_shape, slopes=None):
-  """Bias (with ALiBi), validity mask and dropout keep-mask of score block (query block i, key
-  block j). `slopes`: ALiBi slopes rank-aligned as `[..., 1, 1]`, or None."""
-  bq, bk = st.q_block, st.kv_block
-  bias_ij = _slice(_slice(bias, -2, i * bq, bq), -1, j * bk, bk)
-  valid = _slice(_slice(mask, -2, i * bq, bq), -1, j * bk, bk)
-  k_pos = j * bk + jnp.arange(bk)                         # [bk]
-  q_pos = i * bq + jnp.arange(bq)                         # [bq]
-  if st.is_causal:
-    causal = k_pos[None, :] <= q_pos[:, None]             # [bq, bk]
-    valid = causal if valid is None else valid & causal
-  if st.window:
-    near = jnp.abs(q_pos[:, None] - k_pos[None, :]) < st.window   # [bq, bk]
-    valid = near if valid is None else valid & near
-  if slopes is not None:
-    distance = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(jnp.float32)   # [bq, bk]
-    alibi = -slopes.astype(jnp.float32) * distance                            # [..., bq, bk]
-    bias_ij = alibi if bias_ij is None else bias_ij.astype(jnp.float32) + alibi
-  if st.num_kv_blocks * bk != st.kv_len:                  # keys padded up to whole blocks
-    real = k_pos < st.kv_len                              # [bk]
-    valid = real if valid is None else valid & real
-  keep = None
-  if st.dropout_rate > 0.0:
-    block_rng = jax.random.fold_in(jax.random.fold_in(rng, i), j)
-    keep = jax.random.bernoulli(block_rng, 1.0 - st.dropout_rate, (*lead_shape, bq, bk))
-  return bias_ij, valid, keep
-
-
-def _scores(st: _Static, q_i, k_j, bias_ij, valid):
-  """Soft-capped, biased, masked scores of one block from pre-scaled queries, `[..., bq, bk]` in
-  float32, and `tanh(raw / softcap)` (None without soft-capping), which the backward needs.
-
-  Masked entries are -inf. The caller scales q once per call, which saves a multiply per score
-  compared with scaling every score block. The backward passes keys first (with transposed bias
-  and mask) to get the block transposed, `[..., bk, bq]`.
-  """
-  s = jnp.einsum("...td,...sd->...ts", q_i, k_j, preferred_element_type=jnp.float32)
-  capped = None
-  if st.softcap:
-    capped = jnp.tanh(s / st.softcap)
-    s = st.softcap * capped
-  if bias_ij is not None:
-    s = s + bias_ij.astype(jnp.float32)
-  if valid is not None:
-    s = jnp.where(valid, s, -jnp.inf)
-  return s, capped
-
-
-def _forward(st: _Static, q, k, v, bias, mask, rng, sink, slopes):
+def _forward(st: Static, q, k, v, bias, mask, rng, sink, slopes):
   """Returns (output `[..., Tp, Dv]`, row log-sum-exp `[..., Tp]`, the sink's slot included)
   for padded inputs; `sink`, `slopes`: `[..., 1, 1]` or None."""
   lead = q.shape[:-2]
@@ -183,8 +63,8 @@ def _forward(st: _Static, q, k, v, bias, mask, rng, sink, slopes):
 
     def key_block(j, carry):
       m, l, acc = carry                                   # [..., bq], [..., bq], [..., bq, Dv]
-      bias_ij, valid, keep = _block_inputs(st, i, j, bias, mask, rng, lead, slopes)
-      s, _ = _scores(st, q_i, _slice(k, -2, j * bk, bk), bias_ij, valid)  # [..., bq, bk]
+      bias_ij, valid, keep = block_inputs(st, i, j, bias, mask, rng, lead, slopes)
+      s, _ = block_scores(st, q_i, slice_axis(k, -2, j * bk, bk), bias_ij, valid)  # [..., bq, bk]
       m_new = jnp.maximum(m, jnp.max(s, axis=-1))
       m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)           # rows with no key seen yet
       p = jnp.exp(s - m_safe[..., None])                            # masked -> exp(-inf) = 0
@@ -192,7 +72,7 @@ def _forward(st: _Static, q, k, v, bias, mask, rng, sink, slopes):
       l = l * alpha + jnp.sum(p, axis=-1)
       if keep is not None:
         p = jnp.where(keep, p / (1.0 - st.dropout_rate), 0.0)
-      pv = jnp.einsum("...ts,...sv->...tv", p.astype(v.dtype), _slice(v, -2, j * bk, bk),
+      pv = jnp.einsum("...ts,...sv->...tv", p.astype(v.dtype), slice_axis(v, -2, j * bk, bk),
                       preferred_element_type=jnp.float32)
       return m_new, l, acc * alpha[..., None] + pv
 
@@ -240,23 +120,17 @@ def _block_sizes(t: int, s: int, q_block: int | None, kv_block: int | None,
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _chunked(st: _Static, q, k, v, bias, mask, rng, sink, slopes):
+def _chunked(st: Static, q, k, v, bias, mask, rng, sink, slopes):
   return _forward(st, q, k, v, bias, mask, rng, sink, slopes)[0]
 
 
-def _chunked_fwd(st: _Static, q, k, v, bias, mask, rng, sink, slopes):
+def _chunked_fwd(st: Static, q, k, v, bias, mask, rng, sink, slopes):
   out, lse = _forward(st, q, k, v, bias, mask, rng, sink, slopes)
   return out, (q, k, v, bias, mask, rng, sink, slopes, out, lse)
 
 
-def _chunked_bwd(st: _Static, res, d_out):
-  # Imported at call time: the backward builds on this module's block helpers, so a top-level
-  # import here would be circular.
-  from attention.chunked_backward import backward  # pylint: disable=import-outside-toplevel
-  return backward(st, res, d_out)
-
-
-_chunked.defvjp(_chunked_fwd, _chunked_bwd)
+# The backward (`attention/chunked_backward.py`) recomputes each score block from q, k and lse.
+_chunked.defvjp(_chunked_fwd, backward)
 
 
 def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
@@ -306,7 +180,7 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
   sink, slopes = (None if x is None else to_rank(_floating(x)[..., None, None])
                   for x in (sink, alibi_slopes))
   bq, bk = _block_sizes(t, s, q_block, kv_block, window)
-  st = _Static(q_len=t, kv_len=s, q_block=bq, kv_block=bk, is_causal=is_causal,
+  st = Static(q_len=t, kv_len=s, q_block=bq, kv_block=bk, is_causal=is_causal,
                scale=float(scale), dropout_rate=float(dropout_rate), window=int(window),
                softcap=float(softcap))
   tp, sp = st.num_q_blocks * st.q_block, st.num_kv_blocks * st.kv_block

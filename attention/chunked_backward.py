@@ -1,7 +1,8 @@
 """Backward pass of the chunked kernel (`attention/chunked.py`): recomputes each score block.
 
 Given the saved row log-sum-exp, a score block's weights are `exp(s - lse)` again, so the
-backward needs no `[T, S]` array either. It visits each key block j (outer loop) with the query
+backward needs no `[T, S]` array either; it forms each block with the forward's own pieces
+(`attention/chunked_blocks.py`). It visits each key block j (outer loop) with the query
 blocks that can see it (inner loop): all of them, from the diagonal on with causal masking, and
 only those within the window with one, so a window's backward is O(S·W) like its forward.
 
@@ -14,10 +15,10 @@ The variants' gradients:
 """
 
 import jax
-import jax.numpy as jnp
 from jax import lax
+import jax.numpy as jnp
 
-from attention.chunked import _block_inputs, _scores, _slice, _Static
+from attention.chunked_blocks import Static, block_inputs, block_scores, slice_axis
 
 Array = jax.Array
 
@@ -30,8 +31,8 @@ def _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng,
   last axis of their left operand: on CPU the other orientation skips the fast matmul kernels
   and ran 2.4x slower (measured on [2048, 256] x [256, 64] blocks).
   """
-  bias_ij, valid, keep = map(_transpose, _block_inputs(st, i, j, bias, mask, rng, lead, slopes))
-  s, capped = _scores(st, k_j, q_i, bias_ij, valid)
+  bias_ij, valid, keep = map(_transpose, block_inputs(st, i, j, bias, mask, rng, lead, slopes))
+  s, capped = block_scores(st, k_j, q_i, bias_ij, valid)
   p = jnp.exp(s - lse_i[..., None, :])                                    # [..., bk, bq]
   dp = jnp.einsum("...sv,...tv->...st", v_j, do_i, preferred_element_type=jnp.float32)
   p_used = p
@@ -49,7 +50,7 @@ def _transpose(x: Array | None) -> Array | None:
   return x[:, None] if x.ndim == 1 else jnp.swapaxes(x, -1, -2)
 
 
-def backward(st: _Static, res, d_out):
+def backward(st: Static, res, d_out):
   """The `custom_vjp` backward: one pass over key blocks j (outer) and the query blocks i that
   see them (inner).
 
@@ -70,15 +71,15 @@ def backward(st: _Static, res, d_out):
 
   def key_block(j, carry):
     dq_t, dk, dv, d_bias = carry
-    k_j, v_j = _slice(k, -2, j * bk, bk), _slice(v, -2, j * bk, bk)
+    k_j, v_j = slice_axis(k, -2, j * bk, bk), slice_axis(v, -2, j * bk, bk)
     # [..., D, bk], once per key block; the barrier keeps XLA from folding the transpose back
     # into the dQ product when the loop over query blocks has a single step and is inlined.
     k_j_t = lax.optimization_barrier(jnp.swapaxes(k_j, -1, -2))
 
     def query_block(i, inner):
       dq_t, dk_j, dv_j, d_bias = inner
-      q_i, do_i = _slice(q_scaled, -2, i * bq, bq), _slice(d_out, -2, i * bq, bq)
-      lse_i, delta_i = _slice(lse, -1, i * bq, bq), _slice(delta, -1, i * bq, bq)
+      q_i, do_i = slice_axis(q_scaled, -2, i * bq, bq), slice_axis(d_out, -2, i * bq, bq)
+      lse_i, delta_i = slice_axis(lse, -1, i * bq, bq), slice_axis(delta, -1, i * bq, bq)
       p_used, ds, ds_raw = _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias,
                                         mask, rng, lead, slopes)         # [..., bk, bq]
       dv_j = dv_j + jnp.einsum("...st,...tv->...sv", p_used.astype(d_out.dtype), do_i,

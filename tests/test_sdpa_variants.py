@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from attention import chunked as attention_chunked
-from attention import chunked_attention, scaled_dot_product_attention, sdpa
+from attention import chunked_attention, chunked_blocks, scaled_dot_product_attention, sdpa
 from attention.masks import sliding_window_mask
 
 T_, F_ = True, False
@@ -230,9 +230,9 @@ def test_block_ranges_hand_computed():
   """Key blocks per query block (forward) and query blocks per key block (backward) for
   T = S = 37 in 8 x 8 blocks (5 blocks each), against ranges worked out by hand."""
   sizes = dict(q_block=8, kv_block=8, q_len=37, kv_len=37)
-  kv_range = lambda i, **kw: tuple(int(x) for x in attention_chunked.kv_block_range(
+  kv_range = lambda i, **kw: tuple(int(x) for x in chunked_blocks.kv_block_range(
       i, **sizes, **kw))
-  q_range = lambda j, **kw: tuple(int(x) for x in attention_chunked.q_block_range(
+  q_range = lambda j, **kw: tuple(int(x) for x in chunked_blocks.q_block_range(
       j, **sizes, **kw))
   # window 10: rows 8i..8i+7 see keys 8i-9 .. 8i+16 (causal: .. 8i+7).
   assert [kv_range(i, window=10) for i in range(5)] == [(0, 3), (0, 4), (0, 5), (1, 5), (2, 5)]
@@ -260,9 +260,9 @@ def test_block_ranges_cover_exactly_the_visible_blocks(t, s, window, is_causal):
              if mask[i * bq:(i + 1) * bq, j * bk:(j + 1) * bk].any()}
   kw = dict(q_block=bq, kv_block=bk, q_len=t, kv_len=s, is_causal=is_causal, window=window)
   forward = {(i, j) for i in range(-(-t // bq))
-             for j in range(*map(int, attention_chunked.kv_block_range(i, **kw)))}
+             for j in range(*map(int, chunked_blocks.kv_block_range(i, **kw)))}
   backward = {(i, j) for j in range(-(-s // bk))
-              for i in range(*map(int, attention_chunked.q_block_range(j, **kw)))}
+              for i in range(*map(int, chunked_blocks.q_block_range(j, **kw)))}
   assert forward == visible
   assert backward == visible
 
