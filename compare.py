@@ -12,7 +12,7 @@ import sys
 
 from absl import app, flags
 
-from training import compare
+from reports import compare
 
 _METRICS = flags.DEFINE_list('metrics', None,
                              'Eval metrics to compare (default: all in every final evaluation).')

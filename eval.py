@@ -16,6 +16,7 @@ if __name__ == '__main__':
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from reports import run_eval
 import training
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.')
@@ -54,7 +55,7 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
   training.enable_compilation_cache(_CACHE.value)
-  training.failures.run('eval.py', lambda: training.evaluate_checkpoint(
+  training.failures.run('eval.py', lambda: run_eval.evaluate_checkpoint(
       _WORKDIR.value, config=_CONFIG.value, checkpoint=_CHECKPOINT.value,
       checkpoint_step=_STEP.value, split=_SPLIT.value,
       decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,

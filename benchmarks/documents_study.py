@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 from scipy import stats
 
-from benchmarks import interventions_study as study
+from benchmarks.trained_runs import SPLIT, in_batches, load, split_arrays
 from models import interventions
 from training.steps import merge_model
 
@@ -40,19 +40,19 @@ def _new_masses(mass: np.ndarray, real: np.ndarray, key: np.ndarray,
 
 
 def classifier(workdir: str, rng: np.random.Generator) -> dict:
-  task, state, _ = study.load(workdir)
+  task, state, _ = load(workdir)
   model = merge_model(state)
   kind = type(model).__name__
   pool = next(name for name in POOLS.values()
               if name in interventions.names(model, jnp.ones((1, 2, 3), jnp.int32)))
-  data = study.split_arrays(task)
+  data = split_arrays(task)
   inputs, labels = data['inputs'], data['labels']                       # [B, S, W], [B]
   b, s, w = inputs.shape
   words = inputs != task.tokenizer.pad_id                                # [B, S, W]
   real = words.any(-1)                                                   # [B, S]
   key = np.zeros((b, s), bool)
   for row, index in enumerate(data['index']):
-    example = task.data.examples(study.SPLIT)[index]
+    example = task.data.examples(SPLIT)[index]
     key[row, [k for k in example.key_sentences if k < s]] = True
   key &= real
   graphdef, params = nnx.split(model)
@@ -77,18 +77,18 @@ def classifier(workdir: str, rng: np.random.Generator) -> dict:
     grad, x = jax.grad(logit, has_aux=True)(jnp.zeros(shape))
     return jnp.sum(grad * x, -1).reshape(ids.shape)
 
-  predicted = study.in_batches(lambda ids: clean(ids)[0], inputs)
-  weights = study.in_batches(lambda ids: clean(ids)[1], inputs).reshape(b, s, -1)  # [B, S, W|1]
+  predicted = in_batches(lambda ids: clean(ids)[0], inputs)
+  weights = in_batches(lambda ids: clean(ids)[1], inputs).reshape(b, s, -1)  # [B, S, W|1]
   mass = weights.sum(-1)                                                 # [B, S]
   shares = weights / np.maximum(mass, 1e-12)[..., None]                  # within each sentence
   result = dict(model=kind, examples=int(b), accuracy=float((predicted == labels).mean()),
                 prediction_changed={}, accuracy_under={})
   for name, new in _new_masses(mass, real, key, rng).items():
     replaced = (new[..., None] * shares).reshape(b, -1) if weights.shape[-1] > 1 else new
-    after = study.in_batches(edited, inputs, replaced.astype(np.float32))
+    after = in_batches(edited, inputs, replaced.astype(np.float32))
     result['prediction_changed'][name] = float((after != predicted).mean())
     result['accuracy_under'][name] = float((after == labels).mean())
-  per_word = study.in_batches(attribution, inputs)                       # [B, S, W]
+  per_word = in_batches(attribution, inputs)                             # [B, S, W]
   sentence_attribution = np.abs(np.sum(np.where(words, per_word, 0.0), -1))  # [B, S]
   spearman, kendall = [], []
   for row in range(b):

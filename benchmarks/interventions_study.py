@@ -7,7 +7,7 @@
 
 Each prints its measurements as JSON (`--out` also writes them). All use the test split.
 
-- `mqar`: the answer accuracy with each head ablated (`training.head_ablation`), then activation
+- `mqar`: the answer accuracy with each head ablated (`reports.head_ablation`), then activation
   patching: a context key is replaced by a key the example does not hold, so its query no longer
   finds it; the layer-1 heads' outputs at the query position, taken from the clean prompt, are
   patched into the corrupted run. Reported: the fraction of the broken answers restored.
@@ -19,61 +19,17 @@ Each prints its measurements as JSON (`--out` also writes them). All use the tes
 
 import argparse
 import json
-import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-import tasks
+from benchmarks import documents_study
+from benchmarks.trained_runs import SPLIT, in_batches, load, split_arrays
 from models import interventions
-from training import head_ablation, sharding
-from training import workdir as workdir_lib
-from training.checkpoints import Checkpointer
-from training.run_eval import load_config
-from training.setup import build_state
+from reports import head_ablation
 from training.steps import merge_model
-
-SPLIT = 'test'
-
-
-def load(workdir: str):
-  """`(task, train state, mesh)` of the newest checkpoint of a training workdir."""
-  config = load_config(workdir)
-  with workdir_lib.staging(workdir) as staged:
-    task = tasks.build(config, staged)
-  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None,
-                              create=False)
-  try:
-    state, _ = checkpointer.restore(build_state(config, task))
-  finally:
-    checkpointer.close()
-  return task, state, sharding.make_mesh(config.mesh)
-
-
-def split_arrays(task, batch_size: int = 250) -> dict[str, np.ndarray]:
-  """The split's batches concatenated, padding rows (index < 0) dropped, in split order."""
-  batches = list(task.batches(SPLIT, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1))
-  width = {key: max(b[key].shape[1] for b in batches) for key in batches[0] if
-           batches[0][key].ndim == 2}
-  pad = lambda a, key: (np.pad(a, [(0, 0), (0, width[key] - a.shape[1])]) if key in width else a)
-  out = {key: np.concatenate([pad(b[key], key) for b in batches]) for key in batches[0]}
-  order = np.argsort(np.where(out['index'] < 0, np.iinfo(np.int32).max, out['index']))
-  kept = order[out['index'][order] >= 0]
-  return {key: value[kept] for key, value in out.items()}
-
-
-def in_batches(fn, *arrays, size: int = 250) -> np.ndarray:
-  """`fn` over rows of `arrays` `size` at a time (the last batch padded to one shape)."""
-  n, outs = len(arrays[0]), []
-  for start in range(0, n, size):
-    chunk = [a[start:start + size] for a in arrays]
-    rows = len(chunk[0])
-    chunk = [np.concatenate([c, np.repeat(c[-1:], size - rows, axis=0)]) for c in chunk]
-    outs.append(np.asarray(fn(*chunk))[:rows])
-  return np.concatenate(outs)
-
 
 def mqar(workdir: str) -> dict:
   task, state, mesh = load(workdir)
@@ -204,7 +160,6 @@ def main() -> None:
   parser.add_argument('--out', default='', help='Also write the JSON here.')
   args = parser.parse_args()
   if args.study == 'documents':
-    from benchmarks import documents_study
     result = documents_study.run(args.workdirs)
   else:
     result = {'mqar': mqar, 'dates': dates}[args.study](args.workdirs[0])

@@ -150,7 +150,7 @@ class Task(abc.ABC):
   def explore(self, model: nnx.Module, samples: list[dict[str, Any]],
               options: EvalOptions) -> list[dict[str, Any]]:
     """The attention explorer's record per sample of `samples` (the examples to show): its
-    reference, prediction, correctness and attention views (`training.explorer` names the
+    reference, prediction, correctness and attention views (`reports.explorer` names the
     fields). The default shows none; every task of Attend overrides it."""
     del model, options
     return [dict(index=s['index'], views=[], correct=None) for s in samples]

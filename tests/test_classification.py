@@ -13,6 +13,7 @@ import pytest
 import models
 import tasks
 import training
+from reports import run_eval
 from tasks.classification import class_metrics, confusion_matrix, hit_rate
 from training.config import validate
 from training.setup import build_state
@@ -92,7 +93,7 @@ def test_train_then_eval_writes_predictions_confusion_and_attention(model, data_
   config.dataset.update(eval_batch_size=64, bucket_step=32)
   config.update(num_train_steps=3, eval_every_steps=0, num_eval_decode=0, log_every_steps=1)
   training.train_and_evaluate(config, workdir)
-  training.evaluate_checkpoint(workdir, split='validation', max_examples=50, num_heatmaps=2)
+  run_eval.evaluate_checkpoint(workdir, split='validation', max_examples=50, num_heatmaps=2)
   out = os.path.join(workdir, 'eval')
   metrics = json.load(open(os.path.join(out, 'metrics.json')))
   assert metrics['examples'] == 50

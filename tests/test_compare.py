@@ -9,7 +9,8 @@ import sys
 from PIL import Image
 import pytest
 
-from training import compare, compare_against
+from reports import compare, compare_against
+from reports import runs as runs_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,20 +46,20 @@ def study(tmp_path):
 
 
 def test_seeds_of_a_setting_are_averaged_with_sample_std(study):
-  runs = [compare.load_run(path) for path in compare.find_runs([str(study)])]
-  fields, settings = compare.group_settings(runs)
+  runs = [runs_lib.load_run(path) for path in runs_lib.find_runs([str(study)])]
+  fields, settings = runs_lib.group_settings(runs)
   assert fields == ['model.score']  # seed varies too but is not a setting; d_k does not vary.
   assert [setting.label for setting in settings] == ['model.score=additive', 'model.score=dot']
   assert [len(setting.runs) for setting in settings] == [3, 3]
-  additive, dot = (compare.aggregate([compare.summarize_run(run, ['accuracy', 'loss'])
-                                      for run in setting.runs]) for setting in settings)
+  additive, dot = (runs_lib.aggregate([runs_lib.summarize_run(run, ['accuracy', 'loss'])
+                                       for run in setting.runs]) for setting in settings)
   assert dot['accuracy'].mean == pytest.approx(0.92)
   assert dot['accuracy'].std == pytest.approx(0.02)  # sqrt((0.02² + 0 + 0.02²) / 2)
   assert dot['loss'].mean == pytest.approx(0.2) and dot['loss'].std == pytest.approx(0.1)
   assert additive['accuracy'].mean == pytest.approx(0.83)
   assert additive['accuracy'].std == pytest.approx(0.03)
   assert additive['loss'].mean == pytest.approx(0.6) and additive['loss'].std == pytest.approx(0.1)
-  assert dot['parameters'] == compare.Stat(1234567, 0.0, 3)
+  assert dot['parameters'] == runs_lib.Stat(1234567, 0.0, 3)
 
 
 def test_markdown_table(study):
@@ -86,8 +87,8 @@ def test_rows_sort_numbers_numerically_and_one_seed_shows_no_std(tmp_path):
 
 def test_a_single_run_is_labelled_by_its_directory(tmp_path):
   _write_run(tmp_path / 'baseline', lines=_lines(0.5, 1.0))
-  runs = [compare.load_run(path) for path in compare.find_runs([str(tmp_path / 'baseline')])]
-  fields, settings = compare.group_settings(runs)
+  runs = [runs_lib.load_run(path) for path in runs_lib.find_runs([str(tmp_path / 'baseline')])]
+  fields, settings = runs_lib.group_settings(runs)
   assert fields == [] and settings[0].label == 'baseline'
   markdown = compare.markdown_table(fields, settings, ['loss'])
   assert markdown.splitlines()[2].startswith('| baseline | 1 | 1.000 |')
@@ -96,10 +97,10 @@ def test_a_single_run_is_labelled_by_its_directory(tmp_path):
 def test_train_time_and_ms_per_step():
   train = [{'step': 1, 'steps_per_s': 0.5}, {'step': 101, 'steps_per_s': 10.0},
            {'step': 201, 'steps_per_s': 20.0}, {'step': 301, 'steps_per_s': 5.0}]
-  assert compare.train_time_s(train) == pytest.approx(1 / 0.5 + 100 / 10 + 100 / 20 + 100 / 5)
-  assert compare.ms_per_step(train) == pytest.approx(100.0)  # median of 100, 50, 200
-  assert compare.ms_per_step(train[:1]) == pytest.approx(2000.0)
-  assert compare.train_time_s([]) is None and compare.ms_per_step([]) is None
+  assert runs_lib.train_time_s(train) == pytest.approx(1 / 0.5 + 100 / 10 + 100 / 20 + 100 / 5)
+  assert runs_lib.ms_per_step(train) == pytest.approx(100.0)  # median of 100, 50, 200
+  assert runs_lib.ms_per_step(train[:1]) == pytest.approx(2000.0)
+  assert runs_lib.train_time_s([]) is None and runs_lib.ms_per_step([]) is None
 
 
 def test_values_at_initialisation(tmp_path):
@@ -108,8 +109,8 @@ def test_values_at_initialisation(tmp_path):
            {'step': 100, 'split': 'train', 'loss': 0.5, 'grad_norm': 0.7, 'steps_per_s': 9.0},
            {'step': 100, 'split': 'validation', 'accuracy': 0.75, 'loss': 0.6}]
   _write_run(tmp_path / 'run', lines=lines)
-  run = compare.load_run(str(tmp_path / 'run'))
-  summary = compare.summarize_run(run, ['accuracy'])
+  run = runs_lib.load_run(str(tmp_path / 'run'))
+  summary = runs_lib.summarize_run(run, ['accuracy'])
   assert summary == {'accuracy': 0.75, 'accuracy@init': 0.25, 'grad_norm@init': 3.5,
                      'train time (s)': pytest.approx(1 + 99 / 9),
                      'ms/step': pytest.approx(1000 / 9)}  # The step-1 interval compiles.
@@ -124,18 +125,18 @@ def test_a_resumed_run_uses_the_last_line_of_a_step(tmp_path):
            {'step': 100, 'split': 'train', 'loss': 0.9, 'steps_per_s': 4.0},  # After the resume.
            {'step': 200, 'split': 'validation', 'accuracy': 0.2}]
   _write_run(tmp_path / 'run', lines=lines)
-  run = compare.load_run(str(tmp_path / 'run'))
+  run = runs_lib.load_run(str(tmp_path / 'run'))
   assert [line['loss'] for line in run.lines['train']] == [0.9]
-  assert compare.summarize_run(run, ['accuracy'])['accuracy'] == 0.2
-  assert compare.train_time_s(run.lines['train']) == pytest.approx(25.0)
+  assert runs_lib.summarize_run(run, ['accuracy'])['accuracy'] == 0.2
+  assert runs_lib.train_time_s(run.lines['train']) == pytest.approx(25.0)
 
 
 def test_bad_paths_and_metrics_are_one_sentence_errors(tmp_path, study):
   with pytest.raises(FileNotFoundError, match=r'^\S*nowhere does not exist\.$'):
-    compare.find_runs([str(tmp_path / 'nowhere')])
+    runs_lib.find_runs([str(tmp_path / 'nowhere')])
   (tmp_path / 'empty').mkdir()
   with pytest.raises(FileNotFoundError, match='empty is neither a training workdir'):
-    compare.find_runs([str(tmp_path / 'empty')])
+    runs_lib.find_runs([str(tmp_path / 'empty')])
   os.remove(study / 'dot_1' / 'config.json')
   with pytest.raises(FileNotFoundError, match='dot_1 has metrics.jsonl but no config.json'):
     compare.write_report([str(study)], str(tmp_path))
@@ -146,8 +147,8 @@ def test_bad_paths_and_metrics_are_one_sentence_errors(tmp_path, study):
 
 
 def test_curves_are_a_png(study):
-  runs = [compare.load_run(path) for path in compare.find_runs([str(study)])]
-  _, settings = compare.group_settings(runs)
+  runs = [runs_lib.load_run(path) for path in runs_lib.find_runs([str(study)])]
+  _, settings = runs_lib.group_settings(runs)
   png = compare.draw_curves(settings, ['accuracy', 'loss'])
   assert png.startswith(b'\x89PNG\r\n\x1a\n')
   width, height = Image.open(io.BytesIO(png)).size
@@ -176,8 +177,8 @@ def test_against_a_field_draws_one_line_per_other_setting_and_skips_tied_fields(
       config = json.loads((directory / 'config.json').read_text())
       config['num_train_steps'] = 10 * d_k
       (directory / 'config.json').write_text(json.dumps(config))
-  runs = [compare.load_run(path) for path in compare.find_runs([str(tmp_path)])]
-  _, settings = compare.group_settings(runs)
+  runs = [runs_lib.load_run(path) for path in runs_lib.find_runs([str(tmp_path)])]
+  _, settings = runs_lib.group_settings(runs)
   lines = compare_against.lines(settings, 'model.d_k')
   assert list(lines) == ['model.score=additive', 'model.score=dot']
   assert [s.values['model.d_k'] for s in lines['model.score=dot']] == [8, 16, 32]
@@ -211,3 +212,21 @@ def test_eval_results_replace_the_last_validation_with_the_config_evaluated(tmp_
   with pytest.raises(FileNotFoundError, match='window_0 has no eval/metrics.json; run python '
                                               'eval.py'):
     compare.write_report([str(tmp_path)], str(tmp_path / 'out'), from_eval=True)
+
+
+def test_importing_training_and_reports_leaves_matplotlibs_backend_alone():
+  # Every module of the training core and of the reports, imported in a fresh process whose
+  # backend is set to 'svg': a module that chose one at import (matplotlib.use('Agg')) changes it.
+  # Pictures are drawn by Agg outside pyplot, so pyplot, which switches backends, never loads.
+  check = (
+      'import importlib, pkgutil, sys\n'
+      'import reports, training\n'
+      'for package in (training, reports):\n'
+      '  for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):\n'
+      '    importlib.import_module(module.name)\n'
+      'import matplotlib\n'
+      'print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)\n')
+  done = subprocess.run([sys.executable, '-c', check], cwd=_REPO, capture_output=True, text=True,
+                        timeout=300, check=False, env={**os.environ, 'MPLBACKEND': 'svg'})
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout.split() == ['svg', 'False']

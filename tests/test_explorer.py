@@ -1,4 +1,4 @@
-"""The attention explorer (training/explorer.py): its data encoding against NumPy, and its page in
+"""The attention explorer (reports/explorer.py): its data encoding against NumPy, and its page in
 headless Chromium: a tiny trained translation run end to end (no JavaScript errors, layer/head
 pickers change the lines, hovering a token shows its row of the weights eval wrote), every view
 kind rendered with a screenshot, a long GPT-sized map, and users' markup shown as text."""
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import training
+from reports import explorer, run_eval
 from test_training import get_config, tiny
-from training import explorer
 
 CHROMIUM = next((shutil.which(name) for name in ('chromium', 'chromium-browser', 'google-chrome')
                  if shutil.which(name)), None)
@@ -167,7 +167,7 @@ def translation_run(tmp_path_factory) -> str:
                         split_punctuation=False)
   workdir = str(root / 'workdir')
   training.train_and_evaluate(config, workdir)
-  training.evaluate_checkpoint(workdir, max_examples=4, num_heatmaps=1, explorer_examples=3)
+  run_eval.evaluate_checkpoint(workdir, max_examples=4, num_heatmaps=1, explorer_examples=3)
   return workdir
 
 
@@ -259,16 +259,14 @@ def test_a_1024_token_gpt_map_stays_small_and_draws_few_lines(tmp_path):
   print(f'1024-token map: {len(page)} bytes; head view and hover in {out["ms"]:.0f} ms')
 
 
-def test_explore_command_opens_the_page_or_says_what_to_run(translation_run, tmp_path,
-                                                           monkeypatch, capsys):
-  opened = []
-  monkeypatch.setattr(explorer.webbrowser, 'open', opened.append)
-  assert explorer.main([translation_run]) == 0
-  assert opened == ['file://' + os.path.join(translation_run, 'eval', explorer.FILE)]
-  assert explorer.main([str(tmp_path)]) == 1 and opened[1:] == []
-  assert f'run python eval.py --workdir={tmp_path} first' in capsys.readouterr().err
+def test_the_page_to_open_is_one_file_in_the_eval_folder(translation_run, tmp_path):
+  # What a user opens in a browser (docs/explorer.md): WORKDIR/eval/explorer.html, which loads no
+  # file or URL beside it.
+  assert explorer.write(str(tmp_path), [], title='none') == str(tmp_path / explorer.FILE)
+  page = open(os.path.join(translation_run, 'eval', explorer.FILE), encoding='utf-8').read()
+  assert not re.search(r'<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=', page)
 
 
 def test_a_negative_explorer_examples_is_one_sentence_naming_the_flag(tmp_path):
   with pytest.raises(ValueError, match=r'^--explorer_examples=-1 must be >= 0'):
-    training.evaluate_checkpoint(str(tmp_path), explorer_examples=-1)
+    run_eval.evaluate_checkpoint(str(tmp_path), explorer_examples=-1)

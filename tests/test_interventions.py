@@ -16,7 +16,8 @@ import tasks
 from models import HAN, NTM, DecoderLM, MemN2N, Seq2Seq, Transformer, ViT, interventions
 from models.attention_layer import MultiHeadAttention
 from models.stack_config import StackConfig
-from training import evaluation, head_ablation, sharding
+from reports import head_ablation
+from training import evaluation, sharding
 from training.setup import build_state
 from training.steps import create_train_state, train_step
 

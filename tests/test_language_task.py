@@ -13,10 +13,10 @@ import models
 import tasks
 import training
 from data.tokenizers import SPECIAL_TOKENS
+from reports import run_eval
+from reports.run_eval import evaluate_checkpoint
 from tasks.language import _continuation_length, attention_hits, bert_mask
-from training import run_eval
 from training.checkpoints import load_matching_params
-from training.run_eval import evaluate_checkpoint
 from training.setup import build_state
 from test_training import get_config
 

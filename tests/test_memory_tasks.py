@@ -13,10 +13,10 @@ import models
 import tasks
 import training
 from data import algorithmic
+from reports.run_eval import evaluate_checkpoint
 from tasks.algorithmic import bit_counts
 from tasks.losses import cross_entropy
 from tasks.question_answering import hop_table
-from training.run_eval import evaluate_checkpoint
 from training.setup import build_state
 from training.steps import merge_model, train_step
 from test_training import get_config

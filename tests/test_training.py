@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 
 import models
+from reports import run_eval
 import tasks
 import training
 from tasks.translation import teacher_forced_loss
@@ -218,7 +219,7 @@ def test_a_config_saved_before_a_training_field_existed_loads_with_its_default(d
   saved = json.loads(tiny(get_config('default'), data_dir).to_json())
   del saved['attention_penalty']                       # a run from before the field existed
   (tmp_path / 'config.json').write_text(json.dumps(saved))
-  config = training.load_config(str(tmp_path))
+  config = run_eval.load_config(str(tmp_path))
   validate_config(config)
   assert config.attention_penalty == 0.0
 

@@ -88,7 +88,7 @@ def test_unknown_test_label_is_refused():
 def test_compare_averages_over_folds(tmp_path):
   """Runs that differ only in dataset.fold are one setting: mean and sample std over the folds."""
   import json, os  # pylint: disable=import-outside-toplevel,multiple-imports
-  from training import compare  # pylint: disable=import-outside-toplevel
+  from reports import runs as runs_lib  # pylint: disable=import-outside-toplevel
   for fold, accuracy in enumerate((0.90, 0.86, 0.88)):
     run = tmp_path / f'fold={fold}'
     os.makedirs(run)
@@ -96,10 +96,10 @@ def test_compare_averages_over_folds(tmp_path):
                                                                         'num_folds': 3}}))
     (run / 'metrics.jsonl').write_text(json.dumps({'step': 9, 'split': 'validation',
                                                    'accuracy': accuracy}) + '\n')
-  runs = [compare.load_run(path) for path in compare.find_runs([str(tmp_path)])]
-  fields, [setting] = compare.group_settings(runs)
+  runs = [runs_lib.load_run(path) for path in runs_lib.find_runs([str(tmp_path)])]
+  fields, [setting] = runs_lib.group_settings(runs)
   assert fields == [] and len(setting.runs) == 3
-  stat = compare.aggregate([compare.summarize_run(r, ['accuracy']) for r in setting.runs])
+  stat = runs_lib.aggregate([runs_lib.summarize_run(r, ['accuracy']) for r in setting.runs])
   assert stat['accuracy'].mean == pytest.approx(0.88) and stat['accuracy'].std == pytest.approx(0.02)
 
 

@@ -8,8 +8,8 @@ import numpy as np
 
 import models
 import training
+from reports.run_eval import evaluate_checkpoint
 from tasks.captioning import Captioning, aligned, region_centres
-from training.run_eval import evaluate_checkpoint
 from test_training import get_config
 
 PNG = b'\x89PNG\r\n\x1a\n'

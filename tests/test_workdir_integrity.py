@@ -19,6 +19,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 from PIL import Image
 
+from reports import run_eval
 import tasks
 import training
 from data import language_sources
@@ -107,7 +108,7 @@ def test_item3_eval_and_init_from_skip_a_truncated_newest_checkpoint(trained, tm
   workdir = _copy(trained, tmp_path)
   truncate_checkpoint(workdir, 4)
   with caplog.at_level('WARNING'):
-    metrics = training.evaluate_checkpoint(workdir, checkpoint='latest', split='validation',
+    metrics = run_eval.evaluate_checkpoint(workdir, checkpoint='latest', split='validation',
                                            max_examples=1, num_heatmaps=0)
   assert metrics['step'] == 2
   skipped = [r.getMessage() for r in caplog.records if 'Skipping checkpoint 4' in r.getMessage()]
@@ -268,13 +269,13 @@ def test_item6_eval_flags_and_populations(trained, tmp_path):
                         (dict(max_examples=-3), '--max_examples=-3 must be >= 0'),
                         (dict(average_last=5), r'--average_last=5, but .* 2 checkpoint\(s\)')]:
     with pytest.raises(ValueError, match=message):
-      training.evaluate_checkpoint(workdir, **flag)
+      run_eval.evaluate_checkpoint(workdir, **flag)
   empty = tmp_path / 'empty'
   empty.mkdir()
   (empty / 'config.json').write_text(open(os.path.join(workdir, 'config.json')).read())
   before = _snapshot(empty)
   with pytest.raises(FileNotFoundError, match='No checkpoint in'):
-    training.evaluate_checkpoint(str(empty))
+    run_eval.evaluate_checkpoint(str(empty))
   assert _snapshot(empty) == before
 
 

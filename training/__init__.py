@@ -10,8 +10,6 @@ import importlib
 _EXPORTS = {
     'train_and_evaluate': 'training.loop',
     'quiet_library_logs': 'training.metrics',
-    'evaluate_checkpoint': 'training.run_eval',
-    'load_config': 'training.run_eval',
     'DEFAULT_COMPILATION_CACHE': 'training.setup',
     'enable_compilation_cache': 'training.setup',
     'initialize_distributed': 'training.sharding',

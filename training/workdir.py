@@ -23,7 +23,7 @@ import traceback
 from absl import logging
 
 from tasks import VOCAB_DIR
-from training.compare import flatten
+from training.config_fields import flatten
 
 LOCK_FILE = 'train.lock'
 LOG_FILE = 'train.log'
@@ -275,5 +275,5 @@ def run_log():
 
 
 def traceback_log(error: BaseException) -> str | None:
-  """The log file holding `error`'s traceback, if one does (see `note_traceback`)."""
+  """The log file holding `error`'s traceback, if one does (see `run_log`)."""
   return getattr(error, 'traceback_log', None)

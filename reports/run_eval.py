@@ -8,7 +8,8 @@ import jax
 import ml_collections
 
 import tasks
-from training import evaluation, explorer, head_ablation, sharding
+from reports import explorer, head_ablation
+from training import evaluation, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
 from training.selection import BEST_DIR
@@ -67,8 +68,8 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
     eval_lengths: language models: also evaluate on rows of these lengths ('loss@N'); replaces
       the config's `dataset.eval_lengths`.
     ablate_heads: also write the split's main metric with each attention head ablated in turn
-      (eval/head_ablation.json and .png, `training.head_ablation`).
-    explorer_examples: the first examples shown in eval/explorer.html (`training.explorer`);
+      (eval/head_ablation.json and .png, `reports.head_ablation`).
+    explorer_examples: the first examples shown in eval/explorer.html (`reports.explorer`);
       None = `num_heatmaps`.
 
   Returns:

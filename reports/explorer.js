@@ -1,4 +1,4 @@
-// The attention explorer's page code (inlined by training/explorer.py). Plain DOM, no library.
+// The attention explorer's page code (inlined by reports/explorer.py). Plain DOM, no library.
 // Text from the data goes into the page with textContent only: it is never parsed as markup.
 'use strict';
 const DATA = JSON.parse(document.getElementById('explorer-data').textContent);

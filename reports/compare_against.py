@@ -16,11 +16,10 @@ import math
 import statistics
 
 import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
-matplotlib.use('Agg')  # files only; never needs a display
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
-from training.compare import Setting, format_value, natural_key, summarize_run  # pylint: disable=g-import-not-at-top
+from reports.runs import Setting, format_value, natural_key, summarize_run
 
 METRICS = 'metrics'  # `against` value: the metrics themselves along x
 
@@ -78,9 +77,11 @@ def draw(settings: list[Setting], metrics: list[str], against: str) -> bytes:
     ticks = sorted({format_value(s.values[against]) for s in settings}, key=natural_key)
   columns = min(2, len(panels))
   rows = math.ceil(len(panels) / columns)
-  figure, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.2 * rows), squeeze=False,
-                              layout='constrained')
-  colours = plt.get_cmap('tab10')
+  # Drawn by Agg outside pyplot: files only, and matplotlib's backend is left as it is.
+  figure = Figure(figsize=(6.5 * columns, 4.2 * rows), layout='constrained')
+  FigureCanvasAgg(figure)
+  axes = figure.subplots(rows, columns, squeeze=False)
+  colours = matplotlib.colormaps['tab10']
   for ax, metric in zip(axes.flat, panels):
     for index, (label, members) in enumerate(grouped.items()):
       points = []
@@ -111,5 +112,4 @@ def draw(settings: list[Setting], metrics: list[str], against: str) -> bytes:
                 ncols=min(3 if longest <= 30 else 2 if longest <= 45 else 1, len(labels) or 1))
   buffer = io.BytesIO()
   figure.savefig(buffer, format='png', dpi=110, bbox_inches='tight')
-  plt.close(figure)
   return buffer.getvalue()

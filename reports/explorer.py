@@ -1,12 +1,10 @@
 """The attention explorer: one self-contained HTML page of the evaluated examples' attention.
 
-  python -m training.explorer runs/default      # opens runs/default/eval/explorer.html
-
-`eval.py` writes `WORKDIR/eval/explorer.html` from the records of the task's `explore` hook. The
-page holds its data as JSON and its code (explorer.js, read from beside this file) inline: it
-opens offline from the file system, with no network and no build step. Users' text is data: the
-JSON is escaped so that no corpus line can close its script element, and the page's code puts
-text into the document with `textContent` only.
+`eval.py` writes `WORKDIR/eval/explorer.html` (open it in a web browser) from the records of the
+task's `explore` hook. The page holds its data as JSON and its code (explorer.js, read from beside
+this file) inline: it opens offline from the file system, with no network and no build step.
+Users' text is data: the JSON is escaped so that no corpus line can close its script element, and
+the page's code puts text into the document with `textContent` only.
 
 A record (one per example) is `{'index', 'reference', 'prediction', 'correct' (bool or None),
 'views': [view, ...]}`; a view is one of
@@ -24,8 +22,6 @@ import base64
 import io
 import json
 import os
-import sys
-import webbrowser
 from collections.abc import Sequence
 from typing import Any
 
@@ -155,21 +151,3 @@ def write(out_dir: str, records: Sequence[dict[str, Any]], *, title: str,
     f.write(page(records, title=title, metrics=metrics))
   return path
 
-
-def main(argv: Sequence[str]) -> int:
-  """`python -m training.explorer WORKDIR`: opens WORKDIR/eval/explorer.html in a browser."""
-  if len(argv) != 1:
-    print('usage: python -m training.explorer WORKDIR', file=sys.stderr)
-    return 2
-  path = os.path.abspath(os.path.join(argv[0], 'eval', FILE))
-  if not os.path.exists(path):
-    print(f'{path} does not exist; run python eval.py --workdir={argv[0]} first.',
-          file=sys.stderr)
-    return 1
-  print(path)
-  webbrowser.open('file://' + path)
-  return 0
-
-
-if __name__ == '__main__':
-  sys.exit(main(sys.argv[1:]))
