@@ -5,13 +5,13 @@ The dataset fields are those of configs/classification_tsv.py (`dataset.tsv_path
 `dataset.validation_path`, `dataset.test_path`, the held-out fractions). `arg` picks a corpus of
 ../shared/data: 'trec' (default: its train file, 5% of it held out for validation, its test
 file) or 'subj' (one file: 5% validation, 10% test). `config.init_from` is the pretrained
-checkpoint written as an Attend workdir by `python -m models.pretrained` (the package's weights by
+checkpoint written as an Attend workdir by `python convert.py` (the package's weights by
 default; `--checkpoint=FOLDER` converts another local BERT checkpoint, whose architecture
 `MODEL_CHECKPOINT` here must then name too). The head (mean of the final states, tanh layer,
 linear) is new; WORKDIR/best keeps the checkpoint of best validation accuracy.
 
 Command:
-  python -m models.pretrained --workdir=runs/minilm
+  python convert.py --workdir=runs/minilm
   python train.py --config=configs/minilm_classifier.py --workdir=runs/minilm_trec
   python eval.py --workdir=runs/minilm_trec
   python train.py --config=configs/minilm_classifier.py:subj --workdir=runs/minilm_subj

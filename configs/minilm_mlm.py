@@ -8,15 +8,15 @@ another. The file is cut into windows of 62 pieces, each read as in BERT's pretr
 `[CLS] pieces [SEP]`; 15% of the pieces (never [CLS], [SEP], [PAD], [UNK] or [MASK]) are picked
 for prediction. Its last 10% is held out (validation, then test, 5% each).
 
-`config.init_from` is the checkpoint written as an Attend workdir by `python -m models.pretrained`,
-whose config.json is this config (`arg` names the checkpoint, as `--checkpoint` there, so another
+`config.init_from` is the checkpoint written as an Attend workdir by `python convert.py`, whose
+config.json is this config (`arg` names the checkpoint, as `--checkpoint` there, so another
 local BERT folder converts and trains the same way). all-MiniLM-L6-v2 is a sentence encoder
 without BERT's masked-LM head (`cls.predictions.*`): the conversion initialises a new one (dense,
 LayerNorm, output bias; seed 0), says so and records it in WORKDIR/pretrained.json; its decoder is
 the word embedding matrix, tied as in BERT. This run trains that head with the encoder.
 
 Command:
-  python -m models.pretrained --workdir=runs/minilm      # once; eval.py reads it frozen, too
+  python convert.py --workdir=runs/minilm                # once; eval.py reads it frozen, too
   python train.py --config=configs/minilm_mlm.py --workdir=runs/minilm_mlm
   python eval.py --workdir=runs/minilm_mlm
   python eval.py --workdir=runs/minilm                   # the frozen checkpoint, new head
@@ -38,7 +38,7 @@ from training.config import default_config
 
 def get_config(arg: str | None = None):
   """`arg`: the checkpoint whose architecture this is ('all-MiniLM-L6-v2', the default, or a
-  local BERT folder / .zip, as `python -m models.pretrained --checkpoint`)."""
+  local BERT folder / .zip, as `python convert.py --checkpoint`)."""
   config = default_config('language_modeling', 'encoder_mlm',
                           **pretrained.config_fields(arg or pretrained.DEFAULT))
   config.dataset.update(name='text_file', text_path=os.path.abspath(pydoc_data.topics.__file__),

@@ -372,7 +372,7 @@ def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
   loaded = load_tokenizers(vocab_dir)
   if loaded:
     saved = json.loads((epath.Path(vocab_dir) / MANIFEST).read_text()).get("labels")
-    # A pretrained checkpoint's tokenizer (models.pretrained) stands in for a word vocabulary.
+    # A pretrained checkpoint's tokenizer (data.pretrained_tokenizer) stands in for a word vocabulary.
     if loaded[0].kind not in ("word", "pretrained") or saved not in (None, label_names):
       raise ValueError(f"The vocabulary saved in {vocab_dir} is not a word vocabulary for labels "
                        f"{label_names} (it has {loaded[0].kind!r}, {saved}); use another "

