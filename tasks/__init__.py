@@ -1,7 +1,7 @@
 """Tasks: one file per kind of experiment, each owning examples -> batches -> loss -> evaluation.
 
 `config.task` names one of `TASKS`. Adding a task is a file here with a `tasks.base.Task`
-subclass, one entry below, and a config (see the README, "Adding a task").
+subclass, one entry below, and a config (see docs/extending.md, "Adding a task").
 """
 
 from typing import Any
