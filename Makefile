@@ -29,9 +29,12 @@ run: $(VENV)/.installed
 	  --config.dataset.data_dir=runs/default/tfds
 	$(BIN)/python eval.py --workdir=runs/default
 
-# Two workers (pytest-xdist): the suite is mostly XLA compilation, one core per compile; under
+# Formatting and lint first (ruff, configured in pyproject.toml), then the suite on two workers
+# (pytest-xdist): the suite is mostly XLA compilation, one core per compile; under
 # mimalloc (training/allocator.py) that compilation runs about a third faster.
 test: $(VENV)/.installed-test
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 	$(BIN)/python -m training.allocator pytest -q -n 2
 
 # The benchmark suite (about 40 min on 2 CPU cores); tables on stdout, JSON under runs/bench/.

@@ -14,16 +14,24 @@ from absl import app, flags
 
 from reports import compare
 
-_METRICS = flags.DEFINE_list('metrics', None,
-                             'Eval metrics to compare (default: all in every final evaluation).')
+_METRICS = flags.DEFINE_list(
+  'metrics', None, 'Eval metrics to compare (default: all in every final evaluation).'
+)
 _AGAINST = flags.DEFINE_string(
-    'against', None, "Also draw against.png: the final metrics against this differing config "
-    "field (e.g. dataset.builder_config), or across the metrics with 'metrics'.")
+  'against',
+  None,
+  'Also draw against.png: the final metrics against this differing config '
+  "field (e.g. dataset.builder_config), or across the metrics with 'metrics'.",
+)
 _EVAL = flags.DEFINE_bool(
-    'eval', False, "Final metrics from each run's eval/metrics.json (eval.py's evaluation, with "
-    'the config it evaluated) instead of its last validation.')
-_OUT = flags.DEFINE_string('out', None, 'Folder for report.md and curves.png (default: the first '
-                           'path).')
+  'eval',
+  False,
+  "Final metrics from each run's eval/metrics.json (eval.py's evaluation, with "
+  'the config it evaluated) instead of its last validation.',
+)
+_OUT = flags.DEFINE_string(
+  'out', None, 'Folder for report.md and curves.png (default: the first path).'
+)
 
 
 def main(argv):
@@ -31,9 +39,16 @@ def main(argv):
   if not paths:
     raise app.UsageError('Give one or more training workdirs, or folders of them.')
   try:
-    print(compare.write_report(paths, _OUT.value or paths[0], metrics=_METRICS.value or None,
-                               against=_AGAINST.value, from_eval=_EVAL.value),
-          end='')
+    print(
+      compare.write_report(
+        paths,
+        _OUT.value or paths[0],
+        metrics=_METRICS.value or None,
+        against=_AGAINST.value,
+        from_eval=_EVAL.value,
+      ),
+      end='',
+    )
   except (ValueError, FileNotFoundError) as error:
     # Bad input is reported in one sentence naming the path or metric, not as a traceback.
     sys.exit(f'compare.py: {error}')

@@ -18,8 +18,10 @@ import training
 from training import pretrained_workdir
 
 _CHECKPOINT = flags.DEFINE_string(
-    'checkpoint', pretrained.DEFAULT,
-    f'{pretrained.DEFAULT!r} (the package) or a folder / .zip of a BERT checkpoint.')
+  'checkpoint',
+  pretrained.DEFAULT,
+  f'{pretrained.DEFAULT!r} (the package) or a folder / .zip of a BERT checkpoint.',
+)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'The workdir to write (new or empty).')
 flags.mark_flag_as_required('workdir')
 
@@ -27,10 +29,14 @@ flags.mark_flag_as_required('workdir')
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  logging.set_verbosity(logging.WARNING)   # its output is the one sentence it prints, as before
+  logging.set_verbosity(logging.WARNING)  # its output is the one sentence it prints, as before
   training.quiet_library_logs()
-  training.failures.run('convert.py', lambda: pretrained_workdir.write_workdir(
-      _CHECKPOINT.value, _WORKDIR.value, minilm_mlm.get_config))
+  training.failures.run(
+    'convert.py',
+    lambda: pretrained_workdir.write_workdir(
+      _CHECKPOINT.value, _WORKDIR.value, minilm_mlm.get_config
+    ),
+  )
 
 
 if __name__ == '__main__':

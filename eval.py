@@ -20,32 +20,49 @@ from reports import run_eval
 import training
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.')
-with training.failures.flag_errors('eval.py'):   # the config file is read here
+with training.failures.flag_errors('eval.py'):  # the config file is read here
   _CONFIG = config_flags.DEFINE_config_file(
-      'config', None, 'Config to build the model with (default: the workdir\'s config.json).')
+    'config', None, "Config to build the model with (default: the workdir's config.json)."
+  )
 _CHECKPOINT = flags.DEFINE_string(
-    'checkpoint', '', "'best' (chosen on validation by config.selection_metric), 'latest' or a "
-    'step (default: the best where the workdir has one, else the latest).')
+  'checkpoint',
+  '',
+  "'best' (chosen on validation by config.selection_metric), 'latest' or a "
+  'step (default: the best where the workdir has one, else the latest).',
+)
 _STEP = flags.DEFINE_integer('checkpoint_step', None, 'Checkpoint step (= --checkpoint=STEP).')
 _SPLIT = flags.DEFINE_string('split', 'test', 'Dataset split to evaluate.')
-_DECODE = flags.DEFINE_enum('decode', 'greedy', ['greedy', 'beam'],
-                            'Decoding method, for tasks that generate sequences.')
+_DECODE = flags.DEFINE_enum(
+  'decode', 'greedy', ['greedy', 'beam'], 'Decoding method, for tasks that generate sequences.'
+)
 _AVERAGE = flags.DEFINE_integer('average_last', 1, 'Average the newest K checkpoints.')
 _HEATMAPS = flags.DEFINE_integer('num_heatmaps', 4, 'Attention pictures (PNG) to write.')
 _LAYER = flags.DEFINE_integer('heatmap_layer', -1, 'Layer whose attention is drawn (-1 = last).')
 _HEAD = flags.DEFINE_integer('heatmap_head', -1, 'Head to plot (-1 = mean over heads).')
 _EVAL_LENGTH = flags.DEFINE_list(
-    'eval_length', [], 'Language models: also evaluate on rows of these lengths (tokens), past '
-    "the training length included; metrics named 'loss@N', 'bits_per_char@N'.")
+  'eval_length',
+  [],
+  'Language models: also evaluate on rows of these lengths (tokens), past '
+  "the training length included; metrics named 'loss@N', 'bits_per_char@N'.",
+)
 _ABLATE = flags.DEFINE_bool(
-    'ablate_heads', False, 'Also measure the main metric with each attention head ablated in '
-    'turn: eval/head_ablation.json and .png (docs/interventions.md).')
+  'ablate_heads',
+  False,
+  'Also measure the main metric with each attention head ablated in '
+  'turn: eval/head_ablation.json and .png (docs/interventions.md).',
+)
 _EXPLORER = flags.DEFINE_integer(
-    'explorer_examples', None, 'Examples in eval/explorer.html, the interactive attention '
-    'explorer (default: --num_heatmaps; docs/explorer.md).')
+  'explorer_examples',
+  None,
+  'Examples in eval/explorer.html, the interactive attention '
+  'explorer (default: --num_heatmaps; docs/explorer.md).',
+)
 _MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Predict at most this many (0 = all).')
-_CACHE = flags.DEFINE_string('compilation_cache', training.DEFAULT_COMPILATION_CACHE,
-                            "Directory of XLA's persistent compilation cache ('' = off).")
+_CACHE = flags.DEFINE_string(
+  'compilation_cache',
+  training.DEFAULT_COMPILATION_CACHE,
+  "Directory of XLA's persistent compilation cache ('' = off).",
+)
 flags.mark_flag_as_required('workdir')
 
 
@@ -55,13 +72,25 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
   training.enable_compilation_cache(_CACHE.value)
-  training.failures.run('eval.py', lambda: run_eval.evaluate_checkpoint(
-      _WORKDIR.value, config=_CONFIG.value, checkpoint=_CHECKPOINT.value,
-      checkpoint_step=_STEP.value, split=_SPLIT.value,
-      decode=_DECODE.value, average_last=_AVERAGE.value, num_heatmaps=_HEATMAPS.value,
-      heatmap_layer=_LAYER.value, heatmap_head=_HEAD.value, max_examples=_MAX_EXAMPLES.value,
-      eval_lengths=_EVAL_LENGTH.value, ablate_heads=_ABLATE.value,
-      explorer_examples=_EXPLORER.value))
+  training.failures.run(
+    'eval.py',
+    lambda: run_eval.evaluate_checkpoint(
+      _WORKDIR.value,
+      config=_CONFIG.value,
+      checkpoint=_CHECKPOINT.value,
+      checkpoint_step=_STEP.value,
+      split=_SPLIT.value,
+      decode=_DECODE.value,
+      average_last=_AVERAGE.value,
+      num_heatmaps=_HEATMAPS.value,
+      heatmap_layer=_LAYER.value,
+      heatmap_head=_HEAD.value,
+      max_examples=_MAX_EXAMPLES.value,
+      eval_lengths=_EVAL_LENGTH.value,
+      ablate_heads=_ABLATE.value,
+      explorer_examples=_EXPLORER.value,
+    ),
+  )
 
 
 if __name__ == '__main__':

@@ -18,11 +18,15 @@ from ml_collections import config_flags
 from training import sweep
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Study folder; each run gets a sub-workdir.')
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  'config', None, 'Experiment config file.', lock_config=True
+)
 _SWEEP = flags.DEFINE_multi_string(
-    'sweep', [], 'FIELD=v1,v2,... (repeatable); the runs are the product of all of them and of '
-    "the config file's get_sweep() list.")
+  'sweep',
+  [],
+  'FIELD=v1,v2,... (repeatable); the runs are the product of all of them and of '
+  "the config file's get_sweep() list.",
+)
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs that train at the same time.')
 flags.mark_flags_as_required(['workdir', 'config'])
 
@@ -51,12 +55,14 @@ def main(argv):
     sys.exit(f'sweep.py: {error}')
   logging.info('%d runs in %s: %s', len(runs), _WORKDIR.value, ', '.join(r.name for r in runs))
   base = config_flags.get_override_values(flags.FLAGS['config'])
-  failed = sweep.run_sweep(_CONFIG.value, config_file, runs, _WORKDIR.value,
-                           base_overrides=base, parallel=_PARALLEL.value)
+  failed = sweep.run_sweep(
+    _CONFIG.value, config_file, runs, _WORKDIR.value, base_overrides=base, parallel=_PARALLEL.value
+  )
   if failed:
     sys.exit(f'sweep.py: {len(failed)} of {len(runs)} runs failed: {", ".join(failed)}.')
-  logging.info('All %d runs finished; compare them with: python compare.py %s', len(runs),
-               _WORKDIR.value)
+  logging.info(
+    'All %d runs finished; compare them with: python compare.py %s', len(runs), _WORKDIR.value
+  )
 
 
 if __name__ == '__main__':

@@ -24,18 +24,27 @@ from ml_collections import config_flags
 import training
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and vocab.')
-with training.failures.flag_errors('train.py'):   # the config file is read here
-  _CONFIG = config_flags.DEFINE_config_file('config', 'configs/default.py',
-                                            'Experiment config file.', lock_config=True)
-_CACHE = flags.DEFINE_string('compilation_cache', training.DEFAULT_COMPILATION_CACHE,
-                            "Directory of XLA's persistent compilation cache ('' = off).")
+with training.failures.flag_errors('train.py'):  # the config file is read here
+  _CONFIG = config_flags.DEFINE_config_file(
+    'config', 'configs/default.py', 'Experiment config file.', lock_config=True
+  )
+_CACHE = flags.DEFINE_string(
+  'compilation_cache',
+  training.DEFAULT_COMPILATION_CACHE,
+  "Directory of XLA's persistent compilation cache ('' = off).",
+)
 _COORDINATOR = flags.DEFINE_string(
-    'coordinator_address', None, "Multi-process runs: process 0's HOST:PORT (default: "
-    'JAX_COORDINATOR_ADDRESS, or what a cluster launcher sets).')
-_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None,
-                                      'Multi-process runs: how many processes form the job.')
-_PROCESS_ID = flags.DEFINE_integer('process_id', None,
-                                   'Multi-process runs: this process, 0 .. num_processes-1.')
+  'coordinator_address',
+  None,
+  "Multi-process runs: process 0's HOST:PORT (default: "
+  'JAX_COORDINATOR_ADDRESS, or what a cluster launcher sets).',
+)
+_NUM_PROCESSES = flags.DEFINE_integer(
+  'num_processes', None, 'Multi-process runs: how many processes form the job.'
+)
+_PROCESS_ID = flags.DEFINE_integer(
+  'process_id', None, 'Multi-process runs: this process, 0 .. num_processes-1.'
+)
 flags.mark_flag_as_required('workdir')
 
 
@@ -47,8 +56,9 @@ def main(argv):
   training.enable_compilation_cache(_CACHE.value)
   training.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   logging.info('Allocator: %s.', 'mimalloc' if allocator.active() else 'the system allocator')
-  training.failures.run('train.py', lambda: training.train_and_evaluate(_CONFIG.value,
-                                                                       _WORKDIR.value))
+  training.failures.run(
+    'train.py', lambda: training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  )
 
 
 if __name__ == '__main__':

@@ -80,14 +80,16 @@ def circular_shift(weights: Array, shift: Array) -> Array:
   """
   weights, shift = jnp.asarray(weights), jnp.asarray(shift)
   if shift.shape[-1] % 2 != 1:
-    raise ValueError(f"circular_shift: shift must have an odd size 2r + 1 (offsets -r..r) in its "
-                     f"last dim; got shift{tuple(shift.shape)}.")
+    raise ValueError(
+      f'circular_shift: shift must have an odd size 2r + 1 (offsets -r..r) in its '
+      f'last dim; got shift{tuple(shift.shape)}.'
+    )
   n, r = weights.shape[-1], shift.shape[-1] // 2
-  offsets = jnp.arange(-r, r + 1)                                  # [S]
+  offsets = jnp.arange(-r, r + 1)  # [S]
   # source[i, k]: the row whose weight offset k brings to row i.
-  source = (jnp.arange(n)[:, None] - offsets[None, :]) % n         # [N, S]
-  moved = weights[..., source]                                     # [..., N, S]
-  return jnp.einsum("...ns,...s->...n", moved, shift)
+  source = (jnp.arange(n)[:, None] - offsets[None, :]) % n  # [N, S]
+  moved = weights[..., source]  # [..., N, S]
+  return jnp.einsum('...ns,...s->...n', moved, shift)
 
 
 def sharpen(weights: Array, gamma: Array) -> Array:
@@ -105,12 +107,13 @@ def sharpen(weights: Array, gamma: Array) -> Array:
     Weights `[..., N]` of `weights`' dtype (or float32), summing to 1 over N.
   """
   w, gamma = _float(weights), _float(gamma)
-  log_w = jnp.log(jnp.maximum(w, SHARPEN_FLOOR))                   # [..., N]
+  log_w = jnp.log(jnp.maximum(w, SHARPEN_FLOOR))  # [..., N]
   return jax.nn.softmax(gamma[..., None] * log_w, axis=-1)
 
 
-def address(memory: Array, key: Array, beta: Array, gate: Array, shift: Array, gamma: Array,
-            previous: Array) -> Array:
+def address(
+  memory: Array, key: Array, beta: Array, gate: Array, shift: Array, gamma: Array, previous: Array
+) -> Array:
   """A head's weighting: content, interpolation, shift and sharpening in turn (section 3.3).
 
   Args:
@@ -139,7 +142,7 @@ def read(memory: Array, weights: Array) -> Array:
   Returns:
     Read vector `[..., M]`.
   """
-  return jnp.einsum("...n,...nm->...m", weights, memory)
+  return jnp.einsum('...n,...nm->...m', weights, memory)
 
 
 def write(memory: Array, weights: Array, erase: Array, add: Array) -> Array:
@@ -154,7 +157,7 @@ def write(memory: Array, weights: Array, erase: Array, add: Array) -> Array:
   Returns:
     The new memory `[..., N, M]`.
   """
-  w = jnp.asarray(weights)[..., :, None]                           # [..., N, 1]
+  w = jnp.asarray(weights)[..., :, None]  # [..., N, 1]
   erased = memory * (1.0 - w * jnp.asarray(erase)[..., None, :])  # [..., N, M]
   return erased + w * jnp.asarray(add)[..., None, :]
 
@@ -176,4 +179,4 @@ def write_heads(memory: Array, weights: Array, erase: Array, add: Array) -> Arra
   """
   weights, erase, add = jnp.asarray(weights), jnp.asarray(erase), jnp.asarray(add)
   keep = jnp.prod(1.0 - weights[..., :, None] * erase[..., None, :], axis=-3)  # [..., N, M]
-  return memory * keep + jnp.einsum("...kn,...km->...nm", weights, add)
+  return memory * keep + jnp.einsum('...kn,...km->...nm', weights, add)

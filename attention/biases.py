@@ -31,14 +31,14 @@ def alibi_slopes(num_heads: int) -> Array:
     float32 `[N]`, decreasing, all in (0, 1).
   """
   if not isinstance(num_heads, int) or num_heads < 1:
-    raise ValueError(f"alibi_slopes: num_heads must be a positive integer, got {num_heads!r}.")
+    raise ValueError(f'alibi_slopes: num_heads must be a positive integer, got {num_heads!r}.')
 
   def geometric(n: int) -> list[float]:
     start = 2.0 ** (-8.0 / n)
     return [start ** (i + 1) for i in range(n)]
 
   closest = 2 ** int(math.floor(math.log2(num_heads)))
-  slopes = geometric(closest) + geometric(2 * closest)[0::2][:num_heads - closest]
+  slopes = geometric(closest) + geometric(2 * closest)[0::2][: num_heads - closest]
   return jnp.asarray(slopes, jnp.float32)
 
 
@@ -71,8 +71,13 @@ def alibi_bias_at(slopes: Array, relative: Array) -> Array:
   return -jnp.asarray(slopes, jnp.float32)[:, None, None] * distance
 
 
-def t5_buckets(relative: Array, *, bidirectional: bool, num_buckets: int = T5_NUM_BUCKETS,
-               max_distance: int = T5_MAX_DISTANCE) -> Array:
+def t5_buckets(
+  relative: Array,
+  *,
+  bidirectional: bool,
+  num_buckets: int = T5_NUM_BUCKETS,
+  max_distance: int = T5_MAX_DISTANCE,
+) -> Array:
   """T5's bucket of each relative position `key - query` (Raffel et al. 2020, section 2.1).
 
   Half the buckets (of each direction, when bidirectional) hold one offset each, 0, 1, 2, ...;
@@ -96,17 +101,26 @@ def t5_buckets(relative: Array, *, bidirectional: bool, num_buckets: int = T5_NU
     offset = jnp.where(relative > 0, num_buckets, 0)
     distance = jnp.abs(relative)
   else:
-    distance = jnp.maximum(-relative, 0)                              # how far back the key is
+    distance = jnp.maximum(-relative, 0)  # how far back the key is
   exact = num_buckets // 2
   # log(distance / exact) / log(max_distance / exact) spreads the far offsets over the other half.
-  far = exact + (jnp.log(jnp.maximum(distance, 1).astype(jnp.float32) / exact)
-                 / math.log(max_distance / exact) * (num_buckets - exact)).astype(jnp.int32)
+  far = exact + (
+    jnp.log(jnp.maximum(distance, 1).astype(jnp.float32) / exact)
+    / math.log(max_distance / exact)
+    * (num_buckets - exact)
+  ).astype(jnp.int32)
   far = jnp.minimum(far, num_buckets - 1)
   return offset + jnp.where(distance < exact, distance, far)
 
 
-def t5_bias(table: Array, q_positions: Array, k_positions: Array, *, bidirectional: bool,
-            max_distance: int = T5_MAX_DISTANCE) -> Array:
+def t5_bias(
+  table: Array,
+  q_positions: Array,
+  k_positions: Array,
+  *,
+  bidirectional: bool,
+  max_distance: int = T5_MAX_DISTANCE,
+) -> Array:
   """T5's learned relative position bias: `table[bucket(j - i), n]` per head n.
 
   Args:
@@ -119,14 +133,20 @@ def t5_bias(table: Array, q_positions: Array, k_positions: Array, *, bidirection
   Returns:
     `[..., N, T, S]` in the table's dtype.
   """
-  return t5_bias_at(table, relative_positions(q_positions, k_positions),
-                    bidirectional=bidirectional, max_distance=max_distance)
+  return t5_bias_at(
+    table,
+    relative_positions(q_positions, k_positions),
+    bidirectional=bidirectional,
+    max_distance=max_distance,
+  )
 
 
-def t5_bias_at(table: Array, relative: Array, *, bidirectional: bool,
-               max_distance: int = T5_MAX_DISTANCE) -> Array:
+def t5_bias_at(
+  table: Array, relative: Array, *, bidirectional: bool, max_distance: int = T5_MAX_DISTANCE
+) -> Array:
   """`table[bucket(relative), n]` for given offsets `relative` `[..., T, S]` (`j - i`):
   `[..., N, T, S]` in the table's dtype."""
-  buckets = t5_buckets(relative, bidirectional=bidirectional, num_buckets=table.shape[0],
-                       max_distance=max_distance)                     # [..., T, S]
-  return jnp.moveaxis(jnp.take(table, buckets, axis=0), -1, -3)      # [..., N, T, S]
+  buckets = t5_buckets(
+    relative, bidirectional=bidirectional, num_buckets=table.shape[0], max_distance=max_distance
+  )  # [..., T, S]
+  return jnp.moveaxis(jnp.take(table, buckets, axis=0), -1, -3)  # [..., N, T, S]

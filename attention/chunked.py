@@ -59,21 +59,25 @@ def _forward(st: Static, q, k, v, bias, mask, rng, sink, slopes):
   bq, bk, dv = st.q_block, st.kv_block, v.shape[-1]
 
   def query_block(args):
-    i, q_i = args                                                   # q_i: [..., bq, D]
+    i, q_i = args  # q_i: [..., bq, D]
 
     def key_block(j, carry):
-      m, l, acc = carry                                   # [..., bq], [..., bq], [..., bq, Dv]
+      m, l, acc = carry  # [..., bq], [..., bq], [..., bq, Dv]
       bias_ij, valid, keep = block_inputs(st, i, j, bias, mask, rng, lead, slopes)
       s, _ = block_scores(st, q_i, slice_axis(k, -2, j * bk, bk), bias_ij, valid)  # [..., bq, bk]
       m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-      m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)           # rows with no key seen yet
-      p = jnp.exp(s - m_safe[..., None])                            # masked -> exp(-inf) = 0
+      m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)  # rows with no key seen yet
+      p = jnp.exp(s - m_safe[..., None])  # masked -> exp(-inf) = 0
       alpha = jnp.exp(m - m_safe)
       l = l * alpha + jnp.sum(p, axis=-1)
       if keep is not None:
         p = jnp.where(keep, p / (1.0 - st.dropout_rate), 0.0)
-      pv = jnp.einsum("...ts,...sv->...tv", p.astype(v.dtype), slice_axis(v, -2, j * bk, bk),
-                      preferred_element_type=jnp.float32)
+      pv = jnp.einsum(
+        '...ts,...sv->...tv',
+        p.astype(v.dtype),
+        slice_axis(v, -2, j * bk, bk),
+        preferred_element_type=jnp.float32,
+      )
       return m_new, l, acc * alpha[..., None] + pv
 
     if sink is None:
@@ -84,9 +88,10 @@ def _forward(st: Static, q, k, v, bias, mask, rng, sink, slopes):
       m = jnp.broadcast_to(sink[..., 0].astype(jnp.float32), (*lead, bq))
       l = jnp.ones((*lead, bq), jnp.float32)
     first, stop = st.kv_range(i)
-    m, l, acc = lax.fori_loop(first, stop, key_block,
-                              (m, l, jnp.zeros((*lead, bq, dv), jnp.float32)))
-    seen = (l > 0.0) & (m > -jnp.inf)      # False: row fully masked (and no finite sink)
+    m, l, acc = lax.fori_loop(
+      first, stop, key_block, (m, l, jnp.zeros((*lead, bq, dv), jnp.float32))
+    )
+    seen = (l > 0.0) & (m > -jnp.inf)  # False: row fully masked (and no finite sink)
     out = acc / jnp.where(seen, l, 1.0)[..., None]
     lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
     return out.astype(q.dtype), lse
@@ -94,13 +99,14 @@ def _forward(st: Static, q, k, v, bias, mask, rng, sink, slopes):
   q = q * jnp.asarray(st.scale, q.dtype)
   q_blocks = jnp.moveaxis(q.reshape(*lead, st.num_q_blocks, bq, q.shape[-1]), -3, 0)
   out, lse = lax.map(query_block, (jnp.arange(st.num_q_blocks), q_blocks))
-  out = jnp.moveaxis(out, 0, -3).reshape(*lead, st.num_q_blocks * bq, dv)   # [..., Tp, Dv]
-  lse = jnp.moveaxis(lse, 0, -2).reshape(*lead, st.num_q_blocks * bq)       # [..., Tp]
+  out = jnp.moveaxis(out, 0, -3).reshape(*lead, st.num_q_blocks * bq, dv)  # [..., Tp, Dv]
+  lse = jnp.moveaxis(lse, 0, -2).reshape(*lead, st.num_q_blocks * bq)  # [..., Tp]
   return out, lse
 
 
-def _block_sizes(t: int, s: int, q_block: int | None, kv_block: int | None,
-                 window: int = 0) -> tuple[int, int]:
+def _block_sizes(
+  t: int, s: int, q_block: int | None, kv_block: int | None, window: int = 0
+) -> tuple[int, int]:
   """(query rows, key columns) per block for T queries and S keys; None = the default size.
 
   With a window W, blocks are square, a quarter of W rounded up to a power of 2, within
@@ -133,12 +139,25 @@ def _chunked_fwd(st: Static, q, k, v, bias, mask, rng, sink, slopes):
 _chunked.defvjp(_chunked_fwd, backward)
 
 
-def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
-                      bias: Array | None = None, is_causal: bool = False, scale: float,
-                      dropout_rate: float = 0.0, dropout_rng: Array | None = None,
-                      window: int = 0, softcap: float = 0.0, sink: Array | None = None,
-                      alibi_slopes: Array | None = None, q_block: int | None = None,
-                      kv_block: int | None = None, head_block: int | None = None) -> Array:
+def chunked_attention(
+  q: Array,
+  k: Array,
+  v: Array,
+  *,
+  mask: Array | None = None,
+  bias: Array | None = None,
+  is_causal: bool = False,
+  scale: float,
+  dropout_rate: float = 0.0,
+  dropout_rng: Array | None = None,
+  window: int = 0,
+  softcap: float = 0.0,
+  sink: Array | None = None,
+  alibi_slopes: Array | None = None,
+  q_block: int | None = None,
+  kv_block: int | None = None,
+  head_block: int | None = None,
+) -> Array:
   """Blocked online-softmax attention; see the module docstring.
 
   Args:
@@ -177,12 +196,21 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
   # and slopes (over leading dims) too, as [..., 1, 1], so `_head_of` slices them per head.
   to_rank = lambda x: None if x is None else x.reshape((1,) * (q.ndim - x.ndim) + x.shape)
   mask, bias = to_rank(mask), to_rank(bias)
-  sink, slopes = (None if x is None else to_rank(_floating(x)[..., None, None])
-                  for x in (sink, alibi_slopes))
+  sink, slopes = (
+    None if x is None else to_rank(_floating(x)[..., None, None]) for x in (sink, alibi_slopes)
+  )
   bq, bk = _block_sizes(t, s, q_block, kv_block, window)
-  st = Static(q_len=t, kv_len=s, q_block=bq, kv_block=bk, is_causal=is_causal,
-               scale=float(scale), dropout_rate=float(dropout_rate), window=int(window),
-               softcap=float(softcap))
+  st = Static(
+    q_len=t,
+    kv_len=s,
+    q_block=bq,
+    kv_block=bk,
+    is_causal=is_causal,
+    scale=float(scale),
+    dropout_rate=float(dropout_rate),
+    window=int(window),
+    softcap=float(softcap),
+  )
   tp, sp = st.num_q_blocks * st.q_block, st.num_kv_blocks * st.kv_block
   q = _pad_axis(q, -2, tp)
   k, v = _pad_axis(k, -2, sp), _pad_axis(v, -2, sp)
@@ -192,7 +220,7 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
     dropout_rng = None
   heads = math.prod(lead)
   if head_block is None:
-    head_block = 1 if jax.default_backend() == "cpu" else heads
+    head_block = 1 if jax.default_backend() == 'cpu' else heads
   if head_block >= heads:
     return _chunked(st, q, k, v, bias, mask, dropout_rng, sink, slopes)[..., :t, :]
 
@@ -203,8 +231,11 @@ def chunked_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None
     return _chunked(st, q_h, k_h, v_h, of_h(bias), of_h(mask), rng_h, of_h(sink), of_h(slopes))
 
   flat = lambda x: x.reshape(heads, *x.shape[-2:])
-  out = lax.map(one_head, (jnp.arange(heads), flat(q), flat(k), flat(v)),
-                batch_size=None if head_block == 1 else head_block)
+  out = lax.map(
+    one_head,
+    (jnp.arange(heads), flat(q), flat(k), flat(v)),
+    batch_size=None if head_block == 1 else head_block,
+  )
   return out.reshape(*lead, *out.shape[-2:])[..., :t, :]
 
 

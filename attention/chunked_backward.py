@@ -33,11 +33,11 @@ def _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng,
   """
   bias_ij, valid, keep = map(_transpose, block_inputs(st, i, j, bias, mask, rng, lead, slopes))
   s, capped = block_scores(st, k_j, q_i, bias_ij, valid)
-  p = jnp.exp(s - lse_i[..., None, :])                                    # [..., bk, bq]
-  dp = jnp.einsum("...sv,...tv->...st", v_j, do_i, preferred_element_type=jnp.float32)
+  p = jnp.exp(s - lse_i[..., None, :])  # [..., bk, bq]
+  dp = jnp.einsum('...sv,...tv->...st', v_j, do_i, preferred_element_type=jnp.float32)
   p_used = p
   if keep is not None:
-    inv_keep = 1.0 / (1.0 - st.dropout_rate)         # P̃ = P·Z/(1-r) and dP = dP̃·Z/(1-r)
+    inv_keep = 1.0 / (1.0 - st.dropout_rate)  # P̃ = P·Z/(1-r) and dP = dP̃·Z/(1-r)
     p_used, dp = jnp.where(keep, p * inv_keep, 0.0), jnp.where(keep, dp * inv_keep, 0.0)
   ds = p * (dp - delta_i[..., None, :])
   return p_used, ds, ds if capped is None else ds * (1.0 - capped * capped)
@@ -80,35 +80,51 @@ def backward(st: Static, res, d_out):
       dq_t, dk_j, dv_j, d_bias = inner
       q_i, do_i = slice_axis(q_scaled, -2, i * bq, bq), slice_axis(d_out, -2, i * bq, bq)
       lse_i, delta_i = slice_axis(lse, -1, i * bq, bq), slice_axis(delta, -1, i * bq, bq)
-      p_used, ds, ds_raw = _block_grads(st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias,
-                                        mask, rng, lead, slopes)         # [..., bk, bq]
-      dv_j = dv_j + jnp.einsum("...st,...tv->...sv", p_used.astype(d_out.dtype), do_i,
-                               preferred_element_type=jnp.float32)
-      dk_j = dk_j + jnp.einsum("...st,...td->...sd", ds_raw.astype(q.dtype), q_i,
-                               preferred_element_type=jnp.float32)
-      dq_i_t = jnp.einsum("...ds,...st->...dt", k_j_t, ds_raw.astype(k.dtype),
-                          preferred_element_type=jnp.float32)              # [..., D, bq]
+      p_used, ds, ds_raw = _block_grads(
+        st, i, j, q_i, k_j, v_j, do_i, lse_i, delta_i, bias, mask, rng, lead, slopes
+      )  # [..., bk, bq]
+      dv_j = dv_j + jnp.einsum(
+        '...st,...tv->...sv', p_used.astype(d_out.dtype), do_i, preferred_element_type=jnp.float32
+      )
+      dk_j = dk_j + jnp.einsum(
+        '...st,...td->...sd', ds_raw.astype(q.dtype), q_i, preferred_element_type=jnp.float32
+      )
+      dq_i_t = jnp.einsum(
+        '...ds,...st->...dt', k_j_t, ds_raw.astype(k.dtype), preferred_element_type=jnp.float32
+      )  # [..., D, bq]
       dq_t = _add_block(dq_t, dq_i_t, (-1,), (i * bq,))
       if d_bias is not None:
-        d_bias = _add_block(d_bias, _reduce_to(jnp.swapaxes(ds, -1, -2), d_bias.shape),
-                            (-2, -1), (i * bq, j * bk))
+        d_bias = _add_block(
+          d_bias, _reduce_to(jnp.swapaxes(ds, -1, -2), d_bias.shape), (-2, -1), (i * bq, j * bk)
+        )
       return dq_t, dk_j, dv_j, d_bias
 
     zeros_j = (jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32))
     first, stop = st.q_range(j)
     dq_t, dk_j, dv_j, d_bias = lax.fori_loop(first, stop, query_block, (dq_t, *zeros_j, d_bias))
-    dk = lax.dynamic_update_slice_in_dim(dk, dk_j, j * bk, -2)            # q_i carries the scale
+    dk = lax.dynamic_update_slice_in_dim(dk, dk_j, j * bk, -2)  # q_i carries the scale
     dv = lax.dynamic_update_slice_in_dim(dv, dv_j, j * bk, -2)
     return dq_t, dk, dv, d_bias
 
-  init = (jnp.zeros((*lead, q.shape[-1], q.shape[-2]), jnp.float32),   # dQᵀ: [..., D, Tp]
-          jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32),
-          None if bias is None else jnp.zeros(bias.shape, jnp.float32))
+  init = (
+    jnp.zeros((*lead, q.shape[-1], q.shape[-2]), jnp.float32),  # dQᵀ: [..., D, Tp]
+    jnp.zeros(k.shape, jnp.float32),
+    jnp.zeros(v.shape, jnp.float32),
+    None if bias is None else jnp.zeros(bias.shape, jnp.float32),
+  )
   dq_t, dk, dv, d_bias = lax.fori_loop(0, st.num_kv_blocks, key_block, init)
   d_bias = None if bias is None else d_bias.astype(bias.dtype)
-  dq = jnp.swapaxes(dq_t, -1, -2) * st.scale                              # [..., Tp, D]
-  return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_bias, None, None,
-          _sink_grad(sink, lse, delta), None)
+  dq = jnp.swapaxes(dq_t, -1, -2) * st.scale  # [..., Tp, D]
+  return (
+    dq.astype(q.dtype),
+    dk.astype(k.dtype),
+    dv.astype(v.dtype),
+    d_bias,
+    None,
+    None,
+    _sink_grad(sink, lse, delta),
+    None,
+  )
 
 
 def _sink_grad(sink: Array | None, lse: Array, delta: Array) -> Array | None:
@@ -119,8 +135,8 @@ def _sink_grad(sink: Array | None, lse: Array, delta: Array) -> Array | None:
   """
   if sink is None:
     return None
-  weight = jnp.exp(sink[..., 0].astype(jnp.float32) - lse)               # [..., Tp]
-  per_row = -jnp.sum(weight * delta, axis=-1, keepdims=True)[..., None]   # [..., 1, 1]
+  weight = jnp.exp(sink[..., 0].astype(jnp.float32) - lse)  # [..., Tp]
+  per_row = -jnp.sum(weight * delta, axis=-1, keepdims=True)[..., None]  # [..., 1, 1]
   return _reduce_to(per_row, sink.shape).astype(sink.dtype)
 
 

@@ -21,6 +21,7 @@ Array = jax.Array
 @dataclasses.dataclass(frozen=True)
 class Static:
   """Everything about a call that is not an array; hashable for `custom_vjp`."""
+
   q_len: int
   kv_len: int
   q_block: int
@@ -40,16 +41,38 @@ class Static:
     return -(-self.kv_len // self.kv_block)
 
   def kv_range(self, i):
-    return kv_block_range(i, q_block=self.q_block, kv_block=self.kv_block, q_len=self.q_len,
-                          kv_len=self.kv_len, is_causal=self.is_causal, window=self.window)
+    return kv_block_range(
+      i,
+      q_block=self.q_block,
+      kv_block=self.kv_block,
+      q_len=self.q_len,
+      kv_len=self.kv_len,
+      is_causal=self.is_causal,
+      window=self.window,
+    )
 
   def q_range(self, j):
-    return q_block_range(j, q_block=self.q_block, kv_block=self.kv_block, q_len=self.q_len,
-                         kv_len=self.kv_len, is_causal=self.is_causal, window=self.window)
+    return q_block_range(
+      j,
+      q_block=self.q_block,
+      kv_block=self.kv_block,
+      q_len=self.q_len,
+      kv_len=self.kv_len,
+      is_causal=self.is_causal,
+      window=self.window,
+    )
 
 
-def kv_block_range(i, *, q_block: int, kv_block: int, q_len: int, kv_len: int,
-                   is_causal: bool = False, window: int = 0):
+def kv_block_range(
+  i,
+  *,
+  q_block: int,
+  kv_block: int,
+  q_len: int,
+  kv_len: int,
+  is_causal: bool = False,
+  window: int = 0,
+):
   """Key blocks `[first, stop)` holding a key that some real row of query block `i` sees.
 
   All blocks without causal masking or a window. Causal masking ends at the block of the last
@@ -60,7 +83,7 @@ def kv_block_range(i, *, q_block: int, kv_block: int, q_len: int, kv_len: int,
   num_kv_blocks = -(-kv_len // kv_block)
   if not is_causal and not window:
     return 0, num_kv_blocks
-  last_row = jnp.minimum((i + 1) * q_block, q_len) - 1       # padded rows see nothing needed
+  last_row = jnp.minimum((i + 1) * q_block, q_len) - 1  # padded rows see nothing needed
   last_key = last_row + (window - 1 if window and not is_causal else 0)
   stop = jnp.minimum(num_kv_blocks, last_key // kv_block + 1)
   if not window:
@@ -70,8 +93,16 @@ def kv_block_range(i, *, q_block: int, kv_block: int, q_len: int, kv_len: int,
   return first, stop
 
 
-def q_block_range(j, *, q_block: int, kv_block: int, q_len: int, kv_len: int,
-                  is_causal: bool = False, window: int = 0):
+def q_block_range(
+  j,
+  *,
+  q_block: int,
+  kv_block: int,
+  q_len: int,
+  kv_len: int,
+  is_causal: bool = False,
+  window: int = 0,
+):
   """Query blocks `[first, stop)` holding a row that sees some real key of key block `j`: the
   backward's inner loop, the transpose of `kv_block_range`."""
   num_q_blocks = -(-q_len // q_block)
@@ -98,20 +129,20 @@ def block_inputs(st: Static, i, j, bias, mask, rng, lead_shape, slopes=None):
   bq, bk = st.q_block, st.kv_block
   bias_ij = slice_axis(slice_axis(bias, -2, i * bq, bq), -1, j * bk, bk)
   valid = slice_axis(slice_axis(mask, -2, i * bq, bq), -1, j * bk, bk)
-  k_pos = j * bk + jnp.arange(bk)                         # [bk]
-  q_pos = i * bq + jnp.arange(bq)                         # [bq]
+  k_pos = j * bk + jnp.arange(bk)  # [bk]
+  q_pos = i * bq + jnp.arange(bq)  # [bq]
   if st.is_causal:
-    causal = k_pos[None, :] <= q_pos[:, None]             # [bq, bk]
+    causal = k_pos[None, :] <= q_pos[:, None]  # [bq, bk]
     valid = causal if valid is None else valid & causal
   if st.window:
-    near = jnp.abs(q_pos[:, None] - k_pos[None, :]) < st.window   # [bq, bk]
+    near = jnp.abs(q_pos[:, None] - k_pos[None, :]) < st.window  # [bq, bk]
     valid = near if valid is None else valid & near
   if slopes is not None:
-    distance = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(jnp.float32)   # [bq, bk]
-    alibi = -slopes.astype(jnp.float32) * distance                            # [..., bq, bk]
+    distance = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(jnp.float32)  # [bq, bk]
+    alibi = -slopes.astype(jnp.float32) * distance  # [..., bq, bk]
     bias_ij = alibi if bias_ij is None else bias_ij.astype(jnp.float32) + alibi
-  if st.num_kv_blocks * bk != st.kv_len:                  # keys padded up to whole blocks
-    real = k_pos < st.kv_len                              # [bk]
+  if st.num_kv_blocks * bk != st.kv_len:  # keys padded up to whole blocks
+    real = k_pos < st.kv_len  # [bk]
     valid = real if valid is None else valid & real
   keep = None
   if st.dropout_rate > 0.0:
@@ -128,7 +159,7 @@ def block_scores(st: Static, q_i, k_j, bias_ij, valid):
   compared with scaling every score block. The backward passes keys first (with transposed bias
   and mask) to get the block transposed, `[..., bk, bq]`.
   """
-  s = jnp.einsum("...td,...sd->...ts", q_i, k_j, preferred_element_type=jnp.float32)
+  s = jnp.einsum('...td,...sd->...ts', q_i, k_j, preferred_element_type=jnp.float32)
   capped = None
   if st.softcap:
     capped = jnp.tanh(s / st.softcap)

@@ -20,18 +20,20 @@ def check_mask(mask: Array | None, scores_shape: tuple[int, ...], name: str) -> 
     out = None
   if out != tuple(scores_shape):
     raise ValueError(
-        f"{name}: mask of shape {tuple(mask.shape)} does not broadcast to the scores "
-        f"[..., T, S] = {tuple(scores_shape)}.")
+      f'{name}: mask of shape {tuple(mask.shape)} does not broadcast to the scores '
+      f'[..., T, S] = {tuple(scores_shape)}.'
+    )
 
 
 def check_kv(k: Array, v: Array, name: str) -> None:
   """Raises ValueError unless keys `[..., S, D]` and values `[..., S, Dv]` share the length S."""
   if v.ndim < 2:
-    raise ValueError(f"{name}: values need shape [..., S, Dv], got v{tuple(v.shape)}.")
+    raise ValueError(f'{name}: values need shape [..., S, Dv], got v{tuple(v.shape)}.')
   if k.shape[-2] != v.shape[-2]:
     raise ValueError(
-        f"{name}: keys have S={k.shape[-2]} but values have S={v.shape[-2]} "
-        f"(k{tuple(k.shape)}, v{tuple(v.shape)}).")
+      f'{name}: keys have S={k.shape[-2]} but values have S={v.shape[-2]} '
+      f'(k{tuple(k.shape)}, v{tuple(v.shape)}).'
+    )
 
 
 def masked_softmax(scores: Array, mask: Array | None = None, axis: int = -1) -> Array:
@@ -49,7 +51,7 @@ def masked_softmax(scores: Array, mask: Array | None = None, axis: int = -1) -> 
   Returns:
     Weights of the same shape and dtype as `scores`; unmasked rows sum to 1.
   """
-  check_mask(mask, scores.shape, "masked_softmax")
+  check_mask(mask, scores.shape, 'masked_softmax')
   x = scores.astype(jnp.promote_types(scores.dtype, jnp.float32))
   if mask is None:
     return jax.nn.softmax(x, axis=axis).astype(scores.dtype)
@@ -83,14 +85,20 @@ def attend(weights: Array, values: Array) -> Array:
   """Weighted sum of values: `[..., T, S] x [..., S, Dv] -> [..., T, Dv]`."""
   if weights.shape[-1] != values.shape[-2]:
     raise ValueError(
-        f"attend: weights cover S={weights.shape[-1]} keys but values have "
-        f"S={values.shape[-2]} (weights{tuple(weights.shape)}, values{tuple(values.shape)}).")
-  return jnp.einsum("...ts,...sv->...tv", weights, values)
+      f'attend: weights cover S={weights.shape[-1]} keys but values have '
+      f'S={values.shape[-2]} (weights{tuple(weights.shape)}, values{tuple(values.shape)}).'
+    )
+  return jnp.einsum('...ts,...sv->...tv', weights, values)
 
 
-def attention(q: Array, k: Array, v: Array, *,
-              score_fn: Callable[[Array, Array], Array] = scaled_dot_scores,
-              mask: Array | None = None) -> tuple[Array, Array]:
+def attention(
+  q: Array,
+  k: Array,
+  v: Array,
+  *,
+  score_fn: Callable[[Array, Array], Array] = scaled_dot_scores,
+  mask: Array | None = None,
+) -> tuple[Array, Array]:
   """Generic attention: `score_fn` -> masked softmax -> weighted sum of values.
 
   Args:
@@ -104,13 +112,14 @@ def attention(q: Array, k: Array, v: Array, *,
   Returns:
     `(output [..., T, Dv], weights [..., T, S])`.
   """
-  check_kv(k, v, "attention")
+  check_kv(k, v, 'attention')
   weights = masked_softmax(score_fn(q, k), mask)
   return attend(weights, v), weights
 
 
-def attention_pooling(h: Array, query: Array, mask: Array | None = None, *,
-                      keys: Array | None = None) -> tuple[Array, Array]:
+def attention_pooling(
+  h: Array, query: Array, mask: Array | None = None, *, keys: Array | None = None
+) -> tuple[Array, Array]:
   """Pools a sequence into one vector with a learned query (HAN, Yang et al. 2016).
 
   `weights = softmax(keys · query)`, `output = Σ_t weights_t h_t`. In HAN the keys are
@@ -128,28 +137,31 @@ def attention_pooling(h: Array, query: Array, mask: Array | None = None, *,
   keys = h if keys is None else keys
   if keys.shape[:-1] != h.shape[:-1]:
     raise ValueError(
-        f"attention_pooling: keys{tuple(keys.shape)} and h{tuple(h.shape)} must agree on [..., T].")
+      f'attention_pooling: keys{tuple(keys.shape)} and h{tuple(h.shape)} must agree on [..., T].'
+    )
   if query.shape[-1] != keys.shape[-1]:
     raise ValueError(
-        f"attention_pooling: query features {query.shape[-1]} differ from key features "
-        f"{keys.shape[-1]}.")
-  scores = jnp.einsum("...ta,...a->...t", keys, query)  # [..., T]
+      f'attention_pooling: query features {query.shape[-1]} differ from key features '
+      f'{keys.shape[-1]}.'
+    )
+  scores = jnp.einsum('...ta,...a->...t', keys, query)  # [..., T]
   weights = masked_softmax(scores, mask)
-  return jnp.einsum("...t,...td->...d", weights, h), weights
+  return jnp.einsum('...t,...td->...d', weights, h), weights
 
 
 def split_heads(x: Array, num_heads: int) -> Array:
   """`[..., T, N*H] -> [..., N, T, H]`: heads become a leading (batch-like) dim."""
   if num_heads < 1 or x.shape[-1] % num_heads:
     raise ValueError(
-        f"split_heads: features {x.shape[-1]} are not divisible by num_heads={num_heads}.")
+      f'split_heads: features {x.shape[-1]} are not divisible by num_heads={num_heads}.'
+    )
   x = x.reshape(*x.shape[:-1], num_heads, x.shape[-1] // num_heads)  # [..., T, N, H]
-  return jnp.swapaxes(x, -3, -2)                                     # [..., N, T, H]
+  return jnp.swapaxes(x, -3, -2)  # [..., N, T, H]
 
 
 def merge_heads(x: Array) -> Array:
   """`[..., N, T, H] -> [..., T, N*H]`, the inverse of `split_heads`."""
   if x.ndim < 3:
-    raise ValueError(f"merge_heads: expected [..., N, T, H], got shape {tuple(x.shape)}.")
-  x = jnp.swapaxes(x, -3, -2)                   # [..., T, N, H]
+    raise ValueError(f'merge_heads: expected [..., N, T, H], got shape {tuple(x.shape)}.')
+  x = jnp.swapaxes(x, -3, -2)  # [..., T, N, H]
   return x.reshape(*x.shape[:-2], x.shape[-2] * x.shape[-1])

@@ -16,8 +16,8 @@ Shapes: queries `[..., T, H]`, keys `[..., S, H]`, values `[..., S, Dv]`; leadin
 """
 
 import jax
-import jax.numpy as jnp
 from jax import lax
+import jax.numpy as jnp
 
 Array = jax.Array
 State = dict[str, Array]
@@ -33,17 +33,18 @@ def elu_feature_map(x: Array) -> Array:
 
 def _key_features(k: Array, mask: Array | None) -> Array:
   """`φ(k)` with masked keys (`mask [..., S]`, True = real) zeroed, so they add nothing."""
-  phi_k = elu_feature_map(k)                                           # [..., S, H]
+  phi_k = elu_feature_map(k)  # [..., S, H]
   return phi_k if mask is None else phi_k * mask[..., None]
 
 
 def init_linear_state(lead: tuple[int, ...], d_k: int, d_v: int) -> State:
   """The empty recurrent state: `{'s': [*lead, H, Dv], 'z': [*lead, H]}`, float32 zeros."""
-  return {"s": jnp.zeros((*lead, d_k, d_v), jnp.float32), "z": jnp.zeros((*lead, d_k), jnp.float32)}
+  return {'s': jnp.zeros((*lead, d_k, d_v), jnp.float32), 'z': jnp.zeros((*lead, d_k), jnp.float32)}
 
 
-def _causal_chunks(phi_q: Array, phi_k: Array, v: Array, state: State, chunk: int
-                   ) -> tuple[Array, Array, State]:
+def _causal_chunks(
+  phi_q: Array, phi_k: Array, v: Array, state: State, chunk: int
+) -> tuple[Array, Array, State]:
   """Causal numerators `[..., T, Dv]` and denominators `[..., T]`, and the final state."""
   lead = jnp.broadcast_shapes(phi_q.shape[:-2], phi_k.shape[:-2], v.shape[:-2])
   t = phi_q.shape[-2]
@@ -51,32 +52,45 @@ def _causal_chunks(phi_q: Array, phi_k: Array, v: Array, state: State, chunk: in
   pad = lambda x: jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, n * chunk - t), (0, 0)])
   # [n, *lead, chunk, F]: chunks lead so that lax.scan walks them in order.
   split = lambda x: jnp.moveaxis(
-      jnp.broadcast_to(pad(x), (*lead, n * chunk, x.shape[-1])).reshape(
-          *lead, n, chunk, x.shape[-1]), -3, 0)
-  within = jnp.tril(jnp.ones((chunk, chunk), bool))                    # [chunk, chunk]
+    jnp.broadcast_to(pad(x), (*lead, n * chunk, x.shape[-1])).reshape(*lead, n, chunk, x.shape[-1]),
+    -3,
+    0,
+  )
+  within = jnp.tril(jnp.ones((chunk, chunk), bool))  # [chunk, chunk]
 
   def step(carry, xs):
-    s, z = carry                                                       # [*lead, H, Dv], [*lead, H]
-    q_c, k_c, v_c = xs                                                 # [*lead, chunk, H|Dv]
-    weights = jnp.where(within, jnp.einsum("...th,...sh->...ts", q_c, k_c), 0.0)
-    numerator = jnp.einsum("...ts,...sv->...tv", weights, v_c) + q_c @ s
-    denominator = jnp.sum(weights, axis=-1) + jnp.einsum("...th,...h->...t", q_c, z)
-    s = s + jnp.einsum("...sh,...sv->...hv", k_c, v_c)
+    s, z = carry  # [*lead, H, Dv], [*lead, H]
+    q_c, k_c, v_c = xs  # [*lead, chunk, H|Dv]
+    weights = jnp.where(within, jnp.einsum('...th,...sh->...ts', q_c, k_c), 0.0)
+    numerator = jnp.einsum('...ts,...sv->...tv', weights, v_c) + q_c @ s
+    denominator = jnp.sum(weights, axis=-1) + jnp.einsum('...th,...h->...t', q_c, z)
+    s = s + jnp.einsum('...sh,...sv->...hv', k_c, v_c)
     z = z + jnp.sum(k_c, axis=-2)
     return (s, z), (numerator, denominator)
 
-  init = (jnp.broadcast_to(state["s"], (*lead, *state["s"].shape[-2:])),
-          jnp.broadcast_to(state["z"], (*lead, state["z"].shape[-1])))
-  (s, z), (num, den) = lax.scan(step, init, (split(phi_q), split(phi_k),
-                                             split(v.astype(jnp.float32))))
+  init = (
+    jnp.broadcast_to(state['s'], (*lead, *state['s'].shape[-2:])),
+    jnp.broadcast_to(state['z'], (*lead, state['z'].shape[-1])),
+  )
+  (s, z), (num, den) = lax.scan(
+    step, init, (split(phi_q), split(phi_k), split(v.astype(jnp.float32)))
+  )
   num = jnp.moveaxis(num, 0, -3).reshape(*lead, n * chunk, -1)[..., :t, :]
   den = jnp.moveaxis(den, 0, -2).reshape(*lead, n * chunk)[..., :t]
-  return num, den, {"s": s, "z": z}
+  return num, den, {'s': s, 'z': z}
 
 
-def linear_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
-                     is_causal: bool = False, state: State | None = None, chunk: int = 64,
-                     return_state: bool = False) -> Array | tuple[Array, State]:
+def linear_attention(
+  q: Array,
+  k: Array,
+  v: Array,
+  *,
+  mask: Array | None = None,
+  is_causal: bool = False,
+  state: State | None = None,
+  chunk: int = 64,
+  return_state: bool = False,
+) -> Array | tuple[Array, State]:
   """Linear attention of queries `[..., T, H]` over keys `[..., S, H]` and values `[..., S, Dv]`.
 
   Args:
@@ -96,28 +110,30 @@ def linear_attention(q: Array, k: Array, v: Array, *, mask: Array | None = None,
   phi_q, phi_k = elu_feature_map(q), _key_features(k, mask)
   if is_causal:
     if q.shape[-2] != k.shape[-2]:
-      raise ValueError(f"linear_attention: causal attention needs T == S, got T={q.shape[-2]}, "
-                       f"S={k.shape[-2]}.")
+      raise ValueError(
+        f'linear_attention: causal attention needs T == S, got T={q.shape[-2]}, S={k.shape[-2]}.'
+      )
     state = init_linear_state((), q.shape[-1], v.shape[-1]) if state is None else state
     num, den, state = _causal_chunks(phi_q, phi_k, v, state, min(chunk, q.shape[-2]))
   else:
     if state is not None or return_state:
-      raise ValueError("linear_attention: a decoding state needs is_causal=True.")
-    kv = jnp.einsum("...sh,...sv->...hv", phi_k, v.astype(jnp.float32))   # [..., H, Dv]
-    num = jnp.einsum("...th,...hv->...tv", phi_q, kv)                     # [..., T, Dv]
-    den = jnp.einsum("...th,...h->...t", phi_q, jnp.sum(phi_k, axis=-2))  # [..., T]
+      raise ValueError('linear_attention: a decoding state needs is_causal=True.')
+    kv = jnp.einsum('...sh,...sv->...hv', phi_k, v.astype(jnp.float32))  # [..., H, Dv]
+    num = jnp.einsum('...th,...hv->...tv', phi_q, kv)  # [..., T, Dv]
+    den = jnp.einsum('...th,...h->...t', phi_q, jnp.sum(phi_k, axis=-2))  # [..., T]
   out = (num / jnp.maximum(den, _EPS)[..., None]).astype(v.dtype)
   return (out, state) if return_state else out
 
 
-def linear_attention_weights(q: Array, k: Array, *, mask: Array | None = None,
-                             is_causal: bool = False) -> Array:
+def linear_attention_weights(
+  q: Array, k: Array, *, mask: Array | None = None, is_causal: bool = False
+) -> Array:
   """The weights linear attention puts on each key, `[..., T, S]`, for pictures and tests.
 
   `φ(q_i)·φ(k_j) / Σ_j' φ(q_i)·φ(k_j')` over the keys query i sees: what `linear_attention`
   computes without forming them. Materialises `[T, S]`; the kernel itself never does.
   """
-  scores = jnp.einsum("...th,...sh->...ts", elu_feature_map(q), _key_features(k, mask))
+  scores = jnp.einsum('...th,...sh->...ts', elu_feature_map(q), _key_features(k, mask))
   if is_causal:
     scores = jnp.where(jnp.tril(jnp.ones(scores.shape[-2:], bool)), scores, 0.0)
   return scores / jnp.maximum(jnp.sum(scores, axis=-1, keepdims=True), _EPS)

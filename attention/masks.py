@@ -23,12 +23,13 @@ def causal_mask(q_len: int, kv_len: int | None = None, offset: int | Array = 0) 
   """
   kv_len = q_len if kv_len is None else kv_len
   q_pos = jnp.arange(q_len)[:, None] + offset  # [T, 1]
-  k_pos = jnp.arange(kv_len)[None, :]          # [1, S]
+  k_pos = jnp.arange(kv_len)[None, :]  # [1, S]
   return k_pos <= q_pos
 
 
-def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int,
-                        offset: int | Array = 0) -> Array:
+def sliding_window_mask(
+  q_len: int, kv_len: int | None = None, *, window: int, offset: int | Array = 0
+) -> Array:
   """Band mask of local attention: query `i` sees key `j` iff `|i + offset - j| < window`.
 
   Bidirectional; AND it with `causal_mask` for the causal window (keys `i - window + 1 .. i`).
@@ -44,10 +45,10 @@ def sliding_window_mask(q_len: int, kv_len: int | None = None, *, window: int,
     Mask `[T, S]`.
   """
   if window < 1:
-    raise ValueError(f"sliding_window_mask: window must be >= 1, got {window}.")
+    raise ValueError(f'sliding_window_mask: window must be >= 1, got {window}.')
   kv_len = q_len if kv_len is None else kv_len
   q_pos = jnp.arange(q_len)[:, None] + offset  # [T, 1]
-  k_pos = jnp.arange(kv_len)[None, :]          # [1, S]
+  k_pos = jnp.arange(kv_len)[None, :]  # [1, S]
   return jnp.abs(q_pos - k_pos) < window
 
 
@@ -63,7 +64,7 @@ def padding_mask(lengths: Array, kv_len: int) -> Array:
   """
   lengths = jnp.asarray(lengths)
   if lengths.ndim != 1:
-    raise ValueError(f"padding_mask: lengths must be [B], got shape {tuple(lengths.shape)}.")
+    raise ValueError(f'padding_mask: lengths must be [B], got shape {tuple(lengths.shape)}.')
   return (jnp.arange(kv_len)[None, :] < lengths[:, None])[:, None, :]  # [B, 1, S]
 
 
@@ -79,7 +80,7 @@ def padding_mask_from_ids(ids: Array, pad_id: int = 0) -> Array:
   """
   ids = jnp.asarray(ids)
   if ids.ndim != 2:
-    raise ValueError(f"padding_mask_from_ids: ids must be [B, S], got shape {tuple(ids.shape)}.")
+    raise ValueError(f'padding_mask_from_ids: ids must be [B, S], got shape {tuple(ids.shape)}.')
   return (ids != pad_id)[:, None, :]
 
 
@@ -92,7 +93,7 @@ def combine_masks(*masks: Array | None) -> Array | None:
   try:
     jnp.broadcast_shapes(*shapes)
   except ValueError:
-    raise ValueError(f"combine_masks: mask shapes {shapes} do not broadcast together.") from None
+    raise ValueError(f'combine_masks: mask shapes {shapes} do not broadcast together.') from None
   out = present[0].astype(bool)
   for m in present[1:]:
     out = jnp.logical_and(out, m)

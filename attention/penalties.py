@@ -23,8 +23,9 @@ def doubly_stochastic_penalty(weights: Array, mask: Array | None = None) -> Arra
   """
   weights = jnp.asarray(weights, jnp.float32)
   if weights.ndim < 2:
-    raise ValueError(f"doubly_stochastic_penalty: weights must be [..., T, R], got shape "
-                     f"{tuple(weights.shape)}.")
+    raise ValueError(
+      f'doubly_stochastic_penalty: weights must be [..., T, R], got shape {tuple(weights.shape)}.'
+    )
   if mask is not None:
     mask = jnp.asarray(mask)
     try:
@@ -32,11 +33,13 @@ def doubly_stochastic_penalty(weights: Array, mask: Array | None = None) -> Arra
     except ValueError:
       fits = False
     if not fits:
-      raise ValueError(f"doubly_stochastic_penalty: mask of shape {tuple(mask.shape)} does not "
-                       f"broadcast to the steps [..., T] = {tuple(weights.shape[:-1])}.")
+      raise ValueError(
+        f'doubly_stochastic_penalty: mask of shape {tuple(mask.shape)} does not '
+        f'broadcast to the steps [..., T] = {tuple(weights.shape[:-1])}.'
+      )
     weights = jnp.where(mask[..., None], weights, 0.0)
-  per_region = jnp.sum(weights, axis=-2)                                  # [..., R]
-  return jnp.sum((1.0 - per_region) ** 2, axis=-1)                        # [...]
+  per_region = jnp.sum(weights, axis=-2)  # [..., R]
+  return jnp.sum((1.0 - per_region) ** 2, axis=-1)  # [...]
 
 
 def attention_entropy(weights: Array) -> Array:

@@ -21,11 +21,11 @@ def sinusoidal_embedding(positions: Array, dim: int, base: float = 10000.0) -> A
     Encodings `[..., dim]` in float32, sin on even and cos on odd features.
   """
   if dim <= 0 or dim % 2:
-    raise ValueError(f"sinusoidal_embedding: dim must be a positive even number, got {dim}.")
-  inv_freq = base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)    # [dim/2]
-  angles = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq       # [..., dim/2]
-  pairs = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)          # [..., dim/2, 2]
-  return pairs.reshape(*angles.shape[:-1], dim)                           # [..., dim]
+    raise ValueError(f'sinusoidal_embedding: dim must be a positive even number, got {dim}.')
+  inv_freq = base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)  # [dim/2]
+  angles = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq  # [..., dim/2]
+  pairs = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)  # [..., dim/2, 2]
+  return pairs.reshape(*angles.shape[:-1], dim)  # [..., dim]
 
 
 def sinusoidal_positions(length: int, dim: int, base: float = 10000.0) -> Array:
@@ -51,19 +51,19 @@ def rotary_embedding(x: Array, positions: Array, base: float = 10000.0) -> Array
   """
   dim = x.shape[-1]
   if dim <= 0 or dim % 2:
-    raise ValueError(f"rotary_embedding: the feature size must be a positive even number, got "
-                     f"{dim}.")
-  inv_freq = base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)    # [D/2]
-  angles = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq       # [..., T, D/2]
+    raise ValueError(
+      f'rotary_embedding: the feature size must be a positive even number, got {dim}.'
+    )
+  inv_freq = base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)  # [D/2]
+  angles = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq  # [..., T, D/2]
   cos, sin = jnp.cos(angles), jnp.sin(angles)
-  pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], dim // 2, 2)       # [..., T, D/2, 2]
+  pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], dim // 2, 2)  # [..., T, D/2, 2]
   even, odd = pairs[..., 0], pairs[..., 1]
   rotated = jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
   return rotated.reshape(x.shape).astype(x.dtype)
 
 
-def sinusoidal_positions_2d(height: int, width: int, features: int,
-                            base: float = 10000.0) -> Array:
+def sinusoidal_positions_2d(height: int, width: int, features: int, base: float = 10000.0) -> Array:
   """Fixed 2-D encodings of a `height x width` grid, in row-major order (as in MAE).
 
   The first half of the features is `sinusoidal_embedding(row, features / 2)` and the second
@@ -80,13 +80,19 @@ def sinusoidal_positions_2d(height: int, width: int, features: int,
     float32 `[height * width, features]`; row `r * width + c` encodes the cell `(r, c)`.
   """
   if features <= 0 or features % 4:
-    raise ValueError(f"sinusoidal_positions_2d: features must be a positive multiple of 4 (half "
-                     f"for rows, half for columns, each sin/cos pairs), got {features}.")
-  rows = sinusoidal_embedding(jnp.arange(height), features // 2, base)    # [height, F/2]
-  cols = sinusoidal_embedding(jnp.arange(width), features // 2, base)     # [width, F/2]
-  grid = jnp.concatenate([jnp.broadcast_to(rows[:, None], (height, width, features // 2)),
-                          jnp.broadcast_to(cols[None, :], (height, width, features // 2))],
-                         axis=-1)                                         # [height, width, F]
+    raise ValueError(
+      f'sinusoidal_positions_2d: features must be a positive multiple of 4 (half '
+      f'for rows, half for columns, each sin/cos pairs), got {features}.'
+    )
+  rows = sinusoidal_embedding(jnp.arange(height), features // 2, base)  # [height, F/2]
+  cols = sinusoidal_embedding(jnp.arange(width), features // 2, base)  # [width, F/2]
+  grid = jnp.concatenate(
+    [
+      jnp.broadcast_to(rows[:, None], (height, width, features // 2)),
+      jnp.broadcast_to(cols[None, :], (height, width, features // 2)),
+    ],
+    axis=-1,
+  )  # [height, width, F]
   return grid.reshape(height * width, features)
 
 
@@ -104,10 +110,11 @@ def sentence_position_encoding(sentence_length: int, features: int) -> Array:
   Returns:
     float32 `[J, d]`; row `j-1`, column `k-1` holds `l_kj`.
   """
-  for name, value in (("sentence_length", sentence_length), ("features", features)):
+  for name, value in (('sentence_length', sentence_length), ('features', features)):
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"sentence_position_encoding: {name} must be a positive integer, got "
-                       f"{value!r}.")
+      raise ValueError(
+        f'sentence_position_encoding: {name} must be a positive integer, got {value!r}.'
+      )
   j = jnp.arange(1, sentence_length + 1, dtype=jnp.float32)[:, None] / sentence_length  # [J, 1]
-  k = jnp.arange(1, features + 1, dtype=jnp.float32)[None, :] / features                # [1, d]
-  return (1.0 - j) - k * (1.0 - 2.0 * j)                                                # [J, d]
+  k = jnp.arange(1, features + 1, dtype=jnp.float32)[None, :] / features  # [1, d]
+  return (1.0 - j) - k * (1.0 - 2.0 * j)  # [J, d]

@@ -28,13 +28,15 @@ def attention_rollout(weights: Array, *, residual: bool = True) -> Array:
   """
   weights = jnp.asarray(weights, jnp.float32)
   if weights.ndim < 4 or weights.shape[-1] != weights.shape[-2]:
-    raise ValueError(f"attention_rollout: weights must be self-attention [..., L, N, T, T], got "
-                     f"shape {tuple(weights.shape)}.")
-  layers = jnp.mean(weights, axis=-3)                                     # [..., L, T, T]
+    raise ValueError(
+      f'attention_rollout: weights must be self-attention [..., L, N, T, T], got '
+      f'shape {tuple(weights.shape)}.'
+    )
+  layers = jnp.mean(weights, axis=-3)  # [..., L, T, T]
   if residual:
     layers = 0.5 * layers + 0.5 * jnp.eye(layers.shape[-1], dtype=layers.dtype)
     layers = layers / jnp.sum(layers, axis=-1, keepdims=True)
-  rollout = layers[..., 0, :, :]                                          # [..., T, T]
+  rollout = layers[..., 0, :, :]  # [..., T, T]
   for l in range(1, layers.shape[-3]):
-    rollout = jnp.einsum("...ij,...jk->...ik", layers[..., l, :, :], rollout)
+    rollout = jnp.einsum('...ij,...jk->...ik', layers[..., l, :, :], rollout)
   return rollout

@@ -19,16 +19,18 @@ ScoreFn = Callable[..., Array]
 Initializer = Callable[[Array, tuple[int, ...], Any], Array]  # jax.nn.initializers' signature
 
 
-def check_qk(q: Array, k: Array, name: str = "scores") -> None:
+def check_qk(q: Array, k: Array, name: str = 'scores') -> None:
   """Raises ValueError unless q `[..., T, D]` and k `[..., S, D]` share a feature size."""
   if q.ndim < 2 or k.ndim < 2:
     raise ValueError(
-        f"{name}: queries and keys need at least 2 dims [..., length, features], "
-        f"got q{tuple(q.shape)} and k{tuple(k.shape)}.")
+      f'{name}: queries and keys need at least 2 dims [..., length, features], '
+      f'got q{tuple(q.shape)} and k{tuple(k.shape)}.'
+    )
   if q.shape[-1] != k.shape[-1]:
     raise ValueError(
-        f"{name}: query features D={q.shape[-1]} differ from key features D={k.shape[-1]} "
-        f"(q{tuple(q.shape)}, k{tuple(k.shape)}).")
+      f'{name}: query features D={q.shape[-1]} differ from key features D={k.shape[-1]} '
+      f'(q{tuple(q.shape)}, k{tuple(k.shape)}).'
+    )
 
 
 def dot_scores(q: Array, k: Array) -> Array:
@@ -41,12 +43,13 @@ def dot_scores(q: Array, k: Array) -> Array:
   Returns:
     Scores `[..., T, S]`.
   """
-  check_qk(q, k, "dot_scores")
-  return jnp.einsum("...td,...sd->...ts", q, k)
+  check_qk(q, k, 'dot_scores')
+  return jnp.einsum('...td,...sd->...ts', q, k)
 
 
-def scaled_dot_scores(q: Array, k: Array, scale: float | None = None,
-                      temperature: float | None = None) -> Array:
+def scaled_dot_scores(
+  q: Array, k: Array, scale: float | None = None, temperature: float | None = None
+) -> Array:
   """Scaled dot-product score `q · k * scale` ("Attention Is All You Need", eq. 1).
 
   With unit-variance q and k, `q · k` has variance D; the default scale 1/sqrt(D) brings it back to
@@ -61,14 +64,14 @@ def scaled_dot_scores(q: Array, k: Array, scale: float | None = None,
   Returns:
     Scores `[..., T, S]`.
   """
-  check_qk(q, k, "scaled_dot_scores")
+  check_qk(q, k, 'scaled_dot_scores')
   if scale is not None and temperature is not None:
-    raise ValueError("scaled_dot_scores: give scale or temperature, not both.")
+    raise ValueError('scaled_dot_scores: give scale or temperature, not both.')
   if temperature is not None:
     scale = 1.0 / temperature
   if scale is None:
     scale = q.shape[-1] ** -0.5
-  return jnp.einsum("...td,...sd->...ts", q * jnp.asarray(scale, q.dtype), k)
+  return jnp.einsum('...td,...sd->...ts', q * jnp.asarray(scale, q.dtype), k)
 
 
 def general_scores(q: Array, k: Array, w: Array) -> Array:
@@ -84,10 +87,10 @@ def general_scores(q: Array, k: Array, w: Array) -> Array:
   """
   if w.ndim != 2 or w.shape[0] != q.shape[-1] or w.shape[1] != k.shape[-1]:
     raise ValueError(
-        f"general_scores: w must be [Dq, Dk] = [{q.shape[-1]}, {k.shape[-1]}], "
-        f"got w{tuple(w.shape)}.")
-  qw = jnp.einsum("...td,de->...te", q, w)  # [..., T, Dk]
-  return jnp.einsum("...te,...se->...ts", qw, k)
+      f'general_scores: w must be [Dq, Dk] = [{q.shape[-1]}, {k.shape[-1]}], got w{tuple(w.shape)}.'
+    )
+  qw = jnp.einsum('...td,de->...te', q, w)  # [..., T, Dk]
+  return jnp.einsum('...te,...se->...ts', qw, k)
 
 
 def project_keys(k: Array, w_k: Array) -> Array:
@@ -97,13 +100,13 @@ def project_keys(k: Array, w_k: Array) -> Array:
   it as `k_proj` to every `additive_scores` call.
   """
   if w_k.ndim != 2 or w_k.shape[0] != k.shape[-1]:
-    raise ValueError(
-        f"project_keys: w_k must be [Dk={k.shape[-1]}, A], got w_k{tuple(w_k.shape)}.")
-  return jnp.einsum("...sd,da->...sa", k, w_k)
+    raise ValueError(f'project_keys: w_k must be [Dk={k.shape[-1]}, A], got w_k{tuple(w_k.shape)}.')
+  return jnp.einsum('...sd,da->...sa', k, w_k)
 
 
-def additive_scores(q: Array, k: Array | None, w_q: Array, w_k: Array | None, v: Array, *,
-                    k_proj: Array | None = None) -> Array:
+def additive_scores(
+  q: Array, k: Array | None, w_q: Array, w_k: Array | None, v: Array, *, k_proj: Array | None = None
+) -> Array:
   """Bahdanau (additive) score `vᵀ tanh(W_q q + W_k k)`.
 
   Args:
@@ -119,18 +122,18 @@ def additive_scores(q: Array, k: Array | None, w_q: Array, w_k: Array | None, v:
   """
   if k_proj is None:
     if k is None or w_k is None:
-      raise ValueError("additive_scores: pass k and w_k, or the precomputed k_proj.")
+      raise ValueError('additive_scores: pass k and w_k, or the precomputed k_proj.')
     k_proj = project_keys(k, w_k)
   if w_q.ndim != 2 or w_q.shape[0] != q.shape[-1] or w_q.shape[1] != k_proj.shape[-1]:
     raise ValueError(
-        f"additive_scores: w_q must be [Dq={q.shape[-1]}, A={k_proj.shape[-1]}], "
-        f"got w_q{tuple(w_q.shape)}.")
+      f'additive_scores: w_q must be [Dq={q.shape[-1]}, A={k_proj.shape[-1]}], '
+      f'got w_q{tuple(w_q.shape)}.'
+    )
   if v.shape != (k_proj.shape[-1],):
-    raise ValueError(
-        f"additive_scores: v must be [A={k_proj.shape[-1]}], got v{tuple(v.shape)}.")
-  q_proj = jnp.einsum("...td,da->...ta", q, w_q)                    # [..., T, A]
+    raise ValueError(f'additive_scores: v must be [A={k_proj.shape[-1]}], got v{tuple(v.shape)}.')
+  q_proj = jnp.einsum('...td,da->...ta', q, w_q)  # [..., T, A]
   hidden = jnp.tanh(q_proj[..., :, None, :] + k_proj[..., None, :, :])  # [..., T, S, A]
-  return jnp.einsum("...tsa,a->...ts", hidden, v)
+  return jnp.einsum('...tsa,a->...ts', hidden, v)
 
 
 def cosine_scores(q: Array, k: Array, scale: float | Array = 1.0, eps: float = 1e-6) -> Array:
@@ -148,14 +151,15 @@ def cosine_scores(q: Array, k: Array, scale: float | Array = 1.0, eps: float = 1
   Returns:
     Scores `[..., T, S]`.
   """
-  check_qk(q, k, "cosine_scores")
+  check_qk(q, k, 'cosine_scores')
   q_unit = q * jax.lax.rsqrt(jnp.sum(q * q, axis=-1, keepdims=True) + eps)
   k_unit = k * jax.lax.rsqrt(jnp.sum(k * k, axis=-1, keepdims=True) + eps)
-  return scale * jnp.einsum("...td,...sd->...ts", q_unit, k_unit)
+  return scale * jnp.einsum('...td,...sd->...ts', q_unit, k_unit)
 
 
 class ScoreSizes(NamedTuple):
   """The sizes a score parameter's shape can name."""
+
   q: int  # query features Dq
   k: int  # key features Dk
   a: int  # an attention size A, picked by the layer
@@ -172,14 +176,17 @@ class ScoreParam:
       `(key, shape, dtype) -> Array`. It gets the sizes because a value may depend on a size its
       shape does not show (the cosine scale, a scalar, starts at sqrt(Dq)).
   """
+
   name: str
   shape: tuple[str, ...]
   init: Callable[[ScoreSizes], Initializer]
 
   def __post_init__(self):
     if any(dim not in ScoreSizes._fields for dim in self.shape):
-      raise ValueError(f"ScoreParam {self.name!r}: shape dims must be among "
-                       f"{', '.join(ScoreSizes._fields)}; got {self.shape!r}.")
+      raise ValueError(
+        f'ScoreParam {self.name!r}: shape dims must be among '
+        f'{", ".join(ScoreSizes._fields)}; got {self.shape!r}.'
+      )
 
   def initialize(self, key: Array, sizes: ScoreSizes, dtype: Any = jnp.float32) -> Array:
     """A fresh value of this parameter for the given sizes."""
@@ -196,6 +203,7 @@ class KeyPrep:
     uses: the names of the score parameters `fn` takes after `k`, in order.
     into: the score function's keyword argument for the prepared keys (its `k` is then None).
   """
+
   fn: Callable[..., Array]
   uses: tuple[str, ...]
   into: str
@@ -214,6 +222,7 @@ class Score:
     same_features: whether `fn` needs Dq == Dk; a layer whose key size differs then projects its
       keys to Dq first.
   """
+
   fn: ScoreFn
   params: tuple[ScoreParam, ...] = ()
   prepare: KeyPrep | None = None
@@ -242,27 +251,32 @@ def _lecun_normal(sizes: ScoreSizes) -> Initializer:
 
 def _additive_v_init(sizes: ScoreSizes) -> Initializer:
   # vᵀ tanh(.) sums A terms bounded by |v_a|; v of variance 1/A keeps that sum's variance <= 1.
-  return jax.nn.initializers.normal(sizes.a ** -0.5)
+  return jax.nn.initializers.normal(sizes.a**-0.5)
 
 
 def _cosine_scale_init(sizes: ScoreSizes) -> Initializer:
   # Unit-variance q and k of size D have |q| |k| ~ D, so the scaled dot score q·k/sqrt(D) is about
   # sqrt(D) cos(q, k): starting the scale at sqrt(D) makes both scores start equally sharp.
-  return jax.nn.initializers.constant(sizes.q ** 0.5)
+  return jax.nn.initializers.constant(sizes.q**0.5)
 
 
 SCORES: dict[str, Score] = {
-    "dot": Score(dot_scores),
-    "scaled_dot": Score(scaled_dot_scores),
-    "general": Score(general_scores, params=(ScoreParam("w", ("q", "k"), _lecun_normal),),
-                     same_features=False),
-    "additive": Score(
-        additive_scores,
-        params=(ScoreParam("w_q", ("q", "a"), _lecun_normal),
-                ScoreParam("w_k", ("k", "a"), _lecun_normal),
-                ScoreParam("v", ("a",), _additive_v_init)),
-        prepare=KeyPrep(project_keys, uses=("w_k",), into="k_proj"), same_features=False),
-    "cosine": Score(cosine_scores, params=(ScoreParam("scale", (), _cosine_scale_init),)),
+  'dot': Score(dot_scores),
+  'scaled_dot': Score(scaled_dot_scores),
+  'general': Score(
+    general_scores, params=(ScoreParam('w', ('q', 'k'), _lecun_normal),), same_features=False
+  ),
+  'additive': Score(
+    additive_scores,
+    params=(
+      ScoreParam('w_q', ('q', 'a'), _lecun_normal),
+      ScoreParam('w_k', ('k', 'a'), _lecun_normal),
+      ScoreParam('v', ('a',), _additive_v_init),
+    ),
+    prepare=KeyPrep(project_keys, uses=('w_k',), into='k_proj'),
+    same_features=False,
+  ),
+  'cosine': Score(cosine_scores, params=(ScoreParam('scale', (), _cosine_scale_init),)),
 }
 
 
@@ -276,7 +290,8 @@ def get_score(name: str) -> Score:
     score = SCORES[name]
   except KeyError:
     raise ValueError(
-        f"Unknown score kind {name!r}; valid kinds: {', '.join(sorted(SCORES))}.") from None
+      f'Unknown score kind {name!r}; valid kinds: {", ".join(sorted(SCORES))}.'
+    ) from None
   return score if isinstance(score, Score) else Score(score)
 
 

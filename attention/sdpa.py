@@ -35,21 +35,44 @@ Array = jax.Array
 _CHUNKED_MIN_SCORES = 512 * 512
 
 
-def _reference(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng, window=0,
-               softcap=0.0, sink=None, alibi_slopes=None, groups=1):
+def _reference(
+  q,
+  k,
+  v,
+  *,
+  mask,
+  bias,
+  is_causal,
+  scale,
+  dropout_rate,
+  dropout_rng,
+  window=0,
+  softcap=0.0,
+  sink=None,
+  alibi_slopes=None,
+  groups=1,
+):
   if groups == 1 and q.ndim >= 3 and q.shape[-3] > 1 and k.shape[-3] == v.shape[-3] == 1:
     groups = q.shape[-3]  # one key/value head serves every query head (multi-query attention)
   if groups > 1:
     # Each key/value head meets its G query heads as one block of G*T rows, a plain batched
     # matmul against [..., K, S, D]: broadcast against [..., G, T, D], XLA:CPU copies the keys
     # to every query head.
-    q = _stack_groups(q, groups)                                        # [..., K, G*T, D]
-  scores = jnp.einsum("...td,...sd->...ts", q, k, preferred_element_type=jnp.float32) * scale
+    q = _stack_groups(q, groups)  # [..., K, G*T, D]
+  scores = jnp.einsum('...td,...sd->...ts', q, k, preferred_element_type=jnp.float32) * scale
   if groups > 1:
-    scores = _unstack_groups(scores, groups)                            # [..., N, T, S]
-  weights = normalize_scores(scores, mask=mask, bias=bias, alibi_slopes=alibi_slopes,
-                             is_causal=is_causal, window=window, softcap=softcap, sink=sink)
-  weights = weights.astype(q.dtype)                                     # [..., T, S]
+    scores = _unstack_groups(scores, groups)  # [..., N, T, S]
+  weights = normalize_scores(
+    scores,
+    mask=mask,
+    bias=bias,
+    alibi_slopes=alibi_slopes,
+    is_causal=is_causal,
+    window=window,
+    softcap=softcap,
+    sink=sink,
+  )
+  weights = weights.astype(q.dtype)  # [..., T, S]
   dropped = drop_weights(weights, dropout_rate, dropout_rng)
   if groups > 1:
     return _unstack_groups(attend(_stack_groups(dropped, groups), v), groups), weights
@@ -68,9 +91,17 @@ def _unstack_groups(x: Array, groups: int) -> Array:
   return x.reshape(*x.shape[:-3], x.shape[-3] * groups, x.shape[-2] // groups, x.shape[-1])
 
 
-def normalize_scores(scores: Array, *, mask: Array | None = None, bias: Array | None = None,
-                     alibi_slopes: Array | None = None, is_causal: bool = False, window: int = 0,
-                     softcap: float = 0.0, sink: Array | None = None) -> Array:
+def normalize_scores(
+  scores: Array,
+  *,
+  mask: Array | None = None,
+  bias: Array | None = None,
+  alibi_slopes: Array | None = None,
+  is_causal: bool = False,
+  window: int = 0,
+  softcap: float = 0.0,
+  sink: Array | None = None,
+) -> Array:
   """Scaled scores `[..., T, S]` -> attention weights, the variants' one definition.
 
   Soft-cap, add the bias and ALiBi's `-slope · |i - j|`, mask (causal, window), then softmax,
@@ -84,7 +115,7 @@ def normalize_scores(scores: Array, *, mask: Array | None = None, bias: Array | 
   if bias is not None:
     scores = scores + bias.astype(scores.dtype)
   if alibi_slopes is not None:
-    distance = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(s)[None, :])   # [T, S]
+    distance = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(s)[None, :])  # [T, S]
     scores = scores - alibi_slopes.astype(scores.dtype)[..., None, None] * distance
   if is_causal:
     mask = combine_masks(mask, causal_mask(t, s))
@@ -102,7 +133,7 @@ def _sink_softmax(scores: Array, mask: Array | None, sink: Array) -> Array:
   gradients (also with respect to the sink) stay finite.
   """
   x = scores.astype(jnp.promote_types(scores.dtype, jnp.float32))
-  sink = sink.astype(x.dtype)[..., None, None]                          # [..., 1, 1]
+  sink = sink.astype(x.dtype)[..., None, None]  # [..., 1, 1]
   if mask is not None:
     x = jnp.where(mask, x, jnp.finfo(x.dtype).min)
   shift = jax.lax.stop_gradient(jnp.maximum(jnp.max(x, axis=-1, keepdims=True), sink))
@@ -113,17 +144,59 @@ def _sink_softmax(scores: Array, mask: Array | None, sink: Array) -> Array:
   return (e / jnp.where(total > 0, total, 1.0)).astype(scores.dtype)
 
 
-def _chunked(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng, window=0,
-             softcap=0.0, sink=None, alibi_slopes=None, groups=1):
+def _chunked(
+  q,
+  k,
+  v,
+  *,
+  mask,
+  bias,
+  is_causal,
+  scale,
+  dropout_rate,
+  dropout_rng,
+  window=0,
+  softcap=0.0,
+  sink=None,
+  alibi_slopes=None,
+  groups=1,
+):
   del groups  # chunked_attention repeats grouped keys and values to the query heads itself.
-  out = chunked_attention(q, k, v, mask=mask, bias=bias, is_causal=is_causal, scale=scale,
-                          dropout_rate=dropout_rate, dropout_rng=dropout_rng, window=window,
-                          softcap=softcap, sink=sink, alibi_slopes=alibi_slopes)
+  out = chunked_attention(
+    q,
+    k,
+    v,
+    mask=mask,
+    bias=bias,
+    is_causal=is_causal,
+    scale=scale,
+    dropout_rate=dropout_rate,
+    dropout_rng=dropout_rng,
+    window=window,
+    softcap=softcap,
+    sink=sink,
+    alibi_slopes=alibi_slopes,
+  )
   return out, None
 
 
-def _cudnn(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng, window=0,
-           softcap=0.0, sink=None, alibi_slopes=None, groups=1):
+def _cudnn(
+  q,
+  k,
+  v,
+  *,
+  mask,
+  bias,
+  is_causal,
+  scale,
+  dropout_rate,
+  dropout_rng,
+  window=0,
+  softcap=0.0,
+  sink=None,
+  alibi_slopes=None,
+  groups=1,
+):
   # jax.nn exposes no cuDNN dropout, soft-capping, sinks or ALiBi slopes: the dispatcher sends
   # none of them here (see `_cudnn_unsupported`).
   del dropout_rate, dropout_rng, softcap, sink, alibi_slopes, groups
@@ -137,16 +210,36 @@ def _cudnn(q, k, v, *, mask, bias, is_causal, scale, dropout_rate, dropout_rng, 
   # jax.nn's (left, right) window counts keys either side, inclusive; cuDNN takes left ones only.
   local_window = (window - 1, 0) if window else None
   out = jax.nn.dot_product_attention(
-      to_btnh(q), to_btnh(k), to_btnh(v), bias=to_bnts(bias), mask=to_bnts(mask), scale=scale,
-      is_causal=is_causal, local_window_size=local_window, implementation="cudnn")  # [B, T, N, Dv]
+    to_btnh(q),
+    to_btnh(k),
+    to_btnh(v),
+    bias=to_bnts(bias),
+    mask=to_bnts(mask),
+    scale=scale,
+    is_causal=is_causal,
+    local_window_size=local_window,
+    implementation='cudnn',
+  )  # [B, T, N, Dv]
   return jnp.swapaxes(out, 1, 2).reshape(*lead, t, v.shape[-1]), None
 
 
-KERNELS = {"reference": _reference, "chunked": _chunked, "cudnn": _cudnn}
+KERNELS = {'reference': _reference, 'chunked': _chunked, 'cudnn': _cudnn}
 
 
-def _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, *, is_causal=False,
-                       window=0, softcap=0.0, sink=None, alibi_slopes=None) -> str | None:
+def _cudnn_unsupported(
+  q,
+  k,
+  v,
+  masked,
+  dropout_rate,
+  return_weights,
+  *,
+  is_causal=False,
+  window=0,
+  softcap=0.0,
+  sink=None,
+  alibi_slopes=None,
+) -> str | None:
   """Why cuDNN cannot run this call (`masked`: a mask, bias, is_causal or window), or None if it
   can. The variants come first: what they name does not depend on the machine."""
   if softcap:
@@ -156,37 +249,41 @@ def _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, *, is_caus
   if alibi_slopes is not None:
     return "it cannot run alibi_slopes: jax.nn's cuDNN call takes no ALiBi slopes"
   if window and not is_causal:
-    return (f"it cannot run window={window} with is_causal=False: jax.nn's cuDNN call takes a "
-            "window of past keys only")
+    return (
+      f"it cannot run window={window} with is_causal=False: jax.nn's cuDNN call takes a "
+      'window of past keys only'
+    )
   if window and q.shape[-2] != k.shape[-2]:
     # Where the band sits for T != S is not documented for cuDNN's sliding window.
-    return f"it cannot run window={window} with T={q.shape[-2]} != S={k.shape[-2]}"
-  if jax.default_backend() != "gpu":
-    return f"it needs an NVIDIA GPU and the JAX backend is {jax.default_backend()!r}"
+    return f'it cannot run window={window} with T={q.shape[-2]} != S={k.shape[-2]}'
+  if jax.default_backend() != 'gpu':
+    return f'it needs an NVIDIA GPU and the JAX backend is {jax.default_backend()!r}'
   if q.dtype not in (jnp.float16, jnp.bfloat16):
-    return f"it needs float16 or bfloat16 inputs, got {q.dtype}"
+    return f'it needs float16 or bfloat16 inputs, got {q.dtype}'
   if q.shape[-1] % 8 or q.shape[-1] > 128 or v.shape[-1] != q.shape[-1]:
-    return ("it needs equal query/value head sizes <= 128 and divisible by 8, "
-            f"got D={q.shape[-1]}, Dv={v.shape[-1]}")
+    return (
+      'it needs equal query/value head sizes <= 128 and divisible by 8, '
+      f'got D={q.shape[-1]}, Dv={v.shape[-1]}'
+    )
   if masked and (q.shape[-2] % 2 or k.shape[-2] % 2):
     # cuDNN's backward takes a mask, a bias or causal masking at even lengths only.
-    return f"masked attention needs even lengths, got T={q.shape[-2]}, S={k.shape[-2]}"
+    return f'masked attention needs even lengths, got T={q.shape[-2]}, S={k.shape[-2]}'
   if dropout_rate > 0.0:
-    return "jax.nn exposes no cuDNN dropout"
+    return 'jax.nn exposes no cuDNN dropout'
   if return_weights:
-    return "fused kernels never form the weights"
+    return 'fused kernels never form the weights'
   return None
 
 
 def _pick(q, k, v, masked, dropout_rate, return_weights, **variants) -> str:
   """The implementation for `implementation=None`; `variants`: `_cudnn_unsupported`'s keywords."""
   if return_weights:
-    return "reference"
+    return 'reference'
   if _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, **variants) is None:
-    return "cudnn"
+    return 'cudnn'
   if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
-    return "chunked"
-  return "reference"
+    return 'chunked'
+  return 'reference'
 
 
 def _lead_and_groups(q, k, v) -> tuple[tuple[int, ...], int]:
@@ -196,42 +293,51 @@ def _lead_and_groups(q, k, v) -> tuple[tuple[int, ...], int]:
   query's N, serve G = N // K query heads each (grouped-query attention); otherwise G = 1 and
   all leading dims broadcast as usual (K = 1 is multi-query attention).
   """
-  name = "scaled_dot_product_attention"
+  name = 'scaled_dot_product_attention'
   n = q.shape[-3] if q.ndim >= 3 else 1
   kv_heads = {x.shape[-3] for x in (k, v) if x.ndim >= 3} - {1}
   groups = 1
   if n > 1 and kv_heads and min(kv_heads) < n:
     if len(kv_heads) > 1:
-      raise ValueError(f"{name}: grouped-query keys and values need the same number of heads, "
-                       f"got k{tuple(k.shape)} and v{tuple(v.shape)}.")
+      raise ValueError(
+        f'{name}: grouped-query keys and values need the same number of heads, '
+        f'got k{tuple(k.shape)} and v{tuple(v.shape)}.'
+      )
     heads = kv_heads.pop()
     if n % heads:
       raise ValueError(
-          f"{name}: q has N={n} heads, not a multiple of the K={heads} key/value heads of "
-          f"k{tuple(k.shape)}, v{tuple(v.shape)}; grouped-query attention needs N % K == 0.")
+        f'{name}: q has N={n} heads, not a multiple of the K={heads} key/value heads of '
+        f'k{tuple(k.shape)}, v{tuple(v.shape)}; grouped-query attention needs N % K == 0.'
+      )
     groups = n // heads
   # Grouped heads count as N for broadcasting the other leading dims.
-  widen = lambda x: (x.shape[:-3] + (n,) if groups > 1 and x.ndim >= 3 and x.shape[-3] > 1
-                     else x.shape[:-2])
+  widen = lambda x: (
+    x.shape[:-3] + (n,) if groups > 1 and x.ndim >= 3 and x.shape[-3] > 1 else x.shape[:-2]
+  )
   try:
     lead = jnp.broadcast_shapes(q.shape[:-2], widen(k), widen(v))
   except ValueError:
     raise ValueError(
-        f"{name}: leading dims of q{tuple(q.shape)}, k{tuple(k.shape)}, "
-        f"v{tuple(v.shape)} do not broadcast.") from None
+      f'{name}: leading dims of q{tuple(q.shape)}, k{tuple(k.shape)}, '
+      f'v{tuple(v.shape)} do not broadcast.'
+    ) from None
   return lead, groups
 
 
 def _validate_variants(lead, window, softcap, sink, alibi_slopes):
   """Raises ValueError on a bad window, softcap, sink or alibi_slopes."""
-  name = "scaled_dot_product_attention"
+  name = 'scaled_dot_product_attention'
   if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 0:
-    raise ValueError(f"{name}: window must be a non-negative int (0 = no window), got {window!r}.")
-  if (isinstance(softcap, bool) or not isinstance(softcap, numbers.Real)
-      or not 0.0 <= softcap < math.inf):
+    raise ValueError(f'{name}: window must be a non-negative int (0 = no window), got {window!r}.')
+  if (
+    isinstance(softcap, bool)
+    or not isinstance(softcap, numbers.Real)
+    or not 0.0 <= softcap < math.inf
+  ):
     raise ValueError(
-        f"{name}: softcap must be a non-negative finite number (0 = off), got {softcap!r}.")
-  for arg, x in (("sink", sink), ("alibi_slopes", alibi_slopes)):
+      f'{name}: softcap must be a non-negative finite number (0 = off), got {softcap!r}.'
+    )
+  for arg, x in (('sink', sink), ('alibi_slopes', alibi_slopes)):
     if x is None:
       continue
     try:
@@ -240,8 +346,9 @@ def _validate_variants(lead, window, softcap, sink, alibi_slopes):
       fits = False
     if not fits:
       raise ValueError(
-          f"{name}: {arg} of shape {tuple(x.shape)} does not broadcast to the leading dims "
-          f"{tuple(lead)} of q, k, v (e.g. [N], one per head, for q [B, N, T, H]).")
+        f'{name}: {arg} of shape {tuple(x.shape)} does not broadcast to the leading dims '
+        f'{tuple(lead)} of q, k, v (e.g. [N], one per head, for q [B, N, T, H]).'
+      )
 
 
 def _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation):
@@ -249,36 +356,51 @@ def _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementat
 
   Returns `_lead_and_groups(q, k, v)`.
   """
-  check_qk(q, k, "scaled_dot_product_attention")
-  check_kv(k, v, "scaled_dot_product_attention")
+  check_qk(q, k, 'scaled_dot_product_attention')
+  check_kv(k, v, 'scaled_dot_product_attention')
   lead, groups = _lead_and_groups(q, k, v)
   scores_shape = (*lead, q.shape[-2], k.shape[-2])
-  check_mask(mask, scores_shape, "scaled_dot_product_attention")
+  check_mask(mask, scores_shape, 'scaled_dot_product_attention')
   if bias is not None:
-    check_mask(bias, scores_shape, "scaled_dot_product_attention (bias)")
+    check_mask(bias, scores_shape, 'scaled_dot_product_attention (bias)')
   if mask is not None and mask.dtype != jnp.bool_:
-    raise ValueError(f"scaled_dot_product_attention: mask must be boolean, got {mask.dtype}.")
+    raise ValueError(f'scaled_dot_product_attention: mask must be boolean, got {mask.dtype}.')
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(
-        f"scaled_dot_product_attention: dropout_rate must be in [0, 1), got {dropout_rate}.")
+      f'scaled_dot_product_attention: dropout_rate must be in [0, 1), got {dropout_rate}.'
+    )
   if dropout_rate > 0.0 and dropout_rng is None:
-    raise ValueError("scaled_dot_product_attention: dropout_rate > 0 needs a dropout_rng.")
+    raise ValueError('scaled_dot_product_attention: dropout_rate > 0 needs a dropout_rng.')
   if scale is not None and not isinstance(scale, numbers.Real):
     raise ValueError(
-        f"scaled_dot_product_attention: scale must be a number, got {type(scale).__name__}.")
+      f'scaled_dot_product_attention: scale must be a number, got {type(scale).__name__}.'
+    )
   if implementation is not None and implementation not in KERNELS:
     raise ValueError(
-        f"Unknown attention implementation {implementation!r}; valid implementations: "
-        f"{', '.join(KERNELS)} (or None to pick automatically).")
+      f'Unknown attention implementation {implementation!r}; valid implementations: '
+      f'{", ".join(KERNELS)} (or None to pick automatically).'
+    )
   return lead, groups
 
 
 def scaled_dot_product_attention(
-    q: Array, k: Array, v: Array, *, mask: Array | None = None, bias: Array | None = None,
-    is_causal: bool = False, scale: float | None = None, dropout_rate: float = 0.0,
-    dropout_rng: Array | None = None, return_weights: bool = False,
-    implementation: str | None = None, window: int = 0, softcap: float = 0.0,
-    sink: Array | None = None, alibi_slopes: Array | None = None) -> Array | tuple[Array, Array]:
+  q: Array,
+  k: Array,
+  v: Array,
+  *,
+  mask: Array | None = None,
+  bias: Array | None = None,
+  is_causal: bool = False,
+  scale: float | None = None,
+  dropout_rate: float = 0.0,
+  dropout_rng: Array | None = None,
+  return_weights: bool = False,
+  implementation: str | None = None,
+  window: int = 0,
+  softcap: float = 0.0,
+  sink: Array | None = None,
+  alibi_slopes: Array | None = None,
+) -> Array | tuple[Array, Array]:
   """`softmax(cap(q kᵀ * scale) + bias + alibi, masked, sink) v`, with a choice of implementation.
 
   Args:
@@ -290,12 +412,14 @@ def scaled_dot_product_attention(
     v: values `[..., S, Dv]`, heads as k.
     mask: boolean, broadcastable to `[..., T, S]`; True = may attend. A fully masked query row
       gets zero weights and a zero output.
-    bias: added to the scores (e.g. relative-position or ALiBi terms), broadcastable to `[..., T, S]`.
+    bias: added to the scores (e.g. relative-position or ALiBi terms), broadcastable to
+      `[..., T, S]`.
     is_causal: also apply `causal_mask(T, S)`: query i sees keys 0..i.
     scale: score multiplier; default `1/sqrt(D)`.
     dropout_rate: dropout applied to the attention weights (the paper applies it in training).
     dropout_rng: PRNG key for dropout; required when `dropout_rate > 0`.
-    return_weights: also return the (pre-dropout) weights `[..., T, S]`; only `'reference'` forms them.
+    return_weights: also return the (pre-dropout) weights `[..., T, S]`; only `'reference'`
+      forms them.
     implementation: `'reference'`, `'chunked'`, `'cudnn'` or None (pick the fastest valid one).
     window: if > 0, sliding-window (local) attention: query i sees key j only if
       `|i - j| < window` (with is_causal: keys `i - window + 1 .. i`). 'chunked' skips the key
@@ -314,31 +438,45 @@ def scaled_dot_product_attention(
   # Converted here, before any kernel traces them: 'chunked' indexes the mask and bias with traced
   # head indices inside custom_vjp and lax.map, which a NumPy array cannot take.
   q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-  mask, bias, sink, alibi_slopes = (None if x is None else jnp.asarray(x)
-                                    for x in (mask, bias, sink, alibi_slopes))
+  mask, bias, sink, alibi_slopes = (
+    None if x is None else jnp.asarray(x) for x in (mask, bias, sink, alibi_slopes)
+  )
   lead, groups = _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation)
   _validate_variants(lead, window, softcap, sink, alibi_slopes)
   window, softcap = int(window), float(softcap)
   masked = mask is not None or bias is not None or is_causal or window > 0
-  variants = dict(is_causal=is_causal, window=window, softcap=softcap, sink=sink,
-                  alibi_slopes=alibi_slopes)
+  variants = dict(
+    is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
+  )
   if implementation is None:
     implementation = _pick(q, k, v, masked, dropout_rate, return_weights, **variants)
-  elif implementation != "reference" and return_weights:
+  elif implementation != 'reference' and return_weights:
     raise ValueError(
-        f"scaled_dot_product_attention: return_weights=True needs implementation='reference'; "
-        f"{implementation!r} never forms the weights.")
-  elif implementation == "cudnn":
+      f"scaled_dot_product_attention: return_weights=True needs implementation='reference'; "
+      f'{implementation!r} never forms the weights.'
+    )
+  elif implementation == 'cudnn':
     reason = _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, **variants)
     if reason:
-      raise ValueError(f"scaled_dot_product_attention: implementation='cudnn' unavailable: {reason}.")
-  if implementation in ("chunked", "cudnn"):
+      raise ValueError(
+        f"scaled_dot_product_attention: implementation='cudnn' unavailable: {reason}."
+      )
+  if implementation in ('chunked', 'cudnn'):
     # Grouped keys and values keep their K heads: the kernels expand or group them themselves.
     kv_lead = (*lead[:-1], lead[-1] // groups) if groups > 1 else lead
     q = jnp.broadcast_to(q, (*lead, *q.shape[-2:]))
     k, v = (jnp.broadcast_to(x, (*kv_lead, *x.shape[-2:])) for x in (k, v))
   scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
   out, weights = KERNELS[implementation](
-      q, k, v, mask=mask, bias=bias, scale=scale, dropout_rate=float(dropout_rate),
-      dropout_rng=dropout_rng, groups=groups, **variants)
+    q,
+    k,
+    v,
+    mask=mask,
+    bias=bias,
+    scale=scale,
+    dropout_rate=float(dropout_rate),
+    dropout_rng=dropout_rng,
+    groups=groups,
+    **variants,
+  )
   return (out, weights) if return_weights else out

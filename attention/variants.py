@@ -25,7 +25,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from attention.core import attend as weighted_sum, drop_weights
+from attention.core import attend as weighted_sum
+from attention.core import drop_weights
 from attention.linear import init_linear_state, linear_attention, linear_attention_weights
 from attention.sdpa import normalize_scores, scaled_dot_product_attention
 
@@ -46,57 +47,103 @@ def repeat_kv(x: Array, num_heads: int) -> Array:
   return jnp.repeat(x, num_heads // x.shape[-3], axis=-3)
 
 
-def window_mask(q_positions: Array, k_positions: Array, window: int,
-                sink_tokens: int = 0) -> Array:
+def window_mask(q_positions: Array, k_positions: Array, window: int, sink_tokens: int = 0) -> Array:
   """Causal visibility by explicit positions, `[T, S]`: key j visible iff `0 <= j <= i` and, with
   a window, `i - j < window` or `j < sink_tokens` (the first tokens kept past the window:
   StreamingLLM's attention sinks). Negative key positions are empty cache slots."""
-  distance = q_positions[:, None] - k_positions[None, :]              # [T, S]
+  distance = q_positions[:, None] - k_positions[None, :]  # [T, S]
   visible = (distance >= 0) & (k_positions[None, :] >= 0)
   if not window:
     return visible
   return visible & ((distance < window) | (k_positions[None, :] < sink_tokens))
 
 
-def cache_offsets(q_positions: Array, k_positions: Array, window: int,
-                  sink_tokens: int = 0) -> Array:
+def cache_offsets(
+  q_positions: Array, k_positions: Array, window: int, sink_tokens: int = 0
+) -> Array:
   """`j - i` per query and key as a streaming cache sees them, `[T, S]`: the kept first tokens
   sit right before the window, so key j < sink_tokens is at most `window + sink_tokens - 1 - j`
   away, however far the stream has gone (StreamingLLM numbers positions within its cache;
   with the relative position biases that is this offset). Other keys: their true offset."""
-  relative = k_positions[None, :] - q_positions[:, None]              # [T, S]
+  relative = k_positions[None, :] - q_positions[:, None]  # [T, S]
   if not sink_tokens:
     return relative
   in_cache = k_positions[None, :] - (window + sink_tokens - 1)
   return jnp.where(k_positions[None, :] < sink_tokens, jnp.maximum(relative, in_cache), relative)
 
 
-def _softmax_attend(q, k, v, *, scores=None, mask=None, bias=None, alibi_slopes=None, sink=None,
-                    is_causal=False, window=0, softcap=0.0, dropout_rate=0.0, dropout_rng=None,
-                    return_weights=False, implementation=None):
+def _softmax_attend(
+  q,
+  k,
+  v,
+  *,
+  scores=None,
+  mask=None,
+  bias=None,
+  alibi_slopes=None,
+  sink=None,
+  is_causal=False,
+  window=0,
+  softcap=0.0,
+  dropout_rate=0.0,
+  dropout_rng=None,
+  return_weights=False,
+  implementation=None,
+):
   """Softmax attention; `scores`, when given, replaces the scaled dot product:
   `(q [B, N, T, H], k [B, N, S, H]) -> [B, N, T, S]`, scaled."""
   if scores is None:
     out = scaled_dot_product_attention(
-        q, k, v, mask=mask, bias=bias, alibi_slopes=alibi_slopes, sink=sink, window=window,
-        softcap=softcap, is_causal=is_causal, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
-        return_weights=return_weights, implementation=implementation)
+      q,
+      k,
+      v,
+      mask=mask,
+      bias=bias,
+      alibi_slopes=alibi_slopes,
+      sink=sink,
+      window=window,
+      softcap=softcap,
+      is_causal=is_causal,
+      dropout_rate=dropout_rate,
+      dropout_rng=dropout_rng,
+      return_weights=return_weights,
+      implementation=implementation,
+    )
     return out if return_weights else (out, None)
   k, v = repeat_kv(k, q.shape[-3]), repeat_kv(v, q.shape[-3])
-  weights = normalize_scores(scores(q, k), mask=mask, bias=bias, alibi_slopes=alibi_slopes,
-                             is_causal=is_causal, window=window, softcap=softcap, sink=sink)
+  weights = normalize_scores(
+    scores(q, k),
+    mask=mask,
+    bias=bias,
+    alibi_slopes=alibi_slopes,
+    is_causal=is_causal,
+    window=window,
+    softcap=softcap,
+    sink=sink,
+  )
   out = weighted_sum(drop_weights(weights, dropout_rate, dropout_rng), v)
   return out, (weights if return_weights else None)
 
 
-def _softmax_init(batch: int, kv_heads: int, d_k: int, d_v: int, *, max_length: int,
-                  window: int, sink_tokens: int, dtype: Any) -> State:
+def _softmax_init(
+  batch: int,
+  kv_heads: int,
+  d_k: int,
+  d_v: int,
+  *,
+  max_length: int,
+  window: int,
+  sink_tokens: int,
+  dtype: Any,
+) -> State:
   """Zeroed K/V slots `{'k': [B, K, L, H], 'v': [B, K, L, Dv]}`: L = max_length positions, or
   with a window the `sink_tokens` first positions (slot p) and a ring buffer of the `window`
   latest later ones (position p in slot `sink_tokens + (p - sink_tokens) % window`)."""
   slots = sink_tokens + window if window else max_length
-  return {"k": jnp.zeros((batch, kv_heads, slots, d_k), dtype),
-          "v": jnp.zeros((batch, kv_heads, slots, d_v), dtype)}
+  return {
+    'k': jnp.zeros((batch, kv_heads, slots, d_k), dtype),
+    'v': jnp.zeros((batch, kv_heads, slots, d_v), dtype),
+  }
 
 
 def _slot_positions(step: Array, window: int, sink_tokens: int) -> Array:
@@ -105,12 +152,22 @@ def _slot_positions(step: Array, window: int, sink_tokens: int) -> Array:
   p >= sink_tokens and `(p - sink_tokens) % window == s`. `[sink_tokens + window]`."""
   first = jnp.arange(sink_tokens)
   ring = step - 1 - jnp.mod(step - 1 - sink_tokens - jnp.arange(window), window)
-  return jnp.concatenate([jnp.where(first < step, first, -1),
-                          jnp.where(ring >= sink_tokens, ring, -1)])
+  return jnp.concatenate(
+    [jnp.where(first < step, first, -1), jnp.where(ring >= sink_tokens, ring, -1)]
+  )
 
 
-def _softmax_step(state: State, q: Array, k: Array, v: Array, step: Array, *, window: int,
-                  sink_tokens: int, attend_at: AttendAt) -> tuple[Array, State]:
+def _softmax_step(
+  state: State,
+  q: Array,
+  k: Array,
+  v: Array,
+  step: Array,
+  *,
+  window: int,
+  sink_tokens: int,
+  attend_at: AttendAt,
+) -> tuple[Array, State]:
   """Positions `step .. step+T-1`: write their keys/values, attend to every visible one.
 
   The full buffer is written first and read whole, masked by position. A windowed cache is read
@@ -118,15 +175,17 @@ def _softmax_step(state: State, q: Array, k: Array, v: Array, step: Array, *, wi
   T > window), then keeps the block's first tokens and its last `window` positions.
   """
   t = q.shape[-2]
-  positions = step + jnp.arange(t)                                    # [T]
-  new = {"k": k.astype(state["k"].dtype), "v": v.astype(state["v"].dtype)}
+  positions = step + jnp.arange(t)  # [T]
+  new = {'k': k.astype(state['k'].dtype), 'v': v.astype(state['v'].dtype)}
   if not window:
-    state = {name: jax.lax.dynamic_update_slice_in_dim(state[name], new[name], step, axis=2)
-             for name in ("k", "v")}
-    k_positions = jnp.arange(state["k"].shape[2])
-    return attend_at(q, state["k"], state["v"], positions, k_positions), state
-  keys = jnp.concatenate([state["k"], new["k"]], axis=2)               # [B, K, L+T, H]
-  values = jnp.concatenate([state["v"], new["v"]], axis=2)
+    state = {
+      name: jax.lax.dynamic_update_slice_in_dim(state[name], new[name], step, axis=2)
+      for name in ('k', 'v')
+    }
+    k_positions = jnp.arange(state['k'].shape[2])
+    return attend_at(q, state['k'], state['v'], positions, k_positions), state
+  keys = jnp.concatenate([state['k'], new['k']], axis=2)  # [B, K, L+T, H]
+  values = jnp.concatenate([state['v'], new['v']], axis=2)
   k_positions = jnp.concatenate([_slot_positions(step, window, sink_tokens), positions])
   out = attend_at(q, keys, values, positions, k_positions)
   # A first token goes to its own slot, the last `window` of the others to the ring (distinct
@@ -135,16 +194,15 @@ def _softmax_step(state: State, q: Array, k: Array, v: Array, step: Array, *, wi
   # jax issue #21708.)
   kept, past = min(t, window), sink_tokens + window
   first = jnp.where(positions < sink_tokens, positions, past)
-  latest = positions[t - kept:]
-  ring = jnp.where(latest >= sink_tokens, sink_tokens + jnp.mod(latest - sink_tokens, window),
-                   past)
+  latest = positions[t - kept :]
+  ring = jnp.where(latest >= sink_tokens, sink_tokens + jnp.mod(latest - sink_tokens, window), past)
 
   def write(buffer: Array, rows: Array) -> Array:
-    padded = jnp.pad(buffer, ((0, 0), (0, 0), (0, 1), (0, 0)))          # [B, K, past + 1, H]
-    padded = padded.at[:, :, first].set(rows).at[:, :, ring].set(rows[:, :, t - kept:])
+    padded = jnp.pad(buffer, ((0, 0), (0, 0), (0, 1), (0, 0)))  # [B, K, past + 1, H]
+    padded = padded.at[:, :, first].set(rows).at[:, :, ring].set(rows[:, :, t - kept :])
     return padded[:, :, :past]
 
-  return out, {name: write(state[name], new[name]) for name in ("k", "v")}
+  return out, {name: write(state[name], new[name]) for name in ('k', 'v')}
 
 
 def _linear_attend(q, k, v, *, mask=None, is_causal=False, return_weights=False, **unused):
@@ -153,35 +211,61 @@ def _linear_attend(q, k, v, *, mask=None, is_causal=False, return_weights=False,
   key_mask = None
   if mask is not None:
     if mask.ndim != 4 or mask.shape[1] != 1 or mask.shape[2] != 1:
-      raise ValueError("attention='linear' takes a key mask [B, 1, 1, S] only (no query-"
-                       f"dependent masks); got a mask of shape {tuple(mask.shape)}.")
-    key_mask = mask[:, :, None, 0, :]                                 # [B, 1, 1, S]
-  grouped = group_queries(q, k.shape[-3])                             # [B, K, G, T, H]
-  k, v = k[..., None, :, :], v[..., None, :, :]                       # [B, K, 1, S, H|Dv]
+      raise ValueError(
+        "attention='linear' takes a key mask [B, 1, 1, S] only (no query-"
+        f'dependent masks); got a mask of shape {tuple(mask.shape)}.'
+      )
+    key_mask = mask[:, :, None, 0, :]  # [B, 1, 1, S]
+  grouped = group_queries(q, k.shape[-3])  # [B, K, G, T, H]
+  k, v = k[..., None, :, :], v[..., None, :, :]  # [B, K, 1, S, H|Dv]
   out = linear_attention(grouped, k, v, mask=key_mask, is_causal=is_causal)
   weights = None
   if return_weights:
     weights = linear_attention_weights(grouped, k, mask=key_mask, is_causal=is_causal)
-    weights = weights.reshape(*q.shape[:-1], weights.shape[-1])       # [B, N, T, S]
+    weights = weights.reshape(*q.shape[:-1], weights.shape[-1])  # [B, N, T, S]
   return out.reshape(*q.shape[:-1], v.shape[-1]), weights
 
 
-def _linear_init(batch: int, kv_heads: int, d_k: int, d_v: int, *, max_length: int,
-                 window: int, sink_tokens: int, dtype: Any) -> State:
+def _linear_init(
+  batch: int,
+  kv_heads: int,
+  d_k: int,
+  d_v: int,
+  *,
+  max_length: int,
+  window: int,
+  sink_tokens: int,
+  dtype: Any,
+) -> State:
   """The running sums `{'s': [B, K, H, Dv], 'z': [B, K, H]}`, whatever the length."""
   del max_length, window, sink_tokens, dtype  # a fixed size; the sums stay float32
   return init_linear_state((batch, kv_heads), d_k, d_v)
 
 
-def _linear_step(state: State, q: Array, k: Array, v: Array, step: Array, *, window: int,
-                 sink_tokens: int, attend_at: AttendAt) -> tuple[Array, State]:
+def _linear_step(
+  state: State,
+  q: Array,
+  k: Array,
+  v: Array,
+  step: Array,
+  *,
+  window: int,
+  sink_tokens: int,
+  attend_at: AttendAt,
+) -> tuple[Array, State]:
   """Positions `step ..` of `q [B, N, T, H]` from the running sums, which take in k and v."""
   del step, window, sink_tokens, attend_at  # the state holds everything before this block
-  grouped = group_queries(q, k.shape[-3])                             # [B, K, G, T, H]
+  grouped = group_queries(q, k.shape[-3])  # [B, K, G, T, H]
   per_group = {name: value[:, :, None] for name, value in state.items()}  # the G axis
-  out, state = linear_attention(grouped, k[..., None, :, :], v[..., None, :, :],
-                                is_causal=True, state=per_group, return_state=True)
-  state = {name: value[:, :, 0] for name, value in state.items()}     # [B, K, H, Dv], [B, K, H]
+  out, state = linear_attention(
+    grouped,
+    k[..., None, :, :],
+    v[..., None, :, :],
+    is_causal=True,
+    state=per_group,
+    return_state=True,
+  )
+  state = {name: value[:, :, 0] for name, value in state.items()}  # [B, K, H, Dv], [B, K, H]
   return out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype), state
 
 
@@ -197,20 +281,22 @@ class Variant:
       new positions `step .. step+T-1`; `attend_at` is the layer's softmax over explicit
       positions.
   """
+
   attend: Callable[..., tuple[Array, Array | None]]
   init_state: Callable[..., State]
   step: Callable[..., tuple[Array, State]]
 
 
 VARIANTS: dict[str, Variant] = {
-    "softmax": Variant(_softmax_attend, _softmax_init, _softmax_step),
-    "linear": Variant(_linear_attend, _linear_init, _linear_step),
+  'softmax': Variant(_softmax_attend, _softmax_init, _softmax_step),
+  'linear': Variant(_linear_attend, _linear_init, _linear_step),
 }
 
 
 def get_variant(name: str) -> Variant:
   """`VARIANTS[name]`; an unknown name raises ValueError listing the valid ones."""
   if name not in VARIANTS:
-    raise ValueError(f"Unknown attention variant {name!r}; valid variants: "
-                     f"{', '.join(sorted(VARIANTS))}.")
+    raise ValueError(
+      f'Unknown attention variant {name!r}; valid variants: {", ".join(sorted(VARIANTS))}.'
+    )
   return VARIANTS[name]

@@ -22,7 +22,7 @@ only when installed (torch comes with the `bench` extra, and runs on CUDA when i
 
 from training import allocator
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
 
 import argparse
@@ -42,7 +42,7 @@ from benchmarks import turns
 
 HEADS, HEAD_DIM = 8, 64
 LONG = 8192  # from this length on, B=--long_batch (the memory runs use B=1)
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 # Idle time before each timed call: the worker threads of the call before (torch's OpenMP team,
 # XLA's pool) spin-wait for a while after their work and take cores from this call. Without it,
 # on 2 cores, 'attend default' (timed right after torch) took 1.4x the time of the same kernel as
@@ -51,39 +51,46 @@ PAUSE_S = 0.01
 
 
 def _to_btnh(x):
-  return jnp.swapaxes(x, 1, 2)                                        # [B, N, T, H] <-> [B, T, N, H]
+  return jnp.swapaxes(x, 1, 2)  # [B, N, T, H] <-> [B, T, N, H]
 
 
 def _attend(implementation):
-  return lambda q, k, v: attention.scaled_dot_product_attention(q, k, v, implementation=implementation)
+  return lambda q, k, v: attention.scaled_dot_product_attention(
+    q, k, v, implementation=implementation
+  )
 
 
 def _jax_nn(implementation=None):
-  return lambda q, k, v: _to_btnh(jax.nn.dot_product_attention(
-      _to_btnh(q), _to_btnh(k), _to_btnh(v), implementation=implementation))
+  return lambda q, k, v: _to_btnh(
+    jax.nn.dot_product_attention(
+      _to_btnh(q), _to_btnh(k), _to_btnh(v), implementation=implementation
+    )
+  )
 
 
 def _flax(q, k, v):
   import flax.linen as nn  # imported here: only this peer needs it
+
   return _to_btnh(nn.dot_product_attention(_to_btnh(q), _to_btnh(k), _to_btnh(v)))
 
 
 JAX_CASES = {
-    "attend default": _attend(None),
-    "attend reference": _attend("reference"),
-    "attend chunked": _attend("chunked"),
-    "jax.nn.dot_product_attention": _jax_nn(),
-    "jax.nn xla": _jax_nn("xla"),
-    "jax.nn cudnn": _jax_nn("cudnn"),
-    "flax.linen.dot_product_attention": _flax,
+  'attend default': _attend(None),
+  'attend reference': _attend('reference'),
+  'attend chunked': _attend('chunked'),
+  'jax.nn.dot_product_attention': _jax_nn(),
+  'jax.nn xla': _jax_nn('xla'),
+  'jax.nn cudnn': _jax_nn('cudnn'),
+  'flax.linen.dot_product_attention': _flax,
 }
-NEEDS_CUDNN = ("jax.nn cudnn",)
-TORCH_CASE = "torch scaled_dot_product_attention"
+NEEDS_CUDNN = ('jax.nn cudnn',)
+TORCH_CASE = 'torch scaled_dot_product_attention'
 
 
 def _torch_available() -> bool:
   try:
     import torch  # noqa: F401
+
     return True
   except ImportError:
     return False
@@ -91,7 +98,7 @@ def _torch_available() -> bool:
 
 def available_cases(dtype: str) -> list[str]:
   """The cases this backend can run in `dtype`."""
-  cudnn = jax.default_backend() == "gpu" and dtype != "float32"
+  cudnn = jax.default_backend() == 'gpu' and dtype != 'float32'
   cases = [c for c in JAX_CASES if cudnn or c not in NEEDS_CUDNN]
   return cases + ([TORCH_CASE] if _torch_available() else [])
 
@@ -116,15 +123,19 @@ def _jax_runner(name, batch, length, backward, dtype):
 
 def _torch_runner(batch, length, backward, dtype):
   import torch
-  device = "cuda" if torch.cuda.is_available() else "cpu"
-  sync = torch.cuda.synchronize if device == "cuda" else lambda: None
-  q, k, v, cotangent = (torch.from_numpy(x).to(device, getattr(torch, dtype))
-                        for x in _inputs(batch, length))
+
+  device = 'cuda' if torch.cuda.is_available() else 'cpu'
+  sync = torch.cuda.synchronize if device == 'cuda' else lambda: None
+  q, k, v, cotangent = (
+    torch.from_numpy(x).to(device, getattr(torch, dtype)) for x in _inputs(batch, length)
+  )
   if not backward:
+
     def run():
       with torch.no_grad():
         torch.nn.functional.scaled_dot_product_attention(q, k, v)
       sync()
+
     return run
   q, k, v = (x.requires_grad_() for x in (q, k, v))
 
@@ -134,6 +145,7 @@ def _torch_runner(batch, length, backward, dtype):
     for x in (q, k, v):
       x.grad = None
     sync()
+
   return run_backward
 
 
@@ -153,7 +165,7 @@ def time_cases(names, batch, length, backward, repeats, dtype):
       runs[name]()
     except Exception as e:  # the row says so, the table goes on
       runs.pop(name, None)
-      failed[name] = f"failed: {str(e).strip().splitlines()[0][:80]}"
+      failed[name] = f'failed: {str(e).strip().splitlines()[0][:80]}'
   times = {name: [] for name in runs}
   for name in turns(runs, repeats):
     time.sleep(PAUSE_S)
@@ -162,8 +174,8 @@ def time_cases(names, batch, length, backward, repeats, dtype):
 
 
 def _status_kib(field):
-  with open("/proc/self/status") as f:
-    return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+  with open('/proc/self/status') as f:
+    return next(int(line.split()[1]) for line in f if line.startswith(field + ':'))
 
 
 def _device_peak_added(run, name):
@@ -171,50 +183,56 @@ def _device_peak_added(run, name):
   the inputs and the compiled program)."""
   if name == TORCH_CASE:
     import torch
+
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     run()
     return torch.cuda.max_memory_allocated() - before
   device = jax.devices()[0]
-  before = device.memory_stats()["bytes_in_use"]
+  before = device.memory_stats()['bytes_in_use']
   run()
-  return device.memory_stats()["peak_bytes_in_use"] - before
+  return device.memory_stats()['peak_bytes_in_use'] - before
 
 
 def peak_memory_child(name, batch, length, backward, dtype):
   """Runs in a fresh process: the peak bytes one call adds on top of its inputs."""
   run = _runner(name, batch, length, backward, dtype)  # inputs allocated, program compiled
-  if jax.default_backend() == "gpu":
+  if jax.default_backend() == 'gpu':
     return _device_peak_added(run, name)
-  baseline = _status_kib("VmRSS")
-  with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")                                  # resets VmHWM to the current RSS
+  baseline = _status_kib('VmRSS')
+  with open('/proc/self/clear_refs', 'w') as f:
+    f.write('5')  # resets VmHWM to the current RSS
   run()
-  return (_status_kib("VmHWM") - baseline) * 1024
+  return (_status_kib('VmHWM') - baseline) * 1024
 
 
 def peak_memory(name, batch, length, backward, dtype):
   """Spawns `peak_memory_child` so that each figure starts from a clean process."""
-  cmd = [sys.executable, "-m", "benchmarks.attention_bench", "--memory-child",
-         json.dumps([name, batch, length, backward, dtype])]
+  cmd = [
+    sys.executable,
+    '-m',
+    'benchmarks.attention_bench',
+    '--memory-child',
+    json.dumps([name, batch, length, backward, dtype]),
+  ]
   # A GPU process must not take most of the device up front, or the peak says nothing.
-  env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+  env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false')
   done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
   if done.returncode != 0:
-    last_line = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
-    return f"failed: {last_line[0]}"
+    last_line = done.stderr.strip().splitlines()[-1:] or [f'exit code {done.returncode}']
+    return f'failed: {last_line[0]}'
   return int(done.stdout.strip().splitlines()[-1])
 
 
 def matmul_peak_gflops(dtype, n=None, repeats=5):
   """This device's matmul rate in `dtype`: the best of `repeats` jitted [n, n] @ [n, n] products."""
-  n = n or (8192 if jax.default_backend() == "gpu" else 2048)   # large enough to fill the device
+  n = n or (8192 if jax.default_backend() == 'gpu' else 2048)  # large enough to fill the device
   rng = np.random.default_rng(0)
   a, b = (jnp.asarray(x, DTYPES[dtype]) for x in rng.standard_normal((2, n, n), np.float32))
   matmul = jax.jit(jnp.matmul).lower(a, b).compile()
   jax.block_until_ready(matmul(a, b))
   best = min(_timed(lambda: jax.block_until_ready(matmul(a, b))) for _ in range(repeats))
-  return 2 * n ** 3 / best / 1e9
+  return 2 * n**3 / best / 1e9
 
 
 def _timed(fn):
@@ -224,23 +242,27 @@ def _timed(fn):
 
 
 def gflops(batch, length, backward):
-  """Model GFLOPs: forward is 2 matmuls of 2·B·N·T·S·H; backward adds twice that (recompute not counted)."""
+  """Model GFLOPs: forward is 2 matmuls of 2·B·N·T·S·H; backward adds twice that (recompute not
+  counted)."""
   forward = 4 * batch * HEADS * length * length * HEAD_DIM
   return forward * (3.0 if backward else 1.0) / 1e9
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--sizes", default=f"512,2048,{LONG}", help="comma-separated lengths")
-  parser.add_argument("--batch", type=int, default=8, help=f"batch below S={LONG}")
-  parser.add_argument("--long_batch", type=int, default=1, help=f"batch from S={LONG} on")
-  parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--memory_lengths", default=str(LONG),
-                      help="comma-separated lengths of the memory runs ('' skips them)")
-  parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
-  parser.add_argument("--json", default="", help="also write the results to this JSON file")
-  parser.add_argument("--memory-child", default="", help=argparse.SUPPRESS)
+  parser.add_argument('--sizes', default=f'512,2048,{LONG}', help='comma-separated lengths')
+  parser.add_argument('--batch', type=int, default=8, help=f'batch below S={LONG}')
+  parser.add_argument('--long_batch', type=int, default=1, help=f'batch from S={LONG} on')
+  parser.add_argument('--dtype', default='float32', choices=list(DTYPES))
+  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument(
+    '--memory_lengths',
+    default=str(LONG),
+    help="comma-separated lengths of the memory runs ('' skips them)",
+  )
+  parser.add_argument('--cases', default='', help='comma-separated case names (default: all)')
+  parser.add_argument('--json', default='', help='also write the results to this JSON file')
+  parser.add_argument('--memory-child', default='', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.memory_child:
     print(peak_memory_child(*json.loads(args.memory_child)))
@@ -248,51 +270,64 @@ def main():
 
   cases = available_cases(args.dtype)
   if args.cases:
-    cases = [c for c in cases if c in args.cases.split(",")]
+    cases = [c for c in cases if c in args.cases.split(',')]
   peak = matmul_peak_gflops(args.dtype)
   device = jax.devices()[0].device_kind
-  print(f"# attention, {args.dtype}, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()} "
-        f"({device}), {os.cpu_count()} CPUs, jax {jax.__version__}, allocator "
-        f"{'mimalloc' if allocator.active() else 'system'}; {args.dtype} matmul peak "
-        f"{peak:.0f} GFLOP/s", flush=True)
-  results = [dict(case=f"{args.dtype} matmul peak", gflops=peak, device=device)]
-  print("| case | B | S | pass | ms | GFLOP/s | x peak | x torch time |\n"
-        "|---|---|---|---|---|---|---|---|", flush=True)
-  for length in (int(s) for s in args.sizes.split(",") if s):
+  print(
+    f'# attention, {args.dtype}, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()} '
+    f'({device}), {os.cpu_count()} CPUs, jax {jax.__version__}, allocator '
+    f'{"mimalloc" if allocator.active() else "system"}; {args.dtype} matmul peak '
+    f'{peak:.0f} GFLOP/s',
+    flush=True,
+  )
+  results = [dict(case=f'{args.dtype} matmul peak', gflops=peak, device=device)]
+  print(
+    '| case | B | S | pass | ms | GFLOP/s | x peak | x torch time |\n'
+    '|---|---|---|---|---|---|---|---|',
+    flush=True,
+  )
+  for length in (int(s) for s in args.sizes.split(',') if s):
     batch = args.long_batch if length >= LONG else args.batch
     for backward in (False, True):
       row = time_cases(cases, batch, length, backward, args.repeats, args.dtype)
-      mode = "fwd+bwd" if backward else "fwd"
+      mode = 'fwd+bwd' if backward else 'fwd'
       for c, seconds in row.items():
         if isinstance(seconds, str):
-          print(f"| {c} | {batch} | {length} | {mode} | {seconds} | | | |", flush=True)
+          print(f'| {c} | {batch} | {length} | {mode} | {seconds} | | | |', flush=True)
           results.append(dict(case=c, batch=batch, length=length, mode=mode, error=seconds))
           continue
         torch_s = row.get(TORCH_CASE)
-        vs_torch = f"{seconds / torch_s:.2f}" if isinstance(torch_s, float) else "-"
+        vs_torch = f'{seconds / torch_s:.2f}' if isinstance(torch_s, float) else '-'
         rate = gflops(batch, length, backward) / seconds
-        print(f"| {c} | {batch} | {length} | {mode} | {seconds * 1e3:.1f} | {rate:.1f} | "
-              f"{rate / peak:.2f} | {vs_torch} |", flush=True)
-        results.append(dict(case=c, batch=batch, length=length, mode=mode, seconds=seconds,
-                            gflops=rate))
-  memory_lengths = [int(s) for s in args.memory_lengths.split(",") if s]
+        print(
+          f'| {c} | {batch} | {length} | {mode} | {seconds * 1e3:.1f} | {rate:.1f} | '
+          f'{rate / peak:.2f} | {vs_torch} |',
+          flush=True,
+        )
+        results.append(
+          dict(case=c, batch=batch, length=length, mode=mode, seconds=seconds, gflops=rate)
+        )
+  memory_lengths = [int(s) for s in args.memory_lengths.split(',') if s]
   if memory_lengths:
-    print(f"\n# peak memory added by one call, B=1 (MB)\n"
-          f"| case | pass | {' | '.join(f'S={n}' for n in memory_lengths)} |\n"
-          f"|---|---|{'---|' * len(memory_lengths)}", flush=True)
+    print(
+      f'\n# peak memory added by one call, B=1 (MB)\n'
+      f'| case | pass | {" | ".join(f"S={n}" for n in memory_lengths)} |\n'
+      f'|---|---|{"---|" * len(memory_lengths)}',
+      flush=True,
+    )
     for c in cases:
       for backward in (False, True):
-        mode = "fwd+bwd" if backward else "fwd"
+        mode = 'fwd+bwd' if backward else 'fwd'
         shown = []
         for length in memory_lengths:
           peak = peak_memory(c, 1, length, backward, args.dtype)
-          shown.append(f"{peak / 2**20:.0f}" if isinstance(peak, int) else peak)
+          shown.append(f'{peak / 2**20:.0f}' if isinstance(peak, int) else peak)
           results.append(dict(case=c, length=length, mode=mode, peak_bytes=peak))
-        print(f"| {c} | {mode} | {' | '.join(shown)} |", flush=True)
+        print(f'| {c} | {mode} | {" | ".join(shown)} |', flush=True)
   if args.json:
-    with open(args.json, "w") as f:
+    with open(args.json, 'w') as f:
       json.dump(results, f, indent=1)
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   main()

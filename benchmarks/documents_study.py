@@ -14,10 +14,10 @@ For each classifier (a HAN or a Transformer classifier with attention pooling) o
   key sentence.
 """
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from scipy import stats
 
 from benchmarks.trained_runs import SPLIT, in_batches, load, split_arrays
@@ -27,8 +27,9 @@ from training.steps import merge_model
 POOLS = {'han': 'sentence_pool/weights', 'transformer_classifier': 'pool/weights'}
 
 
-def _new_masses(mass: np.ndarray, real: np.ndarray, key: np.ndarray,
-                rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _new_masses(
+  mass: np.ndarray, real: np.ndarray, key: np.ndarray, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
   """Sentence weights `[B, S]` of the three interventions (each row sums to 1 over real ones)."""
   permuted = mass.copy()
   for row in range(len(mass)):
@@ -43,21 +44,23 @@ def classifier(workdir: str, rng: np.random.Generator) -> dict:
   task, state, _ = load(workdir)
   model = merge_model(state)
   kind = type(model).__name__
-  pool = next(name for name in POOLS.values()
-              if name in interventions.names(model, jnp.ones((1, 2, 3), jnp.int32)))
+  pool = next(
+    name
+    for name in POOLS.values()
+    if name in interventions.names(model, jnp.ones((1, 2, 3), jnp.int32))
+  )
   data = split_arrays(task)
-  inputs, labels = data['inputs'], data['labels']                       # [B, S, W], [B]
+  inputs, labels = data['inputs'], data['labels']  # [B, S, W], [B]
   b, s, w = inputs.shape
-  words = inputs != task.tokenizer.pad_id                                # [B, S, W]
-  real = words.any(-1)                                                   # [B, S]
+  words = inputs != task.tokenizer.pad_id  # [B, S, W]
+  real = words.any(-1)  # [B, S]
   key = np.zeros((b, s), bool)
   for row, index in enumerate(data['index']):
     example = task.data.examples(SPLIT)[index]
     key[row, [k for k in example.key_sentences if k < s]] = True
   key &= real
   graphdef, params = nnx.split(model)
-  run = lambda ids, edits=None: interventions.capture(nnx.merge(graphdef, params), ids,
-                                                      edits=edits)
+  run = lambda ids, edits=None: interventions.capture(nnx.merge(graphdef, params), ids, edits=edits)
 
   @jax.jit
   def clean(ids):
@@ -69,26 +72,33 @@ def classifier(workdir: str, rng: np.random.Generator) -> dict:
     return jnp.argmax(run(ids, {pool: weights})[0], -1)
 
   @jax.jit
-  def attribution(ids):                                                  # per word, [B, S, W]
+  def attribution(ids):  # per word, [B, S, W]
     shape = interventions.names(nnx.merge(graphdef, params), ids)['embedded']
+
     def logit(delta):
       logits, captured = run(ids, {'embedded': lambda x: x + delta})
       return jnp.sum(jnp.max(logits, -1)), captured['embedded']
+
     grad, x = jax.grad(logit, has_aux=True)(jnp.zeros(shape))
     return jnp.sum(grad * x, -1).reshape(ids.shape)
 
   predicted = in_batches(lambda ids: clean(ids)[0], inputs)
   weights = in_batches(lambda ids: clean(ids)[1], inputs).reshape(b, s, -1)  # [B, S, W|1]
-  mass = weights.sum(-1)                                                 # [B, S]
-  shares = weights / np.maximum(mass, 1e-12)[..., None]                  # within each sentence
-  result = dict(model=kind, examples=int(b), accuracy=float((predicted == labels).mean()),
-                prediction_changed={}, accuracy_under={})
+  mass = weights.sum(-1)  # [B, S]
+  shares = weights / np.maximum(mass, 1e-12)[..., None]  # within each sentence
+  result = dict(
+    model=kind,
+    examples=int(b),
+    accuracy=float((predicted == labels).mean()),
+    prediction_changed={},
+    accuracy_under={},
+  )
   for name, new in _new_masses(mass, real, key, rng).items():
     replaced = (new[..., None] * shares).reshape(b, -1) if weights.shape[-1] > 1 else new
     after = in_batches(edited, inputs, replaced.astype(np.float32))
     result['prediction_changed'][name] = float((after != predicted).mean())
     result['accuracy_under'][name] = float((after == labels).mean())
-  per_word = in_batches(attribution, inputs)                             # [B, S, W]
+  per_word = in_batches(attribution, inputs)  # [B, S, W]
   sentence_attribution = np.abs(np.sum(np.where(words, per_word, 0.0), -1))  # [B, S]
   spearman, kendall = [], []
   for row in range(b):
@@ -98,11 +108,16 @@ def classifier(workdir: str, rng: np.random.Generator) -> dict:
       kendall.append(stats.kendalltau(mass[row, where], sentence_attribution[row, where])[0])
   top = lambda scores: key[np.arange(b), np.argmax(np.where(real, scores, -np.inf), -1)]
   result.update(
-      rank_correlation=dict(documents=len(spearman), spearman_mean=float(np.nanmean(spearman)),
-                            spearman_median=float(np.nanmedian(spearman)),
-                            kendall_mean=float(np.nanmean(kendall))),
-      top_sentence_is_key=dict(attention=float(top(mass).mean()),
-                               gradient_x_input=float(top(sentence_attribution).mean())))
+    rank_correlation=dict(
+      documents=len(spearman),
+      spearman_mean=float(np.nanmean(spearman)),
+      spearman_median=float(np.nanmedian(spearman)),
+      kendall_mean=float(np.nanmean(kendall)),
+    ),
+    top_sentence_is_key=dict(
+      attention=float(top(mass).mean()), gradient_x_input=float(top(sentence_attribution).mean())
+    ),
+  )
   return result
 
 

@@ -20,10 +20,10 @@ Each prints its measurements as JSON (`--out` also writes them). All use the tes
 import argparse
 import json
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from benchmarks import documents_study
 from benchmarks.trained_runs import SPLIT, in_batches, load, split_arrays
@@ -31,15 +31,16 @@ from models import interventions
 from reports import head_ablation
 from training.steps import merge_model
 
+
 def mqar(workdir: str) -> dict:
   task, state, mesh = load(workdir)
   ablation = head_ablation.sweep(state, task, SPLIT, batch_size=250, mesh=mesh)
   data = split_arrays(task)
   inputs, targets, support = data['inputs'], data['targets'], data['support']
   n = len(inputs)
-  query = 16 + 2 * (np.arange(n) % 8)                  # one scored query position per example
+  query = 16 + 2 * (np.arange(n) % 8)  # one scored query position per example
   answer = targets[np.arange(n), query]
-  keys = np.unique(inputs[:, 0:16:2])                  # the key names of the split
+  keys = np.unique(inputs[:, 0:16:2])  # the key names of the split
   rng = np.random.default_rng(0)
   corrupted = inputs.copy()
   for i in range(n):
@@ -53,43 +54,65 @@ def mqar(workdir: str) -> dict:
     return interventions.capture(nnx.merge(graphdef, params), ids, method='token_logits')[1]
 
   @jax.jit
-  def answers(ids, q, layer_heads, patch):             # patch [B, L, N]: which heads to patch
+  def answers(ids, q, layer_heads, patch):  # patch [B, L, N]: which heads to patch
     t = jnp.arange(ids.shape[1])
-    edits = {name.format(layer): (lambda v, layer=layer: jnp.where(
-        (patch[:, layer, :, None] & (t[None, None] == q[:, None, None]))[..., None],
-        layer_heads[name.format(layer)], v)) for layer in range(patch.shape[1])}
-    logits, _ = interventions.capture(nnx.merge(graphdef, params), ids, method='token_logits',
-                                      edits=edits)
+    edits = {
+      name.format(layer): (
+        lambda v, layer=layer: jnp.where(
+          (patch[:, layer, :, None] & (t[None, None] == q[:, None, None]))[..., None],
+          layer_heads[name.format(layer)],
+          v,
+        )
+      )
+      for layer in range(patch.shape[1])
+    }
+    logits, _ = interventions.capture(
+      nnx.merge(graphdef, params), ids, method='token_logits', edits=edits
+    )
     return jnp.argmax(logits[jnp.arange(ids.shape[0]), q], axis=-1)
 
-  clean_heads = {key: in_batches(lambda ids: heads_of(ids)[key], inputs)
-                 for key in (name.format(0), name.format(1))}
+  clean_heads = {
+    key: in_batches(lambda ids: heads_of(ids)[key], inputs)
+    for key in (name.format(0), name.format(1))
+  }
   layers, heads = 2, clean_heads[name.format(0)].shape[1]
 
   def run(ids, patch):
     patch = np.broadcast_to(patch, (n, layers, heads))
-    return in_batches(lambda *a: answers(a[0], a[1], {name.format(0): a[2], name.format(1): a[3]},
-                                         a[4]),
-                      ids, query, clean_heads[name.format(0)], clean_heads[name.format(1)],
-                      patch)
+    return in_batches(
+      lambda *a: answers(a[0], a[1], {name.format(0): a[2], name.format(1): a[3]}, a[4]),
+      ids,
+      query,
+      clean_heads[name.format(0)],
+      clean_heads[name.format(1)],
+      patch,
+    )
 
   none = np.zeros((layers, heads), bool)
   clean, broken = run(inputs, none) == answer, run(corrupted, none) == answer
-  result = dict(examples=n, head_ablation=dict(metric=ablation['metric'],
-                                               unablated=ablation['unablated'],
-                                               layers=ablation['layers']),
-                clean_accuracy=float(clean.mean()), corrupted_accuracy=float(broken.mean()))
+  result = dict(
+    examples=n,
+    head_ablation=dict(
+      metric=ablation['metric'], unablated=ablation['unablated'], layers=ablation['layers']
+    ),
+    clean_accuracy=float(clean.mean()),
+    corrupted_accuracy=float(broken.mean()),
+  )
   lost = clean & ~broken
   result['broken_answers'] = int(lost.sum())
-  patches = {'layer 1, both heads': none.copy(), 'layer 1, head 0': none.copy(),
-             'layer 1, head 1': none.copy(), 'layer 0, both heads (control)': none.copy()}
+  patches = {
+    'layer 1, both heads': none.copy(),
+    'layer 1, head 0': none.copy(),
+    'layer 1, head 1': none.copy(),
+    'layer 0, both heads (control)': none.copy(),
+  }
   patches['layer 1, both heads'][1] = True
   patches['layer 1, head 0'][1, 0] = True
   patches['layer 1, head 1'][1, 1] = True
   patches['layer 0, both heads (control)'][0] = True
   result['fraction_restored'] = {
-      label: float((run(corrupted, patch) == answer)[lost].mean()) for label, patch in
-      patches.items()}
+    label: float((run(corrupted, patch) == answer)[lost].mean()) for label, patch in patches.items()
+  }
   return result
 
 
@@ -108,11 +131,14 @@ def dates(workdir: str) -> dict:
   @jax.jit
   def step_outputs(source, decoder_inputs, forced, field_steps):
     """Greedy outputs [B, T] of a teacher-forced pass, field_steps' attention set to `forced`."""
-    def edit(w):                                                          # one step: [B, 1, S]
+
+    def edit(w):  # one step: [B, 1, S]
       t = interventions.scan_step()
       return jnp.where(field_steps[t], forced[:, t], w)
-    logits, captured = interventions.capture(nnx.merge(graphdef, params), source, decoder_inputs,
-                                             edits={'attn/weights': edit})
+
+    logits, captured = interventions.capture(
+      nnx.merge(graphdef, params), source, decoder_inputs, edits={'attn/weights': edit}
+    )
     return jnp.argmax(logits, axis=-1), captured['attn/weights']
 
   def generate(forced, field_steps):
@@ -121,24 +147,24 @@ def dates(workdir: str) -> dict:
     weights = None
     for t in range(steps):
       decoder_inputs = np.concatenate([np.full((n, 1), bos), outputs[:, :-1]], axis=1)
-      ids = in_batches(lambda *a: step_outputs(*a, field_steps)[0], inputs, decoder_inputs,
-                       forced)
+      ids = in_batches(lambda *a: step_outputs(*a, field_steps)[0], inputs, decoder_inputs, forced)
       outputs[:, t] = ids[:, t]
     if field_steps.any():
       return outputs, None
-    weights = in_batches(lambda *a: step_outputs(*a, field_steps)[1], inputs, decoder_inputs,
-                         forced)
+    weights = in_batches(
+      lambda *a: step_outputs(*a, field_steps)[1], inputs, decoder_inputs, forced
+    )
     return outputs, weights
 
   none = np.zeros(steps, bool)
   s = inputs.shape[1]
   clean, weights = generate(np.zeros((n, steps, 1, s), np.float32), none)
   correct = np.all(clean[:, :10] == targets[:, :10], axis=1)
-  looked = np.argmax(weights[:, :, 0], axis=-1)                          # [B, T]
-  length = np.sum(inputs != task.pad_id, axis=1)[:, None]                # real source positions
+  looked = np.argmax(weights[:, :, 0], axis=-1)  # [B, T]
+  length = np.sum(inputs != task.pad_id, axis=1)[:, None]  # real source positions
   # Move off the field, staying inside the real source.
   moved = np.where(looked + SHIFT < length, looked + SHIFT, looked - SHIFT)
-  forced = jax.nn.one_hot(moved, s, dtype=np.float32)[:, :, None]        # [B, T, 1, S]
+  forced = jax.nn.one_hot(moved, s, dtype=np.float32)[:, :, None]  # [B, T, 1, S]
   result = dict(examples=n, clean_exact_match=float(correct.mean()), shift=SHIFT, fields={})
   for field, where in FIELDS.items():
     field_steps = np.zeros(steps, bool)
@@ -146,10 +172,13 @@ def dates(workdir: str) -> dict:
     out, _ = generate(np.asarray(forced), field_steps)
     changed = np.any(out[:, where] != clean[:, where], axis=1)
     others = [w for f, w in FIELDS.items() if f != field]
-    other_changed = np.any(np.concatenate([out[:, w] != clean[:, w] for w in others], axis=1),
-                           axis=1)
-    result['fields'][field] = dict(field_changed=float(changed[correct].mean()),
-                                   other_fields_changed=float(other_changed[correct].mean()))
+    other_changed = np.any(
+      np.concatenate([out[:, w] != clean[:, w] for w in others], axis=1), axis=1
+    )
+    result['fields'][field] = dict(
+      field_changed=float(changed[correct].mean()),
+      other_fields_changed=float(other_changed[correct].mean()),
+    )
   return result
 
 

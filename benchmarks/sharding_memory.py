@@ -30,20 +30,21 @@ import json
 import math
 from typing import Any, Callable
 
+from flax import nnx
 import jax
 import numpy as np
-from flax import nnx
 
-import models
 from configs import gpt_text, transformer_base
+import models
 from training import optim, sharding, steps
 
 MB = 1e6
 
 
 def _base():
-  return transformer_base.get_config(), dict(input_vocab_size=8000, output_vocab_size=8000,
-                                             pad_id=0)
+  return transformer_base.get_config(), dict(
+    input_vocab_size=8000, output_vocab_size=8000, pad_id=0
+  )
 
 
 def _gpt_1b():
@@ -58,9 +59,11 @@ MODELS: dict[str, Callable[[], tuple[Any, dict[str, int]]]] = {'base': _base, 'g
 
 def abstract_state(config, data_args: dict[str, int]) -> steps.TrainState:
   """The train state of `config.model` as shapes, parameters and moments still Variables."""
+
   def annotated():
     model = models.build(config.model, rngs=nnx.Rngs(0), **data_args)
     return steps.annotated_train_state(model, optim.make_optimizer(config))
+
   return jax.eval_shape(annotated)
 
 
@@ -112,12 +115,14 @@ def memory_per_device(state: steps.TrainState, sizes: dict[str, int]) -> dict[st
 
 def table(rows: list[dict[str, Any]]) -> str:
   """The rows of `main` as a markdown table."""
-  lines = ['| model | parameters | mesh | params MB/device | grads MB/device | Adam MB/device | '
-           'total MB/device | split |', '|' + '---|' * 8]
+  lines = [
+    '| model | parameters | mesh | params MB/device | grads MB/device | Adam MB/device | '
+    'total MB/device | split |',
+    '|' + '---|' * 8,
+  ]
   for r in rows:
     mb = ' | '.join(f'{r[k] / MB:,.1f}' for k in ('params', 'grads', 'adam', 'total'))
-    lines.append(f"| {r['model']} | {r['parameters']:,} | {r['mesh']} | {mb} | "
-                 f"{r['split']:.2%} |")
+    lines.append(f'| {r["model"]} | {r["parameters"]:,} | {r["mesh"]} | {mb} | {r["split"]:.2%} |')
   return '\n'.join(lines)
 
 
@@ -125,13 +130,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
   """Prints the table for the command line `argv`; returns its rows."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--devices', type=int, default=8, help='devices the meshes span')
-  parser.add_argument('--models', default=','.join(MODELS),
-                      help=f"comma-separated, from {', '.join(MODELS)}")
+  parser.add_argument(
+    '--models', default=','.join(MODELS), help=f'comma-separated, from {", ".join(MODELS)}'
+  )
   parser.add_argument('--json', default='', help='also write the rows to this JSON file')
   args = parser.parse_args(argv)
   names = [n for n in args.models.split(',') if n]
   if not names or set(names) - set(MODELS):
-    parser.error(f"--models must name one or more of {', '.join(MODELS)}; got {args.models!r}.")
+    parser.error(f'--models must name one or more of {", ".join(MODELS)}; got {args.models!r}.')
   if args.devices < 1:
     parser.error(f'--devices must be >= 1; got {args.devices}.')
   rows = []
@@ -139,10 +145,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     state = abstract_state(*MODELS[name]())
     count = steps.parameter_count(state.params)
     for sizes in meshes(args.devices):
-      rows.append(dict(model=name, parameters=count, mesh=mesh_label(sizes), sizes=sizes,
-                       **memory_per_device(state, sizes)))
-  print(f'# bytes per device on {args.devices} devices: parameters, float32 gradients, AdamW '
-        'moments (activations not counted); split = parameter bytes split over some axis')
+      rows.append(
+        dict(
+          model=name,
+          parameters=count,
+          mesh=mesh_label(sizes),
+          sizes=sizes,
+          **memory_per_device(state, sizes),
+        )
+      )
+  print(
+    f'# bytes per device on {args.devices} devices: parameters, float32 gradients, AdamW '
+    'moments (activations not counted); split = parameter bytes split over some axis'
+  )
   print(table(rows))
   if args.json:
     with open(args.json, 'w') as f:

@@ -24,11 +24,10 @@ from torch import nn
 from data.tokenizers import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
 
 
-
 def sinusoidal_table(length: int, features: int) -> torch.Tensor:
   """`[length, features]`: sin on even features, cos on odd ones (Attend's layout)."""
   inv_freq = 10000.0 ** (-np.arange(0, features, 2, dtype=np.float64) / features)
-  angles = np.arange(length)[:, None] * inv_freq                        # [L, F/2]
+  angles = np.arange(length)[:, None] * inv_freq  # [L, F/2]
   table = np.stack([np.sin(angles), np.cos(angles)], -1).reshape(length, features)
   return torch.from_numpy(table.astype(np.float32))
 
@@ -36,46 +35,72 @@ def sinusoidal_table(length: int, features: int) -> torch.Tensor:
 class TorchTransformer(nn.Module):
   """Embeddings + positions around `nn.Transformer`, with a (tied) output projection."""
 
-  def __init__(self, *, input_vocab_size: int, output_vocab_size: int, d_model: int,
-               num_heads: int, d_ff: int, num_encoder_layers: int, num_decoder_layers: int,
-               dropout_rate: float, share_embeddings: bool, tie_output: bool,
-               max_length: int = 512):
+  def __init__(
+    self,
+    *,
+    input_vocab_size: int,
+    output_vocab_size: int,
+    d_model: int,
+    num_heads: int,
+    d_ff: int,
+    num_encoder_layers: int,
+    num_decoder_layers: int,
+    dropout_rate: float,
+    share_embeddings: bool,
+    tie_output: bool,
+    max_length: int = 512,
+  ):
     super().__init__()
     self.d_model = d_model
     self.target_embed = nn.Embedding(output_vocab_size, d_model)
-    self.source_embed = (self.target_embed if share_embeddings
-                         else nn.Embedding(input_vocab_size, d_model))
+    self.source_embed = (
+      self.target_embed if share_embeddings else nn.Embedding(input_vocab_size, d_model)
+    )
     for table in (self.target_embed, self.source_embed):
-      nn.init.normal_(table.weight, std=d_model ** -0.5)
+      nn.init.normal_(table.weight, std=d_model**-0.5)
     self.transformer = nn.Transformer(
-        d_model, num_heads, num_encoder_layers, num_decoder_layers, d_ff, dropout_rate,
-        activation="relu", layer_norm_eps=1e-6, batch_first=True, norm_first=False)
+      d_model,
+      num_heads,
+      num_encoder_layers,
+      num_decoder_layers,
+      d_ff,
+      dropout_rate,
+      activation='relu',
+      layer_norm_eps=1e-6,
+      batch_first=True,
+      norm_first=False,
+    )
     for layer in (*self.transformer.encoder.layers, *self.transformer.decoder.layers):
-      layer.dropout = nn.Identity()                                     # after the FFN ReLU
-      for attn in (layer.self_attn, getattr(layer, "multihead_attn", None)):
+      layer.dropout = nn.Identity()  # after the FFN ReLU
+      for attn in (layer.self_attn, getattr(layer, 'multihead_attn', None)):
         if attn is not None:
-          attn.dropout = 0.0                                            # on attention weights
+          attn.dropout = 0.0  # on attention weights
     self.dropout = nn.Dropout(dropout_rate)
     self.output_proj = None if tie_output else nn.Linear(d_model, output_vocab_size)
-    self.register_buffer("positions", sinusoidal_table(max_length, d_model), persistent=False)
+    self.register_buffer('positions', sinusoidal_table(max_length, d_model), persistent=False)
 
   def _embed(self, table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-    x = table(ids) * math.sqrt(self.d_model) + self.positions[:ids.shape[1]]  # [B, L, D]
+    x = table(ids) * math.sqrt(self.d_model) + self.positions[: ids.shape[1]]  # [B, L, D]
     return self.dropout(x)
 
   def forward(self, inputs: torch.Tensor, decoder_inputs: torch.Tensor) -> torch.Tensor:
     """Logits `[B, T, V_out]` for source `[B, S]` and decoder inputs `[B, T]` (0 = padding)."""
-    source_pad = inputs == PAD_ID                                       # [B, S], True = ignore
+    source_pad = inputs == PAD_ID  # [B, S], True = ignore
     length = decoder_inputs.shape[1]
-    causal = torch.triu(torch.ones(length, length, dtype=torch.bool,
-                                   device=inputs.device), diagonal=1)   # [T, T], True = blocked
+    causal = torch.triu(
+      torch.ones(length, length, dtype=torch.bool, device=inputs.device), diagonal=1
+    )  # [T, T], True = blocked
     # No target padding mask, as in Attend: with right padding causality already hides it.
-    y = self.transformer(self._embed(self.source_embed, inputs),
-                         self._embed(self.target_embed, decoder_inputs),
-                         tgt_mask=causal, tgt_is_causal=True,
-                         src_key_padding_mask=source_pad, memory_key_padding_mask=source_pad)
+    y = self.transformer(
+      self._embed(self.source_embed, inputs),
+      self._embed(self.target_embed, decoder_inputs),
+      tgt_mask=causal,
+      tgt_is_causal=True,
+      src_key_padding_mask=source_pad,
+      memory_key_padding_mask=source_pad,
+    )
     if self.output_proj is None:
-      return nn.functional.linear(y, self.target_embed.weight)         # [B, T, V_out]
+      return nn.functional.linear(y, self.target_embed.weight)  # [B, T, V_out]
     return self.output_proj(y)
 
 
@@ -89,10 +114,19 @@ def shift_right(targets: torch.Tensor) -> torch.Tensor:
   return nn.functional.pad(targets, (1, 0), value=BOS_ID)[:, :-1]
 
 
-def make_trainer(model: TorchTransformer, batch: dict[str, np.ndarray], *,
-                 learning_rate: Callable[[int], float], b1: float, b2: float, eps: float,
-                 weight_decay: float, grad_clip: float, label_smoothing: float,
-                 compile_model: bool = False) -> Callable[[int], None]:
+def make_trainer(
+  model: TorchTransformer,
+  batch: dict[str, np.ndarray],
+  *,
+  learning_rate: Callable[[int], float],
+  b1: float,
+  b2: float,
+  eps: float,
+  weight_decay: float,
+  grad_clip: float,
+  label_smoothing: float,
+  compile_model: bool = False,
+) -> Callable[[int], None]:
   """Returns `run(n)`, which trains `model` for `n` steps on `batch` and waits for the device.
 
   Args:
@@ -108,11 +142,13 @@ def make_trainer(model: TorchTransformer, batch: dict[str, np.ndarray], *,
     compile_model: wrap the model's forward in `torch.compile`.
   """
   device = next(model.parameters()).device
-  inputs, targets = (torch.as_tensor(batch[k], dtype=torch.long, device=device)
-                     for k in ("inputs", "targets"))
+  inputs, targets = (
+    torch.as_tensor(batch[k], dtype=torch.long, device=device) for k in ('inputs', 'targets')
+  )
   decoder_inputs = shift_right(targets)
-  optimizer = torch.optim.AdamW(model.parameters(), lr=1.0, betas=(b1, b2), eps=eps,
-                                weight_decay=weight_decay)
+  optimizer = torch.optim.AdamW(
+    model.parameters(), lr=1.0, betas=(b1, b2), eps=eps, weight_decay=weight_decay
+  )
   # LambdaLR scales the base rate 1.0, so the lambda gives the rate itself.
   scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
   loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID, label_smoothing=label_smoothing)
@@ -121,7 +157,7 @@ def make_trainer(model: TorchTransformer, batch: dict[str, np.ndarray], *,
 
   def step():
     optimizer.zero_grad(set_to_none=True)
-    logits = forward(inputs, decoder_inputs)                            # [B, T, V]
+    logits = forward(inputs, decoder_inputs)  # [B, T, V]
     loss = loss_fn(logits.flatten(0, 1), targets.flatten())
     loss.backward()
     if grad_clip > 0:
@@ -132,6 +168,7 @@ def make_trainer(model: TorchTransformer, batch: dict[str, np.ndarray], *,
   def run(n: int) -> None:
     for _ in range(n):
       step()
-    if device.type == "cuda":
+    if device.type == 'cuda':
       torch.cuda.synchronize()
+
   return run

@@ -24,11 +24,11 @@ Sizes: `default` is configs/default.py (d=128, 4 heads, d_ff=256, 2+2 layers, dr
 batch 64, S=16, T=32, vocabularies 1000 -> 64; `medium` is d=256, 4 heads, d_ff=1024, 3+3 layers
 at batch 32, S=T=64, vocabularies 8000 -> 8000; `base` is configs/transformer_base.py (d=512, 8
 heads, d_ff=2048, 6+6 layers, shared embeddings, tied output) at batch 128, S=T=128, a shared
-vocabulary of 8000. Figures: 2 warm-up steps (compilation included)
-are not timed, then the median over `--repeats` runs of `--steps` steps, each run ended by
-waiting for the device; the rows take turns within each repeat. The ratio columns are (row's tokens/s) / (peer's tokens/s): above 1 the
-row is faster. Parameter counts are checked: Linen equals Attend, torch is Attend plus the
-`4 * d_model` of the final LayerNorms `nn.Transformer` always adds.
+vocabulary of 8000. Figures: 2 warm-up steps (compilation included) are not timed, then the median
+over `--repeats` runs of `--steps` steps, each run ended by waiting for the device; the rows take
+turns within each repeat. The ratio columns are (row's tokens/s) / (peer's tokens/s): above 1 the
+row is faster. Parameter counts are checked: Linen equals Attend, torch is Attend plus the `4 *
+d_model` of the final LayerNorms `nn.Transformer` always adds.
 
 Model FLOP utilisation: `train_flops` counts the matmuls of one step (forward and backward, 3x the
 forward: every weight matmul over all positions, pads included, the output projection, and the
@@ -56,29 +56,47 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import models
 from benchmarks import linen_peer, turns
 from benchmarks.attention_bench import matmul_peak_gflops
 from configs import default, seq2seq_bahdanau, transformer_base
 from data.tokenizers import BOS_ID, PAD_ID
+import models
 from tasks.translation import teacher_forced_loss
 from training import sharding
-from training.optim import learning_rate_schedule
 from training.loop import jit_train_step
+from training.optim import learning_rate_schedule
 from training.setup import build_state
 from training.steps import parameter_count
 
 SIZES = {
-    "default": dict(model={}, batch=64, source_length=16, target_length=32,
-                    input_vocab=1000, output_vocab=64),
-    "medium": dict(model=dict(d_model=256, num_heads=4, d_ff=1024, num_layers=3), batch=32,
-                   source_length=64, target_length=64, input_vocab=8000, output_vocab=8000),
-    "base": dict(config=transformer_base, model={}, batch=128, source_length=128,
-                 target_length=128, input_vocab=8000, output_vocab=8000),
+  'default': dict(
+    model={}, batch=64, source_length=16, target_length=32, input_vocab=1000, output_vocab=64
+  ),
+  'medium': dict(
+    model=dict(d_model=256, num_heads=4, d_ff=1024, num_layers=3),
+    batch=32,
+    source_length=64,
+    target_length=64,
+    input_vocab=8000,
+    output_vocab=8000,
+  ),
+  'base': dict(
+    config=transformer_base,
+    model={},
+    batch=128,
+    source_length=128,
+    target_length=128,
+    input_vocab=8000,
+    output_vocab=8000,
+  ),
 }
-MODELS = ("attend", "linen", "torch", "seq2seq")
-ROW_NAMES = {"attend": "Attend Transformer", "linen": "flax.linen Transformer",
-             "torch": "torch.nn.Transformer", "seq2seq": "Attend Seq2Seq (Bahdanau)"}
+MODELS = ('attend', 'linen', 'torch', 'seq2seq')
+ROW_NAMES = {
+  'attend': 'Attend Transformer',
+  'linen': 'flax.linen Transformer',
+  'torch': 'torch.nn.Transformer',
+  'seq2seq': 'Attend Seq2Seq (Bahdanau)',
+}
 WARMUP_STEPS = 2
 # nn.Transformer's final encoder and decoder LayerNorms: a scale and a bias of d_model each.
 TORCH_EXTRA_PARAMS_PER_D = 4
@@ -92,63 +110,74 @@ def synthetic_batch(size: dict, seed: int = 0) -> dict[str, np.ndarray]:
   rng = np.random.default_rng(seed)
 
   def ids(length: int, vocab: int) -> np.ndarray:
-    x = rng.integers(4, vocab, (size["batch"], length), dtype=np.int32)
-    pads = rng.integers(1, max(1, length // 8) + 1, size["batch"])    # [B]
+    x = rng.integers(4, vocab, (size['batch'], length), dtype=np.int32)
+    pads = rng.integers(1, max(1, length // 8) + 1, size['batch'])  # [B]
     x[np.arange(length)[None, :] >= (length - pads)[:, None]] = 0
     return x
 
-  return {"inputs": ids(size["source_length"], size["input_vocab"]),
-          "targets": ids(size["target_length"], size["output_vocab"])}
+  return {
+    'inputs': ids(size['source_length'], size['input_vocab']),
+    'targets': ids(size['target_length'], size['output_vocab']),
+  }
 
 
-def experiment_config(size_name: str, model: str = "attend", dtype: str = "float32"):
+def experiment_config(size_name: str, model: str = 'attend', dtype: str = 'float32'):
   """The experiment config the `model` row trains: configs/default.py resized, or Bahdanau's."""
-  if model == "seq2seq":
+  if model == 'seq2seq':
     config = seq2seq_bahdanau.get_config()
   else:
-    config = SIZES[size_name].get("config", default).get_config()
-    config.model.update(SIZES[size_name]["model"])
+    config = SIZES[size_name].get('config', default).get_config()
+    config.model.update(SIZES[size_name]['model'])
   config.dtype = dtype
   return config
 
 
 def train_flops(model_config, size: dict) -> float:
   """Matmul FLOPs of one encoder-decoder train step (forward + backward = 3x forward)."""
-  d, f, v = model_config.d_model, model_config.d_ff, size["output_vocab"]
-  enc = model_config.get("num_encoder_layers") or model_config.num_layers
-  dec = model_config.get("num_decoder_layers") or model_config.num_layers
-  s, t = size["source_length"], size["target_length"]
-  weights = (s * enc * (4 * d * d + 2 * d * f)          # encoder: Q, K, V, O and the FFN
-             + t * dec * (6 * d * d + 2 * d * f)        # decoder: self Q, K, V, O, cross Q, O, FFN
-             + s * dec * 2 * d * d                      # cross-attention K, V over the memory
-             + t * d * v)                               # output projection
-  scores = enc * 4 * s * s * d + dec * (4 * t * t * d + 4 * t * s * d)   # QK^T and AV
-  return 3.0 * size["batch"] * (2 * weights + scores)
+  d, f, v = model_config.d_model, model_config.d_ff, size['output_vocab']
+  enc = model_config.get('num_encoder_layers') or model_config.num_layers
+  dec = model_config.get('num_decoder_layers') or model_config.num_layers
+  s, t = size['source_length'], size['target_length']
+  weights = (
+    s * enc * (4 * d * d + 2 * d * f)  # encoder: Q, K, V, O and the FFN
+    + t * dec * (6 * d * d + 2 * d * f)  # decoder: self Q, K, V, O, cross Q, O, FFN
+    + s * dec * 2 * d * d  # cross-attention K, V over the memory
+    + t * d * v
+  )  # output projection
+  scores = enc * 4 * s * s * d + dec * (4 * t * t * d + 4 * t * s * d)  # QK^T and AV
+  return 3.0 * size['batch'] * (2 * weights + scores)
 
 
 def peer_model_config(model_config, size: dict) -> dict:
   """Attend's `config.model` as the fields the peers take; refuses settings they cannot mirror."""
-  mirrored = dict(norm="post", score="scaled_dot", activation="relu", positions="sinusoidal")
+  mirrored = dict(norm='post', score='scaled_dot', activation='relu', positions='sinusoidal')
   for field, value in mirrored.items():
     if model_config.get(field, value) != value:
-      raise ValueError(f"config.model.{field} must be {value!r} for the peers; got "
-                       f"{model_config.get(field)!r}.")
+      raise ValueError(
+        f'config.model.{field} must be {value!r} for the peers; got {model_config.get(field)!r}.'
+      )
   layers = model_config.num_layers
-  return dict(input_vocab_size=size["input_vocab"], output_vocab_size=size["output_vocab"],
-              num_encoder_layers=model_config.get("num_encoder_layers") or layers,
-              num_decoder_layers=model_config.get("num_decoder_layers") or layers,
-              d_model=model_config.d_model, num_heads=model_config.num_heads,
-              d_ff=model_config.d_ff, dropout_rate=model_config.dropout_rate,
-              attention_dropout_rate=model_config.get("attention_dropout_rate", 0.0),
-              share_embeddings=model_config.share_embeddings, tie_output=model_config.tie_output)
+  return dict(
+    input_vocab_size=size['input_vocab'],
+    output_vocab_size=size['output_vocab'],
+    num_encoder_layers=model_config.get('num_encoder_layers') or layers,
+    num_decoder_layers=model_config.get('num_decoder_layers') or layers,
+    d_model=model_config.d_model,
+    num_heads=model_config.num_heads,
+    d_ff=model_config.d_ff,
+    dropout_rate=model_config.dropout_rate,
+    attention_dropout_rate=model_config.get('attention_dropout_rate', 0.0),
+    share_embeddings=model_config.share_embeddings,
+    tie_output=model_config.tie_output,
+  )
 
 
 def _jax_runner(step_fn, state, batch, dropout_key, fold_on_host: bool):
   """`run(n)`: n steps of `step_fn` threading the (donated) state, then waits for the device."""
-  carry = {"state": state, "step": 0}
+  carry = {'state': state, 'step': 0}
 
   def run(n: int) -> None:
-    state, step = carry["state"], carry["step"]
+    state, step = carry['state'], carry['step']
     for _ in range(n):
       # The Attend loop folds the step into the dropout key on the host (training/loop.py).
       key = jax.random.fold_in(dropout_key, step) if fold_on_host else dropout_key
@@ -156,63 +185,93 @@ def _jax_runner(step_fn, state, batch, dropout_key, fold_on_host: bool):
       step += 1
     jax.block_until_ready((state, metrics))
     carry.update(state=state, step=step)
+
   return run
 
 
 def attend_runner(config, size: dict, batch: dict):
   """(parameter count, run) for Attend's train step, set up as training/loop.py does."""
-  data_args = dict(input_vocab_size=size["input_vocab"], output_vocab_size=size["output_vocab"],
-                   pad_id=PAD_ID)
+  data_args = dict(
+    input_vocab_size=size['input_vocab'], output_vocab_size=size['output_vocab'], pad_id=PAD_ID
+  )
   # The parts of the translation task that the train state and step read; the data is synthetic.
   task = types.SimpleNamespace(
-      build_model=lambda model_config, rngs: models.build(model_config, rngs=rngs, **data_args),
-      loss=functools.partial(teacher_forced_loss, bos_id=BOS_ID, pad_id=PAD_ID,
-                             label_smoothing=config.label_smoothing))
+    build_model=lambda model_config, rngs: models.build(model_config, rngs=rngs, **data_args),
+    loss=functools.partial(
+      teacher_forced_loss, bos_id=BOS_ID, pad_id=PAD_ID, label_smoothing=config.label_smoothing
+    ),
+  )
   mesh = sharding.make_mesh(config.mesh)
   state = build_state(config, task, mesh)
   params = parameter_count(state.params)
   step_fn = jit_train_step(config, task, state, mesh)
-  return params, _jax_runner(step_fn, state, sharding.shard_batch(batch, mesh),
-                             jax.random.key(config.seed + 1), fold_on_host=True)
+  return params, _jax_runner(
+    step_fn,
+    state,
+    sharding.shard_batch(batch, mesh),
+    jax.random.key(config.seed + 1),
+    fold_on_host=True,
+  )
 
 
 def linen_runner(config, size: dict, batch: dict):
   """(parameter count, run) for the flax.linen peer, placed on the devices as Attend is."""
-  model = linen_peer.Transformer(peer_model_config(config.model, size),
-                                 dtype=jnp.dtype(config.dtype))
+  model = linen_peer.Transformer(
+    peer_model_config(config.model, size), dtype=jnp.dtype(config.dtype)
+  )
   schedule = learning_rate_schedule(config)
-  tx = linen_peer.make_optimizer(lambda count: schedule(count + 1), b1=config.beta1,
-                                 b2=config.beta2, eps=config.eps,
-                                 weight_decay=config.weight_decay, grad_clip=config.grad_clip)
+  tx = linen_peer.make_optimizer(
+    lambda count: schedule(count + 1),
+    b1=config.beta1,
+    b2=config.beta2,
+    eps=config.eps,
+    weight_decay=config.weight_decay,
+    grad_clip=config.grad_clip,
+  )
   mesh = sharding.make_mesh()
   state = sharding.replicate(linen_peer.create_state(model, batch, tx, config.seed), mesh)
   params = parameter_count(state.params)
-  step_fn = jax.jit(functools.partial(linen_peer.train_step,
-                                      label_smoothing=config.label_smoothing), donate_argnums=0)
-  return params, _jax_runner(step_fn, state, sharding.shard_batch(batch, mesh),
-                             jax.random.key(config.seed + 1), fold_on_host=False)
+  step_fn = jax.jit(
+    functools.partial(linen_peer.train_step, label_smoothing=config.label_smoothing),
+    donate_argnums=0,
+  )
+  return params, _jax_runner(
+    step_fn,
+    state,
+    sharding.shard_batch(batch, mesh),
+    jax.random.key(config.seed + 1),
+    fold_on_host=False,
+  )
 
 
 def torch_runner(config, size: dict, batch: dict, total_steps: int, compile_model: bool):
   """(parameter count, run) for `torch.nn.Transformer`, or None when torch is not installed."""
   try:
     import torch
+
     from benchmarks import torch_peer
   except ImportError:
     return None
   torch.set_num_threads(os.cpu_count())
   torch.manual_seed(config.seed)
   peer_config = peer_model_config(config.model, size)
-  peer_config.pop("attention_dropout_rate")  # torch_peer always removes attention dropout
-  device = "cuda" if torch.cuda.is_available() else "cpu"
+  peer_config.pop('attention_dropout_rate')  # torch_peer always removes attention dropout
+  device = 'cuda' if torch.cuda.is_available() else 'cpu'
   model = torch_peer.TorchTransformer(**peer_config).to(device)
   # Attend's schedule evaluated once for every update the run makes (update k uses step k + 1).
   rates = np.asarray(jax.vmap(learning_rate_schedule(config))(jnp.arange(1, total_steps + 2)))
   run = torch_peer.make_trainer(
-      model, batch, learning_rate=lambda count: float(rates[min(count, len(rates) - 1)]),
-      b1=config.beta1, b2=config.beta2, eps=config.eps, weight_decay=config.weight_decay,
-      grad_clip=config.grad_clip, label_smoothing=config.label_smoothing,
-      compile_model=compile_model)
+    model,
+    batch,
+    learning_rate=lambda count: float(rates[min(count, len(rates) - 1)]),
+    b1=config.beta1,
+    b2=config.beta2,
+    eps=config.eps,
+    weight_decay=config.weight_decay,
+    grad_clip=config.grad_clip,
+    label_smoothing=config.label_smoothing,
+    compile_model=compile_model,
+  )
   return torch_peer.param_count(model), run
 
 
@@ -234,23 +293,38 @@ def seconds_per_step(runs: dict, steps: int, repeats: int) -> dict[str, float]:
 
 def check_param_counts(params: dict[str, int], d_model: int) -> None:
   """Raises RuntimeError unless the peers present in `params` have Attend's parameter count."""
-  expected = {"linen": params["attend"],
-              "torch": params["attend"] + TORCH_EXTRA_PARAMS_PER_D * d_model}
+  expected = {
+    'linen': params['attend'],
+    'torch': params['attend'] + TORCH_EXTRA_PARAMS_PER_D * d_model,
+  }
   for name, count in expected.items():
     if name in params and params[name] != count:
-      raise RuntimeError(f"{name} has {params[name]:,} parameters, expected {count:,} "
-                         f"(Attend has {params['attend']:,}): the models differ.")
+      raise RuntimeError(
+        f'{name} has {params[name]:,} parameters, expected {count:,} '
+        f'(Attend has {params["attend"]:,}): the models differ.'
+      )
 
 
 def machine_facts(dtype: str) -> dict:
   """What the figures depend on: CPUs, library versions, backend and devices."""
-  facts = dict(cpus=os.cpu_count(), python=platform.python_version(), jax=jax.__version__,
-               flax=flax.__version__, backend=jax.default_backend(),
-               devices=[str(d) for d in jax.devices()], dtype=dtype, torch=None)
+  facts = dict(
+    cpus=os.cpu_count(),
+    python=platform.python_version(),
+    jax=jax.__version__,
+    flax=flax.__version__,
+    backend=jax.default_backend(),
+    devices=[str(d) for d in jax.devices()],
+    dtype=dtype,
+    torch=None,
+  )
   try:
     import torch
-    facts.update(torch=torch.__version__, torch_threads=os.cpu_count(),
-                 torch_device="cuda" if torch.cuda.is_available() else "cpu")
+
+    facts.update(
+      torch=torch.__version__,
+      torch_threads=os.cpu_count(),
+      torch_device='cuda' if torch.cuda.is_available() else 'cpu',
+    )
   except ImportError:
     pass
   return facts
@@ -260,52 +334,71 @@ def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
   """Times the selected models on one size; prints and returns its rows."""
   size = SIZES[size_name]
   batch = synthetic_batch(size)
-  tokens = int((batch["targets"] != 0).sum())
+  tokens = int((batch['targets'] != 0).sum())
   config = experiment_config(size_name, dtype=args.dtype)
   m = config.model
-  print(f"\n## {size_name}: d={m.d_model}, {m.num_heads} heads, d_ff={m.d_ff}, "
-        f"{m.num_layers}+{m.num_layers} layers, dropout {m.dropout_rate}; batch {size['batch']}, "
-        f"S={size['source_length']}, T={size['target_length']}, vocab {size['input_vocab']} -> "
-        f"{size['output_vocab']}; {tokens} non-pad target tokens/step", flush=True)
+  print(
+    f'\n## {size_name}: d={m.d_model}, {m.num_heads} heads, d_ff={m.d_ff}, '
+    f'{m.num_layers}+{m.num_layers} layers, dropout {m.dropout_rate}; batch {size["batch"]}, '
+    f'S={size["source_length"]}, T={size["target_length"]}, vocab {size["input_vocab"]} -> '
+    f'{size["output_vocab"]}; {tokens} non-pad target tokens/step',
+    flush=True,
+  )
   total = WARMUP_STEPS + args.repeats * args.steps
   builders = {
-      "attend": lambda: attend_runner(config, size, batch),
-      "linen": lambda: linen_runner(config, size, batch),
-      "torch": lambda: torch_runner(config, size, batch, total, args.torch_compile),
-      "seq2seq": lambda: attend_runner(experiment_config(size_name, "seq2seq", args.dtype),
-                                       size, batch),
+    'attend': lambda: attend_runner(config, size, batch),
+    'linen': lambda: linen_runner(config, size, batch),
+    'torch': lambda: torch_runner(config, size, batch, total, args.torch_compile),
+    'seq2seq': lambda: attend_runner(
+      experiment_config(size_name, 'seq2seq', args.dtype), size, batch
+    ),
   }
   params, runs, notes = {}, {}, []
   for name in args.models:
     built = builders[name]()
     if built is None:
-      notes.append(f"{ROW_NAMES[name]}: skipped, torch is not installed.")
+      notes.append(f'{ROW_NAMES[name]}: skipped, torch is not installed.')
       continue
     params[name], runs[name] = built
   speed = seconds_per_step(runs, args.steps, args.repeats)
-  if "attend" in params:
+  if 'attend' in params:
     check_param_counts(params, m.d_model)
-  shown = " | ".join(f"{n} {c:,}" for n, c in params.items())
-  extra = ("; torch = Attend + its final encoder/decoder LayerNorms (4 * d_model)"
-           if "torch" in params else "")
+  shown = ' | '.join(f'{n} {c:,}' for n, c in params.items())
+  extra = (
+    '; torch = Attend + its final encoder/decoder LayerNorms (4 * d_model)'
+    if 'torch' in params
+    else ''
+  )
   flops = train_flops(m, size)
-  print(f"params: {shown}{extra}; {flops / 1e12:.3f} model TFLOP per step; peak "
-        f"{args.peak_tflops:.3g} TFLOP/s\n\n| model | ms/step | target tokens/s (non-pad) | "
-        "TFLOP/s | MFU | x Linen | x torch |\n|---|---|---|---|---|---|---|")
+  print(
+    f'params: {shown}{extra}; {flops / 1e12:.3f} model TFLOP per step; peak '
+    f'{args.peak_tflops:.3g} TFLOP/s\n\n| model | ms/step | target tokens/s (non-pad) | '
+    'TFLOP/s | MFU | x Linen | x torch |\n|---|---|---|---|---|---|---|'
+  )
   rows = []
   for name, seconds in speed.items():
-    row = dict(size=size_name, model=name, params=params[name], ms_per_step=seconds * 1e3,
-               tokens_per_s=tokens / seconds, tflops=None, mfu=None)
-    if name != "seq2seq":                   # train_flops counts the Transformer's matmuls only
+    row = dict(
+      size=size_name,
+      model=name,
+      params=params[name],
+      ms_per_step=seconds * 1e3,
+      tokens_per_s=tokens / seconds,
+      tflops=None,
+      mfu=None,
+    )
+    if name != 'seq2seq':  # train_flops counts the Transformer's matmuls only
       row.update(tflops=flops / seconds / 1e12, mfu=flops / seconds / 1e12 / args.peak_tflops)
-    for peer in ("linen", "torch"):
+    for peer in ('linen', 'torch'):
       # A ratio compares the same model only; the Seq2Seq row has no peer.
-      same_model = name != "seq2seq" and peer in speed
-      row[f"x_{peer}"] = speed[peer] / seconds if same_model else None
-    ratios = [f"{row[k]:.2f}" if row[k] is not None else "-" for k in ("x_linen", "x_torch")]
-    rate = ("- | -" if row["tflops"] is None else f"{row['tflops']:.1f} | {row['mfu']:.1%}")
-    print(f"| {ROW_NAMES[name]} | {row['ms_per_step']:.1f} | {row['tokens_per_s']:,.0f} | "
-          f"{rate} | {' | '.join(ratios)} |", flush=True)
+      same_model = name != 'seq2seq' and peer in speed
+      row[f'x_{peer}'] = speed[peer] / seconds if same_model else None
+    ratios = [f'{row[k]:.2f}' if row[k] is not None else '-' for k in ('x_linen', 'x_torch')]
+    rate = '- | -' if row['tflops'] is None else f'{row["tflops"]:.1f} | {row["mfu"]:.1%}'
+    print(
+      f'| {ROW_NAMES[name]} | {row["ms_per_step"]:.1f} | {row["tokens_per_s"]:,.0f} | '
+      f'{rate} | {" | ".join(ratios)} |',
+      flush=True,
+    )
     rows.append(row)
   for note in notes:
     print(note)
@@ -314,25 +407,34 @@ def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--sizes", default="default,medium",
-                      help=f"comma-separated, of {list(SIZES)}")
-  parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {MODELS}")
-  parser.add_argument("--steps", type=int, default=20, help="train steps per timed run")
-  parser.add_argument("--repeats", type=int, default=3, help="timed runs; the median is reported")
-  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                      help="compute dtype of Attend and Linen (torch stays float32)")
-  parser.add_argument("--peak_tflops", type=float, default=0.0,
-                      help="the device's peak for MFU (default: measure a matmul in --dtype)")
-  parser.add_argument("--torch_compile", action="store_true", help="torch.compile the torch model")
-  parser.add_argument("--json", default="", help="also write the results to this JSON file")
+  parser.add_argument(
+    '--sizes', default='default,medium', help=f'comma-separated, of {list(SIZES)}'
+  )
+  parser.add_argument('--models', default=','.join(MODELS), help=f'comma-separated, of {MODELS}')
+  parser.add_argument('--steps', type=int, default=20, help='train steps per timed run')
+  parser.add_argument('--repeats', type=int, default=3, help='timed runs; the median is reported')
+  parser.add_argument(
+    '--dtype',
+    default='float32',
+    choices=('float32', 'bfloat16'),
+    help='compute dtype of Attend and Linen (torch stays float32)',
+  )
+  parser.add_argument(
+    '--peak_tflops',
+    type=float,
+    default=0.0,
+    help="the device's peak for MFU (default: measure a matmul in --dtype)",
+  )
+  parser.add_argument('--torch_compile', action='store_true', help='torch.compile the torch model')
+  parser.add_argument('--json', default='', help='also write the results to this JSON file')
   args = parser.parse_args(argv)
-  args.sizes, args.models = args.sizes.split(","), args.models.split(",")
-  for field, given, valid in (("sizes", args.sizes, SIZES), ("models", args.models, MODELS)):
+  args.sizes, args.models = args.sizes.split(','), args.models.split(',')
+  for field, given, valid in (('sizes', args.sizes, SIZES), ('models', args.models, MODELS)):
     unknown = sorted(set(given) - set(valid))
     if unknown:
-      parser.error(f"--{field}: {unknown[0]!r} is not one of {list(valid)}.")
+      parser.error(f'--{field}: {unknown[0]!r} is not one of {list(valid)}.')
   if min(args.steps, args.repeats) < 1:
-    parser.error(f"--steps and --repeats must be >= 1; got {args.steps} and {args.repeats}.")
+    parser.error(f'--steps and --repeats must be >= 1; got {args.steps} and {args.repeats}.')
   return args
 
 
@@ -342,19 +444,25 @@ def main(argv: list[str] | None = None) -> dict:
   if not args.peak_tflops:
     args.peak_tflops = matmul_peak_gflops(args.dtype) / 1e3
   facts = machine_facts(args.dtype)
-  facts["peak_tflops"] = args.peak_tflops
-  torch_facts = (f"torch {facts['torch']} ({facts['torch_threads']} threads, "
-                 f"{facts['torch_device']}, float32)" if facts["torch"] else "torch not installed")
-  print(f"# training throughput, {args.dtype}, {facts['cpus']} CPUs, backend {facts['backend']} "
-        f"({', '.join(facts['devices'])}), jax {facts['jax']}, flax {facts['flax']}, "
-        f"{torch_facts}; median of {args.repeats} x {args.steps} steps", flush=True)
+  facts['peak_tflops'] = args.peak_tflops
+  torch_facts = (
+    f'torch {facts["torch"]} ({facts["torch_threads"]} threads, {facts["torch_device"]}, float32)'
+    if facts['torch']
+    else 'torch not installed'
+  )
+  print(
+    f'# training throughput, {args.dtype}, {facts["cpus"]} CPUs, backend {facts["backend"]} '
+    f'({", ".join(facts["devices"])}), jax {facts["jax"]}, flax {facts["flax"]}, '
+    f'{torch_facts}; median of {args.repeats} x {args.steps} steps',
+    flush=True,
+  )
   results = [row for size in args.sizes for row in run_size(size, args)]
-  out = {"machine": facts, "results": results}
+  out = {'machine': facts, 'results': results}
   if args.json:
-    with open(args.json, "w") as f:
+    with open(args.json, 'w') as f:
       json.dump(out, f, indent=1)
   return out
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   main()

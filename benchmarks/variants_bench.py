@@ -20,7 +20,7 @@ hits them alike.
 
 from training import allocator
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
 
 import argparse
@@ -28,19 +28,23 @@ import json
 import statistics
 import time
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 import attention
-import models
 from benchmarks import turns
+import models
 
 HEADS, HEAD_DIM = 4, 64
-GPT = dict(num_layers=4, d_model=128, num_heads=4, d_ff=512, positions="rope", dropout_rate=0.0)
-DECODE_ROWS = {"MHA": {}, "GQA (num_kv_heads=2)": dict(num_kv_heads=2),
-               "MQA (num_kv_heads=1)": dict(num_kv_heads=1), "window 64": dict(window=64),
-               "linear": dict(attention="linear")}
+GPT = dict(num_layers=4, d_model=128, num_heads=4, d_ff=512, positions='rope', dropout_rate=0.0)
+DECODE_ROWS = {
+  'MHA': {},
+  'GQA (num_kv_heads=2)': dict(num_kv_heads=2),
+  'MQA (num_kv_heads=1)': dict(num_kv_heads=1),
+  'window 64': dict(window=64),
+  'linear': dict(attention='linear'),
+}
 
 
 def median_seconds(fns: dict, repeats: int) -> dict[str, float]:
@@ -57,7 +61,7 @@ def median_seconds(fns: dict, repeats: int) -> dict[str, float]:
 
 def greedy_decoder(variant: dict, batch: int, tokens: int, vocab: int = 128):
   """`(run, state_bytes)`: `run()` greedily decodes `tokens` tokens with a GPT of `variant`."""
-  config = models.default_config("decoder_lm", **GPT, max_length=tokens + 1, **variant)
+  config = models.default_config('decoder_lm', **GPT, max_length=tokens + 1, **variant)
   model = models.build(config, vocab_size=vocab, pad_id=0, rngs=nnx.Rngs(0))
   graphdef, state = nnx.split(model)
   prompt = jnp.ones((batch, 1), jnp.int32)
@@ -70,14 +74,14 @@ def greedy_decoder(variant: dict, batch: int, tokens: int, vocab: int = 128):
     def step(carry, t):
       ids, cache = carry
       logits, cache = model.decode_step(ids, t, cache)
-      ids = jnp.argmax(logits, axis=-1).astype(jnp.int32)             # [B]
+      ids = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B]
       return (ids, cache), ids
 
     _, out = jax.lax.scan(step, (prompt[:, -1], cache), jnp.arange(tokens, dtype=jnp.int32))
-    return out                                                        # [tokens, B]
+    return out  # [tokens, B]
 
   cache = jax.eval_shape(lambda: model.init_decode_cache(prompt, max_length=tokens))
-  state_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(cache["layers"]))
+  state_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(cache['layers']))
   return (lambda: decode(state, prompt).block_until_ready()), state_bytes
 
 
@@ -88,10 +92,10 @@ def decode_table(args) -> list[dict]:
     rows.append(dict(variant=name, state_bytes=state_bytes))
   seconds = median_seconds(runs, args.repeats)
   for row in rows:
-    row["seconds"] = seconds[row["variant"]]
-    row["tokens_per_s"] = args.batch * args.tokens / row["seconds"]
-    row["speed_vs_mha"] = seconds["MHA"] / row["seconds"]
-    row["state_vs_mha"] = row["state_bytes"] / rows[0]["state_bytes"]
+    row['seconds'] = seconds[row['variant']]
+    row['tokens_per_s'] = args.batch * args.tokens / row['seconds']
+    row['speed_vs_mha'] = seconds['MHA'] / row['seconds']
+    row['state_vs_mha'] = row['state_bytes'] / rows[0]['state_bytes']
   return rows
 
 
@@ -106,13 +110,23 @@ def window_table(args) -> list[dict]:
     q, k, v = _qkv(length)
 
     def forward(window):
-      fn = jax.jit(lambda q, k, v: attention.scaled_dot_product_attention(
-          q, k, v, is_causal=True, window=window, implementation="chunked"))
+      fn = jax.jit(
+        lambda q, k, v: attention.scaled_dot_product_attention(
+          q, k, v, is_causal=True, window=window, implementation='chunked'
+        )
+      )
       return lambda: fn(q, k, v).block_until_ready()
 
-    seconds = median_seconds({"full": forward(0), "window": forward(args.window)}, args.repeats)
-    rows.append(dict(length=length, window=args.window, full_s=seconds["full"],
-                     window_s=seconds["window"], speedup=seconds["full"] / seconds["window"]))
+    seconds = median_seconds({'full': forward(0), 'window': forward(args.window)}, args.repeats)
+    rows.append(
+      dict(
+        length=length,
+        window=args.window,
+        full_s=seconds['full'],
+        window_s=seconds['window'],
+        speedup=seconds['full'] / seconds['window'],
+      )
+    )
   return rows
 
 
@@ -121,53 +135,63 @@ def linear_table(args) -> list[dict]:
   for length in args.lengths:
     q, k, v = _qkv(length)
     loss = lambda fn: jax.jit(jax.grad(lambda q, k, v: jnp.sum(fn(q, k, v) ** 2), (0, 1, 2)))
-    cases = {"linear": loss(lambda q, k, v: attention.linear_attention(q, k, v, is_causal=True))}
+    cases = {'linear': loss(lambda q, k, v: attention.linear_attention(q, k, v, is_causal=True))}
     if length <= args.softmax_max_length:
-      cases["softmax"] = loss(lambda q, k, v: attention.scaled_dot_product_attention(
-          q, k, v, is_causal=True, implementation="chunked"))
+      cases['softmax'] = loss(
+        lambda q, k, v: attention.scaled_dot_product_attention(
+          q, k, v, is_causal=True, implementation='chunked'
+        )
+      )
     runs = {name: (lambda fn=fn: jax.block_until_ready(fn(q, k, v))) for name, fn in cases.items()}
     seconds = median_seconds(runs, args.repeats)
-    rows.append(dict(length=length, linear_s=seconds["linear"],
-                     softmax_s=seconds.get("softmax")))
+    rows.append(dict(length=length, linear_s=seconds['linear'], softmax_s=seconds.get('softmax')))
   base = rows[0]
   for row in rows:
     # 1.0 = exactly linear in S from the first length on.
-    row["linear_vs_linear_growth"] = row["linear_s"] / (base["linear_s"] * row["length"]
-                                                        / base["length"])
+    row['linear_vs_linear_growth'] = row['linear_s'] / (
+      base['linear_s'] * row['length'] / base['length']
+    )
   return rows
 
 
-SECTIONS = {"decode": decode_table, "window": window_table, "linear": linear_table}
+SECTIONS = {'decode': decode_table, 'window': window_table, 'linear': linear_table}
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--sections", default=",".join(SECTIONS))
-  parser.add_argument("--batch", type=int, default=64)
-  parser.add_argument("--tokens", type=int, default=256)
-  parser.add_argument("--window", type=int, default=256)
-  parser.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")],
-                      default=[2048, 8192, 32768])
-  parser.add_argument("--softmax_max_length", type=int, default=8192)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--json", default="")
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--sections', default=','.join(SECTIONS))
+  parser.add_argument('--batch', type=int, default=64)
+  parser.add_argument('--tokens', type=int, default=256)
+  parser.add_argument('--window', type=int, default=256)
+  parser.add_argument(
+    '--lengths', type=lambda s: [int(x) for x in s.split(',')], default=[2048, 8192, 32768]
+  )
+  parser.add_argument('--softmax_max_length', type=int, default=8192)
+  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--json', default='')
   args = parser.parse_args()
-  results = {"device": jax.devices()[0].device_kind,
-             "allocator": "mimalloc" if allocator.active() else "system"}
-  print(f"# {results['device']}, {jax.device_count()} device(s), allocator "
-        f"{results['allocator']}")
-  for name in args.sections.split(","):
+  results = {
+    'device': jax.devices()[0].device_kind,
+    'allocator': 'mimalloc' if allocator.active() else 'system',
+  }
+  print(f'# {results["device"]}, {jax.device_count()} device(s), allocator {results["allocator"]}')
+  for name in args.sections.split(','):
     if name not in SECTIONS:
-      raise SystemExit(f"--sections: {name!r} is not one of {', '.join(SECTIONS)}.")
+      raise SystemExit(f'--sections: {name!r} is not one of {", ".join(SECTIONS)}.')
     results[name] = SECTIONS[name](args)
-    print(f"\n## {name}")
+    print(f'\n## {name}')
     for row in results[name]:
-      print("  " + "  ".join(f"{key}={value:.4g}" if isinstance(value, float) else
-                             f"{key}={value}" for key, value in row.items()))
+      print(
+        '  '
+        + '  '.join(
+          f'{key}={value:.4g}' if isinstance(value, float) else f'{key}={value}'
+          for key, value in row.items()
+        )
+      )
   if args.json:
-    with open(args.json, "w") as f:
+    with open(args.json, 'w') as f:
       json.dump(results, f, indent=1)
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   main()

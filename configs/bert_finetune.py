@@ -23,10 +23,15 @@ def get_config(arg: str | None = None):
   del arg
   pretrain = bert_pretrain.get_config()
   config = default_config('classification', 'encoder_mlm')
-  config.model = pretrain.model                 # the pretrained sizes, or nothing loads
+  config.model = pretrain.model  # the pretrained sizes, or nothing loads
   config.dataset = han.get_config().dataset
-  config.dataset.update(builder_config='default', layout='sentence', max_length=128,
-                        train_split='train[:500]', batch_size=32)
+  config.dataset.update(
+    builder_config='default',
+    layout='sentence',
+    max_length=128,
+    train_split='train[:500]',
+    batch_size=32,
+  )
   config.init_from = 'runs/bert_pretrain'
   config.num_train_steps = 600
   config.eval_every_steps = 200

@@ -20,12 +20,27 @@ from training.config import default_config
 def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
-  config = default_config('language_modeling', 'encoder_mlm', num_layers=2, d_model=64,
-                          num_heads=4, d_ff=256, dropout_rate=0.1, positions='rope',
-                          max_length=128)
+  config = default_config(
+    'language_modeling',
+    'encoder_mlm',
+    num_layers=2,
+    d_model=64,
+    num_heads=4,
+    d_ff=256,
+    dropout_rate=0.1,
+    positions='rope',
+    max_length=128,
+  )
   # The documents and preprocessing of the classification configs, so the words match.
-  config.dataset.update(name='key_sentence_docs', builder_config='large', vocab='word',
-                        lowercase=True, split_punctuation=True, packing='stream', seq_length=128)
+  config.dataset.update(
+    name='key_sentence_docs',
+    builder_config='large',
+    vocab='word',
+    lowercase=True,
+    split_punctuation=True,
+    packing='stream',
+    seq_length=128,
+  )
   config.num_train_steps = 2000
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000

@@ -26,14 +26,22 @@ from training.config import default_config
 def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
-  config = default_config('captioning', 'captioner', encoder='cnn', decoder='gru', d_model=64,
-                          cnn_channels=(32, 64), embed_dim=32, score='additive')
+  config = default_config(
+    'captioning',
+    'captioner',
+    encoder='cnn',
+    decoder='gru',
+    d_model=64,
+    cnn_channels=(32, 64),
+    embed_dim=32,
+    score='additive',
+  )
   config.dataset.max_length = 4
-  config.dataset.shift = 2              # training images moved by up to 2 pixels
+  config.dataset.shift = 2  # training images moved by up to 2 pixels
   config.num_train_steps = 3000
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000
-  config.num_eval_decode = 500          # validation captions decoded: exact match, alignment
+  config.num_eval_decode = 500  # validation captions decoded: exact match, alignment
   config.beam_size = 1
   config.schedule = 'cosine'
   config.learning_rate = 2e-3

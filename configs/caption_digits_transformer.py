@@ -20,9 +20,17 @@ def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
   # Two layers: the first finds where the words so far were, the second looks right of them.
-  config = default_config('captioning', 'captioner', encoder='cnn', decoder='transformer',
-                          d_model=64, cnn_channels=(32, 64), decoder_layers=2, num_heads=2,
-                          d_ff=128)
+  config = default_config(
+    'captioning',
+    'captioner',
+    encoder='cnn',
+    decoder='transformer',
+    d_model=64,
+    cnn_channels=(32, 64),
+    decoder_layers=2,
+    num_heads=2,
+    d_ff=128,
+  )
   base = caption_digits.get_config()
   for field in set(base) - {'model'}:  # the same data and training as the GRU captioner
     config[field] = base[field]

@@ -40,15 +40,16 @@ def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
   config = han.get_config()
-  config.dataset.update(name='tsv_classification', builder_config='', tsv_path='',
-                        key_sentences_key='')
+  config.dataset.update(
+    name='tsv_classification', builder_config='', tsv_path='', key_sentences_key=''
+  )
   # Chosen on TREC's validation split (a tenth of its training file), never on its test file.
   config.model.update(embed_dim=128, hidden_dim=64, dropout_rate=0.5)
   config.dataset.validation_fraction = 0.1
-  config.num_train_steps = 1000        # TREC: validation accuracy peaks by step 600
-  config.eval_every_steps = 100        # model selection: the best of 10 evaluations
+  config.num_train_steps = 1000  # TREC: validation accuracy peaks by step 600
+  config.eval_every_steps = 100  # model selection: the best of 10 evaluations
   config.checkpoint_every_steps = 500
-  config.num_eval_decode = 0           # validation accuracy from counts; eval.py adds macro-F1
+  config.num_eval_decode = 0  # validation accuracy from counts; eval.py adds macro-F1
   config.learning_rate = 2e-3
   config.label_smoothing = 0.1
   return config

@@ -23,12 +23,13 @@ def get_config(arg: str | None = None):
   the data's tokenization differ from their defaults.
   """
   del arg
-  config = default_config('translation', 'transformer', num_layers=2, d_model=128, num_heads=4,
-                          d_ff=256, max_length=128)
+  config = default_config(
+    'translation', 'transformer', num_layers=2, d_model=128, num_heads=4, d_ff=256, max_length=128
+  )
   config.dataset.update(
-      lowercase=True,
-      source_vocab='word',               # English number words are few and whole
-      target_vocab='char',               # German number words are single compound words
-      bucket_step=16,                    # padded lengths are multiples of this (few shapes)
+    lowercase=True,
+    source_vocab='word',  # English number words are few and whole
+    target_vocab='char',  # German number words are single compound words
+    bucket_step=16,  # padded lengths are multiples of this (few shapes)
   )
   return config

@@ -27,15 +27,24 @@ from training.config import default_config
 def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
-  config = default_config('language_modeling', 'decoder_lm', num_layers=2, d_model=64,
-                          num_heads=2, d_ff=128, dropout_rate=0.0, positions='rope',
-                          max_length=32)
-  config.dataset.update(name='mqar', builder_config='small', vocab='word', packing='example',
-                        seq_length=31)           # 32 tokens: 31 inputs, 31 shifted targets
+  config = default_config(
+    'language_modeling',
+    'decoder_lm',
+    num_layers=2,
+    d_model=64,
+    num_heads=2,
+    d_ff=128,
+    dropout_rate=0.0,
+    positions='rope',
+    max_length=32,
+  )
+  config.dataset.update(
+    name='mqar', builder_config='small', vocab='word', packing='example', seq_length=31
+  )  # 32 tokens: 31 inputs, 31 shifted targets
   config.num_train_steps = 3000
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000
-  config.num_eval_decode = 1000                  # validation examples for the hit rate
+  config.num_eval_decode = 1000  # validation examples for the hit rate
   config.schedule = 'cosine'
   config.learning_rate = 3e-3
   config.warmup_steps = 200

@@ -17,10 +17,10 @@ docs/real_corpora.md), as shipped: 1.690 bits per character on the test tail (th
 its validation at step 1000 to four digits), against 1.89 for bzip2 -9 on the same 10% given the
 text before it (xz -9e 2.24, zstd -19 2.26). The CPU time is the default text's, below.
 Result on the default text (2 cores of an AMD EPYC, CPU, 3000 steps at about 3.6 steps/s,
-18 min 43 s of training on a machine shared with other runs; the last checkpoint): 1.08 bits per character on the test tail (37,793
-characters, 295 windows), against 1.54 for `xz -9` on the same tail; perplexity 2.12, next-
-character accuracy 79.1%. The continuations in eval/samples.txt keep the file's layout
-(indentation, table rules, quoted lines) and its vocabulary, not its sense.
+18 min 43 s of training on a machine shared with other runs; the last checkpoint): 1.08 bits per
+character on the test tail (37,793 characters, 295 windows), against 1.54 for `xz -9` on the same
+tail; perplexity 2.12, next-character accuracy 79.1%. The continuations in eval/samples.txt keep
+the file's layout (indentation, table rules, quoted lines) and its vocabulary, not its sense.
 xz baseline: python -c "import pydoc_data.topics as t; s = open(t.__file__).read();
   print(s[len(s) - int(len(s) * 0.05):], end='')" | xz -9 | wc -c   (7,260 bytes)
 """
@@ -34,17 +34,33 @@ from training.config import default_config
 def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
-  config = default_config('language_modeling', 'decoder_lm', num_layers=4, d_model=128,
-                          num_heads=4, d_ff=512, dropout_rate=0.1, positions='rope',
-                          max_length=256)
-  config.dataset.update(name='text_file', text_path=os.path.abspath(pydoc_data.topics.__file__),
-                        vocab='char', keep_whitespace=True, packing='stream', seq_length=128,
-                        held_out=0.05, batch_size=32, eval_batch_size=64)
+  config = default_config(
+    'language_modeling',
+    'decoder_lm',
+    num_layers=4,
+    d_model=128,
+    num_heads=4,
+    d_ff=512,
+    dropout_rate=0.1,
+    positions='rope',
+    max_length=256,
+  )
+  config.dataset.update(
+    name='text_file',
+    text_path=os.path.abspath(pydoc_data.topics.__file__),
+    vocab='char',
+    keep_whitespace=True,
+    packing='stream',
+    seq_length=128,
+    held_out=0.05,
+    batch_size=32,
+    eval_batch_size=64,
+  )
   config.num_train_steps = 3000
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000
-  config.num_eval_decode = 8                     # continuations sampled in validation
-  config.max_decode_length = 64                  # after a 64-character prompt: within 128
+  config.num_eval_decode = 8  # continuations sampled in validation
+  config.max_decode_length = 64  # after a 64-character prompt: within 128
   config.schedule = 'cosine'
   config.learning_rate = 2e-3
   config.warmup_steps = 200

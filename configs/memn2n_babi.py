@@ -34,16 +34,17 @@ def get_config(arg: str | None = None):
   if task not in TASKS:
     raise ValueError(f'configs/memn2n_babi.py:{task} is not a task; valid: {list(TASKS)}.')
   # Linear start: the first 2000 steps train without the hops' softmax (the paper's Sec. 4.2).
-  config = default_config('question_answering', 'memn2n', embed_dim=32, hops=3,
-                          linear_start_steps=2000)
+  config = default_config(
+    'question_answering', 'memn2n', embed_dim=32, hops=3, linear_start_steps=2000
+  )
   config.dataset.builder_config = f'{task}_10k'
   config.num_train_steps = 6000
   config.eval_every_steps = 2000
   config.checkpoint_every_steps = 2000
-  config.num_eval_decode = 1000         # validation examples predicted: hop hit rates
+  config.num_eval_decode = 1000  # validation examples predicted: hop hit rates
   config.schedule = 'cosine'
   config.learning_rate = 5e-3
   config.warmup_steps = 200
   config.label_smoothing = 0.0
-  config.grad_clip = 40.0               # the paper's gradient-norm cap
+  config.grad_clip = 40.0  # the paper's gradient-norm cap
   return config

@@ -24,15 +24,13 @@ step 400, validation 95.6%), Kim 2014's best 93.6%; 5 min 38 s of wall time for 
 from models import pretrained
 from training.config import default_config
 
-MODEL_CHECKPOINT = pretrained.DEFAULT   # the architecture; its weights come from init_from
+MODEL_CHECKPOINT = pretrained.DEFAULT  # the architecture; its weights come from init_from
 # BERT's fine-tuning optimizer (Devlin et al. 2019): AdamW, beta2 0.999, eps 1e-8, decay 0.01,
 # here with a cosine decay and no label smoothing; configs/minilm_mlm.py trains with it too.
-BERT_ADAMW = dict(schedule='cosine', beta2=0.999, eps=1e-8, weight_decay=0.01,
-                  label_smoothing=0.0)
+BERT_ADAMW = dict(schedule='cosine', beta2=0.999, eps=1e-8, weight_decay=0.01, label_smoothing=0.0)
 CORPORA = {
-    'trec': dict(tsv_path='../shared/data/trec/train.tsv',
-                 test_path='../shared/data/trec/test.tsv'),
-    'subj': dict(tsv_path='../shared/data/subj/subj.tsv', test_fraction=0.1),
+  'trec': dict(tsv_path='../shared/data/trec/train.tsv', test_path='../shared/data/trec/test.tsv'),
+  'subj': dict(tsv_path='../shared/data/subj/subj.tsv', test_fraction=0.1),
 }
 
 
@@ -41,11 +39,19 @@ def get_config(arg: str | None = None):
   corpus = arg or 'trec'
   if corpus not in CORPORA:
     raise ValueError(f'configs/minilm_classifier.py:{corpus} is not one of {sorted(CORPORA)}.')
-  config = default_config('classification', 'encoder_mlm',
-                          **pretrained.config_fields(MODEL_CHECKPOINT))
-  config.dataset.update(name='tsv_classification', builder_config='', key_sentences_key='',
-                        layout='sentence', max_length=64, batch_size=32, eval_batch_size=128,
-                        **CORPORA[corpus])
+  config = default_config(
+    'classification', 'encoder_mlm', **pretrained.config_fields(MODEL_CHECKPOINT)
+  )
+  config.dataset.update(
+    name='tsv_classification',
+    builder_config='',
+    key_sentences_key='',
+    layout='sentence',
+    max_length=64,
+    batch_size=32,
+    eval_batch_size=128,
+    **CORPORA[corpus],
+  )
   config.init_from = 'runs/minilm'
   config.num_train_steps = 500
   config.eval_every_steps = 100

@@ -39,17 +39,25 @@ from training.config import default_config
 def get_config(arg: str | None = None):
   """`arg`: the checkpoint whose architecture this is ('all-MiniLM-L6-v2', the default, or a
   local BERT folder / .zip, as `python convert.py --checkpoint`)."""
-  config = default_config('language_modeling', 'encoder_mlm',
-                          **pretrained.config_fields(arg or pretrained.DEFAULT))
-  config.dataset.update(name='text_file', text_path=os.path.abspath(pydoc_data.topics.__file__),
-                        vocab='pretrained', packing='stream', seq_length=64, held_out=0.05,
-                        batch_size=16, eval_batch_size=64)
+  config = default_config(
+    'language_modeling', 'encoder_mlm', **pretrained.config_fields(arg or pretrained.DEFAULT)
+  )
+  config.dataset.update(
+    name='text_file',
+    text_path=os.path.abspath(pydoc_data.topics.__file__),
+    vocab='pretrained',
+    packing='stream',
+    seq_length=64,
+    held_out=0.05,
+    batch_size=16,
+    eval_batch_size=64,
+  )
   config.init_from = 'runs/minilm'
-  config.eval_at_start = True                    # the converted checkpoint's metrics: the before
-  config.num_train_steps = 60                    # a short run: about 5 minutes on 2 CPU cores
+  config.eval_at_start = True  # the converted checkpoint's metrics: the before
+  config.num_train_steps = 60  # a short run: about 5 minutes on 2 CPU cores
   config.eval_every_steps = 60
   config.checkpoint_every_steps = 60
-  config.num_eval_decode = 8                     # rows whose filled-in masks validation shows
+  config.num_eval_decode = 8  # rows whose filled-in masks validation shows
   config.learning_rate = 2e-4
   config.warmup_steps = 6
   config.update(BERT_ADAMW)

@@ -31,16 +31,17 @@ def get_config(arg: str | None = None):
   if model not in MODELS:
     raise ValueError(f'configs/ntm_copy.py:{model} is not a model; valid: {list(MODELS)}.')
   if model == 'ntm':
-    config = default_config('copy', 'ntm', memory_slots=128, memory_width=20,
-                            controller='lstm', controller_size=100)
+    config = default_config(
+      'copy', 'ntm', memory_slots=128, memory_width=20, controller='lstm', controller_size=100
+    )
   else:
     config = default_config('copy', 'lstm', hidden_size=119)  # 62,840 parameters; the NTM 62,680
-  config.num_train_steps = 4000          # 8000 at this peak rate diverged after step 5000
+  config.num_train_steps = 4000  # 8000 at this peak rate diverged after step 5000
   config.eval_every_steps = 2000
   config.checkpoint_every_steps = 2000
   config.num_eval_decode = 250
   config.schedule = 'cosine'
-  config.learning_rate = 3e-4            # 1e-3 reached 0.3% bit errors, then diverged
+  config.learning_rate = 3e-4  # 1e-3 reached 0.3% bit errors, then diverged
   config.warmup_steps = 200
   config.grad_clip = 10.0
   config.label_smoothing = 0.0

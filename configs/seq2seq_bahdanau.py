@@ -17,13 +17,22 @@ def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
   config = default_config(
-      'translation', 'seq2seq', embed_dim=64, hidden_dim=128,
-      attention='bahdanau',              # bahdanau (s_{t-1}, before the cell) | luong (s_t, after)
-      score='additive')                  # additive | dot | general | scaled_dot | cosine
+    'translation',
+    'seq2seq',
+    embed_dim=64,
+    hidden_dim=128,
+    attention='bahdanau',  # bahdanau (s_{t-1}, before the cell) | luong (s_t, after)
+    score='additive',
+  )  # additive | dot | general | scaled_dot | cosine
   config.dataset.update(
-      name='dates', builder_config='', lowercase=True,
-      source_vocab='char',               # numeric dates ('12/04/1972') must be read digit by digit
-      max_input_length=40, max_target_length=10, bucket_step=16)
+    name='dates',
+    builder_config='',
+    lowercase=True,
+    source_vocab='char',  # numeric dates ('12/04/1972') must be read digit by digit
+    max_input_length=40,
+    max_target_length=10,
+    bucket_step=16,
+  )
   config.schedule = 'constant'
   config.learning_rate = 3e-3
   config.warmup_steps = 100

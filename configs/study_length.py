@@ -27,7 +27,7 @@ POSITIONS = ('sinusoidal', 'learned', 'rope', 'alibi', 't5', 'none')
 def get_config(arg: str | None = None):
   """`configs/gpt_text.py` on windows of 64 characters for 2000 steps; `arg` is unused."""
   config = gpt_text.get_config(arg)
-  config.model.max_length = TRAIN_LENGTH        # what a learned table covers
+  config.model.max_length = TRAIN_LENGTH  # what a learned table covers
   config.dataset.seq_length = TRAIN_LENGTH
   config.dataset.eval_lengths = EVAL_LENGTHS
   config.num_train_steps = 2000
@@ -40,6 +40,10 @@ def get_config(arg: str | None = None):
 
 def get_sweep(arg: str | None = None):
   del arg
-  return [{'model.positions': positions,
-           **({'dataset.eval_lengths': (TRAIN_LENGTH,)} if positions == 'learned' else {})}
-          for positions in POSITIONS]
+  return [
+    {
+      'model.positions': positions,
+      **({'dataset.eval_lengths': (TRAIN_LENGTH,)} if positions == 'learned' else {}),
+    }
+    for positions in POSITIONS
+  ]

@@ -30,8 +30,11 @@ from data.builders.mqar import RECALL_PAIRS
 
 WIDTHS = (64, 128)
 WINDOW = 16
-MIXERS = {'softmax': {}, f'window {WINDOW}': {'model.window': WINDOW},
-          'linear': {'model.attention': 'linear'}}
+MIXERS = {
+  'softmax': {},
+  f'window {WINDOW}': {'model.window': WINDOW},
+  'linear': {'model.attention': 'linear'},
+}
 
 
 def get_config(arg: str | None = None):
@@ -45,6 +48,13 @@ def get_config(arg: str | None = None):
 def get_sweep(arg: str | None = None):
   """Every mixer, width and pair count; `arg` = the widths to run, e.g. '64' (default: both)."""
   widths = tuple(int(width) for width in arg.split(',')) if arg else WIDTHS
-  return [{**mixer, 'model.d_model': width, 'dataset.builder_config': f'pairs_{pairs}',
-           'dataset.seq_length': 4 * pairs - 1, 'model.max_length': 4 * pairs}
-          for mixer, width, pairs in itertools.product(MIXERS.values(), widths, RECALL_PAIRS)]
+  return [
+    {
+      **mixer,
+      'model.d_model': width,
+      'dataset.builder_config': f'pairs_{pairs}',
+      'dataset.seq_length': 4 * pairs - 1,
+      'model.max_length': 4 * pairs,
+    }
+    for mixer, width, pairs in itertools.product(MIXERS.values(), widths, RECALL_PAIRS)
+  ]

@@ -29,15 +29,17 @@ def get_config(arg: str | None = None):
   """The default experiment for 500 steps, evaluated every 100 from step 0; `arg` is unused."""
   del arg
   config = default.get_config()
-  config.model.d_k = 32              # the default's head size (d_model 128 / 4 heads); swept
+  config.model.d_k = 32  # the default's head size (d_model 128 / 4 heads); swept
   config.num_train_steps = 500
   config.eval_every_steps = 100
   config.eval_at_start = True
-  config.num_eval_decode = 0         # teacher-forced metrics only: the curves are the result
+  config.num_eval_decode = 0  # teacher-forced metrics only: the curves are the result
   return config
 
 
 def get_sweep(arg: str | None = None):
   del arg
-  return [{'model.score': score, 'model.d_k': d_k}
-          for score, d_k in itertools.product(('dot', 'scaled_dot'), D_K)]
+  return [
+    {'model.score': score, 'model.d_k': d_k}
+    for score, d_k in itertools.product(('dot', 'scaled_dot'), D_K)
+  ]

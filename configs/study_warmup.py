@@ -43,6 +43,7 @@ SCORE_BOUNDS = ({'model.qk_norm': True}, {'model.softcap': 5.0})
 
 def get_sweep(arg: str | None = None):
   del arg
-  return [{'model.norm': norm, 'warmup_steps': warmup}
-          for norm, warmup in itertools.product(('post', 'pre'), (0, 100, 1000))] + [
-              {'model.norm': 'post', 'warmup_steps': 0, **bound} for bound in SCORE_BOUNDS]
+  return [
+    {'model.norm': norm, 'warmup_steps': warmup}
+    for norm, warmup in itertools.product(('post', 'pre'), (0, 100, 1000))
+  ] + [{'model.norm': 'post', 'warmup_steps': 0, **bound} for bound in SCORE_BOUNDS]

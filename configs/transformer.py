@@ -13,7 +13,8 @@ from configs import default
 
 
 def get_config(arg: str | None = None):
-  """`arg` is the norm placement: 'post' (default, the paper's LayerNorm(x + Sublayer(x))) or 'pre'."""
+  """`arg` is the norm placement: 'post' (default, the paper's LayerNorm(x + Sublayer(x))) or
+  'pre'."""
   config = default.get_config()
   config.model.norm = arg or 'post'
   return config

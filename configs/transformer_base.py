@@ -18,18 +18,37 @@ def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
   config = default.get_config()
-  config.model.update(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout_rate=0.1,
-                      norm='post', max_length=256, share_embeddings=True, tie_output=True)
-  config.dataset.update(name='ted_hrlr_translate', builder_config='pt_to_en', source_key='pt',
-                        target_key='en', source_vocab='sentencepiece',
-                        target_vocab='sentencepiece', vocab_size=8000, shared_vocab=True,
-                        max_input_length=128, max_target_length=128, truncate=True,
-                        batch_size=128, eval_batch_size=128)
-  config.learning_rate = 512 ** -0.5 * 4000 ** -0.5   # the paper's peak: 7.0e-4
+  config.model.update(
+    num_layers=6,
+    d_model=512,
+    num_heads=8,
+    d_ff=2048,
+    dropout_rate=0.1,
+    norm='post',
+    max_length=256,
+    share_embeddings=True,
+    tie_output=True,
+  )
+  config.dataset.update(
+    name='ted_hrlr_translate',
+    builder_config='pt_to_en',
+    source_key='pt',
+    target_key='en',
+    source_vocab='sentencepiece',
+    target_vocab='sentencepiece',
+    vocab_size=8000,
+    shared_vocab=True,
+    max_input_length=128,
+    max_target_length=128,
+    truncate=True,
+    batch_size=128,
+    eval_batch_size=128,
+  )
+  config.learning_rate = 512**-0.5 * 4000**-0.5  # the paper's peak: 7.0e-4
   config.warmup_steps = 4000
   config.num_train_steps = 100_000
   config.checkpoint_every_steps = 2000
   config.eval_every_steps = 5000
-  config.keep_checkpoints = 5                          # the paper averaged the last 5
+  config.keep_checkpoints = 5  # the paper averaged the last 5
   config.dtype = 'bfloat16'
   return config

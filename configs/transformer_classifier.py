@@ -19,9 +19,18 @@ from training.config import default_config
 def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
-  config = default_config('classification', 'transformer_classifier', num_layers=2, d_model=64,
-                          num_heads=4, d_ff=128, norm='pre', pooling='attention', max_length=512)
-  config.dataset = han.get_config().dataset    # the same documents as HAN
+  config = default_config(
+    'classification',
+    'transformer_classifier',
+    num_layers=2,
+    d_model=64,
+    num_heads=4,
+    d_ff=128,
+    norm='pre',
+    pooling='attention',
+    max_length=512,
+  )
+  config.dataset = han.get_config().dataset  # the same documents as HAN
   config.num_train_steps = 3000
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000

@@ -19,14 +19,22 @@ from training.config import default_config
 def get_config(arg: str | None = None):
   """`arg` is unused."""
   del arg
-  config = default_config('image_classification', 'vit', patch_size=2, num_layers=4, d_model=64,
-                          num_heads=4, d_ff=128, dropout_rate=0.1)
+  config = default_config(
+    'image_classification',
+    'vit',
+    patch_size=2,
+    num_layers=4,
+    d_model=64,
+    num_heads=4,
+    d_ff=128,
+    dropout_rate=0.1,
+  )
   config.dataset.shift = 1
   config.dataset.batch_size = 64
   config.num_train_steps = 6000
   config.eval_every_steps = 2000
   config.checkpoint_every_steps = 2000
-  config.num_eval_decode = 512          # validation examples predicted: macro-F1, confusion
+  config.num_eval_decode = 512  # validation examples predicted: macro-F1, confusion
   config.schedule = 'cosine'
   config.learning_rate = 1e-3
   config.warmup_steps = 200

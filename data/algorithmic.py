@@ -19,52 +19,68 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from data.schema import checked_fields
 from data.pipeline import DenseBatches, check_batch_args
+from data.schema import checked_fields
 
-SPLITS = ("train", "validation", "test")
+SPLITS = ('train', 'validation', 'test')
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Returns the copy task's `config.dataset` with every field at its default."""
   c = ml_collections.ConfigDict()
-  c.name = "copy"               # The only algorithmic dataset so far.
-  c.width = 8                   # Bits per vector W (the input has one more: the delimiter).
-  c.min_length = 1              # Shortest training sequence.
-  c.max_length = 20             # Longest training (and validation) sequence.
-  c.test_length = 0             # Length of every test sequence; 0 = 2 * max_length.
-  c.train_size = 50_000         # Training sequences (an epoch), drawn once.
-  c.eval_size = 1_000           # Validation and test sequences each.
-  c.seed = 0                    # Seed of the bits and lengths.
-  c.batch_size = 32             # Global training batch size (split evenly across hosts).
-  c.eval_batch_size = 250       # Global evaluation batch size.
-  c.train_split = "train"       # Split for training.
-  c.eval_split = "validation"   # Split evaluated during training (training lengths).
-  c.test_split = "test"         # Split for the final evaluation (test_length).
+  c.name = 'copy'  # The only algorithmic dataset so far.
+  c.width = 8  # Bits per vector W (the input has one more: the delimiter).
+  c.min_length = 1  # Shortest training sequence.
+  c.max_length = 20  # Longest training (and validation) sequence.
+  c.test_length = 0  # Length of every test sequence; 0 = 2 * max_length.
+  c.train_size = 50_000  # Training sequences (an epoch), drawn once.
+  c.eval_size = 1_000  # Validation and test sequences each.
+  c.seed = 0  # Seed of the bits and lengths.
+  c.batch_size = 32  # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 250  # Global evaluation batch size.
+  c.train_split = 'train'  # Split for training.
+  c.eval_split = 'validation'  # Split evaluated during training (training lengths).
+  c.test_split = 'test'  # Split for the final evaluation (test_length).
   return c
 
 
-_POSITIVE = ("width", "min_length", "max_length", "train_size", "eval_size", "batch_size",
-             "eval_batch_size")
+_POSITIVE = (
+  'width',
+  'min_length',
+  'max_length',
+  'train_size',
+  'eval_size',
+  'batch_size',
+  'eval_batch_size',
+)
 
 
 def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
   """Checks `config.dataset`; raises ValueError naming the first bad field."""
-  merged = checked_fields(config, default_config(), positive=_POSITIVE,
-                          non_empty=("train_split", "eval_split", "test_split"))
-  if merged["name"] != "copy":
-    raise ValueError(f"config.dataset.name={merged['name']!r} is not an algorithmic dataset; "
-                     "valid: ['copy'].")
-  if merged["min_length"] > merged["max_length"]:
-    raise ValueError(f"config.dataset.min_length={merged['min_length']} exceeds "
-                     f"config.dataset.max_length={merged['max_length']}.")
-  if merged["test_length"] < 0:
-    raise ValueError(f"config.dataset.test_length={merged['test_length']} must be >= 0 "
-                     "(0 = twice max_length).")
-  for split in ("train_split", "eval_split", "test_split"):
+  merged = checked_fields(
+    config,
+    default_config(),
+    positive=_POSITIVE,
+    non_empty=('train_split', 'eval_split', 'test_split'),
+  )
+  if merged['name'] != 'copy':
+    raise ValueError(
+      f"config.dataset.name={merged['name']!r} is not an algorithmic dataset; valid: ['copy']."
+    )
+  if merged['min_length'] > merged['max_length']:
+    raise ValueError(
+      f'config.dataset.min_length={merged["min_length"]} exceeds '
+      f'config.dataset.max_length={merged["max_length"]}.'
+    )
+  if merged['test_length'] < 0:
+    raise ValueError(
+      f'config.dataset.test_length={merged["test_length"]} must be >= 0 (0 = twice max_length).'
+    )
+  for split in ('train_split', 'eval_split', 'test_split'):
     if merged[split] not in SPLITS:
-      raise ValueError(f"config.dataset.{split}={merged[split]!r} is not a split; valid: "
-                       f"{list(SPLITS)}.")
+      raise ValueError(
+        f'config.dataset.{split}={merged[split]!r} is not a split; valid: {list(SPLITS)}.'
+      )
   return ml_collections.FrozenConfigDict(merged)
 
 
@@ -76,6 +92,7 @@ class Sequences:
     bits: uint8 `[N, L_max, W]`, zero past each sequence's length.
     lengths: `[N]` the sequence lengths.
   """
+
   bits: np.ndarray
   lengths: np.ndarray
 
@@ -99,9 +116,9 @@ def layout(bits: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
   weights = np.zeros((batch, steps), np.float32)
   inputs[:, :longest, :width] = bits
   rows = np.arange(batch)
-  inputs[rows, lengths, width] = 1.0                                   # the delimiter
-  time = np.arange(longest)[None, :]                                    # [1, L_max]
-  out_steps = lengths[:, None] + 1 + time                              # [B, L_max]
+  inputs[rows, lengths, width] = 1.0  # the delimiter
+  time = np.arange(longest)[None, :]  # [1, L_max]
+  out_steps = lengths[:, None] + 1 + time  # [B, L_max]
   real = time < lengths[:, None]
   targets[np.broadcast_to(rows[:, None], real.shape)[real], out_steps[real]] = bits[real]
   weights[np.broadcast_to(rows[:, None], real.shape)[real], out_steps[real]] = 1.0
@@ -126,11 +143,11 @@ class Copying:
   def sequences(self, split: str) -> Sequences:
     """The bits and lengths of `split`, drawn once from `(seed, split)`."""
     if split not in SPLITS:
-      raise ValueError(f"Split {split!r} is not a split of copy; valid: {list(SPLITS)}.")
+      raise ValueError(f'Split {split!r} is not a split of copy; valid: {list(SPLITS)}.')
     c = self.config
     rng = np.random.default_rng([c.seed, SPLITS.index(split)])
-    count = c.train_size if split == "train" else c.eval_size
-    if split == "test":
+    count = c.train_size if split == 'train' else c.eval_size
+    if split == 'test':
       lengths = np.full(count, self.test_length)
     else:
       lengths = rng.integers(c.min_length, c.max_length + 1, size=count)
@@ -139,25 +156,40 @@ class Copying:
     bits[np.arange(longest)[None, :] >= lengths[:, None]] = 0
     return Sequences(bits, lengths)
 
-  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
-              num_epochs: int | None = None, process_index: int | None = None,
-              process_count: int | None = None) -> DenseBatches:
+  def batches(
+    self,
+    split: str,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_epochs: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+  ) -> DenseBatches:
     """A resumable iterator of this host's batches of `split` (see `layout` for the arrays).
 
     Rows of a partial last batch are all zeros (weights 0) with index -1.
     """
-    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
-                                                    process_count)
+    process_index, process_count = check_batch_args(
+      batch_size, num_epochs, process_index, process_count
+    )
     sequences = self.sequences(split)
 
     def transform(rows: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
       del rng  # the bits were drawn with the split
-      return layout(rows["bits"], rows["lengths"])
+      return layout(rows['bits'], rows['lengths'])
 
-    return DenseBatches({"bits": sequences.bits, "lengths": sequences.lengths},
-                        transform=transform, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                        num_epochs=num_epochs, process_index=process_index,
-                        process_count=process_count)
+    return DenseBatches(
+      {'bits': sequences.bits, 'lengths': sequences.lengths},
+      transform=transform,
+      batch_size=batch_size,
+      shuffle=shuffle,
+      seed=seed,
+      num_epochs=num_epochs,
+      process_index=process_index,
+      process_count=process_count,
+    )
 
 
 def build(dataset_config: Any) -> Copying:

@@ -12,9 +12,9 @@ Datasets: Attend's `key_sentence_docs` and `tsv_classification` (prepared offlin
 text classification dataset (imdb_reviews, ag_news_subset, ...), prepared by TFDS as usual.
 """
 
+from collections.abc import Mapping
 import dataclasses
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from absl import logging
@@ -24,56 +24,64 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from data.builders import key_sentence
+from data.pipeline import PaddedBatches, check_batch_args, placeholder_split
 from data.readers import tsv_classification
 from data.schema import checked_fields
-from data.pipeline import PaddedBatches, check_batch_args, placeholder_split
 from data.sentences import split_sentences
-from data.tfds_reading import as_text, make_builder, read_all, read_split
 from data.text import TextOptions
+from data.tfds_reading import as_text, make_builder, read_all, read_split
 from data.tokenizers import MANIFEST, PAD_ID, WordTokenizer, load_tokenizers, save_tokenizers
 
-OWN_BUILDERS = {"key_sentence_docs": key_sentence.KeySentenceDocs,
-                "tsv_classification": tsv_classification.TsvClassification}
-LAYOUTS = ("document", "sentence")
+OWN_BUILDERS = {
+  'key_sentence_docs': key_sentence.KeySentenceDocs,
+  'tsv_classification': tsv_classification.TsvClassification,
+}
+LAYOUTS = ('document', 'sentence')
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Returns the classification `config.dataset` with every field at its default."""
   c = ml_collections.ConfigDict()
-  c.name = "key_sentence_docs"  # 'key_sentence_docs', 'tsv_classification' or a TFDS dataset.
-  c.builder_config = ""         # TFDS builder config; '' = the default.
-  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.name = 'key_sentence_docs'  # 'key_sentence_docs', 'tsv_classification' or a TFDS dataset.
+  c.builder_config = ''  # TFDS builder config; '' = the default.
+  c.data_dir = ''  # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
   # tsv_classification: files of 'text<TAB>label' lines (data/readers/tsv_classification.py).
-  c.tsv_path = ""               # The training file (the held-out splits are cut from it too).
-  c.validation_path = ""        # The validation file; '' = validation_fraction of tsv_path.
-  c.test_path = ""              # The test file; '' = test_fraction of tsv_path (or a fold).
+  c.tsv_path = ''  # The training file (the held-out splits are cut from it too).
+  c.validation_path = ''  # The validation file; '' = validation_fraction of tsv_path.
+  c.test_path = ''  # The test file; '' = test_fraction of tsv_path (or a fold).
   c.validation_fraction = 0.05  # Share of tsv_path's distinct texts held out for validation.
-  c.test_fraction = 0.05        # Share of tsv_path's distinct texts held out for test.
-  c.num_folds = 0               # k-fold cross-validation of tsv_path (0 = off): test = one fold.
-  c.fold = 0                    # Which fold is the test split, 0 .. num_folds - 1.
-  c.split_seed = 0              # Seed of the cuts and folds (not of training).
-  c.text_key = "text"           # Feature holding the text.
-  c.label_key = "label"         # Feature holding the label (ClassLabel or text).
-  c.key_sentences_key = "key_sentences"  # Key sentence positions; '' or absent default = none.
-  c.layout = "document"         # 'document': [sentences, words]; 'sentence': one token sequence.
-  c.lowercase = True            # Lower-case the text.
-  c.split_punctuation = True    # Put spaces around punctuation ('boy.' -> 'boy .').
-  c.vocab_size = 20000          # Word vocabulary cap, 4 specials included, built from train.
-  c.max_sentences = 16          # document: sentences kept per document.
-  c.max_words = 32              # document: words kept per sentence.
-  c.max_length = 256            # sentence: words kept per text.
-  c.bucket_step = 4             # Batches are trimmed to multiples of this (few jit shapes).
-  c.batch_size = 64             # Global training batch size (split evenly across hosts).
-  c.eval_batch_size = 256       # Global evaluation batch size.
-  c.train_split = "train"       # Split for training and for building the vocabulary.
-  c.eval_split = "validation"   # Split evaluated during training.
-  c.test_split = "test"         # Split for the final evaluation.
+  c.test_fraction = 0.05  # Share of tsv_path's distinct texts held out for test.
+  c.num_folds = 0  # k-fold cross-validation of tsv_path (0 = off): test = one fold.
+  c.fold = 0  # Which fold is the test split, 0 .. num_folds - 1.
+  c.split_seed = 0  # Seed of the cuts and folds (not of training).
+  c.text_key = 'text'  # Feature holding the text.
+  c.label_key = 'label'  # Feature holding the label (ClassLabel or text).
+  c.key_sentences_key = 'key_sentences'  # Key sentence positions; '' or absent default = none.
+  c.layout = 'document'  # 'document': [sentences, words]; 'sentence': one token sequence.
+  c.lowercase = True  # Lower-case the text.
+  c.split_punctuation = True  # Put spaces around punctuation ('boy.' -> 'boy .').
+  c.vocab_size = 20000  # Word vocabulary cap, 4 specials included, built from train.
+  c.max_sentences = 16  # document: sentences kept per document.
+  c.max_words = 32  # document: words kept per sentence.
+  c.max_length = 256  # sentence: words kept per text.
+  c.bucket_step = 4  # Batches are trimmed to multiples of this (few jit shapes).
+  c.batch_size = 64  # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256  # Global evaluation batch size.
+  c.train_split = 'train'  # Split for training and for building the vocabulary.
+  c.eval_split = 'validation'  # Split evaluated during training.
+  c.test_split = 'test'  # Split for the final evaluation.
   return c
 
 
-_POSITIVE = ("max_sentences", "max_words", "max_length", "bucket_step", "batch_size",
-             "eval_batch_size")
-_NON_EMPTY = ("name", "text_key", "label_key", "train_split", "eval_split", "test_split")
+_POSITIVE = (
+  'max_sentences',
+  'max_words',
+  'max_length',
+  'bucket_step',
+  'batch_size',
+  'eval_batch_size',
+)
+_NON_EMPTY = ('name', 'text_key', 'label_key', 'train_split', 'eval_split', 'test_split')
 
 
 def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
@@ -83,31 +91,36 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     ValueError: naming the first bad field and what it accepts.
   """
   merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
-  if merged["layout"] not in LAYOUTS:
-    raise ValueError(f"config.dataset.layout={merged['layout']!r} is not a layout; valid: "
-                     f"{list(LAYOUTS)}.")
-  if merged["name"] == "tsv_classification":
+  if merged['layout'] not in LAYOUTS:
+    raise ValueError(
+      f'config.dataset.layout={merged["layout"]!r} is not a layout; valid: {list(LAYOUTS)}.'
+    )
+  if merged['name'] == 'tsv_classification':
     _check_tsv_fields(merged)
   return ml_collections.FrozenConfigDict(merged)
 
 
 def _check_tsv_fields(merged: dict[str, Any]) -> None:
   """Raises ValueError naming the first tsv_classification field that cannot make the splits."""
-  if not merged["tsv_path"]:
-    raise ValueError("config.dataset.tsv_path must name a file when config.dataset.name is "
-                     "'tsv_classification'.")
-  for field in ("validation_fraction", "test_fraction"):
+  if not merged['tsv_path']:
+    raise ValueError(
+      "config.dataset.tsv_path must name a file when config.dataset.name is 'tsv_classification'."
+    )
+  for field in ('validation_fraction', 'test_fraction'):
     if not 0 < merged[field] < 1:
-      raise ValueError(f"config.dataset.{field}={merged[field]!r} must be in (0, 1).")
-  folds, fold = merged["num_folds"], merged["fold"]
+      raise ValueError(f'config.dataset.{field}={merged[field]!r} must be in (0, 1).')
+  folds, fold = merged['num_folds'], merged['fold']
   if folds < 0 or folds == 1:
-    raise ValueError(f"config.dataset.num_folds={folds} must be 0 (off) or at least 2.")
+    raise ValueError(f'config.dataset.num_folds={folds} must be 0 (off) or at least 2.')
   if folds and not 0 <= fold < folds:
-    raise ValueError(f"config.dataset.fold={fold} must be in 0 .. {folds - 1} "
-                     f"(config.dataset.num_folds={folds}).")
-  if folds and merged["test_path"]:
-    raise ValueError("config.dataset.test_path must be '' with config.dataset.num_folds="
-                     f"{folds}: cross-validation tests on the folds of tsv_path.")
+    raise ValueError(
+      f'config.dataset.fold={fold} must be in 0 .. {folds - 1} (config.dataset.num_folds={folds}).'
+    )
+  if folds and merged['test_path']:
+    raise ValueError(
+      "config.dataset.test_path must be '' with config.dataset.num_folds="
+      f'{folds}: cross-validation tests on the folds of tsv_path.'
+    )
 
 
 def tsv_builder_config(config: Any) -> tsv_classification.TsvClassificationConfig:
@@ -117,10 +130,15 @@ def tsv_builder_config(config: Any) -> tsv_classification.TsvClassificationConfi
     FileNotFoundError: a named file does not exist.
   """
   return tsv_classification.config_for_path(
-      config.tsv_path, config.validation_path, config.test_path,
-      validation_fraction=config.validation_fraction, test_fraction=config.test_fraction,
-      num_folds=config.num_folds, fold=config.fold if config.num_folds else 0,
-      split_seed=config.split_seed)
+    config.tsv_path,
+    config.validation_path,
+    config.test_path,
+    validation_fraction=config.validation_fraction,
+    test_fraction=config.test_fraction,
+    num_folds=config.num_folds,
+    fold=config.fold if config.num_folds else 0,
+    split_seed=config.split_seed,
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +153,7 @@ class Example:
     key_sentences: positions in `split_sentences(text)` of the sentences that carry the label;
       empty when the dataset does not say.
   """
+
   text: str
   label: int
   sentences: tuple[str, ...]
@@ -158,15 +177,21 @@ class LabeledText:
     tokenizer: the word tokenizer (set by `build`).
   """
 
-  def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict,
-               label_names: list[str], key_sentences_key: str):
+  def __init__(
+    self,
+    builder: tfds.core.DatasetBuilder,
+    config: ml_collections.FrozenConfigDict,
+    label_names: list[str],
+    key_sentences_key: str,
+  ):
     """Wraps a prepared builder; `build` is the usual way to get one."""
-    self.name = builder.info.full_name.rsplit("/", 1)[0]
+    self.name = builder.info.full_name.rsplit('/', 1)[0]
     self.config = config
     self.layout = config.layout
     self.label_names = list(label_names)
-    self.preprocess = TextOptions(lowercase=config.lowercase,
-                                  split_punctuation=config.split_punctuation)
+    self.preprocess = TextOptions(
+      lowercase=config.lowercase, split_punctuation=config.split_punctuation
+    )
     self.tokenizer: WordTokenizer | None = None
     self._builder = builder
     self._key_sentences_key = key_sentences_key
@@ -178,8 +203,10 @@ class LabeledText:
     if isinstance(value, (bytes, str)):  # A text label feature: its index among the names.
       name = as_text(value)
       if name not in self._label_ids:
-        raise ValueError(f"Label {name!r} of split {split!r} is not a label of the train split "
-                         f"{self.config.train_split!r}; valid: {self.label_names}.")
+        raise ValueError(
+          f'Label {name!r} of split {split!r} is not a label of the train split '
+          f'{self.config.train_split!r}; valid: {self.label_names}.'
+        )
       return self._label_ids[name]
     return int(value)
 
@@ -190,36 +217,42 @@ class LabeledText:
       out = []
       for record in read_split(self._builder, split, self.name):
         text = as_text(record[c.text_key])
-        pieces = split_sentences(text) if self.layout == "document" else [text]
+        pieces = split_sentences(text) if self.layout == 'document' else [text]
         keys = record[self._key_sentences_key] if self._key_sentences_key else ()
-        out.append(Example(text, self._label(record[c.label_key], split),
-                           tuple(self.preprocess(p) for p in pieces), tuple(int(k) for k in keys)))
+        out.append(
+          Example(
+            text,
+            self._label(record[c.label_key], split),
+            tuple(self.preprocess(p) for p in pieces),
+            tuple(int(k) for k in keys),
+          )
+        )
       self._examples[split] = out
-      logging.info("%s %s: %d examples.", self.name, split, len(out))
+      logging.info('%s %s: %d examples.', self.name, split, len(out))
     return self._examples[split]
 
   def _encode(self, sentences: tuple[str, ...], counts: np.ndarray) -> np.ndarray:
     """Ids of preprocessed `sentences`, `[S, W]` or `[T]`; adds what was cut to `counts`."""
     c = self.config
-    if self.layout == "sentence":
-      ids = self.tokenizer.encode(" ".join(sentences))
+    if self.layout == 'sentence':
+      ids = self.tokenizer.encode(' '.join(sentences))
       counts += [len(ids) > c.max_length, 0, 0, max(0, len(ids) - c.max_length)]
       row = np.zeros(c.max_length, np.int32)
-      row[:min(len(ids), c.max_length)] = ids[:c.max_length]
+      row[: min(len(ids), c.max_length)] = ids[: c.max_length]
       return row
     out = np.zeros((c.max_sentences, c.max_words), np.int32)
     dropped, cut = max(0, len(sentences) - c.max_sentences), 0
-    for s, sentence in enumerate(sentences[:c.max_sentences]):
+    for s, sentence in enumerate(sentences[: c.max_sentences]):
       ids = self.tokenizer.encode(sentence)
       cut += len(ids) > c.max_words
       counts[3] += max(0, len(ids) - c.max_words)
-      out[s, :min(len(ids), c.max_words)] = ids[:c.max_words]
+      out[s, : min(len(ids), c.max_words)] = ids[: c.max_words]
     counts[:3] += [dropped > 0 or cut > 0, dropped, cut]
     return out
 
   def encode(self, text: str) -> np.ndarray:
     """Ids of a new text, as a row of `encoded`: int32 `[max_sentences, max_words]` or `[T]`."""
-    pieces = split_sentences(text) if self.layout == "document" else [text]
+    pieces = split_sentences(text) if self.layout == 'document' else [text]
     return self._encode(tuple(self.preprocess(p) for p in pieces), np.zeros(4, np.int64))
 
   def encoded(self, split: str) -> np.ndarray:
@@ -231,24 +264,45 @@ class LabeledText:
     if split not in self._encoded:
       examples = self.examples(split)
       counts = np.zeros(4, np.int64)  # Texts cut, sentences dropped, sentences cut, words cut.
-      shape = ((self.config.max_sentences, self.config.max_words)
-               if self.layout == "document" else (self.config.max_length,))
+      shape = (
+        (self.config.max_sentences, self.config.max_words)
+        if self.layout == 'document'
+        else (self.config.max_length,)
+      )
       ids = np.zeros((len(examples), *shape), np.int32)
       for i, example in enumerate(examples):
         ids[i] = self._encode(example.sentences, counts)
       if counts[0]:
         c = self.config
-        limits = (f"{counts[1]} sentence(s) over max_sentences={c.max_sentences}, {counts[2]} "
-                  f"sentence(s) over max_words={c.max_words}"
-                  if self.layout == "document" else f"over max_length={c.max_length}")
-        logging.warning("%s %s: truncated %d of %d texts (%s; %d words cut).", self.name,
-                        split, counts[0], len(examples), limits, counts[3])
+        limits = (
+          f'{counts[1]} sentence(s) over max_sentences={c.max_sentences}, {counts[2]} '
+          f'sentence(s) over max_words={c.max_words}'
+          if self.layout == 'document'
+          else f'over max_length={c.max_length}'
+        )
+        logging.warning(
+          '%s %s: truncated %d of %d texts (%s; %d words cut).',
+          self.name,
+          split,
+          counts[0],
+          len(examples),
+          limits,
+          counts[3],
+        )
       self._encoded[split] = ids
     return self._encoded[split]
 
-  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
-              num_epochs: int | None = None, process_index: int | None = None,
-              process_count: int | None = None) -> "ClassificationBatches":
+  def batches(
+    self,
+    split: str,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_epochs: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+  ) -> 'ClassificationBatches':
     """A resumable iterator of this host's batches of `split`.
 
     Args:
@@ -270,13 +324,21 @@ class LabeledText:
     Raises:
       ValueError: for a bad batch size, epoch count or host index.
     """
-    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
-                                                    process_count)
+    process_index, process_count = check_batch_args(
+      batch_size, num_epochs, process_index, process_count
+    )
     labels = np.asarray([e.label for e in self.examples(split)], np.int32)
     return ClassificationBatches(
-        self.encoded(split), labels, batch_size=batch_size, shuffle=shuffle, seed=seed,
-        num_epochs=num_epochs, process_index=process_index, process_count=process_count,
-        bucket_step=self.config.bucket_step)
+      self.encoded(split),
+      labels,
+      batch_size=batch_size,
+      shuffle=shuffle,
+      seed=seed,
+      num_epochs=num_epochs,
+      process_index=process_index,
+      process_count=process_count,
+      bucket_step=self.config.bucket_step,
+    )
 
 
 class ClassificationBatches(PaddedBatches):
@@ -292,39 +354,50 @@ class ClassificationBatches(PaddedBatches):
     """See `LabeledText.batches`; `inputs` is `[N, S, W]` or `[N, T]`, `labels` `[N]`."""
     real = inputs != PAD_ID
     # [N, A]: each example's real extent along each non-batch axis (sentences, words; tokens).
-    self._extents = np.stack([_extent(real)] if inputs.ndim == 2 else
-                             [_extent(real.any(-1)), _extent(real).max(-1)], axis=-1)
+    self._extents = np.stack(
+      [_extent(real)] if inputs.ndim == 2 else [_extent(real.any(-1)), _extent(real).max(-1)],
+      axis=-1,
+    )
     super().__init__(placeholder_split(self._extents[:, 0], self._extents[:, -1]), **kwargs)
     self._inputs, self._labels = inputs, labels
 
   def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
     # The trimmed shape comes from the global batch, so all hosts agree on it.
     step = self._bucket_step
-    widths = [min(-(-max(1, int(e)) // step) * step, limit)
-              for e, limit in zip(self._extents[rows].max(0), self._inputs.shape[1:])]
-    mine = rows[self._first_row:self._first_row + self._host_rows]
-    batch = {"inputs": np.full((self._host_rows, *widths), PAD_ID, np.int32),
-             "labels": np.zeros(self._host_rows, np.int32),
-             "index": np.full(self._host_rows, -1, np.int32)}
-    batch["inputs"][:len(mine)] = self._inputs[(mine, *(slice(w) for w in widths))]
-    batch["labels"][:len(mine)] = self._labels[mine]
-    batch["index"][:len(mine)] = mine
+    widths = [
+      min(-(-max(1, int(e)) // step) * step, limit)
+      for e, limit in zip(self._extents[rows].max(0), self._inputs.shape[1:])
+    ]
+    mine = rows[self._first_row : self._first_row + self._host_rows]
+    batch = {
+      'inputs': np.full((self._host_rows, *widths), PAD_ID, np.int32),
+      'labels': np.zeros(self._host_rows, np.int32),
+      'index': np.full(self._host_rows, -1, np.int32),
+    }
+    batch['inputs'][: len(mine)] = self._inputs[(mine, *(slice(w) for w in widths))]
+    batch['labels'][: len(mine)] = self._labels[mine]
+    batch['index'][: len(mine)] = mine
     return batch
 
 
-def _feature_keys(config: ml_collections.FrozenConfigDict, features: Mapping[str, Any],
-                  name: str) -> str:
+def _feature_keys(
+  config: ml_collections.FrozenConfigDict, features: Mapping[str, Any], name: str
+) -> str:
   """Checks the configured features exist; returns the key sentences feature ('' = none)."""
-  for field in ("text_key", "label_key"):
+  for field in ('text_key', 'label_key'):
     if config[field] not in features:
-      raise ValueError(f"config.dataset.{field}={config[field]!r} is not a feature of {name}; "
-                       f"valid: {sorted(features)}.")
+      raise ValueError(
+        f'config.dataset.{field}={config[field]!r} is not a feature of {name}; '
+        f'valid: {sorted(features)}.'
+      )
   key = config.key_sentences_key
   if key and key not in features:
     if key != default_config().key_sentences_key:
-      raise ValueError(f"config.dataset.key_sentences_key={key!r} is not a feature of {name}; "
-                       f"valid: {sorted(features)} or '' (none).")
-    return ""
+      raise ValueError(
+        f'config.dataset.key_sentences_key={key!r} is not a feature of {name}; '
+        f"valid: {sorted(features)} or '' (none)."
+      )
+    return ''
   return key
 
 
@@ -349,13 +422,20 @@ def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
     FileNotFoundError: if `tsv_path` names no file.
   """
   config = validate_config(dataset_config)
-  file_config = (tsv_builder_config(config)  # Its config is the files' and the splits'.
-                 if config.name == "tsv_classification" else None)
-  builder = make_builder(config, OWN_BUILDERS, kind="text classification",
-                         examples=("ag_news_subset", "imdb_reviews", "yelp_polarity_reviews"),
-                         builder_config=file_config)
+  file_config = (
+    tsv_builder_config(config)  # Its config is the files' and the splits'.
+    if config.name == 'tsv_classification'
+    else None
+  )
+  builder = make_builder(
+    config,
+    OWN_BUILDERS,
+    kind='text classification',
+    examples=('ag_news_subset', 'imdb_reviews', 'yelp_polarity_reviews'),
+    builder_config=file_config,
+  )
   builder.download_and_prepare()
-  name = builder.info.full_name.rsplit("/", 1)[0]
+  name = builder.info.full_name.rsplit('/', 1)[0]
   features = builder.info.features
   key_sentences_key = _feature_keys(config, features, name)
   label_feature = features[config.label_key]
@@ -365,29 +445,40 @@ def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
     records = read_all(builder.as_data_source(split=config.train_split))
     label_names = sorted({as_text(r[config.label_key]) for r in records})
   else:
-    raise ValueError(f"config.dataset.label_key={config.label_key!r} is a "
-                     f"{type(label_feature).__name__} feature of {name}; valid: a ClassLabel or "
-                     "Text feature.")
+    raise ValueError(
+      f'config.dataset.label_key={config.label_key!r} is a '
+      f'{type(label_feature).__name__} feature of {name}; valid: a ClassLabel or '
+      'Text feature.'
+    )
   labeled = LabeledText(builder, config, label_names, key_sentences_key)
   loaded = load_tokenizers(vocab_dir)
   if loaded:
-    saved = json.loads((epath.Path(vocab_dir) / MANIFEST).read_text()).get("labels")
-    # A pretrained checkpoint's tokenizer (data.pretrained_tokenizer) stands in for a word vocabulary.
-    if loaded[0].kind not in ("word", "pretrained") or saved not in (None, label_names):
-      raise ValueError(f"The vocabulary saved in {vocab_dir} is not a word vocabulary for labels "
-                       f"{label_names} (it has {loaded[0].kind!r}, {saved}); use another "
-                       "directory.")
+    saved = json.loads((epath.Path(vocab_dir) / MANIFEST).read_text()).get('labels')
+    # A pretrained checkpoint's tokenizer (data.pretrained_tokenizer) stands in for a word
+    # vocabulary.
+    if loaded[0].kind not in ('word', 'pretrained') or saved not in (None, label_names):
+      raise ValueError(
+        f'The vocabulary saved in {vocab_dir} is not a word vocabulary for labels '
+        f'{label_names} (it has {loaded[0].kind!r}, {saved}); use another '
+        'directory.'
+      )
     labeled.tokenizer = loaded[0]
     if saved is None:  # A pretraining run's vocabulary (data.language), copied for fine-tuning.
-      save_tokenizers(vocab_dir, labeled.tokenizer, labeled.tokenizer, dataset=name,
-                      labels=label_names)
-    logging.info("Loaded the vocabulary from %s.", vocab_dir)
+      save_tokenizers(
+        vocab_dir, labeled.tokenizer, labeled.tokenizer, dataset=name, labels=label_names
+      )
+    logging.info('Loaded the vocabulary from %s.', vocab_dir)
     return labeled
   train = labeled.examples(config.train_split)
-  labeled.tokenizer = WordTokenizer.build((s for e in train for s in e.sentences),
-                                          max_size=config.vocab_size)
-  save_tokenizers(vocab_dir, labeled.tokenizer, labeled.tokenizer, dataset=name,
-                  labels=label_names)
-  logging.info("Built a vocabulary of %d words from %s %s and saved it in %s.",
-               labeled.tokenizer.vocab_size, name, config.train_split, vocab_dir)
+  labeled.tokenizer = WordTokenizer.build(
+    (s for e in train for s in e.sentences), max_size=config.vocab_size
+  )
+  save_tokenizers(vocab_dir, labeled.tokenizer, labeled.tokenizer, dataset=name, labels=label_names)
+  logging.info(
+    'Built a vocabulary of %d words from %s %s and saved it in %s.',
+    labeled.tokenizer.vocab_size,
+    name,
+    config.train_split,
+    vocab_dir,
+  )
   return labeled

@@ -20,34 +20,34 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from data.builders import digits
+from data.pipeline import DenseBatches, check_batch_args
 from data.readers import image_folder
 from data.schema import checked_fields
-from data.pipeline import DenseBatches, check_batch_args
 from data.tfds_reading import make_builder, read_split
 
-OWN_BUILDERS = {"digits": digits.Digits, "image_folder": image_folder.ImageFolder}
+OWN_BUILDERS = {'digits': digits.Digits, 'image_folder': image_folder.ImageFolder}
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Returns the image classification `config.dataset` with every field at its default."""
   c = ml_collections.ConfigDict()
-  c.name = "digits"             # 'digits', 'image_folder' or a TFDS dataset ('mnist', 'cifar10').
-  c.builder_config = ""         # TFDS builder config; '' = the default.
-  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
-  c.folder = ""                 # image_folder: root/CLASS/images or root/SPLIT/CLASS/images.
-  c.image_key = "image"         # Feature holding the image (uint8 [H, W] or [H, W, C]).
-  c.label_key = "label"         # Feature holding the label (ClassLabel).
-  c.shift = 0                   # Training: translate by up to this many pixels, zero-filled.
-  c.batch_size = 64             # Global training batch size (split evenly across hosts).
-  c.eval_batch_size = 256       # Global evaluation batch size.
-  c.train_split = "train"       # Split for training and for the normalization statistics.
-  c.eval_split = "validation"   # Split evaluated during training.
-  c.test_split = "test"         # Split for the final evaluation.
+  c.name = 'digits'  # 'digits', 'image_folder' or a TFDS dataset ('mnist', 'cifar10').
+  c.builder_config = ''  # TFDS builder config; '' = the default.
+  c.data_dir = ''  # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.folder = ''  # image_folder: root/CLASS/images or root/SPLIT/CLASS/images.
+  c.image_key = 'image'  # Feature holding the image (uint8 [H, W] or [H, W, C]).
+  c.label_key = 'label'  # Feature holding the label (ClassLabel).
+  c.shift = 0  # Training: translate by up to this many pixels, zero-filled.
+  c.batch_size = 64  # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256  # Global evaluation batch size.
+  c.train_split = 'train'  # Split for training and for the normalization statistics.
+  c.eval_split = 'validation'  # Split evaluated during training.
+  c.test_split = 'test'  # Split for the final evaluation.
   return c
 
 
-_POSITIVE = ("batch_size", "eval_batch_size")
-_NON_EMPTY = ("name", "image_key", "label_key", "train_split", "eval_split", "test_split")
+_POSITIVE = ('batch_size', 'eval_batch_size')
+_NON_EMPTY = ('name', 'image_key', 'label_key', 'train_split', 'eval_split', 'test_split')
 
 
 def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
@@ -57,18 +57,20 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     ValueError: naming the first bad field and what it accepts.
   """
   merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
-  check_shift(merged["shift"])
-  if merged["name"] == "image_folder" and not merged["folder"]:
-    raise ValueError("config.dataset.folder must name a folder when config.dataset.name is "
-                     "'image_folder'.")
+  check_shift(merged['shift'])
+  if merged['name'] == 'image_folder' and not merged['folder']:
+    raise ValueError(
+      "config.dataset.folder must name a folder when config.dataset.name is 'image_folder'."
+    )
   return ml_collections.FrozenConfigDict(merged)
 
 
 def check_shift(shift: int) -> None:
   """Checks `config.dataset.shift`, shared by image classification and captioning."""
   if shift < 0:
-    raise ValueError(f"config.dataset.shift must be 0 (no augmentation) or more pixels, got "
-                     f"{shift}.")
+    raise ValueError(
+      f'config.dataset.shift must be 0 (no augmentation) or more pixels, got {shift}.'
+    )
 
 
 def shift_images(images: np.ndarray, shift: int, rng: np.random.Generator) -> np.ndarray:
@@ -86,24 +88,32 @@ def shift_images(images: np.ndarray, shift: int, rng: np.random.Generator) -> np
   b, h, w = images.shape[:3]
   padded = np.pad(images, ((0, 0), (shift, shift), (shift, shift), (0, 0)))  # [B, H+2s, W+2s, C]
   dy, dx = rng.integers(-shift, shift + 1, size=(2, b))
-  rows = np.arange(h)[None, :] + (shift - dy)[:, None]                       # [B, H]
-  cols = np.arange(w)[None, :] + (shift - dx)[:, None]                       # [B, W]
+  rows = np.arange(h)[None, :] + (shift - dy)[:, None]  # [B, H]
+  cols = np.arange(w)[None, :] + (shift - dx)[:, None]  # [B, W]
   return padded[np.arange(b)[:, None, None], rows[:, :, None], cols[:, None, :]]
 
 
-def check_image_feature(config: ml_collections.FrozenConfigDict,
-                        builder: tfds.core.DatasetBuilder) -> None:
+def check_image_feature(
+  config: ml_collections.FrozenConfigDict, builder: tfds.core.DatasetBuilder
+) -> None:
   """Checks `config.image_key` names a uint8 image feature of rank 2 or 3."""
   features = builder.info.features
-  name = builder.info.full_name.rsplit("/", 1)[0]
+  name = builder.info.full_name.rsplit('/', 1)[0]
   if config.image_key not in features:
-    raise ValueError(f"config.dataset.image_key={config.image_key!r} is not a feature of {name}; "
-                     f"valid: {sorted(features)}.")
+    raise ValueError(
+      f'config.dataset.image_key={config.image_key!r} is not a feature of {name}; '
+      f'valid: {sorted(features)}.'
+    )
   feature = features[config.image_key]
-  if not (isinstance(feature, (tfds.features.Image, tfds.features.Tensor))
-          and feature.np_dtype == np.uint8 and len(feature.shape) in (2, 3)):
-    raise ValueError(f"config.dataset.image_key={config.image_key!r} is a {feature!r} feature of "
-                     f"{name}; valid: a uint8 Image or Tensor of shape [H, W] or [H, W, C].")
+  if not (
+    isinstance(feature, (tfds.features.Image, tfds.features.Tensor))
+    and feature.np_dtype == np.uint8
+    and len(feature.shape) in (2, 3)
+  ):
+    raise ValueError(
+      f'config.dataset.image_key={config.image_key!r} is a {feature!r} feature of '
+      f'{name}; valid: a uint8 Image or Tensor of shape [H, W] or [H, W, C].'
+    )
 
 
 class ImageSource:
@@ -116,7 +126,7 @@ class ImageSource:
 
   def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict):
     """Wraps a prepared builder whose image feature `check_image_feature` accepted."""
-    self.name = builder.info.full_name.rsplit("/", 1)[0]
+    self.name = builder.info.full_name.rsplit('/', 1)[0]
     self.config = config
     self._builder = builder
     self._pixels: dict[str, np.ndarray] = {}
@@ -130,19 +140,21 @@ class ImageSource:
     if split not in self._pixels:
       records = read_split(self._builder, split, self.name)
       if not records:
-        raise ValueError(f"Split {split!r} of {self.name} has no examples.")
+        raise ValueError(f'Split {split!r} of {self.name} has no examples.')
       images = [np.asarray(r[self.config.image_key]) for r in records]
       shapes = {}  # One example per shape, to name in the error.
       for i, image in enumerate(images):
         shapes.setdefault(image.shape, i)
       if len(shapes) > 1:
         (a, i), (b, j) = list(shapes.items())[:2]
-        raise ValueError(f"Split {split!r} of {self.name} has images of different shapes, e.g. "
-                         f"{a} (example {i}) and {b} (example {j}); this data needs one shape.")
+        raise ValueError(
+          f'Split {split!r} of {self.name} has images of different shapes, e.g. '
+          f'{a} (example {i}) and {b} (example {j}); this data needs one shape.'
+        )
       pixels = np.stack(images)
       self._pixels[split] = pixels[..., None] if pixels.ndim == 3 else pixels
       self._keep(split, records)
-      logging.info("%s %s: %d images of %s.", self.name, split, len(images), images[0].shape)
+      logging.info('%s %s: %d images of %s.', self.name, split, len(images), images[0].shape)
     return self._pixels[split]
 
   @functools.cached_property
@@ -159,9 +171,10 @@ class ImageSource:
     pixels = self.pixels(self.config.train_split)
     values = np.arange(256) / 255
     # Exact and light: counts of each byte value, not a float copy of the split.
-    counts = np.stack([np.bincount(pixels[..., c].ravel(), minlength=256)
-                       for c in range(pixels.shape[-1])])              # [C, 256]
-    mean = counts @ values / counts.sum(-1)                            # [C]
+    counts = np.stack(
+      [np.bincount(pixels[..., c].ravel(), minlength=256) for c in range(pixels.shape[-1])]
+    )  # [C, 256]
+    mean = counts @ values / counts.sum(-1)  # [C]
     std = np.sqrt(counts @ values**2 / counts.sum(-1) - mean**2)
     # A constant channel would divide by zero; one grey level keeps it finite.
     return mean.astype(np.float32), np.maximum(std, 1 / 255).astype(np.float32)
@@ -171,21 +184,38 @@ class ImageSource:
     mean, std = self._channel_stats
     return (np.asarray(images, np.float32) / 255 - mean) / std
 
-  def _dense_batches(self, split: str, arrays: dict[str, np.ndarray], *, batch_size: int,
-                     shuffle: bool, seed: int, num_epochs: int | None,
-                     process_index: int | None, process_count: int | None) -> DenseBatches:
+  def _dense_batches(
+    self,
+    split: str,
+    arrays: dict[str, np.ndarray],
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_epochs: int | None,
+    process_index: int | None,
+    process_count: int | None,
+  ) -> DenseBatches:
     """`DenseBatches` of 'images' (normalized; shifted when shuffling) and `arrays`."""
-    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
-                                                    process_count)
+    process_index, process_count = check_batch_args(
+      batch_size, num_epochs, process_index, process_count
+    )
     shift = self.config.shift if shuffle else 0
 
     def transform(rows: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
-      images = shift_images(rows["images"], shift, rng) if shift else rows["images"]
-      return {**rows, "images": self.normalize(images)}
+      images = shift_images(rows['images'], shift, rng) if shift else rows['images']
+      return {**rows, 'images': self.normalize(images)}
 
-    return DenseBatches({"images": self.pixels(split), **arrays}, transform=transform,
-                        batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs,
-                        process_index=process_index, process_count=process_count)
+    return DenseBatches(
+      {'images': self.pixels(split), **arrays},
+      transform=transform,
+      batch_size=batch_size,
+      shuffle=shuffle,
+      seed=seed,
+      num_epochs=num_epochs,
+      process_index=process_index,
+      process_count=process_count,
+    )
 
 
 class ImageData(ImageSource):
@@ -197,8 +227,12 @@ class ImageData(ImageSource):
     label_names: the class names; labels are indices into this list.
   """
 
-  def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict,
-               label_names: list[str]):
+  def __init__(
+    self,
+    builder: tfds.core.DatasetBuilder,
+    config: ml_collections.FrozenConfigDict,
+    label_names: list[str],
+  ):
     """Wraps a prepared builder; `build` is the usual way to get one."""
     super().__init__(builder, config)
     self.label_names = list(label_names)
@@ -212,9 +246,17 @@ class ImageData(ImageSource):
     self.pixels(split)
     return self._labels[split]
 
-  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
-              num_epochs: int | None = None, process_index: int | None = None,
-              process_count: int | None = None) -> DenseBatches:
+  def batches(
+    self,
+    split: str,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_epochs: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+  ) -> DenseBatches:
     """A resumable iterator of this host's batches of `split`.
 
     Args:
@@ -235,9 +277,16 @@ class ImageData(ImageSource):
     Raises:
       ValueError: for a bad batch size, epoch count or host index.
     """
-    return self._dense_batches(split, {"labels": self.labels(split)}, batch_size=batch_size,
-                               shuffle=shuffle, seed=seed, num_epochs=num_epochs,
-                               process_index=process_index, process_count=process_count)
+    return self._dense_batches(
+      split,
+      {'labels': self.labels(split)},
+      batch_size=batch_size,
+      shuffle=shuffle,
+      seed=seed,
+      num_epochs=num_epochs,
+      process_index=process_index,
+      process_count=process_count,
+    )
 
 
 def build(dataset_config: Any) -> ImageData:
@@ -255,17 +304,26 @@ def build(dataset_config: Any) -> ImageData:
     FileNotFoundError: if `folder` names no folder.
   """
   config = validate_config(dataset_config)
-  folder_config = (image_folder.config_for_path(config.folder)  # Its config is the folder's.
-                   if config.name == "image_folder" else None)
-  builder = make_builder(config, OWN_BUILDERS, kind="image classification",
-                         examples=("cifar10", "fashion_mnist", "mnist"),
-                         builder_config=folder_config)
+  folder_config = (
+    image_folder.config_for_path(config.folder)  # Its config is the folder's.
+    if config.name == 'image_folder'
+    else None
+  )
+  builder = make_builder(
+    config,
+    OWN_BUILDERS,
+    kind='image classification',
+    examples=('cifar10', 'fashion_mnist', 'mnist'),
+    builder_config=folder_config,
+  )
   builder.download_and_prepare()
   check_image_feature(config, builder)
   features = builder.info.features
-  name = builder.info.full_name.rsplit("/", 1)[0]
+  name = builder.info.full_name.rsplit('/', 1)[0]
   class_labels = sorted(k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel))
   if config.label_key not in class_labels:
-    raise ValueError(f"config.dataset.label_key={config.label_key!r} is not a ClassLabel feature "
-                     f"of {name}; valid: {class_labels}.")
+    raise ValueError(
+      f'config.dataset.label_key={config.label_key!r} is not a ClassLabel feature '
+      f'of {name}; valid: {class_labels}.'
+    )
   return ImageData(builder, config, list(features[config.label_key].names))

@@ -12,14 +12,14 @@ answers (`mqar`), only where an answer is predicted; 'support' then says, per we
 which input position holds the evidence, so attention maps can be checked against it.
 Datasets: Attend's `mqar` and `key_sentence_docs` (prepared offline), a local UTF-8 file
 (`text_file`), or any TFDS text dataset (tiny_shakespeare, lm1b), prepared by TFDS as usual.
-Vocabulary 'pretrained' is a checkpoint's own tokenizer (data.pretrained_tokenizer, written by convert.py), saved in the
-vocabulary directory by `config.init_from`; its rows are framed as the checkpoint was trained,
-`[CLS] pieces [SEP]`, and its `[MASK]` is the mask id.
+Vocabulary 'pretrained' is a checkpoint's own tokenizer (data.pretrained_tokenizer, written by
+convert.py), saved in the vocabulary directory by `config.init_from`; its rows are framed as the
+checkpoint was trained, `[CLS] pieces [SEP]`, and its `[MASK]` is the mask id.
 """
 
+from collections.abc import Callable, Mapping
 import functools
 import textwrap
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from absl import logging
@@ -27,19 +27,32 @@ import ml_collections
 import numpy as np
 
 from data.builders import key_sentence, mqar
-from data.schema import checked_fields
+from data.language_sources import (
+  TEXT_FILE,
+  Example,
+  feature_keys,
+  read_text_file,
+  read_tfds,
+  split_text_file,
+)
 from data.pipeline import PaddedBatches, check_batch_args, placeholder_split
-from data.tfds_reading import make_builder
+from data.schema import checked_fields
 from data.text import TextOptions
-from data.language_sources import (TEXT_FILE, Example, feature_keys, read_text_file, read_tfds,
-                               split_text_file)
-from data.tokenizers import (EOS_ID, PAD_ID, VOCAB_KINDS, Tokenizer, build_tokenizer,
-                             load_tokenizers, save_tokenizers)
+from data.tfds_reading import make_builder
+from data.tokenizers import (
+  EOS_ID,
+  PAD_ID,
+  VOCAB_KINDS,
+  Tokenizer,
+  build_tokenizer,
+  load_tokenizers,
+  save_tokenizers,
+)
 
-OWN_BUILDERS = {"key_sentence_docs": key_sentence.KeySentenceDocs, "mqar": mqar.Mqar}
-PACKINGS = ("example", "stream")
-MASK_TOKEN = "<mask>"
-PRETRAINED = "pretrained"     # vocab: the tokenizer.json of a converted checkpoint's workdir
+OWN_BUILDERS = {'key_sentence_docs': key_sentence.KeySentenceDocs, 'mqar': mqar.Mqar}
+PACKINGS = ('example', 'stream')
+MASK_TOKEN = '<mask>'
+PRETRAINED = 'pretrained'  # vocab: the tokenizer.json of a converted checkpoint's workdir
 VOCABS = (*VOCAB_KINDS, PRETRAINED)
 # SentencePiece skips training sentences over 4192 bytes, and a text file is one long text.
 _SPM_CHUNK_CHARS = 1000
@@ -48,32 +61,32 @@ _SPM_CHUNK_CHARS = 1000
 def default_config() -> ml_collections.ConfigDict:
   """Returns the language-modelling `config.dataset` with every field at its default."""
   c = ml_collections.ConfigDict()
-  c.name = "mqar"               # 'mqar', 'key_sentence_docs', 'text_file' or a TFDS text dataset.
-  c.builder_config = ""         # TFDS builder config; '' = the default.
-  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
-  c.text_path = ""              # text_file: a local UTF-8 plain-text file.
-  c.text_key = "text"           # Feature holding the text.
-  c.answers_key = "answers"     # Token positions that carry the loss; '' or absent = every token.
-  c.support_key = "support"     # Per answer, the position to attend to; '' or absent = none.
-  c.vocab = "word"              # 'char', 'word', 'sentencepiece' (from train) or 'pretrained'.
-  c.vocab_size = 8000           # Word and SentencePiece vocabulary cap, 4 specials included.
-  c.lowercase = False           # Lower-case the text.
-  c.split_punctuation = False   # Put spaces around punctuation ('boy.' -> 'boy .').
-  c.keep_whitespace = False     # Keep line breaks and runs of spaces (char-level text models).
-  c.packing = "example"         # 'example': one example per row; 'stream': joined, then cut.
-  c.seq_length = 64             # Tokens per row fed to the model.
-  c.eval_lengths = ()           # Other row lengths every evaluation also reports ('loss@256').
-  c.held_out = 0.05             # text_file: the fraction for validation, then as much for test.
-  c.batch_size = 64             # Global training batch size (split evenly across hosts).
-  c.eval_batch_size = 256       # Global evaluation batch size.
-  c.train_split = "train"       # Split for training and for building the vocabulary.
-  c.eval_split = "validation"   # Split evaluated during training.
-  c.test_split = "test"         # Split for the final evaluation.
+  c.name = 'mqar'  # 'mqar', 'key_sentence_docs', 'text_file' or a TFDS text dataset.
+  c.builder_config = ''  # TFDS builder config; '' = the default.
+  c.data_dir = ''  # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.text_path = ''  # text_file: a local UTF-8 plain-text file.
+  c.text_key = 'text'  # Feature holding the text.
+  c.answers_key = 'answers'  # Token positions that carry the loss; '' or absent = every token.
+  c.support_key = 'support'  # Per answer, the position to attend to; '' or absent = none.
+  c.vocab = 'word'  # 'char', 'word', 'sentencepiece' (from train) or 'pretrained'.
+  c.vocab_size = 8000  # Word and SentencePiece vocabulary cap, 4 specials included.
+  c.lowercase = False  # Lower-case the text.
+  c.split_punctuation = False  # Put spaces around punctuation ('boy.' -> 'boy .').
+  c.keep_whitespace = False  # Keep line breaks and runs of spaces (char-level text models).
+  c.packing = 'example'  # 'example': one example per row; 'stream': joined, then cut.
+  c.seq_length = 64  # Tokens per row fed to the model.
+  c.eval_lengths = ()  # Other row lengths every evaluation also reports ('loss@256').
+  c.held_out = 0.05  # text_file: the fraction for validation, then as much for test.
+  c.batch_size = 64  # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256  # Global evaluation batch size.
+  c.train_split = 'train'  # Split for training and for building the vocabulary.
+  c.eval_split = 'validation'  # Split evaluated during training.
+  c.test_split = 'test'  # Split for the final evaluation.
   return c
 
 
-_POSITIVE = ("seq_length", "batch_size", "eval_batch_size")
-_NON_EMPTY = ("name", "text_key", "train_split", "eval_split", "test_split")
+_POSITIVE = ('seq_length', 'batch_size', 'eval_batch_size')
+_NON_EMPTY = ('name', 'text_key', 'train_split', 'eval_split', 'test_split')
 
 
 def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
@@ -83,23 +96,26 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     ValueError: naming the first bad field and what it accepts.
   """
   merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
-  for field, choices in (("vocab", VOCABS), ("packing", PACKINGS)):
+  for field, choices in (('vocab', VOCABS), ('packing', PACKINGS)):
     if merged[field] not in choices:
-      raise ValueError(f"config.dataset.{field}={merged[field]!r} is not valid; valid: "
-                       f"{list(choices)}.")
-  lengths = merged["eval_lengths"]
+      raise ValueError(
+        f'config.dataset.{field}={merged[field]!r} is not valid; valid: {list(choices)}.'
+      )
+  lengths = merged['eval_lengths']
   if not all(type(n) is int and n > 0 for n in lengths) or len(set(lengths)) < len(lengths):
-    raise ValueError(f"config.dataset.eval_lengths must be distinct positive ints, got "
-                     f"{lengths}.")
-  if not 0 < merged["held_out"] < 0.5:
-    raise ValueError(f"config.dataset.held_out must be in (0, 0.5), got {merged['held_out']}.")
-  if merged["name"] == TEXT_FILE:
-    if not merged["text_path"]:
-      raise ValueError("config.dataset.text_path must name a file when config.dataset.name is "
-                       f"{TEXT_FILE!r}.")
-    if merged["packing"] != "stream":
-      raise ValueError(f"config.dataset.packing must be 'stream' when config.dataset.name is "
-                       f"{TEXT_FILE!r} (the file is one text), got {merged['packing']!r}.")
+    raise ValueError(f'config.dataset.eval_lengths must be distinct positive ints, got {lengths}.')
+  if not 0 < merged['held_out'] < 0.5:
+    raise ValueError(f'config.dataset.held_out must be in (0, 0.5), got {merged["held_out"]}.')
+  if merged['name'] == TEXT_FILE:
+    if not merged['text_path']:
+      raise ValueError(
+        f'config.dataset.text_path must name a file when config.dataset.name is {TEXT_FILE!r}.'
+      )
+    if merged['packing'] != 'stream':
+      raise ValueError(
+        f"config.dataset.packing must be 'stream' when config.dataset.name is "
+        f'{TEXT_FILE!r} (the file is one text), got {merged["packing"]!r}.'
+      )
   return ml_collections.FrozenConfigDict(merged)
 
 
@@ -114,21 +130,24 @@ class LanguageData:
     mask_id: the id of '<mask>' when built with `mask_token=True`, else None.
   """
 
-  def __init__(self, name: str, config: ml_collections.FrozenConfigDict,
-               read: Callable[[str], list[Example]]):
+  def __init__(
+    self, name: str, config: ml_collections.FrozenConfigDict, read: Callable[[str], list[Example]]
+  ):
     """Wraps a split reader; `build` is the usual way to get one."""
     self.name = name
     self.config = config
-    self.preprocess = TextOptions(lowercase=config.lowercase,
-                                  split_punctuation=config.split_punctuation,
-                                  keep_whitespace=config.keep_whitespace)
+    self.preprocess = TextOptions(
+      lowercase=config.lowercase,
+      split_punctuation=config.split_punctuation,
+      keep_whitespace=config.keep_whitespace,
+    )
     self.tokenizer: Tokenizer | None = None
     self.mask_id: int | None = None
     self._read = read
     self._examples: dict[str, list[Example]] = {}
     self._rows: dict[str, dict[str, np.ndarray]] = {}
 
-  def at_length(self, seq_length: int) -> "LanguageData":
+  def at_length(self, seq_length: int) -> 'LanguageData':
     """The same examples and tokenizer cut into rows of `seq_length` tokens."""
     config = self.config.as_configdict()
     config.seq_length = seq_length
@@ -140,7 +159,7 @@ class LanguageData:
     """Every example of `split` ('train', 'validation', 'test', or a TFDS slice), cached."""
     if split not in self._examples:
       self._examples[split] = self._read(split)
-      logging.info("%s %s: %d examples.", self.name, split, len(self._examples[split]))
+      logging.info('%s %s: %d examples.', self.name, split, len(self._examples[split]))
     return self._examples[split]
 
   def texts(self, split: str) -> list[str]:
@@ -164,8 +183,8 @@ class LanguageData:
         answer or support positions outside its examples.
     """
     if split not in self._rows:
-      rows = (self._stream_rows if self.config.packing == "stream" else self._example_rows)(split)
-      rows["index"] = np.arange(len(rows["tokens"]), dtype=np.int32)
+      rows = (self._stream_rows if self.config.packing == 'stream' else self._example_rows)(split)
+      rows['index'] = np.arange(len(rows['tokens']), dtype=np.int32)
       self._rows[split] = rows
     return self._rows[split]
 
@@ -173,41 +192,47 @@ class LanguageData:
     if self.tokenizer.kind == PRETRAINED:
       return self._framed_rows(split)
     length = self.config.seq_length
-    ids = np.fromiter((i for e in self.examples(split) for i in [*self._ids(e), EOS_ID]),
-                      np.int32)
+    ids = np.fromiter((i for e in self.examples(split) for i in [*self._ids(e), EOS_ID]), np.int32)
     count = (len(ids) - 1) // length  # Windows overlap by one token: none is lost as a target.
     if count < 1:
-      raise ValueError(f"config.dataset.seq_length={length} makes a window longer than the "
-                       f"corpus: split {split!r} of {self.name} has {len(ids)} tokens, fewer "
-                       f"than seq_length + 1.")
-    starts = np.arange(count)[:, None] * length                       # [N, 1]
-    return {"tokens": ids[starts + np.arange(length + 1)],            # [N, L + 1]
-            "weights": np.ones((count, length), np.float32),
-            "support": np.full((count, length), -1, np.int32)}
+      raise ValueError(
+        f'config.dataset.seq_length={length} makes a window longer than the '
+        f'corpus: split {split!r} of {self.name} has {len(ids)} tokens, fewer '
+        f'than seq_length + 1.'
+      )
+    starts = np.arange(count)[:, None] * length  # [N, 1]
+    return {
+      'tokens': ids[starts + np.arange(length + 1)],  # [N, L + 1]
+      'weights': np.ones((count, length), np.float32),
+      'support': np.full((count, length), -1, np.int32),
+    }
 
   def _framed_rows(self, split: str) -> dict[str, np.ndarray]:
     """Stream rows for a pretrained tokenizer: each window of `seq_length - 2` pieces framed
     `[CLS] pieces [SEP]` as in its pretraining, then a PAD (the last target, weight 0)."""
     length, tokenizer = self.config.seq_length, self.tokenizer
-    pieces = np.fromiter((i for e in self.examples(split)
-                          for i in tokenizer.encode_pieces(self.preprocess(e.text))), np.int32)
+    pieces = np.fromiter(
+      (i for e in self.examples(split) for i in tokenizer.encode_pieces(self.preprocess(e.text))),
+      np.int32,
+    )
     count = len(pieces) // max(length - 2, 1)
     if length < 3 or count < 1:
-      raise ValueError(f"config.dataset.seq_length={length} must hold [CLS], at least one piece "
-                       f"and [SEP], and fit in split {split!r} of {self.name} ({len(pieces)} "
-                       "pieces).")
-    tokens = np.full((count, length + 1), PAD_ID, np.int32)             # [N, L + 1]
+      raise ValueError(
+        f'config.dataset.seq_length={length} must hold [CLS], at least one piece '
+        f'and [SEP], and fit in split {split!r} of {self.name} ({len(pieces)} '
+        'pieces).'
+      )
+    tokens = np.full((count, length + 1), PAD_ID, np.int32)  # [N, L + 1]
     tokens[:, 0], tokens[:, length - 1] = tokenizer.bos_id, tokenizer.eos_id
-    tokens[:, 1:length - 1] = pieces[:count * (length - 2)].reshape(count, length - 2)
+    tokens[:, 1 : length - 1] = pieces[: count * (length - 2)].reshape(count, length - 2)
     weights = np.ones((count, length), np.float32)
     weights[:, -1] = 0
-    return {"tokens": tokens, "weights": weights,
-            "support": np.full((count, length), -1, np.int32)}
+    return {'tokens': tokens, 'weights': weights, 'support': np.full((count, length), -1, np.int32)}
 
   def _example_rows(self, split: str) -> dict[str, np.ndarray]:
     examples, length = self.examples(split), self.config.seq_length
     if not examples:
-      raise ValueError(f"Split {split!r} of {self.name} has no examples.")
+      raise ValueError(f'Split {split!r} of {self.name} has no examples.')
     tokens = np.full((len(examples), length + 1), PAD_ID, np.int32)
     weights = np.zeros((len(examples), length), np.float32)
     support = np.full((len(examples), length), -1, np.int32)
@@ -215,16 +240,21 @@ class LanguageData:
     for i, example in enumerate(examples):
       ids = self._ids(example)
       truncated += len(ids) > length + 1
-      tokens[i, :min(len(ids), length + 1)] = ids[:length + 1]
+      tokens[i, : min(len(ids), length + 1)] = ids[: length + 1]
       if not example.answers:
-        weights[i, :max(0, min(len(ids), length + 1) - 1)] = 1
+        weights[i, : max(0, min(len(ids), length + 1) - 1)] = 1
         continue
       answers, sources = example.answers, example.support or (-1,) * len(example.answers)
-      if not (len(sources) == len(answers) and all(0 < p < len(ids) for p in answers)
-              and all(-1 <= s < len(ids) for s in sources)):
-        raise ValueError(f"Example {i} of {self.name} {split} has answers {example.answers} and "
-                         f"support {example.support} (config.dataset.answers_key, support_key) "
-                         f"that do not fit its {len(ids)} tokens.")
+      if not (
+        len(sources) == len(answers)
+        and all(0 < p < len(ids) for p in answers)
+        and all(-1 <= s < len(ids) for s in sources)
+      ):
+        raise ValueError(
+          f'Example {i} of {self.name} {split} has answers {example.answers} and '
+          f'support {example.support} (config.dataset.answers_key, support_key) '
+          f'that do not fit its {len(ids)} tokens.'
+        )
       for p, s in zip(answers, sources):
         if p > length:  # Its target fell off the row.
           answers_cut += 1
@@ -232,14 +262,28 @@ class LanguageData:
         weights[i, p - 1] = 1  # The answer at p is predicted from the input at p - 1.
         support[i, p - 1] = s if s < length else -1
     if truncated:
-      logging.warning("%s %s: truncated %d of %d examples to seq_length + 1 = %d tokens (%d "
-                      "answers cut).", self.name, split, truncated, len(examples), length + 1,
-                      answers_cut)
-    return {"tokens": tokens, "weights": weights, "support": support}
+      logging.warning(
+        '%s %s: truncated %d of %d examples to seq_length + 1 = %d tokens (%d answers cut).',
+        self.name,
+        split,
+        truncated,
+        len(examples),
+        length + 1,
+        answers_cut,
+      )
+    return {'tokens': tokens, 'weights': weights, 'support': support}
 
-  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
-              num_epochs: int | None = None, process_index: int | None = None,
-              process_count: int | None = None) -> "LanguageBatches":
+  def batches(
+    self,
+    split: str,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_epochs: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+  ) -> 'LanguageBatches':
     """A resumable iterator of this host's batches of `split`.
 
     Args:
@@ -259,11 +303,18 @@ class LanguageData:
     Raises:
       ValueError: for a bad batch size, epoch count or host index, or a split `rows` rejects.
     """
-    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
-                                                    process_count)
-    return LanguageBatches(self.rows(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
-                           num_epochs=num_epochs, process_index=process_index,
-                           process_count=process_count)
+    process_index, process_count = check_batch_args(
+      batch_size, num_epochs, process_index, process_count
+    )
+    return LanguageBatches(
+      self.rows(split),
+      batch_size=batch_size,
+      shuffle=shuffle,
+      seed=seed,
+      num_epochs=num_epochs,
+      process_index=process_index,
+      process_count=process_count,
+    )
 
 
 class LanguageBatches(PaddedBatches):
@@ -276,20 +327,24 @@ class LanguageBatches(PaddedBatches):
 
   def __init__(self, rows: Mapping[str, np.ndarray], **kwargs):
     """See `LanguageData.batches`; `rows` is `LanguageData.rows(split)`."""
-    same = np.zeros(len(rows["tokens"]), np.int64)
+    same = np.zeros(len(rows['tokens']), np.int64)
     super().__init__(placeholder_split(same, same), bucket_step=1, **kwargs)
     self._rows = rows
 
   def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-    mine = rows[self._first_row:self._first_row + self._host_rows]
-    n, (b, length) = len(mine), (self._host_rows, self._rows["weights"].shape[1])
+    mine = rows[self._first_row : self._first_row + self._host_rows]
+    n, (b, length) = len(mine), (self._host_rows, self._rows['weights'].shape[1])
     tokens = np.full((b, length + 1), PAD_ID, np.int32)
-    tokens[:n] = self._rows["tokens"][mine]
+    tokens[:n] = self._rows['tokens'][mine]
     # Copies, so a task that masks the inputs in place leaves the targets alone.
-    batch = {"inputs": tokens[:, :-1].copy(), "targets": tokens[:, 1:].copy(),
-             "weights": np.zeros((b, length), np.float32),
-             "support": np.full((b, length), -1, np.int32), "index": np.full(b, -1, np.int32)}
-    for key in ("weights", "support", "index"):
+    batch = {
+      'inputs': tokens[:, :-1].copy(),
+      'targets': tokens[:, 1:].copy(),
+      'weights': np.zeros((b, length), np.float32),
+      'support': np.full((b, length), -1, np.int32),
+      'index': np.full(b, -1, np.int32),
+    }
+    for key in ('weights', 'support', 'index'):
       batch[key][:n] = self._rows[key][mine]
     return batch
 
@@ -318,44 +373,61 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
     FileNotFoundError: if `text_path` names no file.
   """
   config = validate_config(dataset_config)
-  if mask_token and config.vocab == "sentencepiece":
-    raise ValueError("mask_token=True (masked language modelling) needs config.dataset.vocab="
-                     "'char' or 'word', got 'sentencepiece'.")
+  if mask_token and config.vocab == 'sentencepiece':
+    raise ValueError(
+      'mask_token=True (masked language modelling) needs config.dataset.vocab='
+      "'char' or 'word', got 'sentencepiece'."
+    )
   if config.name == TEXT_FILE:
     texts = split_text_file(config)
     data = LanguageData(TEXT_FILE, config, functools.partial(read_text_file, texts))
   else:
-    builder = make_builder(config, OWN_BUILDERS, kind="text", extra_names=[TEXT_FILE],
-                           examples=("lm1b", "tiny_shakespeare"))
+    builder = make_builder(
+      config,
+      OWN_BUILDERS,
+      kind='text',
+      extra_names=[TEXT_FILE],
+      examples=('lm1b', 'tiny_shakespeare'),
+    )
     builder.download_and_prepare()
-    name = builder.info.full_name.rsplit("/", 1)[0]
+    name = builder.info.full_name.rsplit('/', 1)[0]
     keys = feature_keys(config, builder.info.features, name, default_config())
-    data = LanguageData(name, config, functools.partial(read_tfds, builder, config.text_key,
-                                                        *keys))
+    data = LanguageData(name, config, functools.partial(read_tfds, builder, config.text_key, *keys))
   loaded = load_tokenizers(vocab_dir)
   if loaded:
     tokenizer = loaded[0]
     if tokenizer.kind != config.vocab:
-      raise ValueError(f"config.dataset.vocab={config.vocab!r} but the vocabulary saved in "
-                       f"{vocab_dir} is {tokenizer.kind!r}; use that or another directory.")
-    logging.info("Loaded the vocabulary from %s.", vocab_dir)
-    if tokenizer.kind == PRETRAINED:   # the checkpoint's own [MASK]: nothing to add or save
+      raise ValueError(
+        f'config.dataset.vocab={config.vocab!r} but the vocabulary saved in '
+        f'{vocab_dir} is {tokenizer.kind!r}; use that or another directory.'
+      )
+    logging.info('Loaded the vocabulary from %s.', vocab_dir)
+    if tokenizer.kind == PRETRAINED:  # the checkpoint's own [MASK]: nothing to add or save
       if mask_token and tokenizer.mask_id is None:
-        raise ValueError("config.dataset.vocab='pretrained': the checkpoint's tokenizer has no "
-                         "[MASK] token, so it cannot serve a masked language model.")
+        raise ValueError(
+          "config.dataset.vocab='pretrained': the checkpoint's tokenizer has no "
+          '[MASK] token, so it cannot serve a masked language model.'
+        )
       data.tokenizer, data.mask_id = tokenizer, tokenizer.mask_id if mask_token else None
       return data
   elif config.vocab == PRETRAINED:
-    raise ValueError("config.dataset.vocab='pretrained' reads the checkpoint's tokenizer from "
-                     "config.init_from, which holds none; set it to a workdir written by "
-                     "python convert.py.")
+    raise ValueError(
+      "config.dataset.vocab='pretrained' reads the checkpoint's tokenizer from "
+      'config.init_from, which holds none; set it to a workdir written by '
+      'python convert.py.'
+    )
   else:
     texts = [data.preprocess(t) for t in data.texts(config.train_split)]
-    if config.vocab == "sentencepiece":
+    if config.vocab == 'sentencepiece':
       texts = [chunk for t in texts for chunk in textwrap.wrap(t, _SPM_CHUNK_CHARS)]
     tokenizer = build_tokenizer(config.vocab, texts, config.vocab_size)
-    logging.info("Built a %s vocabulary of %d from %s %s.", config.vocab, tokenizer.vocab_size,
-                 data.name, config.train_split)
+    logging.info(
+      'Built a %s vocabulary of %d from %s %s.',
+      config.vocab,
+      tokenizer.vocab_size,
+      data.name,
+      config.train_split,
+    )
   data.tokenizer = tokenizer
   if mask_token and MASK_TOKEN not in tokenizer.vocab:
     data.tokenizer = type(tokenizer)([*tokenizer.vocab, MASK_TOKEN])

@@ -11,8 +11,8 @@ sorted within pools of `_POOL_BATCHES` batches of a shuffled order; evaluation: 
 globally). Every host computes the same global batches and takes its own slice of rows.
 """
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+import dataclasses
 
 from absl import logging
 import jax
@@ -36,6 +36,7 @@ class EncodedSplit:
     target: flat target ids.
     target_offsets: `[K + 1]` offsets into `target`.
   """
+
   index: np.ndarray
   source: np.ndarray
   source_offsets: np.ndarray
@@ -61,8 +62,15 @@ def _flatten(sequences: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
   return flat, offsets
 
 
-def encode_split(name: str, sources: Sequence[list[int]], targets: Sequence[list[int]], *,
-                 max_input_length: int, max_target_length: int, truncate: bool) -> EncodedSplit:
+def encode_split(
+  name: str,
+  sources: Sequence[list[int]],
+  targets: Sequence[list[int]],
+  *,
+  max_input_length: int,
+  max_target_length: int,
+  truncate: bool,
+) -> EncodedSplit:
   """Appends EOS to tokenized examples and drops (or truncates) those over the length limits.
 
   Args:
@@ -80,12 +88,12 @@ def encode_split(name: str, sources: Sequence[list[int]], targets: Sequence[list
     ValueError: if no example is left, naming the limit that removed them.
   """
   kept, kept_sources, kept_targets = [], [], []
-  too_long = {"max_input_length": 0, "max_target_length": 0}
+  too_long = {'max_input_length': 0, 'max_target_length': 0}
   long_examples = 0
   for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
     source_over, target_over = len(source) > max_input_length, len(target) > max_target_length
-    too_long["max_input_length"] += source_over
-    too_long["max_target_length"] += target_over
+    too_long['max_input_length'] += source_over
+    too_long['max_target_length'] += target_over
     if source_over or target_over:
       long_examples += 1
       if not truncate:
@@ -93,17 +101,25 @@ def encode_split(name: str, sources: Sequence[list[int]], targets: Sequence[list
     kept.append(i)
     kept_sources.append(list(source[:max_input_length]) + [EOS_ID])
     kept_targets.append(list(target[:max_target_length]) + [EOS_ID])
-  limits = {"max_input_length": max_input_length, "max_target_length": max_target_length}
-  reasons = ", ".join(f"{n} over {field}={limits[field]}" for field, n in too_long.items() if n)
+  limits = {'max_input_length': max_input_length, 'max_target_length': max_target_length}
+  reasons = ', '.join(f'{n} over {field}={limits[field]}' for field, n in too_long.items() if n)
   if not sources:
-    raise ValueError(f"Split {name!r} has no examples.")
+    raise ValueError(f'Split {name!r} has no examples.')
   if not kept:
-    raise ValueError(f"Split {name!r} is empty after filtering: all {len(sources)} examples are "
-                     f"too long ({reasons}); raise the config.dataset limit(s) or set "
-                     "config.dataset.truncate=True.")
+    raise ValueError(
+      f'Split {name!r} is empty after filtering: all {len(sources)} examples are '
+      f'too long ({reasons}); raise the config.dataset limit(s) or set '
+      'config.dataset.truncate=True.'
+    )
   if long_examples:
-    logging.warning("Split %r: %s %d of %d examples as too long (%s).", name,
-                    "truncated" if truncate else "dropped", long_examples, len(sources), reasons)
+    logging.warning(
+      'Split %r: %s %d of %d examples as too long (%s).',
+      name,
+      'truncated' if truncate else 'dropped',
+      long_examples,
+      len(sources),
+      reasons,
+    )
   source, source_offsets = _flatten(kept_sources)
   target, target_offsets = _flatten(kept_targets)
   return EncodedSplit(np.asarray(kept, np.int32), source, source_offsets, target, target_offsets)
@@ -123,16 +139,23 @@ def placeholder_split(source_lengths: np.ndarray, target_lengths: np.ndarray) ->
   Returns:
     The placeholder split.
   """
-  source_offsets, target_offsets = (np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-                                    for lengths in (source_lengths, target_lengths))
+  source_offsets, target_offsets = (
+    np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    for lengths in (source_lengths, target_lengths)
+  )
   # The ids are never read, and np.zeros maps its pages lazily: large splits cost next to nothing.
-  return EncodedSplit(np.arange(len(source_lengths), dtype=np.int32),
-                      np.zeros(source_offsets[-1], np.int32), source_offsets,
-                      np.zeros(target_offsets[-1], np.int32), target_offsets)
+  return EncodedSplit(
+    np.arange(len(source_lengths), dtype=np.int32),
+    np.zeros(source_offsets[-1], np.int32),
+    source_offsets,
+    np.zeros(target_offsets[-1], np.int32),
+    target_offsets,
+  )
 
 
-def check_batch_args(batch_size: int, num_epochs: int | None, process_index: int | None,
-                     process_count: int | None) -> tuple[int, int]:
+def check_batch_args(
+  batch_size: int, num_epochs: int | None, process_index: int | None, process_count: int | None
+) -> tuple[int, int]:
   """`(process_index, process_count)`, defaulting to this JAX process's, after checking them.
 
   Raises:
@@ -142,13 +165,15 @@ def check_batch_args(batch_size: int, num_epochs: int | None, process_index: int
   process_index = jax.process_index() if process_index is None else process_index
   process_count = jax.process_count() if process_count is None else process_count
   if process_count < 1 or not 0 <= process_index < process_count:
-    raise ValueError(f"process_index must be in [0, process_count), got {process_index} of "
-                     f"{process_count}.")
+    raise ValueError(
+      f'process_index must be in [0, process_count), got {process_index} of {process_count}.'
+    )
   if batch_size < 1 or batch_size % process_count:
-    raise ValueError(f"batch_size must be a positive multiple of process_count="
-                     f"{process_count}, got {batch_size}.")
+    raise ValueError(
+      f'batch_size must be a positive multiple of process_count={process_count}, got {batch_size}.'
+    )
   if num_epochs is not None and num_epochs < 1:
-    raise ValueError(f"num_epochs must be None (forever) or at least 1, got {num_epochs}.")
+    raise ValueError(f'num_epochs must be None (forever) or at least 1, got {num_epochs}.')
   return process_index, process_count
 
 
@@ -158,10 +183,10 @@ def _padded_length(length: int, step: int) -> int:
 
 def _gather(flat: np.ndarray, offsets: np.ndarray, rows: np.ndarray, width: int) -> np.ndarray:
   """Rows `rows` of a flat sequence store, padded with PAD_ID to `width`: `[len(rows), width]`."""
-  starts = offsets[rows][:, None]                             # [R, 1]
-  lengths = offsets[rows + 1][:, None] - starts               # [R, 1]
-  cols = np.arange(width)[None, :]                            # [1, W]
-  positions = np.minimum(starts + cols, len(flat) - 1)        # [R, W], clipped past the end
+  starts = offsets[rows][:, None]  # [R, 1]
+  lengths = offsets[rows + 1][:, None] - starts  # [R, 1]
+  cols = np.arange(width)[None, :]  # [1, W]
+  positions = np.minimum(starts + cols, len(flat) - 1)  # [R, W], clipped past the end
   return np.where(cols < lengths, flat[positions], PAD_ID).astype(np.int32)
 
 
@@ -172,10 +197,20 @@ class PaddedBatches:
   filled with all-padding rows whose 'index' is -1. Use `get_state`/`set_state` to checkpoint.
   """
 
-  def __init__(self, encoded: EncodedSplit, *, batch_size: int, shuffle: bool, seed: int,
-               num_epochs: int | None, process_index: int, process_count: int,
-               bucket_step: int):
-    """See `data.translation.TranslationData.batches`; `batch_size` is global, this host yields its share of rows."""
+  def __init__(
+    self,
+    encoded: EncodedSplit,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_epochs: int | None,
+    process_index: int,
+    process_count: int,
+    bucket_step: int,
+  ):
+    """See `data.translation.TranslationData.batches`; `batch_size` is global, this host yields
+    its share of rows."""
     self._encoded = encoded
     self._batch_size = batch_size
     self._host_rows = batch_size // process_count
@@ -207,12 +242,12 @@ class PaddedBatches:
       pool = size * _POOL_BATCHES
       batches = []
       for start in range(0, len(order), pool):
-        chunk = self._by_length(order[start:start + pool])
-        batches.extend(chunk[i:i + size] for i in range(0, len(chunk), size))
+        chunk = self._by_length(order[start : start + pool])
+        batches.extend(chunk[i : i + size] for i in range(0, len(chunk), size))
       plan = [batches[i] for i in rng.permutation(len(batches))]
     else:
       order = self._by_length(np.arange(len(self._encoded)))
-      plan = [order[i:i + size] for i in range(0, len(order), size)]
+      plan = [order[i : i + size] for i in range(0, len(order), size)]
     self._plan_epoch, self._plan = epoch, plan
     return plan
 
@@ -220,7 +255,7 @@ class PaddedBatches:
     """`rows` stably sorted by source length, then target length."""
     return rows[np.lexsort((self._target_lengths[rows], self._source_lengths[rows]))]
 
-  def __iter__(self) -> "PaddedBatches":
+  def __iter__(self) -> 'PaddedBatches':
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
@@ -236,36 +271,41 @@ class PaddedBatches:
     # The padded lengths come from the global batch, so all hosts agree on the shapes.
     s = _padded_length(int(self._source_lengths[rows].max()), self._bucket_step)
     t = _padded_length(int(self._target_lengths[rows].max()), self._bucket_step)
-    mine = rows[self._first_row:self._first_row + self._host_rows]
+    mine = rows[self._first_row : self._first_row + self._host_rows]
     n = len(mine)
     e = self._encoded
-    batch = {"inputs": np.full((self._host_rows, s), PAD_ID, np.int32),
-             "targets": np.full((self._host_rows, t), PAD_ID, np.int32),
-             "index": np.full((self._host_rows,), -1, np.int32)}
-    batch["inputs"][:n] = _gather(e.source, e.source_offsets, mine, s)
-    batch["targets"][:n] = _gather(e.target, e.target_offsets, mine, t)
-    batch["index"][:n] = e.index[mine]
+    batch = {
+      'inputs': np.full((self._host_rows, s), PAD_ID, np.int32),
+      'targets': np.full((self._host_rows, t), PAD_ID, np.int32),
+      'index': np.full((self._host_rows,), -1, np.int32),
+    }
+    batch['inputs'][:n] = _gather(e.source, e.source_offsets, mine, s)
+    batch['targets'][:n] = _gather(e.target, e.target_offsets, mine, t)
+    batch['index'][:n] = e.index[mine]
     return batch
 
   def get_state(self) -> dict[str, int]:
     """The position of the next batch, `{'epoch': int, 'batch': int}` (JSON-able)."""
-    return {"epoch": self._epoch, "batch": self._batch}
+    return {'epoch': self._epoch, 'batch': self._batch}
 
   def set_state(self, state: Mapping[str, int]) -> None:
     """Restores a position from `get_state`; the next batch is the one that followed it.
 
     Values may be Python ints or 0-d integer arrays (as a checkpoint library may return them).
     """
-    if not isinstance(state, Mapping) or set(state) != {"epoch", "batch"}:
-      raise ValueError(f"Iterator state must be a dict with keys 'epoch' and 'batch', got "
-                       f"{state!r}.")
-    values = [np.asarray(state[key]) for key in ("epoch", "batch")]
+    if not isinstance(state, Mapping) or set(state) != {'epoch', 'batch'}:
+      raise ValueError(
+        f"Iterator state must be a dict with keys 'epoch' and 'batch', got {state!r}."
+      )
+    values = [np.asarray(state[key]) for key in ('epoch', 'batch')]
     if not all(v.shape == () and np.issubdtype(v.dtype, np.integer) and v >= 0 for v in values):
-      raise ValueError(f"Iterator state values must be non-negative ints, got {state!r}.")
+      raise ValueError(f'Iterator state values must be non-negative ints, got {state!r}.')
     epoch, batch = (int(v) for v in values)
     if batch > self.batches_per_epoch:
-      raise ValueError(f"Iterator state batch={batch} exceeds the {self.batches_per_epoch} "
-                       "batches per epoch of this split and batch size.")
+      raise ValueError(
+        f'Iterator state batch={batch} exceeds the {self.batches_per_epoch} '
+        'batches per epoch of this split and batch size.'
+      )
     self._epoch, self._batch = epoch, batch
 
 
@@ -283,8 +323,9 @@ class DenseBatches(PaddedBatches):
   partial last batch are zeros with index -1.
   """
 
-  def __init__(self, arrays: Mapping[str, np.ndarray], *, transform: BatchTransform | None = None,
-               **kwargs):
+  def __init__(
+    self, arrays: Mapping[str, np.ndarray], *, transform: BatchTransform | None = None, **kwargs
+  ):
     """Creates the iterator.
 
     Args:
@@ -296,22 +337,23 @@ class DenseBatches(PaddedBatches):
     """
     lengths = {len(a) for a in arrays.values()}
     if len(lengths) != 1:
-      raise ValueError(f"DenseBatches needs arrays of one length, got {sorted(lengths)}.")
+      raise ValueError(f'DenseBatches needs arrays of one length, got {sorted(lengths)}.')
     ones = np.ones(lengths.pop(), np.int64)
     super().__init__(placeholder_split(ones, ones), bucket_step=1, **kwargs)
     self._arrays, self._transform = dict(arrays), transform
 
   def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-    mine = rows[self._first_row:self._first_row + self._host_rows]
+    mine = rows[self._first_row : self._first_row + self._host_rows]
     real = {key: a[mine] for key, a in self._arrays.items()}
     if self._transform is not None:
       # `__next__` has already moved past this batch: it is number `self._batch - 1`.
       rng = np.random.default_rng([self._seed, self._epoch, self._batch - 1, self._first_row])
       real = self._transform(real, rng)
-    real["index"] = mine.astype(np.int32)
+    real['index'] = mine.astype(np.int32)
     batch = {}
     for key, values in real.items():
-      batch[key] = np.full((self._host_rows, *values.shape[1:]), -1 if key == "index" else 0,
-                           values.dtype)
-      batch[key][:len(mine)] = values
+      batch[key] = np.full(
+        (self._host_rows, *values.shape[1:]), -1 if key == 'index' else 0, values.dtype
+      )
+      batch[key][: len(mine)] = values
     return batch

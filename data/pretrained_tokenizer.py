@@ -14,7 +14,7 @@ from data.special_ids import PAD_ID
 class PretrainedTokenizer:
   """`tokenizers.Tokenizer` of a `tokenizer.json`, with its own truncation and padding off."""
 
-  kind = "pretrained"
+  kind = 'pretrained'
 
   def __init__(self, tokenizer_json: str, *, max_length: int | None = None):
     """Reads the tokenizer.
@@ -24,6 +24,7 @@ class PretrainedTokenizer:
       max_length: `encode` keeps at most this many ids, the closing special token included.
     """
     import tokenizers  # pylint: disable=import-outside-toplevel
+
     self.tokenizer_json = tokenizer_json
     self._tokenizer = tokenizers.Tokenizer.from_str(tokenizer_json)
     self._tokenizer.no_padding()
@@ -35,20 +36,22 @@ class PretrainedTokenizer:
       ids = [self._tokenizer.token_to_id(name) for name in names]
       return next((i for i in ids if i is not None), None)
 
-    self.pad_id = special("[PAD]", "<pad>")
+    self.pad_id = special('[PAD]', '<pad>')
     if self.pad_id is None:
-      raise ValueError("tokenizer.json has no padding token ([PAD] or <pad>).")
-    if self.pad_id != PAD_ID:   # data/ pads every row with PAD_ID, which must read as padding
-      raise ValueError(f"tokenizer.json's padding token has id {self.pad_id}; Attend pads with "
-                       f"{PAD_ID}.")
-    self.unk_id = special("[UNK]", "<unk>")
-    self.mask_id = special("[MASK]", "<mask>")
-    self.bos_id = special("[CLS]", "<s>")
-    self.eos_id = special("[SEP]", "</s>")
+      raise ValueError('tokenizer.json has no padding token ([PAD] or <pad>).')
+    if self.pad_id != PAD_ID:  # data/ pads every row with PAD_ID, which must read as padding
+      raise ValueError(
+        f"tokenizer.json's padding token has id {self.pad_id}; Attend pads with {PAD_ID}."
+      )
+    self.unk_id = special('[UNK]', '<unk>')
+    self.mask_id = special('[MASK]', '<mask>')
+    self.bos_id = special('[CLS]', '<s>')
+    self.eos_id = special('[SEP]', '</s>')
     # The ids tokenizer.json marks special ([PAD], [UNK], [CLS], [SEP], [MASK] for BERT): they
     # are not text, wherever they sit in the vocabulary (BERT's [CLS] is 101).
-    self.special_ids = tuple(sorted(
-        i for i, token in self._tokenizer.get_added_tokens_decoder().items() if token.special))
+    self.special_ids = tuple(
+      sorted(i for i, token in self._tokenizer.get_added_tokens_decoder().items() if token.special)
+    )
 
   @property
   def vocab_size(self) -> int:
@@ -77,4 +80,4 @@ class PretrainedTokenizer:
 
   def tokens(self, ids: Iterable[int]) -> list[str]:
     """The piece of each id (`##` marks a word's continuation), for attention axes."""
-    return [self._tokenizer.id_to_token(int(i)) or "[UNK]" for i in ids]
+    return [self._tokenizer.id_to_token(int(i)) or '[UNK]' for i in ids]

@@ -14,8 +14,8 @@ answer is one vocabulary word. Datasets: Attend's `babi_tasks` (generated offlin
 
 import dataclasses
 import functools
-import unicodedata
 from typing import Any
+import unicodedata
 
 from absl import logging
 import ml_collections
@@ -23,37 +23,37 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from data.builders import babi
+from data.pipeline import DenseBatches, check_batch_args
 from data.readers import babi_files
 from data.schema import checked_fields
-from data.pipeline import DenseBatches, check_batch_args
-from data.tfds_reading import as_text, make_builder, read_split
 from data.text import TextOptions
+from data.tfds_reading import as_text, make_builder, read_split
 from data.tokenizers import PAD_ID, UNK_ID, WordTokenizer, load_tokenizers, save_tokenizers
 
-OWN_BUILDERS = {"babi_tasks": babi.BabiTasks, "babi_files": babi_files.BabiFiles}
+OWN_BUILDERS = {'babi_tasks': babi.BabiTasks, 'babi_files': babi_files.BabiFiles}
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Returns the question-answering `config.dataset` with every field at its default."""
   c = ml_collections.ConfigDict()
-  c.name = "babi_tasks"         # 'babi_tasks' (generated) or 'babi_files' (original files).
-  c.builder_config = "qa1_10k"  # babi_tasks: 'qa{1,2,16}_{1k,10k}'.
-  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
-  c.folder = ""                 # babi_files: folder of qaN_*_{train,valid,test}.txt files.
-  c.task = 1                    # babi_files: N of the qaN files to read.
-  c.memory_size = 50            # Most recent sentences kept per story (memory slots).
-  c.sentence_length = 0         # Words kept per sentence; 0 = the longest in train.
-  c.lowercase = True            # Lower-case the text.
-  c.batch_size = 32             # Global training batch size (split evenly across hosts).
-  c.eval_batch_size = 256       # Global evaluation batch size.
-  c.train_split = "train"       # Split for training and for building the vocabulary.
-  c.eval_split = "validation"   # Split evaluated during training.
-  c.test_split = "test"         # Split for the final evaluation.
+  c.name = 'babi_tasks'  # 'babi_tasks' (generated) or 'babi_files' (original files).
+  c.builder_config = 'qa1_10k'  # babi_tasks: 'qa{1,2,16}_{1k,10k}'.
+  c.data_dir = ''  # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.folder = ''  # babi_files: folder of qaN_*_{train,valid,test}.txt files.
+  c.task = 1  # babi_files: N of the qaN files to read.
+  c.memory_size = 50  # Most recent sentences kept per story (memory slots).
+  c.sentence_length = 0  # Words kept per sentence; 0 = the longest in train.
+  c.lowercase = True  # Lower-case the text.
+  c.batch_size = 32  # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256  # Global evaluation batch size.
+  c.train_split = 'train'  # Split for training and for building the vocabulary.
+  c.eval_split = 'validation'  # Split evaluated during training.
+  c.test_split = 'test'  # Split for the final evaluation.
   return c
 
 
-_POSITIVE = ("task", "memory_size", "batch_size", "eval_batch_size")
-_NON_EMPTY = ("name", "train_split", "eval_split", "test_split")
+_POSITIVE = ('task', 'memory_size', 'batch_size', 'eval_batch_size')
+_NON_EMPTY = ('name', 'train_split', 'eval_split', 'test_split')
 
 
 def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
@@ -63,15 +63,20 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     ValueError: naming the first bad field and what it accepts.
   """
   merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
-  if merged["name"] not in OWN_BUILDERS:
-    raise ValueError(f"config.dataset.name={merged['name']!r} is not a question-answering "
-                     f"dataset; valid: {sorted(OWN_BUILDERS)}.")
-  if merged["sentence_length"] < 0:
-    raise ValueError(f"config.dataset.sentence_length must be 0 (the longest in train) or more "
-                     f"words, got {merged['sentence_length']}.")
-  if merged["name"] == "babi_files" and not merged["folder"]:
-    raise ValueError("config.dataset.folder must name a folder when config.dataset.name is "
-                     "'babi_files'.")
+  if merged['name'] not in OWN_BUILDERS:
+    raise ValueError(
+      f'config.dataset.name={merged["name"]!r} is not a question-answering '
+      f'dataset; valid: {sorted(OWN_BUILDERS)}.'
+    )
+  if merged['sentence_length'] < 0:
+    raise ValueError(
+      f'config.dataset.sentence_length must be 0 (the longest in train) or more '
+      f'words, got {merged["sentence_length"]}.'
+    )
+  if merged['name'] == 'babi_files' and not merged['folder']:
+    raise ValueError(
+      "config.dataset.folder must name a folder when config.dataset.name is 'babi_files'."
+    )
   return ml_collections.FrozenConfigDict(merged)
 
 
@@ -85,6 +90,7 @@ class QAExample:
     answer: the answer, one word.
     supporting: indices into `story` of the sentences the answer follows from.
   """
+
   story: tuple[str, ...]
   question: str
   answer: str
@@ -101,10 +107,14 @@ class QAData:
     memory_size: M, memory slots (sentences) per story.
   """
 
-  def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict,
-               tokenizer: WordTokenizer | None = None):
+  def __init__(
+    self,
+    builder: tfds.core.DatasetBuilder,
+    config: ml_collections.FrozenConfigDict,
+    tokenizer: WordTokenizer | None = None,
+  ):
     """Wraps a prepared builder; `build` is the usual way to get one."""
-    self.name = builder.info.full_name.rsplit("/", 1)[0]
+    self.name = builder.info.full_name.rsplit('/', 1)[0]
     self.config = config
     self.tokenizer = tokenizer
     self.memory_size = config.memory_size
@@ -117,17 +127,24 @@ class QAData:
     """Every example of `split` ('train', 'validation', 'test' or a TFDS slice), cached."""
     if split not in self._examples:
       self._examples[split] = [
-          QAExample(story=tuple(as_text(s) for s in r["story"]), question=as_text(r["question"]),
-                    answer=as_text(r["answer"]),
-                    supporting=tuple(int(i) for i in r["supporting"]))
-          for r in read_split(self._builder, split, self.name)]
-      logging.info("%s %s: %d questions.", self.name, split, len(self._examples[split]))
+        QAExample(
+          story=tuple(as_text(s) for s in r['story']),
+          question=as_text(r['question']),
+          answer=as_text(r['answer']),
+          supporting=tuple(int(i) for i in r['supporting']),
+        )
+        for r in read_split(self._builder, split, self.name)
+      ]
+      logging.info('%s %s: %d questions.', self.name, split, len(self._examples[split]))
     return self._examples[split]
 
   def words(self, text: str) -> str:
     """`text` as the vocabulary sees it: lower-cased (`lowercase`), punctuation dropped."""
-    return " ".join(w for w in self._normalize(text).split()
-                    if not all(unicodedata.category(c).startswith("P") for c in w))
+    return ' '.join(
+      w
+      for w in self._normalize(text).split()
+      if not all(unicodedata.category(c).startswith('P') for c in w)
+    )
 
   def answer_word(self, answer: str) -> str:
     """The vocabulary word of an answer (lower-cased with `lowercase`, punctuation kept, so
@@ -136,23 +153,28 @@ class QAData:
 
   def texts(self, split: str) -> list[str]:
     """Every sentence, question and answer word of `split`, as the vocabulary sees them."""
-    return [text for e in self.examples(split)
-            for text in (*map(self.words, e.story), self.words(e.question),
-                         self.answer_word(e.answer))]
+    return [
+      text
+      for e in self.examples(split)
+      for text in (*map(self.words, e.story), self.words(e.question), self.answer_word(e.answer))
+    ]
 
   @functools.cached_property
   def sentence_length(self) -> int:
     """L, words per sentence: `config.sentence_length`, or 0 for the longest in train."""
     if self.config.sentence_length:
       return self.config.sentence_length
-    return max(len(self.words(s).split()) for e in self.examples(self.config.train_split)
-               for s in (*e.story, e.question))
+    return max(
+      len(self.words(s).split())
+      for e in self.examples(self.config.train_split)
+      for s in (*e.story, e.question)
+    )
 
   def _encode(self, text: str) -> np.ndarray:
     """The first L word ids of `text`, PAD_ID-padded: int32 `[L]`."""
     row = np.full(self.sentence_length, PAD_ID, np.int32)
-    ids = self.tokenizer.encode(self.words(text))[:self.sentence_length]
-    row[:len(ids)] = ids
+    ids = self.tokenizer.encode(self.words(text))[: self.sentence_length]
+    row[: len(ids)] = ids
     return row
 
   def arrays(self, split: str) -> dict[str, np.ndarray]:
@@ -176,11 +198,22 @@ class QAData:
           story[n, slot] = self._encode(sentence)
         support[n, [i - first for i in e.supporting if i >= first]] = 1
       if truncated:
-        logging.warning("%s %s: %d of %d examples have stories of more than memory_size=%d "
-                        "sentences; kept the most recent %d of each.", self.name, split,
-                        truncated, len(examples), m, m)
-      self._arrays[split] = {"story": story, "query": query,
-                             "answer": self._answer_ids(split, examples), "support": support}
+        logging.warning(
+          '%s %s: %d of %d examples have stories of more than memory_size=%d '
+          'sentences; kept the most recent %d of each.',
+          self.name,
+          split,
+          truncated,
+          len(examples),
+          m,
+          m,
+        )
+      self._arrays[split] = {
+        'story': story,
+        'query': query,
+        'answer': self._answer_ids(split, examples),
+        'support': support,
+      }
     return self._arrays[split]
 
   def _answer_ids(self, split: str, examples: list[QAExample]) -> np.ndarray:
@@ -188,19 +221,29 @@ class QAData:
     for n, e in enumerate(examples):
       encoded = self.tokenizer.encode(self.answer_word(e.answer))
       if len(encoded) != 1 or encoded[0] == UNK_ID:
-        raise ValueError(f"Answer {e.answer!r} of split {split!r} of {self.name} is not a word "
-                         f"of the vocabulary built from config.dataset.train_split="
-                         f"{self.config.train_split!r}.")
+        raise ValueError(
+          f'Answer {e.answer!r} of split {split!r} of {self.name} is not a word '
+          f'of the vocabulary built from config.dataset.train_split='
+          f'{self.config.train_split!r}.'
+        )
       ids[n] = encoded[0]
     return ids
 
   def answer_ids(self) -> list[int]:
     """Sorted word ids that occur as answers in the train split (to restrict an output layer)."""
-    return sorted({int(i) for i in self.arrays(self.config.train_split)["answer"]})
+    return sorted({int(i) for i in self.arrays(self.config.train_split)['answer']})
 
-  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
-              num_epochs: int | None = None, process_index: int | None = None,
-              process_count: int | None = None) -> DenseBatches:
+  def batches(
+    self,
+    split: str,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_epochs: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+  ) -> DenseBatches:
     """A resumable iterator of this host's batches of `split`.
 
     Args:
@@ -224,11 +267,18 @@ class QAData:
       ValueError: for a bad batch size, epoch count or host index, or an answer outside the
         vocabulary.
     """
-    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
-                                                    process_count)
-    return DenseBatches(self.arrays(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
-                        num_epochs=num_epochs, process_index=process_index,
-                        process_count=process_count)
+    process_index, process_count = check_batch_args(
+      batch_size, num_epochs, process_index, process_count
+    )
+    return DenseBatches(
+      self.arrays(split),
+      batch_size=batch_size,
+      shuffle=shuffle,
+      seed=seed,
+      num_epochs=num_epochs,
+      process_index=process_index,
+      process_count=process_count,
+    )
 
 
 def build(dataset_config: Any, vocab_dir: str) -> QAData:
@@ -253,24 +303,35 @@ def build(dataset_config: Any, vocab_dir: str) -> QAData:
     FileNotFoundError: if `folder` names no folder.
   """
   config = validate_config(dataset_config)
-  file_config = (babi_files.config_for_folder(config.folder, config.task)
-                 if config.name == "babi_files" else None)
-  builder = make_builder(config, OWN_BUILDERS, kind="question answering", examples=(),
-                         builder_config=file_config)
+  file_config = (
+    babi_files.config_for_folder(config.folder, config.task)
+    if config.name == 'babi_files'
+    else None
+  )
+  builder = make_builder(
+    config, OWN_BUILDERS, kind='question answering', examples=(), builder_config=file_config
+  )
   builder.download_and_prepare()
   data = QAData(builder, config)
   loaded = load_tokenizers(vocab_dir)
   if loaded:
-    if loaded[0].kind != "word":
-      raise ValueError(f"The vocabulary saved in {vocab_dir} is a {loaded[0].kind!r} vocabulary, "
-                       "not a word vocabulary; use another directory.")
+    if loaded[0].kind != 'word':
+      raise ValueError(
+        f'The vocabulary saved in {vocab_dir} is a {loaded[0].kind!r} vocabulary, '
+        'not a word vocabulary; use another directory.'
+      )
     data.tokenizer = loaded[0]
-    logging.info("Loaded the vocabulary from %s.", vocab_dir)
+    logging.info('Loaded the vocabulary from %s.', vocab_dir)
   else:
     data.tokenizer = WordTokenizer.build(data.texts(config.train_split))
     save_tokenizers(vocab_dir, data.tokenizer, data.tokenizer, dataset=data.name)
-    logging.info("Built a vocabulary of %d words from %s %s and saved it in %s.",
-                 data.tokenizer.vocab_size, data.name, config.train_split, vocab_dir)
+    logging.info(
+      'Built a vocabulary of %d words from %s %s and saved it in %s.',
+      data.tokenizer.vocab_size,
+      data.name,
+      config.train_split,
+      vocab_dir,
+    )
   for split in (config.eval_split, config.test_split):
     data.arrays(split)
   return data

@@ -23,20 +23,71 @@ abbreviation or an initial and each starts with an upper-case letter, digit or q
 
 import re
 
-ABBREVIATIONS = frozenset({
-    "Mr", "Mrs", "Ms", "Mx", "Dr", "Prof", "St", "Jr", "Sr", "Mt", "Ft", "Gen", "Col", "Capt",
-    "Lt", "Sgt", "Rev", "Hon", "Gov", "Sen", "Rep", "Pres", "Inc", "Ltd", "Co", "Corp", "Bros",
-    "Ave", "Rd", "Blvd", "Dept", "Univ", "Est", "approx", "vs", "etc", "cf", "al", "ca",
-    "Jan", "Feb", "Mar", "Apr", "Jun", "Jul", "Aug", "Sep", "Sept", "Oct", "Nov", "Dec"})
-NUMBER_ABBREVIATIONS = frozenset({"No", "Nos", "Fig", "Figs", "Vol", "Vols", "Eq", "Ch", "pp",
-                                  "Art", "Sec", "Ex"})
+ABBREVIATIONS = frozenset(
+  {
+    'Mr',
+    'Mrs',
+    'Ms',
+    'Mx',
+    'Dr',
+    'Prof',
+    'St',
+    'Jr',
+    'Sr',
+    'Mt',
+    'Ft',
+    'Gen',
+    'Col',
+    'Capt',
+    'Lt',
+    'Sgt',
+    'Rev',
+    'Hon',
+    'Gov',
+    'Sen',
+    'Rep',
+    'Pres',
+    'Inc',
+    'Ltd',
+    'Co',
+    'Corp',
+    'Bros',
+    'Ave',
+    'Rd',
+    'Blvd',
+    'Dept',
+    'Univ',
+    'Est',
+    'approx',
+    'vs',
+    'etc',
+    'cf',
+    'al',
+    'ca',
+    'Jan',
+    'Feb',
+    'Mar',
+    'Apr',
+    'Jun',
+    'Jul',
+    'Aug',
+    'Sep',
+    'Sept',
+    'Oct',
+    'Nov',
+    'Dec',
+  }
+)
+NUMBER_ABBREVIATIONS = frozenset(
+  {'No', 'Nos', 'Fig', 'Figs', 'Vol', 'Vols', 'Eq', 'Ch', 'pp', 'Art', 'Sec', 'Ex'}
+)
 
-_CLOSERS = "\"')]}\u201d\u2019\u00bb"
-_OPENERS = "\"'([{\u201c\u2018\u00ab"
-_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n\s*")
+_CLOSERS = '"\')]}\u201d\u2019\u00bb'
+_OPENERS = '"\'([{\u201c\u2018\u00ab'
+_BLANK_LINE = re.compile(r'\n[ \t\r\f\v]*\n\s*')
 # A terminator run, optional closing quotes/brackets, then the whitespace after them.
-_CANDIDATE = re.compile(f"[.!?]+[{re.escape(_CLOSERS)}]*(\\s+)")
-_DOTTED_LETTERS = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
+_CANDIDATE = re.compile(f'[.!?]+[{re.escape(_CLOSERS)}]*(\\s+)')
+_DOTTED_LETTERS = re.compile(r'(?:[A-Za-z]\.)+[A-Za-z]')
 
 
 def _is_abbreviation(word: str, next_char: str) -> bool:
@@ -54,12 +105,12 @@ def _ends_sentence(paragraph: str, match: re.Match) -> bool:
   next_char = paragraph[match.end()]
   if not (next_char.isupper() or next_char.isdigit() or next_char in _OPENERS):
     return False
-  if match.group(0).rstrip().rstrip(_CLOSERS) != ".":
+  if match.group(0).rstrip().rstrip(_CLOSERS) != '.':
     return True
   word_start = match.start()
   while word_start > 0 and not paragraph[word_start - 1].isspace():
     word_start -= 1
-  return not _is_abbreviation(paragraph[word_start:match.start()], next_char)
+  return not _is_abbreviation(paragraph[word_start : match.start()], next_char)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -77,7 +128,7 @@ def split_sentences(text: str) -> list[str]:
     start = 0
     for match in _CANDIDATE.finditer(paragraph):
       if _ends_sentence(paragraph, match):
-        sentences.append(paragraph[start:match.start(1)].strip())
+        sentences.append(paragraph[start : match.start(1)].strip())
         start = match.end()
     sentences.append(paragraph[start:].strip())
   return [s for s in sentences if s]

@@ -5,4 +5,4 @@
 """
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
+SPECIAL_TOKENS = ('<pad>', '<bos>', '<eos>', '<unk>')

@@ -13,23 +13,24 @@ import unicodedata
 # Han ideographs (with extensions and compatibility forms), kana, CJK symbols and punctuation,
 # and full-width forms. Hangul is left out on purpose: Korean separates words with spaces.
 _CJK_CHARS = re.compile(
-    "([\u3000-\u303f\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\uf900-\ufaff\uff00-\uffef\U00020000-\U0002ffff])")
+  '([\u3000-\u303f\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff'
+  '\uf900-\ufaff\uff00-\uffef\U00020000-\U0002ffff])'
+)
 
 # Punctuation that stays attached when it joins two letters or digits ("don't", "twenty-one").
 _WORD_JOINERS = frozenset("'\u2019-\u2010")
 # Punctuation that stays attached between two digits ("3.5", "1,000").
-_NUMBER_JOINERS = frozenset(".,")
+_NUMBER_JOINERS = frozenset('.,')
 
 
 @functools.lru_cache(maxsize=4096)
 def _is_latin(char: str) -> bool:
-  return unicodedata.name(char, "").startswith("LATIN")
+  return unicodedata.name(char, '').startswith('LATIN')
 
 
 @functools.lru_cache(maxsize=4096)
 def _is_punctuation(char: str) -> bool:
-  return unicodedata.category(char).startswith("P")
+  return unicodedata.category(char).startswith('P')
 
 
 def strip_latin_accents(text: str) -> str:
@@ -41,14 +42,14 @@ def strip_latin_accents(text: str) -> str:
     return text
   out = []
   base_is_latin = False
-  for char in unicodedata.normalize("NFD", text):
+  for char in unicodedata.normalize('NFD', text):
     if unicodedata.combining(char):
       if base_is_latin:
         continue
     else:
       base_is_latin = _is_latin(char)
     out.append(char)
-  return unicodedata.normalize("NFC", "".join(out))
+  return unicodedata.normalize('NFC', ''.join(out))
 
 
 def space_punctuation(text: str) -> str:
@@ -68,13 +69,13 @@ def space_punctuation(text: str) -> str:
     elif inside and char in _NUMBER_JOINERS and text[i - 1].isdigit() and text[i + 1].isdigit():
       out.append(char)
     else:
-      out.append(f" {char} ")
-  return "".join(out)
+      out.append(f' {char} ')
+  return ''.join(out)
 
 
 def space_cjk(text: str) -> str:
   """Puts spaces around every CJK character, so word vocabularies see one character per token."""
-  return _CJK_CHARS.sub(r" \1 ", text)
+  return _CJK_CHARS.sub(r' \1 ', text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +89,7 @@ class TextOptions:
     split_punctuation: space out punctuation (see `space_punctuation`).
     keep_whitespace: leave whitespace as it is instead of collapsing it to single spaces.
   """
+
   lowercase: bool = False
   strip_accents: bool = False
   split_cjk: bool = False
@@ -104,4 +106,4 @@ class TextOptions:
       text = space_cjk(text)
     if self.split_punctuation:
       text = space_punctuation(text)
-    return text if self.keep_whitespace else " ".join(text.split())
+    return text if self.keep_whitespace else ' '.join(text.split())

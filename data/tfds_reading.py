@@ -4,8 +4,8 @@
 registry), checking its builder config; `read_split` reads a prepared split whole, in order.
 """
 
-import os
 from collections.abc import Callable, Iterable, Mapping
+import os
 from typing import Any
 
 import ml_collections
@@ -16,15 +16,18 @@ _READ_CHUNK = 4096
 
 def as_text(value: Any) -> str:
   """A text feature as str: the real data sources give bytes, `tfds.testing.mock_data` str."""
-  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
 
 
 def read_all(source: Any) -> list[dict[str, Any]]:
   """Every record of a TFDS data source, in order, read in chunks (4x faster than one by one)."""
   n = len(source)
   try:
-    return [example for start in range(0, n, _READ_CHUNK)
-            for example in source.__getitems__(list(range(start, min(n, start + _READ_CHUNK))))]
+    return [
+      example
+      for start in range(0, n, _READ_CHUNK)
+      for example in source.__getitems__(list(range(start, min(n, start + _READ_CHUNK))))
+    ]
   except TypeError:  # The data sources of tfds.testing.mock_data only support indexing.
     return [source[i] for i in range(n)]
 
@@ -42,17 +45,20 @@ def read_split(builder: tfds.core.DatasetBuilder, split: str, name: str) -> list
       know no split names; they accept any.
   """
   known = list(builder.info.splits.keys())
-  if known and split.split("[")[0] not in known:
-    raise ValueError(f"Split {split!r} is not a split of {name}; valid: {sorted(known)}.")
+  if known and split.split('[')[0] not in known:
+    raise ValueError(f'Split {split!r} is not a split of {name}; valid: {sorted(known)}.')
   return read_all(builder.as_data_source(split=split))
 
 
-def make_builder(config: ml_collections.FrozenConfigDict,
-                 own_builders: Mapping[str, type[tfds.core.DatasetBuilder]], *, kind: str,
-                 examples: Iterable[str] | Callable[[], Iterable[str]],
-                 extra_names: Iterable[str] = (),
-                 builder_config: tfds.core.BuilderConfig | None = None
-                 ) -> tfds.core.DatasetBuilder:
+def make_builder(
+  config: ml_collections.FrozenConfigDict,
+  own_builders: Mapping[str, type[tfds.core.DatasetBuilder]],
+  *,
+  kind: str,
+  examples: Iterable[str] | Callable[[], Iterable[str]],
+  extra_names: Iterable[str] = (),
+  builder_config: tfds.core.BuilderConfig | None = None,
+) -> tfds.core.DatasetBuilder:
   """The builder `config.dataset` names, reading array_record files, its builder config checked.
 
   Shared by translation, classification and language modelling, whose datasets differ only in
@@ -82,15 +88,21 @@ def make_builder(config: ml_collections.FrozenConfigDict,
       cls = tfds.builder_cls(config.name)
     except tfds.core.registered.DatasetNotFoundError:
       named = sorted(examples() if callable(examples) else examples)
-      raise ValueError(f"config.dataset.name={config.name!r} is not a known dataset; valid: "
-                       f"{sorted([*own_builders, *extra_names])} or a registered TFDS {kind} "
-                       f"dataset, e.g. {named}.") from None
-  kwargs = {"data_dir": os.path.expanduser(config.data_dir) if config.data_dir else None,
-            "file_format": "array_record"}
+      raise ValueError(
+        f'config.dataset.name={config.name!r} is not a known dataset; valid: '
+        f'{sorted([*own_builders, *extra_names])} or a registered TFDS {kind} '
+        f'dataset, e.g. {named}.'
+      ) from None
+  kwargs = {
+    'data_dir': os.path.expanduser(config.data_dir) if config.data_dir else None,
+    'file_format': 'array_record',
+  }
   if builder_config is not None:
     return cls(config=builder_config, **kwargs)
   valid = sorted(cls.builder_configs)
   if config.builder_config and config.builder_config not in valid:
-    raise ValueError(f"config.dataset.builder_config={config.builder_config!r} is not a config "
-                     f"of {config.name}; valid: {valid or 'none (use an empty string)'}.")
+    raise ValueError(
+      f'config.dataset.builder_config={config.builder_config!r} is not a config '
+      f'of {config.name}; valid: {valid or "none (use an empty string)"}.'
+    )
   return cls(config=config.builder_config or None, **kwargs)

@@ -10,9 +10,9 @@ beside it (`source.spm.model`, `target.spm.model`, or `shared.spm.model`).
 """
 
 import collections
+from collections.abc import Iterable, Sequence
 import io
 import json
-from collections.abc import Iterable, Sequence
 
 from etils import epath
 import sentencepiece as spm
@@ -20,11 +20,11 @@ import sentencepiece as spm
 from data.pretrained_tokenizer import PretrainedTokenizer
 from data.special_ids import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
-VOCAB_KINDS = ("char", "word", "sentencepiece")
-MANIFEST = "vocab.json"
+VOCAB_KINDS = ('char', 'word', 'sentencepiece')
+MANIFEST = 'vocab.json'
 
 # Shown for a space in `CharTokenizer.tokens`, as SentencePiece does, so axis labels stay visible.
-_SPACE_LABEL = "\u2581"
+_SPACE_LABEL = '\u2581'
 # SentencePiece keeps at most this many training sentences; more add time, not quality.
 _SPM_MAX_SENTENCES = 1_000_000
 
@@ -52,7 +52,7 @@ class SpecialIds:
 class VocabTokenizer(SpecialIds):
   """A tokenizer over an explicit token list: ids are positions in `vocab` (specials first)."""
 
-  kind = ""
+  kind = ''
 
   def __init__(self, vocab: Sequence[str]):
     """Creates the tokenizer.
@@ -64,15 +64,15 @@ class VocabTokenizer(SpecialIds):
       ValueError: if the specials are missing or a token repeats.
     """
     vocab = list(vocab)
-    if tuple(vocab[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
-      raise ValueError(f"{self.kind} vocabulary must start with {SPECIAL_TOKENS}, got {vocab[:4]}.")
+    if tuple(vocab[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+      raise ValueError(f'{self.kind} vocabulary must start with {SPECIAL_TOKENS}, got {vocab[:4]}.')
     if len(set(vocab)) != len(vocab):
-      raise ValueError(f"{self.kind} vocabulary has repeated tokens.")
+      raise ValueError(f'{self.kind} vocabulary has repeated tokens.')
     self.vocab = vocab
     self._ids = {token: i for i, token in enumerate(vocab)}
 
   @classmethod
-  def build(cls, texts: Iterable[str], max_size: int | None = None) -> "VocabTokenizer":
+  def build(cls, texts: Iterable[str], max_size: int | None = None) -> 'VocabTokenizer':
     """Counts the pieces of `texts`; most frequent first, ties in code-point order.
 
     Args:
@@ -87,7 +87,7 @@ class VocabTokenizer(SpecialIds):
       counts.update(cls._split(text))
     pieces = sorted(counts, key=lambda piece: (-counts[piece], piece))
     if max_size is not None:
-      pieces = pieces[:max(0, max_size - len(SPECIAL_TOKENS))]
+      pieces = pieces[: max(0, max_size - len(SPECIAL_TOKENS))]
     return cls(SPECIAL_TOKENS + tuple(pieces))
 
   @staticmethod
@@ -119,13 +119,13 @@ class VocabTokenizer(SpecialIds):
     return [self._piece(int(i)) for i in ids]
 
   def to_json(self) -> dict:
-    return {"kind": self.kind, "vocab": self.vocab}
+    return {'kind': self.kind, 'vocab': self.vocab}
 
 
 class CharTokenizer(VocabTokenizer):
   """One id per character, the space included."""
 
-  kind = "char"
+  kind = 'char'
 
   @staticmethod
   def _split(text: str) -> list[str]:
@@ -133,16 +133,16 @@ class CharTokenizer(VocabTokenizer):
 
   @staticmethod
   def _join(pieces: list[str]) -> str:
-    return "".join(pieces)
+    return ''.join(pieces)
 
   def tokens(self, ids: Iterable[int]) -> list[str]:
-    return [_SPACE_LABEL if t == " " else t for t in super().tokens(ids)]
+    return [_SPACE_LABEL if t == ' ' else t for t in super().tokens(ids)]
 
 
 class WordTokenizer(VocabTokenizer):
   """One id per whitespace-separated word (use `split_punctuation` to separate punctuation)."""
 
-  kind = "word"
+  kind = 'word'
 
   @staticmethod
   def _split(text: str) -> list[str]:
@@ -150,13 +150,13 @@ class WordTokenizer(VocabTokenizer):
 
   @staticmethod
   def _join(pieces: list[str]) -> str:
-    return " ".join(pieces)
+    return ' '.join(pieces)
 
 
 class SentencePieceTokenizer(SpecialIds):
   """A SentencePiece unigram model whose special ids match Attend's."""
 
-  kind = "sentencepiece"
+  kind = 'sentencepiece'
 
   def __init__(self, model_proto: bytes):
     """Loads a serialized SentencePiece model (the bytes of a `.model` file)."""
@@ -164,10 +164,10 @@ class SentencePieceTokenizer(SpecialIds):
     self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
     specials = tuple(self._sp.id_to_piece(i) for i in range(len(SPECIAL_TOKENS)))
     if specials != SPECIAL_TOKENS:
-      raise ValueError(f"SentencePiece model must start with {SPECIAL_TOKENS}, got {specials}.")
+      raise ValueError(f'SentencePiece model must start with {SPECIAL_TOKENS}, got {specials}.')
 
   @classmethod
-  def build(cls, texts: Sequence[str], vocab_size: int) -> "SentencePieceTokenizer":
+  def build(cls, texts: Sequence[str], vocab_size: int) -> 'SentencePieceTokenizer':
     """Trains a unigram model on `texts` (at most 1M of them, evenly spaced).
 
     Args:
@@ -185,16 +185,29 @@ class SentencePieceTokenizer(SpecialIds):
     model = io.BytesIO()
     try:
       spm.SentencePieceTrainer.train(
-          sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size,
-          model_type="unigram", pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-          pad_piece=SPECIAL_TOKENS[PAD_ID], bos_piece=SPECIAL_TOKENS[BOS_ID],
-          eos_piece=SPECIAL_TOKENS[EOS_ID], unk_piece=SPECIAL_TOKENS[UNK_ID],
-          unk_surface=SPECIAL_TOKENS[UNK_ID], hard_vocab_limit=False,
-          # Identity normalization keeps decode(encode(x)) == x; TextOptions does the normalizing.
-          normalization_rule_name="identity", shuffle_input_sentence=False, minloglevel=2)
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type='unigram',
+        pad_id=PAD_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        unk_id=UNK_ID,
+        pad_piece=SPECIAL_TOKENS[PAD_ID],
+        bos_piece=SPECIAL_TOKENS[BOS_ID],
+        eos_piece=SPECIAL_TOKENS[EOS_ID],
+        unk_piece=SPECIAL_TOKENS[UNK_ID],
+        unk_surface=SPECIAL_TOKENS[UNK_ID],
+        hard_vocab_limit=False,
+        # Identity normalization keeps decode(encode(x)) == x; TextOptions does the normalizing.
+        normalization_rule_name='identity',
+        shuffle_input_sentence=False,
+        minloglevel=2,
+      )
     except RuntimeError as e:
-      raise ValueError(f"config.dataset.vocab_size={vocab_size} is too small for SentencePiece "
-                       f"on this corpus: {e}") from None
+      raise ValueError(
+        f'config.dataset.vocab_size={vocab_size} is too small for SentencePiece on this corpus: {e}'
+      ) from None
     return cls(model.getvalue())
 
   @property
@@ -213,12 +226,13 @@ class SentencePieceTokenizer(SpecialIds):
   def tokens(self, ids: Iterable[int]) -> list[str]:
     """The piece of each id (`▁` marks a word start), for attention heatmap axes."""
     size = self.vocab_size
-    return [self._sp.id_to_piece(int(i)) if 0 <= int(i) < size else SPECIAL_TOKENS[UNK_ID]
-            for i in ids]
+    return [
+      self._sp.id_to_piece(int(i)) if 0 <= int(i) < size else SPECIAL_TOKENS[UNK_ID] for i in ids
+    ]
 
 
 Tokenizer = CharTokenizer | WordTokenizer | SentencePieceTokenizer
-_VOCAB_CLASSES = {"char": CharTokenizer, "word": WordTokenizer}
+_VOCAB_CLASSES = {'char': CharTokenizer, 'word': WordTokenizer}
 
 
 def build_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Tokenizer:
@@ -227,13 +241,13 @@ def build_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Tokeniz
   `vocab_size` caps word and SentencePiece vocabularies; a character vocabulary keeps every
   character of the training texts.
   """
-  if kind == "char":
+  if kind == 'char':
     return CharTokenizer.build(texts)
-  if kind == "word":
+  if kind == 'word':
     return WordTokenizer.build(texts, max_size=vocab_size)
-  if kind == "sentencepiece":
+  if kind == 'sentencepiece':
     return SentencePieceTokenizer.build(texts, vocab_size)
-  raise ValueError(f"Tokenizer kind must be one of {VOCAB_KINDS}, got {kind!r}.")
+  raise ValueError(f'Tokenizer kind must be one of {VOCAB_KINDS}, got {kind!r}.')
 
 
 def save_tokenizers(directory: str, source: Tokenizer, target: Tokenizer, **info) -> None:
@@ -244,22 +258,22 @@ def save_tokenizers(directory: str, source: Tokenizer, target: Tokenizer, **info
   directory = epath.Path(directory)
   directory.mkdir(parents=True, exist_ok=True)
   shared = source is target
-  sides = {"shared": source} if shared else {"source": source, "target": target}
-  manifest = {"shared": shared, **info}
+  sides = {'shared': source} if shared else {'source': source, 'target': target}
+  manifest = {'shared': shared, **info}
   for side, tokenizer in sides.items():
     if isinstance(tokenizer, SentencePieceTokenizer):
-      filename = f"{side}.spm.model"
+      filename = f'{side}.spm.model'
       (directory / filename).write_bytes(tokenizer.model_proto)
-      manifest[side] = {"kind": tokenizer.kind, "model_file": filename}
-    elif tokenizer.kind == "pretrained":  # data.pretrained_tokenizer: a checkpoint's own
-      filename = f"{side}.tokenizer.json"
+      manifest[side] = {'kind': tokenizer.kind, 'model_file': filename}
+    elif tokenizer.kind == 'pretrained':  # data.pretrained_tokenizer: a checkpoint's own
+      filename = f'{side}.tokenizer.json'
       (directory / filename).write_text(tokenizer.tokenizer_json)
-      manifest[side] = {"kind": tokenizer.kind, "model_file": filename}
+      manifest[side] = {'kind': tokenizer.kind, 'model_file': filename}
     else:
       manifest[side] = tokenizer.to_json()
   # Written last and moved into place (over an older one), so a reader never sees a manifest
   # without its models.
-  tmp = directory / (MANIFEST + ".tmp")
+  tmp = directory / (MANIFEST + '.tmp')
   tmp.write_text(json.dumps(manifest, ensure_ascii=False, indent=1))
   tmp.replace(directory / MANIFEST)
 
@@ -277,13 +291,13 @@ def load_tokenizers(directory: str) -> tuple[Tokenizer, Tokenizer] | None:
   manifest = json.loads(path.read_text())
 
   def load(entry: dict) -> Tokenizer:
-    if entry["kind"] == "sentencepiece":
-      return SentencePieceTokenizer((directory / entry["model_file"]).read_bytes())
-    if entry["kind"] == "pretrained":
-      return PretrainedTokenizer((directory / entry["model_file"]).read_text())
-    return _VOCAB_CLASSES[entry["kind"]](entry["vocab"])
+    if entry['kind'] == 'sentencepiece':
+      return SentencePieceTokenizer((directory / entry['model_file']).read_bytes())
+    if entry['kind'] == 'pretrained':
+      return PretrainedTokenizer((directory / entry['model_file']).read_text())
+    return _VOCAB_CLASSES[entry['kind']](entry['vocab'])
 
-  if manifest["shared"]:
-    shared = load(manifest["shared"])
+  if manifest['shared']:
+    shared = load(manifest['shared'])
     return shared, shared
-  return load(manifest["source"]), load(manifest["target"])
+  return load(manifest['source']), load(manifest['target'])

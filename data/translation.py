@@ -11,7 +11,6 @@ registered TFDS dataset is prepared by TFDS as usual (which may need the interne
 """
 
 import functools
-from collections.abc import Iterable
 from typing import Any
 
 from absl import logging
@@ -25,50 +24,63 @@ from data.readers import tsv_parallel
 from data.schema import checked_fields
 from data.text import TextOptions
 from data.tfds_reading import as_text, make_builder, read_split
-from data.tokenizers import (VOCAB_KINDS, Tokenizer, build_tokenizer, load_tokenizers,
-                             save_tokenizers)
+from data.tokenizers import (
+  VOCAB_KINDS,
+  Tokenizer,
+  build_tokenizer,
+  load_tokenizers,
+  save_tokenizers,
+)
 
-OWN_BUILDERS = {"dates": Dates, "number_words": NumberWords,
-                "tsv_parallel": tsv_parallel.TsvParallel}
+OWN_BUILDERS = {
+  'dates': Dates,
+  'number_words': NumberWords,
+  'tsv_parallel': tsv_parallel.TsvParallel,
+}
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Returns `config.dataset` with every field at its default (the number_words en->de task)."""
   c = ml_collections.ConfigDict()
   # Which data.
-  c.name = "number_words"       # 'number_words', 'dates', 'tsv_parallel' or any TFDS dataset name.
-  c.builder_config = "en_de"    # TFDS builder config, e.g. 'pt_to_en' for ted; '' = the default.
-  c.source_key = "source"       # Feature holding the source text ('pt' for ted pt_to_en).
-  c.target_key = "target"       # Feature holding the target text ('en' for ted pt_to_en).
-  c.data_dir = ""               # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
-  c.tsv_path = ""               # tsv_parallel: file of 'english<TAB>other[<TAB>...]' lines.
+  c.name = 'number_words'  # 'number_words', 'dates', 'tsv_parallel' or any TFDS dataset name.
+  c.builder_config = 'en_de'  # TFDS builder config, e.g. 'pt_to_en' for ted; '' = the default.
+  c.source_key = 'source'  # Feature holding the source text ('pt' for ted pt_to_en).
+  c.target_key = 'target'  # Feature holding the target text ('en' for ted pt_to_en).
+  c.data_dir = ''  # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
+  c.tsv_path = ''  # tsv_parallel: file of 'english<TAB>other[<TAB>...]' lines.
   # Preprocessing, applied to both sides of every example before tokenization.
-  c.lowercase = False           # Lower-case the text.
-  c.strip_accents = False       # Drop accents from Latin letters ('café' -> 'cafe').
-  c.split_punctuation = False   # Put spaces around punctuation ('boy.' -> 'boy .').
-  c.split_cjk = False           # Put spaces around each CJK character (Chinese, Japanese).
+  c.lowercase = False  # Lower-case the text.
+  c.strip_accents = False  # Drop accents from Latin letters ('café' -> 'cafe').
+  c.split_punctuation = False  # Put spaces around punctuation ('boy.' -> 'boy .').
+  c.split_cjk = False  # Put spaces around each CJK character (Chinese, Japanese).
   # Tokenizers, built from the train split and saved into the workdir.
-  c.source_vocab = "char"       # 'char' | 'word' | 'sentencepiece'.
-  c.target_vocab = "char"       # 'char' | 'word' | 'sentencepiece'.
-  c.vocab_size = 8000           # Cap (specials included) for word and sentencepiece vocabularies.
-  c.shared_vocab = False        # One vocabulary for both sides (needs equal source/target_vocab).
+  c.source_vocab = 'char'  # 'char' | 'word' | 'sentencepiece'.
+  c.target_vocab = 'char'  # 'char' | 'word' | 'sentencepiece'.
+  c.vocab_size = 8000  # Cap (specials included) for word and sentencepiece vocabularies.
+  c.shared_vocab = False  # One vocabulary for both sides (needs equal source/target_vocab).
   # Lengths and batches.
-  c.max_input_length = 79       # Source tokens per example, EOS excluded (79 + EOS = 80).
-  c.max_target_length = 79      # Target tokens per example, EOS excluded.
-  c.truncate = False            # Truncate longer examples instead of dropping them.
-  c.bucket_step = 8             # Padded lengths are multiples of this, so jit sees few shapes.
-  c.batch_size = 64             # Global training batch size (split evenly across hosts).
-  c.eval_batch_size = 256       # Global evaluation batch size.
-  c.train_split = "train"       # Split for training and for building the vocabularies.
-  c.eval_split = "validation"   # Split evaluated during training.
-  c.test_split = "test"         # Split for the final evaluation.
+  c.max_input_length = 79  # Source tokens per example, EOS excluded (79 + EOS = 80).
+  c.max_target_length = 79  # Target tokens per example, EOS excluded.
+  c.truncate = False  # Truncate longer examples instead of dropping them.
+  c.bucket_step = 8  # Padded lengths are multiples of this, so jit sees few shapes.
+  c.batch_size = 64  # Global training batch size (split evenly across hosts).
+  c.eval_batch_size = 256  # Global evaluation batch size.
+  c.train_split = 'train'  # Split for training and for building the vocabularies.
+  c.eval_split = 'validation'  # Split evaluated during training.
+  c.test_split = 'test'  # Split for the final evaluation.
   return c
 
 
-_CHOICES = {"source_vocab": VOCAB_KINDS, "target_vocab": VOCAB_KINDS}
-_POSITIVE = ("max_input_length", "max_target_length", "bucket_step", "batch_size",
-             "eval_batch_size")
-_NON_EMPTY = ("name", "source_key", "target_key", "train_split", "eval_split", "test_split")
+_CHOICES = {'source_vocab': VOCAB_KINDS, 'target_vocab': VOCAB_KINDS}
+_POSITIVE = (
+  'max_input_length',
+  'max_target_length',
+  'bucket_step',
+  'batch_size',
+  'eval_batch_size',
+)
+_NON_EMPTY = ('name', 'source_key', 'target_key', 'train_split', 'eval_split', 'test_split')
 
 
 def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
@@ -86,13 +98,16 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
   merged = checked_fields(config, default_config(), positive=_POSITIVE, non_empty=_NON_EMPTY)
   for key, choices in _CHOICES.items():
     if merged[key] not in choices:
-      raise ValueError(f"config.dataset.{key} must be one of {list(choices)}, got {merged[key]!r}.")
-  if merged["shared_vocab"] and merged["source_vocab"] != merged["target_vocab"]:
-    raise ValueError(f"config.dataset.shared_vocab=True needs source_vocab == target_vocab, got "
-                     f"{merged['source_vocab']!r} and {merged['target_vocab']!r}.")
-  if merged["name"] == "tsv_parallel" and not merged["tsv_path"]:
-    raise ValueError("config.dataset.tsv_path must name a file when config.dataset.name is "
-                     "'tsv_parallel'.")
+      raise ValueError(f'config.dataset.{key} must be one of {list(choices)}, got {merged[key]!r}.')
+  if merged['shared_vocab'] and merged['source_vocab'] != merged['target_vocab']:
+    raise ValueError(
+      f'config.dataset.shared_vocab=True needs source_vocab == target_vocab, got '
+      f'{merged["source_vocab"]!r} and {merged["target_vocab"]!r}.'
+    )
+  if merged['name'] == 'tsv_parallel' and not merged['tsv_path']:
+    raise ValueError(
+      "config.dataset.tsv_path must name a file when config.dataset.name is 'tsv_parallel'."
+    )
   return ml_collections.FrozenConfigDict(merged)
 
 
@@ -101,12 +116,20 @@ def _translation_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.D
   if config.name not in OWN_BUILDERS:
     # The legacy translation builders (wmt14_translate, ...) register only when imported.
     import tensorflow_datasets.translate  # noqa: F401  pylint: disable=g-import-not-at-top
-  file_config = (tsv_parallel.config_for_path(config.tsv_path)  # Its config is the file's.
-                 if config.name == "tsv_parallel" else None)
+  file_config = (
+    tsv_parallel.config_for_path(config.tsv_path)  # Its config is the file's.
+    if config.name == 'tsv_parallel'
+    else None
+  )
   return make_builder(
-      config, OWN_BUILDERS, kind="translation", builder_config=file_config,
-      examples=lambda: (n for n in tfds.list_builders(with_community_datasets=False)
-                        if "translate" in n))
+    config,
+    OWN_BUILDERS,
+    kind='translation',
+    builder_config=file_config,
+    examples=lambda: (
+      n for n in tfds.list_builders(with_community_datasets=False) if 'translate' in n
+    ),
+  )
 
 
 class TranslationData:
@@ -120,25 +143,34 @@ class TranslationData:
     target_tokenizer: tokenizer of the target side; the same object when the vocab is shared.
   """
 
-  def __init__(self, builder: tfds.core.DatasetBuilder, config: ml_collections.FrozenConfigDict,
-               source_tokenizer: Tokenizer | None = None,
-               target_tokenizer: Tokenizer | None = None):
+  def __init__(
+    self,
+    builder: tfds.core.DatasetBuilder,
+    config: ml_collections.FrozenConfigDict,
+    source_tokenizer: Tokenizer | None = None,
+    target_tokenizer: Tokenizer | None = None,
+  ):
     """Wraps a prepared builder; `build` is the usual way to get one."""
     self.config = config
     self._builder = builder
-    self.name = builder.info.full_name.rsplit("/", 1)[0]
+    self.name = builder.info.full_name.rsplit('/', 1)[0]
     self.preprocess = TextOptions(
-        lowercase=config.lowercase, strip_accents=config.strip_accents,
-        split_cjk=config.split_cjk, split_punctuation=config.split_punctuation)
+      lowercase=config.lowercase,
+      strip_accents=config.strip_accents,
+      split_cjk=config.split_cjk,
+      split_punctuation=config.split_punctuation,
+    )
     self.source_tokenizer = source_tokenizer
     self.target_tokenizer = target_tokenizer
     self._examples: dict[str, list[tuple[str, str]]] = {}
     self._encoded: dict[str, EncodedSplit] = {}
     features = set(builder.info.features.keys())
-    for field in ("source_key", "target_key"):
+    for field in ('source_key', 'target_key'):
       if config[field] not in features:
-        raise ValueError(f"config.dataset.{field}={config[field]!r} is not a feature of "
-                         f"{self.name}; valid: {sorted(features)}.")
+        raise ValueError(
+          f'config.dataset.{field}={config[field]!r} is not a feature of '
+          f'{self.name}; valid: {sorted(features)}.'
+        )
 
   def examples(self, split: str) -> list[tuple[str, str]]:
     """`(source_text, target_text)` of every example of `split`, preprocessed, in split order.
@@ -154,8 +186,9 @@ class TranslationData:
       keys = self.config.source_key, self.config.target_key
       preprocess = self.preprocess
       self._examples[split] = [
-          (preprocess(as_text(ex[keys[0]])), preprocess(as_text(ex[keys[1]]))) for ex in records]
-      logging.info("%s %s: %d examples.", self.name, split, len(self._examples[split]))
+        (preprocess(as_text(ex[keys[0]])), preprocess(as_text(ex[keys[1]]))) for ex in records
+      ]
+      logging.info('%s %s: %d examples.', self.name, split, len(self._examples[split]))
     return self._examples[split]
 
   def encoded(self, split: str) -> EncodedSplit:
@@ -163,16 +196,26 @@ class TranslationData:
     if split not in self._encoded:
       pairs = self.examples(split)
       self._encoded[split] = encode_split(
-          f"{self.name} {split}",
-          [self.source_tokenizer.encode(source) for source, _ in pairs],
-          [self.target_tokenizer.encode(target) for _, target in pairs],
-          max_input_length=self.config.max_input_length,
-          max_target_length=self.config.max_target_length, truncate=self.config.truncate)
+        f'{self.name} {split}',
+        [self.source_tokenizer.encode(source) for source, _ in pairs],
+        [self.target_tokenizer.encode(target) for _, target in pairs],
+        max_input_length=self.config.max_input_length,
+        max_target_length=self.config.max_target_length,
+        truncate=self.config.truncate,
+      )
     return self._encoded[split]
 
-  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
-              num_epochs: int | None = None, process_index: int | None = None,
-              process_count: int | None = None) -> PaddedBatches:
+  def batches(
+    self,
+    split: str,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    num_epochs: int | None = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+  ) -> PaddedBatches:
     """A resumable iterator of this host's padded batches of `split`.
 
     Args:
@@ -194,21 +237,35 @@ class TranslationData:
     Raises:
       ValueError: for a bad batch size, epoch count or host index.
     """
-    process_index, process_count = check_batch_args(batch_size, num_epochs, process_index,
-                                                    process_count)
-    return PaddedBatches(self.encoded(split), batch_size=batch_size, shuffle=shuffle, seed=seed,
-                         num_epochs=num_epochs, process_index=process_index,
-                         process_count=process_count, bucket_step=self.config.bucket_step)
+    process_index, process_count = check_batch_args(
+      batch_size, num_epochs, process_index, process_count
+    )
+    return PaddedBatches(
+      self.encoded(split),
+      batch_size=batch_size,
+      shuffle=shuffle,
+      seed=seed,
+      num_epochs=num_epochs,
+      process_index=process_index,
+      process_count=process_count,
+      bucket_step=self.config.bucket_step,
+    )
 
 
-def _check_saved(config: ml_collections.FrozenConfigDict, source: Tokenizer, target: Tokenizer,
-                 vocab_dir: str) -> None:
-  saved = {"source_vocab": source.kind, "target_vocab": target.kind,
-           "shared_vocab": source is target}
+def _check_saved(
+  config: ml_collections.FrozenConfigDict, source: Tokenizer, target: Tokenizer, vocab_dir: str
+) -> None:
+  saved = {
+    'source_vocab': source.kind,
+    'target_vocab': target.kind,
+    'shared_vocab': source is target,
+  }
   for field, value in saved.items():
     if config[field] != value:
-      raise ValueError(f"config.dataset.{field}={config[field]!r} but the tokenizers saved in "
-                       f"{vocab_dir} have {field}={value!r}; use that or another directory.")
+      raise ValueError(
+        f'config.dataset.{field}={config[field]!r} but the tokenizers saved in '
+        f'{vocab_dir} have {field}={value!r}; use that or another directory.'
+      )
 
 
 def build(dataset_config: Any, vocab_dir: str) -> TranslationData:
@@ -237,20 +294,28 @@ def build(dataset_config: Any, vocab_dir: str) -> TranslationData:
   if loaded:
     _check_saved(config, *loaded, vocab_dir)
     prepared.source_tokenizer, prepared.target_tokenizer = loaded
-    logging.info("Loaded tokenizers from %s.", vocab_dir)
+    logging.info('Loaded tokenizers from %s.', vocab_dir)
     return prepared
   pairs = prepared.examples(config.train_split)
   tokenizer = functools.partial(build_tokenizer, vocab_size=config.vocab_size)
   sources = [source for source, _ in pairs]
   targets = [target for _, target in pairs]
   if config.shared_vocab:
-    prepared.source_tokenizer = prepared.target_tokenizer = tokenizer(config.source_vocab, sources + targets)
+    prepared.source_tokenizer = prepared.target_tokenizer = tokenizer(
+      config.source_vocab, sources + targets
+    )
   else:
     prepared.source_tokenizer = tokenizer(config.source_vocab, sources)
     prepared.target_tokenizer = tokenizer(config.target_vocab, targets)
-  save_tokenizers(vocab_dir, prepared.source_tokenizer, prepared.target_tokenizer, dataset=prepared.name)
-  logging.info("Built tokenizers from %s %s (sizes %d, %d) and saved them in %s.", prepared.name,
-               config.train_split, prepared.source_tokenizer.vocab_size,
-               prepared.target_tokenizer.vocab_size, vocab_dir)
+  save_tokenizers(
+    vocab_dir, prepared.source_tokenizer, prepared.target_tokenizer, dataset=prepared.name
+  )
+  logging.info(
+    'Built tokenizers from %s %s (sizes %d, %d) and saved them in %s.',
+    prepared.name,
+    config.train_split,
+    prepared.source_tokenizer.vocab_size,
+    prepared.target_tokenizer.vocab_size,
+    vocab_dir,
+  )
   return prepared
-

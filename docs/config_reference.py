@@ -1,4 +1,5 @@
-"""Writes docs/config_reference.md: every config field, its default and its meaning, from the schema.
+"""Writes docs/config_reference.md: every config field, its default and its meaning, from the
+schema.
 
 The schema is the one source: the training fields of `training.config._training_fields()` (and
 `config.mesh`), each task's `dataset_config()`, and `models.default_config(name)` for every model.
@@ -37,10 +38,10 @@ from training import sharding  # noqa: E402
 # schema lacks one (the test fails on an entry the schema has made redundant): move it into the
 # schema as a comment and delete it here.
 SUPPLEMENT = {
-    'beta1': "AdamW's first-moment decay (the Transformer paper's 0.9).",
-    'beta2': "AdamW's second-moment decay (the Transformer paper's 0.98).",
-    'eps': "AdamW's epsilon (the Transformer paper's 1e-9).",
-    'weight_decay': 'AdamW weight decay (decoupled; 0 = off).',
+  'beta1': "AdamW's first-moment decay (the Transformer paper's 0.9).",
+  'beta2': "AdamW's second-moment decay (the Transformer paper's 0.98).",
+  'eps': "AdamW's epsilon (the Transformer paper's 1e-9).",
+  'weight_decay': 'AdamW weight decay (decoupled; 0 = off).',
 }
 UNDOCUMENTED = '**undocumented**'
 GROUP = object()  # the default shown for a group of fields (config.mesh)
@@ -50,7 +51,7 @@ def assignment_comments(fn: Callable[..., Any], target: str = 'c') -> dict[str, 
   """{field: comment} for every `target.FIELD = ...` line of `fn`'s source: the line's trailing
   comment, else the block of comment lines right above it."""
   lines = inspect.getsource(fn).splitlines()
-  comments = {}   # line number (1-based) -> comment text
+  comments = {}  # line number (1-based) -> comment text
   tokens = tokenize.generate_tokens(io.StringIO('\n'.join(lines) + '\n').readline)
   for token in tokens:
     if token.type == tokenize.COMMENT:
@@ -95,10 +96,14 @@ def docstring_entries(doc: str | None) -> dict[str, str]:
 
 
 def model_meanings(cls: type) -> dict[str, str]:
-  """{field: meaning} from the docstrings of the model's constructor, class and config dataclasses."""
+  """{field: meaning} from the docstrings of the model's constructor, class and config
+  dataclasses."""
   meanings = {}
-  groups = [p.default for p in inspect.signature(cls.__init__).parameters.values()
-            if dataclasses.is_dataclass(p.default)]
+  groups = [
+    p.default
+    for p in inspect.signature(cls.__init__).parameters.values()
+    if dataclasses.is_dataclass(p.default)
+  ]
   sources = [cls.__init__, cls] + [base for group in groups for base in type(group).__mro__]
   for source in reversed(sources):  # the constructor's own words win
     meanings.update(docstring_entries(source.__doc__))
@@ -110,8 +115,11 @@ def dataset_schema_function(task_cls: type) -> Callable[..., Any]:
   that `task_cls.dataset_config` returns."""
   tree = ast.parse(inspect.cleandoc('\n' + inspect.getsource(task_cls.dataset_config)))
   for node in ast.walk(tree):
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(
-        node.func.value, ast.Name):
+    if (
+      isinstance(node, ast.Call)
+      and isinstance(node.func, ast.Attribute)
+      and isinstance(node.func.value, ast.Name)
+    ):
       module = sys.modules[task_cls.__module__].__dict__[node.func.value.id]
       return getattr(module, node.func.attr)
   raise ValueError(f'{task_cls.__name__}.dataset_config does not return MODULE.FUNCTION().')
@@ -131,8 +139,10 @@ def _default(value: Any) -> str:
 
 def _table(rows: list[tuple[str, Any, str]], prefix: str) -> list[str]:
   out = ['| field | default | meaning |', '|---|---|---|']
-  out += [f'| `{prefix}{name}` | {_default(value)} | {_cell(text) or UNDOCUMENTED} |'
-          for name, value, text in rows]
+  out += [
+    f'| `{prefix}{name}` | {_default(value)} | {_cell(text) or UNDOCUMENTED} |'
+    for name, value, text in rows
+  ]
   return out + ['']
 
 
@@ -164,33 +174,49 @@ def model_rows(name: str) -> list[tuple[str, Any, str]]:
   meanings = model_meanings(models.model_class(name))
   rows = [('name', name, 'the model: a key of `models.MODELS`.')]
   config = models.default_config(name)
-  return rows + [(field, config[field], meanings.get(field, ''))
-                 for field in sorted(config) if field != 'name']
+  return rows + [
+    (field, config[field], meanings.get(field, '')) for field in sorted(config) if field != 'name'
+  ]
 
 
 def generate() -> str:
   """The page's Markdown."""
-  out = ['# Config reference', '',
-         'Every field of an experiment config, its default and what it does. This page is written',
-         'by `python docs/config_reference.py` from the schema itself (the comments in the',
-         'functions that build each group, and the models\' docstrings); do not edit it by hand.',
-         'A config file starts from `training.config.default_config(task, model)` and states its',
-         'deltas; `--config.FIELD=value` overrides any field on the command line.', '',
-         '## Training fields', '',
-         f'Built by `_training_fields()` in `{_where(schema._training_fields)}`'  # pylint: disable=protected-access
-         f' (`config.mesh`: `mesh_config()` in `{_where(sharding.mesh_config)}`).', '']
+  out = [
+    '# Config reference',
+    '',
+    'Every field of an experiment config, its default and what it does. This page is written',
+    'by `python docs/config_reference.py` from the schema itself (the comments in the',
+    "functions that build each group, and the models' docstrings); do not edit it by hand.",
+    'A config file starts from `training.config.default_config(task, model)` and states its',
+    'deltas; `--config.FIELD=value` overrides any field on the command line.',
+    '',
+    '## Training fields',
+    '',
+    f'Built by `_training_fields()` in `{_where(schema._training_fields)}`'  # pylint: disable=protected-access
+    f' (`config.mesh`: `mesh_config()` in `{_where(sharding.mesh_config)}`).',
+    '',
+  ]
   out += _table(training_rows(), '')
-  out += ['## `config.task`', '',
-          f'What is read, trained and evaluated: one of {", ".join(f"`{t}`" for t in tasks.TASKS)}'
-          ' (`tasks.TASKS`).', '',
-          '## `config.dataset`, per task', '']
+  out += [
+    '## `config.task`',
+    '',
+    f'What is read, trained and evaluated: one of {", ".join(f"`{t}`" for t in tasks.TASKS)}'
+    ' (`tasks.TASKS`).',
+    '',
+    '## `config.dataset`, per task',
+    '',
+  ]
   for task in tasks.TASKS:
     fn = dataset_schema_function(tasks.task_class(task))
     out += [f'### {task}', '', f'`{fn.__module__}.{fn.__name__}()` in `{_where(fn)}`.', '']
     out += _table(dataset_rows(task), 'dataset.')
-  out += ['## `config.model`, per model', '',
-          'Every constructor argument with a default; the sizes and special ids come from the',
-          "task's data. Fields of the Transformer family's `StackConfig` are plain fields here.", '']
+  out += [
+    '## `config.model`, per model',
+    '',
+    'Every constructor argument with a default; the sizes and special ids come from the',
+    "task's data. Fields of the Transformer family's `StackConfig` are plain fields here.",
+    '',
+  ]
   for name in models.MODELS:
     cls = models.model_class(name)
     out += [f'### {name}', '', f'`{cls.__name__}` in `{_where(cls)}`.', '']
@@ -222,7 +248,9 @@ def main(argv: list[str]) -> int:
   if '--check' in argv:
     with open(PAGE, encoding='utf-8') as f:
       if f.read() != text:
-        problems.append(f'{os.path.relpath(PAGE, ROOT)} is stale: run python docs/config_reference.py')
+        problems.append(
+          f'{os.path.relpath(PAGE, ROOT)} is stale: run python docs/config_reference.py'
+        )
   else:
     with open(PAGE, 'w', encoding='utf-8') as f:
       f.write(text)

@@ -12,8 +12,15 @@ from ml_collections import config_dict
 
 from models.captioning import Captioner
 from models.classifiers import HAN, TransformerClassifier
-from models.interfaces import (Classifier, EncoderDecoder, ImageCaptioner, ImageClassifier,
-                               LanguageModel, QuestionAnswerer, SequenceModel)
+from models.interfaces import (
+  Classifier,
+  EncoderDecoder,
+  ImageCaptioner,
+  ImageClassifier,
+  LanguageModel,
+  QuestionAnswerer,
+  SequenceModel,
+)
 from models.language import DecoderLM, EncoderMLM
 from models.memory import MemN2N
 from models.ntm import NTM, LSTMBaseline
@@ -22,17 +29,17 @@ from models.transformer import Transformer
 from models.vision import ViT
 
 MODELS = {
-    'captioner': Captioner,
-    'decoder_lm': DecoderLM,
-    'encoder_mlm': EncoderMLM,
-    'han': HAN,
-    'lstm': LSTMBaseline,
-    'memn2n': MemN2N,
-    'ntm': NTM,
-    'seq2seq': Seq2Seq,
-    'transformer': Transformer,
-    'transformer_classifier': TransformerClassifier,
-    'vit': ViT,
+  'captioner': Captioner,
+  'decoder_lm': DecoderLM,
+  'encoder_mlm': EncoderMLM,
+  'han': HAN,
+  'lstm': LSTMBaseline,
+  'memn2n': MemN2N,
+  'ntm': NTM,
+  'seq2seq': Seq2Seq,
+  'transformer': Transformer,
+  'transformer_classifier': TransformerClassifier,
+  'vit': ViT,
 }
 
 
@@ -71,8 +78,12 @@ def _fields(cls: type) -> dict[str, Any]:
     if parameter.default is inspect.Parameter.empty or key == 'rngs':
       continue
     if dataclasses.is_dataclass(parameter.default):
-      fields.update({field.name: _config_value(getattr(parameter.default, field.name), field.type)
-                     for field in dataclasses.fields(parameter.default)})
+      fields.update(
+        {
+          field.name: _config_value(getattr(parameter.default, field.name), field.type)
+          for field in dataclasses.fields(parameter.default)
+        }
+      )
     else:
       fields[key] = _config_value(parameter.default, parameter.annotation)
   return fields
@@ -94,8 +105,10 @@ def default_config(name: str, **overrides: Any) -> ml_collections.ConfigDict:
   fields = _fields(model_class(name))
   unknown = sorted(set(overrides) - set(fields))
   if unknown:
-    raise ValueError(f'config.model.{unknown[0]} is not a configurable argument of '
-                     f'{model_class(name).__name__}; valid fields: {sorted(fields)}.')
+    raise ValueError(
+      f'config.model.{unknown[0]} is not a configurable argument of '
+      f'{model_class(name).__name__}; valid fields: {sorted(fields)}.'
+    )
   config = ml_collections.ConfigDict(dict(name=name, **fields))
   config.update(overrides)
   return config
@@ -129,13 +142,17 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
       del kwargs[key]
   from_data = sorted(set(kwargs) & set(data_args))
   if from_data:
-    raise ValueError(f'config.model.{from_data[0]} is set from the data ({from_data[0]}='
-                     f'{data_args[from_data[0]]!r}); remove it from the config.')
+    raise ValueError(
+      f'config.model.{from_data[0]} is set from the data ({from_data[0]}='
+      f'{data_args[from_data[0]]!r}); remove it from the config.'
+    )
   fields = set(_fields(model_cls))
   unknown = sorted(set(kwargs) - fields)
   if unknown:
-    raise ValueError(f'config.model.{unknown[0]} is not an argument of {model_cls.__name__}; '
-                     f'valid fields: {sorted(fields - set(data_args))}.')
+    raise ValueError(
+      f'config.model.{unknown[0]} is not an argument of {model_cls.__name__}; '
+      f'valid fields: {sorted(fields - set(data_args))}.'
+    )
   for group, default in _groups(model_cls).items():
     names = {field.name for field in dataclasses.fields(default)}
     values = {key: kwargs.pop(key) for key in sorted(names & set(kwargs))}
@@ -143,7 +160,28 @@ def build(model_config: Mapping[str, Any], *, rngs: nnx.Rngs, **data_args: Any) 
   return model_cls(**data_args, **kwargs, rngs=rngs)
 
 
-__all__ = ['HAN', 'LSTMBaseline', 'MODELS', 'NTM', 'Captioner', 'Classifier', 'DecoderLM',
-           'EncoderDecoder', 'EncoderMLM', 'ImageCaptioner', 'ImageClassifier', 'LanguageModel',
-           'MemN2N', 'QuestionAnswerer', 'Seq2Seq', 'SequenceModel', 'Transformer',
-           'TransformerClassifier', 'ViT', 'build', 'default_config', 'fitting', 'model_class']
+__all__ = [
+  'HAN',
+  'LSTMBaseline',
+  'MODELS',
+  'NTM',
+  'Captioner',
+  'Classifier',
+  'DecoderLM',
+  'EncoderDecoder',
+  'EncoderMLM',
+  'ImageCaptioner',
+  'ImageClassifier',
+  'LanguageModel',
+  'MemN2N',
+  'QuestionAnswerer',
+  'Seq2Seq',
+  'SequenceModel',
+  'Transformer',
+  'TransformerClassifier',
+  'ViT',
+  'build',
+  'default_config',
+  'fitting',
+  'model_class',
+]

@@ -7,19 +7,25 @@ leading dim: queries `[B, N, T, H]`, keys and values `[B, K, S, H]` with K key/v
 
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 import attention
 from models import interventions
-from models.layers import (check_rate, dense, merge_project_heads, project_heads,
-                           project_heads_together, score_param_attr)
+from models.layers import (
+  check_rate,
+  dense,
+  merge_project_heads,
+  project_heads,
+  project_heads_together,
+  score_param_attr,
+)
 from models.stack_config import AttentionVariant, check_attention_args
 
 Array = jax.Array
 KV = dict[str, Array]
-POSITION_BIASES = ("alibi", "t5")
+POSITION_BIASES = ('alibi', 't5')
 
 
 class MultiHeadAttention(nnx.Module):
@@ -57,30 +63,58 @@ class MultiHeadAttention(nnx.Module):
   `attention`).
   """
 
-  def __init__(self, d_model: int, num_heads: int, *, num_kv_heads: int | None = None,
-               d_k: int | None = None, d_v: int | None = None, use_bias: bool = True,
-               score: str = "scaled_dot", implementation: str | None = None,
-               dropout_rate: float = 0.0, rotary: bool = False, position_bias: str | None = None,
-               window: int = 0, sink_tokens: int = 0, qk_norm: bool = False,
-               softcap: float = 0.0, sink: bool = False, variant: str = "softmax",
-               cache_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    d_model: int,
+    num_heads: int,
+    *,
+    num_kv_heads: int | None = None,
+    d_k: int | None = None,
+    d_v: int | None = None,
+    use_bias: bool = True,
+    score: str = 'scaled_dot',
+    implementation: str | None = None,
+    dropout_rate: float = 0.0,
+    rotary: bool = False,
+    position_bias: str | None = None,
+    window: int = 0,
+    sink_tokens: int = 0,
+    qk_norm: bool = False,
+    softcap: float = 0.0,
+    sink: bool = False,
+    variant: str = 'softmax',
+    cache_dtype: Any = jnp.float32,
+    rngs: nnx.Rngs,
+  ):
     """Builds the projections and the parameters the options need; see the class docstring."""
     check_attention_args(d_model, num_heads, d_k, d_v, score, implementation, rotary=rotary)
-    check_rate("dropout_rate", dropout_rate)
-    switches = AttentionVariant(num_kv_heads=num_kv_heads, window=window,
-                                sink_tokens=sink_tokens, qk_norm=qk_norm, softcap=softcap,
-                                sink=sink, attention=variant,
-                                cache_dtype=jnp.dtype(cache_dtype).name)
+    check_rate('dropout_rate', dropout_rate)
+    switches = AttentionVariant(
+      num_kv_heads=num_kv_heads,
+      window=window,
+      sink_tokens=sink_tokens,
+      qk_norm=qk_norm,
+      softcap=softcap,
+      sink=sink,
+      attention=variant,
+      cache_dtype=jnp.dtype(cache_dtype).name,
+    )
     if sink_tokens and rotary:
-      raise ValueError(f"sink_tokens={sink_tokens} moves the kept first tokens next to the "
-                       "window, which rotary positions fix in the keys; use the position biases "
-                       "('alibi', 't5') or none.")
-    switches.refuse_with_linear(score=None if score == "scaled_dot" else score,
-                                implementation=implementation, dropout_rate=dropout_rate,
-                                position_bias=position_bias)
+      raise ValueError(
+        f'sink_tokens={sink_tokens} moves the kept first tokens next to the '
+        'window, which rotary positions fix in the keys; use the position biases '
+        "('alibi', 't5') or none."
+      )
+    switches.refuse_with_linear(
+      score=None if score == 'scaled_dot' else score,
+      implementation=implementation,
+      dropout_rate=dropout_rate,
+      position_bias=position_bias,
+    )
     if position_bias not in (None, *POSITION_BIASES):
-      raise ValueError(f"position_bias must be None or one of {POSITION_BIASES}; got "
-                       f"{position_bias!r}.")
+      raise ValueError(
+        f'position_bias must be None or one of {POSITION_BIASES}; got {position_bias!r}.'
+      )
     self.num_heads, self.num_kv_heads = num_heads, switches.kv_heads(num_heads)
     self.d_k = d_model // num_heads if d_k is None else d_k
     self.d_v = d_model // num_heads if d_v is None else d_v
@@ -92,10 +126,10 @@ class MultiHeadAttention(nnx.Module):
     self.variant = attention.get_variant(variant)
     n, kv, h = num_heads, self.num_kv_heads, self.d_k
     # Heads split over the 'heads' axis (tensor parallel), the model width over 'embed' (FSDP).
-    self.w_q = dense(d_model, n * h, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
-    self.w_k = dense(d_model, kv * h, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
-    self.w_v = dense(d_model, kv * self.d_v, use_bias=use_bias, axes=("embed", "heads"), rngs=rngs)
-    self.w_o = dense(n * self.d_v, d_model, use_bias=use_bias, axes=("heads", "embed"), rngs=rngs)
+    self.w_q = dense(d_model, n * h, use_bias=use_bias, axes=('embed', 'heads'), rngs=rngs)
+    self.w_k = dense(d_model, kv * h, use_bias=use_bias, axes=('embed', 'heads'), rngs=rngs)
+    self.w_v = dense(d_model, kv * self.d_v, use_bias=use_bias, axes=('embed', 'heads'), rngs=rngs)
+    self.w_o = dense(n * self.d_v, d_model, use_bias=use_bias, axes=('heads', 'embed'), rngs=rngs)
     sizes = attention.ScoreSizes(q=h, k=h, a=h)
     for param in self.registered_score.params:
       # Each head on its own: on the whole [N, ...] a variance-scaling initialiser would count N
@@ -108,8 +142,11 @@ class MultiHeadAttention(nnx.Module):
     # A zero sink starts as "softmax off by one": one extra exp(0) in every denominator.
     self.sink = nnx.Param(jnp.zeros((n,), jnp.float32)) if sink else None
     # Small, so training starts close to no position bias.
-    self.relative_bias = (nnx.Param(nnx.initializers.normal(0.1)(
-        rngs.params(), (attention.T5_NUM_BUCKETS, n))) if position_bias == "t5" else None)
+    self.relative_bias = (
+      nnx.Param(nnx.initializers.normal(0.1)(rngs.params(), (attention.T5_NUM_BUCKETS, n)))
+      if position_bias == 't5'
+      else None
+    )
 
   def _heads(self, x: Array, positions: Array | None, norm: nnx.Param | None) -> Array:
     """Per-head queries or keys `[B, N|K, L, H]`: qk-norm, then RoPE at `positions`."""
@@ -119,7 +156,7 @@ class MultiHeadAttention(nnx.Module):
       return x
     positions = jnp.arange(x.shape[-2]) if positions is None else jnp.asarray(positions)
     if positions.ndim == 2:
-      positions = positions[:, None, :]                                 # [B, 1, L]: every head
+      positions = positions[:, None, :]  # [B, 1, L]: every head
     return attention.rotary_embedding(x, positions)
 
   def project_kv(self, context: Array, positions: Array | None = None) -> KV:
@@ -127,9 +164,11 @@ class MultiHeadAttention(nnx.Module):
 
     With `rotary`, keys are rotated at `positions` (`[S]` or `[B, S]`, default `0 .. S-1`).
     """
-    k = project_heads(self.w_k, context, self.num_kv_heads)             # [B, K, S, d_k]
-    return {"k": self._heads(k, positions, self.k_norm),
-            "v": project_heads(self.w_v, context, self.num_kv_heads)}
+    k = project_heads(self.w_k, context, self.num_kv_heads)  # [B, K, S, d_k]
+    return {
+      'k': self._heads(k, positions, self.k_norm),
+      'v': project_heads(self.w_v, context, self.num_kv_heads),
+    }
 
   def _query(self, x: Array, positions: Array | None) -> Array:
     """Queries `[B, N, T, d_k]` of `x [B, T, D]`, normalised and rotated as the options say."""
@@ -148,13 +187,23 @@ class MultiHeadAttention(nnx.Module):
       return self._query(x, positions), self.project_kv(x, positions)
     heads = (self.num_heads, self.num_kv_heads, self.num_kv_heads)
     q, k, v = project_heads_together((self.w_q, self.w_k, self.w_v), x, heads)
-    return (self._heads(q, positions, self.q_norm),
-            {"k": self._heads(k, positions, self.k_norm), "v": v})
+    return (
+      self._heads(q, positions, self.q_norm),
+      {'k': self._heads(k, positions, self.k_norm), 'v': v},
+    )
 
-  def __call__(self, x: Array, context: Array | None = None, *, positions: Array | None = None,
-               mask: Array | None = None, is_causal: bool = False, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_weights: bool = False
-               ) -> tuple[Array, Array | None]:
+  def __call__(
+    self,
+    x: Array,
+    context: Array | None = None,
+    *,
+    positions: Array | None = None,
+    mask: Array | None = None,
+    is_causal: bool = False,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ) -> tuple[Array, Array | None]:
     """Attends from `x` to `context` (self-attention when `context` is None).
 
     Args:
@@ -172,60 +221,93 @@ class MultiHeadAttention(nnx.Module):
       `(output [B, T, D], weights [B, N, T, S] or None)`; weights are taken before dropout.
     """
     kv = self.project_kv(x, positions) if context is None else self.project_kv(context)
-    return self.attend_kv(x, kv, positions=positions, mask=mask, is_causal=is_causal,
-                          deterministic=deterministic, rngs=rngs, return_weights=return_weights)
+    return self.attend_kv(
+      x,
+      kv,
+      positions=positions,
+      mask=mask,
+      is_causal=is_causal,
+      deterministic=deterministic,
+      rngs=rngs,
+      return_weights=return_weights,
+    )
 
-  def attend_kv(self, x: Array, kv: KV, *, positions: Array | None = None,
-                mask: Array | None = None, is_causal: bool = False, deterministic: bool = True,
-                rngs: nnx.Rngs | None = None, return_weights: bool = False
-                ) -> tuple[Array, Array | None]:
+  def attend_kv(
+    self,
+    x: Array,
+    kv: KV,
+    *,
+    positions: Array | None = None,
+    mask: Array | None = None,
+    is_causal: bool = False,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ) -> tuple[Array, Array | None]:
     """Like `__call__`, with keys and values already projected by `project_kv` (or a cache)."""
     dropout_rng = None
     if not deterministic and self.dropout_rate > 0.0:
       if rngs is None:
-        raise ValueError("MultiHeadAttention: deterministic=False with attention dropout needs "
-                         "rngs, an nnx.Rngs with a 'dropout' stream.")
+        raise ValueError(
+          'MultiHeadAttention: deterministic=False with attention dropout needs '
+          "rngs, an nnx.Rngs with a 'dropout' stream."
+        )
       dropout_rng = rngs.dropout()
     # A running `interventions.capture` reads and edits these; otherwise each tap is a no-op.
     tapping = interventions.active()
-    q = interventions.tap(self, "queries", self._query(x, positions))  # [B, N, T, d_k]
-    kv = {"k": interventions.tap(self, "keys", kv["k"]),
-          "v": interventions.tap(self, "values", kv["v"])}
+    q = interventions.tap(self, 'queries', self._query(x, positions))  # [B, N, T, d_k]
+    kv = {
+      'k': interventions.tap(self, 'keys', kv['k']),
+      'v': interventions.tap(self, 'values', kv['v']),
+    }
     options = self._softmax_options(return_weights or tapping)
     window = self.window
     if self.sink_tokens:  # visibility and offsets by position, as a streaming cache has them
-      q_positions, k_positions = self._whole_positions(q.shape[-2], kv["k"].shape[-2], positions)
-      mask = attention.combine_masks(mask, attention.window_mask(
-          q_positions, k_positions, window, self.sink_tokens))
+      q_positions, k_positions = self._whole_positions(q.shape[-2], kv['k'].shape[-2], positions)
+      mask = attention.combine_masks(
+        mask, attention.window_mask(q_positions, k_positions, window, self.sink_tokens)
+      )
       window = 0
-    options.update(self._position_options(q.shape[-2], kv["k"].shape[-2], positions, is_causal))
+    options.update(self._position_options(q.shape[-2], kv['k'].shape[-2], positions, is_causal))
     out, weights = self.variant.attend(
-        q, kv["k"], kv["v"], mask=mask, is_causal=is_causal, window=window,
-        dropout_rate=0.0 if dropout_rng is None else self.dropout_rate, dropout_rng=dropout_rng,
-        return_weights=return_weights or tapping, **options)
+      q,
+      kv['k'],
+      kv['v'],
+      mask=mask,
+      is_causal=is_causal,
+      window=window,
+      dropout_rate=0.0 if dropout_rng is None else self.dropout_rate,
+      dropout_rng=dropout_rng,
+      return_weights=return_weights or tapping,
+      **options,
+    )
     if tapping:
-      out, weights = self._tapped(out, weights, kv["v"])
+      out, weights = self._tapped(out, weights, kv['v'])
       weights = weights if return_weights else None
-    return merge_project_heads(self.w_o, out), weights                  # [B, T, D]
+    return merge_project_heads(self.w_o, out), weights  # [B, T, D]
 
   def _tapped(self, out: Array, weights: Array, values: Array) -> tuple[Array, Array]:
     """Weights `[B, N, T, S]` and per-head outputs `[B, N, T, d_v]` through their taps; edited
     weights make the output `weights @ values` (no attention dropout)."""
-    edited = interventions.tap(self, "weights", weights)
+    edited = interventions.tap(self, 'weights', weights)
     if edited is not weights:
-      values = attention.repeat_kv(values, self.num_heads)              # [B, N, S, d_v]
+      values = attention.repeat_kv(values, self.num_heads)  # [B, N, S, d_v]
       out = attention.attend(edited, values.astype(edited.dtype)).astype(out.dtype)
-    return interventions.tap(self, "heads", out), edited
+    return interventions.tap(self, 'heads', out), edited
 
   def _softmax_options(self, return_weights: bool = False) -> dict[str, Any]:
     """The softmax variant's options that do not depend on positions."""
     # Only the reference kernel forms the weights.
-    return dict(scores=None if self.score == "scaled_dot" else self._scores,
-                implementation="reference" if return_weights else self.implementation,
-                softcap=self.softcap, sink=None if self.sink is None else self.sink[...])
+    return dict(
+      scores=None if self.score == 'scaled_dot' else self._scores,
+      implementation='reference' if return_weights else self.implementation,
+      softcap=self.softcap,
+      sink=None if self.sink is None else self.sink[...],
+    )
 
-  def _position_options(self, t: int, s: int, positions: Array | None, is_causal: bool
-                        ) -> dict[str, Array]:
+  def _position_options(
+    self, t: int, s: int, positions: Array | None, is_causal: bool
+  ) -> dict[str, Array]:
     """The position bias of a whole-sequence call of T queries and S keys, if any.
 
     ALiBi at the default positions goes to the kernel as slopes, so the chunked kernel forms it
@@ -233,10 +315,10 @@ class MultiHeadAttention(nnx.Module):
     """
     if self.position_bias is None:
       return {}
-    if self.position_bias == "alibi" and positions is None and not self.sink_tokens:
-      return {"alibi_slopes": attention.alibi_slopes(self.num_heads)}
+    if self.position_bias == 'alibi' and positions is None and not self.sink_tokens:
+      return {'alibi_slopes': attention.alibi_slopes(self.num_heads)}
     q_positions, k_positions = self._whole_positions(t, s, positions)
-    return {"bias": self._position_bias(q_positions, k_positions, causal=is_causal)}
+    return {'bias': self._position_bias(q_positions, k_positions, causal=is_causal)}
 
   @staticmethod
   def _whole_positions(t: int, s: int, positions: Array | None) -> tuple[Array, Array]:
@@ -252,42 +334,56 @@ class MultiHeadAttention(nnx.Module):
       relative = attention.cache_offsets(q_positions, k_positions, self.window, self.sink_tokens)
     else:
       relative = attention.relative_positions(q_positions, k_positions)
-    if self.position_bias == "alibi":
+    if self.position_bias == 'alibi':
       return attention.alibi_bias_at(attention.alibi_slopes(self.num_heads), relative)
     return attention.t5_bias_at(self.relative_bias[...], relative, bidirectional=not causal)
 
   def _scores(self, q: Array, k: Array) -> Array:
     """The registered score of q `[B, N, T, H]` and k `[B, N, S, H]`, `[B, N, T, S]`."""
-    params = {param.name: getattr(self, score_param_attr(param.name))[...]
-              for param in self.registered_score.params}                # each [N, ...]
+    params = {
+      param.name: getattr(self, score_param_attr(param.name))[...]
+      for param in self.registered_score.params
+    }  # each [N, ...]
     # Per-head parameters lead with N; vmap pairs them with the heads axis (-3) of q and k.
     per_head = lambda q, k, params: self.registered_score(q, k, **params)
     return jax.vmap(per_head, in_axes=(-3, -3, 0), out_axes=-3)(q, k, params)
 
-  def _attend_at(self, q: Array, keys: Array, values: Array, q_positions: Array,
-                 k_positions: Array) -> Array:
+  def _attend_at(
+    self, q: Array, keys: Array, values: Array, q_positions: Array, k_positions: Array
+  ) -> Array:
     """Causal softmax of `q [B, N, T, H]` over cached keys at explicit positions (decoding).
 
     Visibility (causal, the window, empty slots) and position biases come from the positions.
     """
     options = self._softmax_options()
     if self.position_bias is not None:
-      options["bias"] = self._position_bias(q_positions, k_positions, causal=True)
-    out, _ = attention.VARIANTS["softmax"].attend(
-        q, keys.astype(q.dtype), values.astype(q.dtype),
-        mask=attention.window_mask(q_positions, k_positions, self.window, self.sink_tokens),
-        **options)
+      options['bias'] = self._position_bias(q_positions, k_positions, causal=True)
+    out, _ = attention.VARIANTS['softmax'].attend(
+      q,
+      keys.astype(q.dtype),
+      values.astype(q.dtype),
+      mask=attention.window_mask(q_positions, k_positions, self.window, self.sink_tokens),
+      **options,
+    )
     return out
 
   def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
     """The variant's empty decoding state for `max_length` positions (see `attention.variants`):
     K/V buffers `[B, K, L, H]` in `cache_dtype`, a ring of `window` slots, or running sums."""
-    return self.variant.init_state(batch_size, self.num_kv_heads, self.d_k, self.d_v,
-                                   max_length=max_length, window=self.window,
-                                   sink_tokens=self.sink_tokens, dtype=self.cache_dtype)
+    return self.variant.init_state(
+      batch_size,
+      self.num_kv_heads,
+      self.d_k,
+      self.d_v,
+      max_length=max_length,
+      window=self.window,
+      sink_tokens=self.sink_tokens,
+      dtype=self.cache_dtype,
+    )
 
-  def decode_step(self, x: Array, cache: dict[str, Array], step: Array
-                  ) -> tuple[Array, dict[str, Array]]:
+  def decode_step(
+    self, x: Array, cache: dict[str, Array], step: Array
+  ) -> tuple[Array, dict[str, Array]]:
     """Causal self-attention for new positions, without recomputing the earlier ones.
 
     Args:
@@ -299,8 +395,16 @@ class MultiHeadAttention(nnx.Module):
     Returns:
       `(output [B, T, D], the state after positions step .. step+T-1)`; no dropout.
     """
-    positions = step + jnp.arange(x.shape[1])                           # [T]
-    q, new = self._project_self(x, positions)                           # [B, N|K, T, H]
-    out, cache = self.variant.step(cache, q, new["k"], new["v"], step, window=self.window,
-                                   sink_tokens=self.sink_tokens, attend_at=self._attend_at)
+    positions = step + jnp.arange(x.shape[1])  # [T]
+    q, new = self._project_self(x, positions)  # [B, N|K, T, H]
+    out, cache = self.variant.step(
+      cache,
+      q,
+      new['k'],
+      new['v'],
+      step,
+      window=self.window,
+      sink_tokens=self.sink_tokens,
+      attend_at=self._attend_at,
+    )
     return merge_project_heads(self.w_o, out.astype(x.dtype)), cache

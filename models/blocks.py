@@ -8,9 +8,9 @@ models, the ViT, the captioner's decoder) builds on these. Shapes: `x`/`y` `[B, 
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from models import interventions
 from models.attention_layer import MultiHeadAttention
@@ -24,22 +24,38 @@ EPS = 1e-6  # every LayerNorm of the Transformer families, unless a `StackConfig
 class _Block(nnx.Module):
   """Shared residual wiring of the encoder and decoder layers."""
 
-  def __init__(self, d_model: int, *, num_sublayers: int, norm: str, dropout_rate: float,
-               epsilon: float = EPS, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    d_model: int,
+    *,
+    num_sublayers: int,
+    norm: str,
+    dropout_rate: float,
+    epsilon: float = EPS,
+    rngs: nnx.Rngs,
+  ):
     self.norm = norm
-    self.norms = nnx.List([nnx.LayerNorm(d_model, epsilon=epsilon, rngs=rngs)
-                           for _ in range(num_sublayers)])
+    self.norms = nnx.List(
+      [nnx.LayerNorm(d_model, epsilon=epsilon, rngs=rngs) for _ in range(num_sublayers)]
+    )
     self.dropout = nnx.Dropout(dropout_rate)
 
-  def residual(self, i: int, x: Array, fn: Callable[[Array], tuple[Array, Any]], *,
-               deterministic: bool = True, rngs: nnx.Rngs | None = None) -> tuple[Array, Any]:
+  def residual(
+    self,
+    i: int,
+    x: Array,
+    fn: Callable[[Array], tuple[Array, Any]],
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+  ) -> tuple[Array, Any]:
     """Sublayer `i` around `fn: x -> (out, aux)`; returns `(new x, aux)`.
 
     Post-norm is the paper's `LayerNorm(x + Dropout(fn(x)))`; pre-norm is
     `x + Dropout(fn(LayerNorm(x)))`, which keeps an identity path from input to output and trains
     stably without learning-rate warm-up (Xiong et al. 2020).
     """
-    if self.norm == "pre":
+    if self.norm == 'pre':
       out, aux = fn(self.norms[i](x))
       return x + self.dropout(out, deterministic=deterministic, rngs=rngs), aux
     out, aux = fn(x)
@@ -54,31 +70,50 @@ class EncoderLayer(_Block):
   """
 
   def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
-    super().__init__(stack.d_model, num_sublayers=2, norm=stack.norm,
-                     dropout_rate=stack.dropout_rate, epsilon=stack.norm_eps, rngs=rngs)
+    super().__init__(
+      stack.d_model,
+      num_sublayers=2,
+      norm=stack.norm,
+      dropout_rate=stack.dropout_rate,
+      epsilon=stack.norm_eps,
+      rngs=rngs,
+    )
     self.self_attn = MultiHeadAttention(stack.d_model, **stack.attention_kwargs(), rngs=rngs)
     self.ffn = FeedForward(stack.d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
 
-  def __call__(self, x: Array, mask: Array | None, *, is_causal: bool = False,
-               deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_weights: bool = False) -> tuple[Array, Array | None]:
+  def __call__(
+    self,
+    x: Array,
+    mask: Array | None,
+    *,
+    is_causal: bool = False,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ) -> tuple[Array, Array | None]:
     """`x [B, S, D]`, key mask `[B, 1, 1, S]` or None -> `(x, weights [B, N, S, S] or None)`."""
     run = dict(deterministic=deterministic, rngs=rngs)
-    x, weights = self.residual(0, x, lambda h: self.self_attn(
-        h, mask=mask, is_causal=is_causal, return_weights=return_weights, **run), **run)
+    x, weights = self.residual(
+      0,
+      x,
+      lambda h: self.self_attn(
+        h, mask=mask, is_causal=is_causal, return_weights=return_weights, **run
+      ),
+      **run,
+    )
     x, _ = self.residual(1, x, lambda h: (self.ffn(h), None), **run)
-    return interventions.tap(self, "residual", x), weights             # the stream after it
+    return interventions.tap(self, 'residual', x), weights  # the stream after it
 
-  def decode_step(self, x: Array, cache: dict[str, Array], step: Array
-                  ) -> tuple[Array, dict[str, Array]]:
+  def decode_step(
+    self, x: Array, cache: dict[str, Array], step: Array
+  ) -> tuple[Array, dict[str, Array]]:
     """Causal layer for positions `step ..` of `x [B, T, D]`; `cache`: its decoding state."""
     x, cache = self.residual(0, x, lambda h: self.self_attn.decode_step(h, cache, step))
     x, _ = self.residual(1, x, lambda h: (self.ffn(h), None))
     return x, cache
 
 
-def encoder_stack(stack: StackConfig, *, rngs: nnx.Rngs
-                  ) -> tuple[nnx.List, nnx.LayerNorm | None]:
+def encoder_stack(stack: StackConfig, *, rngs: nnx.Rngs) -> tuple[nnx.List, nnx.LayerNorm | None]:
   """`stack.num_layers` `EncoderLayer`s, and the final LayerNorm a pre-norm stack ends with
   (None for post-norm)."""
   layers = nnx.List([EncoderLayer(stack, rngs=rngs) for _ in range(stack.num_layers)])
@@ -87,7 +122,7 @@ def encoder_stack(stack: StackConfig, *, rngs: nnx.Rngs
 
 def final_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.LayerNorm | None:
   """The LayerNorm a pre-norm stack ends with; None for post-norm."""
-  if stack.norm != "pre":
+  if stack.norm != 'pre':
     return None
   return nnx.LayerNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs)
 
@@ -96,43 +131,69 @@ class DecoderLayer(_Block):
   """Masked self-attention, cross-attention to the encoder memory, feed-forward."""
 
   def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
-    super().__init__(stack.d_model, num_sublayers=3, norm=stack.norm,
-                     dropout_rate=stack.dropout_rate, epsilon=stack.norm_eps, rngs=rngs)
+    super().__init__(
+      stack.d_model,
+      num_sublayers=3,
+      norm=stack.norm,
+      dropout_rate=stack.dropout_rate,
+      epsilon=stack.norm_eps,
+      rngs=rngs,
+    )
     d_model = stack.d_model
     self.self_attn = MultiHeadAttention(d_model, **stack.attention_kwargs(), rngs=rngs)
     self.cross_attn = MultiHeadAttention(d_model, **stack.attention_kwargs(cross=True), rngs=rngs)
     self.ffn = FeedForward(d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
 
-  def __call__(self, y: Array, memory: Array, source_mask: Array, *, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_weights: bool = False
-               ) -> tuple[Array, tuple[Array | None, Array | None]]:
+  def __call__(
+    self,
+    y: Array,
+    memory: Array,
+    source_mask: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_weights: bool = False,
+  ) -> tuple[Array, tuple[Array | None, Array | None]]:
     """`y [B, T, D]`, `memory [B, S, D]`, `source_mask [B, 1, 1, S]` -> `(y, (self_w, cross_w))`.
 
     Self-attention is causal only: with right padding a real position never sees a padded one,
     and `decode_step`, which cannot know future padding, then computes exactly the same function.
     """
     run = dict(deterministic=deterministic, rngs=rngs)
-    y, self_w = self.residual(0, y, lambda h: self.self_attn(
-        h, is_causal=True, return_weights=return_weights, **run), **run)
-    y, cross_w = self.residual(1, y, lambda h: self.cross_attn(
-        h, memory, mask=source_mask, return_weights=return_weights, **run), **run)
+    y, self_w = self.residual(
+      0, y, lambda h: self.self_attn(h, is_causal=True, return_weights=return_weights, **run), **run
+    )
+    y, cross_w = self.residual(
+      1,
+      y,
+      lambda h: self.cross_attn(h, memory, mask=source_mask, return_weights=return_weights, **run),
+      **run,
+    )
     y, _ = self.residual(2, y, lambda h: (self.ffn(h), None), **run)
-    return interventions.tap(self, "residual", y), (self_w, cross_w)  # the stream after it
+    return interventions.tap(self, 'residual', y), (self_w, cross_w)  # the stream after it
 
-  def decode_step(self, y: Array, cache: dict[str, Any], step: Array,
-                  source_mask: Array) -> tuple[Array, dict[str, Any]]:
+  def decode_step(
+    self, y: Array, cache: dict[str, Any], step: Array, source_mask: Array
+  ) -> tuple[Array, dict[str, Any]]:
     """One position `y [B, 1, D]`; `cache` holds this layer's `'self'` state and `'cross'` K/V."""
-    y, self_kv = self.residual(0, y, lambda h: self.self_attn.decode_step(h, cache["self"], step))
-    y, _ = self.residual(1, y, lambda h: self.cross_attn.attend_kv(h, cache["cross"],
-                                                                   mask=source_mask))
+    y, self_kv = self.residual(0, y, lambda h: self.self_attn.decode_step(h, cache['self'], step))
+    y, _ = self.residual(
+      1, y, lambda h: self.cross_attn.attend_kv(h, cache['cross'], mask=source_mask)
+    )
     y, _ = self.residual(2, y, lambda h: (self.ffn(h), None))
-    return y, {"self": self_kv, "cross": cache["cross"]}
+    return y, {'self': self_kv, 'cross': cache['cross']}
 
 
-def run_decoder(layers: Sequence[DecoderLayer], y: Array, memory: Array,
-                memory_mask: Array | None, *, deterministic: bool = True,
-                rngs: nnx.Rngs | None = None, return_weights: bool = False
-                ) -> tuple[Array, dict[str, Array] | None]:
+def run_decoder(
+  layers: Sequence[DecoderLayer],
+  y: Array,
+  memory: Array,
+  memory_mask: Array | None,
+  *,
+  deterministic: bool = True,
+  rngs: nnx.Rngs | None = None,
+  return_weights: bool = False,
+) -> tuple[Array, dict[str, Array] | None]:
   """Teacher-forced `y [B, T, D]` through `DecoderLayer`s reading `memory [B, S, D]`.
 
   A function over the layers, as are the two below, so that models which hold a decoder stack
@@ -142,25 +203,37 @@ def run_decoder(layers: Sequence[DecoderLayer], y: Array, memory: Array,
   """
   self_ws, cross_ws = [], []
   for layer in layers:
-    y, (self_w, cross_w) = layer(y, memory, memory_mask, deterministic=deterministic, rngs=rngs,
-                                 return_weights=return_weights)
+    y, (self_w, cross_w) = layer(
+      y, memory, memory_mask, deterministic=deterministic, rngs=rngs, return_weights=return_weights
+    )
     self_ws.append(self_w)
     cross_ws.append(cross_w)
   if not return_weights:
     return y, None
-  return y, {"decoder_self": jnp.stack(self_ws, axis=1), "cross": jnp.stack(cross_ws, axis=1)}
+  return y, {'decoder_self': jnp.stack(self_ws, axis=1), 'cross': jnp.stack(cross_ws, axis=1)}
 
 
-def init_decoder_cache(layers: Sequence[DecoderLayer], memory: Array,
-                       max_length: int) -> list[dict[str, Any]]:
+def init_decoder_cache(
+  layers: Sequence[DecoderLayer], memory: Array, max_length: int
+) -> list[dict[str, Any]]:
   """Per layer: the empty `'self'` state (K/V `[B, K, max_length, H]` for softmax attention) and
   `'cross'` K/V `[B, K, S, H]`."""
-  return [{"self": layer.self_attn.init_cache(memory.shape[0], max_length),
-           "cross": layer.cross_attn.project_kv(memory)} for layer in layers]
+  return [
+    {
+      'self': layer.self_attn.init_cache(memory.shape[0], max_length),
+      'cross': layer.cross_attn.project_kv(memory),
+    }
+    for layer in layers
+  ]
 
 
-def decoder_step(layers: Sequence[DecoderLayer], y: Array, cache: list[dict[str, Any]],
-                 step: Array, memory_mask: Array | None) -> tuple[Array, list[dict[str, Any]]]:
+def decoder_step(
+  layers: Sequence[DecoderLayer],
+  y: Array,
+  cache: list[dict[str, Any]],
+  step: Array,
+  memory_mask: Array | None,
+) -> tuple[Array, list[dict[str, Any]]]:
   """Position `step`, `y [B, 1, D]`, through the layers; returns `(y, cache)` (no final norm)."""
   new_cache = []
   for layer, layer_cache in zip(layers, cache):

@@ -27,38 +27,48 @@ Decoders (`decoder`):
 import dataclasses
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from models import interventions, rnn_attention
+from models.blocks import EPS, DecoderLayer, decoder_step, init_decoder_cache, run_decoder
 from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
 from models.layers import check_choice, check_positive_ints, check_vocab, dense, is_int
 from models.seq2seq import bahdanau_step
-from models.blocks import EPS, DecoderLayer, decoder_step, init_decoder_cache, run_decoder
 from models.stack_config import AttentionVariant, StackConfig
-from models.vision import (GridPositions, PatchEncoder, check_dropout, check_image_shape,
-                           check_images, check_positions_2d)
+from models.vision import (
+  GridPositions,
+  PatchEncoder,
+  check_dropout,
+  check_image_shape,
+  check_images,
+  check_positions_2d,
+)
 
 Array = jax.Array
-ENCODERS = ("cnn", "vit")
-DECODERS = ("gru", "transformer")
+ENCODERS = ('cnn', 'vit')
+DECODERS = ('gru', 'transformer')
 # The Transformer decoder's fixed choices (and the ViT encoder's): pre-norm trains without warm-up;
 # the decoder's token positions are sinusoidal (the encoder's are `positions`).
-_STACK = dict(norm="pre", activation="gelu", positions="sinusoidal")
+_STACK = dict(norm='pre', activation='gelu', positions='sinusoidal')
 
 
 def _check_cnn(image_shape: tuple[int, int, int], channels: Any) -> None:
   """Raises ValueError unless `channels` are positive ints whose stages fit the image."""
-  if not (isinstance(channels, (tuple, list)) and channels
-          and all(is_int(c) and c > 0 for c in channels)):
-    raise ValueError(f"cnn_channels must be a non-empty sequence of positive integers; got "
-                     f"{channels!r}.")
+  if not (
+    isinstance(channels, (tuple, list)) and channels and all(is_int(c) and c > 0 for c in channels)
+  ):
+    raise ValueError(
+      f'cnn_channels must be a non-empty sequence of positive integers; got {channels!r}.'
+    )
   scale = 2 ** len(channels)
   if image_shape[0] % scale or image_shape[1] % scale:
-    raise ValueError(f"encoder='cnn' with {len(channels)} stages (cnn_channels) halves H and W "
-                     f"{len(channels)} times, so both must be divisible by {scale}; got "
-                     f"image_shape={image_shape}.")
+    raise ValueError(
+      f"encoder='cnn' with {len(channels)} stages (cnn_channels) halves H and W "
+      f'{len(channels)} times, so both must be divisible by {scale}; got '
+      f'image_shape={image_shape}.'
+    )
 
 
 class ConvEncoder(nnx.Module):
@@ -70,12 +80,23 @@ class ConvEncoder(nnx.Module):
   attention point at it.
   """
 
-  def __init__(self, image_shape: tuple[int, int, int], channels: tuple[int, ...], d_model: int,
-               *, positions: str, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    image_shape: tuple[int, int, int],
+    channels: tuple[int, ...],
+    d_model: int,
+    *,
+    positions: str,
+    rngs: nnx.Rngs,
+  ):
     h, w, c = image_shape
     self.grid = (h // 2 ** len(channels), w // 2 ** len(channels))
-    self.convs = nnx.List([nnx.Conv(c_in, c_out, kernel_size=(3, 3), padding="SAME", rngs=rngs)
-                           for c_in, c_out in zip((c, *channels[:-1]), channels)])
+    self.convs = nnx.List(
+      [
+        nnx.Conv(c_in, c_out, kernel_size=(3, 3), padding='SAME', rngs=rngs)
+        for c_in, c_out in zip((c, *channels[:-1]), channels)
+      ]
+    )
     self.proj = dense(channels[-1], d_model, rngs=rngs)
     self.positions = GridPositions(positions, self.grid, d_model, rngs=rngs)
 
@@ -84,8 +105,8 @@ class ConvEncoder(nnx.Module):
     x = images
     for conv in self.convs:  # each stage: [B, h, w, c_in] -> [B, h/2, w/2, c_out]
       x = nnx.max_pool(jax.nn.relu(conv(x)), window_shape=(2, 2), strides=(2, 2))
-    x = self.proj(x)                                                    # [B, gh, gw, D]
-    x = jnp.reshape(x, (x.shape[0], -1, x.shape[-1]))                   # [B, R, D]
+    x = self.proj(x)  # [B, gh, gw, D]
+    x = jnp.reshape(x, (x.shape[0], -1, x.shape[-1]))  # [B, R, D]
     return x + self.positions().astype(x.dtype)
 
 
@@ -102,13 +123,28 @@ class Captioner(nnx.Module):
   [B, heads, max_length, H] for softmax attention), 'cross': K/V [B, heads, R, H]}] * L}`.
   """
 
-  def __init__(self, *, image_shape: tuple[int, int, int], vocab_size: int, pad_id: int,
-               encoder: str = "cnn", decoder: str = "gru", d_model: int = 128,
-               cnn_channels: tuple[int, ...] = (32, 64), patch_size: int = 4,
-               encoder_layers: int = 2, decoder_layers: int = 1, num_heads: int = 4,
-               d_ff: int = 256, embed_dim: int = 64, score: str = "additive",
-               positions: str = "learned", dropout_rate: float = 0.0,
-               variant: AttentionVariant = AttentionVariant(), rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    image_shape: tuple[int, int, int],
+    vocab_size: int,
+    pad_id: int,
+    encoder: str = 'cnn',
+    decoder: str = 'gru',
+    d_model: int = 128,
+    cnn_channels: tuple[int, ...] = (32, 64),
+    patch_size: int = 4,
+    encoder_layers: int = 2,
+    decoder_layers: int = 1,
+    num_heads: int = 4,
+    d_ff: int = 256,
+    embed_dim: int = 64,
+    score: str = 'additive',
+    positions: str = 'learned',
+    dropout_rate: float = 0.0,
+    variant: AttentionVariant = AttentionVariant(),
+    rngs: nnx.Rngs,
+  ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -134,55 +170,74 @@ class Captioner(nnx.Module):
     """
     image_shape = check_image_shape(image_shape)
     check_vocab(vocab_size, pad_id)
-    check_choice("encoder", encoder, ENCODERS)
-    check_choice("decoder", decoder, DECODERS)
-    check_positive_ints(encoder_layers=encoder_layers, decoder_layers=decoder_layers,
-                        embed_dim=embed_dim)
+    check_choice('encoder', encoder, ENCODERS)
+    check_choice('decoder', decoder, DECODERS)
+    check_positive_ints(
+      encoder_layers=encoder_layers, decoder_layers=decoder_layers, embed_dim=embed_dim
+    )
     check_positions_2d(positions, d_model)
     # The Transformer stacks' settings; checked even when no stack is built.
-    stack = StackConfig(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
-                        dropout_rate=dropout_rate, **_STACK, **dataclasses.asdict(variant))
-    if encoder == "cnn":
+    stack = StackConfig(
+      d_model=d_model,
+      num_heads=num_heads,
+      d_ff=d_ff,
+      dropout_rate=dropout_rate,
+      **_STACK,
+      **dataclasses.asdict(variant),
+    )
+    if encoder == 'cnn':
       _check_cnn(image_shape, cnn_channels)
-    if decoder == "gru":
+    if decoder == 'gru':
       rnn_attention.check_score(score)
 
     self.pad_id = pad_id
     self.image_shape = image_shape
     self.decoder_kind = decoder
     self.dropout_rate = dropout_rate
-    if encoder == "cnn":
-      self.image_encoder = ConvEncoder(image_shape, tuple(cnn_channels), d_model,
-                                       positions=positions, rngs=rngs)
+    if encoder == 'cnn':
+      self.image_encoder = ConvEncoder(
+        image_shape, tuple(cnn_channels), d_model, positions=positions, rngs=rngs
+      )
     else:
       self.image_encoder = PatchEncoder(
-          image_shape, patch_size, class_token=False, rngs=rngs,
-          stack=dataclasses.replace(stack, num_layers=encoder_layers, positions=positions))
+        image_shape,
+        patch_size,
+        class_token=False,
+        rngs=rngs,
+        stack=dataclasses.replace(stack, num_layers=encoder_layers, positions=positions),
+      )
     self.grid = self.image_encoder.grid
     self.dropout = nnx.Dropout(dropout_rate)
-    if decoder == "gru":
+    if decoder == 'gru':
       self.embed = nnx.Embed(vocab_size, embed_dim, rngs=rngs)
-      self.attn = rnn_attention.make_attention(score, query_dim=d_model, key_dim=d_model,
-                                               rngs=rngs)
+      self.attn = rnn_attention.make_attention(score, query_dim=d_model, key_dim=d_model, rngs=rngs)
       self.bridge = nnx.Linear(d_model, d_model, rngs=rngs)  # h_0 = tanh(W mean_r a_r)
       self.cells = nnx.List([nnx.GRUCell(embed_dim + d_model, d_model, rngs=rngs)])
-      features = 2 * d_model + embed_dim                     # [h_t; c_t; E y_{t-1}]
+      features = 2 * d_model + embed_dim  # [h_t; c_t; E y_{t-1}]
     else:
       self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
       self.token_positions = SinusoidalPositions(d_model)
-      self.decoder_layers = nnx.List([DecoderLayer(stack, rngs=rngs)
-                                      for _ in range(decoder_layers)])
+      self.decoder_layers = nnx.List(
+        [DecoderLayer(stack, rngs=rngs) for _ in range(decoder_layers)]
+      )
       self.decoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
       features = d_model
     self.output = dense(features, vocab_size, rngs=rngs)
 
-  def _encode(self, images: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-              return_attention: bool = False) -> tuple[Array, Array | None]:
+  def _encode(
+    self,
+    images: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> tuple[Array, Array | None]:
     """Checked images -> `(regions [B, R, D], ViT self-attention [B, L, N, R, R] or None)`."""
     if isinstance(self.image_encoder, ConvEncoder):
       return self.image_encoder(images), None
-    return self.image_encoder(images, deterministic=deterministic, rngs=rngs,
-                              return_attention=return_attention)
+    return self.image_encoder(
+      images, deterministic=deterministic, rngs=rngs, return_attention=return_attention
+    )
 
   def encode_image(self, images: Any) -> Array:
     """Region features `[B, R, D]` (R = gh*gw, row-major) of images float `[B, H, W, C]`."""
@@ -190,16 +245,22 @@ class Captioner(nnx.Module):
 
   def _embed_tokens(self, ids: Array, start: Array | int) -> Array:
     """Transformer decoder: scaled embeddings plus positions `start ..`, `[B, T] -> [B, T, D]`."""
-    y = self.embed(ids)                                                 # [B, T, D]
+    y = self.embed(ids)  # [B, T, D]
     return y + self.token_positions(start + jnp.arange(ids.shape[1])).astype(y.dtype)
 
   def _gru_state(self, regions: Array) -> Array:
     """The GRU decoder's initial state `[B, 1, D]` (one layer) from the mean region."""
     return jnp.tanh(self.bridge(jnp.mean(regions, axis=1)))[:, None]
 
-  def caption_logits(self, images: Any, decoder_inputs: Any, *, deterministic: bool = True,
-                     rngs: nnx.Rngs | None = None, return_attention: bool = False
-                     ) -> Array | tuple[Array, dict[str, Array]]:
+  def caption_logits(
+    self,
+    images: Any,
+    decoder_inputs: Any,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Array | tuple[Array, dict[str, Array]]:
     """Teacher-forced logits for every caption position.
 
     Args:
@@ -218,58 +279,72 @@ class Captioner(nnx.Module):
     ids = jnp.asarray(decoder_inputs)
     batch = images.shape[0]
     if ids.ndim != 2 or ids.shape[0] != batch or not jnp.issubdtype(ids.dtype, jnp.integer):
-      raise ValueError(f"decoder_inputs must be integer ids [B, T] with B={batch} (the images'); "
-                       f"got {ids.dtype}{tuple(ids.shape)}.")
+      raise ValueError(
+        f"decoder_inputs must be integer ids [B, T] with B={batch} (the images'); "
+        f'got {ids.dtype}{tuple(ids.shape)}.'
+      )
     check_dropout(deterministic, rngs, (self.dropout_rate,))
     run = dict(deterministic=deterministic, rngs=rngs)
     regions, encoder_w = self._encode(images, return_attention=return_attention, **run)
-    if self.decoder_kind == "gru":
+    if self.decoder_kind == 'gru':
       keys, state = self.attn.prepare(regions), self._gru_state(regions)
-      y = self.dropout(lookup(self.embed, ids), **run)                  # [B, T, E]
+      y = self.dropout(lookup(self.embed, ids), **run)  # [B, T, E]
 
       def step(state, y_t):
-        state, features, weights = bahdanau_step(self.attn, self.cells, state, y_t, keys,
-                                                 regions, None)
+        state, features, weights = bahdanau_step(
+          self.attn, self.cells, state, y_t, keys, regions, None
+        )
         return state, (features, weights)
 
       _, (features, cross) = interventions.scan(step, state, jnp.swapaxes(y, 0, 1))  # [T, B]
-      features = self.dropout(jnp.swapaxes(features, 0, 1), **run)      # [B, T, F]
-      weights = {"cross": jnp.swapaxes(cross, 0, 1)[:, None, None]}     # [B, 1, 1, T, R]
+      features = self.dropout(jnp.swapaxes(features, 0, 1), **run)  # [B, T, F]
+      weights = {'cross': jnp.swapaxes(cross, 0, 1)[:, None, None]}  # [B, 1, 1, T, R]
     else:
-      y = self.dropout(self._embed_tokens(ids, 0), **run)              # [B, T, D]
-      features, weights = run_decoder(self.decoder_layers, y, regions, None,
-                                      return_weights=return_attention, **run)
-      features = self.decoder_norm(features)                           # [B, T, D]
-    logits = self.output(features).astype(jnp.float32)                  # [B, T, V]
+      y = self.dropout(self._embed_tokens(ids, 0), **run)  # [B, T, D]
+      features, weights = run_decoder(
+        self.decoder_layers, y, regions, None, return_weights=return_attention, **run
+      )
+      features = self.decoder_norm(features)  # [B, T, D]
+    logits = self.output(features).astype(jnp.float32)  # [B, T, V]
     if not return_attention:
       return logits
     if encoder_w is not None:
-      weights["encoder_self"] = encoder_w
+      weights['encoder_self'] = encoder_w
     return logits, weights
 
   def init_decode_cache(self, images: Any, max_length: int) -> dict[str, Any]:
     """Encodes images `[B, H, W, C]` once; the cache of the class docstring."""
     check_positive_ints(max_length=max_length)
-    regions = self.encode_image(images)                                 # [B, R, D]
-    if self.decoder_kind == "gru":
-      return {"keys": self.attn.prepare(regions), "values": regions,
-              "state": self._gru_state(regions)}
-    return {"layers": init_decoder_cache(self.decoder_layers, regions, max_length)}
+    regions = self.encode_image(images)  # [B, R, D]
+    if self.decoder_kind == 'gru':
+      return {
+        'keys': self.attn.prepare(regions),
+        'values': regions,
+        'state': self._gru_state(regions),
+      }
+    return {'layers': init_decoder_cache(self.decoder_layers, regions, max_length)}
 
-  def decode_step(self, ids: Array, step: Array, cache: dict[str, Any]
-                  ) -> tuple[Array, dict[str, Any]]:
+  def decode_step(
+    self, ids: Array, step: Array, cache: dict[str, Any]
+  ) -> tuple[Array, dict[str, Any]]:
     """Logits float32 `[B, V]` for the token after `ids [B]` at position `step`, and the cache.
 
     The `tokens_to_logits` callback of `models.decoding`; reads parameters only, so it can run
     inside `jax.jit` + `lax.while_loop`. For the Transformer, `step` must stay below the cache's
     max_length.
     """
-    if self.decoder_kind == "gru":
-      state, features, _ = bahdanau_step(self.attn, self.cells, cache["state"],
-                                         lookup(self.embed, ids), cache["keys"], cache["values"],
-                                         None)
-      return self.output(features).astype(jnp.float32), {**cache, "state": state}
-    y = self._embed_tokens(ids[:, None], step)                          # [B, 1, D]
-    y, layers = decoder_step(self.decoder_layers, y, cache["layers"], step, None)
+    if self.decoder_kind == 'gru':
+      state, features, _ = bahdanau_step(
+        self.attn,
+        self.cells,
+        cache['state'],
+        lookup(self.embed, ids),
+        cache['keys'],
+        cache['values'],
+        None,
+      )
+      return self.output(features).astype(jnp.float32), {**cache, 'state': state}
+    y = self._embed_tokens(ids[:, None], step)  # [B, 1, D]
+    y, layers = decoder_step(self.decoder_layers, y, cache['layers'], step, None)
     logits = self.output(self.decoder_norm(y[:, 0])).astype(jnp.float32)  # [B, V]
-    return logits, {"layers": layers}
+    return logits, {'layers': layers}

@@ -8,37 +8,46 @@ Both models implement `models.interfaces.Classifier`; `__call__` is `classify`.
 
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from models import interventions
+from models.blocks import encoder_stack
 from models.embeddings import LearnedPositions, TokenEmbedding, lookup, make_positions
-from models.layers import (AttentionPooling, check_choice, check_positive_ints, check_rate,
-                           check_vocab, dense, is_int)
+from models.layers import (
+  AttentionPooling,
+  check_choice,
+  check_positive_ints,
+  check_rate,
+  check_vocab,
+  dense,
+  is_int,
+)
 from models.rnn_attention import check_score
 from models.seq2seq import GRUEncoder
-from models.blocks import encoder_stack
 from models.stack_config import StackConfig
 
 Array = jax.Array
-POOLINGS = ("cls", "mean", "attention")
+POOLINGS = ('cls', 'mean', 'attention')
 
 
 def _check_data_args(vocab_size: int, num_classes: int, pad_id: int) -> None:
   """Raises ValueError on a vocabulary, class count or padding id no classifier can use."""
   check_vocab(vocab_size, pad_id)
   if not is_int(num_classes) or num_classes < 2:
-    raise ValueError(f"num_classes must be an integer >= 2; got {num_classes!r}.")
+    raise ValueError(f'num_classes must be an integer >= 2; got {num_classes!r}.')
 
 
-def _check_call(inputs: Any, deterministic: bool, rngs: nnx.Rngs | None,
-                rates: tuple[float, ...]) -> Array:
+def _check_call(
+  inputs: Any, deterministic: bool, rngs: nnx.Rngs | None, rates: tuple[float, ...]
+) -> Array:
   """`inputs` as a JAX array; raises ValueError on ids or a dropout setting no call can run."""
   inputs = jnp.asarray(inputs)
   if inputs.ndim not in (2, 3) or not jnp.issubdtype(inputs.dtype, jnp.integer):
-    raise ValueError(f"inputs must be integer ids [B, T] or [B, S, W]; got {inputs.dtype}"
-                     f"{tuple(inputs.shape)}.")
+    raise ValueError(
+      f'inputs must be integer ids [B, T] or [B, S, W]; got {inputs.dtype}{tuple(inputs.shape)}.'
+    )
   if not deterministic and rngs is None and max(rates) > 0.0:
     raise ValueError("deterministic=False needs rngs, an nnx.Rngs with a 'dropout' stream.")
   return inputs
@@ -53,9 +62,19 @@ class HAN(nnx.Module):
   padding and the poolings give it exactly zero weight. `[B, T]` inputs are one-sentence documents.
   """
 
-  def __init__(self, *, vocab_size: int, num_classes: int, pad_id: int, embed_dim: int = 64,
-               hidden_dim: int = 32, attention_dim: int | None = None, score: str = "dot",
-               dropout_rate: float = 0.1, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    vocab_size: int,
+    num_classes: int,
+    pad_id: int,
+    embed_dim: int = 64,
+    hidden_dim: int = 32,
+    attention_dim: int | None = None,
+    score: str = 'dot',
+    dropout_rate: float = 0.1,
+    rngs: nnx.Rngs,
+  ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -75,22 +94,28 @@ class HAN(nnx.Module):
     if attention_dim is not None:
       check_positive_ints(attention_dim=attention_dim)
     check_score(score)
-    check_rate("dropout_rate", dropout_rate)
+    check_rate('dropout_rate', dropout_rate)
     self.pad_id = pad_id
     self.dropout_rate = dropout_rate
     self.embed = nnx.Embed(vocab_size, embed_dim, rngs=rngs)
     # One layer each, so GRUEncoder's between-layer dropout never runs.
     gru = dict(num_layers=1, bidirectional=True, dropout_rate=0.0, rngs=rngs)
     self.word_encoder = GRUEncoder(embed_dim, hidden_dim, **gru)
-    features = self.word_encoder.out_dim                                # 2H
+    features = self.word_encoder.out_dim  # 2H
     self.word_pool = AttentionPooling(features, attention_dim, score=score, rngs=rngs)
     self.sentence_encoder = GRUEncoder(features, hidden_dim, **gru)
     self.sentence_pool = AttentionPooling(features, attention_dim, score=score, rngs=rngs)
     self.dropout = nnx.Dropout(dropout_rate)
     self.output = dense(features, num_classes, rngs=rngs)
 
-  def classify(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+  def classify(
+    self,
+    inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Array | tuple[Array, dict[str, Array]]:
     """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (`pad_id` = padding).
 
     Args:
@@ -104,25 +129,25 @@ class HAN(nnx.Module):
       `inputs` and, for documents, `weights['sentence']` `[B, S]`; padding gets exactly 0.
     """
     inputs = _check_call(inputs, deterministic, rngs, (self.dropout_rate,))
-    docs = inputs[:, None, :] if inputs.ndim == 2 else inputs           # [B, S, W]
+    docs = inputs[:, None, :] if inputs.ndim == 2 else inputs  # [B, S, W]
     b, s, w = docs.shape
-    word_mask = docs != self.pad_id                                     # [B, S, W]
-    sentence_mask = jnp.any(word_mask, axis=-1)                         # [B, S]
-    words = lookup(self.embed, docs.reshape(b * s, w))                  # [B*S, W, E]
-    words = interventions.tap(self, "embedded", words)  # e.g. for gradient x input
+    word_mask = docs != self.pad_id  # [B, S, W]
+    sentence_mask = jnp.any(word_mask, axis=-1)  # [B, S]
+    words = lookup(self.embed, docs.reshape(b * s, w))  # [B*S, W, E]
+    words = interventions.tap(self, 'embedded', words)  # e.g. for gradient x input
     run = dict(deterministic=deterministic, rngs=rngs)
-    h = self.word_encoder(words, word_mask.reshape(b * s, w), **run)    # [B*S, W, 2H]
+    h = self.word_encoder(words, word_mask.reshape(b * s, w), **run)  # [B*S, W, 2H]
     sentences, word_w = self.word_pool(h, word_mask.reshape(b * s, w))  # [B*S, 2H], [B*S, W]
-    sentences = sentences.reshape(b, s, -1)                             # [B, S, 2H]
-    h = self.sentence_encoder(sentences, sentence_mask, **run)          # [B, S, 2H]
-    doc, sentence_w = self.sentence_pool(h, sentence_mask)              # [B, 2H], [B, S]
+    sentences = sentences.reshape(b, s, -1)  # [B, S, 2H]
+    h = self.sentence_encoder(sentences, sentence_mask, **run)  # [B, S, 2H]
+    doc, sentence_w = self.sentence_pool(h, sentence_mask)  # [B, 2H], [B, S]
     logits = self.output(self.dropout(doc, **run)).astype(jnp.float32)  # [B, C]
     if not return_attention:
       return logits
-    word_w = word_w.reshape(b, s, w)                                    # [B, S, W]
+    word_w = word_w.reshape(b, s, w)  # [B, S, W]
     if inputs.ndim == 2:
-      return logits, {"word": word_w[:, 0]}                             # [B, T]
-    return logits, {"word": word_w, "sentence": sentence_w}
+      return logits, {'word': word_w[:, 0]}  # [B, T]
+    return logits, {'word': word_w, 'sentence': sentence_w}
 
   __call__ = classify
 
@@ -139,10 +164,17 @@ class TransformerClassifier(nnx.Module):
   - `'attention'`: HAN's `AttentionPooling` with `pooling_score`.
   """
 
-  def __init__(self, *, vocab_size: int, num_classes: int, pad_id: int,
-               stack: StackConfig = StackConfig(num_layers=2, d_model=128, num_heads=4, d_ff=256,
-                                                norm="pre"),
-               pooling: str = "attention", pooling_score: str = "dot", rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    vocab_size: int,
+    num_classes: int,
+    pad_id: int,
+    stack: StackConfig = StackConfig(num_layers=2, d_model=128, num_heads=4, d_ff=256, norm='pre'),
+    pooling: str = 'attention',
+    pooling_score: str = 'dot',
+    rngs: nnx.Rngs,
+  ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -156,8 +188,8 @@ class TransformerClassifier(nnx.Module):
       rngs: `params` stream for initialisation.
     """
     _check_data_args(vocab_size, num_classes, pad_id)
-    check_choice("pooling", pooling, POOLINGS)
-    check_score(pooling_score, "pooling_score")
+    check_choice('pooling', pooling, POOLINGS)
+    check_score(pooling_score, 'pooling_score')
 
     d_model = stack.d_model
     self.pad_id = pad_id
@@ -168,14 +200,24 @@ class TransformerClassifier(nnx.Module):
     self.dropout = nnx.Dropout(stack.dropout_rate)
     self.layers, self.final_norm = encoder_stack(stack, rngs=rngs)
     # Unit variance, like the sqrt(D)-scaled token embeddings it sits among.
-    self.cls = (nnx.Param(nnx.initializers.normal(1.0)(rngs.params(), (d_model,)))
-                if pooling == "cls" else None)
-    self.pool = (AttentionPooling(d_model, score=pooling_score, rngs=rngs)
-                 if pooling == "attention" else None)
+    self.cls = (
+      nnx.Param(nnx.initializers.normal(1.0)(rngs.params(), (d_model,)))
+      if pooling == 'cls'
+      else None
+    )
+    self.pool = (
+      AttentionPooling(d_model, score=pooling_score, rngs=rngs) if pooling == 'attention' else None
+    )
     self.output = dense(d_model, num_classes, rngs=rngs)
 
-  def encode(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-             return_attention: bool = False) -> tuple[Array, Array, Array | None]:
+  def encode(
+    self,
+    ids: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> tuple[Array, Array, Array | None]:
     """Encodes token ids `[B, T]` (`pad_id` = padding).
 
     Returns:
@@ -184,29 +226,37 @@ class TransformerClassifier(nnx.Module):
       LayerNorm for pre-norm.
     """
     if isinstance(self.positions, LearnedPositions) and ids.shape[1] > self.positions.max_length:
-      raise ValueError(f"inputs have {ids.shape[1]} tokens (S*W for documents) > max_length="
-                       f"{self.positions.max_length} of the learned positions.")
-    mask = ids != self.pad_id                                           # [B, T]
-    x = self.embed(ids)                                                 # [B, T, D]
-    if self.positions is not None:                                      # float32 encodings
+      raise ValueError(
+        f'inputs have {ids.shape[1]} tokens (S*W for documents) > max_length='
+        f'{self.positions.max_length} of the learned positions.'
+      )
+    mask = ids != self.pad_id  # [B, T]
+    x = self.embed(ids)  # [B, T, D]
+    if self.positions is not None:  # float32 encodings
       x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)
     if self.cls is not None:
       cls = jnp.broadcast_to(self.cls[...].astype(x.dtype), (x.shape[0], 1, x.shape[2]))
-      x = jnp.concatenate([cls, x], axis=1)                             # [B, T+1, D]
+      x = jnp.concatenate([cls, x], axis=1)  # [B, T+1, D]
       mask = jnp.concatenate([jnp.ones_like(mask[:, :1]), mask], axis=1)  # [B, T+1]
-    x = interventions.tap(self, "embedded", x)          # the residual stream's start
+    x = interventions.tap(self, 'embedded', x)  # the residual stream's start
     run = dict(deterministic=deterministic, rngs=rngs)
     x = self.dropout(x, **run)
     weights = []
     for layer in self.layers:
       x, w = layer(x, mask[:, None, None, :], return_weights=return_attention, **run)
-      weights.append(w)                                                 # [B, N, T', T'] or None
+      weights.append(w)  # [B, N, T', T'] or None
     if self.final_norm is not None:
       x = self.final_norm(x)
     return x, mask, (jnp.stack(weights, axis=1) if return_attention else None)
 
-  def classify(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+  def classify(
+    self,
+    inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Array | tuple[Array, dict[str, Array]]:
     """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (`pad_id` = padding).
 
     Args:
@@ -223,27 +273,27 @@ class TransformerClassifier(nnx.Module):
       `'mean'` pooling has no word weights.
     """
     inputs = _check_call(inputs, deterministic, rngs, self.dropout_rates)
-    ids = inputs.reshape(inputs.shape[0], -1)                           # [B, T]
+    ids = inputs.reshape(inputs.shape[0], -1)  # [B, T]
     run = dict(deterministic=deterministic, rngs=rngs)
     states, mask, self_w = self.encode(ids, return_attention=return_attention, **run)
     word_w = None
-    if self.pooling == "cls":
-      pooled = states[:, 0]                                             # [B, D]
+    if self.pooling == 'cls':
+      pooled = states[:, 0]  # [B, D]
       if return_attention:
-        word_w = jnp.mean(self_w[:, -1, :, 0, 1:], axis=1)              # [B, T]
-    elif self.pooling == "mean":
-      m = mask[..., None].astype(states.dtype)                          # [B, T, 1]
+        word_w = jnp.mean(self_w[:, -1, :, 0, 1:], axis=1)  # [B, T]
+    elif self.pooling == 'mean':
+      m = mask[..., None].astype(states.dtype)  # [B, T, 1]
       pooled = jnp.sum(states * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)  # [B, D]
     else:
-      pooled, word_w = self.pool(states, mask)                          # [B, D], [B, T]
+      pooled, word_w = self.pool(states, mask)  # [B, D], [B, T]
     logits = self.output(self.dropout(pooled, **run)).astype(jnp.float32)  # [B, C]
     if not return_attention:
       return logits
-    weights = {"self": self_w}
+    weights = {'self': self_w}
     if word_w is not None:
-      weights["word"] = word_w.reshape(inputs.shape)                    # [B, T] or [B, S, W]
+      weights['word'] = word_w.reshape(inputs.shape)  # [B, T] or [B, S, W]
       if inputs.ndim == 3:
-        weights["sentence"] = jnp.sum(weights["word"], axis=-1)         # [B, S]
+        weights['sentence'] = jnp.sum(weights['word'], axis=-1)  # [B, S]
     return logits, weights
 
   __call__ = classify

@@ -22,40 +22,46 @@ import math
 import numbers
 from typing import Any, Callable, NamedTuple
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 Array = jax.Array
 Cache = Any
 TokensToLogits = Callable[[Array, Array, Cache], tuple[Array, Cache]]
-NEG_INF = float("-inf")
+NEG_INF = float('-inf')
 
 
 def _check_sizes(batch_size: int, max_length: int, beam_size: int = 1) -> None:
   """Raises ValueError for sizes a search cannot run with."""
-  for field, value in (("batch_size", batch_size), ("max_length", max_length),
-                       ("beam_size", beam_size)):
+  for field, value in (
+    ('batch_size', batch_size),
+    ('max_length', max_length),
+    ('beam_size', beam_size),
+  ):
     if not isinstance(value, int) or value < 1:
-      raise ValueError(f"Decoding: {field} must be an integer >= 1, got {value!r}.")
+      raise ValueError(f'Decoding: {field} must be an integer >= 1, got {value!r}.')
 
 
 def _check_sampling(top_k: int, top_p: float, temperature: float = 1.0) -> None:
   """Raises ValueError for sampling settings outside their ranges."""
   if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
-    raise ValueError(f"Sampling: top_k must be an integer >= 0 (0 keeps all), got {top_k!r}.")
+    raise ValueError(f'Sampling: top_k must be an integer >= 0 (0 keeps all), got {top_k!r}.')
   if not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
-    raise ValueError(f"Sampling: top_p must be a number in (0, 1], got {top_p!r}.")
+    raise ValueError(f'Sampling: top_p must be a number in (0, 1], got {top_p!r}.')
   if not isinstance(temperature, numbers.Real) or not 0 <= temperature < math.inf:
-    raise ValueError(f"Sampling: temperature must be a finite number >= 0 (0 = greedy), "
-                     f"got {temperature!r}.")
+    raise ValueError(
+      f'Sampling: temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}.'
+    )
 
 
 def _first_tokens(bos_id: int | Array, batch_size: int) -> Array:
   """`bos_id` (an int, or ids [B]) as the first inputs int32 [B]."""
   if jnp.shape(bos_id) not in ((), (batch_size,)):
-    raise ValueError(f"Decoding: bos_id must be an int or ids [batch_size={batch_size}], got "
-                     f"shape {jnp.shape(bos_id)}.")
+    raise ValueError(
+      f'Decoding: bos_id must be an int or ids [batch_size={batch_size}], got '
+      f'shape {jnp.shape(bos_id)}.'
+    )
   return jnp.broadcast_to(jnp.asarray(bos_id, jnp.int32), (batch_size,))
 
 
@@ -69,8 +75,8 @@ def argmax(logits: Array) -> Array:
   token-accuracy counts over a vocabulary of 8000 about 3% of a train step (35 ms of a 730 ms
   step at the train bench's medium size), so the tasks' counts use it too.
   """
-  best = jnp.max(logits, axis=-1, keepdims=True)                          # NaN if any is NaN
-  reaches = (logits == best) | jnp.isnan(logits)                          # [..., V]
+  best = jnp.max(logits, axis=-1, keepdims=True)  # NaN if any is NaN
+  reaches = (logits == best) | jnp.isnan(logits)  # [..., V]
   ids = jnp.arange(logits.shape[-1], dtype=jnp.int32)
   return jnp.min(jnp.where(reaches, ids, logits.shape[-1]), axis=-1)
 
@@ -103,22 +109,35 @@ def filter_logits(logits: Array, *, top_k: int = 0, top_p: float = 1.0) -> Array
   if (top_k == 0 or top_k >= vocab) and top_p == 1:
     return logits
   # lax.top_k over the whole row is a stable descending sort: equal logits keep the lower id first.
-  ordered, order = jax.lax.top_k(logits, vocab)                             # [..., V]
-  keep = jnp.arange(vocab) < (top_k or vocab)                               # [V], by rank
+  ordered, order = jax.lax.top_k(logits, vocab)  # [..., V]
+  keep = jnp.arange(vocab) < (top_k or vocab)  # [V], by rank
   if top_p < 1:
-    probs = jax.nn.softmax(jnp.where(keep, ordered, NEG_INF), axis=-1)     # renormalised, [..., V]
+    probs = jax.nn.softmax(jnp.where(keep, ordered, NEG_INF), axis=-1)  # renormalised, [..., V]
     # An exclusive cumsum, not cumsum - p, which would add a rounding error at the boundary.
     before = jnp.cumsum(probs, axis=-1)[..., :-1]
     before = jnp.concatenate([jnp.zeros_like(probs[..., :1]), before], axis=-1)
     keep = keep & (before < top_p)
-  keep = jnp.put_along_axis(jnp.zeros(logits.shape, bool), order,  # back to id order, [..., V]
-                            jnp.broadcast_to(keep, order.shape), axis=-1, inplace=False)
+  keep = jnp.put_along_axis(
+    jnp.zeros(logits.shape, bool),
+    order,  # back to id order, [..., V]
+    jnp.broadcast_to(keep, order.shape),
+    axis=-1,
+    inplace=False,
+  )
   return jnp.where(keep, logits, NEG_INF)
 
 
-def _search(tokens_to_logits: TokensToLogits, cache: Cache, choose: Callable[[Array, Array], Array],
-            *, batch_size: int, max_length: int, bos_id: int | Array, eos_id: int,
-            pad_id: int) -> Array:
+def _search(
+  tokens_to_logits: TokensToLogits,
+  cache: Cache,
+  choose: Callable[[Array, Array], Array],
+  *,
+  batch_size: int,
+  max_length: int,
+  bos_id: int | Array,
+  eos_id: int,
+  pad_id: int,
+) -> Array:
   """The loop of greedy and sampling search: `choose(logits [B, V], step)` picks the tokens [B]."""
   _check_sizes(batch_size, max_length)
 
@@ -133,27 +152,57 @@ def _search(tokens_to_logits: TokensToLogits, cache: Cache, choose: Callable[[Ar
     out = out.at[:, step].set(token)
     return step + 1, token, out, finished | (token == eos_id), cache
 
-  init = (jnp.int32(0), _first_tokens(bos_id, batch_size),
-          jnp.full((batch_size, max_length), pad_id, jnp.int32), jnp.zeros((batch_size,), bool),
-          cache)
+  init = (
+    jnp.int32(0),
+    _first_tokens(bos_id, batch_size),
+    jnp.full((batch_size, max_length), pad_id, jnp.int32),
+    jnp.zeros((batch_size,), bool),
+    cache,
+  )
   return jax.lax.while_loop(cond, body, init)[2]
 
 
-def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
-                  max_length: int, bos_id: int | Array, eos_id: int, pad_id: int) -> Array:
+def greedy_search(
+  tokens_to_logits: TokensToLogits,
+  cache: Cache,
+  *,
+  batch_size: int,
+  max_length: int,
+  bos_id: int | Array,
+  eos_id: int,
+  pad_id: int,
+) -> Array:
   """Picks the most likely token at every step; stops once every sequence has produced EOS.
 
   Takes the searches' common arguments (see the module docstring) and returns ids int32
   [B, max_length].
   """
-  return _search(tokens_to_logits, cache, lambda logits, step: argmax(logits),
-                 batch_size=batch_size, max_length=max_length, bos_id=bos_id, eos_id=eos_id,
-                 pad_id=pad_id)
+  return _search(
+    tokens_to_logits,
+    cache,
+    lambda logits, step: argmax(logits),
+    batch_size=batch_size,
+    max_length=max_length,
+    bos_id=bos_id,
+    eos_id=eos_id,
+    pad_id=pad_id,
+  )
 
 
-def sample_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
-                  max_length: int, bos_id: int | Array, eos_id: int, pad_id: int, rng: Array,
-                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Array:
+def sample_search(
+  tokens_to_logits: TokensToLogits,
+  cache: Cache,
+  *,
+  batch_size: int,
+  max_length: int,
+  bos_id: int | Array,
+  eos_id: int,
+  pad_id: int,
+  rng: Array,
+  temperature: float = 1.0,
+  top_k: int = 0,
+  top_p: float = 1.0,
+) -> Array:
   """Samples every token from the model's tempered, filtered distribution; stops at EOS like greedy.
 
   Each step draws from `softmax(filter_logits(logits / temperature))` with the key
@@ -178,25 +227,43 @@ def sample_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size:
     logits = filter_logits(logits.astype(jnp.float32) / temperature, top_k=top_k, top_p=top_p)
     return jax.random.categorical(jax.random.fold_in(rng, step), logits, axis=-1)
 
-  return _search(tokens_to_logits, cache, choose, batch_size=batch_size, max_length=max_length,
-                 bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+  return _search(
+    tokens_to_logits,
+    cache,
+    choose,
+    batch_size=batch_size,
+    max_length=max_length,
+    bos_id=bos_id,
+    eos_id=eos_id,
+    pad_id=pad_id,
+  )
 
 
 class _Beams(NamedTuple):
   """Beam search state; [B, K] per hypothesis, ids [B, K, max_length]."""
+
   step: Array
-  live_ids: Array     # hypotheses still growing; padding beyond `step`
-  live_logp: Array    # their log-probabilities
-  prev: Array         # their last tokens, the next inputs
-  done_ids: Array     # the best hypotheses that ended with EOS
+  live_ids: Array  # hypotheses still growing; padding beyond `step`
+  live_logp: Array  # their log-probabilities
+  prev: Array  # their last tokens, the next inputs
+  done_ids: Array  # the best hypotheses that ended with EOS
   done_scores: Array  # their length-penalised scores (-inf in empty slots)
-  done_flags: Array   # which slots of `done_*` are filled
-  cache: Cache        # leaves [B * K, ...]
+  done_flags: Array  # which slots of `done_*` are filled
+  cache: Cache  # leaves [B * K, ...]
 
 
-def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: int,
-                beam_size: int, max_length: int, bos_id: int | Array, eos_id: int,
-                pad_id: int, alpha: float = 0.6) -> tuple[Array, Array]:
+def beam_search(
+  tokens_to_logits: TokensToLogits,
+  cache: Cache,
+  *,
+  batch_size: int,
+  beam_size: int,
+  max_length: int,
+  bos_id: int | Array,
+  eos_id: int,
+  pad_id: int,
+  alpha: float = 0.6,
+) -> tuple[Array, Array]:
   """Beam search with the GNMT length penalty.
 
   Each step extends the live beams by every token and keeps the 2K best candidates: those ending
@@ -220,16 +287,19 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: i
   # Only beam 0 starts alive; K identical copies would fill the beam with duplicates.
   start_logp = jnp.where(jnp.arange(k) == 0, 0.0, NEG_INF)
   init = _Beams(
-      step=jnp.int32(0), live_ids=jnp.full((b, k, length), pad_id, jnp.int32),
-      live_logp=jnp.tile(start_logp, (b, 1)),
-      prev=jnp.repeat(_first_tokens(bos_id, b)[:, None], k, axis=1),
-      done_ids=jnp.full((b, k, length), pad_id, jnp.int32), done_scores=jnp.full((b, k), NEG_INF),
-      done_flags=jnp.zeros((b, k), bool),
-      cache=jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), cache))
+    step=jnp.int32(0),
+    live_ids=jnp.full((b, k, length), pad_id, jnp.int32),
+    live_logp=jnp.tile(start_logp, (b, 1)),
+    prev=jnp.repeat(_first_tokens(bos_id, b)[:, None], k, axis=1),
+    done_ids=jnp.full((b, k, length), pad_id, jnp.int32),
+    done_scores=jnp.full((b, k), NEG_INF),
+    done_flags=jnp.zeros((b, k), bool),
+    cache=jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), cache),
+  )
   best_penalty = jnp.maximum(length_penalty(1, alpha), length_penalty(length, alpha))
 
   def cond(s: _Beams) -> Array:
-    best_live = jnp.max(s.live_logp, axis=1) / best_penalty                   # [B]
+    best_live = jnp.max(s.live_logp, axis=1) / best_penalty  # [B]
     worst_done = jnp.min(jnp.where(s.done_flags, s.done_scores, NEG_INF), axis=1)
     return (s.step < length) & ~jnp.all(best_live < worst_done)
 
@@ -237,57 +307,85 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, batch_size: i
     logits, cache = tokens_to_logits(s.prev.reshape(b * k), s.step, s.cache)
     vocab = logits.shape[-1]
     logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, k, vocab)
-    cand_logp = (s.live_logp[:, :, None] + logp).reshape(b, k * vocab)       # [B, K*V]
+    cand_logp = (s.live_logp[:, :, None] + logp).reshape(b, k * vocab)  # [B, K*V]
     # 2K candidates leave K that do not end in EOS: each beam has only one EOS extension.
-    top_logp, top = jax.lax.top_k(cand_logp, min(2 * k, k * vocab))           # [B, 2K]
+    top_logp, top = jax.lax.top_k(cand_logp, min(2 * k, k * vocab))  # [B, 2K]
     source, token = top // vocab, (top % vocab).astype(jnp.int32)
-    seqs = jnp.take_along_axis(s.live_ids, source[:, :, None], axis=1)       # [B, 2K, L]
+    seqs = jnp.take_along_axis(s.live_ids, source[:, :, None], axis=1)  # [B, 2K, L]
     seqs = seqs.at[:, :, s.step].set(token)
     ends = (token == eos_id) & jnp.isfinite(top_logp)
 
-    live_logp, pick = jax.lax.top_k(jnp.where(ends, NEG_INF, top_logp), k)   # [B, K]
-    beam = jnp.take_along_axis(source, pick, axis=1)                          # [B, K]
-    flat = (jnp.arange(b)[:, None] * k + beam).reshape(b * k)                 # rows of the cache
+    live_logp, pick = jax.lax.top_k(jnp.where(ends, NEG_INF, top_logp), k)  # [B, K]
+    beam = jnp.take_along_axis(source, pick, axis=1)  # [B, K]
+    flat = (jnp.arange(b)[:, None] * k + beam).reshape(b * k)  # rows of the cache
     cache = jax.tree.map(lambda x: x[flat], cache)
 
     new_scores = jnp.where(ends, top_logp / length_penalty(s.step + 1, alpha), NEG_INF)
-    all_scores = jnp.concatenate([s.done_scores, new_scores], axis=1)         # [B, 3K]
-    done_scores, keep = jax.lax.top_k(all_scores, k)                          # [B, K]
-    all_ids = jnp.concatenate([s.done_ids, seqs], axis=1)                     # [B, 3K, L]
+    all_scores = jnp.concatenate([s.done_scores, new_scores], axis=1)  # [B, 3K]
+    done_scores, keep = jax.lax.top_k(all_scores, k)  # [B, K]
+    all_ids = jnp.concatenate([s.done_ids, seqs], axis=1)  # [B, 3K, L]
     return _Beams(
-        step=s.step + 1, live_ids=jnp.take_along_axis(seqs, pick[:, :, None], axis=1),
-        live_logp=live_logp, prev=jnp.take_along_axis(token, pick, axis=1),
-        done_ids=jnp.take_along_axis(all_ids, keep[:, :, None], axis=1), done_scores=done_scores,
-        done_flags=jnp.take_along_axis(jnp.concatenate([s.done_flags, ends], 1), keep, axis=1),
-        cache=cache)
+      step=s.step + 1,
+      live_ids=jnp.take_along_axis(seqs, pick[:, :, None], axis=1),
+      live_logp=live_logp,
+      prev=jnp.take_along_axis(token, pick, axis=1),
+      done_ids=jnp.take_along_axis(all_ids, keep[:, :, None], axis=1),
+      done_scores=done_scores,
+      done_flags=jnp.take_along_axis(jnp.concatenate([s.done_flags, ends], 1), keep, axis=1),
+      cache=cache,
+    )
 
   s = jax.lax.while_loop(cond, body, init)
   scores = jnp.concatenate([s.done_scores, s.live_logp / length_penalty(s.step, alpha)], 1)
   flags = jnp.concatenate([s.done_flags, jnp.zeros_like(s.done_flags)], axis=1)  # [B, 2K]
   order = jnp.lexsort((-scores, ~flags), axis=-1)[:, :k]  # finished first, then by score
   ids = jnp.concatenate([s.done_ids, s.live_ids], axis=1)
-  return (jnp.take_along_axis(ids, order[:, :, None], axis=1),
-          jnp.take_along_axis(scores, order, axis=1))
+  return (
+    jnp.take_along_axis(ids, order[:, :, None], axis=1),
+    jnp.take_along_axis(scores, order, axis=1),
+  )
 
 
-@functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("max_length", "beam_size", "alpha", "bos_id", "eos_id",
-                                    "pad_id"))
-def _generate(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array, *, max_length: int,
-              beam_size: int, alpha: float, bos_id: int, eos_id: int, pad_id: int) -> Array:
+@functools.partial(
+  jax.jit,
+  static_argnums=0,
+  static_argnames=('max_length', 'beam_size', 'alpha', 'bos_id', 'eos_id', 'pad_id'),
+)
+def _generate(
+  graphdef: nnx.GraphDef,
+  state: nnx.State,
+  inputs: Array,
+  *,
+  max_length: int,
+  beam_size: int,
+  alpha: float,
+  bos_id: int,
+  eos_id: int,
+  pad_id: int,
+) -> Array:
   """The compiled body of `generate`; jax.jit caches it per graphdef and static settings."""
   model = nnx.merge(graphdef, state)
   cache = model.init_decode_cache(inputs, max_length)
-  kwargs = dict(batch_size=inputs.shape[0], max_length=max_length, bos_id=bos_id, eos_id=eos_id,
-                pad_id=pad_id)
+  kwargs = dict(
+    batch_size=inputs.shape[0], max_length=max_length, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id
+  )
   if beam_size == 1:
     return greedy_search(model.decode_step, cache, **kwargs)
   ids, _ = beam_search(model.decode_step, cache, beam_size=beam_size, alpha=alpha, **kwargs)
   return ids[:, 0]
 
 
-def generate(model: nnx.Module, inputs: Array, *, max_length: int, bos_id: int, eos_id: int,
-             pad_id: int, beam_size: int = 1, alpha: float = 0.6) -> Array:
+def generate(
+  model: nnx.Module,
+  inputs: Array,
+  *,
+  max_length: int,
+  bos_id: int,
+  eos_id: int,
+  pad_id: int,
+  beam_size: int = 1,
+  alpha: float = 0.6,
+) -> Array:
   """Decodes `inputs` with any model that has `init_decode_cache` and `decode_step`.
 
   Args:
@@ -306,32 +404,74 @@ def generate(model: nnx.Module, inputs: Array, *, max_length: int, bos_id: int, 
   """
   inputs = jnp.asarray(inputs)
   if inputs.ndim < 2:
-    raise ValueError(f"generate: inputs must be a batch of source ids [B, S] or images "
-                     f"[B, H, W, C], got shape {inputs.shape}.")
+    raise ValueError(
+      f'generate: inputs must be a batch of source ids [B, S] or images '
+      f'[B, H, W, C], got shape {inputs.shape}.'
+    )
   _check_sizes(inputs.shape[0], max_length, beam_size)
   graphdef, state = nnx.split(model)
-  return _generate(graphdef, state, inputs, max_length=max_length, beam_size=beam_size,
-                   alpha=float(alpha), bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+  return _generate(
+    graphdef,
+    state,
+    inputs,
+    max_length=max_length,
+    beam_size=beam_size,
+    alpha=float(alpha),
+    bos_id=bos_id,
+    eos_id=eos_id,
+    pad_id=pad_id,
+  )
 
 
-@functools.partial(jax.jit, static_argnums=0,
-                   static_argnames=("max_length", "temperature", "top_k", "top_p", "eos_id",
-                                    "pad_id"))
-def _continue(graphdef: nnx.GraphDef, state: nnx.State, prompt: Array, rng: Array, *,
-              max_length: int, temperature: float, top_k: int, top_p: float, eos_id: int,
-              pad_id: int) -> Array:
+@functools.partial(
+  jax.jit,
+  static_argnums=0,
+  static_argnames=('max_length', 'temperature', 'top_k', 'top_p', 'eos_id', 'pad_id'),
+)
+def _continue(
+  graphdef: nnx.GraphDef,
+  state: nnx.State,
+  prompt: Array,
+  rng: Array,
+  *,
+  max_length: int,
+  temperature: float,
+  top_k: int,
+  top_p: float,
+  eos_id: int,
+  pad_id: int,
+) -> Array:
   """The compiled body of `continue_prompt`; jax.jit caches it per graphdef and static settings."""
   model = nnx.merge(graphdef, state)
   cache = model.init_decode_cache(prompt, max_length)
   # The cache holds positions 0..P-2; the prompt's last token is the first input, at step 0.
-  return sample_search(model.decode_step, cache, batch_size=prompt.shape[0], max_length=max_length,
-                       bos_id=prompt[:, -1], eos_id=eos_id, pad_id=pad_id, rng=rng,
-                       temperature=temperature, top_k=top_k, top_p=top_p)
+  return sample_search(
+    model.decode_step,
+    cache,
+    batch_size=prompt.shape[0],
+    max_length=max_length,
+    bos_id=prompt[:, -1],
+    eos_id=eos_id,
+    pad_id=pad_id,
+    rng=rng,
+    temperature=temperature,
+    top_k=top_k,
+    top_p=top_p,
+  )
 
 
-def continue_prompt(model: nnx.Module, prompt: Array, *, max_length: int, rng: Array,
-                    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                    eos_id: int = -1, pad_id: int = 0) -> Array:
+def continue_prompt(
+  model: nnx.Module,
+  prompt: Array,
+  *,
+  max_length: int,
+  rng: Array,
+  temperature: float = 1.0,
+  top_k: int = 0,
+  top_p: float = 1.0,
+  eos_id: int = -1,
+  pad_id: int = 0,
+) -> Array:
   """Continues each prompt with a language model by sampling (temperature 0: greedy search).
 
   The model's `init_decode_cache(prompt, max_length)` reads positions 0..P-2 of the prompt and
@@ -354,11 +494,21 @@ def continue_prompt(model: nnx.Module, prompt: Array, *, max_length: int, rng: A
   """
   prompt = jnp.asarray(prompt)
   if prompt.ndim != 2 or prompt.shape[1] < 1:
-    raise ValueError(f"continue_prompt: prompt must be int ids [B, P] with P >= 1, got shape "
-                     f"{prompt.shape}.")
+    raise ValueError(
+      f'continue_prompt: prompt must be int ids [B, P] with P >= 1, got shape {prompt.shape}.'
+    )
   _check_sizes(prompt.shape[0], max_length)
   _check_sampling(top_k, top_p, temperature)
   graphdef, state = nnx.split(model)
-  return _continue(graphdef, state, prompt, rng, max_length=max_length,
-                   temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
-                   eos_id=eos_id, pad_id=pad_id)
+  return _continue(
+    graphdef,
+    state,
+    prompt,
+    rng,
+    max_length=max_length,
+    temperature=float(temperature),
+    top_k=int(top_k),
+    top_p=float(top_p),
+    eos_id=eos_id,
+    pad_id=pad_id,
+  )

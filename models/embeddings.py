@@ -3,9 +3,9 @@
 Shapes: token ids `[B, T]` -> embeddings `[B, T, D]`; positions `[...]` -> encodings `[..., D]`.
 """
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 import attention
 from models.layers import check_choice, sharding_metadata
@@ -43,15 +43,19 @@ class TokenEmbedding(nnx.Module):
       rngs: `params` stream for the table.
     """
     self.features, self.scale = features, scale
-    self.embed = nnx.Embed(vocab_size, features,
-                           embedding_init=nnx.initializers.normal(features ** -0.5),
-                           embedding_metadata=sharding_metadata("vocab", "embed"), rngs=rngs)
+    self.embed = nnx.Embed(
+      vocab_size,
+      features,
+      embedding_init=nnx.initializers.normal(features**-0.5),
+      embedding_metadata=sharding_metadata('vocab', 'embed'),
+      rngs=rngs,
+    )
 
   def __call__(self, ids: Array) -> Array:
     """Embeds integer ids `[...]` as `[..., D]`, scaled by `sqrt(D)` (see `scale`), in the
     table's dtype."""
     rows = lookup(self.embed, ids)
-    return rows * self.features ** 0.5 if self.scale else rows
+    return rows * self.features**0.5 if self.scale else rows
 
   def attend(self, x: Array) -> Array:
     """Tied output projection: `[..., D] -> [..., V]` logits `x Eᵀ` in x's dtype (see `lookup`)."""
@@ -63,8 +67,9 @@ class SinusoidalPositions(nnx.Module):
 
   def __init__(self, features: int):
     if features <= 0 or features % 2:
-      raise ValueError(f"SinusoidalPositions: features must be a positive even number, got "
-                       f"{features}.")
+      raise ValueError(
+        f'SinusoidalPositions: features must be a positive even number, got {features}.'
+      )
     self.features = features
 
   def __call__(self, positions: Array) -> Array:
@@ -78,8 +83,9 @@ class LearnedPositions(nnx.Module):
   def __init__(self, features: int, max_length: int, *, rngs: nnx.Rngs):
     self.max_length = max_length
     # Unit-variance entries, like the sqrt(D)-scaled token embeddings they are added to.
-    self.embed = nnx.Embed(max_length, features, embedding_init=nnx.initializers.normal(1.0),
-                           rngs=rngs)
+    self.embed = nnx.Embed(
+      max_length, features, embedding_init=nnx.initializers.normal(1.0), rngs=rngs
+    )
 
   def __call__(self, positions: Array) -> Array:
     """Looks up integer positions `[...]` in `[0, max_length)` as `[..., D]`."""
@@ -98,20 +104,21 @@ class NoPositions(nnx.Module):
     return jnp.zeros((*jnp.shape(positions), self.features), jnp.float32)
 
 
-POSITIONS = ("sinusoidal", "learned", "none")
+POSITIONS = ('sinusoidal', 'learned', 'none')
 # Positions that act inside self-attention (`models.attention_layer`), leaving the embeddings alone.
-ATTENTION_POSITIONS = ("rope", "alibi", "t5")
+ATTENTION_POSITIONS = ('rope', 'alibi', 't5')
 
 
-def make_positions(kind: str, features: int, max_length: int, *, rngs: nnx.Rngs
-                   ) -> SinusoidalPositions | LearnedPositions | NoPositions | None:
+def make_positions(
+  kind: str, features: int, max_length: int, *, rngs: nnx.Rngs
+) -> SinusoidalPositions | LearnedPositions | NoPositions | None:
   """Builds the positional embedding named `kind` (one of `POSITIONS`); None for a kind of
   `ATTENTION_POSITIONS`, which adds nothing to the embeddings."""
-  check_choice("positions", kind, POSITIONS + ATTENTION_POSITIONS)
+  check_choice('positions', kind, POSITIONS + ATTENTION_POSITIONS)
   if kind in ATTENTION_POSITIONS:
     return None
-  if kind == "sinusoidal":
+  if kind == 'sinusoidal':
     return SinusoidalPositions(features)
-  if kind == "none":
+  if kind == 'none':
     return NoPositions(features)
   return LearnedPositions(features, max_length, rngs=rngs)

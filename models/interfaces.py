@@ -6,8 +6,8 @@ lists the registered models that do, and a task rejects any other before it is b
 
 from typing import Any, Protocol, runtime_checkable
 
-import jax
 from flax import nnx
+import jax
 
 Array = jax.Array
 
@@ -19,8 +19,15 @@ class EncoderDecoder(Protocol):
   Both `Transformer` and `Seq2Seq` implement it; `models.decoding.generate` needs nothing more.
   """
 
-  def __call__(self, inputs: Array, decoder_inputs: Array, *, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def __call__(
+    self,
+    inputs: Array,
+    decoder_inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Logits `[B, T, V]` for source ids `[B, S]` and decoder inputs `[B, T]`.
 
     With `return_attention`, `(logits, weights)` where `weights['cross']` is `[B, L, N, T, S]`.
@@ -41,8 +48,14 @@ class Classifier(Protocol):
   a runtime Protocol checks method names only, and every module has a `__call__`.
   """
 
-  def classify(self, inputs: Array, *, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def classify(
+    self,
+    inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Logits float32 `[B, C]` for ids int32 `[B, T]` (sentences) or `[B, S, W]` (documents).
 
     The model's `pad_id` marks padding words, padding sentences and all-padding examples. With
@@ -61,8 +74,14 @@ class LanguageModel(Protocol):
   `__call__`.
   """
 
-  def token_logits(self, ids: Array, *, deterministic: bool = True,
-                   rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def token_logits(
+    self,
+    ids: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Logits float32 `[B, T, V]` for ids int32 `[B, T]`, one row per position.
 
     The model's `pad_id` marks padding. With `return_attention`, `(logits, weights)` where
@@ -77,8 +96,14 @@ class ImageClassifier(Protocol):
   `ViT` implements it. The method has its own name, not `__call__`, as for `Classifier`.
   """
 
-  def classify_image(self, images: Array, *, deterministic: bool = True,
-                     rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def classify_image(
+    self,
+    images: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Logits float32 `[B, C]` for images float `[B, H, W, C]` in the model's `image_shape`.
 
     With `return_attention`, `(logits, weights)` where `weights['self']` is `[B, L, N, T, T]`
@@ -94,8 +119,15 @@ class ImageCaptioner(Protocol):
   `grid`, `(gh, gw)`, says where its R = gh*gw regions lie in the image (row-major).
   """
 
-  def caption_logits(self, images: Array, decoder_inputs: Array, *, deterministic: bool = True,
-                     rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def caption_logits(
+    self,
+    images: Array,
+    decoder_inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Logits float32 `[B, T, V]` for images `[B, H, W, C]` and decoder inputs int ids `[B, T]`.
 
     With `return_attention`, `(logits, weights)` where `weights['cross']` is `[B, L, N, T, R]`.
@@ -115,8 +147,15 @@ class QuestionAnswerer(Protocol):
   `MemN2N` implements it.
   """
 
-  def answer(self, story: Array, query: Array, *, deterministic: bool = True,
-             rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def answer(
+    self,
+    story: Array,
+    query: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Logits float32 `[B, V]` for stories int ids `[B, M, J]` (M memory slots of J words, the
     oldest first, all-padding slots after the real ones) and questions `[B, J]`.
 
@@ -132,8 +171,14 @@ class SequenceModel(Protocol):
   `NTM` and `LSTMBaseline` implement it.
   """
 
-  def sequence_logits(self, inputs: Array, *, deterministic: bool = True,
-                      rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def sequence_logits(
+    self,
+    inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Logits float32 `[B, T, O]` for inputs float `[B, T, I]` (bits: a sigmoid per output).
 
     With `return_attention`, `(logits, weights)`: for a model with a memory `'read'` and

@@ -23,15 +23,15 @@ in that shape too; a function edit gets one step's value, and `scan_step()` tell
 Teacher-forced forward passes are covered; the decoding loops are not.
 """
 
+from collections.abc import Callable, Iterator, Mapping
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 Array = jax.Array
 Edit = Array | Callable[[Array], Array]
@@ -40,6 +40,7 @@ Edit = Array | Callable[[Array], Array]
 @dataclasses.dataclass
 class _Run:
   """One capture: module paths by identity, the edits asked for, what the seams saw."""
+
   paths: dict[int, str]
   edits: Mapping[str, Edit]
   captured: dict[str, Array] = dataclasses.field(default_factory=dict)
@@ -49,12 +50,14 @@ class _Run:
   def name(self, module: nnx.Module, name: str) -> str:
     path = self.paths.get(id(module))
     if path is None:
-      raise ValueError(f"capture: a {type(module).__name__} that is not part of the captured "
-                       "model ran inside it; capture the model that owns it.")
-    return f"{path}/{name}" if path else name
+      raise ValueError(
+        f'capture: a {type(module).__name__} that is not part of the captured '
+        'model ran inside it; capture the model that owns it.'
+      )
+    return f'{path}/{name}' if path else name
 
 
-_ACTIVE: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("interventions", default=None)
+_ACTIVE: contextvars.ContextVar[_Run | None] = contextvars.ContextVar('interventions', default=None)
 
 
 def active() -> bool:
@@ -70,8 +73,10 @@ def tap(module: nnx.Module, name: str, value: Array) -> Array:
     return value
   full = run.name(module, name)
   if full in run.captured:
-    raise ValueError(f"capture: {full!r} was computed twice in one run; a module that runs "
-                     "several times must tap a name per call.")
+    raise ValueError(
+      f'capture: {full!r} was computed twice in one run; a module that runs '
+      'several times must tap a name per call.'
+    )
   edit = run.edits.get(full)
   if edit is not None:
     run.used.add(full)
@@ -84,15 +89,18 @@ def _apply(name: str, edit: Edit, value: Array) -> Array:
   """The edited value; raises ValueError if an array edit has another shape."""
   new = edit(value) if callable(edit) else jnp.asarray(edit)
   if new.shape != value.shape:
-    raise ValueError(f"capture: the edit of {name!r} has shape {tuple(new.shape)}; the value it "
-                     f"replaces has {tuple(value.shape)}.")
+    raise ValueError(
+      f'capture: the edit of {name!r} has shape {tuple(new.shape)}; the value it '
+      f'replaces has {tuple(value.shape)}.'
+    )
   return new.astype(value.dtype)
 
 
 def module_paths(model: nnx.Module) -> dict[int, str]:
   """`id(module) -> 'a/0/b'` for the model and every module inside it ('' for the model)."""
-  return {id(module): "/".join(str(part) for part in path)
-          for path, module in nnx.iter_modules(model)}
+  return {
+    id(module): '/'.join(str(part) for part in path) for path, module in nnx.iter_modules(model)
+  }
 
 
 @contextlib.contextmanager
@@ -112,12 +120,19 @@ def editing(model: nnx.Module, edits: Mapping[str, Edit] | None = None) -> Itera
     _ACTIVE.reset(token)
   unknown = sorted(set(edits) - run.used)
   if unknown:
-    raise ValueError(f"capture: no intermediate named {', '.join(map(repr, unknown))}; this "
-                     f"model's names for this call are {', '.join(sorted(run.captured))}.")
+    raise ValueError(
+      f'capture: no intermediate named {", ".join(map(repr, unknown))}; this '
+      f"model's names for this call are {', '.join(sorted(run.captured))}."
+    )
 
 
-def capture(model: nnx.Module, *args: Any, edits: Mapping[str, Edit] | None = None,
-            method: str = "__call__", **kwargs: Any) -> tuple[Any, dict[str, Array]]:
+def capture(
+  model: nnx.Module,
+  *args: Any,
+  edits: Mapping[str, Edit] | None = None,
+  method: str = '__call__',
+  **kwargs: Any,
+) -> tuple[Any, dict[str, Array]]:
   """Runs `model.<method>(*args, **kwargs)` with its intermediates recorded and edited.
 
   Args:
@@ -139,8 +154,9 @@ def capture(model: nnx.Module, *args: Any, edits: Mapping[str, Edit] | None = No
   return out, run.captured
 
 
-def names(model: nnx.Module, *args: Any, method: str = "__call__",
-          **kwargs: Any) -> dict[str, tuple[int, ...]]:
+def names(
+  model: nnx.Module, *args: Any, method: str = '__call__', **kwargs: Any
+) -> dict[str, tuple[int, ...]]:
   """Every intermediate name of this call and its shape, found without computing anything."""
   shapes = jax.eval_shape(lambda: capture(model, *args, method=method, **kwargs)[1])
   return {name: tuple(value.shape) for name, value in sorted(shapes.items())}
@@ -173,14 +189,17 @@ def scan(step: Callable[[Any, Any], tuple[Any, Any]], carry: Any, xs: Any) -> tu
   tapped = jax.eval_shape(lambda: body(carry, (first, {}, jnp.int32(0)))[1][1])
   inside = {name: run.edits[name] for name in tapped if name in run.edits}
   functions.update({name: edit for name, edit in inside.items() if callable(edit)})
-  arrays = {name: jnp.swapaxes(jnp.asarray(edit), 0, 1)              # [T, B, ...]
-            for name, edit in inside.items() if not callable(edit)}
+  arrays = {
+    name: jnp.swapaxes(jnp.asarray(edit), 0, 1)  # [T, B, ...]
+    for name, edit in inside.items()
+    if not callable(edit)
+  }
   steps = jnp.arange(jax.tree.leaves(xs)[0].shape[0])
   carry, (ys, captured) = jax.lax.scan(body, carry, (xs, arrays, steps))
   for name, value in captured.items():
     if name in run.captured:
-      raise ValueError(f"capture: {name!r} was computed twice in one run.")
-    run.captured[name] = jnp.swapaxes(value, 0, 1)                      # [B, T, ...]
+      raise ValueError(f'capture: {name!r} was computed twice in one run.')
+    run.captured[name] = jnp.swapaxes(value, 0, 1)  # [B, T, ...]
   run.used.update(inside)
   return carry, ys
 
@@ -190,8 +209,9 @@ def scan_step() -> Array:
   depends on the step (e.g. force some output steps' attention only)."""
   run = _ACTIVE.get()
   if run is None or run.step is None:
-    raise ValueError("interventions.scan_step() is only defined in an edit of a per-step name, "
-                     "inside a capture.")
+    raise ValueError(
+      'interventions.scan_step() is only defined in an edit of a per-step name, inside a capture.'
+    )
   return run.step
 
 
@@ -203,7 +223,7 @@ def zero_head(head: int) -> Callable[[Array], Array]:
 def mean_head(head: int, reference: Array) -> Callable[[Array], Array]:
   """An edit that sets head `head` of a `[B, N, ...]` value to its mean over the batch of a
   reference capture `[B', N, ...]` (mean ablation)."""
-  mean = jnp.mean(jnp.asarray(reference)[:, head], axis=0)               # [...]
+  mean = jnp.mean(jnp.asarray(reference)[:, head], axis=0)  # [...]
   return lambda value: value.at[:, head].set(jnp.broadcast_to(mean, value[:, head].shape))
 
 

@@ -12,9 +12,9 @@ Both implement `models.interfaces.LanguageModel`; `EncoderMLM` also `Classifier`
 import math
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from models.blocks import encoder_stack
 from models.embeddings import LearnedPositions, TokenEmbedding, lookup, make_positions
@@ -39,55 +39,78 @@ class _Stack(nnx.Module):
 
   causal: bool
 
-  def __init__(self, *, vocab_size: int, pad_id: int, stack: StackConfig,
-               scale_embeddings: bool = True, embed_norm: bool = False, type_vocab_size: int = 0,
-               rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    vocab_size: int,
+    pad_id: int,
+    stack: StackConfig,
+    scale_embeddings: bool = True,
+    embed_norm: bool = False,
+    type_vocab_size: int = 0,
+    rngs: nnx.Rngs,
+  ):
     check_vocab(vocab_size, pad_id)
-    check_choice("scale_embeddings", scale_embeddings, (True, False))
-    check_choice("embed_norm", embed_norm, (False, True))
+    check_choice('scale_embeddings', scale_embeddings, (True, False))
+    check_choice('embed_norm', embed_norm, (False, True))
     if not is_int(type_vocab_size) or type_vocab_size < 0:
-      raise ValueError(f"type_vocab_size must be a non-negative integer (0 = no token types); "
-                       f"got {type_vocab_size!r}.")
+      raise ValueError(
+        f'type_vocab_size must be a non-negative integer (0 = no token types); '
+        f'got {type_vocab_size!r}.'
+      )
     self.pad_id = pad_id
     self.dropout_rates = (stack.dropout_rate, stack.attention_dropout_rate)
     self.embed = TokenEmbedding(vocab_size, stack.d_model, scale=scale_embeddings, rngs=rngs)
     # None for positions that act inside every self-attention (RoPE, ALiBi, T5).
     self.positions = make_positions(stack.positions, stack.d_model, stack.max_length, rngs=rngs)
-    self.token_types = nnx.Embed(type_vocab_size, stack.d_model,
-                                 embedding_init=nnx.initializers.normal(1.0),
-                                 rngs=rngs) if type_vocab_size else None
-    self.embed_norm = nnx.LayerNorm(stack.d_model, epsilon=stack.norm_eps,
-                                    rngs=rngs) if embed_norm else None
+    self.token_types = (
+      nnx.Embed(
+        type_vocab_size, stack.d_model, embedding_init=nnx.initializers.normal(1.0), rngs=rngs
+      )
+      if type_vocab_size
+      else None
+    )
+    self.embed_norm = (
+      nnx.LayerNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs) if embed_norm else None
+    )
     self.dropout = nnx.Dropout(stack.dropout_rate)
     self.layers, self.final_norm = encoder_stack(stack, rngs=rngs)
 
   def _check_length(self, length: int, what: str) -> None:
     """Raises ValueError if `length` positions exceed the learned table (`what` names them)."""
     if isinstance(self.positions, LearnedPositions) and length > self.positions.max_length:
-      raise ValueError(f"{what} need {length} positions > max_length="
-                       f"{self.positions.max_length} of the learned positions.")
+      raise ValueError(
+        f'{what} need {length} positions > max_length='
+        f'{self.positions.max_length} of the learned positions.'
+      )
 
-  def _check_ids(self, ids: Any, deterministic: bool, rngs: nnx.Rngs | None, *,
-                 documents: bool = False) -> Array:
+  def _check_ids(
+    self, ids: Any, deterministic: bool, rngs: nnx.Rngs | None, *, documents: bool = False
+  ) -> Array:
     """`ids` as a JAX array; raises ValueError on ids or a dropout setting no call can run.
 
     Ids are `[B, T]`, or with `documents` also `[B, S, W]`, read as one sequence of S*W tokens.
     """
     ids = jnp.asarray(ids)
-    ndims, shapes = ((2, 3), "[B, T] or [B, S, W]") if documents else ((2,), "[B, T]")
+    ndims, shapes = ((2, 3), '[B, T] or [B, S, W]') if documents else ((2,), '[B, T]')
     if ids.ndim not in ndims or not jnp.issubdtype(ids.dtype, jnp.integer):
-      raise ValueError(f"inputs must be integer ids {shapes}; got {ids.dtype}"
-                       f"{tuple(ids.shape)}.")
-    self._check_length(math.prod(ids.shape[1:]), f"inputs of shape {tuple(ids.shape)}")
+      raise ValueError(f'inputs must be integer ids {shapes}; got {ids.dtype}{tuple(ids.shape)}.')
+    self._check_length(math.prod(ids.shape[1:]), f'inputs of shape {tuple(ids.shape)}')
     if not deterministic and rngs is None and max(self.dropout_rates) > 0.0:
       raise ValueError("deterministic=False needs rngs, an nnx.Rngs with a 'dropout' stream.")
     return ids
 
-  def _embed(self, ids: Array, start: Array | int, deterministic: bool = True,
-             rngs: nnx.Rngs | None = None, token_types: Array | None = None) -> Array:
+  def _embed(
+    self,
+    ids: Array,
+    start: Array | int,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    token_types: Array | None = None,
+  ) -> Array:
     """Token embeddings plus positions `start ..` (plus token types, LayerNorm where built),
     then dropout: `[B, T] -> [B, T, D]`. `token_types` `[B, T]`: None = all type 0."""
-    x = self.embed(ids)                                                 # [B, T, D]
+    x = self.embed(ids)  # [B, T, D]
     if self.positions is not None:
       x = x + self.positions(start + jnp.arange(ids.shape[1])).astype(x.dtype)  # float32 table
     if self.token_types is not None:
@@ -97,29 +120,41 @@ class _Stack(nnx.Module):
       x = self.embed_norm(x)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
-  def encode(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-             return_attention: bool = False, token_types: Array | None = None
-             ) -> tuple[Array, Array | None, Array | None]:
+  def encode(
+    self,
+    ids: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+    token_types: Array | None = None,
+  ) -> tuple[Array, Array | None, Array | None]:
     """Encodes ids `[B, T]` to `(states [B, T, D], mask [B, T] True = real, weights or None)`.
 
     States are after the final LayerNorm for pre-norm; weights are `[B, L, N, T, T]`. A causal
     model reads no padding mask (see `DecoderLM`), so its mask is None. `token_types` `[B, T]`
     (segment ids, for a model built with `type_vocab_size`): None = all 0.
     """
-    mask = None if self.causal else ids != self.pad_id                  # [B, T]
+    mask = None if self.causal else ids != self.pad_id  # [B, T]
     key_mask = None if mask is None else mask[:, None, None, :]
     run = dict(deterministic=deterministic, rngs=rngs)
     x = self._embed(ids, 0, token_types=token_types, **run)
     weights = []
     for layer in self.layers:
       x, w = layer(x, key_mask, is_causal=self.causal, return_weights=return_attention, **run)
-      weights.append(w)                                                 # [B, N, T, T] or None
+      weights.append(w)  # [B, N, T, T] or None
     if self.final_norm is not None:
       x = self.final_norm(x)
     return x, mask, (jnp.stack(weights, axis=1) if return_attention else None)
 
-  def token_logits(self, ids: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-                   return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+  def token_logits(
+    self,
+    ids: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Array | tuple[Array, dict[str, Array]]:
     """Logits for every position: next-token (`DecoderLM`) or masked-token (`EncoderMLM`).
 
     In `DecoderLM` position t's row predicts token t+1 from tokens `0 .. t`; in `EncoderMLM` every
@@ -135,10 +170,11 @@ class _Stack(nnx.Module):
       float32 logits `[B, T, V]`; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})`.
     """
     ids = self._check_ids(ids, deterministic, rngs)
-    states, _, weights = self.encode(ids, deterministic=deterministic, rngs=rngs,
-                                     return_attention=return_attention)
-    logits = self._logits(states)                                       # [B, T, V]
-    return (logits, {"self": weights}) if return_attention else logits
+    states, _, weights = self.encode(
+      ids, deterministic=deterministic, rngs=rngs, return_attention=return_attention
+    )
+    logits = self._logits(states)  # [B, T, V]
+    return (logits, {'self': weights}) if return_attention else logits
 
 
 class DecoderLM(_Stack):
@@ -158,10 +194,17 @@ class DecoderLM(_Stack):
 
   causal = True
 
-  def __init__(self, *, vocab_size: int, pad_id: int,
-               stack: StackConfig = StackConfig(norm="pre", activation="gelu", positions="rope",
-                                                max_length=1024),
-               tie_output: bool = True, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    vocab_size: int,
+    pad_id: int,
+    stack: StackConfig = StackConfig(
+      norm='pre', activation='gelu', positions='rope', max_length=1024
+    ),
+    tie_output: bool = True,
+    rngs: nnx.Rngs,
+  ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -174,8 +217,9 @@ class DecoderLM(_Stack):
       rngs: `params` stream for initialisation.
     """
     super().__init__(vocab_size=vocab_size, pad_id=pad_id, stack=stack, rngs=rngs)
-    self.output_proj = None if tie_output else dense(
-        stack.d_model, vocab_size, axes=("embed", "vocab"), rngs=rngs)
+    self.output_proj = (
+      None if tie_output else dense(stack.d_model, vocab_size, axes=('embed', 'vocab'), rngs=rngs)
+    )
 
   def _logits(self, x: Array) -> Array:
     """Final states `[..., D]` -> float32 next-token logits `[..., V]`."""
@@ -194,22 +238,24 @@ class DecoderLM(_Stack):
     """
     prompt = jnp.asarray(prompt)
     if prompt.ndim != 2 or prompt.shape[1] < 1 or not jnp.issubdtype(prompt.dtype, jnp.integer):
-      raise ValueError(f"prompt must be integer ids [B, P] with P >= 1; got {prompt.dtype}"
-                       f"{tuple(prompt.shape)}.")
+      raise ValueError(
+        f'prompt must be integer ids [B, P] with P >= 1; got {prompt.dtype}{tuple(prompt.shape)}.'
+      )
     check_positive_ints(max_length=max_length)
     batch, length = prompt.shape[0], prompt.shape[1] - 1 + max_length
-    self._check_length(length, f"a prompt of {prompt.shape[1]} tokens and max_length={max_length}")
-    x = self._embed(prompt[:, :-1], 0)                                  # [B, P-1, D]
+    self._check_length(length, f'a prompt of {prompt.shape[1]} tokens and max_length={max_length}')
+    x = self._embed(prompt[:, :-1], 0)  # [B, P-1, D]
     layers = []
     for layer in self.layers:
       cache = layer.self_attn.init_cache(batch, length)
-      if x.shape[1]:                                                    # P = 1: nothing to prefill
+      if x.shape[1]:  # P = 1: nothing to prefill
         x, cache = layer.decode_step(x, cache, 0)
       layers.append(cache)
-    return {"offset": jnp.full((batch,), prompt.shape[1] - 1, jnp.int32), "layers": layers}
+    return {'offset': jnp.full((batch,), prompt.shape[1] - 1, jnp.int32), 'layers': layers}
 
-  def decode_step(self, ids: Array, step: Array, cache: dict[str, Any]
-                  ) -> tuple[Array, dict[str, Any]]:
+  def decode_step(
+    self, ids: Array, step: Array, cache: dict[str, Any]
+  ) -> tuple[Array, dict[str, Any]]:
     """Logits for the token after `ids [B]`, the token at absolute position offset + step.
 
     The `tokens_to_logits` callback of `models.decoding`; at step 0 `ids` is the prompt's last
@@ -220,38 +266,44 @@ class DecoderLM(_Stack):
     Returns:
       `(logits [B, V] float32, the cache with that position written)`.
     """
-    position = cache["offset"][0] + step                                # all rows share it
-    y = self._embed(ids[:, None], position)                             # [B, 1, D]
+    position = cache['offset'][0] + step  # all rows share it
+    y = self._embed(ids[:, None], position)  # [B, 1, D]
     layers = []
-    for layer, layer_cache in zip(self.layers, cache["layers"]):
+    for layer, layer_cache in zip(self.layers, cache['layers']):
       y, layer_cache = layer.decode_step(y, layer_cache, position)
       layers.append(layer_cache)
     if self.final_norm is not None:
       y = self.final_norm(y)
-    return self._logits(y)[:, 0], {"offset": cache["offset"], "layers": layers}
+    return self._logits(y)[:, 0], {'offset': cache['offset'], 'layers': layers}
 
 
 class EncoderMLM(_Stack):
   """BERT-style bidirectional encoder (Devlin et al. 2019): masked-LM head, optional classifier.
 
   Self-attention sees every real token; padding (`pad_id`) is masked out as a key. The MLM head is
-  BERT's: dense D->D, the stack's activation, LayerNorm, then the transposed token embedding plus
-  an output bias `[V]`. With BERT's embedding options (see `_Stack`), post-norm,
-  `norm_eps=1e-12` and `activation='gelu_exact'` it is BERT itself: `models.pretrained` loads
-  Hugging Face BERT checkpoints into it. With `num_classes`, a classification head reads the mean of the final states of the real
-  tokens (the pretraining windows hold no [CLS] token, so there is none to read) through a dense
-  D->D tanh layer, dropout and a dense D->C layer. Both heads sit beside the encoder, whose
+  BERT's: dense D->D, the stack's activation, LayerNorm, then the transposed token embedding plus an
+  output bias `[V]`. With BERT's embedding options (see `_Stack`), post-norm, `norm_eps=1e-12` and
+  `activation='gelu_exact'` it is BERT itself: `models.pretrained` loads Hugging Face BERT
+  checkpoints into it. With `num_classes`, a classification head reads the mean of the final states
+  of the real tokens (the pretraining windows hold no [CLS] token, so there is none to read) through
+  a dense D->D tanh layer, dropout and a dense D->C layer. Both heads sit beside the encoder, whose
   parameter names do not depend on `num_classes`, so a pretrained checkpoint loads by name into a
-  fine-tuning model.
-  """
+  fine-tuning model."""
 
   causal = False
 
-  def __init__(self, *, vocab_size: int, pad_id: int, num_classes: int | None = None,
-               stack: StackConfig = StackConfig(norm="pre", activation="gelu",
-                                                positions="learned"),
-               scale_embeddings: bool = True, embed_norm: bool = False, type_vocab_size: int = 0,
-               rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    vocab_size: int,
+    pad_id: int,
+    num_classes: int | None = None,
+    stack: StackConfig = StackConfig(norm='pre', activation='gelu', positions='learned'),
+    scale_embeddings: bool = True,
+    embed_norm: bool = False,
+    type_vocab_size: int = 0,
+    rngs: nnx.Rngs,
+  ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -266,10 +318,16 @@ class EncoderMLM(_Stack):
       rngs: `params` stream for initialisation.
     """
     if num_classes is not None and (not is_int(num_classes) or num_classes < 2):
-      raise ValueError(f"num_classes must be None or an integer >= 2; got {num_classes!r}.")
-    super().__init__(vocab_size=vocab_size, pad_id=pad_id, stack=stack,
-                     scale_embeddings=scale_embeddings, embed_norm=embed_norm,
-                     type_vocab_size=type_vocab_size, rngs=rngs)
+      raise ValueError(f'num_classes must be None or an integer >= 2; got {num_classes!r}.')
+    super().__init__(
+      vocab_size=vocab_size,
+      pad_id=pad_id,
+      stack=stack,
+      scale_embeddings=scale_embeddings,
+      embed_norm=embed_norm,
+      type_vocab_size=type_vocab_size,
+      rngs=rngs,
+    )
     d_model = stack.d_model
     self.mlm_activation = stack.activation
     self.mlm_dense = dense(d_model, d_model, rngs=rngs)
@@ -284,8 +342,14 @@ class EncoderMLM(_Stack):
     h = self.mlm_norm(ACTIVATIONS[self.mlm_activation](self.mlm_dense(x)))  # [..., D]
     return (self.embed.attend(h) + self.mlm_bias[...].astype(h.dtype)).astype(jnp.float32)
 
-  def classify(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-               return_attention: bool = False) -> Array | tuple[Array, dict[str, Array]]:
+  def classify(
+    self,
+    inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Array | tuple[Array, dict[str, Array]]:
     """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (read as one sequence of S*W).
 
     Args:
@@ -300,20 +364,23 @@ class EncoderMLM(_Stack):
       over heads and real query positions (padding gets 0; real tokens' weights sum to 1).
     """
     if self.classifier is None:
-      raise ValueError("classify: this EncoderMLM was built without a classification head; "
-                       "build it with num_classes.")
+      raise ValueError(
+        'classify: this EncoderMLM was built without a classification head; '
+        'build it with num_classes.'
+      )
     inputs = self._check_ids(inputs, deterministic, rngs, documents=True)
-    ids = inputs.reshape(inputs.shape[0], -1)                           # [B, T]
+    ids = inputs.reshape(inputs.shape[0], -1)  # [B, T]
     run = dict(deterministic=deterministic, rngs=rngs)
     states, mask, self_w = self.encode(ids, return_attention=return_attention, **run)
-    m = mask[..., None].astype(states.dtype)                            # [B, T, 1]
+    m = mask[..., None].astype(states.dtype)  # [B, T, 1]
     pooled = jnp.sum(states * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)  # [B, D]
-    pooled = jnp.tanh(self.pooler(pooled))                              # [B, D]
+    pooled = jnp.tanh(self.pooler(pooled))  # [B, D]
     logits = self.classifier(self.dropout(pooled, **run)).astype(jnp.float32)  # [B, C]
     if not return_attention:
       return logits
-    received = jnp.mean(self_w[:, -1], axis=1)                          # [B, T query, T key]
-    queries = mask.astype(received.dtype)                               # [B, T]
-    word = (jnp.einsum("btk,bt->bk", received, queries)
-            / jnp.maximum(jnp.sum(queries, axis=1, keepdims=True), 1.0))  # [B, T]
-    return logits, {"self": self_w, "word": word.reshape(inputs.shape)}
+    received = jnp.mean(self_w[:, -1], axis=1)  # [B, T query, T key]
+    queries = mask.astype(received.dtype)  # [B, T]
+    word = jnp.einsum('btk,bt->bk', received, queries) / jnp.maximum(
+      jnp.sum(queries, axis=1, keepdims=True), 1.0
+    )  # [B, T]
+    return logits, {'self': self_w, 'word': word.reshape(inputs.shape)}

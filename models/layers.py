@@ -9,9 +9,9 @@ import functools
 import numbers
 from typing import Any, Iterable, Sequence
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 import attention
 from models import interventions
@@ -19,21 +19,24 @@ from models import interventions
 Array = jax.Array
 
 # 'gelu' is the tanh approximation (GPT-2); 'gelu_exact' the erf form (BERT's `hidden_act='gelu'`).
-ACTIVATIONS = {"relu": jax.nn.relu, "gelu": jax.nn.gelu,
-               "gelu_exact": functools.partial(jax.nn.gelu, approximate=False)}
+ACTIVATIONS = {
+  'relu': jax.nn.relu,
+  'gelu': jax.nn.gelu,
+  'gelu_exact': functools.partial(jax.nn.gelu, approximate=False),
+}
 
 
 def check_choice(field: str, value: Any, valid: Iterable[Any]) -> None:
   """Raises ValueError naming `field` and the valid values unless `value` is one of them."""
   valid = tuple(valid)
   if value not in valid:
-    raise ValueError(f"{field} must be one of {', '.join(map(repr, valid))}; got {value!r}.")
+    raise ValueError(f'{field} must be one of {", ".join(map(repr, valid))}; got {value!r}.')
 
 
 def check_rate(field: str, rate: float) -> None:
   """Raises ValueError naming `field` unless the dropout rate is in [0, 1)."""
   if not 0.0 <= rate < 1.0:
-    raise ValueError(f"{field} must be in [0, 1); got {rate}.")
+    raise ValueError(f'{field} must be in [0, 1); got {rate}.')
 
 
 def is_int(value: Any) -> bool:
@@ -45,14 +48,14 @@ def check_positive_ints(**fields: Any) -> None:
   """Raises ValueError naming the first field that is not a positive integer."""
   for field, value in fields.items():
     if not is_int(value) or value < 1:
-      raise ValueError(f"{field} must be a positive integer; got {value!r}.")
+      raise ValueError(f'{field} must be a positive integer; got {value!r}.')
 
 
 def check_vocab(vocab_size: int, pad_id: int) -> None:
   """Raises ValueError unless `vocab_size` is positive and `pad_id` one of its ids."""
   check_positive_ints(vocab_size=vocab_size)
   if not is_int(pad_id) or not 0 <= pad_id < vocab_size:
-    raise ValueError(f"pad_id must be an id in [0, vocab_size={vocab_size}); got {pad_id!r}.")
+    raise ValueError(f'pad_id must be an id in [0, vocab_size={vocab_size}); got {pad_id!r}.')
 
 
 def sharding_metadata(*names: str | None) -> dict[str, Any]:
@@ -62,11 +65,17 @@ def sharding_metadata(*names: str | None) -> dict[str, Any]:
   mesh axes. Sharding is applied by the training code, not when the variable is created
   (`eager_sharding=False`), so models build the same with or without a mesh.
   """
-  return {"out_sharding": names, "eager_sharding": False}
+  return {'out_sharding': names, 'eager_sharding': False}
 
 
-def dense(in_features: int, out_features: int, *, use_bias: bool = True,
-          axes: tuple[str | None, str | None] = (None, None), rngs: nnx.Rngs) -> nnx.Linear:
+def dense(
+  in_features: int,
+  out_features: int,
+  *,
+  use_bias: bool = True,
+  axes: tuple[str | None, str | None] = (None, None),
+  rngs: nnx.Rngs,
+) -> nnx.Linear:
   """A Glorot-uniform `nnx.Linear`, the initialisation of the original Transformer code.
 
   `axes` names the kernel's input and output dimensions for sharding (the bias takes the
@@ -74,21 +83,27 @@ def dense(in_features: int, out_features: int, *, use_bias: bool = True,
   """
   metadata = sharding_metadata(*axes) if any(axes) else {}
   bias_metadata = sharding_metadata(axes[1]) if axes[1] else {}
-  return nnx.Linear(in_features, out_features, use_bias=use_bias,
-                    kernel_init=nnx.initializers.xavier_uniform(), kernel_metadata=metadata,
-                    bias_metadata=bias_metadata, rngs=rngs)
+  return nnx.Linear(
+    in_features,
+    out_features,
+    use_bias=use_bias,
+    kernel_init=nnx.initializers.xavier_uniform(),
+    kernel_metadata=metadata,
+    bias_metadata=bias_metadata,
+    rngs=rngs,
+  )
 
 
 @jax.custom_vjp
 def _project(x: Array, kernel: Array) -> Array:
   """`[..., T, D] x [D, N, H] -> [..., N, T, H]`; see `project_heads`."""
-  y = x @ kernel.reshape(kernel.shape[0], -1)                           # [..., T, N*H]
+  y = x @ kernel.reshape(kernel.shape[0], -1)  # [..., T, N*H]
   return attention.split_heads(y, kernel.shape[1])
 
 
 def _project_grads(x: Array, kernel: Array) -> Array:
   """`_project` as one `[D, N, H]` contraction, the form whose gradients compile well."""
-  return jnp.einsum("...td,dnh->...nth", x, kernel)
+  return jnp.einsum('...td,dnh->...nth', x, kernel)
 
 
 @jax.custom_vjp
@@ -99,15 +114,19 @@ def _merge(x: Array, kernel: Array) -> Array:
 
 def _merge_grads(x: Array, kernel: Array) -> Array:
   """`_merge` as one contraction over N and H, the form whose gradients compile well."""
-  return jnp.einsum("...nth,nhd->...td", x, kernel)
+  return jnp.einsum('...nth,nhd->...td', x, kernel)
 
 
 # Forward as plain matmuls, backward as autodiff of the [D, N, H] contractions (the residuals are
 # the inputs, as autodiff would keep them): see `project_heads`.
-_project.defvjp(lambda x, kernel: (_project(x, kernel), (x, kernel)),
-                lambda res, dy: jax.vjp(_project_grads, *res)[1](dy))
-_merge.defvjp(lambda x, kernel: (_merge(x, kernel), (x, kernel)),
-              lambda res, dy: jax.vjp(_merge_grads, *res)[1](dy))
+_project.defvjp(
+  lambda x, kernel: (_project(x, kernel), (x, kernel)),
+  lambda res, dy: jax.vjp(_project_grads, *res)[1](dy),
+)
+_merge.defvjp(
+  lambda x, kernel: (_merge(x, kernel), (x, kernel)),
+  lambda res, dy: jax.vjp(_merge_grads, *res)[1](dy),
+)
 
 
 def project_heads(linear: nnx.Linear, x: Array, num_heads: int) -> Array:
@@ -126,8 +145,9 @@ def project_heads(linear: nnx.Linear, x: Array, num_heads: int) -> Array:
   return y
 
 
-def project_heads_together(linears: Sequence[nnx.Linear], x: Array,
-                           num_heads: Sequence[int]) -> tuple[Array, ...]:
+def project_heads_together(
+  linears: Sequence[nnx.Linear], x: Array, num_heads: Sequence[int]
+) -> tuple[Array, ...]:
   """`project_heads(linear, x, n)` for each of `linears` and its head count n, as one matmul.
 
   The kernels are laid side by side, `[D, sum(n)*H]` viewed as `[D, sum(n), H]`, so
@@ -136,12 +156,12 @@ def project_heads_together(linears: Sequence[nnx.Linear], x: Array,
   """
   kernel = jnp.concatenate([linear.kernel[...] for linear in linears], axis=1)  # [D, sum(n)*H]
   heads = sum(num_heads)
-  y = _project(x, kernel.reshape(kernel.shape[0], heads, -1))          # [B, sum(n), T, H]
+  y = _project(x, kernel.reshape(kernel.shape[0], heads, -1))  # [B, sum(n), T, H]
   if linears[0].bias is not None:
     bias = jnp.concatenate([linear.bias[...] for linear in linears])
-    y = y + bias.reshape(heads, 1, -1)                                  # [sum(n), 1, H]
+    y = y + bias.reshape(heads, 1, -1)  # [sum(n), 1, H]
   starts = [sum(num_heads[:i]) for i in range(1, len(num_heads))]
-  return tuple(jnp.split(y, starts, axis=-3))                          # each [B, n, T, H]
+  return tuple(jnp.split(y, starts, axis=-3))  # each [B, n, T, H]
 
 
 def merge_project_heads(linear: nnx.Linear, x: Array) -> Array:
@@ -156,7 +176,7 @@ def merge_project_heads(linear: nnx.Linear, x: Array) -> Array:
 
 def score_param_attr(name: str) -> str:
   """The attribute holding score parameter `name`: `w_q` -> `score_wq`, the checkpoints' names."""
-  return "score_" + name.replace("_", "")
+  return 'score_' + name.replace('_', '')
 
 
 class FeedForward(nnx.Module):
@@ -166,11 +186,11 @@ class FeedForward(nnx.Module):
   uses) or `'gelu_exact'` (the erf form of pretrained BERT checkpoints).
   """
 
-  def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", rngs: nnx.Rngs):
-    check_choice("activation", activation, ACTIVATIONS)
+  def __init__(self, d_model: int, d_ff: int, *, activation: str = 'relu', rngs: nnx.Rngs):
+    check_choice('activation', activation, ACTIVATIONS)
     self.activation = activation
-    self.w_1 = dense(d_model, d_ff, axes=("embed", "mlp"), rngs=rngs)
-    self.w_2 = dense(d_ff, d_model, axes=("mlp", "embed"), rngs=rngs)
+    self.w_1 = dense(d_model, d_ff, axes=('embed', 'mlp'), rngs=rngs)
+    self.w_2 = dense(d_ff, d_model, axes=('mlp', 'embed'), rngs=rngs)
 
   def __call__(self, x: Array) -> Array:
     """`[..., D] -> [..., D]`."""
@@ -187,8 +207,9 @@ class AttentionPooling(nnx.Module):
   `MultiHeadAttention`.
   """
 
-  def __init__(self, features: int, attention_size: int | None = None, *, score: str = "dot",
-               rngs: nnx.Rngs):
+  def __init__(
+    self, features: int, attention_size: int | None = None, *, score: str = 'dot', rngs: nnx.Rngs
+  ):
     """Builds `W [D, A]`, `b [A]`, `u_w [A]` and the score's parameters.
 
     Args:
@@ -197,17 +218,17 @@ class AttentionPooling(nnx.Module):
       score: a name in `attention.SCORES`.
       rngs: `params` stream.
     """
-    check_choice("score", score, sorted(attention.SCORES))
+    check_choice('score', score, sorted(attention.SCORES))
     attention_size = features if attention_size is None else attention_size
     self.score = score
     self.registered_score = attention.get_score(score)
     self.proj = dense(features, attention_size, rngs=rngs)
     self.context = nnx.Param(
-        nnx.initializers.normal(attention_size ** -0.5)(rngs.params(), (attention_size,)))
+      nnx.initializers.normal(attention_size**-0.5)(rngs.params(), (attention_size,))
+    )
     sizes = attention.ScoreSizes(q=attention_size, k=attention_size, a=attention_size)
     for param in self.registered_score.params:
-      setattr(self, score_param_attr(param.name),
-              nnx.Param(param.initialize(rngs.params(), sizes)))
+      setattr(self, score_param_attr(param.name), nnx.Param(param.initialize(rngs.params(), sizes)))
 
   def __call__(self, h: Array, mask: Array | None = None) -> tuple[Array, Array]:
     """Pools `h [..., T, D]`; `mask [..., T]`, True = real step.
@@ -216,23 +237,25 @@ class AttentionPooling(nnx.Module):
       `(pooled [..., D], weights [..., T])`; masked steps get weight 0, and a fully masked row
       all-zero weights and a zero output.
     """
-    keys = jnp.tanh(self.proj(h))                                       # [..., T, A]
-    if self.score == "dot":
+    keys = jnp.tanh(self.proj(h))  # [..., T, A]
+    if self.score == 'dot':
       # The paper's score, through the kernel that has always computed it.
       pooled, weights = attention.attention_pooling(h, self.context[...], mask, keys=keys)
       return self._tapped(h, pooled, weights)
-    params = {param.name: getattr(self, score_param_attr(param.name))[...]
-              for param in self.registered_score.params}
-    prepared = self.registered_score.prepare_keys(keys, params)        # [..., T, K]
-    query = self.context[...][None, :]                                  # [1, A]: one query
+    params = {
+      param.name: getattr(self, score_param_attr(param.name))[...]
+      for param in self.registered_score.params
+    }
+    prepared = self.registered_score.prepare_keys(keys, params)  # [..., T, K]
+    query = self.context[...][None, :]  # [1, A]: one query
     scores = self.registered_score.scores_prepared(query, prepared, params)[..., 0, :]  # [..., T]
-    weights = attention.masked_softmax(scores, mask)                    # [..., T]
-    return self._tapped(h, jnp.einsum("...t,...td->...d", weights, h), weights)  # [..., D]
+    weights = attention.masked_softmax(scores, mask)  # [..., T]
+    return self._tapped(h, jnp.einsum('...t,...td->...d', weights, h), weights)  # [..., D]
 
   def _tapped(self, h: Array, pooled: Array, weights: Array) -> tuple[Array, Array]:
     """`(pooled, weights)` through their taps (no-ops outside `interventions.capture`); edited
     weights make the output `Σ_t α_t h_t`."""
-    edited = interventions.tap(self, "weights", weights)
+    edited = interventions.tap(self, 'weights', weights)
     if edited is not weights:
-      pooled = jnp.einsum("...t,...td->...d", edited, h)                # [..., D]
-    return interventions.tap(self, "pooled", pooled), edited
+      pooled = jnp.einsum('...t,...td->...d', edited, h)  # [..., D]
+    return interventions.tap(self, 'pooled', pooled), edited

@@ -7,9 +7,9 @@ float32 logits `[B, V]` over the vocabulary, the paper's single-word answer.
 
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from attention.core import attend, masked_softmax
 from attention.positions import sentence_position_encoding
@@ -18,7 +18,7 @@ from models import interventions
 from models.layers import check_choice, check_positive_ints, check_vocab, is_int
 
 Array = jax.Array
-TYINGS = ("adjacent", "layerwise")
+TYINGS = ('adjacent', 'layerwise')
 
 
 class MemN2N(nnx.Module):
@@ -50,10 +50,21 @@ class MemN2N(nnx.Module):
   validation loss stops falling; a step count is the reproducible version).
   """
 
-  def __init__(self, *, vocab_size: int, pad_id: int, memory_size: int, sentence_length: int,
-               embed_dim: int = 32, hops: int = 3, tying: str = "adjacent",
-               position_encoding: bool = True, temporal: bool = True,
-               linear_start_steps: int = 0, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    vocab_size: int,
+    pad_id: int,
+    memory_size: int,
+    sentence_length: int,
+    embed_dim: int = 32,
+    hops: int = 3,
+    tying: str = 'adjacent',
+    position_encoding: bool = True,
+    temporal: bool = True,
+    linear_start_steps: int = 0,
+    rngs: nnx.Rngs,
+  ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -70,14 +81,14 @@ class MemN2N(nnx.Module):
       rngs: `params` stream for initialisation.
     """
     check_vocab(vocab_size, pad_id)
-    check_positive_ints(memory_size=memory_size, sentence_length=sentence_length,
-                        embed_dim=embed_dim, hops=hops)
-    check_choice("tying", tying, TYINGS)
-    check_choice("position_encoding", position_encoding, (True, False))
-    check_choice("temporal", temporal, (True, False))
+    check_positive_ints(
+      memory_size=memory_size, sentence_length=sentence_length, embed_dim=embed_dim, hops=hops
+    )
+    check_choice('tying', tying, TYINGS)
+    check_choice('position_encoding', position_encoding, (True, False))
+    check_choice('temporal', temporal, (True, False))
     if not is_int(linear_start_steps) or linear_start_steps < 0:
-      raise ValueError(f"linear_start_steps must be an integer >= 0, got "
-                       f"{linear_start_steps!r}.")
+      raise ValueError(f'linear_start_steps must be an integer >= 0, got {linear_start_steps!r}.')
     self.linear_start_steps = linear_start_steps
     self.pad_id = pad_id
     self.memory_size = memory_size
@@ -86,51 +97,75 @@ class MemN2N(nnx.Module):
     self.tying = tying
     self.position_encoding = position_encoding
     init = nnx.initializers.normal(0.1)
-    adjacent = tying == "adjacent"
+    adjacent = tying == 'adjacent'
     # Tables the story is embedded with (A^k and C^k); the query and answer tables follow them.
     self.memory_tables = hops + 1 if adjacent else 2
     self.query_table = 0 if adjacent else 2
     self.answer_table = hops if adjacent else 3
     num_tables = self.memory_tables if adjacent else 4
     self.embeddings = nnx.Param(init(rngs.params(), (num_tables, vocab_size, embed_dim)))
-    self.temporal = (nnx.Param(init(rngs.params(), (self.memory_tables, memory_size, embed_dim)))
-                     if temporal else None)
-    self.h = (None if adjacent else
-              nnx.Linear(embed_dim, embed_dim, use_bias=False, kernel_init=init, rngs=rngs))
+    self.temporal = (
+      nnx.Param(init(rngs.params(), (self.memory_tables, memory_size, embed_dim)))
+      if temporal
+      else None
+    )
+    self.h = (
+      None
+      if adjacent
+      else nnx.Linear(embed_dim, embed_dim, use_bias=False, kernel_init=init, rngs=rngs)
+    )
 
   def _hop_tables(self, hop: int) -> tuple[int, int]:
     """The indices of `A^k` and `C^k` in `embeddings` for 0-based hop k."""
-    return (hop, hop + 1) if self.tying == "adjacent" else (0, 1)
+    return (hop, hop + 1) if self.tying == 'adjacent' else (0, 1)
 
   def _embed(self, ids: Array, tables: Array) -> Array:
     """Sentences `[..., J]` through each table `[n, V, d]` as `[n, ..., d]`, padding words zero."""
-    words = (ids != self.pad_id).astype(tables.dtype)                   # [..., J]
+    words = (ids != self.pad_id).astype(tables.dtype)  # [..., J]
     if self.position_encoding:
       weights = sentence_position_encoding(self.sentence_length, tables.shape[-1])  # [J, d]
     else:
       weights = jnp.ones((self.sentence_length, tables.shape[-1]), tables.dtype)
-    weights = words[..., None] * weights.astype(tables.dtype)           # [..., J, d]
-    embedded = jnp.take(tables, ids, axis=1)                            # [n, ..., J, d]
-    return jnp.einsum("n...jd,...jd->n...d", embedded, weights)
+    weights = words[..., None] * weights.astype(tables.dtype)  # [..., J, d]
+    embedded = jnp.take(tables, ids, axis=1)  # [n, ..., J, d]
+    return jnp.einsum('n...jd,...jd->n...d', embedded, weights)
 
   def _check_call(self, story: Any, query: Any) -> tuple[Array, Array]:
     """`story` and `query` as JAX arrays; raises ValueError on ids no call can run with."""
     story, query = jnp.asarray(story), jnp.asarray(query)
     j = self.sentence_length
-    if (story.ndim != 3 or not jnp.issubdtype(story.dtype, jnp.integer)
-        or not 1 <= story.shape[1] <= self.memory_size or story.shape[2] != j):
-      raise ValueError(f"story must be integer ids [B, M, J] with M <= memory_size="
-                       f"{self.memory_size} and J = sentence_length={j}; got {story.dtype}"
-                       f"{tuple(story.shape)}.")
-    if (query.ndim != 2 or not jnp.issubdtype(query.dtype, jnp.integer)
-        or query.shape != (story.shape[0], j)):
-      raise ValueError(f"query must be integer ids [B, J] = [{story.shape[0]}, {j}] (the "
-                       f"story's batch, sentence_length); got {query.dtype}{tuple(query.shape)}.")
+    if (
+      story.ndim != 3
+      or not jnp.issubdtype(story.dtype, jnp.integer)
+      or not 1 <= story.shape[1] <= self.memory_size
+      or story.shape[2] != j
+    ):
+      raise ValueError(
+        f'story must be integer ids [B, M, J] with M <= memory_size='
+        f'{self.memory_size} and J = sentence_length={j}; got {story.dtype}'
+        f'{tuple(story.shape)}.'
+      )
+    if (
+      query.ndim != 2
+      or not jnp.issubdtype(query.dtype, jnp.integer)
+      or query.shape != (story.shape[0], j)
+    ):
+      raise ValueError(
+        f'query must be integer ids [B, J] = [{story.shape[0]}, {j}] (the '
+        f"story's batch, sentence_length); got {query.dtype}{tuple(query.shape)}."
+      )
     return story, query
 
-  def answer(self, story: Array, query: Array, *, deterministic: bool = True,
-             rngs: nnx.Rngs | None = None, return_attention: bool = False,
-             linear: bool | Array = False) -> Array | tuple[Array, dict[str, Array]]:
+  def answer(
+    self,
+    story: Array,
+    query: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+    linear: bool | Array = False,
+  ) -> Array | tuple[Array, dict[str, Array]]:
     """Answer logits float32 `[B, V]` for a story and a query (`pad_id` = padding).
 
     Args:
@@ -150,27 +185,27 @@ class MemN2N(nnx.Module):
     """
     del deterministic, rngs  # no dropout
     story, query = self._check_call(story, query)
-    tables = self.embeddings[...]                                       # [n, V, d]
-    slots = jnp.any(story != self.pad_id, axis=-1)                      # [B, M]
-    memories = self._embed(story, tables[:self.memory_tables])         # [n', B, M, d]
+    tables = self.embeddings[...]  # [n, V, d]
+    slots = jnp.any(story != self.pad_id, axis=-1)  # [B, M]
+    memories = self._embed(story, tables[: self.memory_tables])  # [n', B, M, d]
     if self.temporal is not None:
       # Real sentences after each slot: 0 for the latest, whatever the story's length.
-      newer = jnp.cumsum(slots[:, ::-1], axis=1)[:, ::-1] - slots       # [B, M]
+      newer = jnp.cumsum(slots[:, ::-1], axis=1)[:, ::-1] - slots  # [B, M]
       memories = memories + jnp.take(self.temporal[...], newer, axis=1)  # [n', B, M, d]
-    u = self._embed(query, tables[self.query_table][None])[0]          # [B, d]
-    mask = slots[:, None, :]                                            # [B, 1, M]
+    u = self._embed(query, tables[self.query_table][None])[0]  # [B, d]
+    mask = slots[:, None, :]  # [B, 1, M]
     hop_weights = []
     for hop in range(self.hops):
       a, c = self._hop_tables(hop)
-      scores = dot_scores(u[:, None, :], memories[a])                   # [B, 1, M]
+      scores = dot_scores(u[:, None, :], memories[a])  # [B, 1, M]
       weights = jnp.where(linear, jnp.where(mask, scores, 0.0), masked_softmax(scores, mask))
-      weights = interventions.tap(self, f"hop_{hop}/weights", weights)  # [B, 1, M]
-      o = attend(weights, memories[c])[:, 0]                            # [B, d]
-      u = (u if self.h is None else self.h(u)) + o                      # [B, d]
-      hop_weights.append(weights[:, 0])                                 # [B, M]
-    logits = jnp.einsum("bd,vd->bv", u, tables[self.answer_table]).astype(jnp.float32)
+      weights = interventions.tap(self, f'hop_{hop}/weights', weights)  # [B, 1, M]
+      o = attend(weights, memories[c])[:, 0]  # [B, d]
+      u = (u if self.h is None else self.h(u)) + o  # [B, d]
+      hop_weights.append(weights[:, 0])  # [B, M]
+    logits = jnp.einsum('bd,vd->bv', u, tables[self.answer_table]).astype(jnp.float32)
     if not return_attention:
       return logits
-    return logits, {"hops": jnp.stack(hop_weights, axis=1)}            # [B, K, M]
+    return logits, {'hops': jnp.stack(hop_weights, axis=1)}  # [B, K, M]
 
   __call__ = answer

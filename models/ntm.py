@@ -25,16 +25,16 @@ and shifts need a known place to walk from; the previous read vectors are learne
 
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from attention import addressing
 from models import interventions
 from models.layers import check_choice, check_positive_ints, dense, is_int
 
 Array = jax.Array
-CONTROLLERS = ("lstm", "feedforward")
+CONTROLLERS = ('lstm', 'feedforward')
 MEMORY_INIT = 1e-6  # every memory row at t = 0; nonzero, so the first cosines are defined
 
 
@@ -42,8 +42,10 @@ def _check_inputs(inputs: Any, input_size: int, name: str) -> Array:
   """`inputs` as a float32 array; raises ValueError unless it is `[B, T, input_size]`."""
   inputs = jnp.asarray(inputs)
   if inputs.ndim != 3 or inputs.shape[-1] != input_size:
-    raise ValueError(f"{name}: inputs must be float [B, T, input_size={input_size}]; got "
-                     f"{inputs.dtype}{tuple(inputs.shape)}.")
+    raise ValueError(
+      f'{name}: inputs must be float [B, T, input_size={input_size}]; got '
+      f'{inputs.dtype}{tuple(inputs.shape)}.'
+    )
   return inputs.astype(jnp.float32)
 
 
@@ -73,24 +75,41 @@ class NTM(nnx.Module):
     rngs: `params` stream.
   """
 
-  def __init__(self, *, input_size: int, output_size: int, memory_slots: int = 128,
-               memory_width: int = 20, controller: str = "lstm", controller_size: int = 100,
-               read_heads: int = 1, write_heads: int = 1, shift_range: int = 1,
-               rngs: nnx.Rngs):
-    check_positive_ints(input_size=input_size, output_size=output_size, memory_slots=memory_slots,
-                        memory_width=memory_width, controller_size=controller_size,
-                        read_heads=read_heads, write_heads=write_heads)
-    check_choice("controller", controller, CONTROLLERS)
+  def __init__(
+    self,
+    *,
+    input_size: int,
+    output_size: int,
+    memory_slots: int = 128,
+    memory_width: int = 20,
+    controller: str = 'lstm',
+    controller_size: int = 100,
+    read_heads: int = 1,
+    write_heads: int = 1,
+    shift_range: int = 1,
+    rngs: nnx.Rngs,
+  ):
+    check_positive_ints(
+      input_size=input_size,
+      output_size=output_size,
+      memory_slots=memory_slots,
+      memory_width=memory_width,
+      controller_size=controller_size,
+      read_heads=read_heads,
+      write_heads=write_heads,
+    )
+    check_choice('controller', controller, CONTROLLERS)
     if not is_int(shift_range) or not 0 <= shift_range < memory_slots:
-      raise ValueError(f"shift_range must be an integer in [0, memory_slots={memory_slots}); got "
-                       f"{shift_range!r}.")
+      raise ValueError(
+        f'shift_range must be an integer in [0, memory_slots={memory_slots}); got {shift_range!r}.'
+      )
     self.input_size, self.memory_slots, self.memory_width = input_size, memory_slots, memory_width
     self.controller_kind, self.controller_size = controller, controller_size
     self.read_heads, self.write_heads = read_heads, write_heads
     self.shifts = 2 * shift_range + 1
     m, c = memory_width, controller_size
     controller_in = input_size + read_heads * m
-    if controller == "lstm":
+    if controller == 'lstm':
       self.controller = nnx.OptimizedLSTMCell(controller_in, c, rngs=rngs)
     else:
       self.controller = dense(controller_in, c, rngs=rngs)
@@ -103,14 +122,15 @@ class NTM(nnx.Module):
   def _initial_carry(self, batch: int) -> dict[str, Any]:
     """The state before the first step; see the module docstring."""
     n, m = self.memory_slots, self.memory_width
-    one_hot = jax.nn.one_hot(0, n)                                     # [N]
+    one_hot = jax.nn.one_hot(0, n)  # [N]
     return {
-        "controller": (_lstm_carry(batch, self.controller_size)
-                       if self.controller_kind == "lstm" else ()),
-        "memory": jnp.full((batch, n, m), MEMORY_INIT),
-        "read_w": jnp.broadcast_to(one_hot, (batch, self.read_heads, n)),
-        "write_w": jnp.broadcast_to(one_hot, (batch, self.write_heads, n)),
-        "reads": jnp.broadcast_to(self.initial_reads[...], (batch, self.read_heads, m)),
+      'controller': (
+        _lstm_carry(batch, self.controller_size) if self.controller_kind == 'lstm' else ()
+      ),
+      'memory': jnp.full((batch, n, m), MEMORY_INIT),
+      'read_w': jnp.broadcast_to(one_hot, (batch, self.read_heads, n)),
+      'write_w': jnp.broadcast_to(one_hot, (batch, self.write_heads, n)),
+      'reads': jnp.broadcast_to(self.initial_reads[...], (batch, self.read_heads, m)),
     }
 
   def _address(self, params: Array, memory: Array, previous: Array) -> tuple[Array, Array]:
@@ -120,13 +140,13 @@ class NTM(nnx.Module):
       `(weights [B, K, N], the parameters after the addressing ones [B, K, ...])`.
     """
     m, s = self.memory_width, self.shifts
-    key = params[..., :m]                                              # [B, K, M]
-    beta = jax.nn.softplus(params[..., m])                             # [B, K]
-    gate = jax.nn.sigmoid(params[..., m + 1])                          # [B, K]
-    gamma = 1.0 + jax.nn.softplus(params[..., m + 2])                  # [B, K]
-    shift = jax.nn.softmax(params[..., m + 3:m + 3 + s], axis=-1)      # [B, K, S]
+    key = params[..., :m]  # [B, K, M]
+    beta = jax.nn.softplus(params[..., m])  # [B, K]
+    gate = jax.nn.sigmoid(params[..., m + 1])  # [B, K]
+    gamma = 1.0 + jax.nn.softplus(params[..., m + 2])  # [B, K]
+    shift = jax.nn.softmax(params[..., m + 3 : m + 3 + s], axis=-1)  # [B, K, S]
     weights = addressing.address(memory[:, None], key, beta, gate, shift, gamma, previous)
-    return weights, params[..., m + 3 + s:]
+    return weights, params[..., m + 3 + s :]
 
   def _step(self, carry: dict[str, Any], x_t: Array) -> tuple[dict[str, Any], tuple[Array, ...]]:
     """One time step from the input `x_t [B, input_size]`.
@@ -136,28 +156,39 @@ class NTM(nnx.Module):
       [B, W, N]))`.
     """
     batch, m = x_t.shape[0], self.memory_width
-    controller_in = jnp.concatenate([x_t, carry["reads"].reshape(batch, -1)], axis=-1)  # [B, I+R*M]
-    if self.controller_kind == "lstm":
-      state, out = self.controller(carry["controller"], controller_in)  # out [B, C]
+    controller_in = jnp.concatenate([x_t, carry['reads'].reshape(batch, -1)], axis=-1)  # [B, I+R*M]
+    if self.controller_kind == 'lstm':
+      state, out = self.controller(carry['controller'], controller_in)  # out [B, C]
     else:
       # tanh bounds the output like an LSTM's, so the heads see the same range either way.
       state, out = (), jnp.tanh(self.controller(controller_in))
     write_raw = self.write_params(out).reshape(batch, self.write_heads, -1)  # [B, W, 3M+3+S]
-    write_w, rest = self._address(write_raw, carry["memory"], carry["write_w"])
-    write_w = interventions.tap(self, "write_weights", write_w)             # [B, W, N]
-    erase, add = jax.nn.sigmoid(rest[..., :m]), jnp.tanh(rest[..., m:])     # [B, W, M] each
-    memory = addressing.write_heads(carry["memory"], write_w, erase, add)   # [B, N, M]
-    read_raw = self.read_params(out).reshape(batch, self.read_heads, -1)    # [B, R, M+3+S]
-    read_w, _ = self._address(read_raw, memory, carry["read_w"])
-    read_w = interventions.tap(self, "read_weights", read_w)                # [B, R, N]
-    reads = addressing.read(memory[:, None], read_w)                        # [B, R, M]
-    features = jnp.concatenate([out, reads.reshape(batch, -1)], axis=-1)    # [B, C + R*M]
-    new = {"controller": state, "memory": memory, "read_w": read_w, "write_w": write_w,
-           "reads": reads}
+    write_w, rest = self._address(write_raw, carry['memory'], carry['write_w'])
+    write_w = interventions.tap(self, 'write_weights', write_w)  # [B, W, N]
+    erase, add = jax.nn.sigmoid(rest[..., :m]), jnp.tanh(rest[..., m:])  # [B, W, M] each
+    memory = addressing.write_heads(carry['memory'], write_w, erase, add)  # [B, N, M]
+    read_raw = self.read_params(out).reshape(batch, self.read_heads, -1)  # [B, R, M+3+S]
+    read_w, _ = self._address(read_raw, memory, carry['read_w'])
+    read_w = interventions.tap(self, 'read_weights', read_w)  # [B, R, N]
+    reads = addressing.read(memory[:, None], read_w)  # [B, R, M]
+    features = jnp.concatenate([out, reads.reshape(batch, -1)], axis=-1)  # [B, C + R*M]
+    new = {
+      'controller': state,
+      'memory': memory,
+      'read_w': read_w,
+      'write_w': write_w,
+      'reads': reads,
+    }
     return new, (features, read_w, write_w)
 
-  def sequence_logits(self, inputs: Array, *, deterministic: bool = True,
-                      rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def sequence_logits(
+    self,
+    inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Runs the machine over a sequence from a fresh memory.
 
     Args:
@@ -171,17 +202,18 @@ class NTM(nnx.Module):
       [B, T, R, N], 'write': [B, T, W, N]})`.
     """
     del deterministic, rngs  # no dropout
-    inputs = _check_inputs(inputs, self.input_size, "NTM")
+    inputs = _check_inputs(inputs, self.input_size, 'NTM')
     carry = self._initial_carry(inputs.shape[0])
     _, (features, read_w, write_w) = interventions.scan(self._step, carry, _time_major(inputs))
-    logits = self.output(_time_major(features)).astype(jnp.float32)          # [B, T, O]
+    logits = self.output(_time_major(features)).astype(jnp.float32)  # [B, T, O]
     if not return_attention:
       return logits
-    return logits, {"read": _time_major(read_w), "write": _time_major(write_w)}
+    return logits, {'read': _time_major(read_w), 'write': _time_major(write_w)}
 
 
-def lstm_parameter_count(hidden_size: int, *, input_size: int, output_size: int,
-                         num_layers: int = 1) -> int:
+def lstm_parameter_count(
+  hidden_size: int, *, input_size: int, output_size: int, num_layers: int = 1
+) -> int:
   """Parameters of `LSTMBaseline` with these sizes, without building it.
 
   A layer with input I has `4 (I H + H H + H)` (input and recurrent kernels, one bias per gate);
@@ -208,35 +240,52 @@ class LSTMBaseline(nnx.Module):
     rngs: `params` stream.
   """
 
-  def __init__(self, *, input_size: int, output_size: int, hidden_size: int = 256,
-               num_layers: int = 1, rngs: nnx.Rngs):
-    check_positive_ints(input_size=input_size, output_size=output_size, hidden_size=hidden_size,
-                        num_layers=num_layers)
+  def __init__(
+    self,
+    *,
+    input_size: int,
+    output_size: int,
+    hidden_size: int = 256,
+    num_layers: int = 1,
+    rngs: nnx.Rngs,
+  ):
+    check_positive_ints(
+      input_size=input_size, output_size=output_size, hidden_size=hidden_size, num_layers=num_layers
+    )
     self.input_size, self.hidden_size = input_size, hidden_size
-    self.cells = nnx.List([
+    self.cells = nnx.List(
+      [
         nnx.OptimizedLSTMCell(input_size if i == 0 else hidden_size, hidden_size, rngs=rngs)
-        for i in range(num_layers)])
+        for i in range(num_layers)
+      ]
+    )
     self.output = dense(hidden_size, output_size, rngs=rngs)
 
-  def sequence_logits(self, inputs: Array, *, deterministic: bool = True,
-                      rngs: nnx.Rngs | None = None, return_attention: bool = False) -> Any:
+  def sequence_logits(
+    self,
+    inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Any:
     """Logits float32 `[B, T, output_size]` for float inputs `[B, T, input_size]`.
 
     `deterministic` and `rngs` are part of the common interface (no dropout). With
     `return_attention`, `(logits, {})`: an LSTM has no attention to show.
     """
     del deterministic, rngs  # no dropout
-    inputs = _check_inputs(inputs, self.input_size, "LSTMBaseline")
+    inputs = _check_inputs(inputs, self.input_size, 'LSTMBaseline')
     batch = inputs.shape[0]
 
     def step(carry, x_t):
       new = []
       for cell, layer_carry in zip(self.cells, carry):
-        layer_carry, x_t = cell(layer_carry, x_t)                        # x_t [B, H]
+        layer_carry, x_t = cell(layer_carry, x_t)  # x_t [B, H]
         new.append(layer_carry)
       return new, x_t
 
     carry = [_lstm_carry(batch, self.hidden_size) for _ in self.cells]
-    _, hidden = jax.lax.scan(step, carry, _time_major(inputs))          # [T, B, H]
-    logits = self.output(_time_major(hidden)).astype(jnp.float32)      # [B, T, O]
+    _, hidden = jax.lax.scan(step, carry, _time_major(inputs))  # [T, B, H]
+    logits = self.output(_time_major(hidden)).astype(jnp.float32)  # [B, T, O]
     return (logits, {}) if return_attention else logits

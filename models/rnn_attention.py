@@ -15,8 +15,8 @@ Shapes: queries `[..., T, Dq]`, keys and values `[..., S, Dk]`, `[..., S, Dv]`; 
 passes T = 1. Masks broadcast to `[..., T, S]`, True = may attend.
 """
 
-import jax
 from flax import nnx
+import jax
 
 import attention
 from models import interventions
@@ -25,7 +25,7 @@ from models.layers import check_choice
 Array = jax.Array
 
 
-def check_score(score: str, field: str = "score") -> None:
+def check_score(score: str, field: str = 'score') -> None:
   """Raises ValueError naming `field` and the valid names unless `attention.SCORES` has `score`."""
   check_choice(field, score, sorted(attention.SCORES))
 
@@ -45,14 +45,20 @@ class RNNAttention(nnx.Module):
     self.score_name = score
     self.registered_score = attention.get_score(score)
     # A bidirectional encoder's states are twice the decoder size; a dot product needs one size.
-    self.key_proj = (nnx.Linear(key_dim, query_dim, use_bias=False, rngs=rngs)
-                     if self.registered_score.same_features and key_dim != query_dim else None)
-    sizes = attention.ScoreSizes(q=query_dim, k=key_dim if self.key_proj is None else query_dim,
-                                 a=query_dim)
+    self.key_proj = (
+      nnx.Linear(key_dim, query_dim, use_bias=False, rngs=rngs)
+      if self.registered_score.same_features and key_dim != query_dim
+      else None
+    )
+    sizes = attention.ScoreSizes(
+      q=query_dim, k=key_dim if self.key_proj is None else query_dim, a=query_dim
+    )
     for param in self.registered_score.params:
       if hasattr(self, param.name):
-        raise ValueError(f"RNNAttention: score {score!r} declares a parameter named "
-                         f"{param.name!r}, which the layer already uses for something else.")
+        raise ValueError(
+          f'RNNAttention: score {score!r} declares a parameter named '
+          f'{param.name!r}, which the layer already uses for something else.'
+        )
       setattr(self, param.name, nnx.Param(param.initialize(rngs.params(), sizes)))
 
   def _params(self) -> dict[str, Array]:
@@ -67,8 +73,9 @@ class RNNAttention(nnx.Module):
     """Unnormalised scores `[..., T, S]` from queries `[..., T, Dq]` and prepared keys."""
     return self.registered_score.scores_prepared(query, prepared, self._params())
 
-  def __call__(self, query: Array, prepared: Array, values: Array,
-               mask: Array | None = None) -> tuple[Array, Array]:
+  def __call__(
+    self, query: Array, prepared: Array, values: Array, mask: Array | None = None
+  ) -> tuple[Array, Array]:
     """Attends from `query` to the encoder states.
 
     Args:
@@ -81,10 +88,10 @@ class RNNAttention(nnx.Module):
       `(context [..., T, Dv], weights [..., T, S])`; masked positions get exactly zero weight.
     """
     context, weights = attention.attention(query, prepared, values, score_fn=self.score, mask=mask)
-    edited = interventions.tap(self, "weights", weights)  # a no-op outside interventions.capture
+    edited = interventions.tap(self, 'weights', weights)  # a no-op outside interventions.capture
     if edited is not weights:
-      context = attention.attend(edited, values)                        # [..., T, Dv]
-    return interventions.tap(self, "context", context), edited
+      context = attention.attend(edited, values)  # [..., T, Dv]
+    return interventions.tap(self, 'context', context), edited
 
 
 def make_attention(score: str, *, query_dim: int, key_dim: int, rngs: nnx.Rngs) -> RNNAttention:

@@ -23,18 +23,18 @@ outside the recurrences, so the scanned step stays deterministic and needs no ra
 
 from collections.abc import Sequence
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from models import interventions, rnn_attention
 from models.embeddings import lookup
 
 Array = jax.Array
 
-ATTENTION_KINDS = ("bahdanau", "luong")
-DEFAULT_SCORE = {"bahdanau": "additive", "luong": "general"}
-_MEMORY = ("keys", "values", "mask")  # the cache entries that stay fixed while decoding
+ATTENTION_KINDS = ('bahdanau', 'luong')
+DEFAULT_SCORE = {'bahdanau': 'additive', 'luong': 'general'}
+_MEMORY = ('keys', 'values', 'mask')  # the cache entries that stay fixed while decoding
 
 
 def _scan_gru(cell: nnx.GRUCell, xs: Array, mask: Array, reverse: bool = False) -> Array:
@@ -43,10 +43,11 @@ def _scan_gru(cell: nnx.GRUCell, xs: Array, mask: Array, reverse: bool = False) 
   Where `mask` [B, S] is False the carry passes through unchanged and the output is zero, so a
   backward pass starts at the last real token and padding cannot leak into real positions.
   """
+
   def step(h, inputs):
-    x_t, m_t = inputs                       # [B, D], [B]
+    x_t, m_t = inputs  # [B, D], [B]
     h_new, _ = cell(h, x_t)
-    h = jnp.where(m_t[:, None], h_new, h)   # [B, H]
+    h = jnp.where(m_t[:, None], h_new, h)  # [B, H]
     return h, jnp.where(m_t[:, None], h, 0.0)
 
   h0 = jnp.zeros((xs.shape[0], cell.hidden_features), xs.dtype)
@@ -63,9 +64,15 @@ def run_cells(cells: Sequence[nnx.GRUCell], state: Array, x: Array) -> Array:
   return jnp.stack(new, axis=1)
 
 
-def bahdanau_step(attn: rnn_attention.RNNAttention, cells: Sequence[nnx.GRUCell], state: Array,
-                  y_prev: Array, keys: Array, values: Array,
-                  mask: Array | None) -> tuple[Array, Array, Array]:
+def bahdanau_step(
+  attn: rnn_attention.RNNAttention,
+  cells: Sequence[nnx.GRUCell],
+  state: Array,
+  y_prev: Array,
+  keys: Array,
+  values: Array,
+  mask: Array | None,
+) -> tuple[Array, Array, Array]:
   """One step of a Bahdanau decoder: attend from s_{t-1}, then step the cells on [y_{t-1}; c_t].
 
   Args:
@@ -80,27 +87,35 @@ def bahdanau_step(attn: rnn_attention.RNNAttention, cells: Sequence[nnx.GRUCell]
   Returns:
     `(s_t [B, L, H], deep-output features [s_t; c_t; y_{t-1}] [B, H + Dv + E], weights [B, S])`.
   """
-  context, weights = attn(state[:, -1:], keys, values, mask)             # [B, 1, Dv], [B, 1, S]
-  context = context[:, 0]                                                 # [B, Dv]
+  context, weights = attn(state[:, -1:], keys, values, mask)  # [B, 1, Dv], [B, 1, S]
+  context = context[:, 0]  # [B, Dv]
   state = run_cells(cells, state, jnp.concatenate([y_prev, context], axis=-1))
-  features = jnp.concatenate([state[:, -1], context, y_prev], axis=-1)   # [B, H + Dv + E]
+  features = jnp.concatenate([state[:, -1], context, y_prev], axis=-1)  # [B, H + Dv + E]
   return state, features, weights[:, 0]
 
 
 class GRUEncoder(nnx.Module):
   """Stacked, optionally bidirectional GRU over embedded tokens."""
 
-  def __init__(self, in_dim: int, hidden_dim: int, *, num_layers: int, bidirectional: bool,
-               dropout_rate: float, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    in_dim: int,
+    hidden_dim: int,
+    *,
+    num_layers: int,
+    bidirectional: bool,
+    dropout_rate: float,
+    rngs: nnx.Rngs,
+  ):
     self.out_dim = hidden_dim * (2 if bidirectional else 1)
     dims = [in_dim] + [self.out_dim] * (num_layers - 1)
     self.forward = nnx.List([nnx.GRUCell(d, hidden_dim, rngs=rngs) for d in dims])
     self.backward = nnx.List(
-        [nnx.GRUCell(d, hidden_dim, rngs=rngs) for d in dims] if bidirectional else [])
+      [nnx.GRUCell(d, hidden_dim, rngs=rngs) for d in dims] if bidirectional else []
+    )
     self.dropout = nnx.Dropout(dropout_rate)
 
-  def __call__(self, x: Array, mask: Array, *, deterministic: bool,
-               rngs: nnx.Rngs | None) -> Array:
+  def __call__(self, x: Array, mask: Array, *, deterministic: bool, rngs: nnx.Rngs | None) -> Array:
     """Encodes `x` [B, S, E] with `mask` [B, S] into states [B, S, out_dim] (zero on padding)."""
     for i, cell in enumerate(self.forward):
       if i:
@@ -130,86 +145,124 @@ class Seq2Seq(nnx.Module):
     rngs: parameter initialisation keys.
   """
 
-  def __init__(self, *, input_vocab_size: int, output_vocab_size: int, pad_id: int,
-               embed_dim: int = 128, hidden_dim: int = 256, num_layers: int = 1,
-               bidirectional: bool = True, attention: str = "bahdanau", score: str | None = None,
-               dropout_rate: float = 0.0, rngs: nnx.Rngs):
-    sizes = dict(input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
-                 embed_dim=embed_dim, hidden_dim=hidden_dim, num_layers=num_layers)
+  def __init__(
+    self,
+    *,
+    input_vocab_size: int,
+    output_vocab_size: int,
+    pad_id: int,
+    embed_dim: int = 128,
+    hidden_dim: int = 256,
+    num_layers: int = 1,
+    bidirectional: bool = True,
+    attention: str = 'bahdanau',
+    score: str | None = None,
+    dropout_rate: float = 0.0,
+    rngs: nnx.Rngs,
+  ):
+    sizes = dict(
+      input_vocab_size=input_vocab_size,
+      output_vocab_size=output_vocab_size,
+      embed_dim=embed_dim,
+      hidden_dim=hidden_dim,
+      num_layers=num_layers,
+    )
     for field, value in sizes.items():
       if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"Seq2Seq: {field} must be a positive integer, got {value!r}.")
+        raise ValueError(f'Seq2Seq: {field} must be a positive integer, got {value!r}.')
     if attention not in ATTENTION_KINDS:
-      raise ValueError(f"Seq2Seq: attention must be one of {', '.join(ATTENTION_KINDS)}, "
-                       f"got {attention!r}.")
+      raise ValueError(
+        f'Seq2Seq: attention must be one of {", ".join(ATTENTION_KINDS)}, got {attention!r}.'
+      )
     score = DEFAULT_SCORE[attention] if score is None else score
-    rnn_attention.check_score(score, "Seq2Seq: score")
+    rnn_attention.check_score(score, 'Seq2Seq: score')
     if not 0.0 <= dropout_rate < 1.0:
-      raise ValueError(f"Seq2Seq: dropout_rate must be in [0, 1), got {dropout_rate!r}.")
+      raise ValueError(f'Seq2Seq: dropout_rate must be in [0, 1), got {dropout_rate!r}.')
     self.pad_id = pad_id
     self.attention_kind = attention
     self.num_layers, self.hidden_dim = num_layers, hidden_dim
     self.src_embed = nnx.Embed(input_vocab_size, embed_dim, rngs=rngs)
     self.tgt_embed = nnx.Embed(output_vocab_size, embed_dim, rngs=rngs)
-    self.encoder = GRUEncoder(embed_dim, hidden_dim, num_layers=num_layers,
-                              bidirectional=bidirectional, dropout_rate=dropout_rate, rngs=rngs)
+    self.encoder = GRUEncoder(
+      embed_dim,
+      hidden_dim,
+      num_layers=num_layers,
+      bidirectional=bidirectional,
+      dropout_rate=dropout_rate,
+      rngs=rngs,
+    )
     enc_dim = self.encoder.out_dim
-    self.attn = rnn_attention.make_attention(score, query_dim=hidden_dim, key_dim=enc_dim,
-                                             rngs=rngs)
+    self.attn = rnn_attention.make_attention(
+      score, query_dim=hidden_dim, key_dim=enc_dim, rngs=rngs
+    )
     # s_0 = tanh(W_b mean_s h_s) for every decoder layer: the mean ignores padding and needs no
     # choice of which direction's final state to use.
     self.bridge = nnx.Linear(enc_dim, num_layers * hidden_dim, rngs=rngs)
     # Bahdanau feeds the context into the cell; Luong feeds the previous attentional state.
-    first_in = embed_dim + (enc_dim if attention == "bahdanau" else hidden_dim)
-    self.cells = nnx.List([nnx.GRUCell(first_in if i == 0 else hidden_dim, hidden_dim, rngs=rngs)
-                           for i in range(num_layers)])
-    if attention == "bahdanau":
+    first_in = embed_dim + (enc_dim if attention == 'bahdanau' else hidden_dim)
+    self.cells = nnx.List(
+      [
+        nnx.GRUCell(first_in if i == 0 else hidden_dim, hidden_dim, rngs=rngs)
+        for i in range(num_layers)
+      ]
+    )
+    if attention == 'bahdanau':
       self.combine = None
       features = hidden_dim + enc_dim + embed_dim  # [s_t; c_t; y_{t-1}]
     else:
       self.combine = nnx.Linear(enc_dim + hidden_dim, hidden_dim, use_bias=False, rngs=rngs)
-      features = hidden_dim                        # h~_t
+      features = hidden_dim  # h~_t
     self.output = nnx.Linear(features, output_vocab_size, rngs=rngs)
     self.dropout = nnx.Dropout(dropout_rate)
 
-  def _encode(self, inputs: Array, deterministic: bool,
-              rngs: nnx.Rngs | None) -> tuple[dict[str, Array], dict[str, Array]]:
+  def _encode(
+    self, inputs: Array, deterministic: bool, rngs: nnx.Rngs | None
+  ) -> tuple[dict[str, Array], dict[str, Array]]:
     """Source ids [B, S] -> (memory: keys, values, mask; initial decoder carry)."""
     if inputs.ndim != 2:
-      raise ValueError(f"Seq2Seq: inputs must be int ids [B, S], got shape {inputs.shape}.")
-    mask = inputs != self.pad_id                                            # [B, S]
+      raise ValueError(f'Seq2Seq: inputs must be int ids [B, S], got shape {inputs.shape}.')
+    mask = inputs != self.pad_id  # [B, S]
     x = self.dropout(lookup(self.src_embed, inputs), deterministic=deterministic, rngs=rngs)
     values = self.encoder(x, mask, deterministic=deterministic, rngs=rngs)  # [B, S, Dv]
-    m = mask[..., None].astype(values.dtype)                                # [B, S, 1]
+    m = mask[..., None].astype(values.dtype)  # [B, S, 1]
     mean = jnp.sum(values * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)  # [B, Dv]
     state = jnp.tanh(self.bridge(mean)).reshape(-1, self.num_layers, self.hidden_dim)  # [B, L, H]
-    carry = {"state": state}
-    if self.attention_kind == "luong":
-      carry["feed"] = jnp.zeros((inputs.shape[0], self.hidden_dim), values.dtype)  # h~_0 = 0
-    memory = {"keys": self.attn.prepare(values), "values": values, "mask": mask}
+    carry = {'state': state}
+    if self.attention_kind == 'luong':
+      carry['feed'] = jnp.zeros((inputs.shape[0], self.hidden_dim), values.dtype)  # h~_0 = 0
+    memory = {'keys': self.attn.prepare(values), 'values': values, 'mask': mask}
     return memory, carry
 
-  def _step(self, carry: dict[str, Array], y_prev: Array,
-            memory: dict[str, Array]) -> tuple[dict[str, Array], tuple[Array, Array]]:
+  def _step(
+    self, carry: dict[str, Array], y_prev: Array, memory: dict[str, Array]
+  ) -> tuple[dict[str, Array], tuple[Array, Array]]:
     """One decoder step from the embedded previous token y_prev [B, E].
 
     Returns:
       `(new carry, (output features [B, F], attention weights [B, S]))`.
     """
-    mask = memory["mask"][:, None, :]  # [B, 1, S]: one query per step
-    state = carry["state"]
-    if self.attention_kind == "bahdanau":
-      state, features, weights = bahdanau_step(self.attn, self.cells, state, y_prev,
-                                               memory["keys"], memory["values"], mask)
-      return {"state": state}, (features, weights)
-    state = run_cells(self.cells, state, jnp.concatenate([y_prev, carry["feed"]], axis=-1))
+    mask = memory['mask'][:, None, :]  # [B, 1, S]: one query per step
+    state = carry['state']
+    if self.attention_kind == 'bahdanau':
+      state, features, weights = bahdanau_step(
+        self.attn, self.cells, state, y_prev, memory['keys'], memory['values'], mask
+      )
+      return {'state': state}, (features, weights)
+    state = run_cells(self.cells, state, jnp.concatenate([y_prev, carry['feed']], axis=-1))
     # Query s_t, the top layer's state after the cell: [B, 1, H].
-    context, weights = self.attn(state[:, -1:], memory["keys"], memory["values"], mask)
+    context, weights = self.attn(state[:, -1:], memory['keys'], memory['values'], mask)
     h_tilde = jnp.tanh(self.combine(jnp.concatenate([context[:, 0], state[:, -1]], axis=-1)))
-    return {"state": state, "feed": h_tilde}, (h_tilde, weights[:, 0])
+    return {'state': state, 'feed': h_tilde}, (h_tilde, weights[:, 0])
 
-  def __call__(self, inputs: Array, decoder_inputs: Array, *, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_attention: bool = False):
+  def __call__(
+    self,
+    inputs: Array,
+    decoder_inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ):
     """Teacher-forced forward pass.
 
     Args:
@@ -224,21 +277,25 @@ class Seq2Seq(nnx.Module):
       (layer and head axes of size 1, matching the Transformer's [B, L, N, T, S]).
     """
     if not deterministic and rngs is None and self.dropout.rate > 0:
-      raise ValueError("Seq2Seq: deterministic=False with dropout_rate > 0 needs rngs=nnx.Rngs("
-                       "dropout=...).")
+      raise ValueError(
+        'Seq2Seq: deterministic=False with dropout_rate > 0 needs rngs=nnx.Rngs(dropout=...).'
+      )
     if decoder_inputs.ndim != 2 or decoder_inputs.shape[0] != inputs.shape[0]:
-      raise ValueError(f"Seq2Seq: decoder_inputs must be int ids [B, T] with B={inputs.shape[0]}, "
-                       f"got shape {decoder_inputs.shape}.")
+      raise ValueError(
+        f'Seq2Seq: decoder_inputs must be int ids [B, T] with B={inputs.shape[0]}, '
+        f'got shape {decoder_inputs.shape}.'
+      )
     memory, carry = self._encode(inputs, deterministic, rngs)
     y = self.dropout(lookup(self.tgt_embed, decoder_inputs), deterministic=deterministic, rngs=rngs)
     _, (features, weights) = interventions.scan(
-        lambda c, y_t: self._step(c, y_t, memory), carry, jnp.swapaxes(y, 0, 1))  # [T, B, ...]
-    features = jnp.swapaxes(features, 0, 1)                                       # [B, T, F]
+      lambda c, y_t: self._step(c, y_t, memory), carry, jnp.swapaxes(y, 0, 1)
+    )  # [T, B, ...]
+    features = jnp.swapaxes(features, 0, 1)  # [B, T, F]
     logits = self.output(self.dropout(features, deterministic=deterministic, rngs=rngs))
     if not return_attention:
       return logits
     weights = jnp.swapaxes(weights, 0, 1)  # [B, T, S]
-    return logits, {"cross": weights[:, None, None]}
+    return logits, {'cross': weights[:, None, None]}
 
   def init_decode_cache(self, inputs: Array, max_length: int) -> dict[str, Array]:
     """Encodes the source once for incremental decoding.
@@ -255,8 +312,9 @@ class Seq2Seq(nnx.Module):
     memory, carry = self._encode(inputs, deterministic=True, rngs=None)
     return {**memory, **carry}
 
-  def decode_step(self, ids: Array, step: Array,
-                  cache: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
+  def decode_step(
+    self, ids: Array, step: Array, cache: dict[str, Array]
+  ) -> tuple[Array, dict[str, Array]]:
     """Logits for the next token given the previous ones `ids` [B]; pure in the module.
 
     `step` is part of the common interface; the recurrent state already knows the position.
@@ -266,4 +324,3 @@ class Seq2Seq(nnx.Module):
     carry = {k: v for k, v in cache.items() if k not in _MEMORY}
     carry, (features, _) = self._step(carry, lookup(self.tgt_embed, ids), memory)
     return self.output(features), {**memory, **carry}
-

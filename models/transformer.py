@@ -7,12 +7,18 @@ N heads).
 
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
-from models.blocks import (DecoderLayer, EncoderLayer, decoder_step, final_norm,
-                           init_decoder_cache, run_decoder)
+from models.blocks import (
+  DecoderLayer,
+  EncoderLayer,
+  decoder_step,
+  final_norm,
+  init_decoder_cache,
+  run_decoder,
+)
 from models.embeddings import LearnedPositions, TokenEmbedding, make_positions
 from models.layers import check_positive_ints, dense
 from models.stack_config import StackConfig
@@ -28,10 +34,19 @@ class Transformer(nnx.Module):
   attention weights.
   """
 
-  def __init__(self, *, input_vocab_size: int, output_vocab_size: int, pad_id: int,
-               stack: StackConfig = StackConfig(),
-               num_encoder_layers: int | None = None, num_decoder_layers: int | None = None,
-               share_embeddings: bool = False, tie_output: bool = True, rngs: nnx.Rngs):
+  def __init__(
+    self,
+    *,
+    input_vocab_size: int,
+    output_vocab_size: int,
+    pad_id: int,
+    stack: StackConfig = StackConfig(),
+    num_encoder_layers: int | None = None,
+    num_decoder_layers: int | None = None,
+    share_embeddings: bool = False,
+    tie_output: bool = True,
+    rngs: nnx.Rngs,
+  ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
 
     Args:
@@ -52,42 +67,52 @@ class Transformer(nnx.Module):
     layers = {name: stack.num_layers if value is None else value for name, value in layers.items()}
     check_positive_ints(**layers)
     if share_embeddings and input_vocab_size != output_vocab_size:
-      raise ValueError(f"share_embeddings=True needs input_vocab_size == output_vocab_size; got "
-                       f"{input_vocab_size} and {output_vocab_size}.")
+      raise ValueError(
+        f'share_embeddings=True needs input_vocab_size == output_vocab_size; got '
+        f'{input_vocab_size} and {output_vocab_size}.'
+      )
 
     d_model = stack.d_model
     self.pad_id = pad_id
     self.dropout_rates = (stack.dropout_rate, stack.attention_dropout_rate)
     self.target_embed = TokenEmbedding(output_vocab_size, d_model, rngs=rngs)
-    self.source_embed = (None if share_embeddings
-                         else TokenEmbedding(input_vocab_size, d_model, rngs=rngs))
+    self.source_embed = (
+      None if share_embeddings else TokenEmbedding(input_vocab_size, d_model, rngs=rngs)
+    )
     self.positions = make_positions(stack.positions, d_model, stack.max_length, rngs=rngs)
     self.dropout = nnx.Dropout(stack.dropout_rate)
-    self.encoder_layers = nnx.List([EncoderLayer(stack, rngs=rngs)
-                                    for _ in range(layers["num_encoder_layers"])])
-    self.decoder_layers = nnx.List([DecoderLayer(stack, rngs=rngs)
-                                    for _ in range(layers["num_decoder_layers"])])
+    self.encoder_layers = nnx.List(
+      [EncoderLayer(stack, rngs=rngs) for _ in range(layers['num_encoder_layers'])]
+    )
+    self.decoder_layers = nnx.List(
+      [DecoderLayer(stack, rngs=rngs) for _ in range(layers['num_decoder_layers'])]
+    )
     self.encoder_norm = final_norm(stack, rngs=rngs)
     self.decoder_norm = final_norm(stack, rngs=rngs)
-    self.output_proj = None if tie_output else dense(
-        d_model, output_vocab_size, axes=("embed", "vocab"), rngs=rngs)
+    self.output_proj = (
+      None if tie_output else dense(d_model, output_vocab_size, axes=('embed', 'vocab'), rngs=rngs)
+    )
 
   def _check_ids(self, name: str, ids: Array, deterministic: bool, rngs: nnx.Rngs | None) -> None:
     """Raises ValueError, before tracing, on ids or a dropout setting the model cannot run."""
     if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
-      raise ValueError(f"{name} must be integer ids [B, length]; got {ids.dtype}"
-                       f"{tuple(ids.shape)}.")
+      raise ValueError(
+        f'{name} must be integer ids [B, length]; got {ids.dtype}{tuple(ids.shape)}.'
+      )
     if isinstance(self.positions, LearnedPositions) and ids.shape[1] > self.positions.max_length:
-      raise ValueError(f"{name} has length {ids.shape[1]} > max_length="
-                       f"{self.positions.max_length} of the learned positions.")
+      raise ValueError(
+        f'{name} has length {ids.shape[1]} > max_length='
+        f'{self.positions.max_length} of the learned positions.'
+      )
     if not deterministic and rngs is None and max(self.dropout_rates) > 0.0:
       raise ValueError("deterministic=False needs rngs, an nnx.Rngs with a 'dropout' stream.")
 
-  def _embed(self, table: TokenEmbedding, ids: Array, deterministic: bool,
-             rngs: nnx.Rngs | None) -> Array:
+  def _embed(
+    self, table: TokenEmbedding, ids: Array, deterministic: bool, rngs: nnx.Rngs | None
+  ) -> Array:
     """Scaled token embeddings plus positions, then dropout: `[B, T] -> [B, T, D]`."""
-    x = table(ids)                                                     # [B, T, D]
-    if self.positions is not None:                                     # float32 encodings
+    x = table(ids)  # [B, T, D]
+    if self.positions is not None:  # float32 encodings
       x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
@@ -98,25 +123,37 @@ class Transformer(nnx.Module):
     logits = self.target_embed.attend(y) if self.output_proj is None else self.output_proj(y)
     return logits.astype(jnp.float32)
 
-  def encode(self, inputs: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None,
-             return_attention: bool = False) -> tuple[Array, Array | None]:
+  def encode(
+    self,
+    inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> tuple[Array, Array | None]:
     """Encodes source ids `[B, S]` to `(memory [B, S, D], weights [B, L, N, S, S] or None)`."""
-    self._check_ids("inputs", inputs, deterministic, rngs)
+    self._check_ids('inputs', inputs, deterministic, rngs)
     table = self.target_embed if self.source_embed is None else self.source_embed
     x = self._embed(table, inputs, deterministic, rngs)
-    mask = (inputs != self.pad_id)[:, None, None, :]                    # [B, 1, 1, S]
+    mask = (inputs != self.pad_id)[:, None, None, :]  # [B, 1, 1, S]
     weights = []
     for layer in self.encoder_layers:
-      x, w = layer(x, mask, deterministic=deterministic, rngs=rngs,
-                   return_weights=return_attention)
+      x, w = layer(x, mask, deterministic=deterministic, rngs=rngs, return_weights=return_attention)
       weights.append(w)
     if self.encoder_norm is not None:
       x = self.encoder_norm(x)
     return x, (jnp.stack(weights, axis=1) if return_attention else None)
 
-  def decode(self, decoder_inputs: Array, memory: Array, source_mask: Array, *,
-             deterministic: bool = True, rngs: nnx.Rngs | None = None,
-             return_attention: bool = False) -> tuple[Array, dict[str, Array] | None]:
+  def decode(
+    self,
+    decoder_inputs: Array,
+    memory: Array,
+    source_mask: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> tuple[Array, dict[str, Array] | None]:
     """Teacher-forced decoding of all positions at once.
 
     Args:
@@ -130,16 +167,29 @@ class Transformer(nnx.Module):
     Returns:
       `(logits [B, T, V_out], {'decoder_self': [B, L, N, T, T], 'cross': [B, L, N, T, S]} or None)`.
     """
-    self._check_ids("decoder_inputs", decoder_inputs, deterministic, rngs)
+    self._check_ids('decoder_inputs', decoder_inputs, deterministic, rngs)
     y = self._embed(self.target_embed, decoder_inputs, deterministic, rngs)
-    mask = source_mask[:, None, None, :]                                # [B, 1, 1, S]
-    y, weights = run_decoder(self.decoder_layers, y, memory, mask, deterministic=deterministic,
-                             rngs=rngs, return_weights=return_attention)
+    mask = source_mask[:, None, None, :]  # [B, 1, 1, S]
+    y, weights = run_decoder(
+      self.decoder_layers,
+      y,
+      memory,
+      mask,
+      deterministic=deterministic,
+      rngs=rngs,
+      return_weights=return_attention,
+    )
     return self._logits(y), weights
 
-  def __call__(self, inputs: Array, decoder_inputs: Array, *, deterministic: bool = True,
-               rngs: nnx.Rngs | None = None, return_attention: bool = False
-               ) -> Array | tuple[Array, dict[str, Array]]:
+  def __call__(
+    self,
+    inputs: Array,
+    decoder_inputs: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+    return_attention: bool = False,
+  ) -> Array | tuple[Array, dict[str, Array]]:
     """Logits `[B, T, V_out]` for source `[B, S]` and decoder inputs `[B, T]` (`pad_id` = padding).
 
     With `return_attention`, returns `(logits, {'encoder_self': [B, L, N, S, S],
@@ -150,7 +200,7 @@ class Transformer(nnx.Module):
     logits, dec_w = self.decode(decoder_inputs, memory, inputs != self.pad_id, **run)
     if not return_attention:
       return logits
-    return logits, {"encoder_self": enc_w, **dec_w}
+    return logits, {'encoder_self': enc_w, **dec_w}
 
   def init_decode_cache(self, inputs: Array, max_length: int) -> dict[str, Any]:
     """Encodes `inputs [B, S]` once and allocates the state `decode_step` carries.
@@ -161,14 +211,18 @@ class Transformer(nnx.Module):
     projected from the memory.
     """
     if isinstance(self.positions, LearnedPositions) and max_length > self.positions.max_length:
-      raise ValueError(f"max_length={max_length} exceeds the {self.positions.max_length} "
-                       "learned positions.")
+      raise ValueError(
+        f'max_length={max_length} exceeds the {self.positions.max_length} learned positions.'
+      )
     memory, _ = self.encode(inputs)
-    return {"source_mask": inputs != self.pad_id,
-            "layers": init_decoder_cache(self.decoder_layers, memory, max_length)}
+    return {
+      'source_mask': inputs != self.pad_id,
+      'layers': init_decoder_cache(self.decoder_layers, memory, max_length),
+    }
 
-  def decode_step(self, ids: Array, step: Array, cache: dict[str, Any]
-                  ) -> tuple[Array, dict[str, Any]]:
+  def decode_step(
+    self, ids: Array, step: Array, cache: dict[str, Any]
+  ) -> tuple[Array, dict[str, Any]]:
     """Logits for the token after `ids [B]` at 0-based position `step` (int32 scalar).
 
     Reads parameters only, so it can be closed over inside `jax.jit` + `lax.while_loop`/`scan`.
@@ -178,9 +232,9 @@ class Transformer(nnx.Module):
     Returns:
       `(logits [B, V_out] float32, the cache with position step written)`.
     """
-    y = self.target_embed(ids[:, None])                                 # [B, 1, D]
+    y = self.target_embed(ids[:, None])  # [B, 1, D]
     if self.positions is not None:
       y = y + self.positions(jnp.reshape(step, (1,))).astype(y.dtype)
-    mask = cache["source_mask"][:, None, None, :]                       # [B, 1, 1, S]
-    y, layers = decoder_step(self.decoder_layers, y, cache["layers"], step, mask)
-    return self._logits(y)[:, 0], {"source_mask": cache["source_mask"], "layers": layers}
+    mask = cache['source_mask'][:, None, None, :]  # [B, 1, 1, S]
+    y, layers = decoder_step(self.decoder_layers, y, cache['layers'], step, mask)
+    return self._logits(y)[:, 0], {'source_mask': cache['source_mask'], 'layers': layers}

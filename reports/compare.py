@@ -17,8 +17,17 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from reports import compare_against
-from reports.runs import (Setting, Stat, aggregate, find_runs, format_value, group_settings,
-                          load_run, select_metrics, summarize_run)
+from reports.runs import (
+  Setting,
+  Stat,
+  aggregate,
+  find_runs,
+  format_value,
+  group_settings,
+  load_run,
+  select_metrics,
+  summarize_run,
+)
 
 
 def format_stat(stat: Stat | None, with_std: bool = True) -> str:
@@ -44,7 +53,7 @@ def markdown_table(fields: list[str], settings: list[Setting], metrics: list[str
     values = [format_stat(row.get(column)) for column in metrics + init]
     timing = ('train time (s)', 'ms/step')  # Means only: seeds' speeds differ by machine load.
     values += [format_stat(row.get(column), with_std=False) for column in timing]
-    values.append(f"{round(row['parameters'].mean):,}" if 'parameters' in row else '—')
+    values.append(f'{round(row["parameters"].mean):,}' if 'parameters' in row else '—')
     rows.append(names + [str(len(setting.runs))] + values)
   cells = [[str(cell).replace('|', r'\|') for cell in row] for row in [header] + rows]
   lines = ['| ' + ' | '.join(row) + ' |' for row in cells]
@@ -65,25 +74,37 @@ def draw_curves(settings: list[Setting], metrics: list[str]) -> bytes:
   for index, setting in enumerate(settings):
     for run in setting.runs:
       for ax, (split, metric) in zip(axes.flat, panels):
-        points = [(line['step'], line[metric])
-                  for line in run.split_lines(split or run.eval_split) if metric in line]
+        points = [
+          (line['step'], line[metric])
+          for line in run.split_lines(split or run.eval_split)
+          if metric in line
+        ]
         if points:
           steps, values = zip(*points)
-          ax.plot(steps, values, color=colours(index % 10), marker=None if split else 'o',
-                  markersize=3, linewidth=1)
+          ax.plot(
+            steps,
+            values,
+            color=colours(index % 10),
+            marker=None if split else 'o',
+            markersize=3,
+            linewidth=1,
+          )
   splits = sorted({run.eval_split for setting in settings for run in setting.runs})
   for ax, (split, metric) in zip(axes.flat, panels):
-    ax.set_title(f"{split or '/'.join(splits)} {metric}", fontsize=10)
+    ax.set_title(f'{split or "/".join(splits)} {metric}', fontsize=10)
     ax.set_xlabel('step')
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
-  for ax in list(axes.flat)[len(panels):]:
+  for ax in list(axes.flat)[len(panels) :]:
     ax.set_visible(False)
   # Below the panels, as settings' labels can be longer than a panel is wide.
-  handles = [Line2D([], [], color=colours(index % 10), label=setting.label)
-             for index, setting in enumerate(settings)]  # Each setting once, however many seeds.
-  figure.legend(handles=handles, loc='outside lower center', ncols=min(3, len(settings)),
-                fontsize=8)
+  handles = [
+    Line2D([], [], color=colours(index % 10), label=setting.label)
+    for index, setting in enumerate(settings)
+  ]  # Each setting once, however many seeds.
+  figure.legend(
+    handles=handles, loc='outside lower center', ncols=min(3, len(settings)), fontsize=8
+  )
   buffer = io.BytesIO()
   figure.savefig(buffer, format='png', dpi=100, bbox_inches='tight')
   return buffer.getvalue()
@@ -93,8 +114,13 @@ def _count(number: int, noun: str) -> str:
   return f'{number} {noun}' + ('' if number == 1 else 's')
 
 
-def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = None,
-                 against: str | None = None, from_eval: bool = False) -> str:
+def write_report(
+  paths: list[str],
+  out_dir: str,
+  metrics: list[str] | None = None,
+  against: str | None = None,
+  from_eval: bool = False,
+) -> str:
   """Compares the runs under `paths`; writes out_dir/report.md and out_dir/curves.png (and
   out_dir/against.png with `against`).
 
@@ -121,12 +147,18 @@ def write_report(paths: list[str], out_dir: str, metrics: list[str] | None = Non
     compare_against.lines(settings, against)  # a bad field fails before anything is written
     figures['against.png'] = lambda: compare_against.draw(settings, metrics, against)
   splits = '/'.join(sorted({run.eval_split for run in runs}))
-  markdown = '\n\n'.join([
-      f'# Comparison of {_count(len(runs), "run")} in {_count(len(settings), "setting")}',
-      f"Final {splits} metrics{' of eval.py' if from_eval else ''}, mean ± std over the n "
-      'seeds (or cross-validation folds) of each setting.',
-      markdown_table(fields, settings, metrics),
-      *(f'![{name[:-4]}]({name})' for name in figures)]) + '\n'
+  markdown = (
+    '\n\n'.join(
+      [
+        f'# Comparison of {_count(len(runs), "run")} in {_count(len(settings), "setting")}',
+        f'Final {splits} metrics{" of eval.py" if from_eval else ""}, mean ± std over the n '
+        'seeds (or cross-validation folds) of each setting.',
+        markdown_table(fields, settings, metrics),
+        *(f'![{name[:-4]}]({name})' for name in figures),
+      ]
+    )
+    + '\n'
+  )
   os.makedirs(out_dir, exist_ok=True)
   for name, draw in figures.items():
     with open(os.path.join(out_dir, name), 'wb') as f:

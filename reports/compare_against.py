@@ -45,8 +45,10 @@ def lines(settings: list[Setting], against: str) -> dict[str, list[Setting]]:
     return {setting.label: [setting] for setting in settings}
   fields = list(settings[0].values) if settings else []
   if against not in fields:
-    raise ValueError(f"--against={against} is not a field that differs among these runs; valid: "
-                     f"{', '.join([METRICS, *fields])}.")
+    raise ValueError(
+      f'--against={against} is not a field that differs among these runs; valid: '
+      f'{", ".join([METRICS, *fields])}.'
+    )
   others = [f for f in fields if f != against and not _tied(settings, f, against)]
   grouped = {}
   for setting in settings:
@@ -58,8 +60,9 @@ def lines(settings: list[Setting], against: str) -> dict[str, list[Setting]]:
 
 
 def _mean_std(setting: Setting, metric: str) -> tuple[float, float] | None:
-  values = [v for v in (summarize_run(run, [metric]).get(metric) for run in setting.runs)
-            if v is not None]
+  values = [
+    v for v in (summarize_run(run, [metric]).get(metric) for run in setting.runs) if v is not None
+  ]
   if not values:
     return None
   return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
@@ -86,15 +89,24 @@ def draw(settings: list[Setting], metrics: list[str], against: str) -> bytes:
     for index, (label, members) in enumerate(grouped.items()):
       points = []
       for setting in members:
-        for name in (metrics if metric is None else [metric]):
+        for name in metrics if metric is None else [metric]:
           x = name if metric is None else format_value(setting.values[against])
           stat = _mean_std(setting, name)
           if stat:
             points.append((ticks.index(x), *stat))
       if points:
         xs, means, stds = zip(*points)
-        ax.errorbar(xs, means, yerr=stds if any(stds) else None, marker='o', markersize=4,
-                    linewidth=1.5, capsize=3, color=colours(index % 10), label=label)
+        ax.errorbar(
+          xs,
+          means,
+          yerr=stds if any(stds) else None,
+          marker='o',
+          markersize=4,
+          linewidth=1.5,
+          capsize=3,
+          color=colours(index % 10),
+          label=label,
+        )
     if metric is None and shared:  # 'bits_per_char@64', '@128', ...: the suffixes along x
       ax.set_xticks(range(len(ticks)), [t.partition('@')[2] for t in ticks], fontsize=9)
       ax.set_xlabel(f'{shared}@…', fontsize=10)
@@ -104,12 +116,17 @@ def draw(settings: list[Setting], metrics: list[str], against: str) -> bytes:
       ax.set_xlabel('metric' if metric is None else against, fontsize=10)
       ax.set_ylabel('final value' if metric is None else metric, fontsize=10)
     ax.grid(alpha=0.3)
-  for ax in list(axes.flat)[len(panels):]:
+  for ax in list(axes.flat)[len(panels) :]:
     ax.set_visible(False)
   handles, labels = axes.flat[0].get_legend_handles_labels()
   longest = max(map(len, labels), default=0)  # long labels: fewer columns, no wider than the axes
-  figure.legend(handles, labels, loc='outside lower center', fontsize=9,
-                ncols=min(3 if longest <= 30 else 2 if longest <= 45 else 1, len(labels) or 1))
+  figure.legend(
+    handles,
+    labels,
+    loc='outside lower center',
+    fontsize=9,
+    ncols=min(3 if longest <= 30 else 2 if longest <= 45 else 1, len(labels) or 1),
+  )
   buffer = io.BytesIO()
   figure.savefig(buffer, format='png', dpi=110, bbox_inches='tight')
   return buffer.getvalue()

@@ -19,17 +19,17 @@ A record (one per example) is `{'index', 'reference', 'prediction', 'correct' (b
 """
 
 import base64
+from collections.abc import Sequence
 import io
 import json
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 FILE = 'explorer.html'
-SCALE = 1000        # weights are written as integers in thousandths (3 decimals)
-DENSE_KEYS = 128    # rows with more keys than this keep only their TOP_K largest weights
+SCALE = 1000  # weights are written as integers in thousandths (3 decimals)
+DENSE_KEYS = 128  # rows with more keys than this keep only their TOP_K largest weights
 TOP_K = 16
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CSS = """
@@ -58,20 +58,32 @@ def encode_map(name: str, rows: Sequence[str], cols: Sequence[str], weights) -> 
   (S > DENSE_KEYS) each row's TOP_K largest weights and their key positions (`idx`)."""
   weights = np.asarray(weights, np.float32)
   if weights.ndim != 4 or weights.shape[2:] != (len(rows), len(cols)):
-    raise ValueError(f'Attention map {name!r}: weights of shape {weights.shape} do not match '
-                     f'{len(rows)} row and {len(cols)} column tokens as [L, N, T, S].')
-  encoded = dict(name=name, rows=[str(t) for t in rows], cols=[str(t) for t in cols],
-                 shape=list(weights.shape), topk=0)
+    raise ValueError(
+      f'Attention map {name!r}: weights of shape {weights.shape} do not match '
+      f'{len(rows)} row and {len(cols)} column tokens as [L, N, T, S].'
+    )
+  encoded = dict(
+    name=name,
+    rows=[str(t) for t in rows],
+    cols=[str(t) for t in cols],
+    shape=list(weights.shape),
+    topk=0,
+  )
   if weights.shape[3] <= DENSE_KEYS:
     return dict(encoded, w=quantize(weights))
-  idx = np.argsort(-weights, axis=-1, kind='stable')[..., :TOP_K]   # [L, N, T, K]
-  return dict(encoded, topk=TOP_K, idx=idx.ravel().tolist(),
-              w=quantize(np.take_along_axis(weights, idx, axis=-1)))
+  idx = np.argsort(-weights, axis=-1, kind='stable')[..., :TOP_K]  # [L, N, T, K]
+  return dict(
+    encoded,
+    topk=TOP_K,
+    idx=idx.ravel().tolist(),
+    w=quantize(np.take_along_axis(weights, idx, axis=-1)),
+  )
 
 
 def _png(pixels) -> str:
   """A uint8 image [H, W, C] as a PNG data URI (grey for C = 1)."""
   from matplotlib import image  # pylint: disable=g-import-not-at-top
+
   pixels = np.asarray(pixels)
   buffer = io.BytesIO()
   if pixels.ndim == 3 and pixels.shape[-1] == 1:
@@ -85,69 +97,100 @@ def encode_view(view: dict[str, Any]) -> dict[str, Any]:
   """A task's view (see the module docstring) with its arrays in the page's encoding."""
   kind = view['kind']
   if kind == 'attention':
-    return dict(kind=kind, maps=[encode_map(m['name'], m['rows'], m['cols'], m['weights'])
-                                 for m in view['maps']])
+    return dict(
+      kind=kind,
+      maps=[encode_map(m['name'], m['rows'], m['cols'], m['weights']) for m in view['maps']],
+    )
   if kind == 'document':
     sentence = view.get('sentence')
-    return dict(kind=kind, tokens=[[str(t) for t in s] for s in view['tokens']],
-                word=[quantize(w) for w in view['word']], key=[int(k) for k in view['key']],
-                sentence=None if sentence is None else quantize(sentence))
+    return dict(
+      kind=kind,
+      tokens=[[str(t) for t in s] for s in view['tokens']],
+      word=[quantize(w) for w in view['word']],
+      key=[int(k) for k in view['key']],
+      sentence=None if sentence is None else quantize(sentence),
+    )
   if kind == 'image':
-    maps = [dict(name=str(name), grid=list(np.shape(w)), w=quantize(w))
-            for name, w in view['maps']]
+    maps = [dict(name=str(name), grid=list(np.shape(w)), w=quantize(w)) for name, w in view['maps']]
     return dict(kind=kind, png=_png(view['pixels']), maps=maps)
   if kind == 'hops':
     weights = np.asarray(view['weights'])
-    return dict(kind=kind, sentences=[str(s) for s in view['sentences']],
-                shape=list(weights.shape), w=quantize(weights),
-                supporting=[int(i) for i in view['supporting']])
+    return dict(
+      kind=kind,
+      sentences=[str(s) for s in view['sentences']],
+      shape=list(weights.shape),
+      w=quantize(weights),
+      supporting=[int(i) for i in view['supporting']],
+    )
   if kind == 'time':
-    return dict(kind=kind, panels=[dict(name=str(name), shape=list(np.shape(v)), w=quantize(v))
-                                   for name, v in view['panels']])
-  raise ValueError(f'Explorer view kind {kind!r} is not one of attention, document, image, '
-                   'hops, time.')
+    return dict(
+      kind=kind,
+      panels=[
+        dict(name=str(name), shape=list(np.shape(v)), w=quantize(v)) for name, v in view['panels']
+      ],
+    )
+  raise ValueError(
+    f'Explorer view kind {kind!r} is not one of attention, document, image, hops, time.'
+  )
 
 
 def encode_record(record: dict[str, Any]) -> dict[str, Any]:
   """A task's record for the page: text as strings, correctness as true/false/null."""
   correct = record.get('correct')
-  return dict(index=int(record['index']), reference=str(record.get('reference', '')),
-              prediction=str(record.get('prediction', '')),
-              correct=None if correct is None else bool(correct),
-              views=[encode_view(v) for v in record['views']])
+  return dict(
+    index=int(record['index']),
+    reference=str(record.get('reference', '')),
+    prediction=str(record.get('prediction', '')),
+    correct=None if correct is None else bool(correct),
+    views=[encode_view(v) for v in record['views']],
+  )
 
 
 def safe_json(data: Any) -> str:
   """JSON that cannot end the script element it sits in, whatever text it carries: `<`, `>`
   and `&` become \\u escapes, which JSON.parse reads back as the same characters."""
   text = json.dumps(data, separators=(',', ':'), ensure_ascii=False, allow_nan=False)
-  for char, escape in (('&', '\\u0026'), ('<', '\\u003c'), ('>', '\\u003e'),
-                       ('\u2028', '\\u2028'), ('\u2029', '\\u2029')):
+  for char, escape in (
+    ('&', '\\u0026'),
+    ('<', '\\u003c'),
+    ('>', '\\u003e'),
+    ('\u2028', '\\u2028'),
+    ('\u2029', '\\u2029'),
+  ):
     text = text.replace(char, escape)
   return text
 
 
-def page(records: Sequence[dict[str, Any]], *, title: str, metrics: dict[str, Any] | None = None
-         ) -> str:
+def page(
+  records: Sequence[dict[str, Any]], *, title: str, metrics: dict[str, Any] | None = None
+) -> str:
   """The explorer page: the encoded records and metrics as JSON, the page's code inline."""
-  data = dict(title=title, metrics={k: v for k, v in (metrics or {}).items()
-                                    if isinstance(v, (int, float, str))},
-              examples=[encode_record(r) for r in records])
+  data = dict(
+    title=title,
+    metrics={k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float, str))},
+    examples=[encode_record(r) for r in records],
+  )
   with open(os.path.join(_HERE, 'explorer.js'), encoding='utf-8') as f:
     script = f.read()
-  return ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-          '<meta name="viewport" content="width=device-width">'
-          '<title>attention explorer</title>\n'
-          f'<style>{_CSS}</style></head>\n<body><div id="side"></div><div id="main"></div>\n'
-          f'<script type="application/json" id="explorer-data">{safe_json(data)}</script>\n'
-          f'<script>\n{script}</script>\n</body></html>\n')
+  return (
+    '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+    '<meta name="viewport" content="width=device-width">'
+    '<title>attention explorer</title>\n'
+    f'<style>{_CSS}</style></head>\n<body><div id="side"></div><div id="main"></div>\n'
+    f'<script type="application/json" id="explorer-data">{safe_json(data)}</script>\n'
+    f'<script>\n{script}</script>\n</body></html>\n'
+  )
 
 
-def write(out_dir: str, records: Sequence[dict[str, Any]], *, title: str,
-          metrics: dict[str, Any] | None = None) -> str:
+def write(
+  out_dir: str,
+  records: Sequence[dict[str, Any]],
+  *,
+  title: str,
+  metrics: dict[str, Any] | None = None,
+) -> str:
   """Writes `out_dir/explorer.html`; returns its path."""
   path = os.path.join(out_dir, FILE)
   with open(path, 'w', encoding='utf-8') as f:
     f.write(page(records, title=title, metrics=metrics))
   return path
-

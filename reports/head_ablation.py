@@ -9,10 +9,10 @@ import functools
 import json
 import os
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from models import interventions
 from models.attention_layer import MultiHeadAttention
@@ -26,8 +26,11 @@ JSON_FILE, PICTURE_FILE = 'head_ablation.json', 'head_ablation.png'
 
 def attention_layers(model: nnx.Module) -> dict[str, int]:
   """`{path: heads}` of the model's multi-head attention layers, in the model's order."""
-  return {interventions.module_paths(model)[id(module)]: module.num_heads
-          for _, module in nnx.iter_modules(model) if isinstance(module, MultiHeadAttention)}
+  return {
+    interventions.module_paths(model)[id(module)]: module.num_heads
+    for _, module in nnx.iter_modules(model)
+    if isinstance(module, MultiHeadAttention)
+  }
 
 
 @functools.partial(jax.jit, static_argnames='counts_fn')
@@ -61,18 +64,28 @@ def sweep(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -
   """
   layers = attention_layers(merge_model(state))
   if not layers:
-    raise ValueError('--ablate_heads needs a model with multi-head attention layers (the '
-                     'Transformer family); this one has none.')
+    raise ValueError(
+      '--ablate_heads needs a model with multi-head attention layers (the '
+      'Transformer family); this one has none.'
+    )
   ones = {path: jnp.ones((heads,)) for path, heads in layers.items()}
   run = functools.partial(_metrics, state, task, split, batch_size=batch_size, mesh=mesh)
   base = run(ones)
   metric = next(name for name in MAIN_METRICS if name in base)
-  every = {path: {str(head): run({**ones, path: ones[path].at[head].set(0.0)})
-                  for head in range(heads)} for path, heads in layers.items()}
-  return dict(metric=metric, unablated=base[metric], split=split,
-              layers={path: {head: values[metric] for head, values in heads.items()}
-                      for path, heads in every.items()},
-              all_metrics=dict(unablated=base, layers=every))
+  every = {
+    path: {str(head): run({**ones, path: ones[path].at[head].set(0.0)}) for head in range(heads)}
+    for path, heads in layers.items()
+  }
+  return dict(
+    metric=metric,
+    unablated=base[metric],
+    split=split,
+    layers={
+      path: {head: values[metric] for head, values in heads.items()}
+      for path, heads in every.items()
+    },
+    all_metrics=dict(unablated=base, layers=every),
+  )
 
 
 def write(result: dict, out_dir: str) -> list[str]:
@@ -86,6 +99,11 @@ def write(result: dict, out_dir: str) -> list[str]:
   for row, path in enumerate(paths):
     for head, value in result['layers'][path].items():
       grid[row, int(head)] = value
-  picture = pictures.save_head_ablation(os.path.join(out_dir, PICTURE_FILE), grid, paths,
-                                        metric=result['metric'], unablated=result['unablated'])
+  picture = pictures.save_head_ablation(
+    os.path.join(out_dir, PICTURE_FILE),
+    grid,
+    paths,
+    metric=result['metric'],
+    unablated=result['unablated'],
+  )
   return [json_path, picture]

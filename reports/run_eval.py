@@ -7,18 +7,18 @@ from absl import logging
 import jax
 import ml_collections
 
-import tasks
 from reports import explorer, head_ablation
+import tasks
 from training import evaluation, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
-from training.selection import BEST_DIR
 from training.config import add_missing_fields, validate
+from training.selection import BEST_DIR
 from training.setup import build_state
 from training.steps import merge_model
 
 DECODERS = ('greedy', 'beam')
-LOG_FILE = 'eval.log'   # in WORKDIR/eval/, the only folder eval.py writes
+LOG_FILE = 'eval.log'  # in WORKDIR/eval/, the only folder eval.py writes
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -34,12 +34,23 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   return config
 
 
-def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
-                        checkpoint_step: int | None = None,
-                        split: str = 'test', decode: str = 'greedy', average_last: int = 1,
-                        num_heatmaps: int = 4, heatmap_layer: int = -1, heatmap_head: int = -1,
-                        max_examples: int = 0, eval_lengths=(),
-                        ablate_heads: bool = False, explorer_examples: int | None = None) -> dict:
+def evaluate_checkpoint(
+  workdir: str,
+  *,
+  config=None,
+  checkpoint: str = '',
+  checkpoint_step: int | None = None,
+  split: str = 'test',
+  decode: str = 'greedy',
+  average_last: int = 1,
+  num_heatmaps: int = 4,
+  heatmap_layer: int = -1,
+  heatmap_head: int = -1,
+  max_examples: int = 0,
+  eval_lengths=(),
+  ablate_heads: bool = False,
+  explorer_examples: int | None = None,
+) -> dict:
   """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, config.json (the
   config evaluated), the task's samples file (samples.txt, predictions.txt), pictures,
   eval.log}, and nothing anywhere else.
@@ -89,14 +100,16 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
       # Before anything is built, so nothing is written; a run stopped before its first regular
       # checkpoint may have a best one only.
       if chosen != 'best' and not checkpoints.steps():
-        raise FileNotFoundError(f'No checkpoint in {checkpoints.directory}; train first with '
-                                f'python train.py --config=... --workdir={workdir}.')
+        raise FileNotFoundError(
+          f'No checkpoint in {checkpoints.directory}; train first with '
+          f'python train.py --config=... --workdir={workdir}.'
+        )
       config = config or load_config(workdir)
       if eval_lengths:
         set_eval_lengths(config, eval_lengths)
       _fit_mesh(config)
       validate(config)
-      with workdir_lib.staging(workdir) as staged:   # eval.py writes into eval/ only
+      with workdir_lib.staging(workdir) as staged:  # eval.py writes into eval/ only
         task = tasks.build(config, staged)
       mesh = sharding.make_mesh(config.mesh)
       like = build_state(config, task, mesh)
@@ -108,8 +121,9 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
           best.close()
         step = int(jax.device_get(state.step))
       else:
-        state, step = _restore(like, checkpoints, None if chosen == 'latest' else int(chosen),
-                               average_last)
+        state, step = _restore(
+          like, checkpoints, None if chosen == 'latest' else int(chosen), average_last
+        )
       logging.info('Evaluating step %d (--checkpoint=%s).', step, chosen)
     finally:
       checkpoints.close()
@@ -118,22 +132,40 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
     log.to_file(os.path.join(out_dir, LOG_FILE))
 
     options = tasks.EvalOptions(
-        max_examples=max_examples, beam_size=config.beam_size if decode == 'beam' else 1,
-        alpha=config.alpha, num_pictures=num_heatmaps, layer=heatmap_layer, head=heatmap_head,
-        temperatures=tuple(config.temperatures), top_k=config.top_k, top_p=config.top_p,
-        seed=config.seed)
+      max_examples=max_examples,
+      beam_size=config.beam_size if decode == 'beam' else 1,
+      alpha=config.alpha,
+      num_pictures=num_heatmaps,
+      layer=heatmap_layer,
+      head=heatmap_head,
+      temperatures=tuple(config.temperatures),
+      top_k=config.top_k,
+      top_p=config.top_p,
+      seed=config.seed,
+    )
     batch_size = config.dataset.eval_batch_size
     metrics = evaluation.split_metrics(state, task, split, batch_size=batch_size, mesh=mesh)
-    samples = evaluation.predict_split(state, task, split, batch_size=batch_size, mesh=mesh,
-                                       options=options)
+    samples = evaluation.predict_split(
+      state, task, split, batch_size=batch_size, mesh=mesh, options=options
+    )
     predicted = task.prediction_metrics(samples)
     # The counted metrics cover the whole split, the predicted ones only what was predicted.
     population = {key: f'all of {split}' for key in metrics}
-    population.update({key: f'the first {len(samples)} examples of {split}' if max_examples
-                       else f'all of {split}' for key in predicted})
+    population.update(
+      {
+        key: f'the first {len(samples)} examples of {split}' if max_examples else f'all of {split}'
+        for key in predicted
+      }
+    )
     metrics = {key: float(value) for key, value in {**metrics, **predicted}.items()}
-    metrics.update(step=step, checkpoint=chosen, split=split, decode=decode, examples=len(samples),
-                   population=population)
+    metrics.update(
+      step=step,
+      checkpoint=chosen,
+      split=split,
+      decode=decode,
+      examples=len(samples),
+      population=population,
+    )
 
     with open(os.path.join(out_dir, 'metrics.json'), 'w', encoding='utf-8') as f:
       json.dump(metrics, f, indent=2)
@@ -145,12 +177,16 @@ def evaluate_checkpoint(workdir: str, *, config=None, checkpoint: str = '',
     model = merge_model(state)
     task.draw(model, samples, out_dir, options)
     shown = num_heatmaps if explorer_examples is None else explorer_examples
-    explorer.write(out_dir, task.explore(model, samples[:shown], options), metrics=metrics,
-                   title=f'{config.task}, {os.path.basename(os.path.abspath(workdir))}, '
-                         f'step {step}, {split}')
+    explorer.write(
+      out_dir,
+      task.explore(model, samples[:shown], options),
+      metrics=metrics,
+      title=f'{config.task}, {os.path.basename(os.path.abspath(workdir))}, step {step}, {split}',
+    )
     if ablate_heads:
-      head_ablation.write(head_ablation.sweep(state, task, split, batch_size=batch_size,
-                                              mesh=mesh), out_dir)
+      head_ablation.write(
+        head_ablation.sweep(state, task, split, batch_size=batch_size, mesh=mesh), out_dir
+      )
     _print_summary(metrics, out_dir, task.samples_file)
   return metrics
 
@@ -163,16 +199,21 @@ def _choose(workdir: str, checkpoint: str, average_last: int) -> str:
   """
   best_dir = os.path.join(workdir, BEST_DIR)
   has_best = os.path.isdir(best_dir) and bool(
-      Checkpointer(best_dir, max_to_keep=None, create=False).steps())
+    Checkpointer(best_dir, max_to_keep=None, create=False).steps()
+  )
   if not checkpoint:
     return 'best' if has_best and average_last == 1 else 'latest'
   if checkpoint == 'best':
     if average_last > 1:
-      raise ValueError(f'--average_last={average_last} averages the newest checkpoints; use it '
-                       'with --checkpoint=latest or a step, not --checkpoint=best.')
+      raise ValueError(
+        f'--average_last={average_last} averages the newest checkpoints; use it '
+        'with --checkpoint=latest or a step, not --checkpoint=best.'
+      )
     if not has_best:
-      raise ValueError(f'--checkpoint=best: {workdir} has no {BEST_DIR}/ checkpoint (trained '
-                       'before model selection, or not yet evaluated); use --checkpoint=latest.')
+      raise ValueError(
+        f'--checkpoint=best: {workdir} has no {BEST_DIR}/ checkpoint (trained '
+        'before model selection, or not yet evaluated); use --checkpoint=latest.'
+      )
     return checkpoint
   if checkpoint != 'latest' and not checkpoint.isdigit():
     raise ValueError(f"--checkpoint={checkpoint!r} must be 'best', 'latest' or a step number.")
@@ -202,8 +243,10 @@ def _restore(like, checkpointer: Checkpointer, checkpoint_step, average_last):
   step = int(jax.device_get(state.step))
   chosen = [s for s in checkpointer.steps() if s <= step][-average_last:]
   if len(chosen) < average_last:
-    raise ValueError(f'--average_last={average_last}, but {checkpointer.directory} holds '
-                     f'{len(chosen)} checkpoint(s) up to step {step}: {chosen}.')
+    raise ValueError(
+      f'--average_last={average_last}, but {checkpointer.directory} holds '
+      f'{len(chosen)} checkpoint(s) up to step {step}: {chosen}.'
+    )
   if len(chosen) > 1:
     # `step` is restored already; only the earlier checkpoints are read again.
     params = [checkpointer.restore(like, s)[0].params for s in chosen[:-1]] + [state.params]
@@ -215,12 +258,15 @@ def _restore(like, checkpointer: Checkpointer, checkpoint_step, average_last):
 def set_eval_lengths(config, lengths) -> None:
   """Sets `config.dataset.eval_lengths` from --eval_length values (ints or their strings)."""
   if 'eval_lengths' not in tasks.task_class(config.task).dataset_config():
-    raise ValueError(f'--eval_length applies to language models; this run\'s task is '
-                     f'{config.task!r}.')
+    raise ValueError(
+      f"--eval_length applies to language models; this run's task is {config.task!r}."
+    )
   try:
     lengths = tuple(int(n) for n in lengths)
   except ValueError as error:
-    raise ValueError(f'--eval_length={",".join(map(str, lengths))} must be token counts.') from error
+    raise ValueError(
+      f'--eval_length={",".join(map(str, lengths))} must be token counts.'
+    ) from error
   with config.unlocked():
     config.dataset.eval_lengths = lengths
 
@@ -237,8 +283,11 @@ def _fit_mesh(config) -> None:
 
 
 def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:
-  rows = [(key, f'{value:.4f}' if isinstance(value, float) else str(value))
-          for key, value in metrics.items() if key != 'population']
+  rows = [
+    (key, f'{value:.4f}' if isinstance(value, float) else str(value))
+    for key, value in metrics.items()
+    if key != 'population'
+  ]
   width = max(len(key) for key, _ in rows)
   print('\n'.join(f'{key:<{width}}  {value}' for key, value in rows))
   partial = sorted({value for value in metrics['population'].values() if value.startswith('the')})

@@ -34,6 +34,7 @@ class Run:
     config: config.json flattened to dotted keys ('model.score').
     lines: split -> that split's metrics lines sorted by step, one per step (the last written).
   """
+
   name: str
   config: dict
   lines: dict
@@ -49,6 +50,7 @@ class Run:
 @dataclasses.dataclass(frozen=True)
 class Setting:
   """Runs whose configs agree on every differing field: the seeds of one setting."""
+
   label: str
   values: dict  # differing field -> this setting's value (or _MISSING)
   runs: list
@@ -56,6 +58,7 @@ class Setting:
 
 class Stat(NamedTuple):
   """A value over a setting's seeds: the mean, the sample std (None for one value), the count."""
+
   mean: float
   std: float | None
   n: int
@@ -75,14 +78,17 @@ def find_runs(paths: list[str]) -> list[str]:
       runs.append(path)
       continue
     children = sorted(os.listdir(path)) if os.path.isdir(path) else []
-    found = [os.path.join(path, child) for child in children
-             if os.path.isfile(os.path.join(path, child, 'metrics.jsonl'))]
+    found = [
+      os.path.join(path, child)
+      for child in children
+      if os.path.isfile(os.path.join(path, child, 'metrics.jsonl'))
+    ]
     if not found:
-      raise FileNotFoundError(f'{path} is neither a training workdir (no metrics.jsonl) nor a '
-                              'folder of them.')
+      raise FileNotFoundError(
+        f'{path} is neither a training workdir (no metrics.jsonl) nor a folder of them.'
+      )
     runs.extend(found)
   return list(dict.fromkeys(os.path.normpath(run) for run in runs))  # A run given twice: once.
-
 
 
 def parse_metrics(text: str, source: str = 'metrics.jsonl') -> dict:
@@ -99,8 +105,9 @@ def parse_metrics(text: str, source: str = 'metrics.jsonl') -> dict:
       record = json.loads(line)
       by_split.setdefault(record['split'], {})[record['step']] = record
     except (ValueError, TypeError, KeyError) as error:
-      raise ValueError(f'{source} line {number} is not a JSON object with a step and a split '
-                       f'({error!r}).') from error
+      raise ValueError(
+        f'{source} line {number} is not a JSON object with a step and a split ({error!r}).'
+      ) from error
   return {split: [steps[step] for step in sorted(steps)] for split, steps in by_split.items()}
 
 
@@ -113,16 +120,19 @@ def load_run(path: str, from_eval: bool = False) -> Run:
   """
   config_path = os.path.join(path, 'config.json')
   if not os.path.isfile(config_path):
-    raise FileNotFoundError(f'{path} has metrics.jsonl but no config.json, so its setting is '
-                            'unknown.')
+    raise FileNotFoundError(
+      f'{path} has metrics.jsonl but no config.json, so its setting is unknown.'
+    )
   metrics_path = os.path.join(path, 'metrics.jsonl')
   with open(metrics_path, encoding='utf-8') as f:
     lines = parse_metrics(f.read(), metrics_path)
   if from_eval:
     evaluated = os.path.join(path, 'eval', 'metrics.json')
     if not os.path.isfile(evaluated):
-      raise FileNotFoundError(f'{path} has no eval/metrics.json; run python eval.py '
-                              f'--workdir={path} first, or compare without --eval.')
+      raise FileNotFoundError(
+        f'{path} has no eval/metrics.json; run python eval.py '
+        f'--workdir={path} first, or compare without --eval.'
+      )
     with open(evaluated, encoding='utf-8') as f:
       record = json.load(f)
     if os.path.isfile(os.path.join(path, 'eval', 'config.json')):
@@ -130,8 +140,11 @@ def load_run(path: str, from_eval: bool = False) -> Run:
   with open(config_path, encoding='utf-8') as f:
     config = flatten(json.load(f))
   if from_eval:
-    numbers = {key: value for key, value in record.items()
-               if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    numbers = {
+      key: value
+      for key, value in record.items()
+      if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
     split = config.get('dataset.eval_split', 'validation')
     lines[split] = [{**numbers, 'step': record.get('step', 0), 'split': split}]
   return Run(os.path.basename(os.path.normpath(path)), config, lines)
@@ -141,8 +154,11 @@ def setting_fields(configs: list[dict]) -> list[str]:
   """The sorted dotted keys whose values differ among the flattened `configs`, except the
   `REPLICATES`."""
   keys = sorted(set().union(*configs) - set(REPLICATES))
-  return [key for key in keys
-          if len({json.dumps(config.get(key, _MISSING), default=repr) for config in configs}) > 1]
+  return [
+    key
+    for key in keys
+    if len({json.dumps(config.get(key, _MISSING), default=repr) for config in configs}) > 1
+  ]
 
 
 def format_value(value) -> str:
@@ -157,8 +173,10 @@ def natural_key(value) -> tuple:
   if isinstance(value, (int, float)):
     return (0, value)
   if isinstance(value, str):
-    return (1, tuple(int(part) if i % 2 else part
-                     for i, part in enumerate(re.split(r'(\d+)', value))))
+    return (
+      1,
+      tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r'(\d+)', value))),
+    )
   return (2, format_value(value))
 
 
@@ -183,15 +201,20 @@ def select_metrics(runs: list[Run], metrics: list[str] | None = None) -> list[st
   Raises:
     ValueError: a requested metric is in no run's final eval line.
   """
-  finals = [[key for key in run.split_lines(run.eval_split)[-1] if key not in _NOT_METRICS]
-            for run in runs if run.split_lines(run.eval_split)]
+  finals = [
+    [key for key in run.split_lines(run.eval_split)[-1] if key not in _NOT_METRICS]
+    for run in runs
+    if run.split_lines(run.eval_split)
+  ]
   available = list(dict.fromkeys(key for final in finals for key in final))
   if metrics is None:
     return [key for key in available if all(key in final for final in finals)]
   for metric in metrics:
     if metric not in available:
-      raise ValueError(f"No run has the metric '{metric}' in its final evaluation; available: "
-                       f"{', '.join(available) or 'none'}.")
+      raise ValueError(
+        f"No run has the metric '{metric}' in its final evaluation; available: "
+        f'{", ".join(available) or "none"}.'
+      )
   return list(metrics)
 
 

@@ -17,13 +17,13 @@ from tasks.question_answering import QuestionAnswering
 from tasks.translation import Translation
 
 TASKS: dict[str, type[Task]] = {
-    'captioning': Captioning,
-    'classification': Classification,
-    'copy': Copy,
-    'image_classification': ImageClassification,
-    'language_modeling': LanguageModeling,
-    'question_answering': QuestionAnswering,
-    'translation': Translation,
+  'captioning': Captioning,
+  'classification': Classification,
+  'copy': Copy,
+  'image_classification': ImageClassification,
+  'language_modeling': LanguageModeling,
+  'question_answering': QuestionAnswering,
+  'translation': Translation,
 }
 
 
@@ -39,9 +39,11 @@ def check_fits(task: str, model: str) -> None:
   interface = task_class(task).interface
   model_cls = models.model_class(model)
   if not issubclass(model_cls, interface):
-    raise ValueError(f'config.model.name={model!r} ({model_cls.__name__}) does not fit '
-                     f'config.task={task!r}, which needs a {interface.__name__} model; models '
-                     f'that fit: {models.fitting(interface)}.')
+    raise ValueError(
+      f'config.model.name={model!r} ({model_cls.__name__}) does not fit '
+      f'config.task={task!r}, which needs a {interface.__name__} model; models '
+      f'that fit: {models.fitting(interface)}.'
+    )
 
 
 def build(config, workdir: str) -> Task:
@@ -50,6 +52,20 @@ def build(config, workdir: str) -> Task:
   return task_class(config.task)(config, workdir)
 
 
-__all__ = ['VOCAB_DIR', 'BatchIterator', 'Captioning', 'Classification', 'Copy', 'EvalOptions',
-           'ImageClassification', 'LanguageModeling', 'QuestionAnswering', 'TASKS', 'Task',
-           'Translation', 'build', 'check_fits', 'task_class']
+__all__ = [
+  'VOCAB_DIR',
+  'BatchIterator',
+  'Captioning',
+  'Classification',
+  'Copy',
+  'EvalOptions',
+  'ImageClassification',
+  'LanguageModeling',
+  'QuestionAnswering',
+  'TASKS',
+  'Task',
+  'Translation',
+  'build',
+  'check_fits',
+  'task_class',
+]

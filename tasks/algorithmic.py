@@ -11,11 +11,11 @@ import functools
 import os
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import nnx
 
 from data import algorithmic
 from models.interfaces import SequenceModel
@@ -27,12 +27,16 @@ Array = jax.Array
 
 def bit_counts(logits: Array, batch: Batch) -> dict[str, Array]:
   """Output bits, wrong bits, sequences and exactly copied sequences of a batch."""
-  weights = batch['weights'][..., None]                                 # [B, T, 1]
-  wrong = ((logits > 0) != (batch['targets'] > 0.5)) * weights          # [B, T, W]
-  rows = batch['weights'].sum(-1) > 0                                   # [B]
+  weights = batch['weights'][..., None]  # [B, T, 1]
+  wrong = ((logits > 0) != (batch['targets'] > 0.5)) * weights  # [B, T, W]
+  rows = batch['weights'].sum(-1) > 0  # [B]
   exact = (wrong.sum((1, 2)) == 0) & rows
-  return dict(bits=batch['weights'].sum() * logits.shape[-1], bit_errors=wrong.sum(),
-              sequences=rows.sum(), exact=exact.sum())
+  return dict(
+    bits=batch['weights'].sum() * logits.shape[-1],
+    bit_errors=wrong.sum(),
+    sequences=rows.sum(),
+    exact=exact.sum(),
+  )
 
 
 def _loss_sum(logits: Array, batch: Batch) -> Array:
@@ -71,12 +75,12 @@ class Copy(Task):
     return dict(input_size=self.data.width + 1, output_size=self.data.width)
 
   def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                             num_epochs=num_epochs)
+    return self.data.batches(
+      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
+    )
 
   def loss(self, model, batch, rng):
-    logits = model.sequence_logits(batch['inputs'], deterministic=False,
-                                   rngs=nnx.Rngs(dropout=rng))
+    logits = model.sequence_logits(batch['inputs'], deterministic=False, rngs=nnx.Rngs(dropout=rng))
     counts = bit_counts(logits, batch)
     return _loss_sum(logits, batch) / jnp.maximum(counts['bits'], 1), counts
 
@@ -85,8 +89,10 @@ class Copy(Task):
     return dict(loss_sum=_loss_sum(logits, batch), **bit_counts(logits, batch))
 
   def summarize(self, counts):
-    metrics = dict(bit_error_rate=counts['bit_errors'] / max(counts['bits'], 1),
-                   sequence_accuracy=counts['exact'] / max(counts['sequences'], 1))
+    metrics = dict(
+      bit_error_rate=counts['bit_errors'] / max(counts['bits'], 1),
+      sequence_accuracy=counts['exact'] / max(counts['sequences'], 1),
+    )
     if 'loss_sum' in counts:  # evaluation: cross-entropy in nats per bit
       metrics['loss'] = counts['loss_sum'] / max(counts['bits'], 1)
     return metrics
@@ -98,16 +104,22 @@ class Copy(Task):
   def sample(self, split, row):
     sequences = self.data.sequences(split)
     length = int(sequences.lengths[row['index']])
-    bits = sequences.bits[row['index'], :length]                       # [L, W]
-    outputs = np.asarray(row['outputs'])[length + 1:2 * length + 1]   # [L, W]
+    bits = sequences.bits[row['index'], :length]  # [L, W]
+    outputs = np.asarray(row['outputs'])[length + 1 : 2 * length + 1]  # [L, W]
     wrong = int((outputs != bits).sum())
     show = lambda b: ' '.join(''.join(str(int(x)) for x in v) for v in b)
-    record = dict(index=row['index'], length=length, wrong=wrong, bits=bits, outputs=outputs,
-                  inputs=np.asarray(row['inputs'])[:2 * length + 1],
-                  line=f'{length} | {wrong} | {show(bits)} | {show(outputs)}')
+    record = dict(
+      index=row['index'],
+      length=length,
+      wrong=wrong,
+      bits=bits,
+      outputs=outputs,
+      inputs=np.asarray(row['inputs'])[: 2 * length + 1],
+      line=f'{length} | {wrong} | {show(bits)} | {show(outputs)}',
+    )
     for key in ('read', 'write'):
       if key in row:  # [T, heads, N], the first head, up to the last output step
-        record[key] = np.asarray(row[key])[:2 * length + 1, 0]
+        record[key] = np.asarray(row[key])[: 2 * length + 1, 0]
     return record
 
   def prediction_metrics(self, samples):
@@ -115,18 +127,21 @@ class Copy(Task):
     if not samples:
       return {}
     bits = sum(s['length'] for s in samples) * self.data.width
-    return dict(predicted_bit_error_rate=sum(s['wrong'] for s in samples) / bits,
-                predicted_sequence_accuracy=float(np.mean([s['wrong'] == 0 for s in samples])))
+    return dict(
+      predicted_bit_error_rate=sum(s['wrong'] for s in samples) / bits,
+      predicted_sequence_accuracy=float(np.mean([s['wrong'] == 0 for s in samples])),
+    )
 
   def draw(self, model, samples, out_dir, options):
     """The copy figure per drawn sample: inputs, targets and outputs over time and, for a model
     with a memory, its write and read weightings over the slots (one PNG each)."""
     del model  # the weightings were computed with the predictions
     paths = []
-    for sample in samples[:options.num_pictures]:
+    for sample in samples[: options.num_pictures]:
       path = os.path.join(out_dir, f'copy_{sample["index"]:04d}.png')
-      pictures.save_time_panels(path, self.panels(sample), title=f'length {sample["length"]}: '
-                                                                 f'{sample["wrong"]} wrong bits')
+      pictures.save_time_panels(
+        path, self.panels(sample), title=f'length {sample["length"]}: {sample["wrong"]} wrong bits'
+      )
       paths.append(path)
     return paths
 
@@ -134,16 +149,23 @@ class Copy(Task):
     """Per sample, the copy figure's panels over time."""
     del model, options  # the weightings were computed with the predictions
     show = lambda bits: ' '.join(''.join(str(int(x)) for x in v) for v in bits)
-    return [dict(index=s['index'], reference=show(s['bits']), prediction=show(s['outputs']),
-                 correct=s['wrong'] == 0, views=[dict(kind='time', panels=self.panels(s))])
-            for s in samples]
+    return [
+      dict(
+        index=s['index'],
+        reference=show(s['bits']),
+        prediction=show(s['outputs']),
+        correct=s['wrong'] == 0,
+        views=[dict(kind='time', panels=self.panels(s))],
+      )
+      for s in samples
+    ]
 
   def panels(self, sample) -> list[tuple[str, np.ndarray]]:
     """`(name, values [rows, T])` over the sample's time steps: inputs, the target bits and the
     outputs where they are due, then the write and read weightings over the memory slots."""
     steps, length = len(sample['inputs']), sample['length']
     targets, outputs = np.zeros((2, steps, self.data.width))
-    targets[length + 1:], outputs[length + 1:] = sample['bits'], sample['outputs']
-    return ([('inputs', sample['inputs'].T), ('targets', targets.T), ('outputs', outputs.T)]
-            + [(f'{key} weightings', sample[key].T) for key in ('write', 'read')
-               if key in sample])
+    targets[length + 1 :], outputs[length + 1 :] = sample['bits'], sample['outputs']
+    return [('inputs', sample['inputs'].T), ('targets', targets.T), ('outputs', outputs.T)] + [
+      (f'{key} weightings', sample[key].T) for key in ('write', 'read') if key in sample
+    ]

@@ -14,9 +14,9 @@ import abc
 import dataclasses
 from typing import Any, ClassVar, Protocol
 
+from flax import nnx
 import jax
 import ml_collections
-from flax import nnx
 
 import models
 
@@ -43,6 +43,7 @@ class EvalOptions:
     top_p: sampling keeps the smallest set of most likely tokens with this mass (1 = all).
     seed: the sampling seed (the same seed samples the same text).
   """
+
   max_examples: int = 0
   beam_size: int = 1
   alpha: float = 0.6
@@ -105,8 +106,9 @@ class Task(abc.ABC):
     return models.build(model_config, rngs=rngs, **self.model_args())
 
   @abc.abstractmethod
-  def batches(self, split: str, *, batch_size: int, shuffle: bool, seed: int,
-              num_epochs: int | None = None) -> BatchIterator:
+  def batches(
+    self, split: str, *, batch_size: int, shuffle: bool, seed: int, num_epochs: int | None = None
+  ) -> BatchIterator:
     """This host's share of the global batches of `split` (see the module docstring)."""
 
   def split_views(self, split: str) -> dict[str, str]:
@@ -143,12 +145,14 @@ class Task(abc.ABC):
     """Metrics of the predicted samples (exact match, BLEU, accuracy, ...)."""
 
   @abc.abstractmethod
-  def draw(self, model: nnx.Module, samples: list[dict[str, Any]], out_dir: str,
-           options: EvalOptions) -> list[str]:
+  def draw(
+    self, model: nnx.Module, samples: list[dict[str, Any]], out_dir: str, options: EvalOptions
+  ) -> list[str]:
     """Writes the task's attention pictures for `samples` into `out_dir`; returns their paths."""
 
-  def explore(self, model: nnx.Module, samples: list[dict[str, Any]],
-              options: EvalOptions) -> list[dict[str, Any]]:
+  def explore(
+    self, model: nnx.Module, samples: list[dict[str, Any]], options: EvalOptions
+  ) -> list[dict[str, Any]]:
     """The attention explorer's record per sample of `samples` (the examples to show): its
     reference, prediction, correctness and attention views (`reports.explorer` names the
     fields). The default shows none; every task of Attend overrides it."""

@@ -15,11 +15,11 @@ import functools
 import os
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import sacrebleu
-from flax import nnx
 
 import attention
 from data import captioning
@@ -40,8 +40,9 @@ def caption_attention(weights: dict[str, Array]) -> Array:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _word_attention(graphdef: nnx.GraphDef, state: nnx.State, pixels: Array,
-                    decoder_inputs: Array) -> Array:
+def _word_attention(
+  graphdef: nnx.GraphDef, state: nnx.State, pixels: Array, decoder_inputs: Array
+) -> Array:
   """`caption_attention` `[B, T, R]` while the model reads `decoder_inputs` (no dropout)."""
   model = nnx.merge(graphdef, state)
   _, weights = model.caption_logits(pixels, decoder_inputs, return_attention=True)
@@ -52,8 +53,9 @@ def region_centres(grid: tuple[int, int], image_size: tuple[int, int]) -> np.nda
   """`[gh * gw, 2]` (row, column) centres of the regions of a `grid` over the image, in the
   row-major order of the model's regions; pixel i spans [i, i + 1)."""
   (gh, gw), (height, width) = grid, image_size
-  rows, cols = np.meshgrid((np.arange(gh) + 0.5) * height / gh,
-                           (np.arange(gw) + 0.5) * width / gw, indexing='ij')
+  rows, cols = np.meshgrid(
+    (np.arange(gh) + 0.5) * height / gh, (np.arange(gw) + 0.5) * width / gw, indexing='ij'
+  )
   return np.stack([rows.ravel(), cols.ravel()], axis=-1)
 
 
@@ -74,7 +76,7 @@ class Captioning(Task):
 
   interface = ImageCaptioner
   unit = 'tokens'
-  selection_metric = 'teacher_forced_exact_match'   # as translation: the outputs, not the loss
+  selection_metric = 'teacher_forced_exact_match'  # as translation: the outputs, not the loss
   samples_header = 'reference | caption'
 
   @staticmethod
@@ -89,22 +91,28 @@ class Captioning(Task):
     self.max_decode_length = config.max_decode_length or config.dataset.max_length + 1
 
   def model_args(self) -> dict[str, Any]:
-    return dict(image_shape=tuple(self.data.image_shape), vocab_size=self.tokenizer.vocab_size,
-                pad_id=self.tokenizer.pad_id)
+    return dict(
+      image_shape=tuple(self.data.image_shape),
+      vocab_size=self.tokenizer.vocab_size,
+      pad_id=self.tokenizer.pad_id,
+    )
 
   def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                             num_epochs=num_epochs)
+    return self.data.batches(
+      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
+    )
 
   def _forward(self, model, batch: Batch, **kwargs):
-    return model.caption_logits(batch['images'], shift_right(batch['targets'],
-                                                              self.tokenizer.bos_id), **kwargs)
+    return model.caption_logits(
+      batch['images'], shift_right(batch['targets'], self.tokenizer.bos_id), **kwargs
+    )
 
   def loss(self, model, batch, rng):
     targets, pad_id = batch['targets'], self.tokenizer.pad_id
-    logits, weights = self._forward(model, batch, deterministic=False,
-                                    rngs=nnx.Rngs(dropout=rng), return_attention=True)
-    real = targets != pad_id                                            # [B, T]
+    logits, weights = self._forward(
+      model, batch, deterministic=False, rngs=nnx.Rngs(dropout=rng), return_attention=True
+    )
+    real = targets != pad_id  # [B, T]
     losses = cross_entropy(logits, targets, self.label_smoothing, where=real)
     loss = losses.sum() / jnp.maximum(real.sum(), 1)
     counts = token_counts(logits, targets, pad_id)
@@ -126,13 +134,20 @@ class Captioning(Task):
 
   def predict(self, model, batch, options: EvalOptions):
     tokenizer = self.tokenizer
-    ids = decoding.generate(model, batch['images'], max_length=self.max_decode_length,
-                            bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                            pad_id=tokenizer.pad_id, beam_size=options.beam_size,
-                            alpha=options.alpha)
+    ids = decoding.generate(
+      model,
+      batch['images'],
+      max_length=self.max_decode_length,
+      bos_id=tokenizer.bos_id,
+      eos_id=tokenizer.eos_id,
+      pad_id=tokenizer.pad_id,
+      beam_size=options.beam_size,
+      alpha=options.alpha,
+    )
     # Where each generated word looked: the model reads its own caption once more.
-    weights = _word_attention(*nnx.split(model), batch['images'],
-                              shift_right(ids, tokenizer.bos_id))       # [B, T, R]
+    weights = _word_attention(
+      *nnx.split(model), batch['images'], shift_right(ids, tokenizer.bos_id)
+    )  # [B, T, R]
     grid = tuple(model.grid)
     return dict(output_ids=ids, word_attention=weights.reshape(*weights.shape[:2], *grid))
 
@@ -140,12 +155,17 @@ class Captioning(Task):
     example = self.data.examples(split)[row['index']]
     ids = until_eos(row['output_ids'], self.tokenizer)
     hypothesis = self.tokenizer.decode(ids)
-    return dict(index=row['index'], reference=example.caption,
-                references=list(example.references), hypothesis=hypothesis,
-                words=self.tokenizer.tokens(ids), boxes=list(example.boxes),
-                attention=np.asarray(row['word_attention'])[:len(ids)],  # [T, gh, gw]
-                pixels=self.data.pixels(split)[row['index']],
-                line=f'{example.caption} | {hypothesis}')
+    return dict(
+      index=row['index'],
+      reference=example.caption,
+      references=list(example.references),
+      hypothesis=hypothesis,
+      words=self.tokenizer.tokens(ids),
+      boxes=list(example.boxes),
+      attention=np.asarray(row['word_attention'])[: len(ids)],  # [T, gh, gw]
+      pixels=self.data.pixels(split)[row['index']],
+      line=f'{example.caption} | {hypothesis}',
+    )
 
   def prediction_metrics(self, samples):
     """Exact match and corpus sacreBLEU of the decoded captions and, where boxes are known, the
@@ -155,11 +175,13 @@ class Captioning(Task):
     hypotheses = [s['hypothesis'] for s in samples]
     depth = max(len(s['references']) for s in samples)
     # sacreBLEU wants one stream per reference position; a missing one repeats the first.
-    streams = [[s['references'][min(k, len(s['references']) - 1)] for s in samples]
-               for k in range(depth)]
-    metrics = dict(exact_match=float(np.mean([s['hypothesis'] == s['reference']
-                                              for s in samples])),
-                   bleu=sacrebleu.corpus_bleu(hypotheses, streams).score)
+    streams = [
+      [s['references'][min(k, len(s['references']) - 1)] for s in samples] for k in range(depth)
+    ]
+    metrics = dict(
+      exact_match=float(np.mean([s['hypothesis'] == s['reference'] for s in samples])),
+      bleu=sacrebleu.corpus_bleu(hypotheses, streams).score,
+    )
     hits = [hit for s in samples for hit in self._alignment(s)]
     if hits:
       metrics['alignment_rate'] = float(np.mean(hits))
@@ -173,31 +195,41 @@ class Captioning(Task):
     grid = sample['attention'].shape[1:]
     centres = region_centres(grid, sample['pixels'].shape[:2])
     reference = sample['reference'].split()
-    return [aligned(sample['attention'][t].ravel(), sample['boxes'][t], centres)
-            for t, word in enumerate(sample['words'])
-            if t < min(len(reference), len(sample['boxes'])) and word == reference[t]]
+    return [
+      aligned(sample['attention'][t].ravel(), sample['boxes'][t], centres)
+      for t, word in enumerate(sample['words'])
+      if t < min(len(reference), len(sample['boxes'])) and word == reference[t]
+    ]
 
   def draw(self, model, samples, out_dir, options):
     """One PNG per drawn example: the image, then each generated word's attention over it, the
     named object's box outlined where the dataset records it."""
     del model  # the weights were computed with the predictions
     paths = []
-    for sample in samples[:options.num_pictures]:
+    for sample in samples[: options.num_pictures]:
       words = sample['words']
-      boxes = [sample['boxes'][t] if t < len(sample['boxes']) else None
-               for t in range(len(words))]
+      boxes = [sample['boxes'][t] if t < len(sample['boxes']) else None for t in range(len(words))]
       path = os.path.join(out_dir, f'attention_{sample["index"]:04d}.png')
-      pictures.save_image_attention(path, sample['pixels'], list(zip(words, sample['attention'])),
-                                    boxes=boxes, title=f'{sample["hypothesis"]!r} (reference '
-                                                       f'{sample["reference"]!r})')
+      pictures.save_image_attention(
+        path,
+        sample['pixels'],
+        list(zip(words, sample['attention'])),
+        boxes=boxes,
+        title=f'{sample["hypothesis"]!r} (reference {sample["reference"]!r})',
+      )
       paths.append(path)
     return paths
 
   def explore(self, model, samples, options):
     """Per sample, the image with each generated word's attention over its regions."""
     del model, options  # the weights were computed with the predictions
-    return [dict(index=s['index'], reference=s['reference'], prediction=s['hypothesis'],
-                 correct=s['hypothesis'] == s['reference'],
-                 views=[dict(kind='image', pixels=s['pixels'],
-                             maps=list(zip(s['words'], s['attention'])))])
-            for s in samples]
+    return [
+      dict(
+        index=s['index'],
+        reference=s['reference'],
+        prediction=s['hypothesis'],
+        correct=s['hypothesis'] == s['reference'],
+        views=[dict(kind='image', pixels=s['pixels'], maps=list(zip(s['words'], s['attention'])))],
+      )
+      for s in samples
+    ]

@@ -13,10 +13,10 @@ import json
 import os
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from data import classification
 from models.interfaces import Classifier
@@ -44,7 +44,7 @@ def _self_attention(model, ids: Array) -> Array:
   """Self-attention `[B, L, N, T, T]` over ids `[B, T]`, the [CLS] position (if any, first)
   left out; KeyError for a model without self-attention."""
   _, weights = model.classify(ids, return_attention=True)
-  return weights['self'][..., -ids.shape[1]:, -ids.shape[1]:]
+  return weights['self'][..., -ids.shape[1] :, -ids.shape[1] :]
 
 
 def confusion_matrix(labels: list[int], predictions: list[int], num_classes: int) -> np.ndarray:
@@ -62,14 +62,17 @@ def class_metrics(matrix: np.ndarray, names: list[str]) -> dict[str, float]:
   """
   true_positive = np.diag(matrix).astype(float)
   predicted, actual = matrix.sum(0), matrix.sum(1)
-  precision = np.divide(true_positive, predicted, out=np.zeros_like(true_positive),
-                        where=predicted > 0)
+  precision = np.divide(
+    true_positive, predicted, out=np.zeros_like(true_positive), where=predicted > 0
+  )
   recall = np.divide(true_positive, actual, out=np.zeros_like(true_positive), where=actual > 0)
   denominator = precision + recall
-  f1 = np.divide(2 * precision * recall, denominator, out=np.zeros_like(denominator),
-                 where=denominator > 0)
-  metrics = dict(accuracy=float(true_positive.sum() / max(matrix.sum(), 1)),
-                 macro_f1=float(f1.mean()))
+  f1 = np.divide(
+    2 * precision * recall, denominator, out=np.zeros_like(denominator), where=denominator > 0
+  )
+  metrics = dict(
+    accuracy=float(true_positive.sum() / max(matrix.sum(), 1)), macro_f1=float(f1.mean())
+  )
   for name, p, r in zip(names, precision, recall):
     metrics[f'precision/{name}'] = float(p)
     metrics[f'recall/{name}'] = float(r)
@@ -100,12 +103,16 @@ class Classification(Task):
     self.label_smoothing = config.label_smoothing
 
   def model_args(self) -> dict[str, Any]:
-    return dict(vocab_size=self.tokenizer.vocab_size, num_classes=len(self.label_names),
-                pad_id=self.tokenizer.pad_id)
+    return dict(
+      vocab_size=self.tokenizer.vocab_size,
+      num_classes=len(self.label_names),
+      pad_id=self.tokenizer.pad_id,
+    )
 
   def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                             num_epochs=num_epochs)
+    return self.data.batches(
+      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
+    )
 
   def logits(self, model: nnx.Module, batch: Batch, **kwargs) -> Any:
     """The model's logits `[B, C]` for the batch's inputs (`kwargs`: the `classify` options)."""
@@ -132,9 +139,10 @@ class Classification(Task):
 
   def predict(self, model, batch, options):
     probabilities, weights = _classify(*nnx.split(model), batch['inputs'])
-    return dict(probabilities=probabilities,
-                **{f'{level}_weights': w for level, w in weights.items()
-                   if level in ('word', 'sentence')})
+    return dict(
+      probabilities=probabilities,
+      **{f'{level}_weights': w for level, w in weights.items() if level in ('word', 'sentence')},
+    )
 
   def sample(self, split, row):
     example = self.data.examples(split)[row['index']]
@@ -142,18 +150,22 @@ class Classification(Task):
     prediction = int(probabilities.argmax())
     label, predicted = self.label_names[example.label], self.label_names[prediction]
     inputs = np.asarray(row['inputs'])
-    units = inputs if inputs.ndim == 2 else inputs[None]                # [S, W]
+    units = inputs if inputs.ndim == 2 else inputs[None]  # [S, W]
     # The example's sentences that made it into the batch (documents may have been truncated);
     # sentence i of the record is sentence i of the example, so key sentence indices hold.
     count = min(len(example.sentences), len(units))
     units, real = units[:count], units[:count] != self.tokenizer.pad_id
-    record = dict(index=row['index'], text=example.text, label=example.label,
-                  ids=inputs.reshape(-1),  # as the encoder reads them (documents flattened)
-                  prediction=prediction, confidence=float(probabilities[prediction]),
-                  key_sentences=list(example.key_sentences),
-                  tokens=[self.tokenizer.tokens(ids[keep]) for ids, keep in zip(units, real)],
-                  line=f'{example.text} | {label} | {predicted} | '
-                       f'{probabilities[prediction]:.3f}')
+    record = dict(
+      index=row['index'],
+      text=example.text,
+      label=example.label,
+      ids=inputs.reshape(-1),  # as the encoder reads them (documents flattened)
+      prediction=prediction,
+      confidence=float(probabilities[prediction]),
+      key_sentences=list(example.key_sentences),
+      tokens=[self.tokenizer.tokens(ids[keep]) for ids, keep in zip(units, real)],
+      line=f'{example.text} | {label} | {predicted} | {probabilities[prediction]:.3f}',
+    )
     if 'word_weights' in row:
       words = np.asarray(row['word_weights']).reshape(inputs.shape)
       words = words if words.ndim == 2 else words[None]
@@ -166,8 +178,9 @@ class Classification(Task):
     """Accuracy, macro-F1, per-class precision/recall and, where known, the attention hit rate."""
     if not samples:
       return {}
-    matrix = confusion_matrix([s['label'] for s in samples], [s['prediction'] for s in samples],
-                              len(self.label_names))
+    matrix = confusion_matrix(
+      [s['label'] for s in samples], [s['prediction'] for s in samples], len(self.label_names)
+    )
     metrics = class_metrics(matrix, self.label_names)
     rate = hit_rate(samples)
     if rate is not None:
@@ -176,13 +189,18 @@ class Classification(Task):
 
   def save_confusion(self, samples: list[dict[str, Any]], out_dir: str) -> list[str]:
     """Writes the samples' confusion matrix as JSON and PNG; returns their paths."""
-    matrix = confusion_matrix([s['label'] for s in samples], [s['prediction'] for s in samples],
-                              len(self.label_names))
+    matrix = confusion_matrix(
+      [s['label'] for s in samples], [s['prediction'] for s in samples], len(self.label_names)
+    )
     path = os.path.join(out_dir, 'confusion_matrix.json')
     with open(path, 'w', encoding='utf-8') as f:
       json.dump(dict(labels=self.label_names, matrix=matrix.tolist()), f, indent=1)
-    return [path, pictures.save_confusion_matrix(os.path.join(out_dir, 'confusion_matrix.png'),
-                                                 matrix, self.label_names)]
+    return [
+      path,
+      pictures.save_confusion_matrix(
+        os.path.join(out_dir, 'confusion_matrix.png'), matrix, self.label_names
+      ),
+    ]
 
   def draw(self, model, samples, out_dir, options):
     """The confusion matrix (PNG and JSON) and, per drawn example, its attention as the HAN
@@ -191,20 +209,26 @@ class Classification(Task):
     if not samples:
       return []
     paths = self.save_confusion(samples, out_dir)
-    for sample in samples[:options.num_pictures]:
+    for sample in samples[: options.num_pictures]:
       if 'word_weights' not in sample:  # mean pooling has no attention to show
         break
-      title = (f'label {self.label_names[sample["label"]]}, predicted '
-               f'{self.label_names[sample["prediction"]]} ({sample["confidence"]:.2f})')
+      title = (
+        f'label {self.label_names[sample["label"]]}, predicted '
+        f'{self.label_names[sample["prediction"]]} ({sample["confidence"]:.2f})'
+      )
       stem = os.path.join(out_dir, f'attention_{sample["index"]:04d}')
-      args = (sample['tokens'], sample['word_weights'], sample.get('sentence_weights'),
-              sample['key_sentences'], title)
+      args = (
+        sample['tokens'],
+        sample['word_weights'],
+        sample.get('sentence_weights'),
+        sample['key_sentences'],
+        title,
+      )
       pictures.save_document_attention(stem + '.png', *args)
       with open(stem + '.html', 'w', encoding='utf-8') as f:
         f.write(pictures.document_attention_html(*args))
       paths += [stem + '.png', stem + '.html']
     return paths
-
 
   def explore(self, model, samples, options):
     """Per sample, its words shaded by their weights and its sentences' weights as bars, and a
@@ -214,34 +238,66 @@ class Classification(Task):
     for s, weights in zip(samples, self.self_attention(model, samples)):
       views = []
       if 'word_weights' in s:  # mean pooling has no pooling weights to show
-        views.append(dict(kind='document', tokens=s['tokens'], word=s['word_weights'],
-                          sentence=s.get('sentence_weights'), key=s['key_sentences']))
+        views.append(
+          dict(
+            kind='document',
+            tokens=s['tokens'],
+            word=s['word_weights'],
+            sentence=s.get('sentence_weights'),
+            key=s['key_sentences'],
+          )
+        )
       if weights is not None:
         real = s['ids'] != self.tokenizer.pad_id
         tokens = self.tokenizer.tokens(s['ids'][real])
-        views.append(dict(kind='attention', maps=[dict(
-            name='self-attention', rows=tokens, cols=tokens,
-            weights=weights[:, :, real][..., real])]))
-      records.append(dict(index=s['index'], reference=self.label_names[s['label']],
-                          prediction=f'{self.label_names[s["prediction"]]} '
-                                     f'({s["confidence"]:.2f})',
-                          correct=s['label'] == s['prediction'], views=views))
+        views.append(
+          dict(
+            kind='attention',
+            maps=[
+              dict(
+                name='self-attention',
+                rows=tokens,
+                cols=tokens,
+                weights=weights[:, :, real][..., real],
+              )
+            ],
+          )
+        )
+      records.append(
+        dict(
+          index=s['index'],
+          reference=self.label_names[s['label']],
+          prediction=f'{self.label_names[s["prediction"]]} ({s["confidence"]:.2f})',
+          correct=s['label'] == s['prediction'],
+          views=views,
+        )
+      )
     return records
 
   def self_attention(self, model, samples) -> list[np.ndarray | None]:
     """Per sample, a Transformer's self-attention `[L, N, T, T]` over its ids (padding included,
     [CLS] left out); Nones for a model without self-attention (HAN)."""
     try:
-      return list(picture_weights.batched_weights(
-          _self_attention, model, [(s['ids'],) for s in samples],
-          pad_ids=(self.tokenizer.pad_id,), crop=(0, 0)))
+      return list(
+        picture_weights.batched_weights(
+          _self_attention,
+          model,
+          [(s['ids'],) for s in samples],
+          pad_ids=(self.tokenizer.pad_id,),
+          crop=(0, 0),
+        )
+      )
     except KeyError:
       return [None] * len(samples)
+
 
 def hit_rate(samples: list[dict[str, Any]]) -> float | None:
   """The share of samples whose highest sentence weight falls on a key sentence, over the
   samples that have both; None when none has (no key sentences recorded, or no sentence weights).
   """
-  hits = [int(np.argmax(s['sentence_weights'])) in s['key_sentences'] for s in samples
-          if s.get('key_sentences') and s.get('sentence_weights')]
+  hits = [
+    int(np.argmax(s['sentence_weights'])) in s['key_sentences']
+    for s in samples
+    if s.get('key_sentences') and s.get('sentence_weights')
+  ]
   return float(np.mean(hits)) if hits else None

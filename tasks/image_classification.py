@@ -1,11 +1,11 @@
 """Image classification: an image in, one label out; where a Vision Transformer looks, drawn.
 
-Reads an image dataset of `data/image_classification.py` (scikit-learn's handwritten digits, a local image
-folder, or a TFDS image dataset such as mnist or cifar10), trains a `models.ImageClassifier`
-(the ViT) with label-smoothed cross-entropy, and evaluates accuracy, macro-F1, per-class
-precision and recall and the confusion matrix. Each drawn example shows the image beside two
-heat maps over it: the attention rollout of all layers (Abnar & Zuidema 2020) and the last
-layer's class-token attention, both read from the class token's row (or, for mean pooling, the
+Reads an image dataset of `data/image_classification.py` (scikit-learn's handwritten digits, a local
+image folder, or a TFDS image dataset such as mnist or cifar10), trains a `models.ImageClassifier`
+(the ViT) with label-smoothed cross-entropy, and evaluates accuracy, macro-F1, per-class precision
+and recall and the confusion matrix. Each drawn example shows the image beside two heat maps over
+it: the attention rollout of all layers (Abnar & Zuidema 2020) and the last layer's class-token
+attention, both read from the class token's row (or, for mean pooling, the
 mean row).
 """
 
@@ -13,9 +13,9 @@ import functools
 import os
 from typing import Any
 
+from flax import nnx
 import jax
 import numpy as np
-from flax import nnx
 
 import attention
 from data import image_classification
@@ -35,9 +35,9 @@ def _classify(graphdef: nnx.GraphDef, state: nnx.State, pixels: Array, pooled_ro
   The maps are the class token's row (token 0) when `pooled_row` is False, else the mean row.
   """
   logits, weights = nnx.merge(graphdef, state).classify_image(pixels, return_attention=True)
-  rollout = attention.attention_rollout(weights['self'])                # [B, T, T]
+  rollout = attention.attention_rollout(weights['self'])  # [B, T, T]
   read = (lambda w: w.mean(axis=-2)) if pooled_row else (lambda w: w[..., 0, :])
-  heads = read(weights['self'])                                          # [B, L, N, T]
+  heads = read(weights['self'])  # [B, L, N, T]
   # A row is linear in the weights, so the last layer's head-averaged map is its heads' mean.
   return jax.nn.softmax(logits), read(rollout), heads[:, -1].mean(axis=1), heads
 
@@ -78,12 +78,18 @@ class ImageClassification(Classification):
     probabilities = np.asarray(row['probabilities'])
     prediction, label = int(probabilities.argmax()), int(self.data.labels(split)[row['index']])
     confidence = float(probabilities[prediction])
-    return dict(index=row['index'], label=label, prediction=prediction, confidence=confidence,
-                pixels=self.data.pixels(split)[row['index']],
-                rollout=np.asarray(row['rollout']), last_layer=np.asarray(row['last_layer']),
-                heads=np.asarray(row['heads']),                          # [L, N, T]
-                line=f'{row["index"]} | {self.label_names[label]} | '
-                     f'{self.label_names[prediction]} | {confidence:.3f}')
+    return dict(
+      index=row['index'],
+      label=label,
+      prediction=prediction,
+      confidence=confidence,
+      pixels=self.data.pixels(split)[row['index']],
+      rollout=np.asarray(row['rollout']),
+      last_layer=np.asarray(row['last_layer']),
+      heads=np.asarray(row['heads']),  # [L, N, T]
+      line=f'{row["index"]} | {self.label_names[label]} | '
+      f'{self.label_names[prediction]} | {confidence:.3f}',
+    )
 
   def draw(self, model, samples, out_dir, options):
     """The confusion matrix (PNG, JSON) and, per drawn example, the image with its rollout and
@@ -92,15 +98,20 @@ class ImageClassification(Classification):
       return []
     paths = self.save_confusion(samples, out_dir)
     grid = model.grid
-    for sample in samples[:options.num_pictures]:
+    for sample in samples[: options.num_pictures]:
       # The maps cover every token; the patches are the last gh * gw of them.
-      patches = lambda m: m[-grid[0] * grid[1]:].reshape(grid)          # [gh, gw]
+      patches = lambda m: m[-grid[0] * grid[1] :].reshape(grid)  # [gh, gw]
       path = os.path.join(out_dir, f'attention_{sample["index"]:04d}.png')
       pictures.save_image_attention(
-          path, sample['pixels'], [('attention rollout', patches(sample['rollout'])),
-                                   ('last layer, class token', patches(sample['last_layer']))],
-          title=f'label {self.label_names[sample["label"]]}, predicted '
-                f'{self.label_names[sample["prediction"]]} ({sample["confidence"]:.2f})')
+        path,
+        sample['pixels'],
+        [
+          ('attention rollout', patches(sample['rollout'])),
+          ('last layer, class token', patches(sample['last_layer'])),
+        ],
+        title=f'label {self.label_names[sample["label"]]}, predicted '
+        f'{self.label_names[sample["prediction"]]} ({sample["confidence"]:.2f})',
+      )
       paths.append(path)
     return paths
 
@@ -108,14 +119,28 @@ class ImageClassification(Classification):
     """Per sample, the image with its attention rollout, the last layer's class-token attention
     and each layer's and head's over the patches."""
     del options  # the maps were computed with the predictions
-    patches = lambda m: m[-model.grid[0] * model.grid[1]:].reshape(model.grid)  # [gh, gw]
-    return [dict(index=s['index'], reference=self.label_names[s['label']],
-                 prediction=f'{self.label_names[s["prediction"]]} ({s["confidence"]:.2f})',
-                 correct=s['label'] == s['prediction'],
-                 views=[dict(kind='image', pixels=s['pixels'],
-                             maps=[('attention rollout', patches(s['rollout'])),
-                                   ('last layer, class token', patches(s['last_layer']))]
-                             + [(f'layer {l}, head {h}', patches(s['heads'][l, h]))
-                                for l in range(s['heads'].shape[0])
-                                for h in range(s['heads'].shape[1])])])
-            for s in samples]
+    patches = lambda m: m[-model.grid[0] * model.grid[1] :].reshape(model.grid)  # [gh, gw]
+    return [
+      dict(
+        index=s['index'],
+        reference=self.label_names[s['label']],
+        prediction=f'{self.label_names[s["prediction"]]} ({s["confidence"]:.2f})',
+        correct=s['label'] == s['prediction'],
+        views=[
+          dict(
+            kind='image',
+            pixels=s['pixels'],
+            maps=[
+              ('attention rollout', patches(s['rollout'])),
+              ('last layer, class token', patches(s['last_layer'])),
+            ]
+            + [
+              (f'layer {l}, head {h}', patches(s['heads'][l, h]))
+              for l in range(s['heads'].shape[0])
+              for h in range(s['heads'].shape[1])
+            ],
+          )
+        ],
+      )
+      for s in samples
+    ]

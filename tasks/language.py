@@ -19,14 +19,14 @@ import os
 from typing import Any
 
 from absl import logging
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
-import models
 from data import language
 from data.tokenizers import SpecialIds
+import models
 from models import decoding
 from models.embeddings import ATTENTION_POSITIONS
 from models.interfaces import LanguageModel
@@ -38,8 +38,15 @@ Array = jax.Array
 MASK_RATE = 0.15  # BERT: the share of tokens the model must predict
 
 
-def bert_mask(rng: Array, ids: Array, *, mask_id: int, vocab_size: int, rate: float = MASK_RATE,
-              special_ids: tuple[int, ...] = SpecialIds.special_ids) -> tuple[Array, Array]:
+def bert_mask(
+  rng: Array,
+  ids: Array,
+  *,
+  mask_id: int,
+  vocab_size: int,
+  rate: float = MASK_RATE,
+  special_ids: tuple[int, ...] = SpecialIds.special_ids,
+) -> tuple[Array, Array]:
   """BERT's masking (Devlin et al. 2019): picks `rate` of the regular tokens to predict; of those
   80% become `mask_id`, 10% a random regular token and 10% stay as they are.
 
@@ -76,10 +83,14 @@ def bert_mask(rng: Array, ids: Array, *, mask_id: int, vocab_size: int, rate: fl
 def _token_counts(logits: Array, targets: Array, weights: Array) -> dict[str, Array]:
   """Scored tokens, correct ones, and rows whose scored tokens are all correct."""
   scored = weights > 0
-  right = (decoding.argmax(logits) == targets) | ~scored                # [B, T]
+  right = (decoding.argmax(logits) == targets) | ~scored  # [B, T]
   has = scored.any(-1)
-  return dict(tokens=scored.sum(), correct=(right & scored).sum(),
-              rows=has.sum(), exact=(right.all(-1) & has).sum())
+  return dict(
+    tokens=scored.sum(),
+    correct=(right & scored).sum(),
+    rows=has.sum(),
+    exact=(right.all(-1) & has).sum(),
+  )
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -109,8 +120,8 @@ def attention_hits(weights: Array, support: Array) -> Array:
   Returns:
     int32 `[B, N]` hit counts.
   """
-  strongest = jnp.argmax(weights, axis=-1)                              # [B, N, T]
-  target = support[:, None, :]                                          # [B, 1, T]
+  strongest = jnp.argmax(weights, axis=-1)  # [B, N, T]
+  target = support[:, None, :]  # [B, 1, T]
   hit = (target >= 0) & ((strongest == target) | (strongest == target + 1))
   return hit.sum(-1).astype(jnp.int32)
 
@@ -133,8 +144,9 @@ class LanguageModeling(Task):
   def __init__(self, config, workdir: str):
     lengths = _readable(config)  # before the data writes a vocabulary into the workdir
     self.causal = models.model_class(config.model.name).causal
-    self.data = language.build(config.dataset, os.path.join(workdir, VOCAB_DIR),
-                               mask_token=not self.causal)
+    self.data = language.build(
+      config.dataset, os.path.join(workdir, VOCAB_DIR), mask_token=not self.causal
+    )
     self.tokenizer = self.data.tokenizer
     self.label_smoothing = config.label_smoothing
     self.continuation_length = _continuation_length(config)
@@ -156,17 +168,22 @@ class LanguageModeling(Task):
   def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
     name, _, length = split.partition('@')  # a view: 'validation@256'
     data = self.at_length[int(length)] if length else self.data
-    return data.batches(name, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                        num_epochs=num_epochs)
+    return data.batches(
+      name, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
+    )
 
   def _objective(self, batch: Batch, rng: Array) -> tuple[Array, Array, Array]:
     """`(model inputs, targets, weights)`: the batch's as they are, or BERT-masked inputs."""
     if self.causal:
       return batch['inputs'], batch['targets'], batch['weights']
     ids = batch['inputs']
-    corrupted, picked = bert_mask(rng, ids, mask_id=self.data.mask_id,
-                                  vocab_size=self.tokenizer.vocab_size,
-                                  special_ids=self.tokenizer.special_ids)
+    corrupted, picked = bert_mask(
+      rng,
+      ids,
+      mask_id=self.data.mask_id,
+      vocab_size=self.tokenizer.vocab_size,
+      special_ids=self.tokenizer.special_ids,
+    )
     return corrupted, ids, picked.astype(jnp.float32)
 
   def loss(self, model, batch, rng):
@@ -188,8 +205,10 @@ class LanguageModeling(Task):
 
   def summarize(self, counts):
     tokens = max(counts['tokens'], 1)
-    metrics = {'accuracy': counts['correct'] / tokens,
-               'exact_match': counts['exact'] / max(counts['rows'], 1)}
+    metrics = {
+      'accuracy': counts['correct'] / tokens,
+      'exact_match': counts['exact'] / max(counts['rows'], 1),
+    }
     if 'loss_sum' in counts:  # evaluation: the unsmoothed loss, in nats per token
       loss = counts['loss_sum'] / tokens
       metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
@@ -200,46 +219,77 @@ class LanguageModeling(Task):
   def predict(self, model, batch, options: EvalOptions):
     inputs, targets, weights = self._objective(batch, self._eval_rng(batch))
     logits, last = _forward(*nnx.split(model), inputs)
-    out = dict(model_inputs=inputs, model_targets=targets, scored=weights > 0,
-               predicted=jnp.argmax(logits, -1), hits=attention_hits(last, batch['support']))
+    out = dict(
+      model_inputs=inputs,
+      model_targets=targets,
+      scored=weights > 0,
+      predicted=jnp.argmax(logits, -1),
+      hits=attention_hits(last, batch['support']),
+    )
     if self.causal and not bool(jnp.any(batch['support'] >= 0)) and options.temperatures:
       # Free text: continue the first half of each row, once per temperature.
-      prompt = inputs[:, :max(1, inputs.shape[1] // 2)]
-      out['continuations'] = jnp.stack([decoding.continue_prompt(
-          model, prompt, max_length=self.continuation_length,
-          rng=jax.random.key(options.seed), temperature=float(t), top_k=options.top_k,
-          top_p=options.top_p, eos_id=self.tokenizer.eos_id, pad_id=self.tokenizer.pad_id)
-          for t in options.temperatures], axis=1)                        # [B, K, length]
+      prompt = inputs[:, : max(1, inputs.shape[1] // 2)]
+      out['continuations'] = jnp.stack(
+        [
+          decoding.continue_prompt(
+            model,
+            prompt,
+            max_length=self.continuation_length,
+            rng=jax.random.key(options.seed),
+            temperature=float(t),
+            top_k=options.top_k,
+            top_p=options.top_p,
+            eos_id=self.tokenizer.eos_id,
+            pad_id=self.tokenizer.pad_id,
+          )
+          for t in options.temperatures
+        ],
+        axis=1,
+      )  # [B, K, length]
       out['prompt_length'] = jnp.full(inputs.shape[:1], prompt.shape[1], jnp.int32)
-      out['temperatures'] = jnp.broadcast_to(jnp.asarray(options.temperatures, jnp.float32),
-                                             (inputs.shape[0], len(options.temperatures)))
+      out['temperatures'] = jnp.broadcast_to(
+        jnp.asarray(options.temperatures, jnp.float32), (inputs.shape[0], len(options.temperatures))
+      )
     return out
 
   def sample(self, split, row):
     decode = lambda ids: _one_line(self.tokenizer.decode(ids))
     scored = np.asarray(row['scored'])
     inputs, support = np.asarray(row['model_inputs']), np.asarray(row['support'])
-    record = dict(index=row['index'], inputs=inputs.tolist(), support=support.tolist(),
-                  hits=np.asarray(row['hits']).tolist(), queries=int((support >= 0).sum()))
+    record = dict(
+      index=row['index'],
+      inputs=inputs.tolist(),
+      support=support.tolist(),
+      hits=np.asarray(row['hits']).tolist(),
+      queries=int((support >= 0).sum()),
+    )
     if 'continuations' in row:
-      prompt = inputs[:int(row['prompt_length'])]
+      prompt = inputs[: int(row['prompt_length'])]
       record['continuations'] = [decode(ids) for ids in np.asarray(row['continuations'])]
-      record.update(reference=decode(inputs[len(prompt):]), prediction=record['continuations'][0],
-                    correct=None)  # free text: the row's own continuation, the first sample's
+      record.update(
+        reference=decode(inputs[len(prompt) :]), prediction=record['continuations'][0], correct=None
+      )  # free text: the row's own continuation, the first sample's
       record['line'] = f'{decode(prompt)} -> ' + ' || '.join(
-          f'[T={t:g}] {text}' for t, text in zip(np.asarray(row['temperatures']),
-                                                  record['continuations']))
+        f'[T={t:g}] {text}'
+        for t, text in zip(np.asarray(row['temperatures']), record['continuations'])
+      )
       return record
     # Teacher-forced predictions at the scored positions: MQAR answers, or masked tokens.
     tokens = self.tokenizer.tokens
     predicted = np.asarray(row['predicted'])[scored]
     expected = np.asarray(row['model_targets'])[scored]
-    record.update(reference=' '.join(tokens(expected)), prediction=' '.join(tokens(predicted)),
-                  correct=bool(np.array_equal(predicted, expected)))
-    pairs = ' '.join(f'{p}{"" if p == e else f"(not {e})"}'
-                     for p, e in zip(tokens(predicted), tokens(expected)))
-    record['line'] = (f'{" ".join(tokens(inputs[inputs != self.tokenizer.pad_id]))} | {pairs} | '
-                      f'{int((predicted == expected).sum())}/{len(expected)} right')
+    record.update(
+      reference=' '.join(tokens(expected)),
+      prediction=' '.join(tokens(predicted)),
+      correct=bool(np.array_equal(predicted, expected)),
+    )
+    pairs = ' '.join(
+      f'{p}{"" if p == e else f"(not {e})"}' for p, e in zip(tokens(predicted), tokens(expected))
+    )
+    record['line'] = (
+      f'{" ".join(tokens(inputs[inputs != self.tokenizer.pad_id]))} | {pairs} | '
+      f'{int((predicted == expected).sum())}/{len(expected)} right'
+    )
     return record
 
   def prediction_metrics(self, samples):
@@ -247,40 +297,64 @@ class LanguageModeling(Task):
     queries = sum(s['queries'] for s in samples)
     if not queries:
       return {}
-    rates = np.sum([s['hits'] for s in samples], axis=0) / queries      # [N]
+    rates = np.sum([s['hits'] for s in samples], axis=0) / queries  # [N]
     metrics = {f'attention_hit_rate/head{n}': float(r) for n, r in enumerate(rates)}
     metrics['attention_hit_rate'] = float(rates.max())
     return metrics
 
   def draw(self, model, samples, out_dir, options):
     """Every layer's and head's attention over each drawn sample's sequence, one PNG each."""
-    drawn = samples[:options.num_pictures]
+    drawn = samples[: options.num_pictures]
     paths = []
     for sample, weights in zip(drawn, self.attention(model, drawn)):
       queries = [(t, s) for t, s in enumerate(sample['support']) if s >= 0]
       path = os.path.join(out_dir, f'attention_heads_{sample["index"]:04d}.png')
-      pictures.save_head_grid(path, weights,
-                              self.tokenizer.tokens(sample['inputs']), marks=queries,
-                              title=f'example {sample["index"]}: attention of every layer and '
-                                    'head' + (' (squares: the matching key)' if queries else ''))
+      pictures.save_head_grid(
+        path,
+        weights,
+        self.tokenizer.tokens(sample['inputs']),
+        marks=queries,
+        title=f'example {sample["index"]}: attention of every layer and '
+        'head' + (' (squares: the matching key)' if queries else ''),
+      )
       paths.append(path)
     return paths
 
   def explore(self, model, samples, options):
     """Per sample, its self-attention of every layer and head over its model inputs."""
     del options
-    return [dict(index=sample['index'], reference=sample['reference'],
-                 prediction=sample['prediction'], correct=sample['correct'],
-                 views=[dict(kind='attention', maps=[dict(
-                     name='self-attention', rows=self.tokenizer.tokens(sample['inputs']),
-                     cols=self.tokenizer.tokens(sample['inputs']), weights=weights)])])
-            for sample, weights in zip(samples, self.attention(model, samples))]
+    return [
+      dict(
+        index=sample['index'],
+        reference=sample['reference'],
+        prediction=sample['prediction'],
+        correct=sample['correct'],
+        views=[
+          dict(
+            kind='attention',
+            maps=[
+              dict(
+                name='self-attention',
+                rows=self.tokenizer.tokens(sample['inputs']),
+                cols=self.tokenizer.tokens(sample['inputs']),
+                weights=weights,
+              )
+            ],
+          )
+        ],
+      )
+      for sample, weights in zip(samples, self.attention(model, samples))
+    ]
 
   def attention(self, model, samples):
     """Per sample, in order, its self-attention weights `[L, N, T, T]` (one jitted forward)."""
-    return picture_weights.batched_weights(_self_attention, model,
-                                           [(sample['inputs'],) for sample in samples],
-                                           pad_ids=(self.tokenizer.pad_id,), crop=(0, 0))
+    return picture_weights.batched_weights(
+      _self_attention,
+      model,
+      [(sample['inputs'],) for sample in samples],
+      pad_ids=(self.tokenizer.pad_id,),
+      crop=(0, 0),
+    )
 
 
 def _readable(config) -> tuple[int, ...]:
@@ -292,9 +366,11 @@ def _readable(config) -> tuple[int, ...]:
   """
   lengths, model = tuple(config.dataset.get('eval_lengths', ())), config.model
   if model.get('positions') == 'learned' and max(lengths, default=0) > model.max_length:
-    raise ValueError(f'config.dataset.eval_lengths={lengths} reaches past the learned position '
-                     f'table of config.model.max_length={model.max_length}: a learned '
-                     'table has no embedding for later positions.')
+    raise ValueError(
+      f'config.dataset.eval_lengths={lengths} reaches past the learned position '
+      f'table of config.model.max_length={model.max_length}: a learned '
+      'table has no embedding for later positions.'
+    )
   return lengths
 
 
@@ -316,10 +392,17 @@ def _continuation_length(config) -> int:
   relative = config.model.get('positions') in ATTENTION_POSITIONS  # offsets, not places
   if prompt + wanted <= trained or (relative and 0 < window <= trained):
     return wanted
-  logging.warning('Sampling %d tokens after a %d-token prompt would run %d positions past the %d '
-                  'the model was trained on (config.dataset.seq_length); sampling %d. With '
-                  "positions rope, alibi or t5, config.model.window <= %d samples further.",
-                  wanted, prompt, prompt + wanted - trained, trained, trained - prompt, trained)
+  logging.warning(
+    'Sampling %d tokens after a %d-token prompt would run %d positions past the %d '
+    'the model was trained on (config.dataset.seq_length); sampling %d. With '
+    'positions rope, alibi or t5, config.model.window <= %d samples further.',
+    wanted,
+    prompt,
+    prompt + wanted - trained,
+    trained,
+    trained - prompt,
+    trained,
+  )
   return trained - prompt
 
 

@@ -4,8 +4,13 @@ import jax
 import jax.numpy as jnp
 
 
-def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0, *,
-                  where: jax.Array | None = None) -> jax.Array:
+def cross_entropy(
+  logits: jax.Array,
+  labels: jax.Array,
+  label_smoothing: float = 0.0,
+  *,
+  where: jax.Array | None = None,
+) -> jax.Array:
   """Per-position cross-entropy against label-smoothed targets.
 
   The smoothed loss has its minimum entropy subtracted, so a perfect model scores 0 for any
@@ -21,10 +26,10 @@ def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float =
     float32 `[...]` losses.
   """
   vocab = logits.shape[-1]
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))          # [..., V]
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))  # [..., V]
   on = 1.0 - label_smoothing
   off = label_smoothing / (vocab - 1)
-  soft = jax.nn.one_hot(labels, vocab) * (on - off) + off             # [..., V]
+  soft = jax.nn.one_hot(labels, vocab) * (on - off) + off  # [..., V]
   min_entropy = -(on * jnp.log(on) + (vocab - 1) * off * jnp.log(off + 1e-20))
-  losses = -jnp.sum(soft * log_probs, axis=-1) - min_entropy          # [...]
+  losses = -jnp.sum(soft * log_probs, axis=-1) - min_entropy  # [...]
   return losses if where is None else jnp.where(where, losses, 0.0)

@@ -8,12 +8,12 @@ so the forward compiles once per call; the models mask their padding, so a real 
 weights are the ones the example alone gets.
 """
 
-import functools
 from collections.abc import Callable, Iterator, Sequence
+import functools
 
+from flax import nnx
 import jax
 import numpy as np
-from flax import nnx
 
 # Examples per forward: large enough that few forwards run, small enough that a batch of
 # weights [B, L, N, T, S] of a large model stays a few hundred MB at most.
@@ -21,15 +21,25 @@ BATCH_SIZE = 32
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _forward(forward: Callable[..., jax.Array], graphdef: nnx.GraphDef, state: nnx.State,
-             arrays: tuple[jax.Array, ...]) -> jax.Array:
+def _forward(
+  forward: Callable[..., jax.Array],
+  graphdef: nnx.GraphDef,
+  state: nnx.State,
+  arrays: tuple[jax.Array, ...],
+) -> jax.Array:
   """`forward(model, *arrays)` of the model `graphdef, state`; compiled once per shape."""
   return forward(nnx.merge(graphdef, state), *arrays)
 
 
-def batched_weights(forward: Callable[..., jax.Array], model: nnx.Module,
-                    examples: Sequence[Sequence[Sequence[int]]], *, pad_ids: Sequence[int],
-                    crop: Sequence[int], batch_size: int = BATCH_SIZE) -> Iterator[np.ndarray]:
+def batched_weights(
+  forward: Callable[..., jax.Array],
+  model: nnx.Module,
+  examples: Sequence[Sequence[Sequence[int]]],
+  *,
+  pad_ids: Sequence[int],
+  crop: Sequence[int],
+  batch_size: int = BATCH_SIZE,
+) -> Iterator[np.ndarray]:
   """Per example, in order, the weights `forward` computes for it alone, cropped to its lengths.
 
   Args:
@@ -50,16 +60,23 @@ def batched_weights(forward: Callable[..., jax.Array], model: nnx.Module,
   if not examples:
     return
   lengths = np.array([[len(field) for field in example] for example in examples])  # [E, F]
-  longest = lengths.max(axis=0)                                                     # [F]
+  longest = lengths.max(axis=0)  # [F]
   size = min(batch_size, len(examples))
   graphdef, state = nnx.split(model)
   for start in range(0, len(examples), size):
-    chunk = list(examples[start:start + size])
+    chunk = list(examples[start : start + size])
     chunk += [chunk[0]] * (size - len(chunk))  # rows that fill the last batch, dropped below
-    arrays = tuple(np.stack([np.pad(np.asarray(example[f], np.int32),
-                                    (0, longest[f] - len(example[f])), constant_values=pad)
-                             for example in chunk])                   # [B, longest[f]]
-                   for f, pad in enumerate(pad_ids))
-    weights = np.asarray(_forward(forward, graphdef, state, arrays))   # [B, ..., X1, X2, ...]
-    for row, sizes in zip(weights, lengths[start:start + size]):
+    arrays = tuple(
+      np.stack(
+        [
+          np.pad(
+            np.asarray(example[f], np.int32), (0, longest[f] - len(example[f])), constant_values=pad
+          )
+          for example in chunk
+        ]
+      )  # [B, longest[f]]
+      for f, pad in enumerate(pad_ids)
+    )
+    weights = np.asarray(_forward(forward, graphdef, state, arrays))  # [B, ..., X1, X2, ...]
+    for row, sizes in zip(weights, lengths[start : start + size]):
       yield row[(..., *(slice(0, sizes[f]) for f in crop))]

@@ -1,10 +1,10 @@
 """Question answering over a story: a memory network reads the story's sentences, hop by hop.
 
-Reads a bAbI-style dataset of `data/question_answering.py` (Attend's generated tasks 1, 2 and 16, or the original
-bAbI files from a local folder), trains a `models.QuestionAnswerer` (MemN2N) with cross-entropy on
-the answer word, and evaluates answer accuracy and, since every example records its supporting
-sentences, the supporting-fact hit rate of each hop: how often the hop's strongest weight lands
-on a supporting sentence. The picture is the notes' hop table: the story's sentences down, one
+Reads a bAbI-style dataset of `data/question_answering.py` (Attend's generated tasks 1, 2 and 16, or
+the original bAbI files from a local folder), trains a `models.QuestionAnswerer` (MemN2N) with
+cross-entropy on the answer word, and evaluates answer accuracy and, since every example records its
+supporting sentences, the supporting-fact hit rate of each hop: how often the hop's strongest weight
+lands on a supporting sentence. The picture is the notes' hop table: the story's sentences down, one
 column of weights per hop, the supporting sentences marked (PNG and text).
 """
 
@@ -12,10 +12,10 @@ import functools
 import os
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from data import question_answering
 from models.interfaces import QuestionAnswerer
@@ -44,8 +44,11 @@ def hop_table(sentences: list[str], weights: np.ndarray, supporting: list[int]) 
   """
   width = max(len(s) for s in sentences)
   header = f'{"story":<{width}}  support  ' + '  '.join(f'hop {k + 1}' for k in range(len(weights)))
-  rows = [f'{s:<{width}}  {"yes" if i in supporting else "":<7}  '
-          + '  '.join(f'{w:5.2f}' for w in weights[:, i]) for i, s in enumerate(sentences)]
+  rows = [
+    f'{s:<{width}}  {"yes" if i in supporting else "":<7}  '
+    + '  '.join(f'{w:5.2f}' for w in weights[:, i])
+    for i, s in enumerate(sentences)
+  ]
   return '\n'.join([header, *rows])
 
 
@@ -71,19 +74,28 @@ class QuestionAnswering(Task):
     self.label_smoothing = config.label_smoothing
 
   def model_args(self) -> dict[str, Any]:
-    return dict(vocab_size=self.tokenizer.vocab_size, pad_id=self.tokenizer.pad_id,
-                memory_size=self.data.memory_size, sentence_length=self.data.sentence_length)
+    return dict(
+      vocab_size=self.tokenizer.vocab_size,
+      pad_id=self.tokenizer.pad_id,
+      memory_size=self.data.memory_size,
+      sentence_length=self.data.sentence_length,
+    )
 
   def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                             num_epochs=num_epochs)
+    return self.data.batches(
+      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
+    )
 
   def loss(self, model, batch: Batch, rng):
     # A MemN2N trains its first `linear_start_steps` steps without the hops' softmax.
-    schedule = {} if not getattr(model, 'linear_start_steps', 0) else dict(
-        linear=batch['step'] < model.linear_start_steps)
-    logits = model.answer(batch['story'], batch['query'], deterministic=False,
-                          rngs=nnx.Rngs(dropout=rng), **schedule)
+    schedule = (
+      {}
+      if not getattr(model, 'linear_start_steps', 0)
+      else dict(linear=batch['step'] < model.linear_start_steps)
+    )
+    logits = model.answer(
+      batch['story'], batch['query'], deterministic=False, rngs=nnx.Rngs(dropout=rng), **schedule
+    )
     real = batch['index'] >= 0
     losses = cross_entropy(logits, batch['answer'], self.label_smoothing, where=real)
     return losses.sum() / jnp.maximum(real.sum(), 1), example_counts(logits, batch['answer'], real)
@@ -106,48 +118,64 @@ class QuestionAnswering(Task):
 
   def sample(self, split, row):
     example = self.data.examples(split)[row['index']]
-    kept = list(example.story[-self.data.memory_size:])                # memory slot order
+    kept = list(example.story[-self.data.memory_size :])  # memory slot order
     first = len(example.story) - len(kept)
     supporting = [i - first for i in example.supporting if i >= first]
     probabilities = np.asarray(row['probabilities'])
     prediction = self.tokenizer.tokens([int(probabilities.argmax())])[0]
-    hops = np.asarray(row['hops'])[:, :len(kept)]                       # [K, S]
+    hops = np.asarray(row['hops'])[:, : len(kept)]  # [K, S]
     strongest = hops.argmax(-1)
-    return dict(index=row['index'], sentences=kept, question=example.question,
-                answer=example.answer, prediction=prediction, hops=hops,
-                supporting=supporting, hits=[int(s in supporting) for s in strongest],
-                line=f'{example.question} | {example.answer} | {prediction} | '
-                     f'{kept[strongest[0]] if kept else ""}')
+    return dict(
+      index=row['index'],
+      sentences=kept,
+      question=example.question,
+      answer=example.answer,
+      prediction=prediction,
+      hops=hops,
+      supporting=supporting,
+      hits=[int(s in supporting) for s in strongest],
+      line=f'{example.question} | {example.answer} | {prediction} | '
+      f'{kept[strongest[0]] if kept else ""}',
+    )
 
   def prediction_metrics(self, samples):
     """Per hop, the supporting-fact hit rate of the predicted samples that have supports."""
     scored = [s['hits'] for s in samples if s['supporting']]
     if not scored:
       return {}
-    return {f'support_hit_rate/hop{k + 1}': float(rate)
-            for k, rate in enumerate(np.mean(scored, axis=0))}
+    return {
+      f'support_hit_rate/hop{k + 1}': float(rate) for k, rate in enumerate(np.mean(scored, axis=0))
+    }
 
   def draw(self, model, samples, out_dir, options):
     """The hop table of each drawn sample, as text (`hops_NNNN.txt`) and PNG (`hops_NNNN.png`)."""
     del model  # the weights were computed with the predictions
     paths = []
-    for sample in samples[:options.num_pictures]:
+    for sample in samples[: options.num_pictures]:
       stem = os.path.join(out_dir, f'hops_{sample["index"]:04d}')
-      title = (f'{sample["question"]} Answer: {sample["answer"]} '
-               f'Prediction: {sample["prediction"]}')
+      title = f'{sample["question"]} Answer: {sample["answer"]} Prediction: {sample["prediction"]}'
       with open(stem + '.txt', 'w', encoding='utf-8') as f:
-        f.write(hop_table(sample['sentences'], sample['hops'], sample['supporting'])
-                + f'\n{title}\n')
-      pictures.save_hop_table(stem + '.png', sample['sentences'], sample['hops'],
-                              sample['supporting'], title=title)
+        f.write(
+          hop_table(sample['sentences'], sample['hops'], sample['supporting']) + f'\n{title}\n'
+        )
+      pictures.save_hop_table(
+        stem + '.png', sample['sentences'], sample['hops'], sample['supporting'], title=title
+      )
       paths += [stem + '.txt', stem + '.png']
     return paths
 
   def explore(self, model, samples, options):
     """Per sample, its hop table: each hop's weights over the story's sentences."""
     del model, options  # the weights were computed with the predictions
-    return [dict(index=s['index'], reference=f'{s["question"]} {s["answer"]}',
-                 prediction=s['prediction'], correct=s['prediction'] == s['answer'],
-                 views=[dict(kind='hops', sentences=s['sentences'], weights=s['hops'],
-                             supporting=s['supporting'])])
-            for s in samples]
+    return [
+      dict(
+        index=s['index'],
+        reference=f'{s["question"]} {s["answer"]}',
+        prediction=s['prediction'],
+        correct=s['prediction'] == s['answer'],
+        views=[
+          dict(kind='hops', sentences=s['sentences'], weights=s['hops'], supporting=s['supporting'])
+        ],
+      )
+      for s in samples
+    ]

@@ -10,11 +10,11 @@ import functools
 import os
 from typing import Any
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import sacrebleu
-from flax import nnx
 
 import attention
 from data import translation
@@ -35,15 +35,16 @@ def shift_right(targets: Array, bos_id: int) -> Array:
 
 def token_counts(logits: Array, targets: Array, pad_id: int) -> dict[str, Array]:
   """Tokens, correct tokens, rows and exactly right rows of a batch (padding rows count as none)."""
-  weights = targets != pad_id                                         # [B, T]
+  weights = targets != pad_id  # [B, T]
   correct = (decoding.argmax(logits) == targets) & weights
-  rows = jnp.any(weights, axis=1)                                     # [B]
+  rows = jnp.any(weights, axis=1)  # [B]
   exact = jnp.all(correct | ~weights, axis=1) & rows
   return dict(tokens=weights.sum(), correct=correct.sum(), rows=rows.sum(), exact=exact.sum())
 
 
-def teacher_forced_loss(model, batch: Batch, rng: Array, *, bos_id: int, pad_id: int,
-                        label_smoothing: float = 0.0) -> tuple[Array, dict[str, Array]]:
+def teacher_forced_loss(
+  model, batch: Batch, rng: Array, *, bos_id: int, pad_id: int, label_smoothing: float = 0.0
+) -> tuple[Array, dict[str, Array]]:
   """Mean label-smoothed cross-entropy per target token (dropout on) and `token_counts`.
 
   Args:
@@ -55,8 +56,9 @@ def teacher_forced_loss(model, batch: Batch, rng: Array, *, bos_id: int, pad_id:
     label_smoothing: see `tasks.losses.cross_entropy`.
   """
   targets = batch['targets']
-  logits = model(batch['inputs'], shift_right(targets, bos_id), deterministic=False,
-                 rngs=nnx.Rngs(dropout=rng))
+  logits = model(
+    batch['inputs'], shift_right(targets, bos_id), deterministic=False, rngs=nnx.Rngs(dropout=rng)
+  )
   real = targets != pad_id
   losses = cross_entropy(logits, targets, label_smoothing, where=real)
   return losses.sum() / jnp.maximum(real.sum(), 1), token_counts(logits, targets, pad_id)
@@ -70,13 +72,17 @@ def teacher_forced_counts(model, batch: Batch, *, bos_id: int, pad_id: int) -> d
   sharply the decoder attends: 0 = one source token, log S = uniform over S.
   """
   targets = batch['targets']
-  logits, weights = model(batch['inputs'], shift_right(targets, bos_id), deterministic=True,
-                          return_attention=True)
-  real = targets != pad_id                                               # [B, T]
+  logits, weights = model(
+    batch['inputs'], shift_right(targets, bos_id), deterministic=True, return_attention=True
+  )
+  real = targets != pad_id  # [B, T]
   loss_sum = cross_entropy(logits, targets, where=real).sum()
   entropy = attention.attention_entropy(weights['cross']).mean(axis=(1, 2))  # [B, T]
-  return dict(loss_sum=loss_sum, entropy_sum=jnp.sum(entropy, where=real),
-              **token_counts(logits, targets, pad_id))
+  return dict(
+    loss_sum=loss_sum,
+    entropy_sum=jnp.sum(entropy, where=real),
+    **token_counts(logits, targets, pad_id),
+  )
 
 
 def teacher_forced_metrics(counts: dict[str, float]) -> dict[str, float]:
@@ -89,8 +95,11 @@ def teacher_forced_metrics(counts: dict[str, float]) -> dict[str, float]:
     metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
   if 'entropy_sum' in counts:
     metrics.update(attention_entropy=counts['entropy_sum'] / tokens)
-  return dict(metrics, token_accuracy=counts['correct'] / tokens,
-              teacher_forced_exact_match=counts['exact'] / max(counts['rows'], 1))
+  return dict(
+    metrics,
+    token_accuracy=counts['correct'] / tokens,
+    teacher_forced_exact_match=counts['exact'] / max(counts['rows'], 1),
+  )
 
 
 class Translation(Task):
@@ -121,40 +130,62 @@ class Translation(Task):
     self.pad_id = self.target_tokenizer.pad_id
 
   def model_args(self) -> dict[str, Any]:
-    return dict(input_vocab_size=self.source_tokenizer.vocab_size,
-                output_vocab_size=self.target_tokenizer.vocab_size,
-                pad_id=self.source_tokenizer.pad_id)
+    return dict(
+      input_vocab_size=self.source_tokenizer.vocab_size,
+      output_vocab_size=self.target_tokenizer.vocab_size,
+      pad_id=self.source_tokenizer.pad_id,
+    )
 
   def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(split, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                             num_epochs=num_epochs)
+    return self.data.batches(
+      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
+    )
 
   def loss(self, model, batch, rng):
-    return teacher_forced_loss(model, batch, rng, bos_id=self.target_tokenizer.bos_id,
-                               pad_id=self.pad_id, label_smoothing=self.label_smoothing)
+    return teacher_forced_loss(
+      model,
+      batch,
+      rng,
+      bos_id=self.target_tokenizer.bos_id,
+      pad_id=self.pad_id,
+      label_smoothing=self.label_smoothing,
+    )
 
   def eval_counts(self, model, batch):
-    return teacher_forced_counts(model, batch, bos_id=self.target_tokenizer.bos_id,
-                                 pad_id=self.pad_id)
+    return teacher_forced_counts(
+      model, batch, bos_id=self.target_tokenizer.bos_id, pad_id=self.pad_id
+    )
 
   def summarize(self, counts):
     return teacher_forced_metrics(counts)
 
   def predict(self, model, batch, options: EvalOptions):
     tokenizer = self.target_tokenizer
-    ids = decoding.generate(model, batch['inputs'], max_length=self.max_decode_length,
-                            bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                            pad_id=tokenizer.pad_id, beam_size=options.beam_size,
-                            alpha=options.alpha)
+    ids = decoding.generate(
+      model,
+      batch['inputs'],
+      max_length=self.max_decode_length,
+      bos_id=tokenizer.bos_id,
+      eos_id=tokenizer.eos_id,
+      pad_id=tokenizer.pad_id,
+      beam_size=options.beam_size,
+      alpha=options.alpha,
+    )
     return dict(output_ids=ids)
 
   def sample(self, split, row):
     source, reference = self.data.examples(split)[row['index']]
     output = until_eos(row['output_ids'], self.target_tokenizer)
     hypothesis = self.target_tokenizer.decode(output)
-    return dict(index=row['index'], source=source, reference=reference, hypothesis=hypothesis,
-                inputs=until_eos(row['inputs'], self.source_tokenizer), output_ids=output,
-                line=f'{source} | {reference} | {hypothesis}')
+    return dict(
+      index=row['index'],
+      source=source,
+      reference=reference,
+      hypothesis=hypothesis,
+      inputs=until_eos(row['inputs'], self.source_tokenizer),
+      output_ids=output,
+      line=f'{source} | {reference} | {hypothesis}',
+    )
 
   def prediction_metrics(self, samples):
     """Exact match (hypothesis == reference) and corpus sacreBLEU of decoded samples.
@@ -168,24 +199,32 @@ class Translation(Task):
     references = [sample['reference'] for sample in samples]
     tokenize = 'char' if self.target_vocab == 'char' else '13a'
     exact = np.mean([h == r for h, r in zip(hypotheses, references)])
-    return dict(exact_match=float(exact),
-                bleu=sacrebleu.corpus_bleu(hypotheses, [references], tokenize=tokenize).score)
+    return dict(
+      exact_match=float(exact),
+      bleu=sacrebleu.corpus_bleu(hypotheses, [references], tokenize=tokenize).score,
+    )
 
   def draw(self, model, samples, out_dir, options):
     """One PNG per sample: decoder cross-attention while producing its own hypothesis."""
-    drawn = [sample for sample in samples[:options.num_pictures] if sample['output_ids']]
+    drawn = [sample for sample in samples[: options.num_pictures] if sample['output_ids']]
     paths = []
     for sample, weights in zip(drawn, self.attention(model, drawn, ('cross',))):
-      cross = weights['cross']                                          # [L, N, T, S]
+      cross = weights['cross']  # [L, N, T, S]
       # A one-layer, one-head map (a Seq2Seq's) has no layer or head to name.
-      which = ('' if cross.shape[:2] == (1, 1) else
-               f' (layer {options.layer}, '
-               f'{"mean over heads" if options.head < 0 else f"head {options.head}"})')
+      which = (
+        ''
+        if cross.shape[:2] == (1, 1)
+        else f' (layer {options.layer}, '
+        f'{"mean over heads" if options.head < 0 else f"head {options.head}"})'
+      )
       path = os.path.join(out_dir, f'attention_{sample["index"]:04d}.png')
-      pictures.save_heatmap(path, pictures.select_heads(cross, options.layer, options.head),
-                            self.source_tokenizer.tokens(sample['inputs']),
-                            self.target_tokenizer.tokens(sample['output_ids']),
-                            f'{sample["source"]} -> {sample["hypothesis"]}{which}')
+      pictures.save_heatmap(
+        path,
+        pictures.select_heads(cross, options.layer, options.head),
+        self.source_tokenizer.tokens(sample['inputs']),
+        self.target_tokenizer.tokens(sample['output_ids']),
+        f'{sample["source"]} -> {sample["hypothesis"]}{which}',
+      )
       paths.append(path)
     return paths
 
@@ -194,36 +233,55 @@ class Translation(Task):
     has) while producing its own hypothesis."""
     del options
     drawn = [sample for sample in samples if sample['output_ids']]
-    names = {'cross': 'cross-attention', 'encoder_self': 'encoder self-attention',
-             'decoder_self': 'decoder self-attention'}
+    names = {
+      'cross': 'cross-attention',
+      'encoder_self': 'encoder self-attention',
+      'decoder_self': 'decoder self-attention',
+    }
     records = []
     for sample, weights in zip(drawn, self.attention(model, drawn, tuple(names))):
       source = self.source_tokenizer.tokens(sample['inputs'])
       output = self.target_tokenizer.tokens(sample['output_ids'])
-      inputs = self.target_tokenizer.tokens([self.target_tokenizer.bos_id,
-                                             *sample['output_ids'][:-1]])
-      axes = {'cross': (output, source), 'encoder_self': (source, source),
-              'decoder_self': (output, inputs)}
-      maps = [dict(name=names[key], rows=axes[key][0], cols=axes[key][1], weights=w)
-              for key, w in weights.items()]
-      records.append(dict(index=sample['index'], reference=sample['reference'],
-                          prediction=sample['hypothesis'],
-                          correct=sample['hypothesis'] == sample['reference'],
-                          views=[dict(kind='attention', maps=maps)]))
+      inputs = self.target_tokenizer.tokens(
+        [self.target_tokenizer.bos_id, *sample['output_ids'][:-1]]
+      )
+      axes = {
+        'cross': (output, source),
+        'encoder_self': (source, source),
+        'decoder_self': (output, inputs),
+      }
+      maps = [
+        dict(name=names[key], rows=axes[key][0], cols=axes[key][1], weights=w)
+        for key, w in weights.items()
+      ]
+      records.append(
+        dict(
+          index=sample['index'],
+          reference=sample['reference'],
+          prediction=sample['hypothesis'],
+          correct=sample['hypothesis'] == sample['reference'],
+          views=[dict(kind='attention', maps=maps)],
+        )
+      )
     return records
 
   def attention(self, model, samples, keys) -> list[dict[str, np.ndarray]]:
     """Per sample, the model's attention weights `[L, N, T', S']` named by `keys` (those it
     has of 'cross', 'encoder_self', 'decoder_self') while producing its own hypothesis."""
     # Each sample's decoder inputs as `shift_right` makes them: BOS, then all but its last id.
-    examples = [(sample['inputs'], [self.target_tokenizer.bos_id, *sample['output_ids'][:-1]])
-                for sample in samples]
+    examples = [
+      (sample['inputs'], [self.target_tokenizer.bos_id, *sample['output_ids'][:-1]])
+      for sample in samples
+    ]
     pads = (self.source_tokenizer.pad_id, self.target_tokenizer.pad_id)
     found = {}
     for key in keys:
       try:
-        found[key] = list(picture_weights.batched_weights(_FORWARDS[key], model, examples,
-                                                          crop=_CROPS[key], pad_ids=pads))
+        found[key] = list(
+          picture_weights.batched_weights(
+            _FORWARDS[key], model, examples, crop=_CROPS[key], pad_ids=pads
+          )
+        )
       except KeyError:  # e.g. a Seq2Seq has cross-attention only
         continue
     return [{key: weights[i] for key, weights in found.items()} for i in range(len(samples))]
@@ -237,8 +295,9 @@ def _weights(key: str, model, inputs: Array, decoder_inputs: Array) -> Array:
 
 
 # One function per key, made once, so that each compiles once (`picture_weights` jits by it).
-_FORWARDS = {key: functools.partial(_weights, key)
-             for key in ('cross', 'encoder_self', 'decoder_self')}
+_FORWARDS = {
+  key: functools.partial(_weights, key) for key in ('cross', 'encoder_self', 'decoder_self')
+}
 # The fields (0: source, 1: decoder inputs) whose lengths the weights' last two axes have.
 _CROPS = {'cross': (1, 0), 'encoder_self': (0, 0), 'decoder_self': (1, 1)}
 
@@ -246,4 +305,4 @@ _CROPS = {'cross': (1, 0), 'encoder_self': (0, 0), 'decoder_self': (1, 1)}
 def until_eos(ids, tokenizer) -> list[int]:
   """Token ids up to and including the first EOS, padding dropped."""
   ids = [int(i) for i in ids if i != tokenizer.pad_id]
-  return ids[:ids.index(tokenizer.eos_id) + 1] if tokenizer.eos_id in ids else ids
+  return ids[: ids.index(tokenizer.eos_id) + 1] if tokenizer.eos_id in ids else ids

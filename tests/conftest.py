@@ -3,29 +3,32 @@
 import os
 import tempfile
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # Set in the environment, not only in this process's config: the train.py subprocesses of the
 # resume tests must multiply as the in-process runs they are compared with (on a GPU the default
 # is TF32, and a resumed run then differs from a straight one in every parameter).
-os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+os.environ.setdefault('JAX_DEFAULT_MATMUL_PRECISION', 'highest')
 # On a GPU, scatter-adds (embedding gradients) and some reductions use atomics, whose order varies
 # from run to run; the resume tests compare runs bit for bit. (Verified on an H100: with both
 # settings the two resume tests pass; with either alone they fail.) No effect on a CPU.
-if "--xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                             " --xla_gpu_deterministic_ops=true").strip()
+if '--xla_gpu_deterministic_ops' not in os.environ.get('XLA_FLAGS', ''):
+  os.environ['XLA_FLAGS'] = (
+    os.environ.get('XLA_FLAGS', '') + ' --xla_gpu_deterministic_ops=true'
+  ).strip()
 # The suite's programs are tiny and compiled once or twice each, so XLA:CPU's LLVM optimisation
 # costs more than it saves: without it the suite's compilation takes about half the CPU time.
 # Numerics stay IEEE float32 (tests compare with tolerances, and resume tests compare processes
 # that all inherit these flags). Training and benchmarks keep XLA's defaults.
-for flag in ("--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"):
-  if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+for flag in ('--xla_backend_optimization_level=0', '--xla_llvm_disable_expensive_passes=true'):
+  if flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
+    os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flag).strip()
 # Tests (and the train.py/eval.py subprocesses they start) compile the same tiny programs many
 # times; a persistent cache for the session turns the repeats into disk reads.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                      os.path.join(tempfile.gettempdir(), f"attend-jax-cache-{os.getuid()}"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+os.environ.setdefault(
+  'JAX_COMPILATION_CACHE_DIR',
+  os.path.join(tempfile.gettempdir(), f'attend-jax-cache-{os.getuid()}'),
+)
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.5')
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -37,12 +40,17 @@ def pytest_collection_modifyitems(items):
   """The files that hold tests marked slow run first, their slow tests leading: with two workers,
   a long test started near the end would keep one worker busy while the other sits idle. Each
   file's tests stay together, so its module-scoped fixtures are built once per worker."""
-  slow = {item.module for item in items if item.get_closest_marker("slow")}
+  slow = {item.module for item in items if item.get_closest_marker('slow')}
   first = {}
   for index, item in enumerate(items):
     first.setdefault(item.module, index)
-  items.sort(key=lambda item: (item.module not in slow, first[item.module],
-                               not item.get_closest_marker("slow")))
+  items.sort(
+    key=lambda item: (
+      item.module not in slow,
+      first[item.module],
+      not item.get_closest_marker('slow'),
+    )
+  )
 
 
 @pytest.fixture

@@ -19,24 +19,30 @@ def test_the_default_preloads_the_library_with_purging_off():
   assert kept['MIMALLOC_PURGE_DELAY'] == '10' and kept['LD_PRELOAD'] == LIBRARY
 
 
-@pytest.mark.parametrize('environ, library', [
-    ({'ATTEND_ALLOCATOR': 'system'}, LIBRARY),     # turned off
-    ({}, None),                                    # cmeel-mimalloc not installed
+@pytest.mark.parametrize(
+  'environ, library',
+  [
+    ({'ATTEND_ALLOCATOR': 'system'}, LIBRARY),  # turned off
+    ({}, None),  # cmeel-mimalloc not installed
     ({'LD_PRELOAD': f'/x.so:{LIBRARY}'}, LIBRARY),  # already there: no second re-execution
-])
+  ],
+)
 def test_no_re_execution(environ, library):
   assert allocator.preload_environment(environ, library) is None
 
 
 def test_an_unknown_choice_is_one_sentence():
-  with pytest.raises(ValueError, match=r"ATTEND_ALLOCATOR='tcmalloc' must be one of 'mimalloc', "
-                                       r"'system'\."):
+  with pytest.raises(
+    ValueError,
+    match=r"ATTEND_ALLOCATOR='tcmalloc' must be one of 'mimalloc', "
+    r"'system'\.",
+  ):
     allocator.preload_environment({'ATTEND_ALLOCATOR': 'tcmalloc'}, LIBRARY)
 
 
 # A jitted program whose XLA:CPU temporaries (16 MB arrays) are freed after every call: minor page
 # faults per call after the warm-up, and whether mimalloc is loaded.
-_FAULTS = '''
+_FAULTS = """
 import resource
 from training import allocator
 allocator.use_mimalloc()
@@ -48,7 +54,7 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(5):
   f(x).block_until_ready()
 print(allocator.active(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
-'''
+"""
 
 
 def _run(choice):
@@ -57,12 +63,20 @@ def _run(choice):
   # On the CPU also on a GPU machine: what is measured are XLA:CPU's temporaries.
   env = dict(os.environ, ATTEND_ALLOCATOR=choice, PYTHONPATH=path, JAX_PLATFORMS='cpu')
   env.pop('LD_PRELOAD', None)
-  return subprocess.Popen([sys.executable, '-c', _FAULTS], env=env, cwd=ROOT, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  return subprocess.Popen(
+    [sys.executable, '-c', _FAULTS],
+    env=env,
+    cwd=ROOT,
+    text=True,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+  )
 
 
-@pytest.mark.skipif(not sys.platform.startswith('linux') or allocator.library_path() is None,
-                    reason='mimalloc is preloaded on Linux, with cmeel-mimalloc installed')
+@pytest.mark.skipif(
+  not sys.platform.startswith('linux') or allocator.library_path() is None,
+  reason='mimalloc is preloaded on Linux, with cmeel-mimalloc installed',
+)
 @pytest.mark.slow
 def test_under_mimalloc_the_temporaries_stop_faulting():
   runs = {choice: _run(choice) for choice in ('mimalloc', 'system')}
@@ -80,8 +94,14 @@ def test_under_mimalloc_the_temporaries_stop_faulting():
 
 def test_a_bad_choice_stops_the_entry_point_with_one_line():
   env = dict(os.environ, ATTEND_ALLOCATOR='jemalloc')
-  result = subprocess.run([sys.executable, 'train.py', '--workdir=unused'], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+  result = subprocess.run(
+    [sys.executable, 'train.py', '--workdir=unused'],
+    env=env,
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=60,
+  )
   assert result.returncode == 1
   assert result.stderr.strip() == "ATTEND_ALLOCATOR='jemalloc' must be one of 'mimalloc', 'system'."
   assert not os.path.exists(os.path.join(ROOT, 'unused'))

@@ -3,15 +3,15 @@ compile once, and the padding leaves each example's weights as the model gives i
 
 import os
 
+from flax import nnx
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
-import pytest
-from flax import nnx
 from PIL import Image
+import pytest
 
-import tasks
 from configs import seq2seq_bahdanau
+import tasks
 from tasks import picture_weights, translation
 
 EXAMPLES = 300  # ten batches of the helper's 32 rows, the last one partly filled
@@ -29,7 +29,7 @@ def bahdanau(tmp_path_factory):
   samples = []
   for batch in task.batches('test', batch_size=100, shuffle=False, seed=0, num_epochs=1):
     for row in ({key: values[i] for key, values in batch.items()} for i in range(100)):
-      targets = row['targets'][:1 + len(samples) % row['targets'].shape[0]]
+      targets = row['targets'][: 1 + len(samples) % row['targets'].shape[0]]
       samples.append(task.sample('test', dict(row, output_ids=targets)))
     if len(samples) >= EXAMPLES:
       break
@@ -51,8 +51,9 @@ def test_padded_batches_give_each_example_its_own_weights_from_one_trace(bahdana
 
   examples = _examples(task, samples)
   pads = (task.source_tokenizer.pad_id, task.target_tokenizer.pad_id)
-  weights = list(picture_weights.batched_weights(counted, model, examples, pad_ids=pads,
-                                                 crop=(1, 0)))
+  weights = list(
+    picture_weights.batched_weights(counted, model, examples, pad_ids=pads, crop=(1, 0))
+  )
   longest = (max(len(s) for s, _ in examples), max(len(t) for _, t in examples))
   assert traces == [((32, longest[0]), (32, longest[1]))]  # one trace for ten batches
   assert len(weights) == EXAMPLES
@@ -63,20 +64,26 @@ def test_padded_batches_give_each_example_its_own_weights_from_one_trace(bahdana
   # The most padded example, the longest one, and the last (beside the rows that fill its batch).
   for i in (shortest, int(np.argmax(sizes)), EXAMPLES - 1):
     source, decoder_inputs = examples[i]
-    _, alone = model(jnp.asarray([source]), jnp.asarray([decoder_inputs]), deterministic=True,
-                     return_attention=True)
+    _, alone = model(
+      jnp.asarray([source]),
+      jnp.asarray([decoder_inputs]),
+      deterministic=True,
+      return_attention=True,
+    )
     np.testing.assert_allclose(weights[i], alone['cross'][0], atol=1e-5)
 
 
 def test_draw_writes_its_pictures_from_one_compilation_and_leaves_no_figure_open(
-    bahdanau, tmp_path):
+  bahdanau, tmp_path
+):
   task, model, samples = bahdanau
   count = 40  # rendering takes ~0.1 s a picture; two batches, the second padded
   picture_weights._forward.clear_cache()
   paths = task.draw(model, samples, str(tmp_path), tasks.EvalOptions(num_pictures=count))
   assert picture_weights._forward._cache_size() == 1
-  assert paths == [os.path.join(tmp_path, f'attention_{s["index"]:04d}.png')
-                   for s in samples[:count]]
+  assert paths == [
+    os.path.join(tmp_path, f'attention_{s["index"]:04d}.png') for s in samples[:count]
+  ]
   assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in paths)
   for path in paths:
     with Image.open(path) as image:

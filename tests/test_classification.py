@@ -11,17 +11,19 @@ import numpy as np
 import pytest
 
 import models
-import tasks
-import training
 from reports import run_eval
+import tasks
 from tasks.classification import class_metrics, confusion_matrix, hit_rate
+import training
 from training.config import validate
 from training.setup import build_state
 from training.steps import merge_model, train_step
 
 CONFIGS = ('han', 'transformer_classifier', 'classification_tsv')
-TINY = {'han': dict(embed_dim=8, hidden_dim=8),
-        'transformer_classifier': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32)}
+TINY = {
+  'han': dict(embed_dim=8, hidden_dim=8),
+  'transformer_classifier': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32),
+}
 
 
 def test_confusion_matrix_and_metrics_by_hand():
@@ -38,10 +40,12 @@ def test_confusion_matrix_and_metrics_by_hand():
 
 
 def test_hit_rate_counts_only_examples_with_key_sentences_and_weights():
-  samples = [dict(key_sentences=[2], sentence_weights=[0.1, 0.2, 0.7]),      # hit
-             dict(key_sentences=[0, 1], sentence_weights=[0.1, 0.2, 0.7]),   # miss
-             dict(key_sentences=[], sentence_weights=[1.0]),                  # no key: ignored
-             dict(key_sentences=[1])]                                         # no weights
+  samples = [
+    dict(key_sentences=[2], sentence_weights=[0.1, 0.2, 0.7]),  # hit
+    dict(key_sentences=[0, 1], sentence_weights=[0.1, 0.2, 0.7]),  # miss
+    dict(key_sentences=[], sentence_weights=[1.0]),  # no key: ignored
+    dict(key_sentences=[1]),
+  ]  # no weights
   assert hit_rate(samples) == 0.5
   assert hit_rate(samples[2:]) is None
 
@@ -51,11 +55,13 @@ def tiny_config(name, data_dir, tmp_path):
   config.model.update(TINY[config.model.name])
   config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=8)
   if config.dataset.name == 'key_sentence_docs':
-    config.dataset.builder_config = 'default'    # 10,000 training documents, not 50,000
+    config.dataset.builder_config = 'default'  # 10,000 training documents, not 50,000
   if config.dataset.name == 'tsv_classification':
-    lines = [f'the {w} was {adj}\t{label}' for w in ('film', 'meal', 'show', 'song', 'game')
-             for adj, label in (('great', 'pos'), ('awful', 'neg'), ('fine', 'pos'),
-                                ('dull', 'neg'))] * 3
+    lines = [
+      f'the {w} was {adj}\t{label}'
+      for w in ('film', 'meal', 'show', 'song', 'game')
+      for adj, label in (('great', 'pos'), ('awful', 'neg'), ('fine', 'pos'), ('dull', 'neg'))
+    ] * 3
     path = tmp_path / 'reviews.tsv'
     path.write_text('\n'.join(lines) + '\n')
     config.dataset.tsv_path = str(path)
@@ -76,10 +82,13 @@ def test_every_classification_config_takes_a_training_step(name, data_dir, tmp_p
   assert batch['labels'].shape == (8,) and batch['inputs'].ndim == 3
   state = build_state(config, task)
   new_state, metrics = jax.jit(functools.partial(train_step, loss_fn=task.loss))(
-      state, batch, jax.random.key(0))
+    state, batch, jax.random.key(0)
+  )
   assert bool(metrics['finite']) and int(metrics['examples']) == 8
-  assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(state.params),
-                                                   jax.tree.leaves(new_state.params)))
+  assert any(
+    not np.allclose(a, b)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(new_state.params))
+  )
 
 
 @pytest.mark.slow
@@ -123,12 +132,13 @@ def test_sentence_layout_trains_and_predicts_word_weights(model, data_dir, tmp_p
   assert batch['inputs'].ndim == 2
   state = build_state(config, task)
   _, metrics = jax.jit(functools.partial(train_step, loss_fn=task.loss))(
-      state, batch, jax.random.key(0))
+    state, batch, jax.random.key(0)
+  )
   assert bool(metrics['finite'])
   predictions = task.predict(merge_model(state), batch, tasks.EvalOptions())
   weights = np.asarray(predictions['word_weights'])
   assert weights.shape == batch['inputs'].shape
-  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)   # attention pooling over words
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)  # attention pooling over words
   assert np.all(weights[batch['inputs'] == 0] == 0)
 
 
@@ -137,6 +147,7 @@ def test_sentence_layout_trains_and_predicts_word_weights(model, data_dir, tmp_p
 def test_each_model_trains_on_each_dataset_kind(model, kind, data_dir, tmp_path):
   """key_sentence_docs, a text<TAB>label file, and a TFDS dataset by name (mocked offline)."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
   config = tiny_config('classification_tsv' if kind == 'tsv' else 'han', data_dir, tmp_path)
   config.model = models.default_config(model, **TINY[model])
   if kind == 'tfds':
@@ -149,6 +160,7 @@ def test_each_model_trains_on_each_dataset_kind(model, kind, data_dir, tmp_path)
     batch = next(task.batches('train', batch_size=8, shuffle=True, seed=0))
   state = build_state(config, task)
   new_state, metrics = jax.jit(functools.partial(train_step, loss_fn=task.loss))(
-      state, batch, jax.random.key(0))
+    state, batch, jax.random.key(0)
+  )
   assert bool(metrics['finite']) and int(metrics['examples']) == 8
   assert int(new_state.step) == 1

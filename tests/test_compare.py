@@ -18,8 +18,12 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _write_run(directory, *, seed=0, score='dot', d_k=16, lines=()):
   """A workdir as train.py leaves it: config.json and metrics.jsonl."""
   os.makedirs(directory)
-  config = {'seed': seed, 'num_train_steps': 300, 'model': {'score': score, 'd_k': d_k},
-            'dataset': {'eval_split': 'validation'}}
+  config = {
+    'seed': seed,
+    'num_train_steps': 300,
+    'model': {'score': score, 'd_k': d_k},
+    'dataset': {'eval_split': 'validation'},
+  }
   with open(os.path.join(directory, 'config.json'), 'w', encoding='utf-8') as f:
     json.dump(config, f)
   with open(os.path.join(directory, 'metrics.jsonl'), 'w', encoding='utf-8') as f:
@@ -28,17 +32,30 @@ def _write_run(directory, *, seed=0, score='dot', d_k=16, lines=()):
 
 def _lines(accuracy, loss, speeds=(2.0, 4.0, 5.0), parameters=1234567):
   """Train lines at steps 100, 200, 300 at `speeds` steps/s, one final eval, the model line."""
-  train = [{'step': 100 * (i + 1), 'split': 'train', 'loss': 2.0 - i, 'grad_norm': 1.0,
-            'steps_per_s': speed} for i, speed in enumerate(speeds)]
-  return [{'step': 0, 'split': 'model', 'parameters': parameters}, *train,
-          {'step': 300, 'split': 'validation', 'accuracy': accuracy, 'loss': loss}]
+  train = [
+    {
+      'step': 100 * (i + 1),
+      'split': 'train',
+      'loss': 2.0 - i,
+      'grad_norm': 1.0,
+      'steps_per_s': speed,
+    }
+    for i, speed in enumerate(speeds)
+  ]
+  return [
+    {'step': 0, 'split': 'model', 'parameters': parameters},
+    *train,
+    {'step': 300, 'split': 'validation', 'accuracy': accuracy, 'loss': loss},
+  ]
 
 
 @pytest.fixture
 def study(tmp_path):
   """Two settings (model.score dot, additive) x 3 seeds; d_k is the same in all six."""
-  values = {'dot': [(0.90, 0.30), (0.92, 0.20), (0.94, 0.10)],
-            'additive': [(0.80, 0.60), (0.83, 0.50), (0.86, 0.70)]}
+  values = {
+    'dot': [(0.90, 0.30), (0.92, 0.20), (0.94, 0.10)],
+    'additive': [(0.80, 0.60), (0.83, 0.50), (0.86, 0.70)],
+  }
   for score, runs in values.items():
     for seed, (accuracy, loss) in enumerate(runs):
       _write_run(tmp_path / f'{score}_{seed}', seed=seed, score=score, lines=_lines(accuracy, loss))
@@ -51,8 +68,10 @@ def test_seeds_of_a_setting_are_averaged_with_sample_std(study):
   assert fields == ['model.score']  # seed varies too but is not a setting; d_k does not vary.
   assert [setting.label for setting in settings] == ['model.score=additive', 'model.score=dot']
   assert [len(setting.runs) for setting in settings] == [3, 3]
-  additive, dot = (runs_lib.aggregate([runs_lib.summarize_run(run, ['accuracy', 'loss'])
-                                       for run in setting.runs]) for setting in settings)
+  additive, dot = (
+    runs_lib.aggregate([runs_lib.summarize_run(run, ['accuracy', 'loss']) for run in setting.runs])
+    for setting in settings
+  )
   assert dot['accuracy'].mean == pytest.approx(0.92)
   assert dot['accuracy'].std == pytest.approx(0.02)  # sqrt((0.02² + 0 + 0.02²) / 2)
   assert dot['loss'].mean == pytest.approx(0.2) and dot['loss'].std == pytest.approx(0.1)
@@ -67,8 +86,9 @@ def test_markdown_table(study):
   rows = [line for line in markdown.splitlines() if line.startswith('|')]
   assert rows[0] == '| model.score | n | accuracy | loss | train time (s) | ms/step | parameters |'
   # 100/2 + 100/4 + 100/5 = 95 s; median of 1000/4 and 1000/5 ms (the first interval compiles).
-  assert rows[2] == ('| additive | 3 | 0.8300 ± 0.0300 | 0.6000 ± 0.1000 | 95.00 | 225.0 '
-                     '| 1,234,567 |')
+  assert rows[2] == (
+    '| additive | 3 | 0.8300 ± 0.0300 | 0.6000 ± 0.1000 | 95.00 | 225.0 | 1,234,567 |'
+  )
   assert rows[3] == '| dot | 3 | 0.9200 ± 0.0200 | 0.2000 ± 0.1000 | 95.00 | 225.0 | 1,234,567 |'
   assert '![curves](curves.png)' in markdown
   with open(study / 'report' / 'report.md', encoding='utf-8') as f:
@@ -95,8 +115,12 @@ def test_a_single_run_is_labelled_by_its_directory(tmp_path):
 
 
 def test_train_time_and_ms_per_step():
-  train = [{'step': 1, 'steps_per_s': 0.5}, {'step': 101, 'steps_per_s': 10.0},
-           {'step': 201, 'steps_per_s': 20.0}, {'step': 301, 'steps_per_s': 5.0}]
+  train = [
+    {'step': 1, 'steps_per_s': 0.5},
+    {'step': 101, 'steps_per_s': 10.0},
+    {'step': 201, 'steps_per_s': 20.0},
+    {'step': 301, 'steps_per_s': 5.0},
+  ]
   assert runs_lib.train_time_s(train) == pytest.approx(1 / 0.5 + 100 / 10 + 100 / 20 + 100 / 5)
   assert runs_lib.ms_per_step(train) == pytest.approx(100.0)  # median of 100, 50, 200
   assert runs_lib.ms_per_step(train[:1]) == pytest.approx(2000.0)
@@ -104,26 +128,34 @@ def test_train_time_and_ms_per_step():
 
 
 def test_values_at_initialisation(tmp_path):
-  lines = [{'step': 0, 'split': 'validation', 'accuracy': 0.25, 'loss': 1.4},
-           {'step': 1, 'split': 'train', 'loss': 1.39, 'grad_norm': 3.5, 'steps_per_s': 1.0},
-           {'step': 100, 'split': 'train', 'loss': 0.5, 'grad_norm': 0.7, 'steps_per_s': 9.0},
-           {'step': 100, 'split': 'validation', 'accuracy': 0.75, 'loss': 0.6}]
+  lines = [
+    {'step': 0, 'split': 'validation', 'accuracy': 0.25, 'loss': 1.4},
+    {'step': 1, 'split': 'train', 'loss': 1.39, 'grad_norm': 3.5, 'steps_per_s': 1.0},
+    {'step': 100, 'split': 'train', 'loss': 0.5, 'grad_norm': 0.7, 'steps_per_s': 9.0},
+    {'step': 100, 'split': 'validation', 'accuracy': 0.75, 'loss': 0.6},
+  ]
   _write_run(tmp_path / 'run', lines=lines)
   run = runs_lib.load_run(str(tmp_path / 'run'))
   summary = runs_lib.summarize_run(run, ['accuracy'])
-  assert summary == {'accuracy': 0.75, 'accuracy@init': 0.25, 'grad_norm@init': 3.5,
-                     'train time (s)': pytest.approx(1 + 99 / 9),
-                     'ms/step': pytest.approx(1000 / 9)}  # The step-1 interval compiles.
+  assert summary == {
+    'accuracy': 0.75,
+    'accuracy@init': 0.25,
+    'grad_norm@init': 3.5,
+    'train time (s)': pytest.approx(1 + 99 / 9),
+    'ms/step': pytest.approx(1000 / 9),
+  }  # The step-1 interval compiles.
   header = compare.write_report([str(tmp_path / 'run')], str(tmp_path)).splitlines()[4]
   assert '| accuracy | loss | accuracy@init | loss@init | grad_norm@init |' in header
   assert 'parameters' in header  # Always a column; '—' for a run without a 'model' line.
 
 
 def test_a_resumed_run_uses_the_last_line_of_a_step(tmp_path):
-  lines = [{'step': 100, 'split': 'train', 'loss': 1.0, 'steps_per_s': 1.0},
-           {'step': 200, 'split': 'validation', 'accuracy': 0.1},
-           {'step': 100, 'split': 'train', 'loss': 0.9, 'steps_per_s': 4.0},  # After the resume.
-           {'step': 200, 'split': 'validation', 'accuracy': 0.2}]
+  lines = [
+    {'step': 100, 'split': 'train', 'loss': 1.0, 'steps_per_s': 1.0},
+    {'step': 200, 'split': 'validation', 'accuracy': 0.1},
+    {'step': 100, 'split': 'train', 'loss': 0.9, 'steps_per_s': 4.0},  # After the resume.
+    {'step': 200, 'split': 'validation', 'accuracy': 0.2},
+  ]
   _write_run(tmp_path / 'run', lines=lines)
   run = runs_lib.load_run(str(tmp_path / 'run'))
   assert [line['loss'] for line in run.lines['train']] == [0.9]
@@ -156,14 +188,26 @@ def test_curves_are_a_png(study):
 
 
 def test_command_line(study, tmp_path):
-  done = subprocess.run([sys.executable, 'compare.py', str(study), '--metrics=accuracy'], cwd=_REPO,
-                        capture_output=True, text=True, timeout=60, check=False)
+  done = subprocess.run(
+    [sys.executable, 'compare.py', str(study), '--metrics=accuracy'],
+    cwd=_REPO,
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=False,
+  )
   assert done.returncode == 0, done.stderr
   assert '| dot | 3 | 0.9200 ± 0.0200 |' in done.stdout
   assert len(done.stdout.splitlines()) == 10  # heading, note, 4 table lines, image; 4 blank lines.
   assert (study / 'curves.png').exists()
-  missing = subprocess.run([sys.executable, 'compare.py', str(tmp_path / 'nowhere')], cwd=_REPO,
-                           capture_output=True, text=True, timeout=60, check=False)
+  missing = subprocess.run(
+    [sys.executable, 'compare.py', str(tmp_path / 'nowhere')],
+    cwd=_REPO,
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=False,
+  )
   assert missing.returncode != 0
   assert 'compare.py:' in missing.stderr and 'nowhere does not exist' in missing.stderr
 
@@ -182,12 +226,16 @@ def test_against_a_field_draws_one_line_per_other_setting_and_skips_tied_fields(
   lines = compare_against.lines(settings, 'model.d_k')
   assert list(lines) == ['model.score=additive', 'model.score=dot']
   assert [s.values['model.d_k'] for s in lines['model.score=dot']] == [8, 16, 32]
-  with pytest.raises(ValueError, match=r"--against=model.heads is not a field that differs among "
-                     r"these runs; valid: metrics, model.d_k, model.score, num_train_steps"):
+  with pytest.raises(
+    ValueError,
+    match=r'--against=model.heads is not a field that differs among '
+    r'these runs; valid: metrics, model.d_k, model.score, num_train_steps',
+  ):
     compare_against.lines(settings, 'model.heads')
   assert list(compare_against.lines(settings, 'metrics')) == [s.label for s in settings]
-  markdown = compare.write_report([str(tmp_path)], str(tmp_path / 'out'), metrics=['accuracy'],
-                                  against='model.d_k')
+  markdown = compare.write_report(
+    [str(tmp_path)], str(tmp_path / 'out'), metrics=['accuracy'], against='model.d_k'
+  )
   assert markdown.endswith('![curves](curves.png)\n\n![against](against.png)\n')
   width, height = Image.open(tmp_path / 'out' / 'against.png').size
   assert width > 500 and height > 300
@@ -199,18 +247,27 @@ def test_eval_results_replace_the_last_validation_with_the_config_evaluated(tmp_
     _write_run(directory, lines=_lines(0.5, 1.0))
     os.makedirs(directory / 'eval')
     config = json.loads((directory / 'config.json').read_text())
-    config['model']['window'] = window                    # evaluated with another window
+    config['model']['window'] = window  # evaluated with another window
     (directory / 'eval' / 'config.json').write_text(json.dumps(config))
-    (directory / 'eval' / 'metrics.json').write_text(json.dumps(
-        {'accuracy': 0.7 + window / 1000, 'step': 300, 'split': 'validation',
-         'population': {'accuracy': 'all of validation'}}))
-  markdown = compare.write_report([str(tmp_path)], str(tmp_path / 'out'), metrics=['accuracy'],
-                                  from_eval=True)
+    (directory / 'eval' / 'metrics.json').write_text(
+      json.dumps(
+        {
+          'accuracy': 0.7 + window / 1000,
+          'step': 300,
+          'split': 'validation',
+          'population': {'accuracy': 'all of validation'},
+        }
+      )
+    )
+  markdown = compare.write_report(
+    [str(tmp_path)], str(tmp_path / 'out'), metrics=['accuracy'], from_eval=True
+  )
   assert '| 0 | 1 | 0.7000 |' in markdown and '| 64 | 1 | 0.7640 |' in markdown
   assert 'validation metrics of eval.py' in markdown
   (tmp_path / 'window_0' / 'eval' / 'metrics.json').unlink()
-  with pytest.raises(FileNotFoundError, match='window_0 has no eval/metrics.json; run python '
-                                              'eval.py'):
+  with pytest.raises(
+    FileNotFoundError, match='window_0 has no eval/metrics.json; run python eval.py'
+  ):
     compare.write_report([str(tmp_path)], str(tmp_path / 'out'), from_eval=True)
 
 
@@ -219,14 +276,22 @@ def test_importing_training_and_reports_leaves_matplotlibs_backend_alone():
   # backend is set to 'svg': a module that chose one at import (matplotlib.use('Agg')) changes it.
   # Pictures are drawn by Agg outside pyplot, so pyplot, which switches backends, never loads.
   check = (
-      'import importlib, pkgutil, sys\n'
-      'import reports, training\n'
-      'for package in (training, reports):\n'
-      '  for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):\n'
-      '    importlib.import_module(module.name)\n'
-      'import matplotlib\n'
-      'print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)\n')
-  done = subprocess.run([sys.executable, '-c', check], cwd=_REPO, capture_output=True, text=True,
-                        timeout=300, check=False, env={**os.environ, 'MPLBACKEND': 'svg'})
+    'import importlib, pkgutil, sys\n'
+    'import reports, training\n'
+    'for package in (training, reports):\n'
+    '  for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):\n'
+    '    importlib.import_module(module.name)\n'
+    'import matplotlib\n'
+    'print(matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)\n'
+  )
+  done = subprocess.run(
+    [sys.executable, '-c', check],
+    cwd=_REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+    env={**os.environ, 'MPLBACKEND': 'svg'},
+  )
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.split() == ['svg', 'False']

@@ -8,8 +8,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention.core import (attend, attention, attention_pooling, masked_softmax, merge_heads,
-                            split_heads)
+from attention.core import (
+  attend,
+  attention,
+  attention_pooling,
+  masked_softmax,
+  merge_heads,
+  split_heads,
+)
 from attention.penalties import attention_entropy
 from attention.scores import general_scores, scaled_dot_scores
 
@@ -79,16 +85,17 @@ def test_masked_softmax_bfloat16(rng):
   out = masked_softmax(scores, mask)
   assert out.dtype == jnp.bfloat16
   np.testing.assert_allclose(np.asarray(out, np.float32).sum(-1), 1.0, atol=2e-2)
-  np.testing.assert_allclose(np.asarray(out, np.float32),
-                             _softmax_ref(np.asarray(scores, np.float32), mask), atol=1e-2)
+  np.testing.assert_allclose(
+    np.asarray(out, np.float32), _softmax_ref(np.asarray(scores, np.float32), mask), atol=1e-2
+  )
 
 
 def test_masked_softmax_bad_mask_raises():
   """Masks that do not broadcast to the scores, or would enlarge them, raise ValueError."""
   scores = jnp.zeros((2, 4, 6))
-  with pytest.raises(ValueError, match=r"\(5,\)"):
+  with pytest.raises(ValueError, match=r'\(5,\)'):
     masked_softmax(scores, jnp.ones((5,), bool))
-  with pytest.raises(ValueError, match="broadcast"):
+  with pytest.raises(ValueError, match='broadcast'):
     masked_softmax(scores, jnp.ones((3, 2, 4, 6), bool))
 
 
@@ -96,16 +103,18 @@ def test_attend_matches_einsum_and_checks_lengths(rng):
   """attend is sum_s w_ts v_sv; mismatched key counts raise ValueError."""
   w = rng.random((2, 3, 4, 5)).astype(np.float32)
   v = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
-  np.testing.assert_allclose(attend(w, v), np.einsum("bnts,bnsv->bntv", w, v), **TOL)
-  with pytest.raises(ValueError, match="S=5.*S=6"):
+  np.testing.assert_allclose(attend(w, v), np.einsum('bnts,bnsv->bntv', w, v), **TOL)
+  with pytest.raises(ValueError, match='S=5.*S=6'):
     attend(jnp.asarray(w), jnp.zeros((2, 3, 6, 7)))
 
 
 def _qkv(rng, t=4, s=5, d=8, dv=3):
   """Random float32 q [2, T, D], k [2, S, D], v [2, S, Dv]."""
-  return (rng.standard_normal((2, t, d)).astype(np.float32),
-          rng.standard_normal((2, s, d)).astype(np.float32),
-          rng.standard_normal((2, s, dv)).astype(np.float32))
+  return (
+    rng.standard_normal((2, t, d)).astype(np.float32),
+    rng.standard_normal((2, s, d)).astype(np.float32),
+    rng.standard_normal((2, s, dv)).astype(np.float32),
+  )
 
 
 def test_attention_scaled_dot_with_mask(rng):
@@ -113,9 +122,9 @@ def test_attention_scaled_dot_with_mask(rng):
   q, k, v = _qkv(rng)
   mask = np.tril(np.ones((4, 5), bool), k=1)
   out, weights = attention(q, k, v, score_fn=scaled_dot_scores, mask=jnp.asarray(mask))
-  ref_w = _softmax_ref(np.einsum("btd,bsd->bts", q, k) / np.sqrt(8.0), mask)
+  ref_w = _softmax_ref(np.einsum('btd,bsd->bts', q, k) / np.sqrt(8.0), mask)
   np.testing.assert_allclose(weights, ref_w, **TOL)
-  np.testing.assert_allclose(out, np.einsum("bts,bsv->btv", ref_w, v), **TOL)
+  np.testing.assert_allclose(out, np.einsum('bts,bsv->btv', ref_w, v), **TOL)
 
 
 def test_attention_general_scores_partial(rng):
@@ -123,17 +132,18 @@ def test_attention_general_scores_partial(rng):
   q, k, v = _qkv(rng)
   w = rng.standard_normal((8, 8)).astype(np.float32) * 0.3
   mask = np.array([[[T, T, T, F, F]], [[T, T, T, T, T]]])
-  out, weights = attention(q, k, v, score_fn=functools.partial(general_scores, w=jnp.asarray(w)),
-                           mask=jnp.asarray(mask))
-  ref_w = _softmax_ref(np.einsum("btd,de,bse->bts", q, w, k), mask)
+  out, weights = attention(
+    q, k, v, score_fn=functools.partial(general_scores, w=jnp.asarray(w)), mask=jnp.asarray(mask)
+  )
+  ref_w = _softmax_ref(np.einsum('btd,de,bse->bts', q, w, k), mask)
   np.testing.assert_allclose(weights, ref_w, **TOL)
-  np.testing.assert_allclose(out, np.einsum("bts,bsv->btv", ref_w, v), **TOL)
+  np.testing.assert_allclose(out, np.einsum('bts,bsv->btv', ref_w, v), **TOL)
 
 
 def test_attention_rejects_kv_length_mismatch(rng):
   """Keys and values with different S raise ValueError."""
   q, k, _ = _qkv(rng)
-  with pytest.raises(ValueError, match="values"):
+  with pytest.raises(ValueError, match='values'):
     attention(q, k, jnp.zeros((2, 6, 3)))
 
 
@@ -154,9 +164,9 @@ def test_attention_pooling_matches_numpy(rng):
   u = rng.standard_normal((4,)).astype(np.float32)
   pooled, weights = attention_pooling(jnp.asarray(h), jnp.asarray(u))
   assert pooled.shape == (2, 4) and weights.shape == (2, 5)
-  ref_w = _softmax_ref(np.einsum("btd,d->bt", h, u))
+  ref_w = _softmax_ref(np.einsum('btd,d->bt', h, u))
   np.testing.assert_allclose(weights, ref_w, **TOL)
-  np.testing.assert_allclose(pooled, np.einsum("bt,btd->bd", ref_w, h), **TOL)
+  np.testing.assert_allclose(pooled, np.einsum('bt,btd->bd', ref_w, h), **TOL)
 
 
 def test_attention_pooling_with_keys_and_mask(rng):
@@ -165,12 +175,13 @@ def test_attention_pooling_with_keys_and_mask(rng):
   keys = np.tanh(rng.standard_normal((2, 5, 6))).astype(np.float32)
   u = rng.standard_normal((6,)).astype(np.float32)
   mask = np.array([[T, T, T, F, F], [T, F, T, T, T]])
-  pooled, weights = attention_pooling(jnp.asarray(h), jnp.asarray(u), jnp.asarray(mask),
-                                      keys=jnp.asarray(keys))
-  ref_w = _softmax_ref(np.einsum("bta,a->bt", keys, u), mask)
+  pooled, weights = attention_pooling(
+    jnp.asarray(h), jnp.asarray(u), jnp.asarray(mask), keys=jnp.asarray(keys)
+  )
+  ref_w = _softmax_ref(np.einsum('bta,a->bt', keys, u), mask)
   np.testing.assert_allclose(weights, ref_w, **TOL)
   assert np.all(np.asarray(weights)[~mask] == 0.0)
-  np.testing.assert_allclose(pooled, np.einsum("bt,btd->bd", ref_w, h), **TOL)
+  np.testing.assert_allclose(pooled, np.einsum('bt,btd->bd', ref_w, h), **TOL)
 
 
 def test_split_heads_layout():
@@ -190,20 +201,19 @@ def test_merge_heads_inverts_split(rng):
 
 def test_split_heads_bad_num_heads_raises():
   """Features not divisible by num_heads (12 by 5) raise ValueError; merge needs 3 dims."""
-  with pytest.raises(ValueError, match="num_heads=5"):
+  with pytest.raises(ValueError, match='num_heads=5'):
     split_heads(jnp.zeros((2, 5, 12)), 5)
-  with pytest.raises(ValueError, match="num_heads"):
+  with pytest.raises(ValueError, match='num_heads'):
     split_heads(jnp.zeros((2, 5, 12)), 0)
-  with pytest.raises(ValueError, match="merge_heads"):
+  with pytest.raises(ValueError, match='merge_heads'):
     merge_heads(jnp.zeros((5, 12)))
 
 
 def test_attention_entropy_by_hand():
   """One-hot rows have entropy 0, uniform rows over S keys log S, masked zeros add nothing."""
-  weights = np.array([[1.0, 0.0, 0.0, 0.0],
-                      [0.25, 0.25, 0.25, 0.25],
-                      [0.5, 0.5, 0.0, 0.0],
-                      [0.9, 0.1, 0.0, 0.0]])
+  weights = np.array(
+    [[1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [0.9, 0.1, 0.0, 0.0]]
+  )
   expected = [0.0, np.log(4), np.log(2), -(0.9 * np.log(0.9) + 0.1 * np.log(0.1))]
   np.testing.assert_allclose(attention_entropy(weights), expected, rtol=1e-6)
   gradient = jax.grad(lambda w: attention_entropy(w).sum())(jnp.asarray(weights))

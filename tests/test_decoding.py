@@ -5,10 +5,10 @@ generate() on a real Seq2Seq is tested in test_seq2seq.py, where a compiled mode
 
 import itertools
 
+from flax import nnx
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from models.decoding import argmax, beam_search, generate, greedy_search, length_penalty
 from models.seq2seq import Seq2Seq
@@ -43,7 +43,7 @@ def second_order(seed: int):
 
   def tokens_to_logits(ids, step, cache):
     del step
-    return table[cache["prev"], ids], {"prev": ids}
+    return table[cache['prev'], ids], {'prev': ids}
 
   logits = logits.astype(np.float32).astype(np.float64)
   return tokens_to_logits, logits - np.log(np.exp(logits).sum(-1, keepdims=True))
@@ -64,8 +64,12 @@ def _brute_force(log_table, max_length, alpha, k):
 
 
 # The greedy trap: A (0.55) beats B (0.45) first, but B is almost surely followed by EOS.
-TRAP = {BOS: {A: 0.55, B: 0.45}, A: {A: 0.4, B: 0.35, EOS: 0.25}, B: {EOS: 0.9, A: 0.05, B: 0.05},
-        EOS: {EOS: 1.0}}
+TRAP = {
+  BOS: {A: 0.55, B: 0.45},
+  A: {A: 0.4, B: 0.35, EOS: 0.25},
+  B: {EOS: 0.9, A: 0.05, B: 0.05},
+  EOS: {EOS: 1.0},
+}
 
 
 def test_greedy_falls_into_trap_beam_escapes():
@@ -94,14 +98,14 @@ def test_length_penalty_flips_ranking():
 def test_greedy_eos_per_row_and_zeros_after():
   """Row 0 ends after two tokens (EOS kept, zeros after); row 1 never ends and fills max_length."""
   tables = np.full((2, VOCAB, VOCAB), -10.0, np.float32)
-  tables[0, BOS, A] = tables[0, A, EOS] = 0.0   # row 0: A EOS
-  tables[1, BOS, B] = tables[1, B, B] = 0.0     # row 1: B B B B
+  tables[0, BOS, A] = tables[0, A, EOS] = 0.0  # row 0: A EOS
+  tables[1, BOS, B] = tables[1, B, B] = 0.0  # row 1: B B B B
   tables = jnp.asarray(tables)
 
   def fn(ids, step, cache):
-    return tables[cache["row"], ids], cache
+    return tables[cache['row'], ids], cache
 
-  ids = greedy_search(fn, {"row": jnp.arange(2)}, batch_size=2, max_length=4, **IDS)
+  ids = greedy_search(fn, {'row': jnp.arange(2)}, batch_size=2, max_length=4, **IDS)
   np.testing.assert_array_equal(ids, [[A, EOS, 0, 0], [B, B, B, B]])
   assert ids.dtype == jnp.int32
 
@@ -111,8 +115,9 @@ def test_beam_equals_exhaustive_search():
   sequences of a second-order model, scores length-penalised (alpha=0.6), best first; both
   rows of a batch of two get that answer, so beams of different rows never mix."""
   fn, log_table = second_order(0)
-  ids, scores = beam_search(fn, {"prev": jnp.full((2,), BOS)}, batch_size=2, beam_size=6,
-                            max_length=3, alpha=0.6, **IDS)
+  ids, scores = beam_search(
+    fn, {'prev': jnp.full((2,), BOS)}, batch_size=2, beam_size=6, max_length=3, alpha=0.6, **IDS
+  )
   want_ids, want_scores = _brute_force(log_table, 3, 0.6, 6)
   for row in range(2):
     np.testing.assert_array_equal(ids[row], want_ids)
@@ -122,34 +127,40 @@ def test_beam_equals_exhaustive_search():
 def test_beam_size_one_equals_greedy():
   """Unpenalised (alpha=0), a beam of one keeps exactly the greedy path on a random model."""
   fn, _ = second_order(1)
-  cache = {"prev": jnp.full((3,), BOS)}
+  cache = {'prev': jnp.full((3,), BOS)}
   greedy = greedy_search(fn, cache, batch_size=3, max_length=6, **IDS)
   ids, _ = beam_search(fn, cache, batch_size=3, beam_size=1, max_length=6, alpha=0.0, **IDS)
   np.testing.assert_array_equal(ids[:, 0], greedy)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(max_length=0), "max_length"), (dict(beam_size=0), "beam_size"),
-    (dict(batch_size=0), "batch_size")])
+@pytest.mark.parametrize(
+  'kwargs, field',
+  [
+    (dict(max_length=0), 'max_length'),
+    (dict(beam_size=0), 'beam_size'),
+    (dict(batch_size=0), 'batch_size'),
+  ],
+)
 def test_bad_sizes_raise(kwargs, field):
   """Sizes below 1 raise ValueError naming the field before any tracing."""
   fn = first_order(TRAP)
   args = dict(batch_size=1, beam_size=2, max_length=3) | kwargs
   with pytest.raises(ValueError, match=field):
     beam_search(fn, {}, **args, **IDS)
-  if field != "beam_size":
+  if field != 'beam_size':
     with pytest.raises(ValueError, match=field):
-      greedy_search(fn, {}, batch_size=args["batch_size"], max_length=args["max_length"], **IDS)
+      greedy_search(fn, {}, batch_size=args['batch_size'], max_length=args['max_length'], **IDS)
 
 
 def test_generate_bad_sizes_raise():
   """generate() rejects beam_size < 1 and max_length < 1 with a ValueError naming the field."""
   model = nnx.eval_shape(  # abstract: the checks come before any computation
-      lambda: Seq2Seq(input_vocab_size=5, output_vocab_size=5, pad_id=PAD, rngs=nnx.Rngs(0)))
+    lambda: Seq2Seq(input_vocab_size=5, output_vocab_size=5, pad_id=PAD, rngs=nnx.Rngs(0))
+  )
   x = jnp.ones((1, 3), jnp.int32)
-  with pytest.raises(ValueError, match="beam_size"):
+  with pytest.raises(ValueError, match='beam_size'):
     generate(model, x, max_length=3, beam_size=0, **IDS)
-  with pytest.raises(ValueError, match="max_length"):
+  with pytest.raises(ValueError, match='max_length'):
     generate(model, x, max_length=0, **IDS)
 
 
@@ -157,8 +168,9 @@ def test_searches_use_the_special_ids_they_are_given():
   """Specials that are not 0/1/2: BOS=3 starts, EOS=4 stops, PAD=1 fills the rest of the row."""
   fn = first_order({3: {0: 1.0}, 0: {4: 1.0}, 4: {4: 1.0}})
   ids = dict(bos_id=3, eos_id=4, pad_id=1)
-  np.testing.assert_array_equal(greedy_search(fn, {}, batch_size=1, max_length=4, **ids),
-                                [[0, 4, 1, 1]])
+  np.testing.assert_array_equal(
+    greedy_search(fn, {}, batch_size=1, max_length=4, **ids), [[0, 4, 1, 1]]
+  )
   beams, _ = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=4, **ids)
   np.testing.assert_array_equal(beams[0, 0], [0, 4, 1, 1])
 
@@ -167,11 +179,16 @@ def test_argmax_is_numpys_first_maximum_and_first_nan():
   """Ties go to the lowest index; a NaN counts as the maximum (its first occurrence, as
   `jnp.argmax` and NumPy do); -inf rows and infinities are ordinary values."""
   inf, nan = np.inf, np.nan
-  logits = np.array([[1.0, 3.0, 3.0, 2.0],
-                     [-inf, -inf, -inf, -inf],
-                     [0.0, nan, 5.0, nan],
-                     [inf, 2.0, inf, -inf],
-                     [-1.0, -2.0, -0.5, -0.5]], np.float32)
+  logits = np.array(
+    [
+      [1.0, 3.0, 3.0, 2.0],
+      [-inf, -inf, -inf, -inf],
+      [0.0, nan, 5.0, nan],
+      [inf, 2.0, inf, -inf],
+      [-1.0, -2.0, -0.5, -0.5],
+    ],
+    np.float32,
+  )
   got = argmax(jnp.asarray(logits))
   assert got.dtype == jnp.int32
   np.testing.assert_array_equal(got, [1, 0, 1, 0, 2])

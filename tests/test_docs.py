@@ -15,7 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _reference_module():
   spec = importlib.util.spec_from_file_location(
-      'config_reference', os.path.join(ROOT, 'docs', 'config_reference.py'))
+    'config_reference', os.path.join(ROOT, 'docs', 'config_reference.py')
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
@@ -35,7 +36,7 @@ def test_the_reference_finds_comments_and_docstring_entries():
 
   def schema():  # read, never run
     c = types.SimpleNamespace()
-    c.a = 1   # the line's own comment
+    c.a = 1  # the line's own comment
     # a block above
     # over two lines
     c.b = 2
@@ -43,7 +44,10 @@ def test_the_reference_finds_comments_and_docstring_entries():
     return c
 
   assert reference.assignment_comments(schema) == {
-      'a': 'the line\'s own comment', 'b': 'a block above over two lines', 'c': ''}
+    'a': "the line's own comment",
+    'b': 'a block above over two lines',
+    'c': '',
+  }
   doc = """Summary.
 
   Args:
@@ -62,9 +66,23 @@ def test_the_site_builds_strictly(tmp_path):
   pytest.importorskip('material', reason='mkdocs-material is not installed: pip install ".[docs]"')
   env = dict(os.environ, NO_MKDOCS_2_WARNING='1')
   result = subprocess.run(
-      [sys.executable, '-m', 'mkdocs', 'build', '--strict', '--config-file',
-       os.path.join(ROOT, 'mkdocs.yml'), '--site-dir', str(tmp_path / 'site')],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    [
+      sys.executable,
+      '-m',
+      'mkdocs',
+      'build',
+      '--strict',
+      '--config-file',
+      os.path.join(ROOT, 'mkdocs.yml'),
+      '--site-dir',
+      str(tmp_path / 'site'),
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert result.returncode == 0, result.stdout + result.stderr
   assert (tmp_path / 'site' / 'config_reference' / 'index.html').exists()
 

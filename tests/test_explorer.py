@@ -13,24 +13,35 @@ import time
 
 import numpy as np
 import pytest
-
-import training
-from reports import explorer, run_eval
 from test_training import get_config, tiny
 
-CHROMIUM = next((shutil.which(name) for name in ('chromium', 'chromium-browser', 'google-chrome')
-                 if shutil.which(name)), None)
+from reports import explorer, run_eval
+import training
+
+CHROMIUM = next(
+  (
+    shutil.which(name)
+    for name in ('chromium', 'chromium-browser', 'google-chrome')
+    if shutil.which(name)
+  ),
+  None,
+)
 needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason='no Chromium binary found (Debian: apt-get install chromium); the '
-                             'explorer is tested in a real browser')
+  CHROMIUM is None,
+  reason='no Chromium binary found (Debian: apt-get install chromium); the '
+  'explorer is tested in a real browser',
+)
 XSS = ('<img src=x onerror=alert(1)>', '</script><script>alert(2)</script>', 'a & b')
 
 
 # `make test` runs the suite under mimalloc (training/allocator.py preloads it), and Chromium's
 # own allocator traps (SIGTRAP) when another one is preloaded: the browser gets the environment
 # without it.
-BROWSER_ENV = {key: value for key, value in os.environ.items()
-               if key not in ('LD_PRELOAD', 'MIMALLOC_PURGE_DELAY')}
+BROWSER_ENV = {
+  key: value
+  for key, value in os.environ.items()
+  if key not in ('LD_PRELOAD', 'MIMALLOC_PURGE_DELAY')
+}
 
 
 def _load(page: str, tmp_path, name: str, script: str) -> tuple[list[str], str]:
@@ -40,15 +51,27 @@ def _load(page: str, tmp_path, name: str, script: str) -> tuple[list[str], str]:
     page = page.replace('</body>', f'<script>{script}</script></body>')
   path = tmp_path / f'{name}.html'
   path.write_text(page, encoding='utf-8')
-  return [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--hide-scrollbars',
-          f'--user-data-dir={tmp_path / "profile"}', '--virtual-time-budget=5000'], path.as_uri()
+  return [
+    CHROMIUM,
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--hide-scrollbars',
+    f'--user-data-dir={tmp_path / "profile"}',
+    '--virtual-time-budget=5000',
+  ], path.as_uri()
 
 
 def screenshot(page: str, tmp_path, name: str, script: str = '') -> None:
   """Saves a screenshot of `page` (after `script`) as tmp_path/NAME.png."""
   common, url = _load(page, tmp_path, name, script)
-  subprocess.run(common + ['--window-size=1100,800', f'--screenshot={tmp_path / name}.png', url],
-                 capture_output=True, timeout=60, check=True, env=BROWSER_ENV)
+  subprocess.run(
+    common + ['--window-size=1100,800', f'--screenshot={tmp_path / name}.png', url],
+    capture_output=True,
+    timeout=60,
+    check=True,
+    env=BROWSER_ENV,
+  )
   assert os.path.getsize(f'{tmp_path / name}.png') > 5000
 
 
@@ -60,9 +83,14 @@ def browse(page: str, tmp_path, name: str, script: str = '', shot: bool = False)
     from `<pre id="test-out">` or None).
   """
   common, url = _load(page, tmp_path, name, script)
-  run = subprocess.run(common + ['--enable-logging=stderr', '--v=0', '--dump-dom', url],
-                       capture_output=True, text=True, timeout=60, check=True,
-                       env=BROWSER_ENV)
+  run = subprocess.run(
+    common + ['--enable-logging=stderr', '--v=0', '--dump-dom', url],
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=True,
+    env=BROWSER_ENV,
+  )
   if shot:
     screenshot(page, tmp_path, name, script)
   console = [line for line in run.stderr.splitlines() if ':CONSOLE' in line]
@@ -72,22 +100,24 @@ def browse(page: str, tmp_path, name: str, script: str = '', shot: bool = False)
 
 def page_data(page: str) -> dict:
   """The JSON a page carries, as the page's own code reads it."""
-  found = re.search(r'<script type="application/json" id="explorer-data">(.*?)</script>', page,
-                    re.S)
+  found = re.search(
+    r'<script type="application/json" id="explorer-data">(.*?)</script>', page, re.S
+  )
   return json.loads(found.group(1))
 
 
 def test_maps_are_rounded_and_long_rows_keep_their_largest_weights(rng):
-  weights = rng.dirichlet(np.ones(5), size=(2, 3, 4))                 # [L, N, T, S]
+  weights = rng.dirichlet(np.ones(5), size=(2, 3, 4))  # [L, N, T, S]
   dense = explorer.encode_map('m', list('abcd'), list('vwxyz'), weights)
   assert dense['shape'] == [2, 3, 4, 5] and dense['topk'] == 0
   np.testing.assert_array_equal(dense['w'], np.rint(weights * 1000).ravel())
-  long = rng.dirichlet(np.ones(300), size=(1, 2, 3))                  # S > DENSE_KEYS
+  long = rng.dirichlet(np.ones(300), size=(1, 2, 3))  # S > DENSE_KEYS
   sparse = explorer.encode_map('m', ['q'] * 3, ['k'] * 300, long)
   idx = np.asarray(sparse['idx']).reshape(1, 2, 3, explorer.TOP_K)
   np.testing.assert_array_equal(np.sort(idx, -1), np.sort(np.argsort(-long, -1)[..., :16], -1))
-  np.testing.assert_array_equal(sparse['w'], np.rint(np.take_along_axis(long, idx, -1) * 1000)
-                                .ravel())
+  np.testing.assert_array_equal(
+    sparse['w'], np.rint(np.take_along_axis(long, idx, -1) * 1000).ravel()
+  )
   with pytest.raises(ValueError, match="'m'.*do not match 4 row and 5 column"):
     explorer.encode_map('m', list('abcd'), list('vwxyz'), weights[..., :4])
 
@@ -100,24 +130,77 @@ def test_users_text_cannot_end_the_script_element_and_reads_back_unchanged():
 
 def _records(rng):
   """One record per view kind, two of them wrong, users' markup in the text."""
-  attention = [dict(name='cross-attention', rows=[XSS[0], 'b', 'c'], cols=[XSS[1], 'y'],
-                    weights=rng.dirichlet(np.ones(2), size=(2, 2, 3)))]
+  attention = [
+    dict(
+      name='cross-attention',
+      rows=[XSS[0], 'b', 'c'],
+      cols=[XSS[1], 'y'],
+      weights=rng.dirichlet(np.ones(2), size=(2, 2, 3)),
+    )
+  ]
   pixels = rng.integers(0, 255, (16, 16, 1), dtype=np.uint8)
   return [
-      dict(index=0, reference=XSS[0], prediction=XSS[1], correct=True,
-           views=[dict(kind='attention', maps=attention)]),
-      dict(index=1, reference='sports', prediction='food (0.61)', correct=False,
-           views=[dict(kind='document', tokens=[[XSS[0], 'x'], ['y']], word=[[0.9, 0.1], [1.0]],
-                       sentence=[0.7, 0.3], key=[0])]),
-      dict(index=2, reference='7', prediction='7 (0.90)', correct=True,
-           views=[dict(kind='image', pixels=pixels, maps=[('rollout', rng.random((4, 4))),
-                                                          ('word', rng.random((4, 4)))])]),
-      dict(index=3, reference='where? garden', prediction='kitchen', correct=False,
-           views=[dict(kind='hops', sentences=['John went to the garden.', XSS[0]],
-                       weights=[[0.8, 0.2], [0.4, 0.6]], supporting=[0])]),
-      dict(index=4, reference='0101', prediction='0101', correct=True,
-           views=[dict(kind='time', panels=[('inputs', rng.integers(0, 2, (4, 9))),
-                                            ('write weightings', rng.random((8, 9)))])]),
+    dict(
+      index=0,
+      reference=XSS[0],
+      prediction=XSS[1],
+      correct=True,
+      views=[dict(kind='attention', maps=attention)],
+    ),
+    dict(
+      index=1,
+      reference='sports',
+      prediction='food (0.61)',
+      correct=False,
+      views=[
+        dict(
+          kind='document',
+          tokens=[[XSS[0], 'x'], ['y']],
+          word=[[0.9, 0.1], [1.0]],
+          sentence=[0.7, 0.3],
+          key=[0],
+        )
+      ],
+    ),
+    dict(
+      index=2,
+      reference='7',
+      prediction='7 (0.90)',
+      correct=True,
+      views=[
+        dict(
+          kind='image',
+          pixels=pixels,
+          maps=[('rollout', rng.random((4, 4))), ('word', rng.random((4, 4)))],
+        )
+      ],
+    ),
+    dict(
+      index=3,
+      reference='where? garden',
+      prediction='kitchen',
+      correct=False,
+      views=[
+        dict(
+          kind='hops',
+          sentences=['John went to the garden.', XSS[0]],
+          weights=[[0.8, 0.2], [0.4, 0.6]],
+          supporting=[0],
+        )
+      ],
+    ),
+    dict(
+      index=4,
+      reference='0101',
+      prediction='0101',
+      correct=True,
+      views=[
+        dict(
+          kind='time',
+          panels=[('inputs', rng.integers(0, 2, (4, 9))), ('write weightings', rng.random((8, 9)))],
+        )
+      ],
+    ),
   ]
 
 
@@ -150,8 +233,8 @@ def test_every_view_kind_renders_and_users_markup_stays_text(rng, tmp_path):
   assert out['sentences'] == 2 and out['errorsFirst'] == [1, 3, 0, 2, 4]
   assert out['alerted'] == 0
   assert '<img' not in dom and 'alert(2)</script>' not in dom
-  assert html.escape(XSS[0], quote=False) in dom       # shown, as text
-  for kind in range(1, 5):                               # a screenshot per view kind
+  assert html.escape(XSS[0], quote=False) in dom  # shown, as text
+  for kind in range(1, 5):  # a screenshot per view kind
     screenshot(page, tmp_path, f'view_{kind}', f'explorer.select({kind});')
 
 
@@ -160,11 +243,14 @@ def translation_run(tmp_path_factory) -> str:
   """A tiny Transformer trained 2 steps on a corpus of markup, evaluated as eval.py does."""
   root = tmp_path_factory.mktemp('run')
   corpus = root / 'corpus.tsv'
-  corpus.write_text(''.join(f'{XSS[0]} go {i}\t{XSS[1]} geh {i}\tattribution\n'
-                            for i in range(40)), encoding='utf-8')
+  corpus.write_text(
+    ''.join(f'{XSS[0]} go {i}\t{XSS[1]} geh {i}\tattribution\n' for i in range(40)),
+    encoding='utf-8',
+  )
   config = tiny(get_config('tsv'), root / 'tfds', num_train_steps=2)
-  config.dataset.update(tsv_path=str(corpus), lowercase=False, strip_accents=False,
-                        split_punctuation=False)
+  config.dataset.update(
+    tsv_path=str(corpus), lowercase=False, strip_accents=False, split_punctuation=False
+  )
   workdir = str(root / 'workdir')
   training.train_and_evaluate(config, workdir)
   run_eval.evaluate_checkpoint(workdir, max_examples=4, num_heatmaps=1, explorer_examples=3)
@@ -195,7 +281,8 @@ def test_eval_writes_the_explorer_with_every_attention_of_its_examples(translati
 
 HEAD_SCRIPT = """
 const out = {};
-const lines = () => [...document.querySelectorAll('#headview line')].map(l => l.getAttribute('stroke-opacity')).join();
+const lines = () => [...document.querySelectorAll('#headview line')]
+  .map(l => l.getAttribute('stroke-opacity')).join();
 explorer.set({map: 0, layer: 0, head: 0, tab: 'head'});
 out.head0 = lines();
 document.getElementById('head').value = '1';
@@ -222,7 +309,7 @@ def test_the_head_view_follows_the_pickers_and_the_hovered_token(translation_run
   print(f'explorer: {len(page)} bytes, loaded and driven in {time.perf_counter() - started:.2f} s')
   assert console == []
   assert '<img' not in dom and html.escape(XSS[1], quote=False) in dom  # the corpus, as text
-  assert out['head0'] != out['head1']                    # another head draws other lines
+  assert out['head0'] != out['head1']  # another head draws other lines
   cross = page_data(page)['examples'][0]['views'][0]['maps'][0]
   weights = np.asarray(cross['w']).reshape(cross['shape']) / 1000
   np.testing.assert_allclose(out['hovered'], weights[0, 1, 1], atol=5e-4)  # layer 0, head 1
@@ -247,15 +334,27 @@ document.body.appendChild(Object.assign(document.createElement('pre'),
 def test_a_1024_token_gpt_map_stays_small_and_draws_few_lines(tmp_path):
   length = 1024
   weights = np.full((2, 4, length, length), 0.0, np.float32)
-  weights[..., 7] = 0.5                                  # every query: half on token 7
+  weights[..., 7] = 0.5  # every query: half on token 7
   weights[..., np.arange(length), np.arange(length)] += 0.5
   tokens = [f't{i}' for i in range(length)]
-  page = explorer.page([dict(index=0, views=[dict(kind='attention', maps=[dict(
-      name='self-attention', rows=tokens, cols=tokens, weights=weights)])])], title='long')
-  assert len(page) < 1_500_000                           # top-16 per row, not 8 M weights
+  page = explorer.page(
+    [
+      dict(
+        index=0,
+        views=[
+          dict(
+            kind='attention',
+            maps=[dict(name='self-attention', rows=tokens, cols=tokens, weights=weights)],
+          )
+        ],
+      )
+    ],
+    title='long',
+  )
+  assert len(page) < 1_500_000  # top-16 per row, not 8 M weights
   _, console, out = browse(page, tmp_path, 'long', LONG_SCRIPT, shot=True)
   assert console == []
-  assert out['top'] == 0.5 and out['lines'] == 2         # token 7 and itself
+  assert out['top'] == 0.5 and out['lines'] == 2  # token 7 and itself
   print(f'1024-token map: {len(page)} bytes; head view and hover in {out["ms"]:.0f} ms')
 
 

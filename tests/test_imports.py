@@ -34,16 +34,23 @@ def test_entry_points_ignore_a_users_own_packages_of_the_same_names(tmp_path):
     (tmp_path / name).mkdir()
     (tmp_path / name / '__init__.py').write_text('raise ImportError("the user\'s own package")\n')
   commands = {
-      'train.py': [f'--config={ROOT}/configs/default.py', '--config.num_train_steps=0',
-                   '--workdir=run'],
-      'eval.py': ['--workdir=nowhere'],
+    'train.py': [
+      f'--config={ROOT}/configs/default.py',
+      '--config.num_train_steps=0',
+      '--workdir=run',
+    ],
+    'eval.py': ['--workdir=nowhere'],
   }
   expected = {
-      'train.py': 'train.py: config.num_train_steps=0 must be a positive integer.',
-      'eval.py': 'eval.py: --workdir=nowhere does not exist; give a training workdir.',
+    'train.py': 'train.py: config.num_train_steps=0 must be a positive integer.',
+    'eval.py': 'eval.py: --workdir=nowhere does not exist; give a training workdir.',
   }
   for script, flags in commands.items():
-    result = subprocess.run([sys.executable, os.path.join(ROOT, script), *flags], cwd=tmp_path,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+      [sys.executable, os.path.join(ROOT, script), *flags],
+      cwd=tmp_path,
+      capture_output=True,
+      text=True,
+    )
     # Attend's own one-sentence error, so every import (config file included) was Attend's.
     assert result.stderr.strip().splitlines()[-1] == expected[script], result.stderr[-2000:]

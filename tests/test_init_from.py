@@ -6,12 +6,16 @@ import os
 import jax
 import numpy as np
 import pytest
+from test_training import get_config, tiny
 
 import tasks
 import training
-from test_training import get_config, tiny
-from training.checkpoints import (CheckpointMismatchError, Checkpointer, init_from_workdir,
-                                  load_matching_params)
+from training.checkpoints import (
+  Checkpointer,
+  CheckpointMismatchError,
+  init_from_workdir,
+  load_matching_params,
+)
 from training.setup import build_state
 
 
@@ -26,8 +30,10 @@ def pretrained(tmp_path_factory):
 
 
 def _flat_params(state):
-  return {jax.tree_util.keystr(path, simple=True, separator='.'): np.asarray(leaf)
-          for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]}
+  return {
+    jax.tree_util.keystr(path, simple=True, separator='.'): np.asarray(leaf)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(state.params)[0]
+  }
 
 
 def test_init_from_names_a_workdir_or_a_step_in_it():
@@ -47,7 +53,8 @@ def test_loads_exactly_the_matching_names_and_initialises_the_rest(pretrained, t
   state, loaded, initialised = load_matching_params(fresh, workdir)
 
   saved, _ = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).restore(
-      build_state(config, tasks.build(config, workdir)))
+    build_state(config, tasks.build(config, workdir))
+  )
   saved_params = {f'params.{key}': value for key, value in _flat_params(saved).items()}
   fresh_params = {f'params.{key}': value for key, value in _flat_params(fresh).items()}
   new_params = {f'params.{key}': value for key, value in _flat_params(state).items()}
@@ -59,15 +66,17 @@ def test_loads_exactly_the_matching_names_and_initialises_the_rest(pretrained, t
   for key in initialised:
     np.testing.assert_array_equal(new_params[key], fresh_params[key])
   assert int(state.step) == 0  # a new run, with fresh optimizer moments
-  np.testing.assert_array_equal(jax.tree.leaves(state.opt_state)[1],
-                                jax.tree.leaves(fresh.opt_state)[1])
+  np.testing.assert_array_equal(
+    jax.tree.leaves(state.opt_state)[1], jax.tree.leaves(fresh.opt_state)[1]
+  )
 
 
 def test_a_step_of_the_workdir_loads_that_step(pretrained):
   workdir, config = pretrained
   task = tasks.build(config, workdir)
   state, loaded, initialised = load_matching_params(
-      build_state(config, task), os.path.join(workdir, 'checkpoints', '4'))
+    build_state(config, task), os.path.join(workdir, 'checkpoints', '4')
+  )
   assert loaded and not initialised
   with pytest.raises(FileNotFoundError, match='holds no checkpoint at step 3'):
     load_matching_params(state, os.path.join(workdir, 'checkpoints', '3'))
@@ -87,13 +96,16 @@ def test_a_fine_tuning_run_starts_from_the_weights_and_the_vocabulary(pretrained
   tuned.update(init_from=workdir, num_train_steps=1)
   training.train_and_evaluate(tuned, str(tmp_path))
   vocab = os.path.join(workdir, tasks.VOCAB_DIR, 'vocab.json')
-  with open(vocab, encoding='utf-8') as f, open(
-      os.path.join(tmp_path, tasks.VOCAB_DIR, 'vocab.json'), encoding='utf-8') as g:
+  with (
+    open(vocab, encoding='utf-8') as f,
+    open(os.path.join(tmp_path, tasks.VOCAB_DIR, 'vocab.json'), encoding='utf-8') as g,
+  ):
     assert f.read() == g.read()
 
 
 def test_init_from_without_a_checkpoint_is_one_sentence_before_anything_is_built(
-    pretrained, tmp_path):
+  pretrained, tmp_path
+):
   _, config = pretrained
   config = config.copy_and_resolve_references()
   config.init_from = str(tmp_path / 'nothing_here')

@@ -4,197 +4,229 @@ import functools
 import importlib
 import json
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
 
 import models
-import tasks
 from models import HAN, NTM, DecoderLM, MemN2N, Seq2Seq, Transformer, ViT, interventions
 from models.attention_layer import MultiHeadAttention
 from models.stack_config import StackConfig
 from reports import head_ablation
+import tasks
 from training import evaluation, sharding
 from training.setup import build_state
 from training.steps import create_train_state, train_step
 
 STACK = StackConfig(num_layers=2, d_model=8, num_heads=2, d_ff=16, max_length=16)
-IDS = jnp.array([[3, 4, 5, 6, 0], [6, 5, 3, 0, 0]])                   # [B=2, T=5], pad 0
-ATTENTION = ("heads", "keys", "queries", "values", "weights")
+IDS = jnp.array([[3, 4, 5, 6, 0], [6, 5, 3, 0, 0]])  # [B=2, T=5], pad 0
+ATTENTION = ('heads', 'keys', 'queries', 'values', 'weights')
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope='module')
 def lm():
   return DecoderLM(vocab_size=9, pad_id=0, stack=STACK, rngs=nnx.Rngs(0))
 
 
 def _transformer_names(stack: str, layers: int, attentions: tuple[str, ...]) -> set[str]:
-  return ({f"{stack}/{i}/residual" for i in range(layers)}
-          | {f"{stack}/{i}/{attn}/{part}" for i in range(layers) for attn in attentions
-             for part in ATTENTION})
+  return {f'{stack}/{i}/residual' for i in range(layers)} | {
+    f'{stack}/{i}/{attn}/{part}' for i in range(layers) for attn in attentions for part in ATTENTION
+  }
 
 
 def test_every_family_taps_its_attention_under_stable_names(lm):
   rngs = nnx.Rngs(0)
-  assert set(interventions.names(lm, IDS, method="token_logits")) == _transformer_names(
-      "layers", 2, ("self_attn",))
+  assert set(interventions.names(lm, IDS, method='token_logits')) == _transformer_names(
+    'layers', 2, ('self_attn',)
+  )
   vit = ViT(image_shape=(8, 8, 1), num_classes=3, patch_size=4, stack=STACK, rngs=rngs)
   vit_names = interventions.names(vit, jnp.ones((2, 8, 8, 1)))
-  assert set(vit_names) == _transformer_names("encoder/layers", 2, ("self_attn",))
-  assert vit_names["encoder/layers/1/self_attn/weights"] == (2, 2, 5, 5)  # [CLS] + 4 patches
-  translation = Transformer(input_vocab_size=9, output_vocab_size=9, pad_id=0, stack=STACK,
-                            rngs=rngs)
+  assert set(vit_names) == _transformer_names('encoder/layers', 2, ('self_attn',))
+  assert vit_names['encoder/layers/1/self_attn/weights'] == (2, 2, 5, 5)  # [CLS] + 4 patches
+  translation = Transformer(
+    input_vocab_size=9, output_vocab_size=9, pad_id=0, stack=STACK, rngs=rngs
+  )
   names = interventions.names(translation, IDS, IDS[:, :4])
-  assert set(names) == (_transformer_names("encoder_layers", 2, ("self_attn",))
-                        | _transformer_names("decoder_layers", 2, ("self_attn", "cross_attn")))
-  assert names["decoder_layers/1/cross_attn/weights"] == (2, 2, 4, 5)   # [B, N, T, S]
-  assert names["decoder_layers/0/self_attn/heads"] == (2, 2, 4, 4)      # [B, N, T, H]
-  seq2seq = Seq2Seq(input_vocab_size=9, output_vocab_size=9, pad_id=0, embed_dim=4,
-                    hidden_dim=4, rngs=rngs)
+  assert set(names) == (
+    _transformer_names('encoder_layers', 2, ('self_attn',))
+    | _transformer_names('decoder_layers', 2, ('self_attn', 'cross_attn'))
+  )
+  assert names['decoder_layers/1/cross_attn/weights'] == (2, 2, 4, 5)  # [B, N, T, S]
+  assert names['decoder_layers/0/self_attn/heads'] == (2, 2, 4, 4)  # [B, N, T, H]
+  seq2seq = Seq2Seq(
+    input_vocab_size=9, output_vocab_size=9, pad_id=0, embed_dim=4, hidden_dim=4, rngs=rngs
+  )
   # Per decoder step, stacked after the batch: [B, T, 1 query, S] and [B, T, 1, 2 * hidden].
   assert interventions.names(seq2seq, IDS, IDS[:, :3]) == {
-      "attn/context": (2, 3, 1, 8), "attn/weights": (2, 3, 1, 5)}
-  memn2n = MemN2N(vocab_size=9, pad_id=0, memory_size=3, sentence_length=5, embed_dim=4, hops=2,
-                  rngs=rngs)
-  assert interventions.names(memn2n, jnp.ones((2, 3, 5), jnp.int32), IDS, method="answer") == {
-      "hop_0/weights": (2, 1, 3), "hop_1/weights": (2, 1, 3)}
-  ntm = NTM(input_size=3, output_size=3, memory_slots=5, memory_width=4, controller_size=6,
-            rngs=rngs)
-  assert interventions.names(ntm, jnp.ones((2, 4, 3)), method="sequence_logits") == {
-      "read_weights": (2, 4, 1, 5), "write_weights": (2, 4, 1, 5)}      # [B, T, heads, N]
+    'attn/context': (2, 3, 1, 8),
+    'attn/weights': (2, 3, 1, 5),
+  }
+  memn2n = MemN2N(
+    vocab_size=9, pad_id=0, memory_size=3, sentence_length=5, embed_dim=4, hops=2, rngs=rngs
+  )
+  assert interventions.names(memn2n, jnp.ones((2, 3, 5), jnp.int32), IDS, method='answer') == {
+    'hop_0/weights': (2, 1, 3),
+    'hop_1/weights': (2, 1, 3),
+  }
+  ntm = NTM(
+    input_size=3, output_size=3, memory_slots=5, memory_width=4, controller_size=6, rngs=rngs
+  )
+  assert interventions.names(ntm, jnp.ones((2, 4, 3)), method='sequence_logits') == {
+    'read_weights': (2, 4, 1, 5),
+    'write_weights': (2, 4, 1, 5),
+  }  # [B, T, heads, N]
   han = HAN(vocab_size=9, num_classes=2, pad_id=0, embed_dim=4, hidden_dim=4, rngs=rngs)
   assert interventions.names(han, jnp.ones((2, 3, 5), jnp.int32)) == {
-      "embedded": (6, 5, 4), "sentence_pool/pooled": (2, 8), "sentence_pool/weights": (2, 3),
-      "word_pool/pooled": (6, 8), "word_pool/weights": (6, 5)}         # words: [B*S, W]
+    'embedded': (6, 5, 4),
+    'sentence_pool/pooled': (2, 8),
+    'sentence_pool/weights': (2, 3),
+    'word_pool/pooled': (6, 8),
+    'word_pool/weights': (6, 5),
+  }  # words: [B*S, W]
 
 
 def _numpy_attention(layer: MultiHeadAttention, x: np.ndarray, head_weights) -> np.ndarray:
   """Causal multi-head attention by hand; `head_weights(n, w)` may change head n's weights, and
   a head whose weights become None adds nothing (zero ablation)."""
   param = lambda linear: (np.asarray(linear.kernel[...]), np.asarray(linear.bias[...]))
-  (wq, bq), (wk, bk), (wv, bv), (wo, bo) = map(param, (layer.w_q, layer.w_k, layer.w_v,
-                                                       layer.w_o))
+  (wq, bq), (wk, bk), (wv, bv), (wo, bo) = map(param, (layer.w_q, layer.w_k, layer.w_v, layer.w_o))
   n, h, t = layer.num_heads, layer.d_k, x.shape[1]
   split = lambda y: y.reshape(*y.shape[:2], n, h).transpose(0, 2, 1, 3)  # [B, N, T, H]
   q, k, v = split(x @ wq + bq), split(x @ wk + bk), split(x @ wv + bv)
-  scores = np.where(np.tril(np.ones((t, t), bool)), q @ k.transpose(0, 1, 3, 2) / np.sqrt(h),
-                    -np.inf)
+  scores = np.where(
+    np.tril(np.ones((t, t), bool)), q @ k.transpose(0, 1, 3, 2) / np.sqrt(h), -np.inf
+  )
   weights = np.exp(scores - scores.max(-1, keepdims=True))
-  weights /= weights.sum(-1, keepdims=True)                             # [B, N, T, T]
+  weights /= weights.sum(-1, keepdims=True)  # [B, N, T, T]
   out = np.zeros((*x.shape[:2], wo.shape[1]))
   for head in range(n):
     w = head_weights(head, weights[:, head])
     if w is not None:
-      out += (w @ v[:, head]) @ wo[head * h:(head + 1) * h]             # [B, T, D]
+      out += (w @ v[:, head]) @ wo[head * h : (head + 1) * h]  # [B, T, D]
   return out + bo
 
 
 def test_a_zero_ablated_head_or_fixed_weights_match_the_layer_built_by_hand():
   layer = MultiHeadAttention(8, 2, rngs=nnx.Rngs(1))
   x = np.asarray(jax.random.normal(jax.random.key(2), (2, 4, 8)))
-  (zeroed, _), _ = interventions.capture(layer, x, is_causal=True,
-                                         edits={"heads": interventions.zero_head(1)})
+  (zeroed, _), _ = interventions.capture(
+    layer, x, is_causal=True, edits={'heads': interventions.zero_head(1)}
+  )
   expected = _numpy_attention(layer, x, lambda n, w: None if n == 1 else w)
   np.testing.assert_allclose(zeroed, expected, atol=1e-5)
-  uniform = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]        # causal mean, [T, S]
+  uniform = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]  # causal mean, [T, S]
   (fixed, _), captured = interventions.capture(
-      layer, x, is_causal=True, edits={"weights": interventions.set_head(0, uniform)})
+    layer, x, is_causal=True, edits={'weights': interventions.set_head(0, uniform)}
+  )
   expected = _numpy_attention(layer, x, lambda n, w: uniform if n == 0 else w)
   np.testing.assert_allclose(fixed, expected, atol=1e-5)
-  np.testing.assert_allclose(captured["weights"][:, 0], np.broadcast_to(uniform, (2, 4, 4)))
-  (_, _), means = interventions.capture(layer, x, is_causal=True,
-                                        edits={"heads": interventions.mean_head(1, captured["heads"])})
-  np.testing.assert_allclose(means["heads"][0, 1], np.mean(captured["heads"][:, 1], axis=0),
-                             atol=1e-6)
+  np.testing.assert_allclose(captured['weights'][:, 0], np.broadcast_to(uniform, (2, 4, 4)))
+  (_, _), means = interventions.capture(
+    layer, x, is_causal=True, edits={'heads': interventions.mean_head(1, captured['heads'])}
+  )
+  np.testing.assert_allclose(
+    means['heads'][0, 1], np.mean(captured['heads'][:, 1], axis=0), atol=1e-6
+  )
 
 
 def test_patching_a_run_with_its_own_activations_changes_nothing(lm):
-  clean, captured = interventions.capture(lm, IDS, method="token_logits")
-  patched, _ = interventions.capture(lm, IDS, method="token_logits",
-                                     edits={name: captured[name] for name in captured})
+  clean, captured = interventions.capture(lm, IDS, method='token_logits')
+  patched, _ = interventions.capture(
+    lm, IDS, method='token_logits', edits={name: captured[name] for name in captured}
+  )
   np.testing.assert_allclose(patched, clean, atol=1e-6)
 
 
 def test_patching_the_last_residual_from_a_into_b_gives_a_s_output_under_jit(lm):
   # Everything after the last block reads only its residual, so that patch carries A's output.
   other = IDS[::-1]
-  a, captured = interventions.capture(lm, IDS, method="token_logits")
-  run = jax.jit(lambda ids, edit: interventions.capture(
-      lm, ids, method="token_logits", edits={"layers/1/residual": edit})[0])
-  np.testing.assert_allclose(run(other, captured["layers/1/residual"]), a, atol=1e-5)
+  a, captured = interventions.capture(lm, IDS, method='token_logits')
+  run = jax.jit(
+    lambda ids, edit: interventions.capture(
+      lm, ids, method='token_logits', edits={'layers/1/residual': edit}
+    )[0]
+  )
+  np.testing.assert_allclose(run(other, captured['layers/1/residual']), a, atol=1e-5)
   assert not np.allclose(lm.token_logits(other), a, atol=1e-3)
 
 
 def test_forced_rnn_attention_drives_the_chosen_steps_contexts_inside_the_scan():
-  seq2seq = Seq2Seq(input_vocab_size=9, output_vocab_size=9, pad_id=0, embed_dim=4,
-                    hidden_dim=4, rngs=nnx.Rngs(3))
+  seq2seq = Seq2Seq(
+    input_vocab_size=9, output_vocab_size=9, pad_id=0, embed_dim=4, hidden_dim=4, rngs=nnx.Rngs(3)
+  )
   clean, captured = interventions.capture(seq2seq, IDS, IDS[:, :3])
-  one_hot = jnp.zeros_like(captured["attn/weights"]).at[..., 1].set(1.0)  # all on source 1
-  forced, edited = jax.jit(lambda w: interventions.capture(
-      seq2seq, IDS, IDS[:, :3], edits={"attn/weights": w}))(one_hot)
-  context = edited["attn/context"]                                       # [B, T, 1, Dv]
+  one_hot = jnp.zeros_like(captured['attn/weights']).at[..., 1].set(1.0)  # all on source 1
+  forced, edited = jax.jit(
+    lambda w: interventions.capture(seq2seq, IDS, IDS[:, :3], edits={'attn/weights': w})
+  )(one_hot)
+  context = edited['attn/context']  # [B, T, 1, Dv]
   np.testing.assert_allclose(context, jnp.broadcast_to(context[:, :1], context.shape), atol=1e-6)
   assert not np.allclose(forced, clean, atol=1e-4)
   # A function edit sees one step; scan_step() picks step 1 only: step 0 stays clean.
   later = lambda w: jnp.where(interventions.scan_step() == 1, one_hot[:, 1], w)
-  stepped, edited = interventions.capture(seq2seq, IDS, IDS[:, :3], edits={"attn/weights": later})
+  stepped, edited = interventions.capture(seq2seq, IDS, IDS[:, :3], edits={'attn/weights': later})
   np.testing.assert_allclose(stepped[:, 0], clean[:, 0], atol=1e-6)
-  np.testing.assert_allclose(edited["attn/context"][:, 1], context[:, 1], atol=1e-6)
+  np.testing.assert_allclose(edited['attn/context'][:, 1], context[:, 1], atol=1e-6)
   assert not np.allclose(stepped[:, 1], clean[:, 1], atol=1e-4)
 
 
 def test_an_unknown_name_is_one_sentence_listing_the_valid_names():
   layer = MultiHeadAttention(8, 2, rngs=nnx.Rngs(0))
   with pytest.raises(ValueError) as error:
-    interventions.capture(layer, jnp.ones((1, 2, 8)), edits={"wieghts": jnp.zeros(())})
-  assert str(error.value) == ("capture: no intermediate named 'wieghts'; this model's names for "
-                              "this call are heads, keys, queries, values, weights.")
+    interventions.capture(layer, jnp.ones((1, 2, 8)), edits={'wieghts': jnp.zeros(())})
+  assert str(error.value) == (
+    "capture: no intermediate named 'wieghts'; this model's names for "
+    'this call are heads, keys, queries, values, weights.'
+  )
 
 
 def _lowered_train_step(model, edits=None) -> str:
   def loss(model, batch, rng):
     del rng
     if edits is None:
-      logits = model.token_logits(batch["ids"])
+      logits = model.token_logits(batch['ids'])
     else:
-      logits, _ = interventions.capture(model, batch["ids"], method="token_logits", edits=edits)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["ids"]).mean(), {}
+      logits, _ = interventions.capture(model, batch['ids'], method='token_logits', edits=edits)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch['ids']).mean(), {}
+
   state = create_train_state(model, optax.adam(1e-3))
   step = jax.jit(functools.partial(train_step, loss_fn=loss))
-  return step.lower(state, {"ids": IDS}, jax.random.key(0)).as_text()
+  return step.lower(state, {'ids': IDS}, jax.random.key(0)).as_text()
 
 
 def test_the_train_step_compiles_to_the_same_program_as_without_the_seams(lm, monkeypatch):
   with_seams = _lowered_train_step(lm)
   # The comparison sees a change: an ablated head is a different program.
-  assert _lowered_train_step(lm, {"layers/0/self_attn/heads": interventions.zero_head(0)}
-                             ) != with_seams
-  monkeypatch.setattr(interventions, "tap", lambda module, name, value: value)
-  monkeypatch.setattr(interventions, "active", lambda: False)
+  assert (
+    _lowered_train_step(lm, {'layers/0/self_attn/heads': interventions.zero_head(0)}) != with_seams
+  )
+  monkeypatch.setattr(interventions, 'tap', lambda module, name, value: value)
+  monkeypatch.setattr(interventions, 'active', lambda: False)
   assert _lowered_train_step(lm) == with_seams
 
 
 def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projection(tmp_path):
   # Zeroing head h's rows of W_O removes its contribution as the sweep's edit does.
-  config = importlib.import_module("configs.gpt_mqar").get_config()
-  config.model = models.default_config("decoder_lm", num_layers=1, d_model=8, num_heads=2,
-                                       d_ff=16, max_length=32, dropout_rate=0.0)
-  config.dataset.update(data_dir=str(tmp_path / "tfds"), eval_batch_size=250)
+  config = importlib.import_module('configs.gpt_mqar').get_config()
+  config.model = models.default_config(
+    'decoder_lm', num_layers=1, d_model=8, num_heads=2, d_ff=16, max_length=32, dropout_rate=0.0
+  )
+  config.dataset.update(data_dir=str(tmp_path / 'tfds'), eval_batch_size=250)
   task, mesh = tasks.build(config, str(tmp_path)), sharding.make_mesh(None)
   state = build_state(config, task, mesh)
-  result = head_ablation.sweep(state, task, "validation", batch_size=250, mesh=mesh)
-  assert result["metric"] == "accuracy" and set(result["layers"]) == {"layers/0/self_attn"}
-  loss = lambda s: evaluation.split_metrics(s, task, "validation", batch_size=250, mesh=mesh)
-  assert result["all_metrics"]["unablated"]["loss"] == pytest.approx(float(loss(state)["loss"]))
+  result = head_ablation.sweep(state, task, 'validation', batch_size=250, mesh=mesh)
+  assert result['metric'] == 'accuracy' and set(result['layers']) == {'layers/0/self_attn'}
+  loss = lambda s: evaluation.split_metrics(s, task, 'validation', batch_size=250, mesh=mesh)
+  assert result['all_metrics']['unablated']['loss'] == pytest.approx(float(loss(state)['loss']))
   for head in (0, 1):
-    kernel = state.params["layers"][0]["self_attn"]["w_o"]["kernel"]    # [N*H, D]
+    kernel = state.params['layers'][0]['self_attn']['w_o']['kernel']  # [N*H, D]
     params = jax.tree.map(lambda x: x, state.params)
-    params["layers"][0]["self_attn"]["w_o"]["kernel"] = kernel.at[4 * head:4 * head + 4].set(0)
-    ablated = result["all_metrics"]["layers"]["layers/0/self_attn"][str(head)]["loss"]
-    assert ablated == pytest.approx(float(loss(state.replace(params=params))["loss"]), rel=1e-5)
-    assert ablated != pytest.approx(result["all_metrics"]["unablated"]["loss"], rel=1e-4)
+    params['layers'][0]['self_attn']['w_o']['kernel'] = kernel.at[4 * head : 4 * head + 4].set(0)
+    ablated = result['all_metrics']['layers']['layers/0/self_attn'][str(head)]['loss']
+    assert ablated == pytest.approx(float(loss(state.replace(params=params))['loss']), rel=1e-5)
+    assert ablated != pytest.approx(result['all_metrics']['unablated']['loss'], rel=1e-4)
   paths = head_ablation.write(result, str(tmp_path))
-  assert json.load(open(paths[0], encoding="utf-8"))["layers"] == result["layers"]
+  assert json.load(open(paths[0], encoding='utf-8'))['layers'] == result['layers']

@@ -2,28 +2,36 @@
 
 import math
 
+from conftest import build_model
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 import attention
 import models
-from conftest import build_model
 from models.attention_layer import MultiHeadAttention
 from models.interfaces import Classifier, EncoderDecoder, LanguageModel
 from models.language import DecoderLM, EncoderMLM
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 V, PAD = 13, 0
-SIZES = dict(vocab_size=V, pad_id=PAD, num_layers=2, d_model=8, num_heads=2, d_ff=16,
-             dropout_rate=0.0, max_length=16)
+SIZES = dict(
+  vocab_size=V,
+  pad_id=PAD,
+  num_layers=2,
+  d_model=8,
+  num_heads=2,
+  d_ff=16,
+  dropout_rate=0.0,
+  max_length=16,
+)
 
 
 def rngs(seed: int = 0) -> nnx.Rngs:
   """'rbg' keys: on CPU their random kernels compile far faster than threefry's."""
-  return nnx.Rngs(params=jax.random.key(seed, impl="rbg"))
+  return nnx.Rngs(params=jax.random.key(seed, impl='rbg'))
 
 
 def _jit(method, **kwargs):
@@ -32,7 +40,7 @@ def _jit(method, **kwargs):
 
 
 def _ids(rng, shape) -> jnp.ndarray:
-  return jnp.asarray(rng.integers(1, V, shape), jnp.int32)           # no padding
+  return jnp.asarray(rng.integers(1, V, shape), jnp.int32)  # no padding
 
 
 def _np_rope(x, positions, base=10000.0):
@@ -41,7 +49,7 @@ def _np_rope(x, positions, base=10000.0):
   x = np.asarray(x, np.float64)
   h = x.shape[-1]
   angles = np.asarray(positions, np.float64)[:, None] * base ** (-np.arange(0, h, 2) / h)
-  z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * angles)      # [..., T, H/2]
+  z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * angles)  # [..., T, H/2]
   out = np.empty_like(x)
   out[..., 0::2], out[..., 1::2] = z.real, z.imag
   return out
@@ -58,21 +66,21 @@ def _np_rotary_self_attention(mha, x, positions):
   q = _np_rope(_np_heads(mha, mha.w_q, x), positions)
   k = _np_rope(_np_heads(mha, mha.w_k, x), positions)
   v = _np_heads(mha, mha.w_v, x)
-  scores = np.einsum("bnth,bnsh->bnts", q, k) / math.sqrt(q.shape[-1])
+  scores = np.einsum('bnth,bnsh->bnts', q, k) / math.sqrt(q.shape[-1])
   w = np.exp(scores - scores.max(-1, keepdims=True))
-  heads = np.einsum("bnts,bnsv->bntv", w / w.sum(-1, keepdims=True), v)
-  merged = heads.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1)     # [B, T, N*Dv]
+  heads = np.einsum('bnts,bnsv->bntv', w / w.sum(-1, keepdims=True), v)
+  merged = heads.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1)  # [B, T, N*Dv]
   return merged @ np.asarray(mha.w_o.kernel[...]) + np.asarray(mha.w_o.bias[...])
 
 
-@pytest.mark.parametrize("impl", ("reference", "chunked"))
+@pytest.mark.parametrize('impl', ('reference', 'chunked'))
 def test_rotary_attention_matches_numpy_and_sees_offsets_only(rng, impl):
   """Rotating q, k at p + c gives the output at p; other gaps between positions change it."""
   mha = MultiHeadAttention(8, 2, d_k=4, d_v=3, rotary=True, implementation=impl, rngs=rngs())
   x = rng.standard_normal((2, 5, 8)).astype(np.float32)
   base = np.arange(5)
   attend_at = jax.jit(lambda positions: mha(jnp.asarray(x), positions=positions)[0])
-  out, _ = mha(jnp.asarray(x))                                       # default positions 0..T-1
+  out, _ = mha(jnp.asarray(x))  # default positions 0..T-1
   np.testing.assert_allclose(out, _np_rotary_self_attention(mha, x, base), **TOL)
   shifted = attend_at(jnp.asarray(base + 7))
   np.testing.assert_allclose(shifted, out, **TOL)
@@ -80,11 +88,12 @@ def test_rotary_attention_matches_numpy_and_sees_offsets_only(rng, impl):
   np.testing.assert_allclose(spread, _np_rotary_self_attention(mha, x, 2 * base), **TOL)
   assert np.abs(np.asarray(spread) - np.asarray(out)).max() > 1e-3
   per_row = jax.jit(lambda p: mha(jnp.asarray(x), positions=p)[0])(
-      jnp.asarray([base, 2 * base]))                                 # positions [B, T]
+    jnp.asarray([base, 2 * base])
+  )  # positions [B, T]
   np.testing.assert_allclose(per_row, np.stack([out[0], spread[1]]), **TOL)
 
 
-@pytest.mark.parametrize("kind", ("dot", "general", "additive", "cosine"))
+@pytest.mark.parametrize('kind', ('dot', 'general', 'additive', 'cosine'))
 def test_rotary_rotates_queries_and_keys_for_every_score(rng, kind):
   """Each score kind sees NumPy-rotated queries and keys, and unrotated values."""
   mha = MultiHeadAttention(8, 2, d_k=4, d_v=3, rotary=True, score=kind, rngs=rngs())
@@ -94,8 +103,9 @@ def test_rotary_rotates_queries_and_keys_for_every_score(rng, kind):
   as_f32 = lambda a: jnp.asarray(a, jnp.float32)
   q = as_f32(_np_rope(_np_heads(mha, mha.w_q, x), positions))
   k = as_f32(_np_rope(_np_heads(mha, mha.w_k, x), positions))
-  heads = attention.attend(attention.masked_softmax(mha._scores(q, k), None),
-                           as_f32(_np_heads(mha, mha.w_v, x)))              # [B, N, T, Dv]
+  heads = attention.attend(
+    attention.masked_softmax(mha._scores(q, k), None), as_f32(_np_heads(mha, mha.w_v, x))
+  )  # [B, N, T, Dv]
   np.testing.assert_allclose(out, mha.w_o(attention.merge_heads(heads)), **TOL)
 
 
@@ -109,49 +119,56 @@ def test_rotary_decode_step_with_prefill_equals_full_causal_pass(rng):
   first, cache = decode_step(x[:, :2], cache, jnp.int32(0))
   steps = [first]
   for t in range(2, 5):
-    out, cache = decode_step(x[:, t:t + 1], cache, jnp.int32(t))
+    out, cache = decode_step(x[:, t : t + 1], cache, jnp.int32(t))
     steps.append(out)
   np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, **TOL)
   # The cache holds keys rotated at their positions.
   k = _np_rope(_np_heads(mha, mha.w_k, np.asarray(x)), np.arange(5))
-  np.testing.assert_allclose(cache["k"][:, :, :5], k, **TOL)
+  np.testing.assert_allclose(cache['k'][:, :, :5], k, **TOL)
 
 
 def _decoder(**kwargs) -> DecoderLM:
-  return build_model("decoder_lm", **{**SIZES, **kwargs}, rngs=rngs())
+  return build_model('decoder_lm', **{**SIZES, **kwargs}, rngs=rngs())
 
 
-@pytest.mark.parametrize("positions, score", [("rope", "scaled_dot"), ("learned", "scaled_dot"),
-                                              ("sinusoidal", "scaled_dot"), ("rope", "additive")])
+@pytest.mark.parametrize(
+  'positions, score',
+  [
+    ('rope', 'scaled_dot'),
+    ('learned', 'scaled_dot'),
+    ('sinusoidal', 'scaled_dot'),
+    ('rope', 'additive'),
+  ],
+)
 def test_decoder_lm_cannot_see_the_future(rng, positions, score):
   model = _decoder(positions=positions, score=score)
   ids = _ids(rng, (2, 6))
   logits, weights = _jit(model.token_logits, return_attention=True)(ids)
   changed = _jit(model.token_logits)(ids.at[:, 4].set((ids[:, 4] + 1) % V))
   assert logits.shape == (2, 6, V) and logits.dtype == jnp.float32
-  assert weights["self"].shape == (2, 2, 2, 6, 6)
+  assert weights['self'].shape == (2, 2, 2, 6, 6)
   np.testing.assert_allclose(changed[:, :4], logits[:, :4], atol=1e-6, rtol=0)
   assert np.abs(np.asarray(changed[:, 4:]) - np.asarray(logits[:, 4:])).max(-1).min() > 1e-4
 
 
-@pytest.mark.parametrize("positions", ("rope", "learned", "sinusoidal"))
-@pytest.mark.parametrize("prompt_length", (1, 3))
+@pytest.mark.parametrize('positions', ('rope', 'learned', 'sinusoidal'))
+@pytest.mark.parametrize('prompt_length', (1, 3))
 def test_decoder_lm_decode_steps_equal_the_full_pass(rng, positions, prompt_length):
   """Prefill P tokens, then feed the rest teacher-forced: logits match `token_logits`."""
-  model = _decoder(positions=positions, tie_output=positions != "learned")
+  model = _decoder(positions=positions, tie_output=positions != 'learned')
   ids = _ids(rng, (2, 6))
   full = _jit(model.token_logits)(ids)
   steps = 6 - prompt_length + 1
   cache = jax.jit(model.init_decode_cache, static_argnums=1)(ids[:, :prompt_length], steps)
-  np.testing.assert_array_equal(cache["offset"], [prompt_length - 1] * 2)
+  np.testing.assert_array_equal(cache['offset'], [prompt_length - 1] * 2)
   assert all(leaf.shape[0] == 2 for leaf in jax.tree.leaves(cache))
-  assert cache["layers"][0]["k"].shape == (2, 2, 6, 4)               # P - 1 + max_length slots
+  assert cache['layers'][0]['k'].shape == (2, 2, 6, 4)  # P - 1 + max_length slots
   step_fn = jax.jit(model.decode_step)
   out = []
   for t in range(steps):
     logits, cache = step_fn(ids[:, prompt_length - 1 + t], jnp.int32(t), cache)
     out.append(logits)
-  np.testing.assert_allclose(jnp.stack(out, axis=1), full[:, prompt_length - 1:], **TOL)
+  np.testing.assert_allclose(jnp.stack(out, axis=1), full[:, prompt_length - 1 :], **TOL)
 
 
 def test_decoder_lm_output_tying():
@@ -161,7 +178,7 @@ def test_decoder_lm_output_tying():
 
 
 def _mlm(**kwargs) -> EncoderMLM:
-  return build_model("encoder_mlm", **{**SIZES, "num_classes": 3, **kwargs}, rngs=rngs())
+  return build_model('encoder_mlm', **{**SIZES, 'num_classes': 3, **kwargs}, rngs=rngs())
 
 
 def test_encoder_mlm_is_bidirectional_and_padding_invariant(rng):
@@ -179,14 +196,14 @@ def test_encoder_mlm_head_is_tied_to_the_embedding_with_a_bias(rng):
   model = _mlm()
   ids = _ids(rng, (2, 6))
   h = jax.jit(lambda ids: model.mlm_norm(jax.nn.gelu(model.mlm_dense(model.encode(ids)[0]))))(ids)
-  table = np.asarray(model.embed.embed.embedding[...])               # [V, D]
+  table = np.asarray(model.embed.embed.embedding[...])  # [V, D]
   bias = rng.standard_normal(V).astype(np.float32)
   model.mlm_bias[...] = jnp.asarray(bias)
-  np.testing.assert_allclose(_jit(model.token_logits)(ids), np.asarray(h) @ table.T + bias,
-                             **TOL)
-  vocab_sized = [p for p, leaf in nnx.to_flat_state(nnx.state(model, nnx.Param))
-                 if V in leaf[...].shape]
-  assert sorted(vocab_sized) == [("embed", "embed", "embedding"), ("mlm_bias",)]
+  np.testing.assert_allclose(_jit(model.token_logits)(ids), np.asarray(h) @ table.T + bias, **TOL)
+  vocab_sized = [
+    p for p, leaf in nnx.to_flat_state(nnx.state(model, nnx.Param)) if V in leaf[...].shape
+  ]
+  assert sorted(vocab_sized) == [('embed', 'embed', 'embedding'), ('mlm_bias',)]
 
 
 def test_encoder_mlm_classify(rng):
@@ -195,18 +212,18 @@ def test_encoder_mlm_classify(rng):
   classify = _jit(model.classify, return_attention=True)
   logits, weights = classify(ids)
   assert logits.shape == (2, 3) and logits.dtype == jnp.float32
-  assert set(weights) == {"self", "word"} and weights["word"].shape == (2, 6)
-  word = np.asarray(weights["word"])
+  assert set(weights) == {'self', 'word'} and weights['word'].shape == (2, 6)
+  word = np.asarray(weights['word'])
   np.testing.assert_allclose(word.sum(-1), 1.0, **TOL)
   assert np.all(word[1, 4:] == 0.0)
   # Mean over heads and real queries of the last layer's weights, by hand for row 1.
-  last = np.asarray(weights["self"])[1, -1].mean(axis=0)             # [T query, T key]
+  last = np.asarray(weights['self'])[1, -1].mean(axis=0)  # [T query, T key]
   np.testing.assert_allclose(word[1], last[:4].mean(axis=0), **TOL)
   np.testing.assert_allclose(_jit(model.classify)(ids), logits, **TOL)
   doc_logits, doc_weights = classify(ids.reshape(2, 2, 3))
   np.testing.assert_allclose(doc_logits, logits, **TOL)
-  assert doc_weights["word"].shape == (2, 2, 3) and "sentence" not in doc_weights
-  with pytest.raises(ValueError, match="without a classification head"):
+  assert doc_weights['word'].shape == (2, 2, 3) and 'sentence' not in doc_weights
+  with pytest.raises(ValueError, match='without a classification head'):
     _mlm(num_classes=None).classify(ids)
 
 
@@ -214,53 +231,67 @@ def test_encoder_mlm_parameter_names_do_not_depend_on_the_head():
   flat = lambda m: {p: leaf[...].shape for p, leaf in nnx.to_flat_state(nnx.state(m, nnx.Param))}
   pretrain, finetune = flat(_mlm(num_classes=None)), flat(_mlm(num_classes=4))
   assert all(finetune[p] == shape for p, shape in pretrain.items())
-  assert {p[0] for p in set(finetune) - set(pretrain)} == {"pooler", "classifier"}
+  assert {p[0] for p in set(finetune) - set(pretrain)} == {'pooler', 'classifier'}
 
 
 def test_protocols_and_build_with_num_classes_from_the_data():
-  assert models.fitting(LanguageModel) == ["decoder_lm", "encoder_mlm"]
+  assert models.fitting(LanguageModel) == ['decoder_lm', 'encoder_mlm']
   assert issubclass(EncoderMLM, Classifier) and not issubclass(DecoderLM, Classifier)
   assert not issubclass(DecoderLM, EncoderDecoder)
   tiny = dict(num_layers=1, d_model=8, num_heads=2, d_ff=16, max_length=16)
-  config = models.default_config("encoder_mlm", **tiny)
+  config = models.default_config('encoder_mlm', **tiny)
   assert config.num_classes is None
   model = models.build(config, vocab_size=V, pad_id=PAD, num_classes=3, rngs=rngs())
   assert model.classifier.kernel.shape == (8, 3)
   assert models.build(config, vocab_size=V, pad_id=PAD, rngs=rngs()).classifier is None
   config.num_classes = 4
-  with pytest.raises(ValueError, match="num_classes is set from the data"):
+  with pytest.raises(ValueError, match='num_classes is set from the data'):
     models.build(config, vocab_size=V, pad_id=PAD, num_classes=3, rngs=rngs())
-  lm = models.build(models.default_config("decoder_lm", **tiny), vocab_size=V, pad_id=PAD,
-                    rngs=rngs())
+  lm = models.build(
+    models.default_config('decoder_lm', **tiny), vocab_size=V, pad_id=PAD, rngs=rngs()
+  )
   assert isinstance(lm, DecoderLM) and lm.positions is None
 
 
 def test_bad_settings_are_clear_errors(rng):
-  with pytest.raises(ValueError, match="d_k .* must be even for rotary"):
+  with pytest.raises(ValueError, match='d_k .* must be even for rotary'):
     MultiHeadAttention(8, 2, d_k=3, rotary=True, rngs=rngs())
-  with pytest.raises(ValueError, match="d_k .* must be even for rotary"):
-    _decoder(d_model=6)                                              # d_k = 3
-  _decoder(d_model=6, positions="learned")                          # odd d_k is fine without rope
-  with pytest.raises(ValueError, match="positions must be one of"):
-    _mlm(positions="rotary")
-  with pytest.raises(ValueError, match="positions must be one of"):
-    build_model("transformer", input_vocab_size=V, output_vocab_size=V, pad_id=PAD,
-                positions="rotary", rngs=rngs())
+  with pytest.raises(ValueError, match='d_k .* must be even for rotary'):
+    _decoder(d_model=6)  # d_k = 3
+  _decoder(d_model=6, positions='learned')  # odd d_k is fine without rope
+  with pytest.raises(ValueError, match='positions must be one of'):
+    _mlm(positions='rotary')
+  with pytest.raises(ValueError, match='positions must be one of'):
+    build_model(
+      'transformer',
+      input_vocab_size=V,
+      output_vocab_size=V,
+      pad_id=PAD,
+      positions='rotary',
+      rngs=rngs(),
+    )
   # The Transformer now takes RoPE too, in the self-attentions of both stacks.
-  rotary = nnx.eval_shape(lambda: build_model(
-      "transformer", input_vocab_size=V, output_vocab_size=V, pad_id=PAD, positions="rope",
-      rngs=rngs()))
+  rotary = nnx.eval_shape(
+    lambda: build_model(
+      'transformer',
+      input_vocab_size=V,
+      output_vocab_size=V,
+      pad_id=PAD,
+      positions='rope',
+      rngs=rngs(),
+    )
+  )
   assert rotary.positions is None and rotary.encoder_layers[0].self_attn.rotary
   assert rotary.decoder_layers[0].self_attn.rotary
   assert not rotary.decoder_layers[0].cross_attn.rotary
-  with pytest.raises(ValueError, match="num_classes must be None or an integer >= 2"):
+  with pytest.raises(ValueError, match='num_classes must be None or an integer >= 2'):
     _mlm(num_classes=1)
-  short = _decoder(positions="learned", max_length=8)
-  with pytest.raises(ValueError, match="need 9 positions > max_length=8"):
+  short = _decoder(positions='learned', max_length=8)
+  with pytest.raises(ValueError, match='need 9 positions > max_length=8'):
     short.token_logits(_ids(rng, (1, 9)))
-  with pytest.raises(ValueError, match="need 9 positions > max_length=8"):
-    short.init_decode_cache(_ids(rng, (1, 4)), 6)                   # 4 - 1 + 6
-  with pytest.raises(ValueError, match="need 9 positions > max_length=8"):
+  with pytest.raises(ValueError, match='need 9 positions > max_length=8'):
+    short.init_decode_cache(_ids(rng, (1, 4)), 6)  # 4 - 1 + 6
+  with pytest.raises(ValueError, match='need 9 positions > max_length=8'):
     _mlm(max_length=8).classify(_ids(rng, (1, 3, 3)))
-  with pytest.raises(ValueError, match=r"inputs must be integer ids \[B, T\]"):
+  with pytest.raises(ValueError, match=r'inputs must be integer ids \[B, T\]'):
     short.token_logits(jnp.zeros((2, 3), jnp.float32))

@@ -8,17 +8,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_training import get_config
 
-import models
-import tasks
-import training
 from data.tokenizers import SPECIAL_TOKENS
+import models
 from reports import run_eval
 from reports.run_eval import evaluate_checkpoint
+import tasks
 from tasks.language import _continuation_length, attention_hits, bert_mask
+import training
 from training.checkpoints import load_matching_params
 from training.setup import build_state
-from test_training import get_config
 
 TINY = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
 
@@ -26,13 +26,14 @@ TINY = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
 def test_bert_mask_picks_15_percent_of_regular_tokens_then_80_10_10():
   vocab, mask_id = 50, 49
   ids = np.random.default_rng(0).integers(0, vocab - 1, (400, 256)).astype(np.int32)
-  ids[:, -20:] = 0                                                      # padding
-  corrupted, picked = bert_mask(jax.random.key(1), jnp.asarray(ids), mask_id=mask_id,
-                                vocab_size=vocab)
+  ids[:, -20:] = 0  # padding
+  corrupted, picked = bert_mask(
+    jax.random.key(1), jnp.asarray(ids), mask_id=mask_id, vocab_size=vocab
+  )
   corrupted, picked = np.asarray(corrupted), np.asarray(picked)
   special = ids < len(SPECIAL_TOKENS)
   assert not picked[special].any() and (corrupted[special] == ids[special]).all()
-  assert (corrupted[~picked] == ids[~picked]).all()                     # only picked ones change
+  assert (corrupted[~picked] == ids[~picked]).all()  # only picked ones change
   assert abs(picked[~special].mean() - 0.15) < 0.005
   chosen_ids, chosen = ids[picked], corrupted[picked]
   masked = chosen == mask_id
@@ -48,24 +49,32 @@ def test_bert_mask_picks_15_percent_of_regular_tokens_then_80_10_10():
 
 
 def test_attention_hits_count_the_support_position_or_the_one_after_it():
-  weights = np.zeros((1, 2, 4, 6), np.float32)                        # [B, N, T, S]
-  weights[0, 0, 1, 2] = 1.0   # head 0, query 1 -> key 2 (its support): hit
-  weights[0, 0, 3, 5] = 1.0   # head 0, query 3 -> 5 = support + 1: hit
-  weights[0, 1, 1, 0] = 1.0   # head 1, query 1 -> 0: miss
-  weights[0, 1, 3, 4] = 1.0   # head 1, query 3 -> 4 (its support): hit
+  weights = np.zeros((1, 2, 4, 6), np.float32)  # [B, N, T, S]
+  weights[0, 0, 1, 2] = 1.0  # head 0, query 1 -> key 2 (its support): hit
+  weights[0, 0, 3, 5] = 1.0  # head 0, query 3 -> 5 = support + 1: hit
+  weights[0, 1, 1, 0] = 1.0  # head 1, query 1 -> 0: miss
+  weights[0, 1, 3, 4] = 1.0  # head 1, query 3 -> 4 (its support): hit
   support = np.array([[-1, 2, -1, 4]], np.int32)
   weights[0, :, 0, 3] = weights[0, :, 2, 3] = 1.0  # queries without support never count
-  np.testing.assert_array_equal(attention_hits(jnp.asarray(weights), jnp.asarray(support)),
-                                [[2, 1]])
+  np.testing.assert_array_equal(
+    attention_hits(jnp.asarray(weights), jnp.asarray(support)), [[2, 1]]
+  )
 
 
 def _tiny_lm(config_name, data_dir, **dataset):
   config = get_config(config_name)
   config.model = models.default_config(config.model.name, **TINY)
   config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=8, **dataset)
-  config.update(num_train_steps=3, log_every_steps=50, checkpoint_every_steps=100,
-                eval_every_steps=0, num_eval_decode=8, warmup_steps=1, max_decode_length=6,
-                temperatures=(0.0, 1.0))
+  config.update(
+    num_train_steps=3,
+    log_every_steps=50,
+    checkpoint_every_steps=100,
+    eval_every_steps=0,
+    num_eval_decode=8,
+    warmup_steps=1,
+    max_decode_length=6,
+    temperatures=(0.0, 1.0),
+  )
   return config
 
 
@@ -76,17 +85,18 @@ def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path):
   metrics = evaluate_checkpoint(workdir, max_examples=16, num_heatmaps=1)
   assert metrics['examples'] == 16 and 0 <= metrics['accuracy'] <= 1
   assert 0 <= metrics['attention_hit_rate'] <= 1 and 'attention_hit_rate/head1' in metrics
-  assert 'bits_per_char' not in metrics                              # a word vocabulary
+  assert 'bits_per_char' not in metrics  # a word vocabulary
   lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
-  assert len(lines) == 17 and lines[1].endswith('/8 right')           # 8 answers per example
+  assert len(lines) == 17 and lines[1].endswith('/8 right')  # 8 answers per example
   assert os.path.getsize(os.path.join(workdir, 'eval', 'attention_heads_0000.png')) > 1000
 
 
 def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(tmp_path):
   text = tmp_path / 'book.txt'
   text.write_text('It was the best of times, it was the worst of times.\n' * 40)
-  config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32,
-                    eval_lengths=(16,))
+  config = _tiny_lm(
+    'gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32, eval_lengths=(16,)
+  )
   workdir = str(tmp_path / 'run')
   validation = training.train_and_evaluate(config, workdir)
   assert validation['bits_per_char@16'] == pytest.approx(validation['loss@16'] / np.log(2))
@@ -113,7 +123,7 @@ def test_bert_pretraining_scores_the_masked_tokens(tmp_path):
 
 def test_a_window_longer_than_the_held_out_text_fails_when_the_task_is_built(tmp_path):
   text = tmp_path / 'short.txt'
-  text.write_text('abcdefghij' * 100)                                  # held out: 50 + 50 chars
+  text.write_text('abcdefghij' * 100)  # held out: 50 + 50 chars
   config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=64)
   with pytest.raises(ValueError, match=r"seq_length=64 .* split 'validation'"):
     tasks.build(config, str(tmp_path / 'run'))
@@ -122,28 +132,37 @@ def test_a_window_longer_than_the_held_out_text_fails_when_the_task_is_built(tmp
 def test_eval_lengths_are_refused_past_a_learned_table_and_for_other_tasks(tmp_path):
   text = tmp_path / 'book.txt'
   text.write_text('It was the best of times, it was the worst of times.\n' * 40)
-  config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32,
-                    eval_lengths=(64, 128))
+  config = _tiny_lm(
+    'gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32, eval_lengths=(64, 128)
+  )
   config.model.positions = 'learned'
-  with pytest.raises(ValueError, match=r'eval_lengths=\(64, 128\) reaches past the learned '
-                     r'position table of config.model.max_length=64'):
+  with pytest.raises(
+    ValueError,
+    match=r'eval_lengths=\(64, 128\) reaches past the learned '
+    r'position table of config.model.max_length=64',
+  ):
     tasks.build(config, str(tmp_path / 'run'))
-  with pytest.raises(ValueError, match="--eval_length applies to language models; this run's "
-                     "task is 'translation'"):
+  with pytest.raises(
+    ValueError, match="--eval_length applies to language models; this run's task is 'translation'"
+  ):
     run_eval.set_eval_lengths(get_config('default'), ['64'])
 
 
-@pytest.mark.parametrize('positions, window, wanted, expected', [
-    ('rope', 0, 0, 64),         # the default: the rest of the row
+@pytest.mark.parametrize(
+  'positions, window, wanted, expected',
+  [
+    ('rope', 0, 0, 64),  # the default: the rest of the row
     ('rope', 0, 64, 64),
-    ('rope', 0, 128, 64),       # past the 128 trained positions: capped
-    ('rope', 128, 128, 128),    # a sliding window within them: relative distances stay trained
+    ('rope', 0, 128, 64),  # past the 128 trained positions: capped
+    ('rope', 128, 128, 128),  # a sliding window within them: relative distances stay trained
     ('alibi', 64, 200, 200),
     ('sinusoidal', 128, 128, 64),  # absolute positions leave the trained range all the same
     ('none', 128, 128, 64),
-])
-def test_continuations_stay_within_the_trained_positions(positions, window, wanted, expected,
-                                                         caplog):
+  ],
+)
+def test_continuations_stay_within_the_trained_positions(
+  positions, window, wanted, expected, caplog
+):
   config = get_config('gpt_text')
   config.model.update(positions=positions, window=window)
   config.max_decode_length = wanted
@@ -159,8 +178,9 @@ def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_pat
   config = get_config('bert_finetune')
   config.model = pretrain.model
   # bucket_step = max_length: one padded shape, so each step compiles once.
-  config.dataset.update(data_dir=str(tmp_path / 'tfds'), batch_size=8, eval_batch_size=8,
-                        max_length=64, bucket_step=64)
+  config.dataset.update(
+    data_dir=str(tmp_path / 'tfds'), batch_size=8, eval_batch_size=8, max_length=64, bucket_step=64
+  )
   config.update(init_from=pretrained, num_train_steps=2, eval_every_steps=0, num_eval_decode=0)
   workdir = str(tmp_path / 'tuned')
   training.train_and_evaluate(config, workdir)
@@ -170,6 +190,10 @@ def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_pat
   assert saved['shared']['vocab'][-1] == '<mask>' and saved['labels'][0] == 'sports'
   task = tasks.build(config, workdir)
   _, loaded, initialised = load_matching_params(build_state(config, task), pretrained)
-  assert initialised == ['params.classifier.bias', 'params.classifier.kernel',
-                         'params.pooler.bias', 'params.pooler.kernel']
+  assert initialised == [
+    'params.classifier.bias',
+    'params.classifier.kernel',
+    'params.pooler.bias',
+    'params.pooler.kernel',
+  ]
   assert 'params.embed.embed.embedding' in loaded and 'params.mlm_bias' in loaded

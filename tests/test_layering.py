@@ -13,25 +13,24 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The layers of ARCHITECTURE.md ("Layers"). Every root *.py file is an entry point.
-PACKAGES = ('attention', 'models', 'data', 'tasks', 'training', 'reports', 'configs',
-            'benchmarks')
+PACKAGES = ('attention', 'models', 'data', 'tasks', 'training', 'reports', 'configs', 'benchmarks')
 ENTRY_POINTS = 'entry points'
 # What each layer may import besides itself (a package may always import its own modules):
 # packages, or single modules of one (configs take only the schema from training). None =
 # anything. Entry points, one layer of separate files, may not import each other.
 ALLOWED = {
-    'attention': (),
-    'models': ('attention',),
-    'data': (),
-    'tasks': ('models', 'data', 'attention'),
-    'training': ('tasks', 'models', 'data', 'attention'),
-    'reports': ('training', 'tasks', 'models', 'data', 'attention'),
-    'configs': ('training.config', 'models', 'data', 'attention'),
-    'benchmarks': PACKAGES,
-    ENTRY_POINTS: PACKAGES,
-    'docs': PACKAGES,       # docs/config_reference.py: anything below the entry points
-    'tests': None,
-    'tutorials': None,
+  'attention': (),
+  'models': ('attention',),
+  'data': (),
+  'tasks': ('models', 'data', 'attention'),
+  'training': ('tasks', 'models', 'data', 'attention'),
+  'reports': ('training', 'tasks', 'models', 'data', 'attention'),
+  'configs': ('training.config', 'models', 'data', 'attention'),
+  'benchmarks': PACKAGES,
+  ENTRY_POINTS: PACKAGES,
+  'docs': PACKAGES,  # docs/config_reference.py: anything below the entry points
+  'tests': None,
+  'tutorials': None,
 }
 # Folders under the root whose Python files are not modules of the project.
 SKIPPED = ('build', 'runs', 'site', 'node_modules', '__pycache__')
@@ -40,6 +39,7 @@ SKIPPED = ('build', 'runs', 'site', 'node_modules', '__pycache__')
 @dataclasses.dataclass(frozen=True)
 class Edge:
   """`source` (a dotted module name) imports `target` at line `line` of its file."""
+
   source: str
   line: int
   target: str
@@ -52,8 +52,9 @@ def find_modules(root: str) -> dict[str, str]:
     path = os.path.join(root, name)
     if name.endswith('.py') and os.path.isfile(path):
       modules[name[:-3]] = name
-    elif os.path.isdir(path) and (name in ALLOWED or
-                                  os.path.isfile(os.path.join(path, '__init__.py'))):
+    elif os.path.isdir(path) and (
+      name in ALLOWED or os.path.isfile(os.path.join(path, '__init__.py'))
+    ):
       for folder, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith('.') and d not in SKIPPED)
         for file in sorted(f for f in files if f.endswith('.py')):
@@ -70,8 +71,11 @@ def find_imports(root: str) -> tuple[dict[str, str], list[Edge]]:
   for module, path in modules.items():
     with open(os.path.join(root, path), encoding='utf-8') as f:
       tree = ast.parse(f.read(), filename=path)
-    found = {(line, target) for line, target in _imports(tree, module, path, modules)
-             if target not in (None, module)}
+    found = {
+      (line, target)
+      for line, target in _imports(tree, module, path, modules)
+      if target not in (None, module)
+    }
     edges += [Edge(module, line, target) for line, target in sorted(found)]
   return modules, edges
 
@@ -100,7 +104,7 @@ def _imports(tree: ast.Module, module: str, path: str, modules: dict[str, str]):
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ''
       if node.level:
-        anchor = package.split('.')[:len(package.split('.')) - node.level + 1]
+        anchor = package.split('.')[: len(package.split('.')) - node.level + 1]
         base = '.'.join(anchor + ([base] if base else []))
       for alias in node.names:
         submodule = resolve(f'{base}.{alias.name}')
@@ -111,10 +115,14 @@ def _imports(tree: ast.Module, module: str, path: str, modules: dict[str, str]):
         yield node.lineno, resolve(argument.value)
       else:
         dynamic = True
-  if dynamic:   # a lazy string map: every dotted module name the file holds may be imported
+  if dynamic:  # a lazy string map: every dotted module name the file holds may be imported
     for node in ast.walk(tree):
-      if (isinstance(node, ast.Constant) and isinstance(node.value, str) and '.' in node.value
-          and node.value in modules):
+      if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and '.' in node.value
+        and node.value in modules
+      ):
         yield node.lineno, node.value
 
 
@@ -133,27 +141,33 @@ def layer_of(module: str) -> str:
 
 def layer_violations(modules: dict[str, str], edges: list[Edge]) -> list[str]:
   """One line per import that breaks `ALLOWED`, and one per package that is in no layer."""
-  problems = [f'{path}: a package in no layer of ARCHITECTURE.md (add it to ALLOWED)'
-              for module, path in modules.items()
-              if '.' not in module and path.endswith('/__init__.py') and module not in ALLOWED]
+  problems = [
+    f'{path}: a package in no layer of ARCHITECTURE.md (add it to ALLOWED)'
+    for module, path in modules.items()
+    if '.' not in module and path.endswith('/__init__.py') and module not in ALLOWED
+  ]
   for edge in edges:
     source, target = layer_of(edge.source), layer_of(edge.target)
     allowed = ALLOWED.get(source, ())
     if allowed is None or (source == target and source != ENTRY_POINTS):
       continue
     if not any(edge.target == a or edge.target.startswith(a + '.') for a in allowed):
-      rule = (f'may import only {", ".join(allowed)}' if allowed else
-              'may import nothing else of the project')
+      rule = (
+        f'may import only {", ".join(allowed)}'
+        if allowed
+        else 'may import nothing else of the project'
+      )
       if source == ENTRY_POINTS:
         rule += ', never each other'
-      problems.append(f'{modules[edge.source]}:{edge.line}: imports {edge.target} '
-                      f'({source} {rule})')
+      problems.append(
+        f'{modules[edge.source]}:{edge.line}: imports {edge.target} ({source} {rule})'
+      )
   return problems
 
 
 def cycles(modules: dict[str, str], edges: list[Edge]) -> list[str]:
   """One line per import cycle: the chain of files, each with the line that imports the next."""
-  first = {}    # (source, target) -> its first import line
+  first = {}  # (source, target) -> its first import line
   for edge in edges:
     first.setdefault((edge.source, edge.target), edge.line)
   graph = {module: [] for module in modules}
@@ -253,38 +267,48 @@ def test_the_tree_keeps_its_layers_and_has_no_import_cycle():
 
 def test_a_higher_layer_import_is_named(tmp_path):
   """attention/x.py imports models inside a function: the file, the line and the rule."""
-  write_tree(tmp_path, {
+  write_tree(
+    tmp_path,
+    {
       'attention/__init__.py': '',
       'attention/x.py': 'import numpy as np\n\n\ndef f():\n  from models import net\n',
       'models/__init__.py': '',
       'models/net.py': 'import jax\nimport attention\n',
-  })
+    },
+  )
   assert check(tmp_path) == [
-      'attention/x.py:5: imports models.net (attention may import nothing else of the project)']
+    'attention/x.py:5: imports models.net (attention may import nothing else of the project)'
+  ]
 
 
 def test_an_import_cycle_is_named_as_its_chain_of_files(tmp_path):
   """A cycle closed by `importlib.import_module` in a function; models/c.py only joins it."""
-  write_tree(tmp_path, {
+  write_tree(
+    tmp_path,
+    {
       'models/__init__.py': '',
       'models/a.py': 'from models import b\n',
       'models/b.py': 'import importlib\n\n\ndef f():\n  importlib.import_module("models.a")\n',
       'models/c.py': 'import models.a\n',
-  })
+    },
+  )
   assert check(tmp_path) == [
-      'import cycle: models/a.py:1 imports models.b -> models/b.py:5 imports models.a']
+    'import cycle: models/a.py:1 imports models.b -> models/b.py:5 imports models.a'
+  ]
 
 
 def test_each_rule_of_the_table(tmp_path):
   """Configs take only the schema from training; entry points never import each other; a lazy
   string map imports the modules it names; tests import anything; a new package needs a layer."""
-  write_tree(tmp_path, {
+  write_tree(
+    tmp_path,
+    {
       'training/__init__.py': '',
       'training/config.py': '',
       'training/loop.py': 'import tasks.lm\n',
       'tasks/__init__.py': '',
       'tasks/lm.py': 'import importlib\nLAZY = {"f": "training.loop"}\n'
-                     'def get(n):\n  return importlib.import_module(LAZY[n])\n',
+      'def get(n):\n  return importlib.import_module(LAZY[n])\n',
       'configs/__init__.py': '',
       'configs/ok.py': 'from training import config\nfrom configs import bad\n',
       'configs/bad.py': 'from training import loop\n',
@@ -293,13 +317,14 @@ def test_each_rule_of_the_table(tmp_path):
       'tests/conftest.py': 'import train\n',
       'tests/test_x.py': 'from conftest import helper\nimport eval\n',
       'utils/__init__.py': '',
-  })
+    },
+  )
   assert check(tmp_path) == [
-      'utils/__init__.py: a package in no layer of ARCHITECTURE.md (add it to ALLOWED)',
-      'configs/bad.py:1: imports training.loop (configs may import only training.config, '
-      'models, data, attention)',
-      f'eval.py:1: imports train (entry points may import only {", ".join(PACKAGES)}, never '
-      'each other)',
-      'tasks/lm.py:2: imports training.loop (tasks may import only models, data, attention)',
-      'import cycle: tasks/lm.py:2 imports training.loop -> training/loop.py:1 imports tasks.lm',
+    'utils/__init__.py: a package in no layer of ARCHITECTURE.md (add it to ALLOWED)',
+    'configs/bad.py:1: imports training.loop (configs may import only training.config, '
+    'models, data, attention)',
+    f'eval.py:1: imports train (entry points may import only {", ".join(PACKAGES)}, never '
+    'each other)',
+    'tasks/lm.py:2: imports training.loop (tasks may import only models, data, attention)',
+    'import cycle: tasks/lm.py:2 imports training.loop -> training/loop.py:1 imports tasks.lm',
   ]

@@ -3,29 +3,34 @@
 import math
 import types
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from models.attention_layer import MultiHeadAttention
 from models.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding, make_positions
-from models.layers import (AttentionPooling, FeedForward, merge_project_heads, project_heads,
-                           project_heads_together)
+from models.layers import (
+  AttentionPooling,
+  FeedForward,
+  merge_project_heads,
+  project_heads,
+  project_heads_together,
+)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
-SCORE_KINDS = ("scaled_dot", "dot", "general", "additive", "cosine")
+SCORE_KINDS = ('scaled_dot', 'dot', 'general', 'additive', 'cosine')
 T_, F_ = True, False
 
 
-def rngs(seed: int = 0, stream: str = "params") -> nnx.Rngs:
+def rngs(seed: int = 0, stream: str = 'params') -> nnx.Rngs:
   """An `nnx.Rngs` over 'rbg' keys, which keeps these tests fast.
 
   Eager JAX compiles a kernel per random op and shape, and on CPU threefry kernels take about six
   times longer to compile than rbg ones.
   """
-  return nnx.Rngs(**{stream: jax.random.key(seed, impl="rbg")})
+  return nnx.Rngs(**{stream: jax.random.key(seed, impl='rbg')})
 
 
 def _np(param) -> np.ndarray:
@@ -41,21 +46,21 @@ def _softmax(scores, mask):
 
 def _np_scores(mha, kind, q, k):
   """NumPy scores `[B, N, T, S]` from per-head q `[B, N, T, H]` and k `[B, N, S, H]`."""
-  if kind == "scaled_dot":
-    return np.einsum("bnth,bnsh->bnts", q, k) / math.sqrt(q.shape[-1])
-  if kind == "dot":
-    return np.einsum("bnth,bnsh->bnts", q, k)
-  if kind == "general":
-    return np.einsum("bnth,nhg,bnsg->bnts", q, _np(mha.score_w), k)
-  if kind == "additive":
-    qa = np.einsum("bnth,nha->bnta", q, _np(mha.score_wq))
-    ka = np.einsum("bnsh,nha->bnsa", k, _np(mha.score_wk))
-    hidden = np.tanh(qa[:, :, :, None, :] + ka[:, :, None, :, :])      # [B, N, T, S, A]
-    return np.einsum("bntsa,na->bnts", hidden, _np(mha.score_v))
+  if kind == 'scaled_dot':
+    return np.einsum('bnth,bnsh->bnts', q, k) / math.sqrt(q.shape[-1])
+  if kind == 'dot':
+    return np.einsum('bnth,bnsh->bnts', q, k)
+  if kind == 'general':
+    return np.einsum('bnth,nhg,bnsg->bnts', q, _np(mha.score_w), k)
+  if kind == 'additive':
+    qa = np.einsum('bnth,nha->bnta', q, _np(mha.score_wq))
+    ka = np.einsum('bnsh,nha->bnsa', k, _np(mha.score_wk))
+    hidden = np.tanh(qa[:, :, :, None, :] + ka[:, :, None, :, :])  # [B, N, T, S, A]
+    return np.einsum('bntsa,na->bnts', hidden, _np(mha.score_v))
   # cosine_scores guards the norms with eps = 1e-6 inside the square root.
   q_unit = q / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-6)
   k_unit = k / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-6)
-  return _np(mha.score_scale)[:, None, None] * np.einsum("bnth,bnsh->bnts", q_unit, k_unit)
+  return _np(mha.score_scale)[:, None, None] * np.einsum('bnth,bnsh->bnts', q_unit, k_unit)
 
 
 def _np_mha(mha, kind, x, context, mask):
@@ -64,12 +69,12 @@ def _np_mha(mha, kind, x, context, mask):
 
   def proj(linear, inp):
     out = np.asarray(inp, np.float64) @ _np(linear.kernel) + _np(linear.bias)  # [B, L, N*H]
-    return out.reshape(*out.shape[:2], n, -1).transpose(0, 2, 1, 3)            # [B, N, L, H]
+    return out.reshape(*out.shape[:2], n, -1).transpose(0, 2, 1, 3)  # [B, N, L, H]
 
   q, k, v = proj(mha.w_q, x), proj(mha.w_k, context), proj(mha.w_v, context)
   weights = _softmax(_np_scores(mha, kind, q, k), mask)
-  heads = np.einsum("bnts,bnsv->bntv", weights, v)
-  merged = heads.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)     # [B, T, N*Dv]
+  heads = np.einsum('bnts,bnsv->bntv', weights, v)
+  merged = heads.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)  # [B, T, N*Dv]
   return merged @ _np(mha.w_o.kernel) + _np(mha.w_o.bias), weights
 
 
@@ -82,16 +87,17 @@ def _mha(**kwargs) -> MultiHeadAttention:
   return MultiHeadAttention(8, 2, d_k=3, d_v=5, rngs=rngs(0), **kwargs)
 
 
-@pytest.mark.parametrize("kind", SCORE_KINDS)
+@pytest.mark.parametrize('kind', SCORE_KINDS)
 def test_mha_matches_numpy(rng, kind):
   """Cross-attention with d_k != d_v and a padding mask equals NumPy; masked keys get 0 weight."""
   mha = _mha(score=kind)
   x = rng.standard_normal((2, 5, 8)).astype(np.float32)
   context = rng.standard_normal((2, 6, 8)).astype(np.float32)
   keep = np.array([[T_, T_, T_, T_, F_, F_], [T_, T_, T_, T_, T_, T_]])
-  mask = keep[:, None, None, :]                                                 # [B, 1, 1, S]
-  out, weights = mha(jnp.asarray(x), jnp.asarray(context), mask=jnp.asarray(mask),
-                     return_weights=True)
+  mask = keep[:, None, None, :]  # [B, 1, 1, S]
+  out, weights = mha(
+    jnp.asarray(x), jnp.asarray(context), mask=jnp.asarray(mask), return_weights=True
+  )
   ref_out, ref_w = _np_mha(mha, kind, x, context, mask)
   assert out.shape == (2, 5, 8) and weights.shape == (2, 2, 5, 6)
   np.testing.assert_allclose(weights, ref_w, **TOL)
@@ -100,7 +106,7 @@ def test_mha_matches_numpy(rng, kind):
   assert np.all(np.asarray(weights)[0, :, :, 4:] == 0.0)
 
 
-@pytest.mark.parametrize("kind,d_v", (("scaled_dot", 5), ("additive", 5), ("scaled_dot", 3)))
+@pytest.mark.parametrize('kind,d_v', (('scaled_dot', 5), ('additive', 5), ('scaled_dot', 3)))
 def test_mha_causal_and_incremental_decoding(rng, kind, d_v):
   """Causal self-attention puts 0 on future keys; decode_step step by step reproduces it (with
   d_v == d_k it projects queries, keys and values in one matmul)."""
@@ -111,10 +117,10 @@ def test_mha_causal_and_incremental_decoding(rng, kind, d_v):
   assert np.all(np.asarray(weights)[:, :, future] == 0.0)
   np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, **TOL)
   cache = mha.init_cache(2, 8)
-  assert cache["k"].shape == (2, 2, 8, 3) and cache["v"].shape == (2, 2, 8, d_v)
+  assert cache['k'].shape == (2, 2, 8, 3) and cache['v'].shape == (2, 2, 8, d_v)
   steps = []
   for t in range(5):
-    out, cache = mha.decode_step(x[:, t:t + 1], cache, jnp.int32(t))
+    out, cache = mha.decode_step(x[:, t : t + 1], cache, jnp.int32(t))
     steps.append(out)
   np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, **TOL)
 
@@ -122,7 +128,7 @@ def test_mha_causal_and_incremental_decoding(rng, kind, d_v):
 def test_mha_chunked_kernel_matches_reference_and_still_returns_weights(rng):
   """implementation='chunked' gives the reference output; asking for weights uses reference."""
   x = jnp.asarray(rng.standard_normal((2, 6, 8)), jnp.float32)
-  ref, chunked = _mha(implementation="reference"), _mha(implementation="chunked")
+  ref, chunked = _mha(implementation='reference'), _mha(implementation='chunked')
   out_ref, _ = ref(x, is_causal=True)
   out_chunked, _ = chunked(x, is_causal=True)
   out_w, weights = chunked(x, is_causal=True, return_weights=True)
@@ -131,19 +137,19 @@ def test_mha_chunked_kernel_matches_reference_and_still_returns_weights(rng):
   assert weights.shape == (2, 2, 6, 6)
 
 
-@pytest.mark.parametrize("kind", ("scaled_dot", "cosine"))
+@pytest.mark.parametrize('kind', ('scaled_dot', 'cosine'))
 def test_mha_attention_dropout(rng, kind):
   """Dropout changes the output only in training, per key; weights are returned pre-dropout."""
   mha = _mha(score=kind, dropout_rate=0.5)
   x = jnp.asarray(rng.standard_normal((2, 6, 8)), jnp.float32)
   det, det_w = mha(x, return_weights=True)
-  drop_a, drop_w = mha(x, deterministic=False, rngs=rngs(1, "dropout"), return_weights=True)
-  drop_b, _ = mha(x, deterministic=False, rngs=rngs(2, "dropout"))
-  drop_a2, _ = mha(x, deterministic=False, rngs=rngs(1, "dropout"))
+  drop_a, drop_w = mha(x, deterministic=False, rngs=rngs(1, 'dropout'), return_weights=True)
+  drop_b, _ = mha(x, deterministic=False, rngs=rngs(2, 'dropout'))
+  drop_a2, _ = mha(x, deterministic=False, rngs=rngs(1, 'dropout'))
   np.testing.assert_allclose(drop_w, det_w, **TOL)
   np.testing.assert_array_equal(drop_a, drop_a2)
   assert not np.allclose(drop_a, det, atol=1e-3) and not np.allclose(drop_a, drop_b, atol=1e-3)
-  with pytest.raises(ValueError, match="rngs"):
+  with pytest.raises(ValueError, match='rngs'):
     mha(x, deterministic=False)
 
 
@@ -154,17 +160,20 @@ def test_mha_without_bias_has_exact_parameter_count():
   assert sum(sizes) == 8 * 6 * 2 + 8 * 10 + 10 * 8
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(score="luong"), "score must be one of 'additive', 'cosine', 'dot'"),
-    (dict(implementation="flash"), "implementation must be one of None, 'reference'"),
-    (dict(score="dot", implementation="chunked"), "only to score='scaled_dot'"),
-    (dict(num_heads=3), "divisible by num_heads=3"),
-    (dict(dropout_rate=1.0), "dropout_rate must be in"),
-])
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
+    (dict(score='luong'), "score must be one of 'additive', 'cosine', 'dot'"),
+    (dict(implementation='flash'), "implementation must be one of None, 'reference'"),
+    (dict(score='dot', implementation='chunked'), "only to score='scaled_dot'"),
+    (dict(num_heads=3), 'divisible by num_heads=3'),
+    (dict(dropout_rate=1.0), 'dropout_rate must be in'),
+  ],
+)
 def test_mha_bad_arguments_raise(kwargs, match):
   """Each bad setting raises one ValueError naming the field and the valid values."""
   with pytest.raises(ValueError, match=match):
-    MultiHeadAttention(8, **{"num_heads": 2, **kwargs}, rngs=rngs(0))
+    MultiHeadAttention(8, **{'num_heads': 2, **kwargs}, rngs=rngs(0))
 
 
 def test_mha_d_k_d_v_lift_divisibility():
@@ -175,20 +184,20 @@ def test_mha_d_k_d_v_lift_divisibility():
   assert mha.w_q.kernel.shape == (8, 12) and mha.w_v.kernel.shape == (8, 6)
 
 
-@pytest.mark.parametrize("activation", ("relu", "gelu"))
+@pytest.mark.parametrize('activation', ('relu', 'gelu'))
 def test_feed_forward_matches_numpy(rng, activation):
   """act(x W1 + b1) W2 + b2 with ReLU or (tanh-approximated) GELU."""
   ffn = FeedForward(8, 10, activation=activation, rngs=rngs(0))
   x = rng.standard_normal((2, 5, 8))
   hidden = x @ _np(ffn.w_1.kernel) + _np(ffn.w_1.bias)
-  if activation == "relu":
+  if activation == 'relu':
     hidden = np.maximum(hidden, 0.0)
   else:
-    hidden = 0.5 * hidden * (1 + np.tanh(np.sqrt(2 / np.pi) * (hidden + 0.044715 * hidden ** 3)))
+    hidden = 0.5 * hidden * (1 + np.tanh(np.sqrt(2 / np.pi) * (hidden + 0.044715 * hidden**3)))
   expected = hidden @ _np(ffn.w_2.kernel) + _np(ffn.w_2.bias)
   np.testing.assert_allclose(ffn(jnp.asarray(x, jnp.float32)), expected, **TOL)
   with pytest.raises(ValueError, match="activation must be one of 'relu', 'gelu'"):
-    FeedForward(8, 10, activation="swish", rngs=rngs(0))
+    FeedForward(8, 10, activation='swish', rngs=rngs(0))
 
 
 def test_attention_pooling_matches_numpy(rng):
@@ -197,13 +206,13 @@ def test_attention_pooling_matches_numpy(rng):
   h = rng.standard_normal((2, 6, 8))
   mask = np.array([[T_, T_, T_, F_, F_, F_], [T_, T_, T_, T_, T_, T_]])
   pooled, weights = pool(jnp.asarray(h, jnp.float32), jnp.asarray(mask))
-  u = np.tanh(h @ _np(pool.proj.kernel) + _np(pool.proj.bias))                 # [B, T, A]
+  u = np.tanh(h @ _np(pool.proj.kernel) + _np(pool.proj.bias))  # [B, T, A]
   ref_w = _softmax(u @ _np(pool.context), mask)
   assert pooled.shape == (2, 8) and weights.shape == (2, 6)
   np.testing.assert_allclose(weights, ref_w, **TOL)
   np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, **TOL)
   assert np.all(np.asarray(weights)[0, 3:] == 0.0)
-  np.testing.assert_allclose(pooled, np.einsum("bt,btd->bd", ref_w, h), **TOL)
+  np.testing.assert_allclose(pooled, np.einsum('bt,btd->bd', ref_w, h), **TOL)
 
 
 def test_token_embedding_scales_lookup_and_ties_output(rng):
@@ -223,16 +232,16 @@ def test_positional_embeddings():
   freq = 10000.0 ** (-np.arange(0, 4, 2) / 4)
   np.testing.assert_allclose(pe[:, 0::2], np.sin(p * freq), **TOL)
   np.testing.assert_allclose(pe[:, 1::2], np.cos(p * freq), **TOL)
-  learned = make_positions("learned", 8, 8, rngs=rngs(0))
+  learned = make_positions('learned', 8, 8, rngs=rngs(0))
   assert isinstance(learned, LearnedPositions)
   np.testing.assert_allclose(learned(jnp.array([5, 1])), _np(learned.embed.embedding)[[5, 1]])
   with pytest.raises(ValueError, match="positions must be one of 'sinusoidal', 'learned'"):
-    make_positions("rotary", 8, 8, rngs=rngs(0))
-  with pytest.raises(ValueError, match="even"):
+    make_positions('rotary', 8, 8, rngs=rngs(0))
+  with pytest.raises(ValueError, match='even'):
     SinusoidalPositions(5)
 
 
-@pytest.mark.parametrize("length", (1, 5))  # a decoding step's single row and a sequence
+@pytest.mark.parametrize('length', (1, 5))  # a decoding step's single row and a sequence
 def test_head_projections_and_their_gradients_match_numpy(rng, length):
   """`project_heads` and `merge_project_heads` run a custom VJP (forward as `x @ W`, gradients of
   the [D, N, H] contraction); values and both gradients of `sum(g * out)` against NumPy, for
@@ -245,23 +254,23 @@ def test_head_projections_and_their_gradients_match_numpy(rng, length):
   g_heads = rng.standard_normal((b, n, length, h)).astype(np.float32)
   g_out = rng.standard_normal((b, length, d)).astype(np.float32)
   linear = lambda kernel: types.SimpleNamespace(kernel=kernel, bias=None)  # what they read
-  to_heads = lambda y: y.reshape(b, length, n, h).transpose(0, 2, 1, 3)   # [B, T, N*H] -> heads
+  to_heads = lambda y: y.reshape(b, length, n, h).transpose(0, 2, 1, 3)  # [B, T, N*H] -> heads
   from_heads = lambda y: y.transpose(0, 2, 1, 3).reshape(b, length, n * h)
 
   project = lambda x, w: jnp.sum(g_heads * project_heads(linear(w), x, n))
   value = project_heads(linear(jnp.asarray(w_in)), jnp.asarray(x), n)
   dx, dw = jax.grad(project, argnums=(0, 1))(jnp.asarray(x), jnp.asarray(w_in))
   np.testing.assert_allclose(value, to_heads(x @ w_in), **TOL)
-  g = from_heads(g_heads)                                                # [B, T, N*H]
+  g = from_heads(g_heads)  # [B, T, N*H]
   np.testing.assert_allclose(dx, g @ w_in.T, **TOL)
-  np.testing.assert_allclose(dw, np.einsum("btd,btf->df", x, g), **TOL)
+  np.testing.assert_allclose(dw, np.einsum('btd,btf->df', x, g), **TOL)
 
   merge = lambda y, w: jnp.sum(g_out * merge_project_heads(linear(w), y))
   value = merge_project_heads(linear(jnp.asarray(w_out)), jnp.asarray(heads))
   dy, dw = jax.grad(merge, argnums=(0, 1))(jnp.asarray(heads), jnp.asarray(w_out))
   np.testing.assert_allclose(value, from_heads(heads) @ w_out, **TOL)
   np.testing.assert_allclose(dy, to_heads(g_out @ w_out.T), **TOL)
-  np.testing.assert_allclose(dw, np.einsum("btf,btd->fd", from_heads(heads), g_out), **TOL)
+  np.testing.assert_allclose(dw, np.einsum('btf,btd->fd', from_heads(heads), g_out), **TOL)
 
 
 def test_heads_projected_together_match_numpy(rng):
@@ -269,12 +278,18 @@ def test_heads_projected_together_match_numpy(rng):
   (self-attention's W_Q, W_K, W_V) with biases, B=2, T=4, D=8, N=2, H=3."""
   b, t, d, n, h = 2, 4, 8, 2, 3
   x = rng.standard_normal((b, t, d)).astype(np.float32)
-  params = [(rng.standard_normal((d, n * h)).astype(np.float32),
-             rng.standard_normal(n * h).astype(np.float32)) for _ in range(3)]
-  linears = [types.SimpleNamespace(kernel=jnp.asarray(w), bias=jnp.asarray(bias))
-             for w, bias in params]
+  params = [
+    (
+      rng.standard_normal((d, n * h)).astype(np.float32),
+      rng.standard_normal(n * h).astype(np.float32),
+    )
+    for _ in range(3)
+  ]
+  linears = [
+    types.SimpleNamespace(kernel=jnp.asarray(w), bias=jnp.asarray(bias)) for w, bias in params
+  ]
   outs = project_heads_together(linears, jnp.asarray(x), (n, n, n))
   assert len(outs) == 3
   for out, (w, bias) in zip(outs, params):
-    want = (x @ w + bias).reshape(b, t, n, h).transpose(0, 2, 1, 3)     # [B, N, T, H]
+    want = (x @ w + bias).reshape(b, t, n, h).transpose(0, 2, 1, 3)  # [B, N, T, H]
     np.testing.assert_allclose(out, want, **TOL)

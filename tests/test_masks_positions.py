@@ -28,8 +28,9 @@ def test_causal_mask_traced_offset_under_jit():
   fn = jax.jit(lambda offset: causal_mask(1, 4, offset=offset))
   np.testing.assert_array_equal(fn(jnp.int32(0)), [[T, F, F, F]])
   np.testing.assert_array_equal(fn(jnp.int32(2)), [[T, T, T, F]])
-  np.testing.assert_array_equal(jax.jit(lambda o: causal_mask(2, 4, offset=o))(jnp.int32(2)),
-                                [[T, T, T, F], [T, T, T, T]])
+  np.testing.assert_array_equal(
+    jax.jit(lambda o: causal_mask(2, 4, offset=o))(jnp.int32(2)), [[T, T, T, F], [T, T, T, T]]
+  )
 
 
 def test_padding_mask_from_lengths():
@@ -45,17 +46,18 @@ def test_padding_mask_from_ids():
   mask = padding_mask_from_ids(ids)
   assert mask.shape == (2, 1, 4)
   np.testing.assert_array_equal(mask, [[[T, T, F, F]], [[T, F, T, T]]])
-  np.testing.assert_array_equal(padding_mask_from_ids(ids, pad_id=7),
-                                [[[T, T, T, T]], [[F, T, T, T]]])
+  np.testing.assert_array_equal(
+    padding_mask_from_ids(ids, pad_id=7), [[[T, T, T, T]], [[F, T, T, T]]]
+  )
 
 
 def test_padding_masks_reject_bad_ndim():
   """lengths that are not [B] and ids that are not [B, S] raise ValueError."""
-  with pytest.raises(ValueError, match="lengths"):
+  with pytest.raises(ValueError, match='lengths'):
     padding_mask(jnp.array([[2, 3]]), 3)
-  with pytest.raises(ValueError, match="lengths"):
+  with pytest.raises(ValueError, match='lengths'):
     padding_mask(jnp.array(2), 3)
-  with pytest.raises(ValueError, match="ids"):
+  with pytest.raises(ValueError, match='ids'):
     padding_mask_from_ids(jnp.array([1, 2, 0]))
 
 
@@ -65,10 +67,9 @@ def test_combine_masks_ands_with_broadcasting():
   pad = np.array([[[T, T, F]], [[T, F, F]]])
   out = combine_masks(jnp.asarray(causal), jnp.asarray(pad))
   assert out.shape == (2, 3, 3)
-  np.testing.assert_array_equal(out, [
-      [[T, F, F], [T, T, F], [T, T, F]],
-      [[T, F, F], [T, F, F], [T, F, F]],
-  ])
+  np.testing.assert_array_equal(
+    out, [[[T, F, F], [T, T, F], [T, T, F]], [[T, F, F], [T, F, F], [T, F, F]]]
+  )
 
 
 def test_combine_masks_skips_none():
@@ -81,7 +82,7 @@ def test_combine_masks_skips_none():
 
 def test_combine_masks_rejects_non_broadcasting_shapes():
   """Masks whose shapes do not broadcast raise ValueError naming the shapes."""
-  with pytest.raises(ValueError, match=r"\(3, 3\)"):
+  with pytest.raises(ValueError, match=r'\(3, 3\)'):
     combine_masks(jnp.ones((3, 3), bool), jnp.ones((2, 1, 4), bool))
 
 
@@ -108,8 +109,7 @@ def test_sinusoidal_positions_match_paper_formula():
 def test_sinusoidal_base_changes_wavelengths():
   """A custom base enters the formula: with base=100 and d=4, feature 2 of pos 1 is sin(0.1)."""
   pe = sinusoidal_positions(2, 4, base=100.0)
-  np.testing.assert_allclose(pe[1], [np.sin(1.0), np.cos(1.0), np.sin(0.1), np.cos(0.1)],
-                             atol=1e-6)
+  np.testing.assert_allclose(pe[1], [np.sin(1.0), np.cos(1.0), np.sin(0.1), np.cos(0.1)], atol=1e-6)
 
 
 def test_sinusoidal_embedding_explicit_positions():
@@ -122,29 +122,30 @@ def test_sinusoidal_embedding_explicit_positions():
   np.testing.assert_allclose(sinusoidal_embedding(jnp.int32(5), 8), table[5], atol=1e-6)
 
 
-@pytest.mark.parametrize("dim", [5, 0, -2])
+@pytest.mark.parametrize('dim', [5, 0, -2])
 def test_sinusoidal_bad_dim_raises(dim):
   """An odd or non-positive dim raises ValueError naming it."""
   with pytest.raises(ValueError, match=str(dim)):
     sinusoidal_positions(4, dim)
-  with pytest.raises(ValueError, match="even"):
+  with pytest.raises(ValueError, match='even'):
     sinusoidal_embedding(jnp.arange(4), dim)
 
 
 def test_rotary_hand_computed():
   """D=4, base=100: pair 0 turns by p rad, pair 1 by p * 100^(-1/2) = 0.1 p rad."""
-  x = jnp.array([[1.0, 0.0, 0.0, 2.0]] * 2)                             # [T=2, D=4]
+  x = jnp.array([[1.0, 0.0, 0.0, 2.0]] * 2)  # [T=2, D=4]
   out = rotary_embedding(x, jnp.array([0, 3]), base=100.0)
-  np.testing.assert_allclose(out[0], [1.0, 0.0, 0.0, 2.0], atol=1e-6)   # position 0: identity
+  np.testing.assert_allclose(out[0], [1.0, 0.0, 0.0, 2.0], atol=1e-6)  # position 0: identity
   # Position 3: (1, 0) -> (cos 3, sin 3); (0, 2) -> (-2 sin 0.3, 2 cos 0.3).
-  np.testing.assert_allclose(out[1], [np.cos(3.0), np.sin(3.0), -2 * np.sin(0.3),
-                                      2 * np.cos(0.3)], rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(
+    out[1], [np.cos(3.0), np.sin(3.0), -2 * np.sin(0.3), 2 * np.cos(0.3)], rtol=1e-6, atol=1e-6
+  )
 
 
 def test_rotary_matches_complex_numpy_and_keeps_norms(rng):
-  x = rng.standard_normal((2, 3, 5, 8)).astype(np.float32)              # [B, N, T, D]
+  x = rng.standard_normal((2, 3, 5, 8)).astype(np.float32)  # [B, N, T, D]
   positions = np.arange(5) + 7
-  pairs = x[..., 0::2] + 1j * x[..., 1::2]                               # [..., T, D/2]
+  pairs = x[..., 0::2] + 1j * x[..., 1::2]  # [..., T, D/2]
   theta = 10000.0 ** (-np.arange(0, 8, 2) / 8)
   rotated = pairs * np.exp(1j * positions[:, None] * theta)
   expected = np.stack([rotated.real, rotated.imag], axis=-1).reshape(x.shape)
@@ -156,16 +157,17 @@ def test_rotary_matches_complex_numpy_and_keeps_norms(rng):
 def test_rotary_scores_depend_only_on_the_offset(rng):
   """q rotated at m and k rotated at n score the same for every (m, n) with the same m - n."""
   q, k = (jnp.asarray(rng.standard_normal((1, 16)), jnp.float32) for _ in range(2))
-  score = lambda m, n: float(jnp.sum(rotary_embedding(q, jnp.array([m])) *
-                                     rotary_embedding(k, jnp.array([n]))))
+  score = lambda m, n: float(
+    jnp.sum(rotary_embedding(q, jnp.array([m])) * rotary_embedding(k, jnp.array([n])))
+  )
   for offset in (0, 3, -5):
     scores = [score(m, m - offset) for m in (5, 17, 40)]
     np.testing.assert_allclose(scores, scores[0], rtol=1e-4)
-  assert abs(score(10, 7) - score(10, 2)) > 1e-3                        # and it does depend on it
+  assert abs(score(10, 7) - score(10, 2)) > 1e-3  # and it does depend on it
 
 
 def test_rotary_keeps_bfloat16_and_rejects_odd_features():
   out = rotary_embedding(jnp.ones((3, 4), jnp.bfloat16), jnp.arange(3))
   assert out.dtype == jnp.bfloat16
-  with pytest.raises(ValueError, match="feature size must be a positive even number, got 5"):
+  with pytest.raises(ValueError, match='feature size must be a positive even number, got 5'):
     rotary_embedding(jnp.ones((3, 5)), jnp.arange(3))

@@ -18,12 +18,26 @@ from training.selection import BEST_DIR, Best, lower_is_better
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 40
-TINY = {'model.num_layers': 1, 'model.d_model': 16, 'model.num_heads': 2, 'model.d_ff': 32,
-        'model.max_length': 64, 'dataset.batch_size': 8, 'dataset.eval_batch_size': 8,
-        'dataset.max_input_length': 40, 'dataset.max_target_length': 40,
-        'dataset.bucket_step': 48, 'num_train_steps': STEPS, 'eval_every_steps': 10,
-        'checkpoint_every_steps': 20, 'log_every_steps': 1, 'num_eval_decode': 0,
-        'warmup_steps': 2, 'learning_rate': 0.01, 'selection_metric': 'loss'}
+TINY = {
+  'model.num_layers': 1,
+  'model.d_model': 16,
+  'model.num_heads': 2,
+  'model.d_ff': 32,
+  'model.max_length': 64,
+  'dataset.batch_size': 8,
+  'dataset.eval_batch_size': 8,
+  'dataset.max_input_length': 40,
+  'dataset.max_target_length': 40,
+  'dataset.bucket_step': 48,
+  'num_train_steps': STEPS,
+  'eval_every_steps': 10,
+  'checkpoint_every_steps': 20,
+  'log_every_steps': 1,
+  'num_eval_decode': 0,
+  'warmup_steps': 2,
+  'learning_rate': 0.01,
+  'selection_metric': 'loss',
+}
 
 
 def _flags(data_dir):
@@ -37,6 +51,7 @@ def _flags(data_dir):
 
 def _config(data_dir, **overrides):
   from configs import tsv  # pylint: disable=import-outside-toplevel
+
   config = tsv.get_config()
   for key, value in {**_flags(data_dir), **overrides}.items():
     *parents, leaf = key.split('.')
@@ -70,7 +85,7 @@ def test_direction_comes_from_the_name():
   assert not any(map(lower_is_better, ('accuracy', 'macro_f1', 'exact_match', 'bleu')))
   best, improved = Best('accuracy').update(10, {'accuracy': 0.5})
   assert improved and (best.step, best.value) == (10, 0.5)
-  best, improved = best.update(20, {'accuracy': 0.5})     # a tie is no improvement
+  best, improved = best.update(20, {'accuracy': 0.5})  # a tie is no improvement
   assert not improved and best.stale == 1 and best.exhausted(1) and not best.exhausted(0)
   with pytest.raises(ValueError, match="selection_metric='accuracy' is not a validation metric"):
     Best('accuracy').update(10, {'loss': 1.0})
@@ -86,19 +101,28 @@ def test_best_is_the_lowest_validation_loss(straight):
   running = np.minimum.accumulate(losses)
   assert [line['best_loss'] for line in lines] == list(running)
   assert Checkpointer(os.path.join(straight, BEST_DIR), max_to_keep=None).steps() == [
-      int(best['step'])]
+    int(best['step'])
+  ]
   assert Checkpointer(os.path.join(straight, 'checkpoints'), max_to_keep=None).steps()[-1] == STEPS
 
 
 def test_eval_reads_the_best_by_default(straight):
   """eval.py's default is the best checkpoint: its validation loss is the best one logged."""
-  metrics = run_eval.evaluate_checkpoint(straight, split='validation', num_heatmaps=0,
-                                         explorer_examples=0, max_examples=2)
-  assert metrics['checkpoint'] == 'best' and metrics['step'] == _validation(straight)[-1][
-      'best_step']
+  metrics = run_eval.evaluate_checkpoint(
+    straight, split='validation', num_heatmaps=0, explorer_examples=0, max_examples=2
+  )
+  assert (
+    metrics['checkpoint'] == 'best' and metrics['step'] == _validation(straight)[-1]['best_step']
+  )
   np.testing.assert_allclose(metrics['loss'], _validation(straight)[-1]['best_loss'], rtol=1e-5)
-  latest = run_eval.evaluate_checkpoint(straight, checkpoint='latest', split='validation',
-                                        num_heatmaps=0, explorer_examples=0, max_examples=2)
+  latest = run_eval.evaluate_checkpoint(
+    straight,
+    checkpoint='latest',
+    split='validation',
+    num_heatmaps=0,
+    explorer_examples=0,
+    max_examples=2,
+  )
   assert (latest['checkpoint'], latest['step']) == ('latest', STEPS)
   with pytest.raises(ValueError, match="--checkpoint='top' must be 'best', 'latest' or a step"):
     run_eval.evaluate_checkpoint(straight, checkpoint='top')
@@ -109,8 +133,9 @@ def test_eval_reads_a_best_without_regular_checkpoints(straight, tmp_path):
   it (and says there is nothing to read for --checkpoint=latest)."""
   workdir = str(tmp_path / 'copy')
   shutil.copytree(straight, workdir, ignore=shutil.ignore_patterns('checkpoints', 'eval'))
-  metrics = run_eval.evaluate_checkpoint(workdir, split='validation', num_heatmaps=0,
-                                         explorer_examples=0, max_examples=2)
+  metrics = run_eval.evaluate_checkpoint(
+    workdir, split='validation', num_heatmaps=0, explorer_examples=0, max_examples=2
+  )
   assert metrics['checkpoint'] == 'best'
   assert metrics['step'] == _validation(straight)[-1]['best_step']
   with pytest.raises(FileNotFoundError, match='No checkpoint in'):
@@ -123,9 +148,18 @@ def test_kill_9_and_resume_keeps_the_best(straight, data_dir, tmp_path):
   the same best step, value and parameters as the run that was never interrupted."""
   workdir = str(tmp_path / 'run')
   process = subprocess.Popen(
-      [sys.executable, 'train.py', '--config=configs/tsv.py', f'--workdir={workdir}',
-       *[f'--config.{k}={v}' for k, v in _flags(data_dir).items()]],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    [
+      sys.executable,
+      'train.py',
+      '--config=configs/tsv.py',
+      f'--workdir={workdir}',
+      *[f'--config.{k}={v}' for k, v in _flags(data_dir).items()],
+    ],
+    cwd=ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
   for line in process.stdout:
     if f'step 35/{STEPS}' in line:
       process.send_signal(signal.SIGKILL)
@@ -137,15 +171,17 @@ def test_kill_9_and_resume_keeps_the_best(straight, data_dir, tmp_path):
   assert _validation(workdir)[-1]['best_step'] == _validation(straight)[-1]['best_step']
   assert _validation(workdir)[-1]['best_loss'] == _validation(straight)[-1]['best_loss']
   step = int(_validation(straight)[-1]['best_step'])
-  arrays = [Checkpointer(os.path.join(w, BEST_DIR), max_to_keep=None).read_arrays(step)
-            for w in (workdir, straight)]
+  arrays = [
+    Checkpointer(os.path.join(w, BEST_DIR), max_to_keep=None).read_arrays(step)
+    for w in (workdir, straight)
+  ]
   for key in arrays[1]:
     np.testing.assert_array_equal(arrays[0][key], arrays[1][key])
 
 
 def test_patience_stops_and_stays_stopped(data_dir, tmp_path):
-  """Teacher-forced exact match stays 0 for a model this small: the first evaluation is the best, and with
-  patience 2 the run stops two evaluations later; rerun, it does not train on."""
+  """Teacher-forced exact match stays 0 for a model this small: the first evaluation is the best,
+  and with patience 2 the run stops two evaluations later; rerun, it does not train on."""
   config = _config(data_dir, selection_metric='teacher_forced_exact_match', patience=2)
   training.train_and_evaluate(config, str(tmp_path))
   lines = _validation(str(tmp_path))

@@ -3,20 +3,27 @@ shapes, weightings, jit, a few training steps on a copy batch, errors."""
 
 import functools
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
 
 from attention import addressing
 from models.ntm import NTM, LSTMBaseline, lstm_parameter_count
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 # One small machine everywhere: its programs compile once per shape.
-SMALL = dict(input_size=5, output_size=4, memory_slots=8, memory_width=6, controller_size=16,
-             read_heads=2, write_heads=2)
+SMALL = dict(
+  input_size=5,
+  output_size=4,
+  memory_slots=8,
+  memory_width=6,
+  controller_size=16,
+  read_heads=2,
+  write_heads=2,
+)
 
 
 def _softmax(x):
@@ -45,18 +52,18 @@ def test_content_weights_hand_computed():
   """Rows [1,0], [0,1], [1,1] against key [2,0] (β = 2) have cosines 1, 0, 1/√2."""
   memory = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], np.float32)
   out = addressing.content_weights(memory, np.array([2.0, 0.0], np.float32), 2.0)
-  np.testing.assert_allclose(out, _softmax(2.0 * np.array([1.0, 0.0, 2 ** -0.5])), **TOL)
+  np.testing.assert_allclose(out, _softmax(2.0 * np.array([1.0, 0.0, 2**-0.5])), **TOL)
 
 
 def test_content_weights_uniform_at_zero_beta_and_finite_at_zero_key():
   """β = 0 ignores the memory; an all-zero key or row gives cosine 0, finite gradients included."""
   memory = np.array([[1.0, 2.0], [0.0, 0.0], [-3.0, 1.0], [0.5, 0.5]], np.float32)
-  np.testing.assert_allclose(addressing.content_weights(memory, np.ones(2), 0.0),
-                             np.full(4, 0.25), **TOL)
+  np.testing.assert_allclose(
+    addressing.content_weights(memory, np.ones(2), 0.0), np.full(4, 0.25), **TOL
+  )
   out = addressing.content_weights(memory, np.zeros(2, np.float32), 5.0)
   np.testing.assert_allclose(out, np.full(4, 0.25), **TOL)
-  grads = _grads(lambda m, k, b: addressing.content_weights(m, k, b)[0], memory, np.zeros(2),
-                 0.0)
+  grads = _grads(lambda m, k, b: addressing.content_weights(m, k, b)[0], memory, np.zeros(2), 0.0)
   assert all(np.isfinite(g).all() for g in grads)
 
 
@@ -71,13 +78,16 @@ def test_interpolate_hand_computed():
 def test_circular_shift_moves_and_wraps():
   """s = (0, 0, 1) over offsets (-1, 0, +1) moves the mass one row on, the last row to the first."""
   right = np.array([0.0, 0.0, 1.0])
-  np.testing.assert_allclose(addressing.circular_shift(np.array([0.0, 1.0, 0.0, 0.0]), right),
-                             [0.0, 0.0, 1.0, 0.0], **TOL)
-  np.testing.assert_allclose(addressing.circular_shift(np.array([0.1, 0.0, 0.2, 0.7]), right),
-                             [0.7, 0.1, 0.0, 0.2], **TOL)
+  np.testing.assert_allclose(
+    addressing.circular_shift(np.array([0.0, 1.0, 0.0, 0.0]), right), [0.0, 0.0, 1.0, 0.0], **TOL
+  )
+  np.testing.assert_allclose(
+    addressing.circular_shift(np.array([0.1, 0.0, 0.2, 0.7]), right), [0.7, 0.1, 0.0, 0.2], **TOL
+  )
   left = np.array([1.0, 0.0, 0.0])
-  np.testing.assert_allclose(addressing.circular_shift(np.array([1.0, 0.0, 0.0, 0.0]), left),
-                             [0.0, 0.0, 0.0, 1.0], **TOL)
+  np.testing.assert_allclose(
+    addressing.circular_shift(np.array([1.0, 0.0, 0.0, 0.0]), left), [0.0, 0.0, 0.0, 1.0], **TOL
+  )
 
 
 def test_circular_shift_is_the_circular_convolution(rng):
@@ -100,8 +110,9 @@ def test_sharpen_hand_computed_and_safe():
   out = addressing.sharpen(w, 60.0)
   assert out[0] == 0.0 and np.isfinite(out).all()
   np.testing.assert_allclose(out.sum(), 1.0, **TOL)
-  np.testing.assert_allclose(out[3], 1.0 / (1.0 + (0.3 / 0.399) ** 60 + (0.301 / 0.399) ** 60),
-                             rtol=1e-4)
+  np.testing.assert_allclose(
+    out[3], 1.0 / (1.0 + (0.3 / 0.399) ** 60 + (0.301 / 0.399) ** 60), rtol=1e-4
+  )
   grads = _grads(lambda w, g: addressing.sharpen(w, g) @ jnp.arange(4.0), w, 60.0)
   assert all(np.isfinite(g).all() for g in grads)
 
@@ -115,10 +126,11 @@ def test_address_composes_the_steps_and_is_finite_in_gradient(rng):
   shift = _softmax(rng.standard_normal((3, 3)))
   previous = _softmax(rng.standard_normal((3, 5)))
   unit = lambda x: x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-  content = _softmax(beta[:, None] * np.einsum("bnm,bm->bn", unit(memory), unit(key)))
+  content = _softmax(beta[:, None] * np.einsum('bnm,bm->bn', unit(memory), unit(key)))
   gated = gate[:, None] * content + (1 - gate[:, None]) * previous
-  shifted = sum(np.roll(gated, offset, axis=-1) * shift[:, k:k + 1]
-                for k, offset in enumerate((-1, 0, 1)))
+  shifted = sum(
+    np.roll(gated, offset, axis=-1) * shift[:, k : k + 1] for k, offset in enumerate((-1, 0, 1))
+  )
   expected = shifted ** gamma[:, None] / (shifted ** gamma[:, None]).sum(-1, keepdims=True)
   args = (memory, key, beta, gate, shift, gamma, previous)
   np.testing.assert_allclose(addressing.address(*args), expected, atol=1e-4, rtol=1e-4)
@@ -130,11 +142,11 @@ def test_read_and_write_hand_computed():
   """Read is the weighted row sum; write erases, then adds, on the weighted rows only."""
   memory = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
   np.testing.assert_allclose(addressing.read(memory, np.array([0.25, 0.75])), [2.5, 3.5], **TOL)
-  out = addressing.write(np.ones((2, 2)), np.array([1.0, 0.0]), np.array([1.0, 0.0]),
-                         np.array([0.5, 0.5]))
+  out = addressing.write(
+    np.ones((2, 2)), np.array([1.0, 0.0]), np.array([1.0, 0.0]), np.array([0.5, 0.5])
+  )
   np.testing.assert_allclose(out, [[0.5, 1.5], [1.0, 1.0]], **TOL)
-  out = addressing.write(np.ones((2, 2)), np.array([0.5, 0.5]), np.array([1.0, 1.0]),
-                         np.zeros(2))
+  out = addressing.write(np.ones((2, 2)), np.array([0.5, 0.5]), np.array([1.0, 1.0]), np.zeros(2))
   np.testing.assert_allclose(out, np.full((2, 2), 0.5), **TOL)
 
 
@@ -145,26 +157,28 @@ def test_write_heads_erases_all_before_adding():
   add = np.array([[0.2, 0.2], [0.3, 0.3]])
   out = addressing.write_heads(np.ones((2, 2)), weights, erase, add)
   np.testing.assert_allclose(out, [[0.5, 0.5], [1.0, 1.0]], **TOL)
-  np.testing.assert_allclose(addressing.write_heads(np.ones((2, 2)), weights, erase[::-1],
-                                                    add[::-1]), out, **TOL)
+  np.testing.assert_allclose(
+    addressing.write_heads(np.ones((2, 2)), weights, erase[::-1], add[::-1]), out, **TOL
+  )
   one = addressing.write_heads(np.ones((2, 2)), weights[:1], erase[:1], add[:1])
-  np.testing.assert_allclose(one, addressing.write(np.ones((2, 2)), weights[0], erase[0], add[0]),
-                             **TOL)
+  np.testing.assert_allclose(
+    one, addressing.write(np.ones((2, 2)), weights[0], erase[0], add[0]), **TOL
+  )
 
 
 def test_circular_shift_rejects_an_even_shift_size():
-  with pytest.raises(ValueError, match="odd size"):
+  with pytest.raises(ValueError, match='odd size'):
     addressing.circular_shift(np.ones(4) / 4, np.ones(2) / 2)
 
 
-@pytest.mark.parametrize("controller", ["lstm", "feedforward"])
+@pytest.mark.parametrize('controller', ['lstm', 'feedforward'])
 def test_ntm_shapes_and_weightings(rng, controller):
   """Logits [B, T, O] float32, under jit; every head's weighting sums to 1 at every step."""
   model = NTM(**SMALL, controller=controller, rngs=nnx.Rngs(0))
   x = rng.random((3, 7, 5)).astype(np.float32)
   logits, weights = _run(*nnx.split(model), x)
   assert logits.shape == (3, 7, 4) and logits.dtype == jnp.float32
-  assert weights["read"].shape == (3, 7, 2, 8) and weights["write"].shape == (3, 7, 2, 8)
+  assert weights['read'].shape == (3, 7, 2, 8) and weights['write'].shape == (3, 7, 2, 8)
   for w in weights.values():
     assert (np.asarray(w) >= 0).all()
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
@@ -172,7 +186,7 @@ def test_ntm_shapes_and_weightings(rng, controller):
 
 def test_ntm_step_depends_only_on_the_past(rng):
   """Changing the last input step leaves the earlier steps' logits unchanged."""
-  model = nnx.split(NTM(**SMALL, controller="feedforward", rngs=nnx.Rngs(0)))
+  model = nnx.split(NTM(**SMALL, controller='feedforward', rngs=nnx.Rngs(0)))
   x = rng.random((3, 7, 5)).astype(np.float32)
   y = x.copy()
   y[:, -1] += 1.0
@@ -193,13 +207,13 @@ def _copy_batch(rng, batch=8, length=3, bits=4):
   inputs[:, :length, :bits] = seq
   inputs[:, length, bits] = 1.0
   targets = np.zeros((batch, steps, bits), np.float32)
-  targets[:, length + 1:] = seq
+  targets[:, length + 1 :] = seq
   mask = np.zeros((batch, steps), np.float32)
-  mask[:, length + 1:] = 1.0
+  mask[:, length + 1 :] = 1.0
   return inputs, targets, mask
 
 
-@pytest.mark.parametrize("model_class", [NTM, LSTMBaseline])
+@pytest.mark.parametrize('model_class', [NTM, LSTMBaseline])
 def test_training_steps_reduce_the_copy_loss(rng, model_class):
   """Twenty Adam steps of masked sigmoid cross-entropy on one copy batch lower it, finitely."""
   sizes = SMALL if model_class is NTM else dict(input_size=5, output_size=4, hidden_size=16)
@@ -230,8 +244,7 @@ def test_training_steps_reduce_the_copy_loss(rng, model_class):
 
 def test_lstm_baseline_shapes_and_parameter_count(rng):
   """Logits [B, T, O]; `(logits, {})` with return_attention; the count formula is exact."""
-  model = LSTMBaseline(input_size=5, output_size=4, hidden_size=16, num_layers=2,
-                       rngs=nnx.Rngs(0))
+  model = LSTMBaseline(input_size=5, output_size=4, hidden_size=16, num_layers=2, rngs=nnx.Rngs(0))
   x = rng.random((3, 7, 5)).astype(np.float32)
   logits, weights = model.sequence_logits(x, return_attention=True)
   assert logits.shape == (3, 7, 4) and logits.dtype == jnp.float32 and weights == {}
@@ -241,31 +254,39 @@ def test_lstm_baseline_shapes_and_parameter_count(rng):
 def test_ntm_parameter_count_by_hand():
   """LSTM on [x; 2 reads] + 2 read heads + 2 write heads + output + initial reads."""
   c, m, s = 16, 6, 3
-  expected = (4 * ((5 + 2 * m) * c + c * c + c) + (c + 1) * 2 * (m + 3 + s)
-              + (c + 1) * 2 * (3 * m + 3 + s) + (c + 2 * m + 1) * 4 + 2 * m)
+  expected = (
+    4 * ((5 + 2 * m) * c + c * c + c)
+    + (c + 1) * 2 * (m + 3 + s)
+    + (c + 1) * 2 * (3 * m + 3 + s)
+    + (c + 2 * m + 1) * 4
+    + 2 * m
+  )
   assert _count(NTM(**SMALL, rngs=nnx.Rngs(0))) == expected
 
 
-@pytest.mark.parametrize("args, match", [
-    (dict(memory_slots=0), "memory_slots"),
-    (dict(read_heads=0), "read_heads"),
-    (dict(memory_width=2.5), "memory_width"),
-    (dict(controller="gru"), "controller"),
-    (dict(shift_range=-1), "shift_range"),
-    (dict(shift_range=8), "shift_range"),
-])
+@pytest.mark.parametrize(
+  'args, match',
+  [
+    (dict(memory_slots=0), 'memory_slots'),
+    (dict(read_heads=0), 'read_heads'),
+    (dict(memory_width=2.5), 'memory_width'),
+    (dict(controller='gru'), 'controller'),
+    (dict(shift_range=-1), 'shift_range'),
+    (dict(shift_range=8), 'shift_range'),
+  ],
+)
 def test_ntm_rejects_bad_arguments(args, match):
   with pytest.raises(ValueError, match=match):
     NTM(**{**SMALL, **args}, rngs=nnx.Rngs(0))
 
 
 def test_models_reject_bad_arguments_and_inputs():
-  with pytest.raises(ValueError, match="hidden_size"):
+  with pytest.raises(ValueError, match='hidden_size'):
     LSTMBaseline(input_size=5, output_size=4, hidden_size=0, rngs=nnx.Rngs(0))
-  with pytest.raises(ValueError, match="num_layers"):
+  with pytest.raises(ValueError, match='num_layers'):
     LSTMBaseline(input_size=5, output_size=4, num_layers=0, rngs=nnx.Rngs(0))
   model = NTM(**SMALL, rngs=nnx.Rngs(0))
-  with pytest.raises(ValueError, match="input_size=5"):
+  with pytest.raises(ValueError, match='input_size=5'):
     model.sequence_logits(np.zeros((2, 3, 4), np.float32))
-  with pytest.raises(ValueError, match=r"\[B, T, input_size"):
+  with pytest.raises(ValueError, match=r'\[B, T, input_size'):
     model.sequence_logits(np.zeros((3, 5), np.float32))

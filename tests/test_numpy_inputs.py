@@ -11,52 +11,56 @@ import attention
 def _numpy_attention(q, k, v, mask, bias):
   """float64 NumPy `softmax(q kᵀ / sqrt(D) + bias, masked) v` (no fully masked rows here)."""
   q, k, v, bias = (np.asarray(x, np.float64) for x in (q, k, v, bias))
-  s = np.einsum("...td,...sd->...ts", q, k) / np.sqrt(q.shape[-1]) + bias
+  s = np.einsum('...td,...sd->...ts', q, k) / np.sqrt(q.shape[-1]) + bias
   s = np.where(mask, s, -np.inf)
   e = np.exp(s - s.max(-1, keepdims=True))
-  return np.einsum("...ts,...sv->...tv", e / e.sum(-1, keepdims=True), v)
+  return np.einsum('...ts,...sv->...tv', e / e.sum(-1, keepdims=True), v)
 
 
 def _inputs(rng, t, s, dtype):
   """NumPy q, k, v `[B=2, N=2, ., 8]`, a per-example padding mask `[B, 1, 1, S]` and a per-head
   bias `[B, N, T, S]`: batch and head dims that 'chunked' must index with traced head numbers."""
   q, k, v = (rng.standard_normal((2, 2, n, 8)).astype(dtype) for n in (t, s, s))
-  mask = np.arange(s) < np.array([s, s // 2])[:, None, None, None]           # [B, 1, 1, S]
+  mask = np.arange(s) < np.array([s, s // 2])[:, None, None, None]  # [B, 1, 1, S]
   bias = rng.standard_normal((2, 2, t, s)).astype(dtype)
   return q, k, v, mask, bias
 
 
 def _runnable(name):
   """The kernel's name, marked skip where this backend cannot run it."""
-  on_gpu = jax.default_backend() == "gpu"
-  return pytest.param(name, marks=pytest.mark.skipif(
-      name == "cudnn" and not on_gpu, reason="cuDNN needs an NVIDIA GPU"))
+  on_gpu = jax.default_backend() == 'gpu'
+  return pytest.param(
+    name,
+    marks=pytest.mark.skipif(name == 'cudnn' and not on_gpu, reason='cuDNN needs an NVIDIA GPU'),
+  )
 
 
-@pytest.mark.parametrize("implementation", [_runnable(name) for name in attention.KERNELS])
+@pytest.mark.parametrize('implementation', [_runnable(name) for name in attention.KERNELS])
 def test_every_kernel_takes_numpy_inputs(rng, implementation):
   """NumPy q/k/v/mask/bias give the JAX-input result, which matches a NumPy reference."""
   # cuDNN runs only half-precision inputs, and masked attention only at even lengths (the
   # dispatcher refuses odd ones); the others are checked in float32 at an odd length.
-  cudnn = implementation == "cudnn"
+  cudnn = implementation == 'cudnn'
   dtype, tol = (np.float16, 2e-2) if cudnn else (np.float32, 1e-5)
   q, k, v, mask, bias = _inputs(rng, 8 if cudnn else 7, 16, dtype)
   run = lambda *args: attention.scaled_dot_product_attention(
-      *args[:3], mask=args[3], bias=args[4], implementation=implementation)
+    *args[:3], mask=args[3], bias=args[4], implementation=implementation
+  )
   from_numpy = run(q, k, v, mask, bias)
   from_jax = run(*map(jnp.asarray, (q, k, v, mask, bias)))
   np.testing.assert_array_equal(from_numpy, from_jax)
-  np.testing.assert_allclose(np.asarray(from_numpy, np.float64),
-                             _numpy_attention(q, k, v, mask, bias), atol=tol, rtol=tol)
+  np.testing.assert_allclose(
+    np.asarray(from_numpy, np.float64), _numpy_attention(q, k, v, mask, bias), atol=tol, rtol=tol
+  )
 
 
 def test_default_picks_chunked_at_512_and_takes_numpy_inputs(rng):
   """At T = S = 512 the default kernel is 'chunked' on CPU (one 512 x 512 block per head); NumPy
   inputs match the reference."""
-  if jax.default_backend() != "cpu":
-    pytest.skip("the default picks cuDNN on GPU")
+  if jax.default_backend() != 'cpu':
+    pytest.skip('the default picks cuDNN on GPU')
   q, k, v, mask, bias = _inputs(rng, 512, 512, np.float32)
-  assert attention.sdpa._pick(q, k, v, False, 0.0, False) == "chunked"
+  assert attention.sdpa._pick(q, k, v, False, 0.0, False) == 'chunked'
   out = attention.scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
   np.testing.assert_allclose(out, _numpy_attention(q, k, v, mask, bias), atol=1e-5, rtol=1e-5)
 
@@ -64,10 +68,13 @@ def test_default_picks_chunked_at_512_and_takes_numpy_inputs(rng):
 def test_chunked_gradients_and_direct_call_take_numpy_inputs(rng):
   """Under grad (custom_vjp) and called directly, 'chunked' takes a NumPy mask and bias."""
   q, k, v, mask, bias = _inputs(rng, 7, 16, np.float32)
-  loss = lambda impl, m, b: lambda q_: jnp.sum(attention.scaled_dot_product_attention(
-      q_, k, v, mask=m, bias=b, implementation=impl) ** 2)
-  grad_numpy = jax.grad(loss("chunked", mask, bias))(jnp.asarray(q))
-  grad_ref = jax.grad(loss("reference", jnp.asarray(mask), jnp.asarray(bias)))(jnp.asarray(q))
+  loss = lambda impl, m, b: (
+    lambda q_: jnp.sum(
+      attention.scaled_dot_product_attention(q_, k, v, mask=m, bias=b, implementation=impl) ** 2
+    )
+  )
+  grad_numpy = jax.grad(loss('chunked', mask, bias))(jnp.asarray(q))
+  grad_ref = jax.grad(loss('reference', jnp.asarray(mask), jnp.asarray(bias)))(jnp.asarray(q))
   np.testing.assert_allclose(grad_numpy, grad_ref, atol=1e-5, rtol=1e-5)
-  direct = attention.chunked_attention(q, k, v, mask=mask, bias=bias, scale=8 ** -0.5)
+  direct = attention.chunked_attention(q, k, v, mask=mask, bias=bias, scale=8**-0.5)
   np.testing.assert_allclose(direct, _numpy_attention(q, k, v, mask, bias), atol=1e-5, rtol=1e-5)

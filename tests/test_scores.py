@@ -6,8 +6,16 @@ import numpy as np
 import pytest
 
 from attention.penalties import attention_entropy
-from attention.scores import (SCORES, additive_scores, cosine_scores, dot_scores, general_scores,
-                              get_score_fn, project_keys, scaled_dot_scores)
+from attention.scores import (
+  SCORES,
+  additive_scores,
+  cosine_scores,
+  dot_scores,
+  general_scores,
+  get_score_fn,
+  project_keys,
+  scaled_dot_scores,
+)
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -33,20 +41,20 @@ def test_dot_scores_matches_numpy(rng):
   q, k = _qk(rng)
   out = dot_scores(jnp.asarray(q), jnp.asarray(k))
   assert out.shape == (2, 3, 4, 5)
-  np.testing.assert_allclose(out, np.einsum("bntd,bnsd->bnts", q, k), **TOL)
+  np.testing.assert_allclose(out, np.einsum('bntd,bnsd->bnts', q, k), **TOL)
 
 
 def test_dot_scores_broadcasts_leading_dims(rng):
   """Keys shared across the batch ([3, S, D]) broadcast against queries [2, 3, T, D]."""
   q, _ = _qk(rng)
   k = rng.standard_normal((3, 5, 8)).astype(np.float32)
-  np.testing.assert_allclose(dot_scores(q, k), np.einsum("bntd,nsd->bnts", q, k), **TOL)
+  np.testing.assert_allclose(dot_scores(q, k), np.einsum('bntd,nsd->bnts', q, k), **TOL)
 
 
 def test_scaled_dot_scores_default_scale_temperature(rng):
   """Default scale is 1/sqrt(D); explicit scale multiplies; temperature divides."""
   q, k = _qk(rng)
-  raw = np.einsum("bntd,bnsd->bnts", q, k)
+  raw = np.einsum('bntd,bnsd->bnts', q, k)
   np.testing.assert_allclose(scaled_dot_scores(q, k), raw / np.sqrt(8.0), **TOL)
   np.testing.assert_allclose(scaled_dot_scores(q, k, scale=0.3), raw * 0.3, **TOL)
   np.testing.assert_allclose(scaled_dot_scores(q, k, temperature=4.0), raw / 4.0, **TOL)
@@ -90,7 +98,7 @@ def test_additive_scores_matches_numpy_and_k_proj(rng):
   assert out.shape == (2, 3, 4, 5)
   np.testing.assert_allclose(out, expected, **TOL)
   k_proj = project_keys(jnp.asarray(k), jnp.asarray(w_k))
-  np.testing.assert_allclose(k_proj, np.einsum("bnsd,da->bnsa", k, w_k), **TOL)
+  np.testing.assert_allclose(k_proj, np.einsum('bnsd,da->bnsa', k, w_k), **TOL)
   np.testing.assert_allclose(additive_scores(q, None, w_q, None, v, k_proj=k_proj), expected, **TOL)
 
 
@@ -99,7 +107,7 @@ def test_cosine_scores_matches_numpy(rng):
   q, k = _qk(rng)
   qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
   kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
-  expected = 5.0 * np.einsum("bntd,bnsd->bnts", qn, kn)
+  expected = 5.0 * np.einsum('bntd,bnsd->bnts', qn, kn)
   np.testing.assert_allclose(cosine_scores(q, k, scale=5.0), expected, **TOL)
 
 
@@ -126,23 +134,23 @@ def test_dot_score_variance_grows_with_d_and_scaling_fixes_it(rng):
 
 def test_registry_keys_and_lookup():
   """SCORES holds exactly the five kinds and get_score_fn returns the matching function."""
-  assert set(SCORES) == {"additive", "cosine", "dot", "general", "scaled_dot"}
-  assert get_score_fn("dot") is dot_scores
-  assert get_score_fn("additive") is additive_scores
+  assert set(SCORES) == {'additive', 'cosine', 'dot', 'general', 'scaled_dot'}
+  assert get_score_fn('dot') is dot_scores
+  assert get_score_fn('additive') is additive_scores
 
 
 def test_get_score_fn_unknown_lists_valid_names():
   """An unknown score name raises ValueError naming every valid kind."""
-  with pytest.raises(ValueError, match="bogus") as err:
-    get_score_fn("bogus")
-  for name in ("additive", "cosine", "dot", "general", "scaled_dot"):
+  with pytest.raises(ValueError, match='bogus') as err:
+    get_score_fn('bogus')
+  for name in ('additive', 'cosine', 'dot', 'general', 'scaled_dot'):
     assert name in str(err.value)
 
 
-@pytest.mark.parametrize("fn", [dot_scores, scaled_dot_scores, cosine_scores])
+@pytest.mark.parametrize('fn', [dot_scores, scaled_dot_scores, cosine_scores])
 def test_mismatched_features_raise(fn):
   """Queries and keys with different feature sizes raise ValueError naming both shapes."""
-  with pytest.raises(ValueError, match=r"\(2, 4, 8\).*\(2, 5, 6\)"):
+  with pytest.raises(ValueError, match=r'\(2, 4, 8\).*\(2, 5, 6\)'):
     fn(jnp.zeros((2, 4, 8)), jnp.zeros((2, 5, 6)))
 
 
@@ -150,13 +158,13 @@ def test_general_scores_wrong_w_shape_raises():
   """general_scores rejects a w that is not [Dq, Dk]."""
   q, k = jnp.zeros((4, 6)), jnp.zeros((5, 7))
   for w in (jnp.zeros((7, 6)), jnp.zeros((6,)), jnp.zeros((6, 7, 1))):
-    with pytest.raises(ValueError, match="general_scores"):
+    with pytest.raises(ValueError, match='general_scores'):
       general_scores(q, k, w)
 
 
 def test_scale_and_temperature_together_raise():
   """Passing both scale and temperature to scaled_dot_scores raises ValueError."""
-  with pytest.raises(ValueError, match="not both"):
+  with pytest.raises(ValueError, match='not both'):
     scaled_dot_scores(jnp.ones((2, 4)), jnp.ones((3, 4)), scale=0.5, temperature=2.0)
 
 
@@ -164,12 +172,13 @@ def test_jit_matches_numpy(rng):
   """Jitted scaled_dot_scores and additive_scores agree with the NumPy references."""
   q, k = _qk(rng)
   jitted = jax.jit(scaled_dot_scores)(q, k)
-  np.testing.assert_allclose(jitted, np.einsum("bntd,bnsd->bnts", q, k) / np.sqrt(8.0), **TOL)
+  np.testing.assert_allclose(jitted, np.einsum('bntd,bnsd->bnts', q, k) / np.sqrt(8.0), **TOL)
   w_q = rng.standard_normal((8, 4)).astype(np.float32)
   w_k = rng.standard_normal((8, 4)).astype(np.float32)
   v = rng.standard_normal((4,)).astype(np.float32)
-  np.testing.assert_allclose(jax.jit(additive_scores)(q, k, w_q, w_k, v),
-                             _additive_ref(q, k, w_q, w_k, v), **TOL)
+  np.testing.assert_allclose(
+    jax.jit(additive_scores)(q, k, w_q, w_k, v), _additive_ref(q, k, w_q, w_k, v), **TOL
+  )
 
 
 def test_vmap_general_scores(rng):
@@ -178,7 +187,7 @@ def test_vmap_general_scores(rng):
   k = rng.standard_normal((3, 5, 7)).astype(np.float32)
   w = rng.standard_normal((6, 7)).astype(np.float32)
   out = jax.vmap(lambda qi, ki: general_scores(qi, ki, jnp.asarray(w)))(q, k)
-  np.testing.assert_allclose(out, np.einsum("btd,de,bse->bts", q, w, k), **TOL)
+  np.testing.assert_allclose(out, np.einsum('btd,de,bse->bts', q, w, k), **TOL)
 
 
 def test_grad_dot_and_cosine(rng):
@@ -196,14 +205,14 @@ def test_unscaled_dot_scores_saturate_the_softmax_as_d_k_grows():
   """The notes' reason for 1/√d_k: with unit-variance queries and keys, q·k has variance d_k, so
   unscaled weights sharpen (entropy falls) with d_k while scaled ones keep one sharpness."""
   rng = np.random.default_rng(0)
-  scores = {"dot": dot_scores, "scaled_dot": scaled_dot_scores}
+  scores = {'dot': dot_scores, 'scaled_dot': scaled_dot_scores}
   entropies = {name: [] for name in scores}
   for d_k in (16, 64, 256):
-    q = rng.standard_normal((512, 1, d_k)).astype(np.float32)          # [B, T=1, H]
-    k = rng.standard_normal((512, 16, d_k)).astype(np.float32)         # [B, S=16, H]
+    q = rng.standard_normal((512, 1, d_k)).astype(np.float32)  # [B, T=1, H]
+    k = rng.standard_normal((512, 16, d_k)).astype(np.float32)  # [B, S=16, H]
     for name, score in scores.items():
-      weights = jax.nn.softmax(score(q, k), axis=-1)                   # [B, 1, 16]
+      weights = jax.nn.softmax(score(q, k), axis=-1)  # [B, 1, 16]
       entropies[name].append(float(attention_entropy(weights).mean()))
-  dot, scaled = entropies["dot"], entropies["scaled_dot"]
-  assert dot[0] > dot[1] > dot[2] and dot[2] < dot[0] / 4             # 0.88, 0.39, 0.18 nats
-  assert max(scaled) - min(scaled) < 0.05 and min(scaled) > 2.3       # ~2.35 (uniform: 2.77)
+  dot, scaled = entropies['dot'], entropies['scaled_dot']
+  assert dot[0] > dot[1] > dot[2] and dot[2] < dot[0] / 4  # 0.88, 0.39, 0.18 nats
+  assert max(scaled) - min(scaled) < 0.05 and min(scaled) > 2.3  # ~2.35 (uniform: 2.77)

@@ -11,9 +11,9 @@ from configs import default
 
 def _transformer_parameters(d: int, ff: int, layers: int, embedding_rows: int) -> int:
   """Parameters of a post-norm encoder-decoder Transformer with a tied output layer."""
-  attention = 4 * (d * d + d)               # w_q, w_k, w_v, w_o kernels and biases
-  ffn = d * ff + ff + ff * d + d            # w_1, w_2 kernels and biases
-  norm = 2 * d                              # scale and bias
+  attention = 4 * (d * d + d)  # w_q, w_k, w_v, w_o kernels and biases
+  ffn = d * ff + ff + ff * d + d  # w_1, w_2 kernels and biases
+  norm = 2 * d  # scale and bias
   encoder = attention + ffn + 2 * norm
   decoder = 2 * attention + ffn + 3 * norm  # self-attention, cross-attention
   return layers * (encoder + decoder) + embedding_rows * d
@@ -24,7 +24,7 @@ def _transformer_parameters(d: int, ff: int, layers: int, embedding_rows: int) -
 D, FF = 32, 64
 NORM = 2 * D
 PARAMETERS = _transformer_parameters(D, FF, 1, 24 + 20)
-ADAM_COUNTS = 2 * 4   # the int32 counts of AdamW and of its schedule
+ADAM_COUNTS = 2 * 4  # the int32 counts of AdamW and of its schedule
 
 
 @pytest.fixture(scope='module')
@@ -32,7 +32,8 @@ def state():
   config = default.get_config()
   config.model.update(d_model=D, d_ff=FF, num_layers=1)
   return sharding_memory.abstract_state(
-      config, dict(input_vocab_size=24, output_vocab_size=20, pad_id=0))
+    config, dict(input_vocab_size=24, output_vocab_size=20, pad_id=0)
+  )
 
 
 def _sizes(**axes):
@@ -49,7 +50,7 @@ def test_data_parallel_holds_every_parameter_on_every_device(state):
 
 
 def test_fsdp_splits_every_embed_dimension_eight_ways(state):
-  kernel = state.params['encoder_layers'][0]['self_attn']['w_q']['kernel']   # ('embed', 'heads')
+  kernel = state.params['encoder_layers'][0]['self_attn']['w_q']['kernel']  # ('embed', 'heads')
   assert sharding_memory.split_ways(kernel, _sizes(fsdp=8)) == 8
   assert sharding_memory.device_bytes(kernel, _sizes(fsdp=8)) == D * D * 4 / 8
   # Whole: the biases named 'heads' (3 attentions x 3) or 'mlp' (2), and the 5 unnamed norms.
@@ -67,8 +68,8 @@ def test_total_is_params_grads_and_moments(state):
 
 
 def test_a_dimension_the_axis_does_not_divide_stays_whole(state):
-  target = state.params['target_embed']['embed']['embedding']   # ('vocab', 'embed'), [20, 32]
-  source = state.params['source_embed']['embed']['embedding']   # [24, 32]
+  target = state.params['target_embed']['embed']['embedding']  # ('vocab', 'embed'), [20, 32]
+  source = state.params['source_embed']['embed']['embedding']  # [24, 32]
   assert sharding_memory.device_bytes(target, _sizes(tensor=8)) == 20 * D * 4
   assert sharding_memory.device_bytes(source, _sizes(tensor=8)) == 24 * D * 4 / 8
   # Whole under tensor=8: the biases named 'embed' (3 w_o, 2 w_2), the norms, the target table.
@@ -81,9 +82,17 @@ def test_a_dimension_the_axis_does_not_divide_stays_whole(state):
 
 def test_meshes_multiply_to_the_device_count():
   assert [sharding_memory.mesh_label(s) for s in sharding_memory.meshes(8)] == [
-      'data=8', 'fsdp=8', 'tensor=8', 'fsdp=4 x tensor=2', 'data=2 x fsdp=4']
+    'data=8',
+    'fsdp=8',
+    'tensor=8',
+    'fsdp=4 x tensor=2',
+    'data=2 x fsdp=4',
+  ]
   assert [sharding_memory.mesh_label(s) for s in sharding_memory.meshes(3)] == [
-      'data=3', 'fsdp=3', 'tensor=3']
+    'data=3',
+    'fsdp=3',
+    'tensor=3',
+  ]
   assert sharding_memory.meshes(1) == [_sizes()]
 
 
@@ -93,7 +102,7 @@ def test_main_writes_one_row_per_mesh(tmp_path, capsys):
   rows = json.loads(path.read_text())['rows']
   assert [r['mesh'] for r in rows] == ['data=2', 'fsdp=2', 'tensor=2']
   assert rows[0]['params'] == 4 * rows[0]['parameters']
-  base = _transformer_parameters(512, 2048, 6, 8000)   # one shared vocabulary of 8000
+  base = _transformer_parameters(512, 2048, 6, 8000)  # one shared vocabulary of 8000
   assert rows[0]['parameters'] == base
   assert f'| base | {base:,} | fsdp=2 |' in capsys.readouterr().out
   with pytest.raises(SystemExit):

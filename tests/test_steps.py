@@ -1,15 +1,16 @@
-"""training.steps.train_step's guard: which bad steps it keeps out of the state, and what it reports.
+"""training.steps.train_step's guard: which bad steps it keeps out of the state, and what it
+reports.
 
 The guard has two forms (a conditional on a CPU, a select elsewhere): run on a GPU (the GPU
 checklist runs the whole suite there), these tests check the other one.
 """
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
 
 from training.steps import create_train_state, train_step
 
@@ -24,9 +25,12 @@ def _step(tx, factor):
   state = create_train_state(nnx.Linear(3, 2, rngs=nnx.Rngs(0)), tx)
   batch = dict(x=jnp.ones((4, 3)), factor=jnp.float32(factor))
   new_state, metrics = jax.jit(lambda s, b: train_step(s, b, jax.random.key(0), loss_fn=_loss))(
-      state, batch)
-  changed = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(state.params),
-                                                       jax.tree.leaves(new_state.params))]
+    state, batch
+  )
+  changed = [
+    not np.array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(new_state.params))
+  ]
   return new_state, metrics, changed
 
 

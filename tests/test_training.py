@@ -1,4 +1,5 @@
-"""Experiments at tiny sizes: every config trains, checkpoints resume exactly, eval writes its files."""
+"""Experiments at tiny sizes: every config trains, checkpoints resume exactly, eval writes its
+files."""
 
 import functools
 import importlib
@@ -8,25 +9,25 @@ import signal
 import subprocess
 import sys
 
+from cpu_devices import cpu_environment
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import nnx
 
 import models
 from reports import run_eval
 import tasks
-import training
 from tasks.translation import teacher_forced_loss
+import training
 from training import sharding, workdir
 from training.checkpoints import Checkpointer
 from training.config import validate as validate_config
 from training.evaluation import split_metrics
 from training.setup import build_state
 from training.steps import annotated_train_state, create_train_state, merge_model, train_step
-from cpu_devices import cpu_environment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ('default', 'transformer', 'seq2seq_bahdanau', 'seq2seq_luong', 'transformer_base', 'tsv')
@@ -41,10 +42,22 @@ def tiny(config, data_dir, **overrides):
   """`config` shrunk to seconds: a tiny model, small batches, few steps, no decoding."""
   config.model.update(TINY_TRANSFORMER if config.model.name == 'transformer' else TINY_SEQ2SEQ)
   # One bucket (48 > both limits), so each step function compiles once.
-  config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=8,
-                        max_input_length=40, max_target_length=40, bucket_step=48)
-  config.update(num_train_steps=4, log_every_steps=50, checkpoint_every_steps=100,
-                eval_every_steps=0, num_eval_decode=0, warmup_steps=2)
+  config.dataset.update(
+    data_dir=str(data_dir),
+    batch_size=8,
+    eval_batch_size=8,
+    max_input_length=40,
+    max_target_length=40,
+    bucket_step=48,
+  )
+  config.update(
+    num_train_steps=4,
+    log_every_steps=50,
+    checkpoint_every_steps=100,
+    eval_every_steps=0,
+    num_eval_decode=0,
+    warmup_steps=2,
+  )
   config.update(overrides)
   return config
 
@@ -61,7 +74,8 @@ def data_dir(tmp_path_factory):
 def _final_params(workdir, config):
   task = tasks.build(config, workdir)
   state, _ = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).restore(
-      build_state(config, task))
+    build_state(config, task)
+  )
   return int(state.step), jax.tree.leaves(state.params)
 
 
@@ -75,6 +89,7 @@ def test_every_config_takes_a_training_step(name, data_dir, tmp_path):
   validate_config(config)
   if name == 'transformer_base':  # a real corpus; offline its builder is mocked
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
     with tfds.testing.mock_data(num_examples=32):
       task = tasks.build(config, str(tmp_path))
       batch = next(task.batches('train', batch_size=8, shuffle=True, seed=0))
@@ -86,8 +101,10 @@ def test_every_config_takes_a_training_step(name, data_dir, tmp_path):
   new_state, metrics = step(state, batch, jax.random.key(0))
   assert bool(metrics['finite']) and np.isfinite(float(metrics['loss']))
   assert int(new_state.step) == 1
-  moved = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(state.params),
-                                                jax.tree.leaves(new_state.params))]
+  moved = [
+    not np.allclose(a, b)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(new_state.params))
+  ]
   assert any(moved)
 
 
@@ -98,23 +115,45 @@ STEPS = 300  # tiny steps take milliseconds, so a signal always lands mid-run
 def straight_run(data_dir, tmp_path_factory) -> str:
   """The reference: a workdir trained for STEPS steps without interruption."""
   workdir = str(tmp_path_factory.mktemp('straight'))
-  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS),
-                              workdir)
+  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS), workdir)
   return workdir
 
 
 def _start_train_py(workdir, data_dir, checkpoint_every_steps):
   """train.py in a subprocess with the tiny config, logging every step."""
-  flags = dict(num_train_steps=STEPS, checkpoint_every_steps=checkpoint_every_steps,
-               log_every_steps=1, eval_every_steps=0, num_eval_decode=0, warmup_steps=2,
-               **{f'model.{k}': v for k, v in TINY_TRANSFORMER.items()},
-               **{f'dataset.{k}': v for k, v in dict(
-                   data_dir=data_dir, batch_size=8, eval_batch_size=8, max_input_length=40,
-                   max_target_length=40, bucket_step=48).items()})
+  flags = dict(
+    num_train_steps=STEPS,
+    checkpoint_every_steps=checkpoint_every_steps,
+    log_every_steps=1,
+    eval_every_steps=0,
+    num_eval_decode=0,
+    warmup_steps=2,
+    **{f'model.{k}': v for k, v in TINY_TRANSFORMER.items()},
+    **{
+      f'dataset.{k}': v
+      for k, v in dict(
+        data_dir=data_dir,
+        batch_size=8,
+        eval_batch_size=8,
+        max_input_length=40,
+        max_target_length=40,
+        bucket_step=48,
+      ).items()
+    },
+  )
   return subprocess.Popen(
-      [sys.executable, 'train.py', '--config=configs/default.py', f'--workdir={workdir}',
-       *[f'--config.{k}={v}' for k, v in flags.items()]],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    [
+      sys.executable,
+      'train.py',
+      '--config=configs/default.py',
+      f'--workdir={workdir}',
+      *[f'--config.{k}={v}' for k, v in flags.items()],
+    ],
+    cwd=ROOT,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
 
 
 def _signal_at_step(process, step: int, signum) -> str:
@@ -153,8 +192,9 @@ def test_eval_at_start_evaluates_the_initial_parameters(data_dir, tmp_path):
   assert [m['step'] for m in metrics if m['split'] == 'train'] == [1, 3]
   assert [m['step'] for m in metrics if m['split'] == 'validation'] == [0, 3]
   task = tasks.build(config, str(tmp_path))
-  initial = split_metrics(build_state(config, task), task, 'validation', batch_size=8,
-                          mesh=sharding.make_mesh())
+  initial = split_metrics(
+    build_state(config, task), task, 'validation', batch_size=8, mesh=sharding.make_mesh()
+  )
   np.testing.assert_allclose(metrics[1]['loss'], initial['loss'], rtol=1e-6)
   assert 0 < metrics[1]['attention_entropy'] <= np.log(48)
 
@@ -167,8 +207,7 @@ def test_kill_9_then_restart_ends_bit_identical(data_dir, straight_run, tmp_path
   assert process.returncode == -signal.SIGKILL
   saved = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).steps()
   assert saved and saved[-1] % 5 == 0 and saved[-1] < STEPS
-  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS),
-                              workdir)
+  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS), workdir)
   _assert_same_params(workdir, straight_run, data_dir)
 
 
@@ -183,14 +222,23 @@ def test_sigterm_saves_and_exits_cleanly_then_resumes_exactly(data_dir, straight
   assert len(saved) == 1 and 3 <= saved[0] < STEPS
 
   # Resumed, it ends bit-identical to the run that was never interrupted.
-  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS),
-                              workdir)
+  training.train_and_evaluate(tiny(get_config('default'), data_dir, num_train_steps=STEPS), workdir)
   _assert_same_params(workdir, straight_run, data_dir)
 
   # eval.py on that checkpoint writes metrics, samples and a heatmap.
   result = subprocess.run(
-      [sys.executable, 'eval.py', f'--workdir={workdir}', '--split=validation',
-       '--max_examples=4', '--num_heatmaps=1'], cwd=ROOT, capture_output=True, text=True)
+    [
+      sys.executable,
+      'eval.py',
+      f'--workdir={workdir}',
+      '--split=validation',
+      '--max_examples=4',
+      '--num_heatmaps=1',
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   metrics = json.load(open(os.path.join(workdir, 'eval', 'metrics.json')))
   assert metrics['step'] == STEPS and metrics['examples'] == 4
@@ -206,18 +254,20 @@ def test_eval_without_checkpoint_says_so(data_dir, tmp_path):
   workdir = tmp_path / 'empty'
   workdir.mkdir()
   (workdir / 'config.json').write_text(tiny(get_config('default'), data_dir).to_json())
-  result = subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}'], cwd=ROOT,
-                          capture_output=True, text=True)
+  result = subprocess.run(
+    [sys.executable, 'eval.py', f'--workdir={workdir}'], cwd=ROOT, capture_output=True, text=True
+  )
   assert result.returncode == 1
   assert result.stderr.strip().splitlines()[-1] == (
-      f'eval.py: No checkpoint in {workdir}/checkpoints; train first with '
-      f'python train.py --config=... --workdir={workdir}.')
+    f'eval.py: No checkpoint in {workdir}/checkpoints; train first with '
+    f'python train.py --config=... --workdir={workdir}.'
+  )
   assert 'Traceback' not in result.stderr
 
 
 def test_a_config_saved_before_a_training_field_existed_loads_with_its_default(data_dir, tmp_path):
   saved = json.loads(tiny(get_config('default'), data_dir).to_json())
-  del saved['attention_penalty']                       # a run from before the field existed
+  del saved['attention_penalty']  # a run from before the field existed
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   config = run_eval.load_config(str(tmp_path))
   validate_config(config)
@@ -225,7 +275,9 @@ def test_a_config_saved_before_a_training_field_existed_loads_with_its_default(d
 
 
 def _toy_state(width=4):
-  model = nnx.Sequential(nnx.Linear(3, width, rngs=nnx.Rngs(0)), nnx.Linear(width, 2, rngs=nnx.Rngs(1)))
+  model = nnx.Sequential(
+    nnx.Linear(3, width, rngs=nnx.Rngs(0)), nnx.Linear(width, 2, rngs=nnx.Rngs(1))
+  )
   return create_train_state(model, optax.adam(1e-3))
 
 
@@ -234,8 +286,9 @@ def test_corrupted_newest_checkpoint_falls_back_to_the_previous(tmp_path):
   states = [_toy_state()]
   for _ in range(2):
     state = states[-1]
-    states.append(state.replace(step=state.step + 1,
-                                params=jax.tree.map(lambda p: p + 1, state.params)))
+    states.append(
+      state.replace(step=state.step + 1, params=jax.tree.map(lambda p: p + 1, state.params))
+    )
     checkpointer.save(states[-1], dict(data=dict(position=int(states[-1].step))))
   checkpointer.wait()
   for root, _, files in os.walk(tmp_path / '2'):
@@ -269,28 +322,40 @@ def test_checkpoint_of_another_model_config_is_a_clear_error(tmp_path):
   checkpointer = Checkpointer(str(tmp_path), max_to_keep=1)
   checkpointer.save(_toy_state(width=4), {})
   checkpointer.wait()
-  with pytest.raises(ValueError, match=r'does not match this config.model.*\(4,\) in the checkpoint'):
+  with pytest.raises(
+    ValueError, match=r'does not match this config.model.*\(4,\) in the checkpoint'
+  ):
     checkpointer.restore(_toy_state(width=5))
 
 
 def test_non_finite_loss_stops_without_saving_the_bad_state(data_dir, tmp_path, monkeypatch):
   # A learning rate of 1e15 puts the parameters near 1e15 after one update, so the second
   # step's logits overflow.
-  config = tiny(get_config('default'), data_dir, learning_rate=1e15, schedule='constant',
-                warmup_steps=0, checkpoint_every_steps=1, grad_clip=0.0)
+  config = tiny(
+    get_config('default'),
+    data_dir,
+    learning_rate=1e15,
+    schedule='constant',
+    warmup_steps=0,
+    checkpoint_every_steps=1,
+    grad_clip=0.0,
+  )
   monkeypatch.chdir(tmp_path)  # a relative workdir, as users type it
   with pytest.raises(FloatingPointError, match='Non-finite loss or gradient at step 2'):
     training.train_and_evaluate(config, 'run')
   assert Checkpointer(str(tmp_path / 'run' / 'checkpoints'), max_to_keep=None).steps() == [1]
 
 
-@pytest.mark.parametrize('field, value, message', [
+@pytest.mark.parametrize(
+  'field, value, message',
+  [
     ('num_train_steps', 0, 'config.num_train_steps=0 must be a positive integer'),
     ('schedule', 'linear', "config.schedule='linear' is not one of"),
     ('dtype', 'float16', "config.dtype='float16' is not one of"),
     ('label_smoothing', 1.0, 'config.label_smoothing=1.0 must be in'),
     ('learning_rate', -1.0, 'config.learning_rate=-1.0 must be > 0'),
-])
+  ],
+)
 def test_bad_config_values_name_the_field(field, value, message):
   config = get_config('default')
   config[field] = value
@@ -302,34 +367,41 @@ def test_unknown_model_name_lists_the_valid_ones():
   config = get_config('default')
   config.model.name = 'rnn'
   with pytest.raises(ValueError, match="'rnn'.*seq2seq.*transformer"):
-    models.build(config.model, input_vocab_size=8, output_vocab_size=8, pad_id=0,
-                 rngs=nnx.Rngs(0))
+    models.build(config.model, input_vocab_size=8, output_vocab_size=8, pad_id=0, rngs=nnx.Rngs(0))
 
 
 def sharded_step_metrics() -> dict:
   """Loss and gradient norm of one train step on a fixed batch, data-parallel over all devices."""
-  model = models.build(dict(name='transformer', **TINY_TRANSFORMER, dropout_rate=0.0),
-                       **DATA_ARGS, rngs=nnx.Rngs(0))
+  model = models.build(
+    dict(name='transformer', **TINY_TRANSFORMER, dropout_rate=0.0), **DATA_ARGS, rngs=nnx.Rngs(0)
+  )
   mesh = sharding.make_mesh()
   state = sharding.replicate(create_train_state(model, optax.adam(1e-3)), mesh)
   rng = np.random.default_rng(0)
-  batch = dict(inputs=rng.integers(1, 11, (16, 7), dtype=np.int32),
-               targets=rng.integers(1, 13, (16, 9), dtype=np.int32))
-  batch['targets'][:, 6:] = 0   # padding must be masked identically on every device
+  batch = dict(
+    inputs=rng.integers(1, 11, (16, 7), dtype=np.int32),
+    targets=rng.integers(1, 13, (16, 9), dtype=np.int32),
+  )
+  batch['targets'][:, 6:] = 0  # padding must be masked identically on every device
   _, metrics = jax.jit(functools.partial(train_step, loss_fn=LOSS))(
-      state, sharding.shard_batch(batch, mesh), jax.random.key(0))
-  return dict(devices=jax.device_count(), loss=float(metrics['loss']),
-              grad_norm=float(metrics['grad_norm']))
+    state, sharding.shard_batch(batch, mesh), jax.random.key(0)
+  )
+  return dict(
+    devices=jax.device_count(), loss=float(metrics['loss']), grad_norm=float(metrics['grad_norm'])
+  )
 
 
 @pytest.mark.slow
 def test_eight_simulated_devices_match_one_device():
   # The suite's XLA flags stay: without them this process compiles at XLA's full optimisation.
   env = cpu_environment(devices=8)
-  script = 'import sys, json; sys.path.insert(0, "tests"); import test_training as t; ' \
-           'print(json.dumps(t.sharded_step_metrics()))'
-  result = subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True,
-                          text=True)
+  script = (
+    'import sys, json; sys.path.insert(0, "tests"); import test_training as t; '
+    'print(json.dumps(t.sharded_step_metrics()))'
+  )
+  result = subprocess.run(
+    [sys.executable, '-c', script], cwd=ROOT, env=env, capture_output=True, text=True
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   eight = json.loads(result.stdout.strip().splitlines()[-1])
   one = sharded_step_metrics()
@@ -339,16 +411,20 @@ def test_eight_simulated_devices_match_one_device():
 
 
 def test_bfloat16_compute_tracks_float32():
-  model = models.build(dict(name='transformer', **TINY_TRANSFORMER, dropout_rate=0.0),
-                       **DATA_ARGS, rngs=nnx.Rngs(0))
+  model = models.build(
+    dict(name='transformer', **TINY_TRANSFORMER, dropout_rate=0.0), **DATA_ARGS, rngs=nnx.Rngs(0)
+  )
   state = create_train_state(model, optax.adam(1e-3))
   rng = np.random.default_rng(1)
-  batch = dict(inputs=rng.integers(1, 11, (4, 7), dtype=np.int32),
-               targets=rng.integers(1, 13, (4, 9), dtype=np.int32))
+  batch = dict(
+    inputs=rng.integers(1, 11, (4, 7), dtype=np.int32),
+    targets=rng.integers(1, 13, (4, 9), dtype=np.int32),
+  )
   losses = {}
   for dtype in (jnp.float32, jnp.bfloat16):
     new_state, metrics = jax.jit(functools.partial(train_step, loss_fn=LOSS, dtype=dtype))(
-        state, batch, jax.random.key(0))
+      state, batch, jax.random.key(0)
+    )
     losses[dtype] = float(metrics['loss'])
     assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(new_state.params))
   # bf16 keeps 8 mantissa bits: the loss agrees to about 1%, and differs from float32's at all.

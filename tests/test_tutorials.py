@@ -18,7 +18,9 @@ def test_there_is_one_tutorial_per_lecture():
 
 @pytest.mark.parametrize('path', TUTORIALS, ids=os.path.basename)
 def test_the_tutorial_opens_as_a_notebook(path):
-  jupytext = pytest.importorskip('jupytext', reason='jupytext is not installed: pip install ".[docs]"')
+  jupytext = pytest.importorskip(
+    'jupytext', reason='jupytext is not installed: pip install ".[docs]"'
+  )
   notebook = jupytext.read(path)
   kinds = [cell.cell_type for cell in notebook.cells]
   assert kinds.count('markdown') >= 5 and kinds.count('code') >= 5
@@ -31,7 +33,8 @@ def test_the_tutorial_opens_as_a_notebook(path):
 def test_the_tutorial_runs_top_to_bottom(path, tmp_path):
   env = dict(os.environ, MPLBACKEND='Agg')
   env.pop('PYTHONPATH', None)  # the tutorial finds the repository root itself
-  result = subprocess.run([sys.executable, path], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=240)
+  result = subprocess.run(
+    [sys.executable, path], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+  )
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
   assert list(tmp_path.glob('*.png')), 'the tutorial draws at least one picture'

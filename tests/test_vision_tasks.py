@@ -5,12 +5,12 @@ import json
 import os
 
 import numpy as np
+from test_training import get_config
 
 import models
-import training
 from reports.run_eval import evaluate_checkpoint
 from tasks.captioning import Captioning, aligned, region_centres
-from test_training import get_config
+import training
 
 PNG = b'\x89PNG\r\n\x1a\n'
 
@@ -25,19 +25,23 @@ def test_region_centres_by_hand():
 def test_aligned_checks_the_strongest_region_against_the_box():
   centres = region_centres((2, 4), (4, 8))
   weights = np.zeros(8)
-  weights[6] = 1.0                                       # row 1, column 2: centre (3, 5)
-  assert aligned(weights, (2, 4, 4, 6), centres)         # rows 2-3, columns 4-5
-  assert not aligned(weights, (0, 4, 2, 6), centres)     # the region above
-  assert aligned(weights, (2, 5, 4, 8), centres)         # column 5 is the box's first column
-  assert not aligned(weights, (2, 6, 4, 8), centres)     # the box starts right of the centre
+  weights[6] = 1.0  # row 1, column 2: centre (3, 5)
+  assert aligned(weights, (2, 4, 4, 6), centres)  # rows 2-3, columns 4-5
+  assert not aligned(weights, (0, 4, 2, 6), centres)  # the region above
+  assert aligned(weights, (2, 5, 4, 8), centres)  # column 5 is the box's first column
+  assert not aligned(weights, (2, 6, 4, 8), centres)  # the box starts right of the centre
 
 
 def test_alignment_counts_only_words_that_match_the_reference():
-  attention = np.zeros((3, 1, 2))                        # 3 words over a 1 x 2 grid
+  attention = np.zeros((3, 1, 2))  # 3 words over a 1 x 2 grid
   attention[0, 0, 0] = attention[1, 0, 0] = attention[2, 0, 1] = 1.0
-  sample = dict(boxes=[(0, 0, 4, 4), (0, 4, 4, 8)], reference='one two',
-                words=['one', 'nine', '</s>'], attention=attention,
-                pixels=np.zeros((4, 8, 1), np.uint8))
+  sample = dict(
+    boxes=[(0, 0, 4, 4), (0, 4, 4, 8)],
+    reference='one two',
+    words=['one', 'nine', '</s>'],
+    attention=attention,
+    pixels=np.zeros((4, 8, 1), np.uint8),
+  )
   # 'one' looks left, inside its box: a hit; 'nine' is wrong, not counted; EOS has no box.
   assert Captioning._alignment(None, sample) == [True]
 
@@ -46,8 +50,14 @@ def _tiny(name, data_dir, model, **dataset):
   config = get_config(name)
   config.model = models.default_config(config.model.name, **model)
   config.dataset.update(data_dir=str(data_dir), batch_size=8, eval_batch_size=16, **dataset)
-  config.update(num_train_steps=3, log_every_steps=50, checkpoint_every_steps=100,
-                eval_every_steps=0, num_eval_decode=0, warmup_steps=1)
+  config.update(
+    num_train_steps=3,
+    log_every_steps=50,
+    checkpoint_every_steps=100,
+    eval_every_steps=0,
+    num_eval_decode=0,
+    warmup_steps=1,
+  )
   return config
 
 
@@ -60,8 +70,11 @@ def _pngs(out_dir):
 
 
 def test_vit_on_digits_trains_evaluates_and_draws_rollout(tmp_path):
-  config = _tiny('vit_digits', tmp_path / 'tfds',
-                 dict(patch_size=2, num_layers=2, d_model=16, num_heads=2, d_ff=32))
+  config = _tiny(
+    'vit_digits',
+    tmp_path / 'tfds',
+    dict(patch_size=2, num_layers=2, d_model=16, num_heads=2, d_ff=32),
+  )
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
   metrics = evaluate_checkpoint(workdir, max_examples=20, num_heatmaps=2)

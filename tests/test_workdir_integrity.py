@@ -11,24 +11,25 @@ import subprocess
 import sys
 import threading
 
-import ml_collections
-import numpy as np
-import pytest
 from absl import flags
 from absl import logging as absl_logging
+import ml_collections
 from ml_collections import config_flags
+import numpy as np
 from PIL import Image
+import pytest
+from test_training import ROOT, get_config, tiny
+from workdir_faults import truncate_checkpoint
 
+from data import language_sources
+from data.readers import image_folder
 from reports import run_eval
 import tasks
 import training
-from data import language_sources
-from data.readers import image_folder
-from test_training import ROOT, get_config, tiny
-from training import failures, loop, metrics, workdir as workdir_lib
-from training.checkpoints import CheckpointMismatchError, Checkpointer, load_matching_params
+from training import failures, loop, metrics
+from training import workdir as workdir_lib
+from training.checkpoints import Checkpointer, CheckpointMismatchError, load_matching_params
 from training.setup import build_state
-from workdir_faults import truncate_checkpoint
 
 
 def _snapshot(path) -> dict:
@@ -39,7 +40,9 @@ def _snapshot(path) -> dict:
       found[os.path.relpath(os.path.join(root, name), path)] = 'dir'
     for name in files:
       with open(os.path.join(root, name), 'rb') as f:
-        found[os.path.relpath(os.path.join(root, name), path)] = hashlib.sha256(f.read()).hexdigest()
+        found[os.path.relpath(os.path.join(root, name), path)] = hashlib.sha256(
+          f.read()
+        ).hexdigest()
   return found
 
 
@@ -87,11 +90,14 @@ def test_item1_a_refused_run_leaves_the_workdir_byte_for_byte(trained):
 def test_item1_an_accepted_change_keeps_the_previous_config(trained, tmp_path, caplog):
   workdir = _copy(trained, tmp_path)
   old = open(os.path.join(workdir, 'config.json'), encoding='utf-8').read()
-  with caplog.at_level('INFO', logger='absl'):   # what train.py logs
+  with caplog.at_level('INFO', logger='absl'):  # what train.py logs
     training.train_and_evaluate(_changed(trained[1], num_train_steps=5), workdir)
-  assert open(os.path.join(workdir, 'config_history', 'config.4.json'), encoding='utf-8').read() == old
-  assert json.load(open(os.path.join(workdir, 'config.json'), encoding='utf-8'))[
-      'num_train_steps'] == 5
+  assert (
+    open(os.path.join(workdir, 'config_history', 'config.4.json'), encoding='utf-8').read() == old
+  )
+  assert (
+    json.load(open(os.path.join(workdir, 'config.json'), encoding='utf-8'))['num_train_steps'] == 5
+  )
   log = open(os.path.join(workdir, workdir_lib.LOG_FILE), encoding='utf-8').read()
   assert 'Resumed from step 4' in log and 'Compiled the train step in' in log
 
@@ -108,15 +114,17 @@ def test_item3_eval_and_init_from_skip_a_truncated_newest_checkpoint(trained, tm
   workdir = _copy(trained, tmp_path)
   truncate_checkpoint(workdir, 4)
   with caplog.at_level('WARNING'):
-    metrics = run_eval.evaluate_checkpoint(workdir, checkpoint='latest', split='validation',
-                                           max_examples=1, num_heatmaps=0)
+    metrics = run_eval.evaluate_checkpoint(
+      workdir, checkpoint='latest', split='validation', max_examples=1, num_heatmaps=0
+    )
   assert metrics['step'] == 2
   skipped = [r.getMessage() for r in caplog.records if 'Skipping checkpoint 4' in r.getMessage()]
   assert len(skipped) == 1 and len(skipped[0].splitlines()) == 1
   config = trained[1]
   with caplog.at_level('INFO', logger='absl'):
-    state, loaded, _ = load_matching_params(build_state(config, tasks.build(config, workdir)),
-                                            workdir)
+    state, loaded, _ = load_matching_params(
+      build_state(config, tasks.build(config, workdir)), workdir
+    )
   assert loaded and int(state.step) == 0
   assert 'init_from' in caplog.text and 'step 2: loaded' in caplog.text
   # item 6: each metric names its examples
@@ -130,7 +138,9 @@ def test_item4_one_train_py_per_workdir(trained, tmp_path):
   holder = workdir_lib.Lock(workdir)
   holder.acquire()
   try:
-    with pytest.raises(workdir_lib.WorkdirBusyError, match=f'in use by train.py \\(pid {os.getpid()}'):
+    with pytest.raises(
+      workdir_lib.WorkdirBusyError, match=f'in use by train.py \\(pid {os.getpid()}'
+    ):
       training.train_and_evaluate(config, workdir)
   finally:
     holder.release()
@@ -139,12 +149,14 @@ def test_item4_one_train_py_per_workdir(trained, tmp_path):
   race = str(tmp_path / 'race')
   os.makedirs(race)
   locks, won = [workdir_lib.Lock(race) for _ in range(8)], []
+
   def contend(lock):
     try:
       lock.acquire()
       won.append(lock)
     except workdir_lib.WorkdirBusyError:
       pass
+
   threads = [threading.Thread(target=contend, args=(lock,)) for lock in locks]
   for thread in threads:
     thread.start()
@@ -158,8 +170,9 @@ def test_item4_one_train_py_per_workdir(trained, tmp_path):
 def test_item4_a_stale_lock_is_taken_over_and_another_hosts_is_not(tmp_path, caplog):
   dead = subprocess.Popen(['true'])
   dead.wait()
-  (tmp_path / workdir_lib.LOCK_FILE).write_text(json.dumps(dict(host=os.uname().nodename,
-                                                                pid=dead.pid)))
+  (tmp_path / workdir_lib.LOCK_FILE).write_text(
+    json.dumps(dict(host=os.uname().nodename, pid=dead.pid))
+  )
   lock = workdir_lib.Lock(str(tmp_path))
   with caplog.at_level('WARNING'):
     lock.acquire()
@@ -180,19 +193,25 @@ def test_item5_command_line_mistakes_are_one_sentence_and_help_exits_0(tmp_path)
   status, _, stderr = _terminal('train.py', f'--workdir={workdir}', '--config.model.scroe=dot')
   assert status == 1 and 'Traceback' not in stderr
   assert stderr.strip().splitlines()[-1] == (
-      "train.py: --config.model.scroe: config.model has no field 'scroe'; did you mean "
-      'config.model.score?')
+    "train.py: --config.model.scroe: config.model has no field 'scroe'; did you mean "
+    'config.model.score?'
+  )
   status, stdout, _ = _terminal('train.py', '--help')
   assert status == 0 and 'training/config.py' in stdout
   assert not os.path.exists(workdir)
 
 
-@pytest.mark.parametrize('arg, sentence', [
+@pytest.mark.parametrize(
+  'arg, sentence',
+  [
     ('--config=configs/nope.py', '--config=configs/nope.py: no such config file.'),
-    ('--config=configs/memn2n_babi.py:qa99', "configs/memn2n_babi.py:qa99 is not a task; valid: "
-                                              "['qa1', 'qa2', 'qa16']."),
+    (
+      '--config=configs/memn2n_babi.py:qa99',
+      "configs/memn2n_babi.py:qa99 is not a task; valid: ['qa1', 'qa2', 'qa16'].",
+    ),
     ('--config.nosuch.x=1', "--config.nosuch.x: config has no field 'nosuch'."),
-])
+  ],
+)
 def test_item5_config_flag_mistakes_are_one_sentence(arg, sentence, monkeypatch, capsys):
   """As train.py defines and parses its flags (ml_collections reads sys.argv at definition)."""
   argv = ['train.py', arg]
@@ -208,7 +227,7 @@ def test_item5_config_flag_mistakes_are_one_sentence(arg, sentence, monkeypatch,
 def test_item5_data_mistakes_name_the_file_and_field(tmp_path):
   png = tmp_path / 'a.png'
   Image.fromarray(np.random.default_rng(0).integers(0, 256, (16, 16, 3), np.uint8)).save(png)
-  png.write_bytes(png.read_bytes()[:400])   # the header is whole, the pixels cut short
+  png.write_bytes(png.read_bytes()[:400])  # the header is whole, the pixels cut short
   with pytest.raises(ValueError, match=f"'{png}' cannot be decoded"):
     image_folder.read_image(png)
   binary = tmp_path / 'book.bin'
@@ -220,35 +239,44 @@ def test_item5_data_mistakes_name_the_file_and_field(tmp_path):
 
 def _fake_train_step(monkeypatch, finite: bool):
   """A train step that only counts (no compilation): these tests are about the loop's reaction."""
+
   def step_fn(state, batch, rng):
     del batch, rng
     return state.replace(step=state.step + 1), dict(finite=np.bool_(finite))
+
   monkeypatch.setattr(loop, 'jit_train_step', lambda *args: step_fn)
 
 
 def test_item5_non_finite_loss_names_the_newest_checkpoint_with_the_traceback_in_the_log(
-    trained, tmp_path, monkeypatch):
+  trained, tmp_path, monkeypatch
+):
   workdir = _copy(trained, tmp_path)
   _fake_train_step(monkeypatch, finite=False)
-  with pytest.raises(FloatingPointError, match='at step 5; .*the newest checkpoint is step 4; a '
-                     'rerun resumes from it'):
-    training.train_and_evaluate(_changed(trained[1], num_train_steps=8, log_every_steps=1),
-                                workdir)
+  with pytest.raises(
+    FloatingPointError,
+    match='at step 5; .*the newest checkpoint is step 4; a rerun resumes from it',
+  ):
+    training.train_and_evaluate(_changed(trained[1], num_train_steps=8, log_every_steps=1), workdir)
   log = open(os.path.join(workdir, workdir_lib.LOG_FILE), encoding='utf-8').read()
   assert 'Traceback' in log and 'FloatingPointError: Non-finite loss' in log
 
 
-def test_item5_a_full_disk_is_one_sentence_and_keeps_the_checkpoints(trained, tmp_path,
-                                                                     monkeypatch):
+def test_item5_a_full_disk_is_one_sentence_and_keeps_the_checkpoints(
+  trained, tmp_path, monkeypatch
+):
   workdir = _copy(trained, tmp_path)
   _fake_train_step(monkeypatch, finite=True)
+
   def full(self, state, meta):
     raise OSError(errno.ENOSPC, 'No space left on device', 'checkpoints/5')
+
   monkeypatch.setattr(Checkpointer, 'save', full)
-  with pytest.raises(workdir_lib.DiskFullError, match='is full .* at step 5; .*newest checkpoint '
-                     'is step 4'):
-    training.train_and_evaluate(_changed(trained[1], num_train_steps=6, checkpoint_every_steps=1),
-                                workdir)
+  with pytest.raises(
+    workdir_lib.DiskFullError, match='is full .* at step 5; .*newest checkpoint is step 4'
+  ):
+    training.train_and_evaluate(
+      _changed(trained[1], num_train_steps=6, checkpoint_every_steps=1), workdir
+    )
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
 
 
@@ -257,17 +285,23 @@ def test_item5_an_unexpected_error_after_acceptance_points_to_the_log(tmp_path, 
     with workdir_lib.run_log() as log:
       log.to_file(str(tmp_path / 'train.log'))
       raise KeyError('boom')
-  with pytest.raises(SystemExit, match=r"train.py: stopped by an unexpected KeyError: 'boom' "
-                     r"\(the traceback is in .*train.log\)"):
+
+  with pytest.raises(
+    SystemExit,
+    match=r"train.py: stopped by an unexpected KeyError: 'boom' "
+    r'\(the traceback is in .*train.log\)',
+  ):
     failures.run('train.py', body)
   assert 'Traceback' in (tmp_path / 'train.log').read_text()
 
 
 def test_item6_eval_flags_and_populations(trained, tmp_path):
   workdir, _ = trained
-  for flag, message in [(dict(num_heatmaps=-1), '--num_heatmaps=-1 must be >= 0'),
-                        (dict(max_examples=-3), '--max_examples=-3 must be >= 0'),
-                        (dict(average_last=5), r'--average_last=5, but .* 2 checkpoint\(s\)')]:
+  for flag, message in [
+    (dict(num_heatmaps=-1), '--num_heatmaps=-1 must be >= 0'),
+    (dict(max_examples=-3), '--max_examples=-3 must be >= 0'),
+    (dict(average_last=5), r'--average_last=5, but .* 2 checkpoint\(s\)'),
+  ]:
     with pytest.raises(ValueError, match=message):
       run_eval.evaluate_checkpoint(workdir, **flag)
   empty = tmp_path / 'empty'
@@ -290,13 +324,14 @@ def test_item5_library_tracebacks_stay_off_the_terminal_and_go_to_the_log(tmp_pa
   try:
     raise ValueError('RESOURCE_EXHAUSTED: no space left on device')
   except ValueError:
-    record = std_logging.LogRecord('absl', std_logging.ERROR, '/x/orbax/future.py', 1,
-                                   'Save failed.', None, sys.exc_info())
+    record = std_logging.LogRecord(
+      'absl', std_logging.ERROR, '/x/orbax/future.py', 1, 'Save failed.', None, sys.exc_info()
+    )
   terminal = metrics._WithoutTraceback(absl_logging.PythonFormatter()).format(record)
   assert 'Save failed.' in terminal and 'Traceback' not in terminal
-  assert record.exc_info is not None   # the log file's handler still formats it
+  assert record.exc_info is not None  # the log file's handler still formats it
   with workdir_lib.run_log() as log:
     log.to_file(str(tmp_path / 'train.log'))
-    sys.excepthook(*record.exc_info)   # what a library's thread prints (PyErr_Print)
+    sys.excepthook(*record.exc_info)  # what a library's thread prints (PyErr_Print)
   assert 'RESOURCE_EXHAUSTED' in (tmp_path / 'train.log').read_text()
   assert sys.excepthook is sys.__excepthook__

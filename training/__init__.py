@@ -8,11 +8,11 @@ import importlib
 
 # The names `training.NAME` offers, each with the module that defines it.
 _EXPORTS = {
-    'train_and_evaluate': 'training.loop',
-    'quiet_library_logs': 'training.metrics',
-    'DEFAULT_COMPILATION_CACHE': 'training.setup',
-    'enable_compilation_cache': 'training.setup',
-    'initialize_distributed': 'training.sharding',
+  'train_and_evaluate': 'training.loop',
+  'quiet_library_logs': 'training.metrics',
+  'DEFAULT_COMPILATION_CACHE': 'training.setup',
+  'enable_compilation_cache': 'training.setup',
+  'initialize_distributed': 'training.sharding',
 }
 __all__ = list(_EXPORTS)
 
@@ -21,6 +21,6 @@ def __getattr__(name: str):
   if name in _EXPORTS:
     return getattr(importlib.import_module(_EXPORTS[name]), name)
   try:
-    return importlib.import_module(f'{__name__}.{name}')   # a submodule, e.g. training.steps
+    return importlib.import_module(f'{__name__}.{name}')  # a submodule, e.g. training.steps
   except ModuleNotFoundError:
     raise AttributeError(f"module 'training' has no attribute {name!r}") from None

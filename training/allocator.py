@@ -40,15 +40,22 @@ def preload_environment(environ: dict[str, str], library: str | None) -> dict[st
   """
   choice = environ.get(ENV, CHOICES[0])
   if choice not in CHOICES:
-    raise ValueError(f"{ENV}={choice!r} must be one of {', '.join(map(repr, CHOICES))}.")
+    raise ValueError(f'{ENV}={choice!r} must be one of {", ".join(map(repr, CHOICES))}.')
   preloaded = environ.get('LD_PRELOAD', '')
-  if (choice == 'system' or not sys.platform.startswith('linux') or library is None
-      or library in preloaded.split(':')):
+  if (
+    choice == 'system'
+    or not sys.platform.startswith('linux')
+    or library is None
+    or library in preloaded.split(':')
+  ):
     return None
   # Purging off: freed pages stay with the process, which is the point (a step's buffer is
   # needed again within milliseconds).
-  return dict(environ, LD_PRELOAD=':'.join(filter(None, (library, preloaded))),
-              MIMALLOC_PURGE_DELAY=environ.get('MIMALLOC_PURGE_DELAY', '-1'))
+  return dict(
+    environ,
+    LD_PRELOAD=':'.join(filter(None, (library, preloaded))),
+    MIMALLOC_PURGE_DELAY=environ.get('MIMALLOC_PURGE_DELAY', '-1'),
+  )
 
 
 def use_mimalloc() -> None:
@@ -66,8 +73,10 @@ def use_mimalloc() -> None:
     try:
       os.execve(sys.executable, sys.orig_argv, environ)
     except OSError as error:  # the run goes on, only slower
-      print(f'Could not re-execute under mimalloc ({error}); using the system allocator.',
-            file=sys.stderr)
+      print(
+        f'Could not re-execute under mimalloc ({error}); using the system allocator.',
+        file=sys.stderr,
+      )
 
 
 def active() -> bool:

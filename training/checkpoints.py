@@ -47,25 +47,30 @@ def _unflat(flat: dict, like: TrainState) -> TrainState:
 class Checkpointer:
   """Saves and restores train states under WORKDIR/checkpoints, keeping the last `max_to_keep`."""
 
-  def __init__(self, directory, *, max_to_keep: int | None, create: bool = True,
-               local: bool = False):
+  def __init__(
+    self, directory, *, max_to_keep: int | None, create: bool = True, local: bool = False
+  ):
     """`create=False` only reads: the directory is neither created nor written to. `local`: this
     process alone opens it (process 0 checking a workdir before the others read it), without
     the barriers Orbax otherwise holds with every process of the job."""
     self.directory = os.path.abspath(directory)  # Orbax refuses relative paths
-    alone = ocp.options.MultiprocessingOptions(primary_host=jax.process_index(),
-                                               active_processes={jax.process_index()})
-    with _orbax_quiet():   # it lists the steps, reading each one's metadata
+    alone = ocp.options.MultiprocessingOptions(
+      primary_host=jax.process_index(), active_processes={jax.process_index()}
+    )
+    with _orbax_quiet():  # it lists the steps, reading each one's metadata
       self._manager = ocp.CheckpointManager(
-          self.directory, options=ocp.CheckpointManagerOptions(
-              max_to_keep=max_to_keep, create=create,
-              **dict(multiprocessing_options=alone) if local else {}),
-          item_handlers=dict(state=ocp.StandardCheckpointHandler(),
-                             meta=ocp.JsonCheckpointHandler()))
+        self.directory,
+        options=ocp.CheckpointManagerOptions(
+          max_to_keep=max_to_keep,
+          create=create,
+          **dict(multiprocessing_options=alone) if local else {},
+        ),
+        item_handlers=dict(state=ocp.StandardCheckpointHandler(), meta=ocp.JsonCheckpointHandler()),
+      )
 
   def steps(self) -> list[int]:
     """The saved steps, read from the directory (a save that failed midway is not one)."""
-    with _orbax_quiet():   # a damaged step is reported when it is read (`first_readable`)
+    with _orbax_quiet():  # a damaged step is reported when it is read (`first_readable`)
       self._manager.reload()
     return sorted(self._manager.all_steps())
 
@@ -75,8 +80,13 @@ class Checkpointer:
     step = int(jax.device_get(state.step))
     if step in self._manager.all_steps():
       return
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(_flat(state)), meta=ocp.args.JsonSave(meta)), force=True)
+    self._manager.save(
+      step,
+      args=ocp.args.Composite(
+        state=ocp.args.StandardSave(_flat(state)), meta=ocp.args.JsonSave(meta)
+      ),
+      force=True,
+    )
 
   def restore(self, like: TrainState, step: int | None = None):
     """Restores the newest readable checkpoint (or `step`) into the structure of `like`.
@@ -100,14 +110,20 @@ class Checkpointer:
     if not steps:
       return None
     if step is not None and step not in steps:
-      raise ValueError(f'--checkpoint_step={step} is not in {self.directory}; saved steps: {steps}.')
+      raise ValueError(
+        f'--checkpoint_step={step} is not in {self.directory}; saved steps: {steps}.'
+      )
     wanted = _abstract(_flat(like))
 
     def read(candidate: int):
       stored = self._check(candidate, wanted)
-      restored = self._manager.restore(candidate, args=ocp.args.Composite(
+      restored = self._manager.restore(
+        candidate,
+        args=ocp.args.Composite(
           state=ocp.args.StandardRestore({stored[k]: v for k, v in wanted.items()}),
-          meta=ocp.args.JsonRestore()))
+          meta=ocp.args.JsonRestore(),
+        ),
+      )
       return {key: restored['state'][stored[key]] for key in wanted}, dict(restored['meta'])
 
     _, (arrays, meta) = self.first_readable([step] if step is not None else steps[::-1], read)
@@ -142,13 +158,15 @@ class Checkpointer:
         raise
       except Exception as error:  # pylint: disable=broad-except
         # Orbax raises many types for a damaged directory; any of them means "try the older one".
-        if (self.directory, candidate) not in _REPORTED:   # checked, then read: one line
+        if (self.directory, candidate) not in _REPORTED:  # checked, then read: one line
           _REPORTED.add((self.directory, candidate))
-          logging.warning('Skipping checkpoint %d in %s: %s.', candidate, self.directory,
-                          _reason(error))
+          logging.warning(
+            'Skipping checkpoint %d in %s: %s.', candidate, self.directory, _reason(error)
+          )
     raise UnreadableCheckpointError(
-        f'No checkpoint in {self.directory} can be read (tried step(s) {candidates}); the log '
-        'names the reason for each.')
+      f'No checkpoint in {self.directory} can be read (tried step(s) {candidates}); the log '
+      'names the reason for each.'
+    )
 
   def _check(self, step: int, wanted: dict) -> dict[str, str]:
     """{name: the name it is stored under} at `step`, after checking the shapes match."""
@@ -159,8 +177,10 @@ class Checkpointer:
   def _saved(self, step: int) -> dict[str, tuple[str, object]]:
     """{today's name: (the name it is stored under, its array metadata)} at `step`, read once
     from the metadata (see `_LEGACY_SUFFIX`)."""
-    return {key.removesuffix(_LEGACY_SUFFIX): (key, meta)
-            for key, meta in self._manager.item_metadata(step)['state'].items()}
+    return {
+      key.removesuffix(_LEGACY_SUFFIX): (key, meta)
+      for key, meta in self._manager.item_metadata(step)['state'].items()
+    }
 
   def shapes(self, step: int) -> dict[str, tuple[int, ...]]:
     """The flat names and shapes of the arrays saved at `step` (read from metadata only)."""
@@ -174,8 +194,9 @@ class Checkpointer:
     """
     metadata = self._manager.item_metadata(step)['state']
     target = {key: jax.ShapeDtypeStruct(meta.shape, meta.dtype) for key, meta in metadata.items()}
-    restored = self._manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target)))
+    restored = self._manager.restore(
+      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
+    )
     return {key.removesuffix(_LEGACY_SUFFIX): value for key, value in restored['state'].items()}
 
   def delete(self, step: int) -> None:
@@ -193,6 +214,7 @@ def _abstract(flat: dict) -> dict:
   def spec(x):
     sharding = getattr(x, 'sharding', None)
     return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=sharding)
+
   return {key: spec(value) for key, value in flat.items()}
 
 
@@ -200,8 +222,10 @@ def _abstract(flat: dict) -> dict:
 def _orbax_quiet():
   """Drops Orbax's own log records (e.g. an ERROR quoting a damaged file) while checkpoints are
   listed or tried: a failure is told once, in `first_readable`'s line."""
+
   def keep(record) -> bool:
     return '/orbax/' not in record.pathname
+
   logger = std_logging.getLogger('absl')
   logger.addFilter(keep)
   try:
@@ -221,19 +245,29 @@ def _check_matches(saved: dict[str, tuple[int, ...]], wanted: dict, step: int) -
   missing = sorted(set(wanted) - set(saved))
   extra = sorted(set(saved) - set(wanted))
   params_first = lambda key: (not key.startswith('params'), key)
-  shapes = [f'{key} is {saved[key]} in the checkpoint but {tuple(wanted[key].shape)} here'
-            for key in sorted(set(saved) & set(wanted), key=params_first)
-            if saved[key] != tuple(wanted[key].shape)]
+  shapes = [
+    f'{key} is {saved[key]} in the checkpoint but {tuple(wanted[key].shape)} here'
+    for key in sorted(set(saved) & set(wanted), key=params_first)
+    if saved[key] != tuple(wanted[key].shape)
+  ]
   if missing or extra or shapes:
-    problems = shapes[:3] + [f'missing in the checkpoint: {missing[:3]}'] * bool(missing) + [
-        f'not in this config: {extra[:3]}'] * bool(extra)
+    problems = (
+      shapes[:3]
+      + [f'missing in the checkpoint: {missing[:3]}'] * bool(missing)
+      + [f'not in this config: {extra[:3]}'] * bool(extra)
+    )
     # The parameters agree and only the optimizer's moments differ: an optimizer field changed.
     model_ok = all(not key.startswith('params') for key in missing + extra) and not any(
-        problem.startswith('params') for problem in shapes)
-    what = ("this config's optimizer (was config.grad_clip switched on or off?)" if model_ok
-            else 'this config.model (was it trained with another config?)')
+      problem.startswith('params') for problem in shapes
+    )
+    what = (
+      "this config's optimizer (was config.grad_clip switched on or off?)"
+      if model_ok
+      else 'this config.model (was it trained with another config?)'
+    )
     raise CheckpointMismatchError(
-        f'The checkpoint at step {step} does not match {what}: {"; ".join(problems)}.')
+      f'The checkpoint at step {step} does not match {what}: {"; ".join(problems)}.'
+    )
 
 
 def init_from_workdir(init_from: str) -> tuple[str, int | None]:
@@ -263,8 +297,9 @@ def check_init_from(like: TrainState, init_from: str) -> int:
   return _read_init_from(like, init_from, arrays=False)[0]
 
 
-def load_matching_params(state: TrainState, init_from: str
-                         ) -> tuple[TrainState, list[str], list[str]]:
+def load_matching_params(
+  state: TrainState, init_from: str
+) -> tuple[TrainState, list[str], list[str]]:
   """`state` with the parameters of `init_from`'s checkpoint that match by name and shape.
 
   The optimizer state and step stay fresh: fine-tuning starts a new run from those weights. A
@@ -288,12 +323,19 @@ def load_matching_params(state: TrainState, init_from: str
   wanted = [key for key in flat if key.startswith('params.')]
   loaded = sorted(key for key in wanted if key in saved)
   for key in loaded:
-    flat[key] = jax.device_put(np.asarray(restored[key], flat[key].dtype),
-                               getattr(flat[key], 'sharding', None))
+    flat[key] = jax.device_put(
+      np.asarray(restored[key], flat[key].dtype), getattr(flat[key], 'sharding', None)
+    )
   initialised = sorted(key for key in wanted if key not in saved)
-  logging.info('init_from %s step %d: loaded %d parameter arrays: %s; initialised %d: %s',
-               init_from_workdir(init_from)[0], step, len(loaded), loaded, len(initialised),
-               initialised or 'none')
+  logging.info(
+    'init_from %s step %d: loaded %d parameter arrays: %s; initialised %d: %s',
+    init_from_workdir(init_from)[0],
+    step,
+    len(loaded),
+    loaded,
+    len(initialised),
+    initialised or 'none',
+  )
   return _unflat(flat, state), loaded, initialised
 
 
@@ -301,28 +343,35 @@ def _read_init_from(like: TrainState, init_from: str, *, arrays: bool):
   """`(step, (saved shapes, saved arrays or None))` of the checkpoint `init_from` names (the
   newest readable one of a workdir), its parameters' shapes checked against `like`'s."""
   workdir, step = init_from_workdir(init_from)
-  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False,
-                              local=not arrays)
-  wanted = {key: tuple(np.shape(value)) for key, value in _flat(like).items()
-            if key.startswith('params.')}
+  checkpointer = Checkpointer(
+    os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False, local=not arrays
+  )
+  wanted = {
+    key: tuple(np.shape(value)) for key, value in _flat(like).items() if key.startswith('params.')
+  }
 
   def read(candidate: int):
     saved = checkpointer.shapes(candidate)
-    differ = [f'{key} is {saved[key]} there but {shape} here'
-              for key, shape in wanted.items() if key in saved and saved[key] != shape]
+    differ = [
+      f'{key} is {saved[key]} there but {shape} here'
+      for key, shape in wanted.items()
+      if key in saved and saved[key] != shape
+    ]
     if differ:
       raise CheckpointMismatchError(
-          f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
-          f'this config.model (another model size?): {"; ".join(differ[:3])}.')
+        f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
+        f'this config.model (another model size?): {"; ".join(differ[:3])}.'
+      )
     return saved, checkpointer.read_arrays(candidate) if arrays else None
 
   try:
     steps = checkpointer.steps()
     if not steps or (step is not None and step not in steps):
       raise FileNotFoundError(
-          f'config.init_from={init_from!r} holds no checkpoint'
-          f'{f" at step {step}" if step is not None else ""} (saved steps: {steps or "none"}); '
-          'name a training workdir or WORKDIR/checkpoints/STEP.')
+        f'config.init_from={init_from!r} holds no checkpoint'
+        f'{f" at step {step}" if step is not None else ""} (saved steps: {steps or "none"}); '
+        'name a training workdir or WORKDIR/checkpoints/STEP.'
+      )
     return checkpointer.first_readable([step] if step is not None else steps[::-1], read)
   finally:
     checkpointer.close()

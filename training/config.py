@@ -6,9 +6,9 @@ A config file starts from `default_config(task, model)` and states only where it
     config.dataset.update(source_vocab='word')
     config.num_train_steps = 1500
 
-`config.model` is the model's constructor arguments (`models.default_config`), `config.dataset`
-the task's data schema (e.g. `data.translation.default_config()`); every other field is below. Every field
-exists in every config, so `--config.FIELD=value` overrides any of them.
+`config.model` is the model's constructor arguments (`models.default_config`), `config.dataset` the
+task's data schema (e.g. `data.translation.default_config()`); every other field is below. Every
+field exists in every config, so `--config.FIELD=value` overrides any of them.
 """
 
 from typing import Any
@@ -27,32 +27,32 @@ DTYPES = ('float32', 'bfloat16')
 def _training_fields() -> ml_collections.ConfigDict:
   """The training fields at their defaults (the values of configs/default.py)."""
   c = ml_collections.ConfigDict()
-  c.seed = 0                        # parameters, dropout and data order
-  c.num_train_steps = 1500          # optimizer updates
-  c.log_every_steps = 100           # progress line and train metrics
-  c.eval_every_steps = 500          # validation metrics (0 = only at the end)
-  c.checkpoint_every_steps = 500    # Orbax checkpoint interval (also saved at the end)
-  c.keep_checkpoints = 3            # how many of the newest checkpoints are kept
+  c.seed = 0  # parameters, dropout and data order
+  c.num_train_steps = 1500  # optimizer updates
+  c.log_every_steps = 100  # progress line and train metrics
+  c.eval_every_steps = 500  # validation metrics (0 = only at the end)
+  c.checkpoint_every_steps = 500  # Orbax checkpoint interval (also saved at the end)
+  c.keep_checkpoints = 3  # how many of the newest checkpoints are kept
   # Model selection (training/selection.py): the validation metric that picks WORKDIR/best/
   # ('' = the task's headline metric, Task.selection_metric); its direction follows its name.
   c.selection_metric = ''
-  c.patience = 0                    # stop after this many evaluations without a new best (0 = off)
-  c.num_eval_decode = 256           # validation examples predicted (decoded) in training (0 = none)
+  c.patience = 0  # stop after this many evaluations without a new best (0 = off)
+  c.num_eval_decode = 256  # validation examples predicted (decoded) in training (0 = none)
   # Studies of initialisation: validation metrics of the initial parameters (step 0), and step 1's
   # train metrics logged on their own (its loss and gradient norm are at those parameters).
   c.eval_at_start = False
-  c.max_decode_length = 0           # tokens generated per example; 0 = the task's default
-  c.beam_size = 4                   # eval.py --decode=beam
-  c.alpha = 0.6                     # beam-search length penalty (GNMT)
+  c.max_decode_length = 0  # tokens generated per example; 0 = the task's default
+  c.beam_size = 4  # eval.py --decode=beam
+  c.alpha = 0.6  # beam-search length penalty (GNMT)
   c.temperatures = (0.0, 0.7, 1.0)  # language models: sampling temperatures (0 = greedy)
-  c.top_k = 0                       # sampling: only the k most likely tokens (0 = all)
-  c.top_p = 1.0                     # sampling: the smallest set of tokens with this mass (1 = all)
+  c.top_k = 0  # sampling: only the k most likely tokens (0 = all)
+  c.top_p = 1.0  # sampling: the smallest set of tokens with this mass (1 = all)
   # Fine-tuning: a workdir (its newest checkpoint) or WORKDIR/checkpoints/STEP; a new run starts
   # from its parameters that match by name and shape, and uses its vocabulary.
   c.init_from = ''
   # Optimizer: AdamW with the Transformer paper's betas and epsilon.
-  c.schedule = 'rsqrt'              # rsqrt (paper) | cosine | constant
-  c.learning_rate = 2e-3            # peak learning rate, reached after warmup_steps
+  c.schedule = 'rsqrt'  # rsqrt (paper) | cosine | constant
+  c.learning_rate = 2e-3  # peak learning rate, reached after warmup_steps
   # Linear warm-up from 0. With 'rsqrt' it also sets the decay, peak·√(warmup/step): sweep warm-up
   # lengths on 'constant' or 'cosine' to change the ramp alone (configs/study_warmup.py).
   c.warmup_steps = 300
@@ -60,11 +60,11 @@ def _training_fields() -> ml_collections.ConfigDict:
   c.beta2 = 0.98
   c.eps = 1e-9
   c.weight_decay = 0.0
-  c.grad_clip = 1.0                 # global-norm clipping (0 = off)
-  c.label_smoothing = 0.1           # probability mass spread over the wrong classes
+  c.grad_clip = 1.0  # global-norm clipping (0 = off)
+  c.label_smoothing = 0.1  # probability mass spread over the wrong classes
   # Captioning: weight of Show, Attend and Tell's doubly stochastic attention regulariser.
   c.attention_penalty = 0.0
-  c.dtype = 'float32'               # compute dtype: float32 | bfloat16
+  c.dtype = 'float32'  # compute dtype: float32 | bfloat16
   # Devices per mesh axis (data, fsdp, tensor; -1 = the rest): see training/sharding.py.
   c.mesh = sharding.mesh_config()
   return c
@@ -82,7 +82,7 @@ def default_config(task: str, model: str, **model_overrides: Any) -> ml_collecti
     The config, unlocked, for a config file to change.
   """
   config = _training_fields()
-  config.task = task                # tasks.TASKS key: what is read, trained and evaluated
+  config.task = task  # tasks.TASKS key: what is read, trained and evaluated
   config.model = models.default_config(model, **model_overrides)
   config.dataset = tasks.task_class(task).dataset_config()
   return config
@@ -106,8 +106,10 @@ def _check_types(config) -> None:
     raise ValueError(f'config.{unknown[0]} is not a config field; valid fields: {valid}.')
   missing = sorted(set(valid) - set(config))
   if missing:
-    raise ValueError(f'config.{missing[0]} is missing; start config files from '
-                     'training.config.default_config(task, model).')
+    raise ValueError(
+      f'config.{missing[0]} is missing; start config files from '
+      'training.config.default_config(task, model).'
+    )
   for field, default in schema.items():
     value = config[field]
     expected = (int, float) if isinstance(default, float) else type(default)
@@ -129,13 +131,23 @@ def validate(config) -> None:
   """
   _check_types(config)
   tasks.task_class(config.task)
-  positive = ('num_train_steps', 'log_every_steps', 'checkpoint_every_steps', 'keep_checkpoints',
-              'beam_size')
+  positive = (
+    'num_train_steps',
+    'log_every_steps',
+    'checkpoint_every_steps',
+    'keep_checkpoints',
+    'beam_size',
+  )
   for field in positive:
     if config[field] <= 0:
       raise ValueError(f'config.{field}={config[field]!r} must be a positive integer.')
-  for field in ('eval_every_steps', 'warmup_steps', 'max_decode_length', 'num_eval_decode',
-                'patience'):
+  for field in (
+    'eval_every_steps',
+    'warmup_steps',
+    'max_decode_length',
+    'num_eval_decode',
+    'patience',
+  ):
     if config[field] < 0:
       raise ValueError(f'config.{field}={config[field]!r} must be an integer >= 0.')
   if config.schedule not in SCHEDULES:
@@ -161,6 +173,8 @@ def validate(config) -> None:
   for field in ('batch_size', 'eval_batch_size'):
     size = config.dataset[field]
     if size % shards:
-      raise ValueError(f'config.dataset.{field}={size} is not divisible by the {shards} batch '
-                       f'shards (config.mesh data={sizes["data"]} x fsdp={sizes["fsdp"]}); '
-                       f'choose a multiple of {shards}.')
+      raise ValueError(
+        f'config.dataset.{field}={size} is not divisible by the {shards} batch '
+        f'shards (config.mesh data={sizes["data"]} x fsdp={sizes["fsdp"]}); '
+        f'choose a multiple of {shards}.'
+      )

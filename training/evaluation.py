@@ -3,8 +3,8 @@
 from typing import Any
 
 import jax
-import numpy as np
 from jax.experimental import multihost_utils
+import numpy as np
 
 from tasks import EvalOptions, Task
 from training import sharding
@@ -40,8 +40,9 @@ def split_metrics(state: TrainState, task: Task, split: str, *, batch_size: int,
   return metrics
 
 
-def predict_split(state: TrainState, task: Task, split: str, *, batch_size: int, mesh,
-                  options: EvalOptions) -> list[dict[str, Any]]:
+def predict_split(
+  state: TrainState, task: Task, split: str, *, batch_size: int, mesh, options: EvalOptions
+) -> list[dict[str, Any]]:
   """The task's records of the first `options.max_examples` examples of `split` (all if 0).
 
   Returns:
@@ -50,7 +51,7 @@ def predict_split(state: TrainState, task: Task, split: str, *, batch_size: int,
   # Batches come sorted by length; choosing by index keeps the sample unbiased by length.
   batches = list(task.batches(split, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1))
   kept = sorted(int(i) for batch in batches for i in batch['index'] if i >= 0)
-  wanted = set(kept[:options.max_examples] if options.max_examples > 0 else kept)
+  wanted = set(kept[: options.max_examples] if options.max_examples > 0 else kept)
   model, records = merge_model(state), []
   for batch in batches:
     if wanted.isdisjoint(batch['index'].tolist()):
@@ -67,8 +68,9 @@ def predict_split(state: TrainState, task: Task, split: str, *, batch_size: int,
   return sorted(records, key=lambda record: record['index'])
 
 
-def evaluate(state: TrainState, task: Task, split: str, *, batch_size: int, mesh,
-             options: EvalOptions | None) -> tuple[dict, list[dict[str, Any]]]:
+def evaluate(
+  state: TrainState, task: Task, split: str, *, batch_size: int, mesh, options: EvalOptions | None
+) -> tuple[dict, list[dict[str, Any]]]:
   """Metrics of the split's counts and, unless `options` is None, of its predictions.
 
   Returns:

@@ -18,8 +18,14 @@ from training.checkpoints import UnreadableCheckpointError
 from training.workdir import DiskFullError, WorkdirBusyError, is_disk_full, traceback_log
 
 # What a user's input, data or machine causes; each is raised with a sentence that names it.
-USER_ERRORS = (ValueError, FileNotFoundError, FloatingPointError, WorkdirBusyError, DiskFullError,
-               UnreadableCheckpointError)
+USER_ERRORS = (
+  ValueError,
+  FileNotFoundError,
+  FloatingPointError,
+  WorkdirBusyError,
+  DiskFullError,
+  UnreadableCheckpointError,
+)
 _HELP = ('--help', '-help', '-h', '-?', '--helpshort', '--helpfull')
 
 
@@ -32,13 +38,17 @@ def run(program: str, body: Callable[[], object]) -> None:
   except Exception as error:  # pylint: disable=broad-except
     if is_disk_full(error):
       where = getattr(error, 'filename', None) or 'a file'
-      sys.exit(f'{program}: the disk is full (no space left on device writing {where}); free '
-               'space and rerun the same command.')
+      sys.exit(
+        f'{program}: the disk is full (no space left on device writing {where}); free '
+        'space and rerun the same command.'
+      )
     log = traceback_log(error)
     if log is None:
       raise
-    sys.exit(f'{program}: stopped by an unexpected {type(error).__name__}: {_first_line(error)} '
-             f'(the traceback is in {log}).')
+    sys.exit(
+      f'{program}: stopped by an unexpected {type(error).__name__}: {_first_line(error)} '
+      f'(the traceback is in {log}).'
+    )
 
 
 @contextlib.contextmanager
@@ -62,7 +72,7 @@ def parse_flags(argv: list[str], flag_values: flags.FlagValues = flags.FLAGS) ->
       remaining = flag_values(argv)
     except SystemExit:
       if set(argv[1:]) & set(_HELP):
-        sys.exit(0)   # absl exits with 1 after printing the help it was asked for
+        sys.exit(0)  # absl exits with 1 after printing the help it was asked for
       raise
     config = flag_values['config'].value if 'config' in flag_values else None
     if config is not None:
@@ -80,17 +90,17 @@ def _flag_error(error: Exception, argv: list[str]) -> str:
       if not os.path.exists(path):
         return f'{arg}: no such config file.'
   if isinstance(error, (AttributeError, KeyError)):
-    field = re.match(r"[\W]*(\w+)", message)
+    field = re.match(r'[\W]*(\w+)', message)
     for arg in argv[1:]:
       name = arg.split('=', 1)[0].lstrip('-')
       parts = name.split('.')
       if field and parts[0] == 'config' and field.group(1) in parts[1:]:
-        parent = '.'.join(parts[:parts.index(field.group(1), 1)])
+        parent = '.'.join(parts[: parts.index(field.group(1), 1)])
         suggestion = re.search(r'Did you mean "(\w+)"', message)
         hint = f'; did you mean {parent}.{suggestion.group(1)}?' if suggestion else '.'
         return f'--{name}: {parent} has no field {field.group(1)!r}{hint}'
   lines = [line.strip() for line in message.splitlines() if line.strip()]
-  if 'Traceback' in message:   # a config file's get_config raised: its last line says why
+  if 'Traceback' in message:  # a config file's get_config raised: its last line says why
     return re.sub(r'^[\w.]+(Error|Exception): ', '', lines[-1])
   return lines[0] if lines else type(error).__name__
 

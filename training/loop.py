@@ -8,15 +8,19 @@ import time
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
 
 import tasks
 from training import evaluation, sharding
 from training import workdir as workdir_lib
-from training.checkpoints import (Checkpointer, check_init_from, init_from_workdir,
-                                  load_matching_params)
+from training.checkpoints import (
+  Checkpointer,
+  check_init_from,
+  init_from_workdir,
+  load_matching_params,
+)
 from training.config import validate
 from training.metrics import MetricsWriter, Progress
 from training.selection import BEST_DIR, Best, metric_for
@@ -29,8 +33,9 @@ class _StopRequest:
 
   def __init__(self):
     self.signal = None
-    self._previous = {sig: signal.signal(sig, self._handle)
-                      for sig in (signal.SIGTERM, signal.SIGINT)}
+    self._previous = {
+      sig: signal.signal(sig, self._handle) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
 
   def _handle(self, signum, frame):
     del frame
@@ -59,8 +64,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """
   sharding.initialize_distributed()  # a cluster launcher's job; before anything sees devices
   validate(config)
-  with workdir_lib.run_log() as log, (
-      workdir_lib.held(workdir) if jax.process_index() == 0 else contextlib.nullcontext()):
+  with (
+    workdir_lib.run_log() as log,
+    workdir_lib.held(workdir) if jax.process_index() == 0 else contextlib.nullcontext(),
+  ):
     task = _accept(config, workdir, log)
     return _train(config, workdir, task)
 
@@ -79,14 +86,17 @@ def _accept(config, workdir: str, log: workdir_lib.Log):
     if config.init_from:
       source = init_from_workdir(config.init_from)[0]
       if not os.path.isdir(os.path.join(source, 'checkpoints')):
-        raise FileNotFoundError(f'config.init_from={config.init_from!r} is not a training workdir '
-                                '(it has no checkpoints/); train the model to start from first.')
-      sources.append(source)   # a pretrained model's embeddings mean something with its ids only
+        raise FileNotFoundError(
+          f'config.init_from={config.init_from!r} is not a training workdir '
+          '(it has no checkpoints/); train the model to start from first.'
+        )
+      sources.append(source)  # a pretrained model's embeddings mean something with its ids only
     with workdir_lib.staging(*sources) as staged:
       task = tasks.build(config, staged)
       like = abstract_state(config, task)
-      reader = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False,
-                            local=True)
+      reader = Checkpointer(
+        os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False, local=True
+      )
       try:
         step = reader.newest_matching(like)
       finally:
@@ -105,10 +115,12 @@ def _train(config, workdir: str, task) -> dict:
   """The training loop of an accepted run: restore or initialise, train, checkpoint, evaluate."""
   mesh = sharding.make_mesh(config.mesh)
   state = build_state(config, task, mesh)
-  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'),
-                              max_to_keep=config.keep_checkpoints)
-  batches = task.batches(config.dataset.train_split, batch_size=config.dataset.batch_size,
-                         shuffle=True, seed=config.seed)
+  checkpointer = Checkpointer(
+    os.path.join(workdir, 'checkpoints'), max_to_keep=config.keep_checkpoints
+  )
+  batches = task.batches(
+    config.dataset.train_split, batch_size=config.dataset.batch_size, shuffle=True, seed=config.seed
+  )
   best_checkpointer = Checkpointer(os.path.join(workdir, BEST_DIR), max_to_keep=1)
   best = Best(metric_for(config, task))
   restored = checkpointer.restore(state)
@@ -116,9 +128,13 @@ def _train(config, workdir: str, task) -> dict:
     state, meta = restored
     batches.set_state(meta['data'])
     best = Best.from_meta(meta.get('best'), best.metric)
-    logging.info('Resumed from step %d in %s (best %s so far: %s).', int(state.step),
-                 checkpointer.directory, best.metric,
-                 f'{best.value:.4g} at step {best.step}' if best.step >= 0 else 'none')
+    logging.info(
+      'Resumed from step %d in %s (best %s so far: %s).',
+      int(state.step),
+      checkpointer.directory,
+      best.metric,
+      f'{best.value:.4g} at step {best.step}' if best.step >= 0 else 'none',
+    )
   elif config.init_from:
     state, _, _ = load_matching_params(state, config.init_from)
   _forget_other_bests(best_checkpointer, best)
@@ -139,8 +155,9 @@ def _train(config, workdir: str, task) -> dict:
       if not metrics['finite']:
         bad_step = step - len(fetched) + offset + 1
         raise FloatingPointError(
-            f'Non-finite loss or gradient at step {bad_step}; stopped without saving it '
-            f'({_newest(checkpointer)}). Lower config.learning_rate or set config.grad_clip.')
+          f'Non-finite loss or gradient at step {bad_step}; stopped without saving it '
+          f'({_newest(checkpointer)}). Lower config.learning_rate or set config.grad_clip.'
+        )
     return fetched
 
   try:
@@ -148,29 +165,35 @@ def _train(config, workdir: str, task) -> dict:
       writer.write(0, 'model', dict(parameters=parameter_count(state.params)))
       if config.eval_at_start:
         writer.write(0, config.dataset.eval_split, _evaluate(config, state, task, mesh))
-    while (step < config.num_train_steps and stop.signal is None
-           and not best.exhausted(config.patience)):
+    while (
+      step < config.num_train_steps and stop.signal is None and not best.exhausted(config.patience)
+    ):
       batch = next(batches)
       if step == first_step:
         _warn_if_batch_exceeds_split(config, batch)
         logging.info('Compiling the train step...')
         started = time.perf_counter()
-      state, metrics = step_fn(state, sharding.shard_batch(batch, mesh),
-                               jax.random.fold_in(dropout_key, step))
+      state, metrics = step_fn(
+        state, sharding.shard_batch(batch, mesh), jax.random.fold_in(dropout_key, step)
+      )
       if step == first_step:
         jax.block_until_ready(metrics)
         logging.info('Compiled the train step in %.1f s.', time.perf_counter() - started)
       pending.append(metrics)
       step += 1
-      if (step % config.log_every_steps == 0 or step == config.num_train_steps
-          or (config.eval_at_start and step == 1)):
+      if (
+        step % config.log_every_steps == 0
+        or step == config.num_train_steps
+        or (config.eval_at_start and step == 1)
+      ):
         fetched = flush_train_metrics()
         summary = _train_summary(task, fetched)
         summary.update(progress.update(step, sum(m[task.unit] for m in fetched), summary))
         writer.write(step, 'train', summary)
       evaluated = (config.eval_every_steps and step % config.eval_every_steps == 0) or (
-          step == config.num_train_steps)
-      if evaluated:   # before the checkpoint of this step, whose metadata holds the best so far
+        step == config.num_train_steps
+      )
+      if evaluated:  # before the checkpoint of this step, whose metadata holds the best so far
         eval_metrics = _evaluate(config, state, task, mesh)
         best, improved = best.update(step, eval_metrics)
         if improved:
@@ -178,12 +201,20 @@ def _train(config, workdir: str, task) -> dict:
           best_checkpointer.save(state, dict(data=batches.get_state(), best=best.to_meta()))
         writer.write(step, config.dataset.eval_split, {**eval_metrics, **best.line()})
         if best.exhausted(config.patience):
-          logging.info('No better %s in %d evaluations since step %d (config.patience): '
-                       'stopping at step %d.', best.metric, best.stale, best.step, step)
-      if (step % config.checkpoint_every_steps == 0 or step == config.num_train_steps
-          or (evaluated and best.exhausted(config.patience))):
+          logging.info(
+            'No better %s in %d evaluations since step %d (config.patience): stopping at step %d.',
+            best.metric,
+            best.stale,
+            best.step,
+            step,
+          )
+      if (
+        step % config.checkpoint_every_steps == 0
+        or step == config.num_train_steps
+        or (evaluated and best.exhausted(config.patience))
+      ):
         flush_train_metrics()
-        best_checkpointer.wait()   # the metadata below names the best: it is on disk first
+        best_checkpointer.wait()  # the metadata below names the best: it is on disk first
         checkpointer.save(state, dict(data=batches.get_state(), best=best.to_meta()))
     if stop.signal is not None:
       flush_train_metrics()
@@ -191,17 +222,23 @@ def _train(config, workdir: str, task) -> dict:
       best_checkpointer.wait()
       checkpointer.save(state, dict(data=batches.get_state(), best=best.to_meta()))
     best_checkpointer.wait()
-    checkpointer.wait()   # a failed last (asynchronous) save surfaces here
+    checkpointer.wait()  # a failed last (asynchronous) save surfaces here
   except Exception as error:
     if workdir_lib.is_disk_full(error):
       raise workdir_lib.DiskFullError(
-          f'The disk holding {workdir} is full (no space left on device) at step {step}; free '
-          f'space and rerun the same command ({_newest(checkpointer)}).') from error
+        f'The disk holding {workdir} is full (no space left on device) at step {step}; free '
+        f'space and rerun the same command ({_newest(checkpointer)}).'
+      ) from error
     raise
   finally:
     stop.restore()
-    for close in (best_checkpointer.wait, best_checkpointer.close, checkpointer.wait,
-                  checkpointer.close, writer.close):
+    for close in (
+      best_checkpointer.wait,
+      best_checkpointer.close,
+      checkpointer.wait,
+      checkpointer.close,
+      writer.close,
+    ):
       try:
         close()
       except Exception as error:  # pylint: disable=broad-except
@@ -215,8 +252,11 @@ def _forget_other_bests(best_checkpointer: Checkpointer, best: Best) -> None:
   but before the checkpoint that records it resumes from an older best, and trains again to it."""
   for step in best_checkpointer.steps():
     if step != best.step:
-      logging.info('Removing best/%d: the checkpoint resumed from records best step %s.', step,
-                   best.step if best.step >= 0 else 'none')
+      logging.info(
+        'Removing best/%d: the checkpoint resumed from records best step %s.',
+        step,
+        best.step if best.step >= 0 else 'none',
+      )
       best_checkpointer.delete(step)
 
 
@@ -235,34 +275,52 @@ def _warn_if_batch_exceeds_split(config, batch) -> None:
   examples = len({int(i) for i in batch['index'] if i >= 0})
   size = config.dataset.batch_size
   if examples < len(batch['index']):
-    logging.warning('config.dataset.batch_size=%d is larger than the %d example(s) of the %s split '
-                    '(on this host): every batch repeats them.', size, examples,
-                    config.dataset.train_split)
+    logging.warning(
+      'config.dataset.batch_size=%d is larger than the %d example(s) of the %s split '
+      '(on this host): every batch repeats them.',
+      size,
+      examples,
+      config.dataset.train_split,
+    )
 
 
 def jit_train_step(config, task, state, mesh):
   """`train_step` for `task`, jitted as the loop runs it: `(state, batch, rng) -> (state,
   metrics)`, the state donated and kept in the shardings it has (`build_state` placed it: with
   FSDP the parameters and moments stay split), the metrics replicated on `mesh`."""
-  state_shardings = jax.tree.map(lambda x: x.sharding, state)   # as build_state placed it
-  return jax.jit(functools.partial(train_step, loss_fn=task.loss, dtype=jnp.dtype(config.dtype)),
-                 out_shardings=(state_shardings, sharding.replicated(mesh)), donate_argnums=0)
+  state_shardings = jax.tree.map(lambda x: x.sharding, state)  # as build_state placed it
+  return jax.jit(
+    functools.partial(train_step, loss_fn=task.loss, dtype=jnp.dtype(config.dtype)),
+    out_shardings=(state_shardings, sharding.replicated(mesh)),
+    donate_argnums=0,
+  )
 
 
 def _train_summary(task, fetched: list[dict]) -> dict:
   """Mean loss and gradient norm over the logged steps, and the task's metrics of their counts."""
-  counts = {key: sum(m[key] for m in fetched) for key in fetched[0]
-            if key not in ('loss', 'grad_norm', 'finite')}
-  return dict(loss=float(np.mean([m['loss'] for m in fetched])),
-              **task.summarize(counts),
-              grad_norm=float(np.mean([m['grad_norm'] for m in fetched])))
+  counts = {
+    key: sum(m[key] for m in fetched)
+    for key in fetched[0]
+    if key not in ('loss', 'grad_norm', 'finite')
+  }
+  return dict(
+    loss=float(np.mean([m['loss'] for m in fetched])),
+    **task.summarize(counts),
+    grad_norm=float(np.mean([m['grad_norm'] for m in fetched])),
+  )
 
 
 def _evaluate(config, state, task, mesh) -> dict:
   """Validation metrics: counts over the split, predictions on its first examples."""
   split = config.dataset.eval_split
   options = tasks.EvalOptions(max_examples=config.num_eval_decode, beam_size=1)
-  metrics, _ = evaluation.evaluate(state, task, split, batch_size=config.dataset.eval_batch_size,
-                                   mesh=mesh, options=options if config.num_eval_decode else None)
+  metrics, _ = evaluation.evaluate(
+    state,
+    task,
+    split,
+    batch_size=config.dataset.eval_batch_size,
+    mesh=mesh,
+    options=options if config.num_eval_decode else None,
+  )
   logging.info('%s: %s', split, ' | '.join(f'{k} {v:.4g}' for k, v in metrics.items()))
   return metrics

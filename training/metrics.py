@@ -54,8 +54,16 @@ class Progress:
     rates = {'steps_per_s': steps_per_s, f'{self._unit}_per_s': count / elapsed}
     eta = (self._last_step - step) / max(steps_per_s, 1e-9)
     shown = ' | '.join(f'{key} {value:.4g}' for key, value in values.items())
-    logging.info('step %d/%d | %s | %.2f steps/s | %s %s/s | ETA %s', step, self._last_step,
-                 shown, steps_per_s, f'{count / elapsed:,.0f}', self._unit, _duration(eta))
+    logging.info(
+      'step %d/%d | %s | %.2f steps/s | %s %s/s | ETA %s',
+      step,
+      self._last_step,
+      shown,
+      steps_per_s,
+      f'{count / elapsed:,.0f}',
+      self._unit,
+      _duration(eta),
+    )
     self._step, self._time = step, now
     return rates
 
@@ -70,10 +78,12 @@ def quiet_library_logs() -> None:
   """Keeps the terminal readable: drops Orbax's per-save INFO chatter, shows a logged exception
   as its message line (the traceback goes to the run's log file, see training/workdir.py), and
   drops asyncio's notes on the writes Orbax abandoned after a failed save, which come at exit."""
+
   def keep(record) -> bool:
     if record.name == 'asyncio' and 'never retrieved' in record.getMessage():
       return False
     return record.levelno >= std_logging.WARNING or '/orbax/' not in record.pathname
+
   handler = logging.get_absl_handler()
   handler.addFilter(keep)
   handler.python_handler.setFormatter(_WithoutTraceback(handler.python_handler.formatter))

@@ -23,16 +23,20 @@ def learning_rate_schedule(config) -> optax.Schedule:
   """
   peak, warmup = config.learning_rate, max(1, config.warmup_steps)
   if config.schedule == 'rsqrt':
+
     def rsqrt(step):
       step = jnp.maximum(step, 1).astype(jnp.float32)  # step 0 would divide by zero
       return peak * jnp.minimum(step / warmup, jnp.sqrt(warmup / step))
+
     return rsqrt
   if config.schedule == 'cosine':
     return optax.warmup_cosine_decay_schedule(
-        0.0, peak, warmup, max(config.num_train_steps, warmup + 1))
+      0.0, peak, warmup, max(config.num_train_steps, warmup + 1)
+    )
   if config.schedule == 'constant':
     return optax.join_schedules(
-        [optax.linear_schedule(0.0, peak, warmup), optax.constant_schedule(peak)], [warmup])
+      [optax.linear_schedule(0.0, peak, warmup), optax.constant_schedule(peak)], [warmup]
+    )
   raise ValueError(f'config.schedule={config.schedule!r} is not one of {SCHEDULES}.')
 
 
@@ -41,8 +45,12 @@ def make_optimizer(config) -> optax.GradientTransformation:
   schedule = learning_rate_schedule(config)
   # Optax counts updates from 0; the k-th update uses the rate at step k, so the first is not 0.
   adamw = optax.adamw(
-      lambda count: schedule(count + 1), b1=config.beta1, b2=config.beta2, eps=config.eps,
-      weight_decay=config.weight_decay)
+    lambda count: schedule(count + 1),
+    b1=config.beta1,
+    b2=config.beta2,
+    eps=config.eps,
+    weight_decay=config.weight_decay,
+  )
   if config.grad_clip > 0:
     return optax.chain(optax.clip_by_global_norm(config.grad_clip), adamw)
   return adamw

@@ -22,8 +22,9 @@ from training import checkpoints, optim, steps
 from training.workdir import record_config
 
 
-def write_workdir(checkpoint: str, workdir: str,
-                  get_config: Callable[[str], ml_collections.ConfigDict]) -> None:
+def write_workdir(
+  checkpoint: str, workdir: str, get_config: Callable[[str], ml_collections.ConfigDict]
+) -> None:
   """Writes the checkpoint as an Attend workdir: step 0 of `get_config(checkpoint)` (its
   config.json and optimizer; the tokenizer in vocab/; what was loaded or initialised in
   pretrained.json). It is the `config.init_from` of configs/minilm_*.py, and eval.py reads it as
@@ -37,10 +38,11 @@ def write_workdir(checkpoint: str, workdir: str,
       is called after the refusal, since it reads the checkpoint's config.json.
   """
   if os.path.exists(workdir) and (not os.path.isdir(workdir) or os.listdir(workdir)):
-    raise ValueError(f'--workdir={workdir} exists and is not an empty directory; convert into a '
-                     'new one.')
+    raise ValueError(
+      f'--workdir={workdir} exists and is not an empty directory; convert into a new one.'
+    )
   config = get_config(checkpoint)
-  config.init_from = ''                      # its weights are its own step 0
+  config.init_from = ''  # its weights are its own step 0
   read_checkpoint = pretrained.read(checkpoint)
   model, report = pretrained.load_model(read_checkpoint, seed=config.seed)
   tokenizer = PretrainedTokenizer(read_checkpoint.tokenizer_json)
@@ -52,8 +54,10 @@ def write_workdir(checkpoint: str, workdir: str,
     save_tokenizers(os.path.join(staged, VOCAB_DIR), tokenizer, tokenizer, dataset=checkpoint)
     saver = checkpoints.Checkpointer(os.path.join(staged, 'checkpoints'), max_to_keep=None)
     # The first batch's position (data.pipeline), so train.py can also continue this run in place.
-    saver.save(steps.create_train_state(model, optim.make_optimizer(config)),
-               dict(data=dict(epoch=0, batch=0), pretrained=checkpoint))
+    saver.save(
+      steps.create_train_state(model, optim.make_optimizer(config)),
+      dict(data=dict(epoch=0, batch=0), pretrained=checkpoint),
+    )
     saver.wait()
     saver.close()
     record_config(staged, config, 0)
@@ -62,9 +66,14 @@ def write_workdir(checkpoint: str, workdir: str,
     os.makedirs(workdir, exist_ok=True)
     for name in sorted(os.listdir(staged)):
       os.rename(os.path.join(staged, name), os.path.join(workdir, name))
-  head = ('its masked-LM head' if not report['fresh'] else
-          'a NEW masked-LM head (the checkpoint has no cls.predictions.*; seed '
-          f'{config.seed}, decoder tied to the word embeddings: train it with '
-          'configs/minilm_mlm.py before reading its predictions)')
-  print(f"Wrote {checkpoint} into {workdir}: {len(report['loaded'])} tensors loaded with {head}; "
-        f"unused: {', '.join(report['unused']) or 'none'}.")
+  head = (
+    'its masked-LM head'
+    if not report['fresh']
+    else 'a NEW masked-LM head (the checkpoint has no cls.predictions.*; seed '
+    f'{config.seed}, decoder tied to the word embeddings: train it with '
+    'configs/minilm_mlm.py before reading its predictions)'
+  )
+  print(
+    f'Wrote {checkpoint} into {workdir}: {len(report["loaded"])} tensors loaded with {head}; '
+    f'unused: {", ".join(report["unused"]) or "none"}.'
+  )

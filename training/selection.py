@@ -13,15 +13,17 @@ metadata, so a resumed run keeps it, and its parameters are saved in WORKDIR/bes
 import dataclasses
 import math
 
-BEST_DIR = 'best'   # WORKDIR/best/STEP: the best checkpoint, beside WORKDIR/checkpoints/
+BEST_DIR = 'best'  # WORKDIR/best/STEP: the best checkpoint, beside WORKDIR/checkpoints/
 _LOWER_IS_BETTER = ('loss', 'perplexity', 'bits_per_char', 'bits', 'error')
 
 
 def lower_is_better(metric: str) -> bool:
   """Whether smaller values of `metric` are better ('loss@512' and 'loss' alike)."""
   name = metric.split('@')[0].rsplit('/', 1)[-1]
-  return any(name == word or name.endswith('_' + word) or name.startswith(word + '_')
-             for word in _LOWER_IS_BETTER)
+  return any(
+    name == word or name.endswith('_' + word) or name.startswith(word + '_')
+    for word in _LOWER_IS_BETTER
+  )
 
 
 def metric_for(config, task) -> str:
@@ -39,6 +41,7 @@ class Best:
     value: its value (NaN = none yet).
     stale: evaluations since the best one (for `patience`).
   """
+
   metric: str
   step: int = -1
   value: float = math.nan
@@ -51,11 +54,14 @@ class Best:
       ValueError: the metric is not among `metrics` (naming config.selection_metric).
     """
     if self.metric not in metrics:
-      raise ValueError(f'config.selection_metric={self.metric!r} is not a validation metric of '
-                       f'this task; valid: {sorted(metrics)}.')
+      raise ValueError(
+        f'config.selection_metric={self.metric!r} is not a validation metric of '
+        f'this task; valid: {sorted(metrics)}.'
+      )
     value = float(metrics[self.metric])
-    improved = self.step < 0 or (value < self.value if lower_is_better(self.metric)
-                                 else value > self.value)
+    improved = self.step < 0 or (
+      value < self.value if lower_is_better(self.metric) else value > self.value
+    )
     if improved:
       return Best(self.metric, step, value, 0), True
     return dataclasses.replace(self, stale=self.stale + 1), False

@@ -4,8 +4,8 @@ cache."""
 import functools
 import os
 
-import jax
 from flax import nnx
+import jax
 from jax.sharding import Mesh
 
 from training import sharding
@@ -22,13 +22,13 @@ def build_state(config, task, mesh: Mesh | None = None) -> TrainState:
   Raises:
     ValueError: the mesh has an fsdp or tensor axis that splits no parameter of this model.
   """
-  tx = make_optimizer(config)   # one object: the shardings' tree must match the state's statics
+  tx = make_optimizer(config)  # one object: the shardings' tree must match the state's statics
   annotated = functools.partial(_annotated, config, task, tx)
   create = lambda: plain(annotated())
   # One compiled initialiser instead of an eager compile per parameter shape (seconds on CPU).
   if mesh is None:
     return jax.jit(create)()
-  abstract = jax.eval_shape(annotated)   # shapes and logical axis names; nothing is computed
+  abstract = jax.eval_shape(annotated)  # shapes and logical axis names; nothing is computed
   sharding.check_axes_used(abstract, dict(mesh.shape), config.model.name)
   return jax.jit(create, out_shardings=plain(sharding.state_shardings(abstract, mesh)))()
 
@@ -47,7 +47,8 @@ def _annotated(config, task, tx) -> TrainState:
 # XLA's persistent compilation cache: a repeated or resumed run reads its compiled programs from
 # disk instead of compiling them again. JAX_COMPILATION_CACHE_DIR, when set, is the default.
 DEFAULT_COMPILATION_CACHE = os.environ.get('JAX_COMPILATION_CACHE_DIR') or os.path.join(
-    os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'), 'attend', 'jax')
+  os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'), 'attend', 'jax'
+)
 # Programs that compile faster than this are not worth a disk entry.
 _MIN_COMPILE_SECONDS = 0.2
 

@@ -32,14 +32,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_PY = os.path.join(ROOT, 'train.py')
 
 # The parsers train.py's --config.FIELD=value flags use, so a value means the same in both.
-_PARSERS = {bool: flags.BooleanParser(), int: flags.IntegerParser(), float: flags.FloatParser(),
-            tuple: tuple_parser.TupleParser(), str: flags.ArgumentParser()}
+_PARSERS = {
+  bool: flags.BooleanParser(),
+  int: flags.IntegerParser(),
+  float: flags.FloatParser(),
+  tuple: tuple_parser.TupleParser(),
+  str: flags.ArgumentParser(),
+}
 _MISSING = object()
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
   """One combination of a sweep: its sub-workdir name and its {dotted field: value} overrides."""
+
   name: str
   overrides: dict[str, Any]
 
@@ -49,8 +55,9 @@ def parse_spec(spec: str) -> tuple[str, list[str]]:
   field, sep, values = spec.partition('=')
   items = [v.strip() for v in values.split(',')]
   if not sep or not field.strip() or not all(items):
-    raise ValueError(f'--sweep={spec!r} is not FIELD=VALUE,VALUE,... (e.g. '
-                     '--sweep=model.score=dot,scaled_dot).')
+    raise ValueError(
+      f'--sweep={spec!r} is not FIELD=VALUE,VALUE,... (e.g. --sweep=model.score=dot,scaled_dot).'
+    )
   return field.strip(), items
 
 
@@ -61,8 +68,9 @@ def parse_value(config: ml_collections.ConfigDict, field: str, value: Any) -> An
   except (AttributeError, KeyError, IndexError, TypeError):
     current = _MISSING
   if current is _MISSING or isinstance(current, ml_collections.ConfigDict):
-    raise ValueError(f'--sweep field {field!r} is not a config field (fields look like seed or '
-                     'model.num_heads).')
+    raise ValueError(
+      f'--sweep field {field!r} is not a config field (fields look like seed or model.num_heads).'
+    )
   if not isinstance(value, str):
     return value
   if current is None:  # a field without a type yet: a Python literal, else the string
@@ -73,12 +81,17 @@ def parse_value(config: ml_collections.ConfigDict, field: str, value: Any) -> An
   try:
     return _PARSERS[type(current)].parse(value)
   except (ValueError, KeyError) as error:
-    raise ValueError(f'--sweep value {value!r} for {field} is not a {type(current).__name__} '
-                     f'like its default {current!r}.') from error
+    raise ValueError(
+      f'--sweep value {value!r} for {field} is not a {type(current).__name__} '
+      f'like its default {current!r}.'
+    ) from error
 
 
-def expand(config: ml_collections.ConfigDict, specs: Sequence[str] = (),
-           config_sweep: Sequence[dict[str, Any]] | None = None) -> list[Run]:
+def expand(
+  config: ml_collections.ConfigDict,
+  specs: Sequence[str] = (),
+  config_sweep: Sequence[dict[str, Any]] | None = None,
+) -> list[Run]:
   """The runs of a sweep: `config_sweep` (or one empty combination) × the product of `specs`.
 
   Args:
@@ -94,8 +107,9 @@ def expand(config: ml_collections.ConfigDict, specs: Sequence[str] = (),
       runs with the same name, or a run whose config `training.config.validate` rejects.
   """
   if not specs and not config_sweep:
-    raise ValueError('Nothing to sweep: give --sweep=FIELD=v1,v2,... or define get_sweep() in '
-                     'the config file.')
+    raise ValueError(
+      'Nothing to sweep: give --sweep=FIELD=v1,v2,... or define get_sweep() in the config file.'
+    )
   axes = []
   for spec in specs:
     field, values = parse_spec(spec)
@@ -125,8 +139,9 @@ def run_name(overrides: dict[str, Any]) -> str:
   return ','.join(f'{field}={_text(value)}' for field, value in overrides.items()).replace('/', '_')
 
 
-def apply(config: ml_collections.ConfigDict,
-          overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+def apply(
+  config: ml_collections.ConfigDict, overrides: dict[str, Any]
+) -> ml_collections.ConfigDict:
   """A copy of `config` with the dotted-field `overrides` set."""
   config = ml_collections.ConfigDict(config.to_dict())
   for field, value in overrides.items():
@@ -157,9 +172,13 @@ def is_finished(workdir: str, num_train_steps: int) -> bool:
 
 def train_command(config_file: str, overrides: dict[str, Any], workdir: str) -> list[str]:
   """The train.py command line of one run; `config_file` may carry ':arg'."""
-  return [sys.executable, TRAIN_PY, f'--config={config_file}',
-          *(f'--config.{field}={_text(value)}' for field, value in overrides.items()),
-          f'--workdir={workdir}']
+  return [
+    sys.executable,
+    TRAIN_PY,
+    f'--config={config_file}',
+    *(f'--config.{field}={_text(value)}' for field, value in overrides.items()),
+    f'--workdir={workdir}',
+  ]
 
 
 def _text(value: Any) -> str:
@@ -167,9 +186,15 @@ def _text(value: Any) -> str:
   return repr(value) if isinstance(value, tuple) else str(value)
 
 
-def run_sweep(config: ml_collections.ConfigDict, config_file: str, runs: Sequence[Run],
-              study_dir: str, *, base_overrides: dict[str, Any] | None = None,
-              parallel: int = 1) -> list[str]:
+def run_sweep(
+  config: ml_collections.ConfigDict,
+  config_file: str,
+  runs: Sequence[Run],
+  study_dir: str,
+  *,
+  base_overrides: dict[str, Any] | None = None,
+  parallel: int = 1,
+) -> list[str]:
   """Trains every unfinished run, `parallel` at a time; returns the names of runs that failed.
 
   Args:
@@ -207,8 +232,15 @@ def run_sweep(config: ml_collections.ConfigDict, config_file: str, runs: Sequenc
       minutes, seconds = divmod(int(time.perf_counter() - start), 60)
       if process.returncode:
         failed.append(label)
-        logging.error('%s: failed (exit %d) after %dm%02ds; the end of %s:\n%s', label,
-                      process.returncode, minutes, seconds, log.name, _tail(log.name))
+        logging.error(
+          '%s: failed (exit %d) after %dm%02ds; the end of %s:\n%s',
+          label,
+          process.returncode,
+          minutes,
+          seconds,
+          log.name,
+          _tail(log.name),
+        )
       else:
         logging.info('%s: done in %dm%02ds.', label, minutes, seconds)
   return failed

@@ -28,7 +28,7 @@ from training.config_fields import flatten
 LOCK_FILE = 'train.lock'
 LOG_FILE = 'train.log'
 CONFIG_FILE = 'config.json'
-HISTORY_DIR = 'config_history'   # config.STEP.json: the config a run used up to that step
+HISTORY_DIR = 'config_history'  # config.STEP.json: the config a run used up to that step
 
 
 class WorkdirBusyError(RuntimeError):
@@ -71,25 +71,32 @@ class Lock:
         os.close(fd)
         raise WorkdirBusyError(self._busy(holder)) from None
       if os.fstat(fd).st_ino != getattr(_stat(self.path), 'st_ino', None):
-        os.close(fd)   # its holder released (removed) it meanwhile: lock the new file
+        os.close(fd)  # its holder released (removed) it meanwhile: lock the new file
         continue
       holder = _read_holder(fd)
       if holder and holder.get('host') != socket.gethostname():
         os.close(fd)
-        raise WorkdirBusyError(self._busy(holder) + f' If no run is left there, delete {self.path}.')
+        raise WorkdirBusyError(
+          self._busy(holder) + f' If no run is left there, delete {self.path}.'
+        )
       if holder and _alive(holder.get('pid', -1)) and holder.get('pid') != os.getpid():
         os.close(fd)
         raise WorkdirBusyError(self._busy(holder))
       if holder:
-        logging.warning('Took over the lock of %s from pid %s, which is no longer running.',
-                        os.path.dirname(self.path), holder.get('pid'))
+        logging.warning(
+          'Took over the lock of %s from pid %s, which is no longer running.',
+          os.path.dirname(self.path),
+          holder.get('pid'),
+        )
       os.ftruncate(fd, 0)
       os.write(fd, json.dumps(dict(host=socket.gethostname(), pid=os.getpid())).encode())
       self._fd = fd
 
   def _busy(self, holder: dict) -> str:
-    return (f'{os.path.dirname(self.path)} is in use by train.py (pid {holder.get("pid", "?")} '
-            f'on {holder.get("host", "?")}); wait for it to finish, or choose another --workdir.')
+    return (
+      f'{os.path.dirname(self.path)} is in use by train.py (pid {holder.get("pid", "?")} '
+      f'on {holder.get("host", "?")}); wait for it to finish, or choose another --workdir.'
+    )
 
   def release(self) -> None:
     if self._fd is not None:
@@ -177,8 +184,12 @@ def record_config(workdir: str, config, step: int) -> None:
     while os.path.exists(kept):
       kept, n = os.path.join(history, f'config.{step}.{n}.json'), n + 1
     shutil.copyfile(path, kept)
-    logging.warning('This run differs from the config.json of %s in: %s (the previous one is kept '
-                    'as %s).', workdir, changed, kept)
+    logging.warning(
+      'This run differs from the config.json of %s in: %s (the previous one is kept as %s).',
+      workdir,
+      changed,
+      kept,
+    )
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
     f.write(text)
   os.replace(path + '.tmp', path)
@@ -205,8 +216,7 @@ class Log:
 
   def __init__(self):
     # Every record: a run logs a few hundred lines before it is accepted.
-    self._memory = std_handlers.MemoryHandler(capacity=100_000,
-                                              flushLevel=std_logging.CRITICAL + 1)
+    self._memory = std_handlers.MemoryHandler(capacity=100_000, flushLevel=std_logging.CRITICAL + 1)
     self._file = None
     std_logging.getLogger().addHandler(self._memory)
 
@@ -231,7 +241,7 @@ class Log:
     try:
       self._file.stream.write(''.join(traceback.format_exception(error)))
       self._file.flush()
-    except OSError:   # e.g. the disk is full: the error itself is still reported
+    except OSError:  # e.g. the disk is full: the error itself is still reported
       return None
     return self._file.baseFilename
 
@@ -241,7 +251,7 @@ class Log:
     for handler in (self._memory, self._file):
       if handler is not None:
         std_logging.getLogger().removeHandler(handler)
-        with contextlib.suppress(OSError):   # a full disk fails the last flush
+        with contextlib.suppress(OSError):  # a full disk fails the last flush
           handler.close()
 
 

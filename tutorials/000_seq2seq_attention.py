@@ -26,12 +26,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__)) if '__file__' in globals() else os.getcwd()
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root is Attend's import root
 
+from flax import nnx
 import jax
-import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 import optax
-from flax import nnx
 
 import attention
 import models
@@ -56,15 +55,15 @@ rng = np.random.default_rng(0)
 
 # %%
 hidden, att = 6, 5
-h = rng.standard_normal((4, hidden), np.float32)            # h_1..h_4: [S, H]
-s0 = rng.standard_normal((1, hidden), np.float32)           # the query s_0: [1, H]
-w_q = rng.standard_normal((hidden, att), np.float32) / 3    # W_q
-w_k = rng.standard_normal((hidden, att), np.float32) / 3    # W_k
-v = rng.standard_normal((att,), np.float32)                 # v
+h = rng.standard_normal((4, hidden), np.float32)  # h_1..h_4: [S, H]
+s0 = rng.standard_normal((1, hidden), np.float32)  # the query s_0: [1, H]
+w_q = rng.standard_normal((hidden, att), np.float32) / 3  # W_q
+w_k = rng.standard_normal((hidden, att), np.float32) / 3  # W_k
+v = rng.standard_normal((att,), np.float32)  # v
 
-e = attention.additive_scores(s0, h, w_q, w_k, v)           # e_{1,i}: [1, 4]
-alpha = attention.masked_softmax(e)                          # α_{1,i}
-c = attention.attend(alpha, h)                               # c_1 = Σ α h: [1, H]
+e = attention.additive_scores(s0, h, w_q, w_k, v)  # e_{1,i}: [1, 4]
+alpha = attention.masked_softmax(e)  # α_{1,i}
+c = attention.attend(alpha, h)  # c_1 = Σ α h: [1, H]
 print('e =', np.asarray(e), '\nα =', np.asarray(alpha), ' (sums to', float(alpha.sum()), ')')
 np.testing.assert_allclose(e, (np.tanh(s0 @ w_q + h @ w_k) @ v)[None], rtol=1e-5)  # by hand
 np.testing.assert_allclose(c, alpha @ h, rtol=1e-5)
@@ -81,7 +80,7 @@ np.testing.assert_allclose(c, alpha @ h, rtol=1e-5)
 # `attention.attention(q, k, v, score_fn=...)` is score → masked softmax → weighted sum.
 
 # %%
-X = rng.standard_normal((4, 8), np.float32)                 # N_X = 4 inputs of D_Q = 8
+X = rng.standard_normal((4, 8), np.float32)  # N_X = 4 inputs of D_Q = 8
 q = rng.standard_normal((1, 8), np.float32)
 y, a = attention.attention(q, X, X, score_fn=attention.scaled_dot_scores)
 e_by_hand = q @ X.T / np.sqrt(8)
@@ -108,7 +107,7 @@ print('E, A:', A.shape, ' rows of A sum to', np.asarray(A.sum(-1)), ' Y:', Y.sha
 
 # %%
 W_K = rng.standard_normal((8, 8), np.float32) / np.sqrt(8)
-W_V = rng.standard_normal((8, 5), np.float32) / np.sqrt(8)   # D_V = 5
+W_V = rng.standard_normal((8, 5), np.float32) / np.sqrt(8)  # D_V = 5
 Y, A = attention.scaled_dot_product_attention(Q, X @ W_K, X @ W_V, return_weights=True)
 print('A:', A.shape, ' Y = AV:', Y.shape)
 
@@ -129,11 +128,14 @@ def self_attention(x):
 
 
 perm = np.array([2, 0, 3, 1])
-print('f(s(x)) == s(f(x)):', np.allclose(self_attention(X[perm]), self_attention(X)[perm],
-                                          atol=1e-5))
+print(
+  'f(s(x)) == s(f(x)):', np.allclose(self_attention(X[perm]), self_attention(X)[perm], atol=1e-5)
+)
 pe = np.asarray(attention.sinusoidal_positions(4, 8))
-print('with positions added:', np.allclose(self_attention(X[perm] + pe),
-                                             self_attention(X + pe)[perm], atol=1e-5))
+print(
+  'with positions added:',
+  np.allclose(self_attention(X[perm] + pe), self_attention(X + pe)[perm], atol=1e-5),
+)
 
 # %% [markdown]
 # ### Masked self-attention
@@ -144,8 +146,9 @@ print('with positions added:', np.allclose(self_attention(X[perm] + pe),
 
 # %%
 print(np.asarray(attention.causal_mask(4)).astype(int))
-_, A = attention.scaled_dot_product_attention(X @ W_Q, X @ W_K, X @ W_V, is_causal=True,
-                                              return_weights=True)
+_, A = attention.scaled_dot_product_attention(
+  X @ W_Q, X @ W_K, X @ W_V, is_causal=True, return_weights=True
+)
 print('causal weights:\n', np.asarray(A))
 
 # %% [markdown]
@@ -156,7 +159,7 @@ print('causal weights:\n', np.asarray(A))
 # become a batch-like axis), `attention.merge_heads` undoes it.
 
 # %%
-heads = attention.split_heads(X @ W_Q, 2)                   # [N=2, T=4, H=4]
+heads = attention.split_heads(X @ W_Q, 2)  # [N=2, T=4, H=4]
 print('split:', heads.shape, ' merged back:', attention.merge_heads(heads).shape)
 np.testing.assert_allclose(attention.merge_heads(heads), X @ W_Q)
 
@@ -171,13 +174,15 @@ np.testing.assert_allclose(attention.merge_heads(heads), X @ W_Q)
 # standard deviation 1 before the LayerNorm's learned scale), a pre-norm one is not.
 
 # %%
-x = 3.0 * rng.standard_normal((1, 6, 16), np.float32) + 1.0        # [B, T, D], not normalised
+x = 3.0 * rng.standard_normal((1, 6, 16), np.float32) + 1.0  # [B, T, D], not normalised
 for norm in ('post', 'pre'):
   stack = StackConfig(d_model=16, num_heads=2, d_ff=32, num_layers=1, norm=norm, dropout_rate=0.0)
   # Built and run inside one jitted function: one compilation instead of one per operation.
   out, _ = jax.jit(lambda x, stack=stack: EncoderLayer(stack, rngs=nnx.Rngs(0))(x, None))(x)
-  print(f'{norm}-norm: per-vector mean {float(out.mean(-1).mean()):+.3f}, '
-        f'std {float(out.std(-1).mean()):.3f}')
+  print(
+    f'{norm}-norm: per-vector mean {float(out.mean(-1).mean()):+.3f}, '
+    f'std {float(out.std(-1).mean()):.3f}'
+  )
 
 # %% [markdown]
 # ## Trained: a Seq2Seq with Bahdanau attention
@@ -190,7 +195,7 @@ for norm in ('post', 'pre'):
 # to source position $7 - t$, the anti-diagonal.
 
 # %%
-PAD, BOS, EOS, LENGTH = 0, 1, 2, 6   # digits 0-9 are the ids 3..12
+PAD, BOS, EOS, LENGTH = 0, 1, 2, 6  # digits 0-9 are the ids 3..12
 
 
 def reversal_batch(n):
@@ -201,17 +206,26 @@ def reversal_batch(n):
   return src, dec, tgt
 
 
-model = nnx.jit(lambda: models.Seq2Seq(input_vocab_size=13, output_vocab_size=13, pad_id=PAD,
-                                        embed_dim=16, hidden_dim=32, attention='bahdanau',
-                                        rngs=nnx.Rngs(0)))()   # initialised in one compiled call
+model = nnx.jit(
+  lambda: models.Seq2Seq(
+    input_vocab_size=13,
+    output_vocab_size=13,
+    pad_id=PAD,
+    embed_dim=16,
+    hidden_dim=32,
+    attention='bahdanau',
+    rngs=nnx.Rngs(0),
+  )
+)()  # initialised in one compiled call
 optimizer = nnx.Optimizer(model, optax.adam(5e-3), wrt=nnx.Param)
 
 
 @nnx.jit
 def train_step(model, optimizer, src, dec, tgt):
   def loss_fn(model):
-    logits = model(src, dec)                                     # [B, T, V]
+    logits = model(src, dec)  # [B, T, V]
     return optax.softmax_cross_entropy_with_integer_labels(logits, tgt).mean()
+
   loss, grads = nnx.value_and_grad(loss_fn)(model)
   optimizer.update(model, grads)
   return loss
@@ -233,7 +247,7 @@ assert accuracy > 0.9
 # digits (`weights['cross']` is `[B, layers, heads, T, S]`).
 
 # %%
-alpha = np.asarray(weights['cross'][0, 0, 0])                   # [T = 7, S = 6]
+alpha = np.asarray(weights['cross'][0, 0, 0])  # [T = 7, S = 6]
 print(alpha)
 fig, ax = plt.subplots(figsize=(3.6, 3.6))
 ax.imshow(alpha, cmap='viridis', vmin=0, vmax=1)

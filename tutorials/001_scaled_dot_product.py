@@ -22,11 +22,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__)) if '__file__' in globals() else os.getcwd()
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root is Attend's import root
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
-from flax import nnx
 
 import attention
 from models.attention_layer import MultiHeadAttention
@@ -43,9 +43,9 @@ rng = np.random.default_rng(0)  # inputs from NumPy: Attend's functions take Num
 # returns the softmax. We check it against the formula written out in NumPy.
 
 # %%
-q = rng.standard_normal((3, 4), np.float32)   # [T, d_k]
-k = rng.standard_normal((5, 4), np.float32)   # [S, d_k]
-v = rng.standard_normal((5, 2), np.float32)   # [S, d_v]
+q = rng.standard_normal((3, 4), np.float32)  # [T, d_k]
+k = rng.standard_normal((5, 4), np.float32)  # [S, d_k]
+v = rng.standard_normal((5, 2), np.float32)  # [S, d_v]
 out, weights = attention.scaled_dot_product_attention(q, k, v, return_weights=True)
 
 scores = q @ k.T / np.sqrt(4)
@@ -66,7 +66,7 @@ np.testing.assert_allclose(out, by_hand @ v, rtol=1e-5, atol=1e-6)
 # %%
 D_KS = (4, 16, 64, 256, 1024)
 for d_k in D_KS:
-  qs = rng.standard_normal((2000, 1, d_k), np.float32)   # 2000 independent (q, k) pairs
+  qs = rng.standard_normal((2000, 1, d_k), np.float32)  # 2000 independent (q, k) pairs
   ks = rng.standard_normal((2000, 1, d_k), np.float32)
   dot = np.asarray(attention.dot_scores(qs, ks))
   scaled = np.asarray(attention.scaled_dot_scores(qs, ks))
@@ -78,18 +78,22 @@ for d_k in D_KS:
 # (`attention.attention_entropy`), measures it: $\log S$ for uniform weights, 0 for one key. Over
 # 16 keys, unscaled scores lose their entropy as d_k grows; scaled ones keep it.
 
+
 # %%
 @jax.jit
 def mean_entropies(qs, ks):
   """Mean entropy of the weights under the unscaled and the scaled score."""
-  return {name: attention.attention_entropy(
-      attention.masked_softmax(attention.SCORES[name](qs, ks))).mean()
-          for name in ('dot', 'scaled_dot')}
+  return {
+    name: attention.attention_entropy(
+      attention.masked_softmax(attention.SCORES[name](qs, ks))
+    ).mean()
+    for name in ('dot', 'scaled_dot')
+  }
 
 
 entropy = {'dot': [], 'scaled_dot': []}
 for d_k in D_KS:
-  qs = rng.standard_normal((256, 1, d_k), np.float32)    # 256 queries, each over its own 16 keys
+  qs = rng.standard_normal((256, 1, d_k), np.float32)  # 256 queries, each over its own 16 keys
   ks = rng.standard_normal((256, 16, d_k), np.float32)
   for name, value in mean_entropies(qs, ks).items():
     entropy[name].append(float(value))
@@ -114,18 +118,22 @@ assert entropy['dot'][-1] < 0.5 < 2.0 < entropy['scaled_dot'][-1]
 # The gradient tells the same story: the Jacobian of the softmax shrinks when one weight is
 # near 1. The norm of the gradient of the first weight with respect to the scores:
 
+
 # %%
 @jax.jit
 def gradient_norms(qs, ks):
   """|∂α_max/∂s| of one query's strongest weight, for the unscaled and the scaled score."""
   largest = lambda s: jax.nn.softmax(s)[jnp.argmax(s)]
-  return {name: jnp.linalg.norm(jax.grad(largest)(attention.SCORES[name](qs, ks)[0]))
-          for name in ('dot', 'scaled_dot')}
+  return {
+    name: jnp.linalg.norm(jax.grad(largest)(attention.SCORES[name](qs, ks)[0]))
+    for name in ('dot', 'scaled_dot')
+  }
 
 
 for d_k in (16, 1024):
-  norms = gradient_norms(rng.standard_normal((1, d_k), np.float32),
-                         rng.standard_normal((16, d_k), np.float32))
+  norms = gradient_norms(
+    rng.standard_normal((1, d_k), np.float32), rng.standard_normal((16, d_k), np.float32)
+  )
   print(f'd_k={d_k:4d}', '  '.join(f'{n}: {float(g):.2e}' for n, g in norms.items()))
 
 # %% [markdown]
@@ -137,10 +145,10 @@ for d_k in (16, 1024):
 # score, `attention.masked_softmax` the masked softmax and `attention.drop_weights` the dropout.
 
 # %%
-q = rng.standard_normal((2, 3, 4), np.float32)   # (batch_size, query_len, query_dim)
-k = rng.standard_normal((2, 3, 4), np.float32)   # (batch_size, key_len, key_dim)
-v = rng.standard_normal((2, 3, 4), np.float32)   # (batch_size, value_len, value_dim)
-mask = jnp.ones((2, 3, 3), bool)       # the note's torch.ones(2, 3, 3): every key visible
+q = rng.standard_normal((2, 3, 4), np.float32)  # (batch_size, query_len, query_dim)
+k = rng.standard_normal((2, 3, 4), np.float32)  # (batch_size, key_len, key_dim)
+v = rng.standard_normal((2, 3, 4), np.float32)  # (batch_size, value_len, value_dim)
+mask = jnp.ones((2, 3, 3), bool)  # the note's torch.ones(2, 3, 3): every key visible
 attn = attention.masked_softmax(attention.scaled_dot_scores(q, k, temperature=0.5), mask)
 attn = attention.drop_weights(attn, 0.1, jax.random.PRNGKey(0))  # training only
 output = attention.attend(attn, v)
@@ -154,7 +162,7 @@ assert output.shape == (2, 3, 4) and attn.shape == (2, 3, 3)
 # `masked_softmax` gives such a row exact zeros, and masked keys get exactly 0 elsewhere.
 
 # %%
-scores = attention.scaled_dot_scores(q, k, temperature=0.5)[0]          # [3, 3]
+scores = attention.scaled_dot_scores(q, k, temperature=0.5)[0]  # [3, 3]
 mask = jnp.array([[True, True, False], [True, False, False], [False, False, False]])
 note_style = jax.nn.softmax(jnp.where(mask, scores, -1e9), axis=-1)
 print('fill with -1e9:\n', np.asarray(note_style))
@@ -168,7 +176,7 @@ print('attention.masked_softmax:\n', np.asarray(attention.masked_softmax(scores,
 # attends to every position of its own sequence.
 
 # %%
-x = rng.standard_normal((5, 8), np.float32)   # one sequence: 5 positions, 8 features
+x = rng.standard_normal((5, 8), np.float32)  # one sequence: 5 positions, 8 features
 y, w = attention.scaled_dot_product_attention(x, x, x, return_weights=True)
 print('self-attention weights [5, 5]:\n', np.asarray(w))
 
@@ -185,7 +193,7 @@ print('self-attention weights [5, 5]:\n', np.asarray(w))
 # %%
 n_head, d_model, d_k, d_v = 2, 8, 4, 3
 mha = MultiHeadAttention(d_model, n_head, d_k=d_k, d_v=d_v, rngs=nnx.Rngs(0))
-x = rng.standard_normal((2, 5, d_model), np.float32)                  # [B, T, D]
+x = rng.standard_normal((2, 5, d_model), np.float32)  # [B, T, D]
 out, weights = mha(x, return_weights=True)
 print('output', out.shape, 'weights [B, N, T, S]', weights.shape)
 
@@ -194,10 +202,10 @@ def project(layer, x):
   return x @ layer.kernel[...] + layer.bias[...]
 
 
-heads_q = attention.split_heads(project(mha.w_q, x), n_head)           # [B, N, T, d_k]
+heads_q = attention.split_heads(project(mha.w_q, x), n_head)  # [B, N, T, d_k]
 heads_k = attention.split_heads(project(mha.w_k, x), n_head)
-heads_v = attention.split_heads(project(mha.w_v, x), n_head)           # [B, N, T, d_v]
+heads_v = attention.split_heads(project(mha.w_v, x), n_head)  # [B, N, T, d_v]
 heads = attention.scaled_dot_product_attention(heads_q, heads_k, heads_v)
-by_hand = project(mha.w_o, attention.merge_heads(heads))               # Concat(heads) W^O
+by_hand = project(mha.w_o, attention.merge_heads(heads))  # Concat(heads) W^O
 np.testing.assert_allclose(out, by_hand, rtol=1e-4, atol=1e-5)
 print('MultiHeadAttention == Concat(head_1, ..., head_h) W^O: checked')

@@ -25,7 +25,6 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__)) if '__file__' in globals() else os.getcwd()
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root is Attend's import root
 
-import jax
 import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.datasets import load_digits
@@ -47,8 +46,8 @@ rng = np.random.default_rng(0)
 # \cdot k_j)} v_i$, where keys and values are both the $h^i$.
 
 # %%
-h = rng.standard_normal((4, 5), np.float32)      # h^1..h^4
-z0 = rng.standard_normal((1, 5), np.float32)     # the query
+h = rng.standard_normal((4, 5), np.float32)  # h^1..h^4
+z0 = rng.standard_normal((1, 5), np.float32)  # the query
 c0, alpha = attention.attention(z0, h, h, score_fn=attention.dot_scores)
 print('α =', np.asarray(alpha), ' c^0 =', np.asarray(c0))
 np.testing.assert_allclose(c0, alpha @ h, rtol=1e-5)
@@ -64,11 +63,12 @@ np.testing.assert_allclose(c0, alpha @ h, rtol=1e-5)
 # its queries: `configs/caption_digits.py`).
 
 # %%
-digit = load_digits().images[0].astype(np.float32) / 16.0          # [8, 8], a zero
-regions = patchify(digit[None, :, :, None], 2)[0]                   # [16 regions, 4 pixels]
+digit = load_digits().images[0].astype(np.float32) / 16.0  # [8, 8], a zero
+regions = patchify(digit[None, :, :, None], 2)[0]  # [16 regions, 4 pixels]
 query = regions[int(np.argmax(np.asarray(regions).sum(-1)))][None]  # [1, 4]
-_, weights = attention.attention(query, regions, regions,
-                                 score_fn=lambda q, k: 4.0 * attention.cosine_scores(q, k))
+_, weights = attention.attention(
+  query, regions, regions, score_fn=lambda q, k: 4.0 * attention.cosine_scores(q, k)
+)
 fig, axes = plt.subplots(1, 2, figsize=(5, 2.6))
 axes[0].imshow(digit, cmap='gray')
 axes[0].set_title('image')
@@ -88,10 +88,14 @@ print('wrote region_attention.png')
 
 # %%
 steps, num_regions = 4, 4
-focused = np.eye(steps, num_regions, dtype=np.float32)                  # each word, its own region
-stuck = np.tile(np.eye(1, num_regions, dtype=np.float32), (steps, 1))   # every word, region 0
-print('every region once:', float(attention.doubly_stochastic_penalty(focused)),
-      ' one region always:', float(attention.doubly_stochastic_penalty(stuck)))
+focused = np.eye(steps, num_regions, dtype=np.float32)  # each word, its own region
+stuck = np.tile(np.eye(1, num_regions, dtype=np.float32), (steps, 1))  # every word, region 0
+print(
+  'every region once:',
+  float(attention.doubly_stochastic_penalty(focused)),
+  ' one region always:',
+  float(attention.doubly_stochastic_penalty(stuck)),
+)
 
 # %% [markdown]
 # ## Memory Network (note 002)
@@ -103,10 +107,10 @@ print('every region once:', float(attention.doubly_stochastic_penalty(focused)),
 # `attention.sentence_position_encoding`.
 
 # %%
-l = attention.sentence_position_encoding(4, 6)      # J = 4 words, d = 6 features
+l = attention.sentence_position_encoding(4, 6)  # J = 4 words, d = 6 features
 print('l [J, d]:\n', np.asarray(l))
 J, d = 4, 6
-j, k = 2, 3                                         # word 2, feature 3 (1-based)
+j, k = 2, 3  # word 2, feature 3 (1-based)
 assert np.isclose(l[j - 1, k - 1], (1 - j / J) - (k / d) * (1 - 2 * j / J))
 
 # %% [markdown]
@@ -129,9 +133,9 @@ def encode(sentence, table):
   return (np.asarray(attention.sentence_position_encoding(len(ids), d)) * table[ids]).sum(0)
 
 
-memories = np.stack([encode(s, embed_a) for s in story])          # m_i: [5, d]
-outputs = np.stack([encode(s, embed_c) for s in story])           # c_i: [5, d]
-u = encode(question, embed_b)[None]                               # [1, d]
+memories = np.stack([encode(s, embed_a) for s in story])  # m_i: [5, d]
+outputs = np.stack([encode(s, embed_c) for s in story])  # c_i: [5, d]
+u = encode(question, embed_b)[None]  # [1, d]
 o, p = attention.attention(u, memories, outputs, score_fn=attention.dot_scores)
 print('hop weights p:', np.asarray(p)[0], ' next u = u + o:', (u + o).shape)
 
@@ -145,15 +149,14 @@ print('hop weights p:', np.asarray(p)[0], ' next u = u + o:', (u + o).shape)
 # $w_i \propto \tilde w_i^\gamma$. Reading is $r = \sum_i w_i M_i$; writing erases and adds.
 
 # %%
-memory = rng.standard_normal((8, 4), np.float32)                    # N = 8 rows of width 4
+memory = rng.standard_normal((8, 4), np.float32)  # N = 8 rows of width 4
 key = memory[2] + 0.1 * rng.standard_normal(4).astype(np.float32)  # close to row 2
 w_c = addressing.content_weights(memory, key, beta=np.float32(10.0))
 w_g = addressing.interpolate(w_c, np.eye(1, 8, 5, dtype=np.float32)[0], gate=np.float32(0.9))
-shift = np.array([0.0, 0.1, 0.9], np.float32)                     # offsets -1, 0, +1
+shift = np.array([0.0, 0.1, 0.9], np.float32)  # offsets -1, 0, +1
 w_s = addressing.circular_shift(w_g, shift)
 w = addressing.sharpen(w_s, gamma=np.float32(3.0))
-for name, weights in [('content', w_c), ('interpolated', w_g), ('shifted', w_s),
-                      ('sharpened', w)]:
+for name, weights in [('content', w_c), ('interpolated', w_g), ('shifted', w_s), ('sharpened', w)]:
   print(f'{name:12s}', np.asarray(weights))
 print('focus moved from row', int(np.argmax(w_c)), 'to row', int(np.argmax(w)))
 read = addressing.read(memory, w)
@@ -172,8 +175,9 @@ K = rng.standard_normal((4, 5), np.float32)
 V = rng.standard_normal((4, 2), np.float32)
 out, _ = attention.attention(Q, K, V, score_fn=attention.dot_scores)
 scores = Q @ K.T
-np.testing.assert_allclose(out, (np.exp(scores) / np.exp(scores).sum(1, keepdims=True)) @ V,
-                           rtol=1e-4, atol=1e-5)
+np.testing.assert_allclose(
+  out, (np.exp(scores) / np.exp(scores).sum(1, keepdims=True)) @ V, rtol=1e-4, atol=1e-5
+)
 
 # %% [markdown]
 # ## Self-Attention and Multi-head Attention (note 002)
@@ -183,11 +187,11 @@ np.testing.assert_allclose(out, (np.exp(scores) / np.exp(scores).sum(1, keepdims
 # $q^2 \cdot k^i / \sqrt{d_k}$. With $h$ heads each head has size $d_{model}/h$.
 
 # %%
-a = rng.standard_normal((4, 8), np.float32)                       # a^1..a^4
+a = rng.standard_normal((4, 8), np.float32)  # a^1..a^4
 W_q, W_k, W_v = (rng.standard_normal((8, 8), np.float32) / np.sqrt(8) for _ in range(3))
 b, alpha = attention.scaled_dot_product_attention(a @ W_q, a @ W_k, a @ W_v, return_weights=True)
 print("α'_2 =", np.asarray(alpha)[1], ' b^2 =', np.asarray(b)[1])
-heads = attention.split_heads(a @ W_q, 2)                          # h = 2 heads of 8 / 2 = 4
+heads = attention.split_heads(a @ W_q, 2)  # h = 2 heads of 8 / 2 = 4
 print('heads of the queries:', heads.shape)
 
 # %% [markdown]

@@ -26,11 +26,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__)) if '__file__' in globals() else os.getcwd()
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root is Attend's import root
 
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
-from flax import nnx
 from sklearn.datasets import load_digits
 
 import attention
@@ -55,12 +55,12 @@ rng = np.random.default_rng(0)
 
 # %%
 n, T_x = 4, 5
-s_prev = rng.standard_normal((1, n), np.float32)                # s_{i-1}
-h = rng.standard_normal((T_x, 2 * n), np.float32)               # h_1..h_Tx, bidirectional
+s_prev = rng.standard_normal((1, n), np.float32)  # s_{i-1}
+h = rng.standard_normal((T_x, 2 * n), np.float32)  # h_1..h_Tx, bidirectional
 W = rng.standard_normal((n, n), np.float32) / 2
 U = rng.standard_normal((n, 2 * n), np.float32) / 2
 v = rng.standard_normal((n,), np.float32)
-e = attention.additive_scores(s_prev, h, W.T, U.T, v)           # [1, T_x]
+e = attention.additive_scores(s_prev, h, W.T, U.T, v)  # [1, T_x]
 e_by_hand = np.array([v @ np.tanh(W @ s_prev[0] + U @ h_j) for h_j in h])
 np.testing.assert_allclose(e[0], e_by_hand, rtol=1e-5)
 alpha = attention.masked_softmax(e)
@@ -74,8 +74,9 @@ print('C_i =', np.asarray(attention.attend(alpha, h))[0])
 
 # %%
 k_proj = attention.project_keys(h, U.T)
-np.testing.assert_allclose(attention.additive_scores(s_prev, None, W.T, None, v, k_proj=k_proj),
-                           e, rtol=1e-5)
+np.testing.assert_allclose(
+  attention.additive_scores(s_prev, None, W.T, None, v, k_proj=k_proj), e, rtol=1e-5
+)
 
 # %% [markdown]
 # ## The general form (note 003, "注意力机制的一般化形式")
@@ -94,13 +95,15 @@ q = rng.standard_normal((1, d), np.float32)
 keys = rng.standard_normal((4, d), np.float32)
 values = rng.standard_normal((4, 2), np.float32)
 params = {
-    'dot': {},
-    'scaled_dot': {},
-    'general': {'w': rng.standard_normal((d, d), np.float32) / np.sqrt(d)},
-    'additive': {'w_q': rng.standard_normal((d, d), np.float32) / np.sqrt(d),
-                 'w_k': rng.standard_normal((d, d), np.float32) / np.sqrt(d),
-                 'v': rng.standard_normal((d,), np.float32)},
-    'cosine': {'scale': 4.0},
+  'dot': {},
+  'scaled_dot': {},
+  'general': {'w': rng.standard_normal((d, d), np.float32) / np.sqrt(d)},
+  'additive': {
+    'w_q': rng.standard_normal((d, d), np.float32) / np.sqrt(d),
+    'w_k': rng.standard_normal((d, d), np.float32) / np.sqrt(d),
+    'v': rng.standard_normal((d,), np.float32),
+  },
+  'cosine': {'scale': 4.0},
 }
 assert sorted(params) == sorted(attention.SCORES)
 for name, kwargs in params.items():
@@ -118,7 +121,8 @@ for name, kwargs in params.items():
 # %%
 for lam in (0.5, np.sqrt(d), 10.0):
   w = attention.masked_softmax(attention.scaled_dot_scores(q, keys, temperature=float(lam)))
-  print(f'λ = {lam:5.2f}: weights {np.asarray(w)[0]}  entropy {float(attention.attention_entropy(w)[0]):.3f}')
+  entropy = float(attention.attention_entropy(w)[0])
+  print(f'λ = {lam:5.2f}: weights {np.asarray(w)[0]}  entropy {entropy:.3f}')
 
 # %% [markdown]
 # ### Self-attention, as the note writes it (note 003, "Self-Attention 中的注意力机制实现")
@@ -128,12 +132,12 @@ for lam in (0.5, np.sqrt(d), 10.0):
 # (`[T, D]`): $\text{softmax}(QK^\top) V$, the transpose of the note's $O$.
 
 # %%
-I = rng.standard_normal((d, 5), np.float32)                    # 5 inputs as columns
+I = rng.standard_normal((d, 5), np.float32)  # 5 inputs as columns
 Wq, Wk, Wv = (rng.standard_normal((d, d), np.float32) / np.sqrt(d) for _ in range(3))
 Qc, Kc, Vc = Wq @ I, Wk @ I, Wv @ I
-A = Kc.T @ Qc                                                   # [keys, queries]
-A_hat = np.exp(A) / np.exp(A).sum(0, keepdims=True)             # softmax over the keys
-O = Vc @ A_hat                                                  # [d, queries]
+A = Kc.T @ Qc  # [keys, queries]
+A_hat = np.exp(A) / np.exp(A).sum(0, keepdims=True)  # softmax over the keys
+O = Vc @ A_hat  # [d, queries]
 rows, _ = attention.attention(Qc.T, Kc.T, Vc.T, score_fn=attention.dot_scores)
 np.testing.assert_allclose(rows, O.T, rtol=1e-4, atol=1e-5)
 print('V · softmax(KᵀQ) == (softmax(Q Kᵀ) V)ᵀ: checked')
@@ -156,12 +160,12 @@ perm = rng.permutation(16)
 
 @jax.jit
 def encoder_layer(x):
-  layer = EncoderLayer(stack, rngs=nnx.Rngs(0))      # the same parameters at every call
+  layer = EncoderLayer(stack, rngs=nnx.Rngs(0))  # the same parameters at every call
   return layer(x, None)[0]
 
 
 output = encoder_layer(x)
-print(output.shape)                                            # (2, 16, 32)
+print(output.shape)  # (2, 16, 32)
 np.testing.assert_allclose(encoder_layer(x[:, perm]), output[:, perm], rtol=1e-4, atol=1e-4)
 print('shuffled input -> equally shuffled output: checked')
 
@@ -192,24 +196,40 @@ print('wrote positional_encodings.png')
 
 # %%
 digits = load_digits()
-images = (digits.images[:4, :, :, None] / 16.0).astype(np.float32)   # [B, 8, 8, 1]
+images = (digits.images[:4, :, :, None] / 16.0).astype(np.float32)  # [B, 8, 8, 1]
 patches = patchify(images, 2)
-print('patches:', patches.shape)                                      # [4, 16, 4]
+print('patches:', patches.shape)  # [4, 16, 4]
 
 
 @jax.jit
 def vit_forward(images):
   """A 2-layer ViT, built and run in one compiled call (one compilation, not one per op)."""
-  vit = models.ViT(image_shape=(8, 8, 1), num_classes=10, patch_size=2,
-                   stack=StackConfig(num_layers=2, d_model=16, num_heads=2, d_ff=32, norm='pre',
-                                     activation='gelu', positions='learned', dropout_rate=0.0),
-                   rngs=nnx.Rngs(0))
+  vit = models.ViT(
+    image_shape=(8, 8, 1),
+    num_classes=10,
+    patch_size=2,
+    stack=StackConfig(
+      num_layers=2,
+      d_model=16,
+      num_heads=2,
+      d_ff=32,
+      norm='pre',
+      activation='gelu',
+      positions='learned',
+      dropout_rate=0.0,
+    ),
+    rngs=nnx.Rngs(0),
+  )
   return vit.classify_image(images, return_attention=True)
 
 
 logits, weights = vit_forward(images)
-print('logits:', logits.shape, ' self-attention [B, layers, heads, tokens, tokens]:',
-      weights['self'].shape)
+print(
+  'logits:',
+  logits.shape,
+  ' self-attention [B, layers, heads, tokens, tokens]:',
+  weights['self'].shape,
+)
 
 # %% [markdown]
 # Which patches does the class token draw on? Attention rollout (Abnar & Zuidema 2020,
@@ -219,8 +239,8 @@ print('logits:', logits.shape, ' self-attention [B, layers, heads, tokens, token
 # every example, and it follows the strokes.
 
 # %%
-rollout = attention.attention_rollout(weights['self'])                # [B, 17, 17]
-cls_map = np.asarray(rollout[0, 0, 1:]).reshape(4, 4)                 # class token -> 16 patches
+rollout = attention.attention_rollout(weights['self'])  # [B, 17, 17]
+cls_map = np.asarray(rollout[0, 0, 1:]).reshape(4, 4)  # class token -> 16 patches
 print('class-token rollout over the 4×4 patches (rows sum with the class token to 1):\n', cls_map)
 
 # %% [markdown]
@@ -233,12 +253,14 @@ print('class-token rollout over the 4×4 patches (rows sum with the class token 
 # both directions. `tasks.language.bert_mask` does the corruption:
 
 # %%
-ids = rng.integers(4, 100, size=(200, 50))                   # ids 0-3 are the special tokens
-mask = jax.jit(functools.partial(bert_mask, mask_id=4, vocab_size=100))   # one compilation
+ids = rng.integers(4, 100, size=(200, 50))  # ids 0-3 are the special tokens
+mask = jax.jit(functools.partial(bert_mask, mask_id=4, vocab_size=100))  # one compilation
 corrupted, picked = mask(jax.random.PRNGKey(0), jnp.asarray(ids))
 corrupted, picked = np.asarray(corrupted), np.asarray(picked)
-print(f'picked {picked.mean():.3f} of the tokens; of those {(corrupted[picked] == 4).mean():.2f} '
-      f'masked, {(corrupted[picked] == ids[picked]).mean():.2f} kept, the rest random')
+print(
+  f'picked {picked.mean():.3f} of the tokens; of those {(corrupted[picked] == 4).mean():.2f} '
+  f'masked, {(corrupted[picked] == ids[picked]).mean():.2f} kept, the rest random'
+)
 
 # %% [markdown]
 # ### Autoregressive: GPT
@@ -247,14 +269,19 @@ print(f'picked {picked.mean():.3f} of the tokens; of those {(corrupted[picked] =
 # see only tokens before it. `models.DecoderLM` returns next-token logits at every position;
 # changing a later token leaves the earlier predictions untouched.
 
+
 # %%
 @jax.jit
 def gpt_logits(tokens):
   """Next-token logits of a 1-layer GPT (the same parameters at every call)."""
-  gpt = models.DecoderLM(vocab_size=20, pad_id=0,
-                         stack=StackConfig(num_layers=1, d_model=16, num_heads=2, d_ff=32,
-                                           norm='pre', positions='rope', dropout_rate=0.0),
-                         rngs=nnx.Rngs(0))
+  gpt = models.DecoderLM(
+    vocab_size=20,
+    pad_id=0,
+    stack=StackConfig(
+      num_layers=1, d_model=16, num_heads=2, d_ff=32, norm='pre', positions='rope', dropout_rate=0.0
+    ),
+    rngs=nnx.Rngs(0),
+  )
   return gpt.token_logits(tokens)
 
 
@@ -263,7 +290,7 @@ changed = tokens.copy()
 changed[0, 5] = (changed[0, 5] + 1 - 4) % 16 + 4
 a, b = np.asarray(gpt_logits(tokens)), np.asarray(gpt_logits(changed))
 print('positions whose logits changed:', np.nonzero(np.abs(a - b).max(-1)[0] > 1e-6)[0])
-log_probs = jax.nn.log_softmax(a[0, :-1])                      # p(x_{i+1} | x_{<=i})
+log_probs = jax.nn.log_softmax(a[0, :-1])  # p(x_{i+1} | x_{<=i})
 print('log p(x_2..x_8 | x_1) =', float(log_probs[np.arange(7), tokens[0, 1:]].sum()))
 
 # %% [markdown]

@@ -26,12 +26,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__)) if '__file__' in globals() else os.getcwd()
 sys.path.insert(0, os.path.dirname(HERE))  # the repository root is Attend's import root
 
+from flax import nnx
 import jax
-import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 import optax
-from flax import nnx
 
 import attention
 import models
@@ -57,11 +56,11 @@ rng = np.random.default_rng(0)
 
 # %%
 T, H, A = 6, 8, 5
-h = rng.standard_normal((T, H), np.float32)                # h_i1..h_iT
+h = rng.standard_normal((T, H), np.float32)  # h_i1..h_iT
 W_w = rng.standard_normal((H, A), np.float32) / np.sqrt(H)
 b_w = rng.standard_normal((A,), np.float32) / 10
 u_w = rng.standard_normal((A,), np.float32)
-u = np.tanh(h @ W_w + b_w)                                  # u_it: [T, A]
+u = np.tanh(h @ W_w + b_w)  # u_it: [T, A]
 s, alpha = attention.attention_pooling(h, u_w, keys=u)
 alpha_by_hand = np.exp(u @ u_w) / np.exp(u @ u_w).sum()
 np.testing.assert_allclose(alpha, alpha_by_hand, rtol=1e-5)
@@ -76,20 +75,27 @@ print('α_i =', np.asarray(alpha), '\ns_i =', np.asarray(s))
 
 # %%
 docs = rng.integers(1, 30, size=(2, 3, 5))
-docs[0, 2] = 0                                              # document 0 has two sentences
-docs[1, 1, 3:] = 0                                          # a short sentence
+docs[0, 2] = 0  # document 0 has two sentences
+docs[1, 1, 3:] = 0  # a short sentence
 
 
 @jax.jit
 def han_weights(docs):
-  han = models.HAN(vocab_size=30, num_classes=4, pad_id=0, embed_dim=8, hidden_dim=8,
-                   rngs=nnx.Rngs(0))
+  han = models.HAN(
+    vocab_size=30, num_classes=4, pad_id=0, embed_dim=8, hidden_dim=8, rngs=nnx.Rngs(0)
+  )
   return han.classify(docs, return_attention=True)
 
 
 logits, weights = han_weights(docs)
-print('logits', logits.shape, ' word weights', weights['word'].shape,
-      ' sentence weights', weights['sentence'].shape)
+print(
+  'logits',
+  logits.shape,
+  ' word weights',
+  weights['word'].shape,
+  ' sentence weights',
+  weights['sentence'].shape,
+)
 print('sentence weights (document 0 has no third sentence):', np.asarray(weights['sentence']))
 
 # %% [markdown]
@@ -104,8 +110,32 @@ print('sentence weights (document 0 has no third sentence):', np.asarray(weights
 
 # %%
 TOPICS = ['music', 'sport', 'food', 'science']
-FILLER = ['the', 'a', 'of', 'and', 'to', 'is', 'in', 'it', 'was', 'for', 'on', 'with', 'as', 'at',
-          'by', 'this', 'that', 'from', 'or', 'an', 'we', 'they', 'be', 'are']
+FILLER = [
+  'the',
+  'a',
+  'of',
+  'and',
+  'to',
+  'is',
+  'in',
+  'it',
+  'was',
+  'for',
+  'on',
+  'with',
+  'as',
+  'at',
+  'by',
+  'this',
+  'that',
+  'from',
+  'or',
+  'an',
+  'we',
+  'they',
+  'be',
+  'are',
+]
 VOCAB = ['<pad>'] + TOPICS + FILLER
 LENGTH = 9
 
@@ -127,7 +157,7 @@ class WordAttentionClassifier(nnx.Module):
     self.output = nnx.Linear(16, len(TOPICS), rngs=rngs)
 
   def __call__(self, ids):
-    pooled, weights = self.pool(self.embed(ids), ids != 0)     # [B, 16], [B, T]
+    pooled, weights = self.pool(self.embed(ids), ids != 0)  # [B, 16], [B, T]
     return self.output(pooled), weights
 
 
@@ -140,6 +170,7 @@ def train_step(classifier, optimizer, ids, labels):
   def loss_fn(classifier):
     logits, _ = classifier(ids)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
   loss, grads = nnx.value_and_grad(loss_fn)(classifier)
   optimizer.update(classifier, grads)
   return loss
@@ -162,8 +193,15 @@ fig, ax = plt.subplots(figsize=(6, 2.4))
 ax.imshow(np.asarray(weights[:4]), cmap='Reds', vmin=0, vmax=1)
 for row in range(4):
   for col in range(LENGTH):
-    ax.text(col, row, VOCAB[ids[row, col]], ha='center', va='center', fontsize=7,
-            color='white' if weights[row, col] > 0.5 else 'black')
+    ax.text(
+      col,
+      row,
+      VOCAB[ids[row, col]],
+      ha='center',
+      va='center',
+      fontsize=7,
+      color='white' if weights[row, col] > 0.5 else 'black',
+    )
 ax.set_xticks([])
 ax.set_yticks(range(4), [TOPICS[label] for label in labels[:4]])
 ax.set_title('word attention after 150 steps')
@@ -198,9 +236,9 @@ print('FFN(x) = max(0, xW1 + b1)W2 + b2: checked')
 # cross-attention: one row of weights per decoder position over the encoder positions.
 
 # %%
-mha = MultiHeadAttention(16, 8, rngs=nnx.Rngs(0))            # h = 8 heads of 2 features
-memory = rng.standard_normal((1, 7, 16), np.float32)          # encoder output: 7 positions
-y = rng.standard_normal((1, 3, 16), np.float32)               # decoder states: 3 positions
+mha = MultiHeadAttention(16, 8, rngs=nnx.Rngs(0))  # h = 8 heads of 2 features
+memory = rng.standard_normal((1, 7, 16), np.float32)  # encoder output: 7 positions
+y = rng.standard_normal((1, 3, 16), np.float32)  # decoder states: 3 positions
 out, w = mha(y, context=memory, return_weights=True)
 print('output', out.shape, ' weights [B, heads, decoder positions, encoder positions]', w.shape)
 

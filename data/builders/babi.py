@@ -19,30 +19,34 @@ disjoint by story and question: test is generated first, then validation, then t
 share the same test set.
 """
 
+from collections.abc import Callable
 import dataclasses
 import random
-from collections.abc import Callable
 
 import numpy as np
 import tensorflow_datasets as tfds
 
 from data.builders.generated import SPLITS, GeneratedConfig
 
-PEOPLE = ("Mary", "John", "Sandra", "Daniel")
-PLACES = ("bathroom", "hallway", "garden", "office", "kitchen", "bedroom")
-OBJECTS = ("football", "apple", "milk")
-MOVES = ("moved to", "went to", "journeyed to", "travelled to", "went back to")
-PICKS = ("picked up", "got", "grabbed", "took")
-DROPS = ("dropped", "discarded", "put down", "left")
-NAMES = ("Lily", "Bernhard", "Greg", "Julius", "Brian")
-ANIMALS = ("swan", "lion", "frog", "rhino")
-COLORS = ("white", "gray", "yellow", "green")
+PEOPLE = ('Mary', 'John', 'Sandra', 'Daniel')
+PLACES = ('bathroom', 'hallway', 'garden', 'office', 'kitchen', 'bedroom')
+OBJECTS = ('football', 'apple', 'milk')
+MOVES = ('moved to', 'went to', 'journeyed to', 'travelled to', 'went back to')
+PICKS = ('picked up', 'got', 'grabbed', 'took')
+DROPS = ('dropped', 'discarded', 'put down', 'left')
+NAMES = ('Lily', 'Bernhard', 'Greg', 'Julius', 'Brian')
+ANIMALS = ('swan', 'lion', 'frog', 'rhino')
+COLORS = ('white', 'gray', 'yellow', 'green')
 QUESTIONS_PER_STORY = 5  # Tasks 1 and 2, as in the original files.
 
 
 def _example(story: list[str], question: str, answer: str, supporting: list[int]) -> dict:
-  return {"story": list(story), "question": question, "answer": answer,
-          "supporting": list(supporting)}
+  return {
+    'story': list(story),
+    'question': question,
+    'answer': answer,
+    'supporting': list(supporting),
+  }
 
 
 def single_supporting_fact(rng: random.Random) -> list[dict]:
@@ -53,18 +57,18 @@ def single_supporting_fact(rng: random.Random) -> list[dict]:
     for _ in range(2):
       person, place = rng.choice(PEOPLE), rng.choice(PLACES)
       at[person] = (place, len(story))
-      story.append(f"{person} {rng.choice(MOVES)} the {place}.")
+      story.append(f'{person} {rng.choice(MOVES)} the {place}.')
     person = rng.choice(sorted(at))
     place, move = at[person]
-    examples.append(_example(story, f"Where is {person}?", place, [move]))
+    examples.append(_example(story, f'Where is {person}?', place, [move]))
   return examples
 
 
 def two_supporting_facts(rng: random.Random) -> list[dict]:
   """The examples of one task-2 story: 2-4 moves, pick-ups or drops before each question."""
   story, examples = [], []
-  at = {}       # person -> (place, index of their last move)
-  held = {}     # object -> (person, index of the pick-up)
+  at = {}  # person -> (place, index of their last move)
+  held = {}  # object -> (person, index of the pick-up)
   dropped = {}  # object -> (place, supporting indices)
   while len(examples) < QUESTIONS_PER_STORY:
     for _ in range(rng.randint(2, 4)):
@@ -72,23 +76,23 @@ def two_supporting_facts(rng: random.Random) -> list[dict]:
       mine = sorted(obj for obj, (holder, _) in held.items() if holder == person)
       free = [obj for obj in OBJECTS if obj not in held]
       # Only someone whose place is known picks up, so every object has a known place.
-      actions = (["move"] * 2 + ["pick"] * bool(person in at and free) + ["drop"] * bool(mine))
+      actions = ['move'] * 2 + ['pick'] * bool(person in at and free) + ['drop'] * bool(mine)
       action = rng.choice(actions)
-      if action == "move":
+      if action == 'move':
         place = rng.choice(PLACES)
         at[person] = (place, i)
-        story.append(f"{person} {rng.choice(MOVES)} the {place}.")
-      elif action == "pick":
+        story.append(f'{person} {rng.choice(MOVES)} the {place}.')
+      elif action == 'pick':
         obj = rng.choice(free)
         held[obj] = (person, i)
         dropped.pop(obj, None)
-        story.append(f"{person} {rng.choice(PICKS)} the {obj}.")
+        story.append(f'{person} {rng.choice(PICKS)} the {obj}.')
       else:
         obj = rng.choice(mine)
         del held[obj]
         place, move = at[person]
         dropped[obj] = (place, [move, i])
-        story.append(f"{person} {rng.choice(DROPS)} the {obj}.")
+        story.append(f'{person} {rng.choice(DROPS)} the {obj}.')
     known = sorted([*held, *dropped])
     if not known:
       continue
@@ -99,7 +103,7 @@ def two_supporting_facts(rng: random.Random) -> list[dict]:
       supporting = sorted([pick, move])
     else:
       place, supporting = dropped[obj]
-    examples.append(_example(story, f"Where is the {obj}?", place, supporting))
+    examples.append(_example(story, f'Where is the {obj}?', place, supporting))
   return examples
 
 
@@ -108,19 +112,26 @@ def basic_induction(rng: random.Random) -> list[dict]:
   *others, asked = rng.sample(NAMES, len(NAMES))
   color_of = {animal: rng.choice(COLORS) for animal in ANIMALS}
   species = {name: rng.choice(ANIMALS) for name in others}
-  facts = [(name, kind) for name in others for kind in ("species", "color")]
+  facts = [(name, kind) for name in others for kind in ('species', 'color')]
   rng.shuffle(facts)
-  story = [f"{name} is a {species[name]}." if kind == "species"
-           else f"{name} is {color_of[species[name]]}." for name, kind in facts]
+  story = [
+    f'{name} is a {species[name]}.'
+    if kind == 'species'
+    else f'{name} is {color_of[species[name]]}.'
+    for name, kind in facts
+  ]
   animal = rng.choice([species[name] for name in others])
-  story.append(f"{asked} is a {animal}.")
+  story.append(f'{asked} is a {animal}.')
   kin = next(name for name in others if species[name] == animal)
-  supporting = [len(story) - 1, facts.index((kin, "species")), facts.index((kin, "color"))]
-  return [_example(story, f"What color is {asked}?", color_of[animal], supporting)]
+  supporting = [len(story) - 1, facts.index((kin, 'species')), facts.index((kin, 'color'))]
+  return [_example(story, f'What color is {asked}?', color_of[animal], supporting)]
 
 
 TASKS: dict[int, Callable[[random.Random], list[dict]]] = {
-    1: single_supporting_fact, 2: two_supporting_facts, 16: basic_induction}
+  1: single_supporting_fact,
+  2: two_supporting_facts,
+  16: basic_induction,
+}
 
 
 @dataclasses.dataclass(eq=False)
@@ -130,6 +141,7 @@ class BabiConfig(GeneratedConfig):
   Attributes:
     task: the bAbI task number, a key of `TASKS`.
   """
+
   task: int = 1
 
 
@@ -144,11 +156,11 @@ def generate_splits(config: BabiConfig) -> dict[str, list[dict]]:
   seen = set()
   splits = {}
   for split in SPLITS:
-    size = getattr(config, f"{split}_size")
+    size = getattr(config, f'{split}_size')
     examples = []
     while len(examples) < size:
       for example in TASKS[config.task](rng):
-        key = "\n".join([*example["story"], example["question"]])
+        key = '\n'.join([*example['story'], example['question']])
         if key not in seen and len(examples) < size:
           seen.add(key)
           examples.append(example)
@@ -159,29 +171,38 @@ def generate_splits(config: BabiConfig) -> dict[str, list[dict]]:
 def qa_info(builder: tfds.core.DatasetBuilder, description: str) -> tfds.core.DatasetInfo:
   """The features of a question-answering dataset, shared by `babi_tasks` and `babi_files`."""
   return tfds.core.DatasetInfo(
-      builder=builder,
-      description=description,
-      features=tfds.features.FeaturesDict({
-          "story": tfds.features.Sequence(tfds.features.Text()),
-          "question": tfds.features.Text(),
-          "answer": tfds.features.Text(),
-          "supporting": tfds.features.Tensor(shape=(None,), dtype=np.int32)}))
+    builder=builder,
+    description=description,
+    features=tfds.features.FeaturesDict(
+      {
+        'story': tfds.features.Sequence(tfds.features.Text()),
+        'question': tfds.features.Text(),
+        'answer': tfds.features.Text(),
+        'supporting': tfds.features.Tensor(shape=(None,), dtype=np.int32),
+      }
+    ),
+  )
 
 
 def _config(task: int, train_size: int) -> BabiConfig:
-  return BabiConfig(name=f"qa{task}_{train_size // 1000}k", task=task, train_size=train_size,
-                    validation_size=train_size // 10, test_size=1_000,
-                    description=f"bAbI task {task} ({TASKS[task].__name__.replace('_', ' ')}), "
-                                f"{train_size:,} training questions.")
+  return BabiConfig(
+    name=f'qa{task}_{train_size // 1000}k',
+    task=task,
+    train_size=train_size,
+    validation_size=train_size // 10,
+    test_size=1_000,
+    description=f'bAbI task {task} ({TASKS[task].__name__.replace("_", " ")}), '
+    f'{train_size:,} training questions.',
+  )
 
 
 class BabiTasks(tfds.core.GeneratorBasedBuilder):
   """bAbI-style stories and questions for tasks 1, 2 and 16, generated offline."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
   BUILDER_CONFIGS = [_config(task, size) for task in TASKS for size in (1_000, 10_000)]
-  DEFAULT_CONFIG_NAME = "qa1_10k"
+  DEFAULT_CONFIG_NAME = 'qa1_10k'
 
   def _info(self) -> tfds.core.DatasetInfo:
     return qa_info(self, __doc__)
@@ -193,4 +214,4 @@ class BabiTasks(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, examples: list[dict]):
     for i, example in enumerate(examples):
-      yield i, {**example, "supporting": np.asarray(example["supporting"], np.int32)}
+      yield i, {**example, 'supporting': np.asarray(example['supporting'], np.int32)}

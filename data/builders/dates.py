@@ -18,9 +18,19 @@ from data.builders.text_pairs import text_pair_info
 # babel's localized styles and CLDR patterns (month and weekday names follow the locale). Only
 # one all-numeric pattern per separator, so no rendering is ambiguous: dots are day-first,
 # slashes month-first. Locale 'short' styles are left out because they disagree on the order.
-FORMATS = ("medium", "long", "full", "d MMM y", "d MMMM y", "EEE d MMM y", "EEEE d MMMM y",
-           "MMMM d, y", "dd.MM.y", "MM/dd/y")
-ALL_LOCALES = ("en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "it_IT", "pt_BR", "nl_NL")
+FORMATS = (
+  'medium',
+  'long',
+  'full',
+  'd MMM y',
+  'd MMMM y',
+  'EEE d MMM y',
+  'EEEE d MMMM y',
+  'MMMM d, y',
+  'dd.MM.y',
+  'MM/dd/y',
+)
+ALL_LOCALES = ('en_US', 'en_GB', 'de_DE', 'fr_FR', 'es_ES', 'it_IT', 'pt_BR', 'nl_NL')
 
 
 @dataclasses.dataclass(eq=False)
@@ -36,30 +46,31 @@ class DatesConfig(tfds.core.BuilderConfig):
     last_date: latest date, ISO.
     seed: seed of the draw.
   """
+
   locales: tuple[str, ...] = ALL_LOCALES
   train_size: int = 20_000
   validation_size: int = 1_000
   test_size: int = 1_000
-  first_date: str = "1950-01-01"
-  last_date: str = "2049-12-31"
+  first_date: str = '1950-01-01'
+  last_date: str = '2049-12-31'
   seed: int = 0
 
 
 def render(date: datetime.date, pattern: str, locale: str) -> str:
   """`date` in babel `pattern` and `locale`, with every kind of space made a plain space."""
-  return " ".join(babel_dates.format_date(date, format=pattern, locale=locale).split())
+  return ' '.join(babel_dates.format_date(date, format=pattern, locale=locale).split())
 
 
 class Dates(tfds.core.GeneratorBasedBuilder):
   """Dates in many formats and locales -> ISO dates."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
   BUILDER_CONFIGS = [
-      DatesConfig(name="multilingual", description=f"Dates in {', '.join(ALL_LOCALES)}."),
-      DatesConfig(name="en", locales=("en_US", "en_GB"), description="Dates in English."),
+    DatesConfig(name='multilingual', description=f'Dates in {", ".join(ALL_LOCALES)}.'),
+    DatesConfig(name='en', locales=('en_US', 'en_GB'), description='Dates in English.'),
   ]
-  DEFAULT_CONFIG_NAME = "multilingual"
+  DEFAULT_CONFIG_NAME = 'multilingual'
 
   def _info(self) -> tfds.core.DatasetInfo:
     return text_pair_info(self, __doc__)
@@ -71,20 +82,25 @@ class Dates(tfds.core.GeneratorBasedBuilder):
     num_days = (datetime.date.fromisoformat(c.last_date) - first).days + 1
     total = c.test_size + c.validation_size + c.train_size
     if total > num_days:
-      raise ValueError(f"dates: {total} examples need {total} distinct days, the range has "
-                       f"{num_days}.")
+      raise ValueError(
+        f'dates: {total} examples need {total} distinct days, the range has {num_days}.'
+      )
     rng = np.random.default_rng(c.seed)
     days = rng.choice(num_days, size=total, replace=False)
     locales = rng.integers(len(c.locales), size=total)
     patterns = rng.integers(len(FORMATS), size=total)
-    rows = [(first + datetime.timedelta(days=int(day)), FORMATS[pattern], c.locales[locale])
-            for day, pattern, locale in zip(days, patterns, locales, strict=True)]
+    rows = [
+      (first + datetime.timedelta(days=int(day)), FORMATS[pattern], c.locales[locale])
+      for day, pattern, locale in zip(days, patterns, locales, strict=True)
+    ]
     cut = np.cumsum([c.test_size, c.validation_size])
-    return {"train": self._generate_examples(rows[cut[1]:]),
-            "validation": self._generate_examples(rows[cut[0]:cut[1]]),
-            "test": self._generate_examples(rows[:cut[0]])}
+    return {
+      'train': self._generate_examples(rows[cut[1] :]),
+      'validation': self._generate_examples(rows[cut[0] : cut[1]]),
+      'test': self._generate_examples(rows[: cut[0]]),
+    }
 
   def _generate_examples(self, rows: list[tuple[datetime.date, str, str]]):
     for date, pattern, locale in rows:
       iso = date.isoformat()
-      yield iso, {"source": render(date, pattern, locale), "target": iso}
+      yield iso, {'source': render(date, pattern, locale), 'target': iso}

@@ -5,13 +5,13 @@ skipping texts already used. Generating the held-out splits first keeps them the
 config that only asks for more training examples, so results on both compare on one test set.
 """
 
+from collections.abc import Callable
 import dataclasses
 import random
-from collections.abc import Callable
 
 import tensorflow_datasets as tfds
 
-SPLITS = ("test", "validation", "train")  # The order they are generated in.
+SPLITS = ('test', 'validation', 'train')  # The order they are generated in.
 
 
 @dataclasses.dataclass(eq=False)
@@ -24,14 +24,16 @@ class GeneratedConfig(tfds.core.BuilderConfig):
     test_size: examples in the test split.
     seed: seed of the generator.
   """
+
   train_size: int = 10_000
   validation_size: int = 1_000
   test_size: int = 1_000
   seed: int = 0
 
 
-def disjoint_splits(config: GeneratedConfig, generate: Callable[[random.Random], dict],
-                    distinct: int | None = None) -> dict[str, list[dict]]:
+def disjoint_splits(
+  config: GeneratedConfig, generate: Callable[[random.Random], dict], distinct: int | None = None
+) -> dict[str, list[dict]]:
   """Every split's examples, no 'text' in two of them, reproducible from `config.seed`.
 
   Args:
@@ -46,10 +48,12 @@ def disjoint_splits(config: GeneratedConfig, generate: Callable[[random.Random],
   Raises:
     ValueError: if the splits ask for more than `distinct` examples.
   """
-  sizes = {split: getattr(config, f"{split}_size") for split in SPLITS}
+  sizes = {split: getattr(config, f'{split}_size') for split in SPLITS}
   if distinct is not None and sum(sizes.values()) > distinct:
-    raise ValueError(f"{type(config).__name__} {config.name!r} asks for {sum(sizes.values())} "
-                     f"examples but has only {distinct} distinct ones.")
+    raise ValueError(
+      f'{type(config).__name__} {config.name!r} asks for {sum(sizes.values())} '
+      f'examples but has only {distinct} distinct ones.'
+    )
   rng = random.Random(config.seed)
   seen = set()
   splits = {}
@@ -57,8 +61,8 @@ def disjoint_splits(config: GeneratedConfig, generate: Callable[[random.Random],
     examples = []
     while len(examples) < size:
       example = generate(rng)
-      if example["text"] not in seen:
-        seen.add(example["text"])
+      if example['text'] not in seen:
+        seen.add(example['text'])
         examples.append(example)
     splits[split] = examples
   return splits

@@ -25,7 +25,6 @@ import tensorflow_datasets as tfds
 
 from data.builders.generated import GeneratedConfig, disjoint_splits
 
-
 RECALL_PAIRS = (4, 8, 16, 32)  # the recall study's sizes: a builder config 'pairs_N' each
 
 
@@ -38,14 +37,14 @@ class MqarConfig(GeneratedConfig):
     num_keys: key names `k0 .. k{num_keys - 1}` to draw the distinct keys from.
     num_values: value names `v0 .. v{num_values - 1}`, drawn with replacement.
   """
+
   num_pairs: int = 16
   num_keys: int = 64
   num_values: int = 64
   train_size: int = 20_000
 
 
-def generate_example(rng: random.Random, num_pairs: int, num_keys: int,
-                     num_values: int) -> dict:
+def generate_example(rng: random.Random, num_pairs: int, num_keys: int, num_values: int) -> dict:
   """One random example.
 
   Args:
@@ -62,11 +61,16 @@ def generate_example(rng: random.Random, num_pairs: int, num_keys: int,
   keys = rng.sample(range(num_keys), num_pairs)
   values = [rng.randrange(num_values) for _ in keys]
   order = rng.sample(range(num_pairs), num_pairs)  # The query section's pairs.
-  words = [f"{prefix}{n}" for i in list(range(num_pairs)) + order
-           for prefix, n in (("k", keys[i]), ("v", values[i]))]
-  return {"text": " ".join(words),
-          "answers": [2 * num_pairs + 2 * q + 1 for q in range(num_pairs)],
-          "support": [2 * i for i in order]}
+  words = [
+    f'{prefix}{n}'
+    for i in list(range(num_pairs)) + order
+    for prefix, n in (('k', keys[i]), ('v', values[i]))
+  ]
+  return {
+    'text': ' '.join(words),
+    'answers': [2 * num_pairs + 2 * q + 1 for q in range(num_pairs)],
+    'support': [2 * i for i in order],
+  }
 
 
 def generate_splits(config: MqarConfig) -> dict[str, list[dict]]:
@@ -77,41 +81,67 @@ def generate_splits(config: MqarConfig) -> dict[str, list[dict]]:
       splits ask for.
   """
   if config.num_pairs > config.num_keys:
-    raise ValueError(f"mqar config {config.name!r}: num_pairs={config.num_pairs} distinct keys "
-                     f"need num_keys >= num_pairs, got {config.num_keys}.")
+    raise ValueError(
+      f'mqar config {config.name!r}: num_pairs={config.num_pairs} distinct keys '
+      f'need num_keys >= num_pairs, got {config.num_keys}.'
+    )
   # Key sequences x value sequences x query orders; asking for more could never finish.
-  distinct = (math.perm(config.num_keys, config.num_pairs) * config.num_values ** config.num_pairs
-              * math.factorial(config.num_pairs))
-  return disjoint_splits(config, functools.partial(
-      generate_example, num_pairs=config.num_pairs, num_keys=config.num_keys,
-      num_values=config.num_values), distinct)
+  distinct = (
+    math.perm(config.num_keys, config.num_pairs)
+    * config.num_values**config.num_pairs
+    * math.factorial(config.num_pairs)
+  )
+  return disjoint_splits(
+    config,
+    functools.partial(
+      generate_example,
+      num_pairs=config.num_pairs,
+      num_keys=config.num_keys,
+      num_values=config.num_values,
+    ),
+    distinct,
+  )
 
 
 class Mqar(tfds.core.GeneratorBasedBuilder):
   """Multi-query associative recall: recall each key's value from earlier in the context."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
   BUILDER_CONFIGS = [
-      MqarConfig(name="default", description="16 pairs of 64 keys and 64 values, 22,000 "
-                 "examples of 64 tokens."),
-      MqarConfig(name="small", description="8 pairs of 64 keys and 64 values, 7,000 examples of "
-                 "32 tokens.", num_pairs=8, train_size=5_000),
+    MqarConfig(
+      name='default', description='16 pairs of 64 keys and 64 values, 22,000 examples of 64 tokens.'
+    ),
+    MqarConfig(
+      name='small',
+      description='8 pairs of 64 keys and 64 values, 7,000 examples of 32 tokens.',
+      num_pairs=8,
+      train_size=5_000,
+    ),
   ]
   BUILDER_CONFIGS += [
-      MqarConfig(name=f"pairs_{n}", description=f"{n} pairs of 64 keys and 64 values, 20,000 "
-                 f"training examples of {4 * n} tokens (configs/study_recall.py).", num_pairs=n)
-      for n in RECALL_PAIRS]
-  DEFAULT_CONFIG_NAME = "default"
+    MqarConfig(
+      name=f'pairs_{n}',
+      description=f'{n} pairs of 64 keys and 64 values, 20,000 '
+      f'training examples of {4 * n} tokens (configs/study_recall.py).',
+      num_pairs=n,
+    )
+    for n in RECALL_PAIRS
+  ]
+  DEFAULT_CONFIG_NAME = 'default'
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(
-        builder=self,
-        description=__doc__,
-        features=tfds.features.FeaturesDict({
-            "text": tfds.features.Text(),
-            "answers": tfds.features.Sequence(np.int32),
-            "support": tfds.features.Sequence(np.int32)}))
+      builder=self,
+      description=__doc__,
+      features=tfds.features.FeaturesDict(
+        {
+          'text': tfds.features.Text(),
+          'answers': tfds.features.Sequence(np.int32),
+          'support': tfds.features.Sequence(np.int32),
+        }
+      ),
+    )
 
   def _split_generators(self, dl_manager):
     del dl_manager  # Nothing to download.

@@ -15,7 +15,7 @@ import tensorflow_datasets as tfds
 
 from data.builders.text_pairs import text_pair_info
 
-LANGUAGES = ("digits", "en", "de", "fr", "es")
+LANGUAGES = ('digits', 'en', 'de', 'fr', 'es')
 
 
 @dataclasses.dataclass(eq=False)
@@ -31,8 +31,9 @@ class NumberWordsConfig(tfds.core.BuilderConfig):
     max_number: numbers are drawn from [0, max_number).
     seed: seed of the draw.
   """
-  source: str = "en"
-  target: str = "de"
+
+  source: str = 'en'
+  target: str = 'de'
   train_size: int = 30_000
   validation_size: int = 1_000
   test_size: int = 1_000
@@ -41,13 +42,17 @@ class NumberWordsConfig(tfds.core.BuilderConfig):
 
 
 def _pair(source: str, target: str) -> NumberWordsConfig:
-  return NumberWordsConfig(name=f"{source}_{target}", source=source, target=target,
-                           description=f"{source} -> {target} number words.")
+  return NumberWordsConfig(
+    name=f'{source}_{target}',
+    source=source,
+    target=target,
+    description=f'{source} -> {target} number words.',
+  )
 
 
 def render(number: int, language: str) -> str:
   """`number` in `language`: digits, or num2words' spelling as is (lower case)."""
-  return str(number) if language == "digits" else num2words(number, lang=language)
+  return str(number) if language == 'digits' else num2words(number, lang=language)
 
 
 def allocate(total: int, capacities: list[int]) -> list[int]:
@@ -57,7 +62,7 @@ def allocate(total: int, capacities: list[int]) -> list[int]:
   left or all it has, so small strata are exhausted and the rest is shared evenly.
   """
   if total > sum(capacities):
-    raise ValueError(f"Cannot draw {total} distinct numbers from {sum(capacities)}.")
+    raise ValueError(f'Cannot draw {total} distinct numbers from {sum(capacities)}.')
   counts = [0] * len(capacities)
   order = sorted(range(len(capacities)), key=lambda i: capacities[i])
   for visited, i in enumerate(order):
@@ -76,25 +81,34 @@ def sample_numbers(total: int, max_number: int, seed: int) -> np.ndarray:
     low = high
   rng = np.random.default_rng(seed)
   counts = allocate(total, [high - low for low, high in bounds])
-  draws = [low + rng.choice(high - low, size=k, replace=False)
-           for (low, high), k in zip(bounds, counts, strict=True)]
+  draws = [
+    low + rng.choice(high - low, size=k, replace=False)
+    for (low, high), k in zip(bounds, counts, strict=True)
+  ]
   return rng.permutation(np.concatenate(draws))
 
 
 class NumberWords(tfds.core.GeneratorBasedBuilder):
   """Numbers <-> number words in several languages."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
-  BUILDER_CONFIGS = [_pair("en", "de"), _pair("de", "en"), _pair("en", "fr"), _pair("en", "es"),
-                     _pair("digits", "en"), _pair("digits", "de"), _pair("en", "digits")]
-  DEFAULT_CONFIG_NAME = "en_de"
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+  BUILDER_CONFIGS = [
+    _pair('en', 'de'),
+    _pair('de', 'en'),
+    _pair('en', 'fr'),
+    _pair('en', 'es'),
+    _pair('digits', 'en'),
+    _pair('digits', 'de'),
+    _pair('en', 'digits'),
+  ]
+  DEFAULT_CONFIG_NAME = 'en_de'
 
   def _info(self) -> tfds.core.DatasetInfo:
     config = self.builder_config
     for language in (config.source, config.target):
       if language not in LANGUAGES:
-        raise ValueError(f"number_words language must be one of {LANGUAGES}, got {language!r}.")
+        raise ValueError(f'number_words language must be one of {LANGUAGES}, got {language!r}.')
     return text_pair_info(self, __doc__)
 
   def _split_generators(self, dl_manager):
@@ -103,11 +117,13 @@ class NumberWords(tfds.core.GeneratorBasedBuilder):
     numbers = sample_numbers(c.test_size + c.validation_size + c.train_size, c.max_number, c.seed)
     cut = np.cumsum([c.test_size, c.validation_size])
     test, validation, train = np.split(numbers, cut)
-    return {"train": self._generate_examples(train),
-            "validation": self._generate_examples(validation),
-            "test": self._generate_examples(test)}
+    return {
+      'train': self._generate_examples(train),
+      'validation': self._generate_examples(validation),
+      'test': self._generate_examples(test),
+    }
 
   def _generate_examples(self, numbers: np.ndarray):
     c = self.builder_config
     for number in numbers.tolist():
-      yield number, {"source": render(number, c.source), "target": render(number, c.target)}
+      yield number, {'source': render(number, c.source), 'target': render(number, c.target)}

@@ -25,7 +25,7 @@ import tensorflow_datasets as tfds
 from data.builders.babi import qa_info
 
 VALIDATION_FRACTION = 0.1
-_FILE_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
+_FILE_SPLITS = {'train': 'train', 'valid': 'validation', 'test': 'test'}
 
 
 @dataclasses.dataclass(eq=False)
@@ -35,6 +35,7 @@ class BabiFilesConfig(tfds.core.BuilderConfig):
   Attributes:
     files: `((split, path), ...)`; 'validation' only when the folder has a valid file.
   """
+
   files: tuple[tuple[str, str], ...] = ()
 
 
@@ -47,20 +48,29 @@ def task_files(folder: str, task: int) -> dict[str, epath.Path]:
   """
   root = epath.Path(folder).expanduser()
   if not root.is_dir():
-    raise FileNotFoundError(f"config.dataset.folder: no such folder: {folder!r}.")
+    raise FileNotFoundError(f'config.dataset.folder: no such folder: {folder!r}.')
   files = {}
   for suffix, split in _FILE_SPLITS.items():
-    found = sorted(root.glob(f"qa{task}_*_{suffix}.txt"))
+    found = sorted(root.glob(f'qa{task}_*_{suffix}.txt'))
     if len(found) > 1:
-      raise ValueError(f"config.dataset.task={task} matches several {suffix} files in {folder}: "
-                       f"{[p.name for p in found]}.")
+      raise ValueError(
+        f'config.dataset.task={task} matches several {suffix} files in {folder}: '
+        f'{[p.name for p in found]}.'
+      )
     if found:
       files[split] = found[0]
-  if "train" not in files or "test" not in files:
-    tasks = sorted({int(m.group(1)) for p in root.glob("qa*_*_train.txt")
-                    if (m := re.match(r"qa(\d+)_", p.name))})
-    raise ValueError(f"config.dataset.task={task} has no qa{task}_*_train.txt and "
-                     f"qa{task}_*_test.txt in {folder}; tasks there: {tasks}.")
+  if 'train' not in files or 'test' not in files:
+    tasks = sorted(
+      {
+        int(m.group(1))
+        for p in root.glob('qa*_*_train.txt')
+        if (m := re.match(r'qa(\d+)_', p.name))
+      }
+    )
+    raise ValueError(
+      f'config.dataset.task={task} has no qa{task}_*_train.txt and '
+      f'qa{task}_*_test.txt in {folder}; tasks there: {tasks}.'
+    )
   return files
 
 
@@ -77,11 +87,11 @@ def read_stories(path: epath.Path) -> list[list[dict]]:
   """
   stories = []
   statements, line_to_statement, last_id = [], {}, 0
-  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-    where = f"{path}, line {number}"
+  for number, line in enumerate(path.read_text(encoding='utf-8').splitlines(), start=1):
+    where = f'{path}, line {number}'
     if not line.strip():
       continue
-    match = re.fullmatch(r"\s*(\d+) (.*)", line)
+    match = re.fullmatch(r'\s*(\d+) (.*)', line)
     if not match:
       raise ValueError(f"{where}: expected 'ID text', got {line!r}.")
     line_id, text = int(match.group(1)), match.group(2)
@@ -89,23 +99,34 @@ def read_stories(path: epath.Path) -> list[list[dict]]:
       stories.append([])
       statements, line_to_statement = [], {}
     elif line_id != last_id + 1:
-      raise ValueError(f"{where}: ID {line_id} follows ID {last_id}; expected {last_id + 1}, or 1 "
-                       "to start a story.")
+      raise ValueError(
+        f'{where}: ID {line_id} follows ID {last_id}; expected {last_id + 1}, or 1 '
+        'to start a story.'
+      )
     last_id = line_id
-    if "\t" not in text:
+    if '\t' not in text:
       line_to_statement[line_id] = len(statements)
       statements.append(text.strip())
       continue
-    columns = [c.strip() for c in text.split("\t")]
+    columns = [c.strip() for c in text.split('\t')]
     if len(columns) < 3 or not columns[0] or not columns[1]:
-      raise ValueError(f"{where}: a question needs 'question<TAB>answer<TAB>supporting IDs', "
-                       f"got {line!r}.")
+      raise ValueError(
+        f"{where}: a question needs 'question<TAB>answer<TAB>supporting IDs', got {line!r}."
+      )
     ids = columns[2].split()
     if not all(i.isdigit() and int(i) in line_to_statement for i in ids):
-      raise ValueError(f"{where}: supporting IDs {columns[2]!r} must name earlier statements of "
-                       f"the story, which are {sorted(line_to_statement)}.")
-    stories[-1].append({"story": list(statements), "question": columns[0], "answer": columns[1],
-                        "supporting": [line_to_statement[int(i)] for i in ids]})
+      raise ValueError(
+        f'{where}: supporting IDs {columns[2]!r} must name earlier statements of '
+        f'the story, which are {sorted(line_to_statement)}.'
+      )
+    stories[-1].append(
+      {
+        'story': list(statements),
+        'question': columns[0],
+        'answer': columns[1],
+        'supporting': [line_to_statement[int(i)] for i in ids],
+      }
+    )
   return [story for story in stories if story]
 
 
@@ -117,13 +138,15 @@ def read_splits(config: BabiFilesConfig) -> dict[str, list[dict]]:
       stories when validation must be cut from it.
   """
   stories = {split: read_stories(epath.Path(path)) for split, path in config.files}
-  if "validation" not in stories:
-    train = stories["train"]
+  if 'validation' not in stories:
+    train = stories['train']
     if len(train) < 2:
-      raise ValueError(f"{dict(config.files)['train']} has {len(train)} story with a question; "
-                       "cutting validation from it needs at least 2 (or add a valid file).")
+      raise ValueError(
+        f'{dict(config.files)["train"]} has {len(train)} story with a question; '
+        'cutting validation from it needs at least 2 (or add a valid file).'
+      )
     cut = len(train) - min(len(train) - 1, max(1, round(VALIDATION_FRACTION * len(train))))
-    stories["train"], stories["validation"] = train[:cut], train[cut:]
+    stories['train'], stories['validation'] = train[:cut], train[cut:]
   return {split: [ex for story in parts for ex in story] for split, parts in stories.items()}
 
 
@@ -138,11 +161,12 @@ def config_for_folder(folder: str, task: int) -> BabiFilesConfig:
   digest = hashlib.sha256()
   for split in sorted(files):
     digest.update(split.encode() + files[split].read_bytes())
-  stem = re.sub(r"[^a-z0-9]+", "_", epath.Path(folder).expanduser().name.lower()).strip("_")
+  stem = re.sub(r'[^a-z0-9]+', '_', epath.Path(folder).expanduser().name.lower()).strip('_')
   config = BabiFilesConfig(
-      name=f"{stem or 'babi'}_qa{task}_{digest.hexdigest()[:12]}",
-      files=tuple((split, str(path)) for split, path in sorted(files.items())),
-      description=f"bAbI task {task} from {folder}.")
+    name=f'{stem or "babi"}_qa{task}_{digest.hexdigest()[:12]}',
+    files=tuple((split, str(path)) for split, path in sorted(files.items())),
+    description=f'bAbI task {task} from {folder}.',
+  )
   read_splits(config)  # Malformed lines raise here, before anything is prepared.
   return config
 
@@ -150,8 +174,8 @@ def config_for_folder(folder: str, task: int) -> BabiFilesConfig:
 class BabiFiles(tfds.core.GeneratorBasedBuilder):
   """The original bAbI files of one task; build its config with `config_for_folder`."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
 
   def _info(self) -> tfds.core.DatasetInfo:
     return qa_info(self, __doc__)
@@ -159,11 +183,12 @@ class BabiFiles(tfds.core.GeneratorBasedBuilder):
   def _split_generators(self, dl_manager):
     del dl_manager  # The files are local.
     if self.builder_config is None or not self.builder_config.files:
-      raise ValueError("babi_files needs a config from "
-                       "data.readers.babi_files.config_for_folder(folder, task).")
+      raise ValueError(
+        'babi_files needs a config from data.readers.babi_files.config_for_folder(folder, task).'
+      )
     splits = read_splits(self.builder_config)
     return {split: self._generate_examples(examples) for split, examples in splits.items()}
 
   def _generate_examples(self, examples: list[dict]):
     for i, example in enumerate(examples):
-      yield i, {**example, "supporting": np.asarray(example["supporting"], np.int32)}
+      yield i, {**example, 'supporting': np.asarray(example['supporting'], np.int32)}

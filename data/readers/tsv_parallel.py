@@ -33,10 +33,11 @@ class TsvParallelConfig(tfds.core.BuilderConfig):
   Attributes:
     path: the tab-separated file.
   """
-  path: str = ""
+
+  path: str = ''
 
 
-def config_for_path(path: str, field: str = "tsv_path") -> TsvParallelConfig:
+def config_for_path(path: str, field: str = 'tsv_path') -> TsvParallelConfig:
   """A config named `<file name>_<hash of contents>` for the file at `path`.
 
   Raises:
@@ -44,15 +45,17 @@ def config_for_path(path: str, field: str = "tsv_path") -> TsvParallelConfig:
   """
   file = epath.Path(path).expanduser()
   if not file.is_file():
-    raise FileNotFoundError(f"config.dataset.{field}: no such file: {path!r}.")
+    raise FileNotFoundError(f'config.dataset.{field}: no such file: {path!r}.')
   digest = hashlib.sha256(file.read_bytes()).hexdigest()[:12]
-  stem = re.sub(r"[^a-z0-9]+", "_", file.name.lower()).strip("_") or "tsv"
-  return TsvParallelConfig(name=f"{stem}_{digest}", path=str(file),
-                           description=f"Sentence pairs from {file}.")
+  stem = re.sub(r'[^a-z0-9]+', '_', file.name.lower()).strip('_') or 'tsv'
+  return TsvParallelConfig(
+    name=f'{stem}_{digest}', path=str(file), description=f'Sentence pairs from {file}.'
+  )
 
 
-def read_columns(path: str, builder: str, header: str,
-                 field: str = "tsv_path") -> list[tuple[int, str, str]]:
+def read_columns(
+  path: str, builder: str, header: str, field: str = 'tsv_path'
+) -> list[tuple[int, str, str]]:
   """The `(line number, first column, second column)` of every well-formed line of a TSV file.
 
   Blank lines are ignored silently; lines that are not UTF-8, have no tab, or have an empty first
@@ -66,28 +69,34 @@ def read_columns(path: str, builder: str, header: str,
   rows = []
   skipped = collections.Counter()
   first_skipped = 0
-  for number, raw in enumerate(epath.Path(path).read_bytes().split(b"\n"), start=1):
+  for number, raw in enumerate(epath.Path(path).read_bytes().split(b'\n'), start=1):
     try:
-      line = raw.decode("utf-8").lstrip("\ufeff").rstrip("\r")
+      line = raw.decode('utf-8').lstrip('\ufeff').rstrip('\r')
     except UnicodeDecodeError:
-      reason = "not UTF-8"
+      reason = 'not UTF-8'
     else:
       if not line.strip():
         continue
-      columns = line.split("\t")
+      columns = line.split('\t')
       if len(columns) < 2:
-        reason = "no tab"
+        reason = 'no tab'
       elif not columns[0].strip() or not columns[1].strip():
-        reason = "an empty column"
+        reason = 'an empty column'
       else:
         rows.append((number, columns[0].strip(), columns[1].strip()))
         continue
     skipped[reason] += 1
     first_skipped = first_skipped or number
   if skipped:
-    reasons = ", ".join(f"{count} with {reason}" for reason, count in sorted(skipped.items()))
-    logging.warning("%s: skipped %d malformed line(s) of %s (%s); the first is line %d.", builder,
-                    sum(skipped.values()), path, reasons, first_skipped)
+    reasons = ', '.join(f'{count} with {reason}' for reason, count in sorted(skipped.items()))
+    logging.warning(
+      '%s: skipped %d malformed line(s) of %s (%s); the first is line %d.',
+      builder,
+      sum(skipped.values()),
+      path,
+      reasons,
+      first_skipped,
+    )
   if not rows:
     raise ValueError(f"config.dataset.{field} {path!r} has no '{header}' line.")
   return rows
@@ -95,39 +104,46 @@ def read_columns(path: str, builder: str, header: str,
 
 def read_pairs(path: str) -> list[tuple[int, str, str]]:
   """The `(line number, source, target)` of every well-formed line; see `read_columns`."""
-  return read_columns(path, "tsv_parallel", "source<TAB>target")
+  return read_columns(path, 'tsv_parallel', 'source<TAB>target')
 
 
-def split_by_first_column(rows: list[tuple[int, str, str]], builder: str,
-                          what: str) -> dict[str, list[tuple[int, str, str]]]:
+def split_by_first_column(
+  rows: list[tuple[int, str, str]], builder: str, what: str
+) -> dict[str, list[tuple[int, str, str]]]:
   """Assigns whole groups of `read_columns` rows with the same first column (case and spacing
   ignored) to train, validation or test, `HOLDOUT_FRACTION` of the groups (at least one) each
   to the last two; `builder` and `what` (the first column's contents) name them in errors."""
   groups = {}
   for row in rows:
-    groups.setdefault(" ".join(row[1].casefold().split()), []).append(row)
+    groups.setdefault(' '.join(row[1].casefold().split()), []).append(row)
   if len(groups) < 3:
-    raise ValueError(f"{builder} needs at least 3 distinct {what} for train, validation and "
-                     f"test, got {len(groups)}.")
+    raise ValueError(
+      f'{builder} needs at least 3 distinct {what} for train, validation and '
+      f'test, got {len(groups)}.'
+    )
   keys = list(groups)
   order = np.random.default_rng(_SEED).permutation(len(keys))
   holdout = max(1, round(HOLDOUT_FRACTION * len(keys)))
-  parts = {"test": order[:holdout], "validation": order[holdout:2 * holdout],
-           "train": order[2 * holdout:]}
-  return {split: [row for g in sorted(part) for row in groups[keys[g]]]
-          for split, part in parts.items()}
+  parts = {
+    'test': order[:holdout],
+    'validation': order[holdout : 2 * holdout],
+    'train': order[2 * holdout :],
+  }
+  return {
+    split: [row for g in sorted(part) for row in groups[keys[g]]] for split, part in parts.items()
+  }
 
 
 def split_by_source(pairs: list[tuple[int, str, str]]) -> dict[str, list[tuple[int, str, str]]]:
   """Assigns whole groups of pairs with the same source (case and spacing ignored) to a split."""
-  return split_by_first_column(pairs, "tsv_parallel", "source sentences")
+  return split_by_first_column(pairs, 'tsv_parallel', 'source sentences')
 
 
 class TsvParallel(tfds.core.GeneratorBasedBuilder):
   """A local tab-separated parallel corpus; build its config with `config_for_path`."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Initial release."}
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
 
   def _info(self) -> tfds.core.DatasetInfo:
     return text_pair_info(self, __doc__)
@@ -135,10 +151,12 @@ class TsvParallel(tfds.core.GeneratorBasedBuilder):
   def _split_generators(self, dl_manager):
     del dl_manager  # The file is local.
     if self.builder_config is None or not self.builder_config.path:
-      raise ValueError("tsv_parallel needs a config from data.readers.tsv_parallel.config_for_path(path).")
+      raise ValueError(
+        'tsv_parallel needs a config from data.readers.tsv_parallel.config_for_path(path).'
+      )
     splits = split_by_source(read_pairs(self.builder_config.path))
     return {split: self._generate_examples(pairs) for split, pairs in splits.items()}
 
   def _generate_examples(self, pairs: list[tuple[int, str, str]]):
     for number, source, target in pairs:
-      yield number, {"source": source, "target": target}
+      yield number, {'source': source, 'target': target}
