@@ -53,6 +53,15 @@ def pytest_collection_modifyitems(items):
   )
 
 
+@pytest.fixture(scope='session')
+def tfds_dir(tmp_path_factory):
+  """One TFDS data dir per test worker: each dataset the tests read is prepared once, not once per
+  module or test (preparing number_words alone takes about 8 s of CPU). A prepared dataset is
+  named by its builder, config and version and generated deterministically, so sharing the
+  folder changes no test's data."""
+  return tmp_path_factory.getbasetemp() / 'tfds'
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
   """A NumPy generator with a fixed seed, fresh for every test."""

@@ -53,9 +53,9 @@ def test_split_sentences(text, sentences):
 
 
 @pytest.fixture(scope='module')
-def docs_dir(tmp_path_factory):
-  """A data dir with key_sentence_docs prepared, shared by this module."""
-  data_dir = tmp_path_factory.mktemp('tfds')
+def docs_dir(tfds_dir):
+  """A data dir with key_sentence_docs prepared."""
+  data_dir = tfds_dir
   key_sentence.KeySentenceDocs(
     data_dir=str(data_dir), file_format='array_record'
   ).download_and_prepare()

@@ -49,9 +49,9 @@ TINY = [
 
 
 @pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
+def data_dir(tfds_dir, tmp_path_factory):
   """The default config's dataset, prepared once (the tests' runs start side by side)."""
-  data_dir = tmp_path_factory.mktemp('tfds')
+  data_dir = tfds_dir
   config = default.get_config()
   config.dataset.data_dir = str(data_dir)
   tasks.build(config, str(tmp_path_factory.mktemp('vocab')))

@@ -17,9 +17,8 @@ from data.tokenizers import EOS_ID, MANIFEST, PAD_ID
 
 
 @pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  """One TFDS data dir for the module: each dataset is prepared in it once."""
-  return str(tmp_path_factory.mktemp('tfds'))
+def data_dir(tfds_dir):
+  return str(tfds_dir)
 
 
 @pytest.fixture(scope='module')

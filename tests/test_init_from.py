@@ -20,9 +20,9 @@ from training.setup import build_state
 
 
 @pytest.fixture(scope='module')
-def pretrained(tmp_path_factory):
+def pretrained(tfds_dir, tmp_path_factory):
   """A 1-layer translation Transformer trained for 4 steps, and its config."""
-  data_dir = tmp_path_factory.mktemp('tfds')
+  data_dir = tfds_dir
   workdir = str(tmp_path_factory.mktemp('pretrained'))
   config = tiny(get_config('default'), data_dir)
   training.train_and_evaluate(config, workdir)

@@ -62,9 +62,9 @@ def test_mqar_splits_are_disjoint_and_sized():
 
 
 @pytest.fixture(scope='module')
-def mqar_dir(tmp_path_factory):
-  """A data dir with mqar/small prepared (about half a second), shared by this module."""
-  data_dir = tmp_path_factory.mktemp('tfds')
+def mqar_dir(tfds_dir):
+  """A data dir with mqar/small prepared (about half a second)."""
+  data_dir = tfds_dir
   mqar.Mqar(
     config='small', data_dir=str(data_dir), file_format='array_record'
   ).download_and_prepare()

@@ -78,8 +78,8 @@ def _tiny_lm(config_name, data_dir, **dataset):
   return config
 
 
-def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path):
-  config = _tiny_lm('gpt_mqar', tmp_path / 'tfds')
+def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path, tfds_dir):
+  config = _tiny_lm('gpt_mqar', tfds_dir)
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
   metrics = evaluate_checkpoint(workdir, max_examples=16, num_heatmaps=1)
@@ -91,12 +91,10 @@ def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path):
   assert os.path.getsize(os.path.join(workdir, 'eval', 'attention_heads_0000.png')) > 1000
 
 
-def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(tmp_path):
+def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(tmp_path, tfds_dir):
   text = tmp_path / 'book.txt'
   text.write_text('It was the best of times, it was the worst of times.\n' * 40)
-  config = _tiny_lm(
-    'gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32, eval_lengths=(16,)
-  )
+  config = _tiny_lm('gpt_text', tfds_dir, text_path=str(text), seq_length=32, eval_lengths=(16,))
   workdir = str(tmp_path / 'run')
   validation = training.train_and_evaluate(config, workdir)
   assert validation['bits_per_char@16'] == pytest.approx(validation['loss@16'] / np.log(2))
@@ -109,8 +107,8 @@ def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(t
   assert all('-> [T=0] ' in line and ' || [T=1] ' in line for line in lines[1:])
 
 
-def test_bert_pretraining_scores_the_masked_tokens(tmp_path):
-  config = _tiny_lm('bert_pretrain', tmp_path / 'tfds', builder_config='default', seq_length=32)
+def test_bert_pretraining_scores_the_masked_tokens(tmp_path, tfds_dir):
+  config = _tiny_lm('bert_pretrain', tfds_dir, builder_config='default', seq_length=32)
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
   with open(os.path.join(workdir, 'vocab', 'vocab.json'), encoding='utf-8') as f:
@@ -121,19 +119,19 @@ def test_bert_pretraining_scores_the_masked_tokens(tmp_path):
   assert '<mask>' in lines[1] and lines[1].endswith('right')
 
 
-def test_a_window_longer_than_the_held_out_text_fails_when_the_task_is_built(tmp_path):
+def test_a_window_longer_than_the_held_out_text_fails_when_the_task_is_built(tmp_path, tfds_dir):
   text = tmp_path / 'short.txt'
   text.write_text('abcdefghij' * 100)  # held out: 50 + 50 chars
-  config = _tiny_lm('gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=64)
+  config = _tiny_lm('gpt_text', tfds_dir, text_path=str(text), seq_length=64)
   with pytest.raises(ValueError, match=r"seq_length=64 .* split 'validation'"):
     tasks.build(config, str(tmp_path / 'run'))
 
 
-def test_eval_lengths_are_refused_past_a_learned_table_and_for_other_tasks(tmp_path):
+def test_eval_lengths_are_refused_past_a_learned_table_and_for_other_tasks(tmp_path, tfds_dir):
   text = tmp_path / 'book.txt'
   text.write_text('It was the best of times, it was the worst of times.\n' * 40)
   config = _tiny_lm(
-    'gpt_text', tmp_path / 'tfds', text_path=str(text), seq_length=32, eval_lengths=(64, 128)
+    'gpt_text', tfds_dir, text_path=str(text), seq_length=32, eval_lengths=(64, 128)
   )
   config.model.positions = 'learned'
   with pytest.raises(
@@ -171,15 +169,15 @@ def test_continuations_stay_within_the_trained_positions(
 
 
 @pytest.mark.slow
-def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_path):
-  pretrain = _tiny_lm('bert_pretrain', tmp_path / 'tfds', builder_config='default', seq_length=32)
+def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_path, tfds_dir):
+  pretrain = _tiny_lm('bert_pretrain', tfds_dir, builder_config='default', seq_length=32)
   pretrained = str(tmp_path / 'pretrained')
   training.train_and_evaluate(pretrain, pretrained)
   config = get_config('bert_finetune')
   config.model = pretrain.model
   # bucket_step = max_length: one padded shape, so each step compiles once.
   config.dataset.update(
-    data_dir=str(tmp_path / 'tfds'), batch_size=8, eval_batch_size=8, max_length=64, bucket_step=64
+    data_dir=str(tfds_dir), batch_size=8, eval_batch_size=8, max_length=64, bucket_step=64
   )
   config.update(init_from=pretrained, num_train_steps=2, eval_every_steps=0, num_eval_decode=0)
   workdir = str(tmp_path / 'tuned')

@@ -86,9 +86,9 @@ def _tiny(name, arg, data_dir, model, **dataset):
   return config
 
 
-def test_memn2n_on_babi_trains_evaluates_and_writes_the_hop_table(tmp_path):
+def test_memn2n_on_babi_trains_evaluates_and_writes_the_hop_table(tmp_path, tfds_dir):
   config = _tiny(
-    'memn2n_babi', 'qa16', tmp_path / 'tfds', dict(embed_dim=8, hops=3), builder_config='qa16_1k'
+    'memn2n_babi', 'qa16', tfds_dir, dict(embed_dim=8, hops=3), builder_config='qa16_1k'
   )
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
@@ -124,11 +124,11 @@ def test_ntm_copy_trains_evaluates_and_draws(tmp_path):
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
 
-def test_memn2n_linear_start_follows_the_train_step(tmp_path):
+def test_memn2n_linear_start_follows_the_train_step(tmp_path, tfds_dir):
   config = _tiny(
     'memn2n_babi',
     'qa1',
-    tmp_path / 'tfds',
+    tfds_dir,
     dict(embed_dim=8, linear_start_steps=1),
     builder_config='qa1_1k',
   )

@@ -68,8 +68,8 @@ def _validation(workdir):
 
 
 @pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  return tmp_path_factory.mktemp('tfds')
+def data_dir(tfds_dir):
+  return tfds_dir
 
 
 @pytest.fixture(scope='module')

@@ -106,8 +106,10 @@ def test_train_command_passes_every_override():
 
 
 @pytest.mark.slow
-def test_sweep_trains_runs_side_by_side_reports_failures_resumes_and_skips_finished(tmp_path):
-  base = {**TINY, 'dataset.data_dir': str(tmp_path / 'tfds')}
+def test_sweep_trains_runs_side_by_side_reports_failures_resumes_and_skips_finished(
+  tmp_path, tfds_dir
+):
+  base = {**TINY, 'dataset.data_dir': str(tfds_dir)}
   config = sweep.apply(default.get_config(), base)
   [run] = sweep.expand(config, ['seed=0'])
   sweep.prepare_data(config, [run])

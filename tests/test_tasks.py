@@ -87,8 +87,10 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize('task_name, model', PAIRS)
-def test_every_task_trains_every_fitting_model_one_step(task_name, model, tmp_path_factory):
-  config = tiny_config(task_name, model, tmp_path_factory.getbasetemp() / 'tfds')
+def test_every_task_trains_every_fitting_model_one_step(
+  task_name, model, tfds_dir, tmp_path_factory
+):
+  config = tiny_config(task_name, model, tfds_dir)
   config.model.update(VARIANTS.get(model, {}))
   schema.validate(config)
   task = tasks.build(config, str(tmp_path_factory.mktemp('run')))

@@ -69,10 +69,10 @@ def _pngs(out_dir):
   return names
 
 
-def test_vit_on_digits_trains_evaluates_and_draws_rollout(tmp_path):
+def test_vit_on_digits_trains_evaluates_and_draws_rollout(tmp_path, tfds_dir):
   config = _tiny(
     'vit_digits',
-    tmp_path / 'tfds',
+    tfds_dir,
     dict(patch_size=2, num_layers=2, d_model=16, num_heads=2, d_ff=32),
   )
   workdir = str(tmp_path / 'run')
@@ -86,10 +86,10 @@ def test_vit_on_digits_trains_evaluates_and_draws_rollout(tmp_path):
   assert _pngs(out) == ['attention_0000.png', 'attention_0001.png', 'confusion_matrix.png']
 
 
-def test_captioner_on_digit_captions_trains_evaluates_and_draws(tmp_path):
+def test_captioner_on_digit_captions_trains_evaluates_and_draws(tmp_path, tfds_dir):
   # The Transformer decoder takes the same path (tests/test_tasks.py trains it for a step).
   model = dict(encoder='cnn', decoder='gru', d_model=16, cnn_channels=(8, 8), embed_dim=8)
-  config = _tiny('caption_digits', tmp_path / 'tfds', model, builder_config='small')
+  config = _tiny('caption_digits', tfds_dir, model, builder_config='small')
   config.attention_penalty = 1.0
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)

@@ -1,13 +1,31 @@
 """Metric writers (metrics.jsonl and TensorBoard events) and the live progress line."""
 
+import importlib
 import json
 import logging as std_logging
 import os
+import sys
 import time
 
 from absl import logging
 import jax
-import tensorboardX
+
+
+def _import_tensorboardx():
+  """tensorboardX, kept from importing torch: where torch is installed (the test and bench extras
+  install it) tensorboardX imports it at once, about 1.8 s of every train.py start on 2 CPU cores,
+  only to accept torch tensors, and Attend writes Python floats."""
+  hide = 'torch' not in sys.modules
+  if hide:
+    sys.modules['torch'] = None  # `import torch` raises ImportError, which tensorboardX allows
+  try:
+    return importlib.import_module('tensorboardX')
+  finally:
+    if hide:
+      del sys.modules['torch']
+
+
+tensorboardX = _import_tensorboardx()
 
 
 class MetricsWriter:
