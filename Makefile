@@ -31,11 +31,12 @@ run: $(VENV)/.installed
 
 # Formatting and lint first (ruff, configured in pyproject.toml), then the suite on two workers
 # (pytest-xdist): the suite is mostly XLA compilation, one core per compile; under
-# mimalloc (training/allocator.py) that compilation runs about a third faster.
+# mimalloc (training/allocator.py) that compilation runs about a third faster. `--dist loadgroup`
+# keeps each xdist_group on one worker: the tutorials' runs, then the docs site built from them.
 test: $(VENV)/.installed-test
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/python -m training.allocator pytest -q -n 2
+	$(BIN)/python -m training.allocator pytest -q -n 2 --dist loadgroup
 
 # The benchmark suite (about 40 min on 2 CPU cores); tables on stdout, JSON under runs/bench/.
 bench: $(VENV)/.installed-bench

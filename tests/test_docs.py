@@ -1,6 +1,9 @@
-"""The documentation: the config reference matches the schema, the site builds strictly, and the
-README stays short with every link pointing at a file that exists."""
+"""The documentation: the config reference matches the schema, the site builds strictly with a
+page per tutorial showing what the tutorial printed and drew, lists and tables are written so
+that they render, and the README stays short with every link pointing at a file that exists."""
 
+import glob
+import html
 import importlib.util
 import os
 import re
@@ -61,9 +64,38 @@ def test_the_reference_finds_comments_and_docstring_entries():
   assert reference.docstring_entries(doc) == {'size': 'the size, continued.', 'rate': 'a rate.'}
 
 
-def test_the_site_builds_strictly(tmp_path):
+def _tutorials_hook():
+  spec = importlib.util.spec_from_file_location(
+    'tutorials_hook', os.path.join(ROOT, 'docs', 'hooks', 'tutorials.py')
+  )
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _tutorials_run_first(request) -> set[str]:
+  """The tutorials whose run (tests/test_tutorials.py, which records its outputs) this session
+  holds and has run before this test: all that were selected when the order is known (one
+  process, where tests/conftest.py puts that file first; or `--dist loadgroup`, where they share
+  this test's group and worker), none under other xdist modes."""
+  if (
+    os.environ.get('PYTEST_XDIST_WORKER') and request.config.getoption('dist', 'no') != 'loadgroup'
+  ):
+    return set()
+  return {
+    item.callspec.params['path']
+    for item in request.session.items
+    if item.originalname == 'test_the_tutorial_runs_top_to_bottom'
+  }
+
+
+@pytest.mark.xdist_group('tutorials_site')  # after the tutorials' runs, on their worker
+def test_the_site_builds_strictly(tmp_path, request):
   pytest.importorskip('mkdocs', reason='mkdocs is not installed: pip install ".[docs]"')
   pytest.importorskip('material', reason='mkdocs-material is not installed: pip install ".[docs]"')
+  jupytext = pytest.importorskip(
+    'jupytext', reason='jupytext is not installed: pip install ".[docs]"'
+  )
   env = dict(os.environ, NO_MKDOCS_2_WARNING='1')
   result = subprocess.run(
     [
@@ -84,15 +116,83 @@ def test_the_site_builds_strictly(tmp_path):
     timeout=300,
   )
   assert result.returncode == 0, result.stdout + result.stderr
-  assert (tmp_path / 'site' / 'config_reference' / 'index.html').exists()
+  site = tmp_path / 'site'
+  assert (site / 'config_reference' / 'index.html').exists()
+
+  # Each tutorial is a page with its code and, when a run of its source is recorded (always for
+  # those this session ran first), what each cell printed and the figures it drew.
+  hook = _tutorials_hook()
+  ran = _tutorials_run_first(request)
+  overview = (site / 'tutorials' / 'index.html').read_text(encoding='utf-8')
+  for path in hook.TUTORIALS:
+    name = hook.name_of(path)
+    assert f'href="{name}/"' in overview, f'docs/tutorials.md does not link to {name}'
+    page_dir = site / 'tutorials' / name
+    page = (page_dir / 'index.html').read_text(encoding='utf-8')
+    notebook = hook.load_record(path)
+    assert notebook is not None or path not in ran, f'{name}: the site was built without its run'
+    cells = (notebook or jupytext.read(path)).cells
+    code = [c for c in cells if c.cell_type == 'code']
+    last_line = max(code[-1].source.splitlines(), key=len)
+    text = html.unescape(re.sub(r'<[^>]+>', '', page))  # highlighted code is split in spans
+    assert last_line in text, f'{name}: code missing'
+    if notebook is None:
+      assert hook.COMMAND in text, f'{name}: says neither its outputs nor how to record them'
+      continue
+    printed = [o.text for c in code for o in c.outputs if o.output_type == 'stream']
+    first_line = printed[0].splitlines()[0]
+    assert html.escape(first_line, quote=False) in page, f'{name}: printed output missing'
+    figures = [
+      o.metadata['filename'] for c in code for o in c.outputs if o.output_type == 'display_data'
+    ]
+    images = re.findall(r'<img [^>]*src="([^"]+)"', page)
+    for figure in figures:
+      src = next((s for s in images if s.endswith(figure)), None)
+      assert src is not None, f'{name}: no <img> of {figure}'
+      assert (page_dir / src).is_file(), f'{name}: {src} is not in the site'
+    assert (site / 'tutorials' / f'{name}.ipynb').is_file()
 
 
-def test_the_readme_is_short_and_its_links_resolve():
-  with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
-    text = f.read()
-  assert len(text.splitlines()) <= 250
-  targets = re.findall(r'\]\(([^)\s]+)\)', text)
-  local = [t.split('#')[0] for t in targets if not re.match(r'[a-z]+://|#', t)]
-  assert 'docs/config_reference.md' in local
-  missing = [t for t in local if not os.path.exists(os.path.join(ROOT, t))]
-  assert missing == []
+def _markdown_blocks():
+  """(where, lines) of every Markdown text the site renders: docs/*.md and the tutorials'
+  markdown cells."""
+  for path in sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md'))):
+    with open(path, encoding='utf-8') as f:
+      yield os.path.relpath(path, ROOT), f.read().splitlines()
+  for path in sorted(glob.glob(os.path.join(ROOT, 'tutorials', '[0-9][0-9][0-9]_*.py'))):
+    with open(path, encoding='utf-8') as f:
+      cells = re.findall(r'^# %% \[markdown\]\n((?:#.*\n?)+)', f.read(), flags=re.M)
+    for cell in cells:
+      lines = [line[2:] if line.startswith('# ') else line[1:] for line in cell.splitlines()]
+      yield os.path.relpath(path, ROOT), lines
+
+
+def test_lists_and_tables_start_a_block():
+  """Python-Markdown needs a blank line before a list or a table that follows a paragraph;
+  without it the items run on as the paragraph's text."""
+  starts = re.compile(r'(?:[-*+] |\d+[.)] |\|)')
+  found = []
+  for where, lines in _markdown_blocks():
+    fenced = False
+    for before, line in zip(lines, lines[1:]):
+      if line.lstrip().startswith(('```', '~~~')):
+        fenced = not fenced
+      if fenced or not starts.match(line) or not before.strip():
+        continue
+      if before.startswith((' ', '#', '|', '!!!')) or starts.match(before):
+        continue  # an item's continuation, a heading, a table's rows, a list's items
+      found.append(f'{where}: {before.strip()[:60]!r} then {line[:40]!r}')
+  assert found == [], 'add a blank line before each'
+
+
+def test_the_tutorial_pages_turn_latex_into_mathml():
+  """Their markdown cells' LaTeX becomes MathML at build time (no script, no network); Markdown
+  never sees it, so its `_` and `*` stay math."""
+  pytest.importorskip('latex2mathml', reason='latex2mathml is not installed: pip install ".[docs]"')
+  hook = _tutorials_hook()
+  math = {}
+  text = hook._protect_math('a $x_i^2$ b `$PATH` c $$\\sum_i a_i * b_i$$ d', math)
+  assert '`$PATH`' in text and '$' not in text.replace('`$PATH`', '')
+  inline, display = math.values()
+  assert inline.startswith('<math') and 'display="inline"' in inline and '<msubsup>' in inline
+  assert display.startswith('<math') and 'display="block"' in display and '<munder>' in display
