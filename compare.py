@@ -5,7 +5,8 @@
   python compare.py runs/study_recall --metrics=accuracy --against=dataset.builder_config
 
 Each path is a training workdir or a folder of them; report.md and curves.png (and against.png)
-go to --out.
+go to --out. The figures label each setting only by the fields that tell it apart from the others
+('positions=alibi'), with axes and metrics in words (docs/studies_classic.md).
 """
 
 import sys

@@ -4,7 +4,9 @@
 
 A run is a workdir written by train.py (config.json, metrics.jsonl); runs that differ only in
 their seed (or cross-validation fold) are one setting (`reports.runs`), and the table gives
-their mean ± std. It only reads files: no jax, no model is built.
+their mean ± std. It only reads files: no jax, no model is built. The figures label each setting
+only by what tells it apart from the others ('positions=alibi', `reports.runs.legend`) and name
+axes and metrics in words (`reports.runs.metric_words`).
 """
 
 import io
@@ -21,10 +23,14 @@ from reports.runs import (
   Setting,
   Stat,
   aggregate,
+  and_list,
+  config_keys,
   find_runs,
   format_value,
   group_settings,
+  legend,
   load_run,
+  metric_words,
   select_metrics,
   summarize_run,
 )
@@ -61,9 +67,30 @@ def markdown_table(fields: list[str], settings: list[Setting], metrics: list[str
   return '\n'.join(lines)
 
 
-def draw_curves(settings: list[Setting], metrics: list[str]) -> bytes:
-  """PNG of train loss and each eval metric against step; one colour per setting, all its seeds."""
+def curve_words(settings: list[Setting], metrics: list[str]) -> dict:
+  """The words of curves.png: 'title', per panel its 'panels' title and 'ylabels', the 'xlabel'.
+
+  The title says what tells the settings apart ('Training curves by positions'); a panel is the
+  training loss, then each eval metric on the runs' eval split, named by `metric_words`.
+  """
+  names, _ = legend([setting.values for setting in settings], config_keys(settings))
+  splits = '/'.join(sorted({run.eval_split for setting in settings for run in setting.runs}))
+  if names:
+    title = f'Training curves by {and_list(names)}'
+  else:
+    title = f'Training curves of {settings[0].label}' if len(settings) == 1 else 'Training curves'
+  return {
+    'title': title,
+    'panels': ['training loss'] + [f'{splits} {metric_words(metric)}' for metric in metrics],
+    'ylabels': [metric_words('loss')] + [metric_words(metric) for metric in metrics],
+    'xlabel': 'training step',
+  }
+
+
+def curves_figure(settings: list[Setting], metrics: list[str]) -> Figure:
+  """Train loss and each eval metric against step; one colour per setting, all its seeds."""
   panels = [('train', 'loss')] + [(None, metric) for metric in metrics]  # None: a run's eval split.
+  words = curve_words(settings, metrics)
   columns = min(3, len(panels))
   rows = math.ceil(len(panels) / columns)
   # Drawn by Agg outside pyplot: files only, and matplotlib's backend is left as it is.
@@ -89,24 +116,33 @@ def draw_curves(settings: list[Setting], metrics: list[str]) -> bytes:
             markersize=3,
             linewidth=1,
           )
-  splits = sorted({run.eval_split for setting in settings for run in setting.runs})
-  for ax, (split, metric) in zip(axes.flat, panels):
-    ax.set_title(f'{split or "/".join(splits)} {metric}', fontsize=10)
-    ax.set_xlabel('step')
-    ax.set_ylabel(metric)
+  for ax, title, ylabel in zip(axes.flat, words['panels'], words['ylabels']):
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(words['xlabel'])
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
   for ax in list(axes.flat)[len(panels) :]:
     ax.set_visible(False)
+  figure.suptitle(words['title'], fontsize=12)
   # Below the panels, as settings' labels can be longer than a panel is wide.
   handles = [
     Line2D([], [], color=colours(index % 10), label=setting.label)
     for index, setting in enumerate(settings)
   ]  # Each setting once, however many seeds.
+  longest = max((len(setting.label) for setting in settings), default=0)
   figure.legend(
-    handles=handles, loc='outside lower center', ncols=min(3, len(settings)), fontsize=8
+    handles=handles,
+    loc='outside lower center',
+    ncols=min(3 if longest <= 45 else 2, len(settings)),
+    fontsize=9,
   )
+  return figure
+
+
+def draw_curves(settings: list[Setting], metrics: list[str]) -> bytes:
+  """PNG of `curves_figure`."""
   buffer = io.BytesIO()
-  figure.savefig(buffer, format='png', dpi=100, bbox_inches='tight')
+  curves_figure(settings, metrics).savefig(buffer, format='png', dpi=100, bbox_inches='tight')
   return buffer.getvalue()
 
 

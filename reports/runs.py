@@ -7,7 +7,8 @@ A run is a workdir written by train.py (config.json, metrics.jsonl). The config 
 among the runs, the replicate fields aside (`REPLICATES`: the seed, and the cross-validation fold
 `dataset.fold`), define a run's setting; runs of one setting are its seeds (or folds). It only
 reads files: no jax, no model is built. The comparison (compare.py) and the figure against one
-field (compare_against.py) both draw on it.
+field (compare_against.py) both draw on it, and on the words their figures use: `legend` (what
+tells the lines apart), `metric_words` (`METRIC_WORDS`) and `field_words`.
 """
 
 import dataclasses
@@ -168,6 +169,122 @@ def format_value(value) -> str:
   return value if isinstance(value, str) else json.dumps(value)
 
 
+# A metric's name in words, the one mapping the figures' titles, axes and ticks read; a metric not
+# here is written with its underscores as spaces ('sequence_accuracy': 'sequence accuracy').
+METRIC_WORDS = {
+  'bits_per_char': 'bits per character',
+  'exact_match': 'exact match',
+  'teacher_forced_exact_match': 'teacher-forced exact match',
+  'token_accuracy': 'token accuracy',
+  'attention_entropy': 'attention entropy (nats)',
+  'attention_hit_rate': 'attention hit rate',
+  'bleu': 'BLEU',
+  'grad_norm': 'gradient norm',
+}
+# A field along a figure's x axis in words, by its short name (`short_names`); others are written
+# with their underscores as spaces.
+FIELD_WORDS = {
+  'builder_config': 'dataset configuration',
+  'd_k': 'key dimension d_k',
+  'num_kv_heads': 'key/value heads',
+  'warmup_steps': 'warm-up steps',
+  'positions': 'positional encoding',
+}
+EVAL_LENGTH = 'evaluation length (tokens)'  # what the N of 'bits_per_char@N' is
+
+
+def metric_words(metric: str) -> str:
+  """'bits_per_char' -> 'bits per character'; 'loss@128' -> 'loss at 128 tokens'; 'accuracy@init'
+  -> 'accuracy at initialisation'; 'attention_hit_rate/head0' -> 'attention hit rate (head0)'."""
+  name, at, suffix = metric.partition('@')
+  if at:
+    where = (
+      'initialisation' if suffix == 'init' else f'{suffix} tokens' if suffix.isdigit() else suffix
+    )
+    return f'{metric_words(name)} at {where}'
+  name, slash, part = metric.partition('/')
+  if slash:
+    return f'{metric_words(name)} ({part})'
+  return METRIC_WORDS.get(name, name.replace('_', ' '))
+
+
+def short_names(fields: list[str], keys) -> dict[str, str]:
+  """Field -> its shortest dotted suffix that no other of the config `keys` ends with.
+
+  'model.positions' -> 'positions'; 'model.name' stays whole where 'dataset.name' is a key too.
+  """
+  names = {}
+  for field in fields:
+    parts = field.split('.')
+    for start in range(len(parts) - 1, -1, -1):
+      suffix = '.'.join(parts[start:])
+      others = (key for key in keys if key != field)
+      if not any(key == suffix or key.endswith('.' + suffix) for key in others):
+        break
+    names[field] = suffix
+  return names
+
+
+def field_words(field: str, keys=()) -> str:
+  """A field along an axis in words: 'model.num_kv_heads' -> 'key/value heads'."""
+  name = short_names([field], keys)[field]
+  return FIELD_WORDS.get(name, name.replace('_', ' '))
+
+
+def _determines(values: list[dict], given: list[str], fields: list[str]) -> bool:
+  """Whether the values of `given` fix those of `fields` across `values`."""
+  seen = {}
+  for value in values:
+    key = json.dumps([value[f] for f in given], default=repr)
+    fixed = json.dumps([value[f] for f in fields], default=repr)
+    if seen.setdefault(key, fixed) != fixed:
+      return False
+  return True
+
+
+def legend(values: list[dict], keys) -> tuple[list[str], list[str]]:
+  """(short names of the fields that tell the lines apart, each line's label).
+
+  `values` holds one dict per line drawn (field -> value). A line is labelled by the fields whose
+  values differ among the lines, written 'name=value' with `short_names` (among the config
+  `keys`): 'positions=alibi'. A field whose value follows from another labelling field's, which
+  its own value does not fix in turn, is left out: a setting that comes with another, as the
+  learned position table's `dataset.eval_lengths=[64]` comes with `model.positions=learned`.
+  Fields that fix each other (a pair count and the sequence length it sets) are all kept. No
+  field differs: the labels are ''.
+  """
+  fields = [
+    field
+    for field in (values[0] if values else {})
+    if len({json.dumps(value[field], default=repr) for value in values}) > 1
+  ]
+  dropped = True
+  while dropped:
+    dropped = False
+    for field in fields:
+      if any(
+        _determines(values, [other], [field]) and not _determines(values, [field], [other])
+        for other in fields
+        if other != field
+      ):
+        fields.remove(field)
+        dropped = True
+        break
+  names = short_names(fields, keys)
+  labels = [', '.join(f'{names[f]}={format_value(value[f])}' for f in fields) for value in values]
+  return [names[f] for f in fields], labels
+
+
+def config_keys(settings: list[Setting]) -> set:
+  """Every config key of the settings' runs (what `short_names` keeps names unambiguous among)."""
+  return set().union(*(run.config for setting in settings for run in setting.runs))
+
+
+def and_list(names: list[str]) -> str:
+  """['a'] -> 'a'; ['a', 'b', 'c'] -> 'a, b and c'."""
+  return ' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
 def natural_key(value) -> tuple:
   """Numbers numerically, then strings with their digit runs as numbers, then anything else."""
   if isinstance(value, (int, float)):
@@ -181,15 +298,20 @@ def natural_key(value) -> tuple:
 
 
 def group_settings(runs: list[Run]) -> tuple[list[str], list[Setting]]:
-  """(differing fields, settings in natural order of their values); a setting holds its seeds."""
+  """(differing fields, settings in natural order of their values); a setting holds its seeds.
+
+  A setting's label is its `legend` label ('positions=alibi'), or its first run's directory name
+  where no field differs.
+  """
   fields = setting_fields([run.config for run in runs])
   groups = {}
   for run in runs:
     values = tuple(run.config.get(field, _MISSING) for field in fields)
     groups.setdefault(json.dumps(values, default=repr), (values, []))[1].append(run)
+  keys = set().union(*(run.config for run in runs))
+  _, labels = legend([dict(zip(fields, values)) for values, _ in groups.values()], keys)
   settings = []
-  for values, members in groups.values():
-    label = ', '.join(f'{field}={format_value(value)}' for field, value in zip(fields, values))
+  for (values, members), label in zip(groups.values(), labels):
     settings.append(Setting(label or members[0].name, dict(zip(fields, values)), members))
   settings.sort(key=lambda setting: [natural_key(value) for value in setting.values.values()])
   return fields, settings

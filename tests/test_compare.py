@@ -66,7 +66,7 @@ def test_seeds_of_a_setting_are_averaged_with_sample_std(study):
   runs = [runs_lib.load_run(path) for path in runs_lib.find_runs([str(study)])]
   fields, settings = runs_lib.group_settings(runs)
   assert fields == ['model.score']  # seed varies too but is not a setting; d_k does not vary.
-  assert [setting.label for setting in settings] == ['model.score=additive', 'model.score=dot']
+  assert [setting.label for setting in settings] == ['score=additive', 'score=dot']
   assert [len(setting.runs) for setting in settings] == [3, 3]
   additive, dot = (
     runs_lib.aggregate([runs_lib.summarize_run(run, ['accuracy', 'loss']) for run in setting.runs])
@@ -187,6 +187,127 @@ def test_curves_are_a_png(study):
   assert width > 600 and height > 200  # Three panels side by side, a legend below.
 
 
+def _words(figure):
+  """(suptitle, legend texts, [(panel title, x label, y label, x tick labels)]) of a Figure."""
+  figure.canvas.draw()  # tick labels are set when drawn
+  panels = [
+    (ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), [t.get_text() for t in ax.get_xticklabels()])
+    for ax in figure.axes
+    if ax.get_visible()
+  ]
+  [legend] = figure.legends
+  return figure.get_suptitle(), [text.get_text() for text in legend.get_texts()], panels
+
+
+def test_curves_name_settings_by_what_differs_and_axes_in_words(study):
+  runs = [runs_lib.load_run(path) for path in runs_lib.find_runs([str(study)])]
+  _, settings = runs_lib.group_settings(runs)
+  title, legend, panels = _words(compare.curves_figure(settings, ['exact_match', 'loss']))
+  assert title == 'Training curves by score'
+  assert legend == ['score=additive', 'score=dot']  # not 'model.score=...', nor the shared d_k
+  assert [panel[:3] for panel in panels] == [
+    ('training loss', 'training step', 'loss'),
+    ('validation exact match', 'training step', 'exact match'),
+    ('validation loss', 'training step', 'loss'),
+  ]
+
+
+def _length_study(directory):
+  """The length study's shape: the learned table's run also sets dataset.eval_lengths=[64]."""
+  table = {'alibi': [1.35, 1.32, 1.31, 1.32], 'rope': [1.28, 1.44, 2.03, 2.74], 'learned': [1.38]}
+  for positions, bits in table.items():
+    lengths = [64, 128, 256, 512][: len(bits)]
+    final = {'step': 2000, 'split': 'validation', 'loss': 0.9, 'bits_per_char': bits[0]}
+    final.update({f'bits_per_char@{n}': value for n, value in zip(lengths, bits)})
+    run = directory / f'model.positions={positions}'
+    _write_run(run, lines=[{'step': 1000, 'split': 'train', 'loss': 2.0}, final])
+    config = json.loads((run / 'config.json').read_text())
+    config['model'].update(positions=positions, name='gpt')
+    config['dataset'].update(eval_lengths=lengths, name='text')  # two '.name' keys
+    (run / 'config.json').write_text(json.dumps(config))
+  return [runs_lib.load_run(path) for path in runs_lib.find_runs([str(directory)])]
+
+
+def test_against_metrics_names_lines_by_positions_and_x_by_evaluation_length(tmp_path):
+  _, settings = runs_lib.group_settings(_length_study(tmp_path))
+  metrics = [f'bits_per_char@{n}' for n in (64, 128, 256, 512)]
+  figure = compare_against.against_figure(settings, metrics, 'metrics')
+  title, legend, [panel] = _words(figure)
+  assert title == 'Final validation bits per character by evaluation length, by positions'
+  # dataset.eval_lengths differs for the learned run only, and follows from its positions.
+  assert legend == ['positions=alibi', 'positions=rope', 'positions=learned']
+  assert panel == (
+    '',
+    'evaluation length (tokens)',
+    'bits per character',
+    ['64', '128', '256', '512'],
+  )
+  out = tmp_path / 'out'
+  compare.write_report([str(tmp_path)], str(out), metrics=metrics, against='metrics')
+  assert Image.open(out / 'against.png').size[0] > 500
+  rows = [line for line in (out / 'report.md').read_text().splitlines() if line.startswith('|')]
+  assert rows[0].startswith('| dataset.eval_lengths | model.positions | n |')  # the table: whole
+
+
+def test_against_a_field_names_the_field_and_metrics_in_words(tmp_path):
+  for score in ('dot', 'additive'):
+    for d_k in (8, 16):
+      _write_run(tmp_path / f'{score}_{d_k}', score=score, d_k=d_k, lines=_lines(d_k / 100, 1.0))
+  _, settings = runs_lib.group_settings(
+    [runs_lib.load_run(path) for path in runs_lib.find_runs([str(tmp_path)])]
+  )
+  figure = compare_against.against_figure(settings, ['accuracy', 'loss'], 'model.d_k')
+  title, legend, panels = _words(figure)
+  assert title == 'Final validation metrics against key dimension d_k, by score'
+  assert legend == ['score=additive', 'score=dot']
+  assert panels == [
+    ('accuracy', 'key dimension d_k', 'accuracy', ['8', '16']),
+    ('loss', 'key dimension d_k', 'loss', ['8', '16']),
+  ]
+  words = compare_against.against_words(settings, ['accuracy', 'loss'], 'metrics')
+  assert words['ticks'] == ['accuracy', 'loss'] and words['xlabel'] == 'metric'
+  assert words['title'] == 'Final validation metrics, by d_k and score'
+
+
+def test_legend_keeps_what_tells_lines_apart_in_short_names():
+  keys = {'model.positions', 'model.name', 'dataset.name', 'dataset.eval_lengths', 'seed'}
+  values = [
+    {'dataset.eval_lengths': [64, 128], 'model.name': 'gpt', 'model.positions': 'rope'},
+    {'dataset.eval_lengths': [64, 128], 'model.name': 'gpt', 'model.positions': 'alibi'},
+    {'dataset.eval_lengths': [64], 'model.name': 'gpt', 'model.positions': 'learned'},
+  ]
+  # Shared (model.name) and dependent (eval_lengths, fixed by positions, not fixing it) fields: out.
+  assert runs_lib.legend(values, keys) == (
+    ['positions'],
+    ['positions=rope', 'positions=alibi', 'positions=learned'],
+  )
+  # Fields that fix each other (a pair count and its sequence length) are both kept; a last
+  # component shared by two keys keeps its prefix.
+  pairs = [
+    {'dataset.name': 'pairs_4', 'dataset.seq_length': 16, 'model.window': 0},
+    {'dataset.name': 'pairs_8', 'dataset.seq_length': 32, 'model.window': 0},
+    {'dataset.name': 'pairs_8', 'dataset.seq_length': 32, 'model.window': 16},
+  ]
+  names, labels = runs_lib.legend(pairs, keys | {'dataset.seq_length', 'model.window'})
+  assert names == ['dataset.name', 'seq_length', 'window']
+  assert labels[2] == 'dataset.name=pairs_8, seq_length=32, window=16'
+  assert runs_lib.legend([{'model.d_k': 16}, {'model.d_k': 16}], keys) == ([], ['', ''])
+  assert runs_lib.short_names(['seed', 'model.seed'], {'seed', 'model.seed'}) == {
+    'seed': 'seed',
+    'model.seed': 'model.seed',
+  }
+
+
+def test_metric_words():
+  assert runs_lib.metric_words('bits_per_char') == 'bits per character'
+  assert runs_lib.metric_words('bits_per_char@128') == 'bits per character at 128 tokens'
+  assert runs_lib.metric_words('accuracy@init') == 'accuracy at initialisation'
+  assert runs_lib.metric_words('attention_hit_rate/head0') == 'attention hit rate (head0)'
+  assert runs_lib.metric_words('sequence_accuracy') == 'sequence accuracy'  # not in the mapping
+  assert runs_lib.field_words('model.num_kv_heads') == 'key/value heads'
+  assert runs_lib.field_words('dataset.max_rows') == 'max rows'
+
+
 def test_command_line(study, tmp_path):
   done = subprocess.run(
     [sys.executable, 'compare.py', str(study), '--metrics=accuracy'],
@@ -224,8 +345,8 @@ def test_against_a_field_draws_one_line_per_other_setting_and_skips_tied_fields(
   runs = [runs_lib.load_run(path) for path in runs_lib.find_runs([str(tmp_path)])]
   _, settings = runs_lib.group_settings(runs)
   lines = compare_against.lines(settings, 'model.d_k')
-  assert list(lines) == ['model.score=additive', 'model.score=dot']
-  assert [s.values['model.d_k'] for s in lines['model.score=dot']] == [8, 16, 32]
+  assert list(lines) == ['score=additive', 'score=dot']
+  assert [s.values['model.d_k'] for s in lines['score=dot']] == [8, 16, 32]
   with pytest.raises(
     ValueError,
     match=r'--against=model.heads is not a field that differs among '
