@@ -12,6 +12,7 @@ import sys
 import types
 
 import pytest
+from test_tutorials import tutorials_hook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,15 +65,6 @@ def test_the_reference_finds_comments_and_docstring_entries():
   assert reference.docstring_entries(doc) == {'size': 'the size, continued.', 'rate': 'a rate.'}
 
 
-def _tutorials_hook():
-  spec = importlib.util.spec_from_file_location(
-    'tutorials_hook', os.path.join(ROOT, 'docs', 'hooks', 'tutorials.py')
-  )
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def _tutorials_run_first(request) -> set[str]:
   """The tutorials whose run (tests/test_tutorials.py, which records its outputs) this session
   holds and has run before this test: all that were selected when the order is known (one
@@ -121,7 +113,7 @@ def test_the_site_builds_strictly(tmp_path, request):
 
   # Each tutorial is a page with its code and, when a run of its source is recorded (always for
   # those this session ran first), what each cell printed and the figures it drew.
-  hook = _tutorials_hook()
+  hook = tutorials_hook()
   ran = _tutorials_run_first(request)
   overview = (site / 'tutorials' / 'index.html').read_text(encoding='utf-8')
   for path in hook.TUTORIALS:
@@ -189,7 +181,7 @@ def test_the_tutorial_pages_turn_latex_into_mathml():
   """Their markdown cells' LaTeX becomes MathML at build time (no script, no network); Markdown
   never sees it, so its `_` and `*` stay math."""
   pytest.importorskip('latex2mathml', reason='latex2mathml is not installed: pip install ".[docs]"')
-  hook = _tutorials_hook()
+  hook = tutorials_hook()
   math = {}
   text = hook._protect_math('a $x_i^2$ b `$PATH` c $$\\sum_i a_i * b_i$$ d', math)
   assert '`$PATH`' in text and '$' not in text.replace('`$PATH`', '')

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUTORIALS = sorted(glob.glob(os.path.join(ROOT, 'tutorials', '[0-9][0-9][0-9]_*.py')))
 
 
-def _recorder():
+def tutorials_hook():
   """docs/hooks/tutorials.py: runs a tutorial cell by cell and records it; the site's hook."""
   spec = importlib.util.spec_from_file_location(
     'tutorials_hook', os.path.join(ROOT, 'docs', 'hooks', 'tutorials.py')
@@ -45,7 +45,7 @@ def test_the_tutorial_opens_as_a_notebook(path):
 @pytest.mark.parametrize('path', TUTORIALS, ids=os.path.basename)
 def test_the_tutorial_runs_top_to_bottom(path, tmp_path):
   pytest.importorskip('jupytext', reason='jupytext is not installed: pip install ".[docs]"')
-  recorder = _recorder()
+  recorder = tutorials_hook()
   record = recorder.record_path(path)
   # A fresh subprocess (MPLBACKEND=Agg, no PYTHONPATH) runs the cells in one namespace, as the
   # script runs, in the fresh working directory tmp_path; it records only when every cell ran.
