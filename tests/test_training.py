@@ -38,9 +38,10 @@ LOSS = functools.partial(teacher_forced_loss, bos_id=1, pad_id=0)
 DATA_ARGS = dict(input_vocab_size=11, output_vocab_size=13, pad_id=0)
 
 
-# The first 64 of number_words' 1,000 validation examples: what a tiny run of the default config
-# evaluates at its end (and eval.py reads); the checks need no more.
-EVAL_SPLIT = 'validation[:64]'
+# number_words' first 2,000 of 30,000 training pairs (reading and encoding them all took 1.3 s
+# of CPU at every build of the task) and first 64 of 1,000 validation examples (what a tiny run
+# of the default config evaluates at its end, and eval.py reads): the checks need no more.
+TRAIN_SPLIT, EVAL_SPLIT = 'train[:2000]', 'validation[:64]'
 
 
 def tiny(config, data_dir, **overrides):
@@ -64,7 +65,7 @@ def tiny(config, data_dir, **overrides):
     warmup_steps=2,
   )
   if config.dataset.name == 'number_words':
-    config.dataset.eval_split = EVAL_SPLIT
+    config.dataset.update(train_split=TRAIN_SPLIT, eval_split=EVAL_SPLIT)
   config.update(overrides)
   return config
 
@@ -140,6 +141,8 @@ def _start_train_py(workdir, data_dir, checkpoint_every_steps):
       f'dataset.{k}': v
       for k, v in dict(
         data_dir=data_dir,
+        train_split=TRAIN_SPLIT,
+        eval_split=EVAL_SPLIT,
         batch_size=8,
         eval_batch_size=8,
         max_input_length=40,
