@@ -27,6 +27,7 @@ from reports.runs import (
   Setting,
   and_list,
   config_keys,
+  determines,
   field_words,
   format_value,
   legend,
@@ -36,17 +37,6 @@ from reports.runs import (
 )
 
 METRICS = 'metrics'  # `against` value: the metrics themselves along x
-
-
-def _tied(settings: list[Setting], field: str, against: str) -> bool:
-  """Whether `field`'s value follows from `against`'s in every setting."""
-  seen = {}
-  for setting in settings:
-    key = json.dumps(setting.values[against], default=repr)
-    value = json.dumps(setting.values[field], default=repr)
-    if seen.setdefault(key, value) != value:
-      return False
-  return True
 
 
 def _legend(settings: list[Setting], against: str) -> tuple[list[str], dict[str, list[Setting]]]:
@@ -66,7 +56,8 @@ def _legend(settings: list[Setting], against: str) -> tuple[list[str], dict[str,
       f'--against={against} is not a field that differs among these runs; valid: '
       f'{", ".join([METRICS, *fields])}.'
     )
-  others = [f for f in fields if f != against and not _tied(settings, f, against)]
+  values = [setting.values for setting in settings]
+  others = [f for f in fields if f != against and not determines(values, [against], [f])]
   grouped = {}
   for setting in settings:
     key = json.dumps([setting.values[f] for f in others], default=repr)

@@ -231,8 +231,9 @@ def field_words(field: str, keys=()) -> str:
   return FIELD_WORDS.get(name, name.replace('_', ' '))
 
 
-def _determines(values: list[dict], given: list[str], fields: list[str]) -> bool:
-  """Whether the values of `given` fix those of `fields` across `values`."""
+def determines(values: list[dict], given: list[str], fields: list[str]) -> bool:
+  """Whether the values of `given` fix those of `fields` across `values` (one dict per setting or
+  line: field -> value)."""
   seen = {}
   for value in values:
     key = json.dumps([value[f] for f in given], default=repr)
@@ -263,7 +264,7 @@ def legend(values: list[dict], keys) -> tuple[list[str], list[str]]:
     dropped = False
     for field in fields:
       if any(
-        _determines(values, [other], [field]) and not _determines(values, [field], [other])
+        determines(values, [other], [field]) and not determines(values, [field], [other])
         for other in fields
         if other != field
       ):
