@@ -37,8 +37,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 TUTORIALS = sorted(glob.glob(os.path.join(ROOT, 'tutorials', '[0-9][0-9][0-9]_*.py')))
 RECORDS = os.path.join(ROOT, 'runs', 'tutorials')  # git-ignored
 COMMAND = '.venv/bin/python docs/hooks/tutorials.py'  # records every tutorial (from the root)
-IMAGES = ('.png', '.jpg', '.jpeg', '.svg')
+# The pictures a tutorial's cell may write, by extension, and how a notebook holds each.
 MIME = {'.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg', '.svg': 'image/svg+xml'}
+IMAGES = tuple(MIME)
 CSS = """\
 .md-typeset pre.tutorial-output { margin-top: -0.6em;
   border-left: 0.2rem solid var(--md-primary-fg-color); }
