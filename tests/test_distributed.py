@@ -14,6 +14,7 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+from test_training import TRAIN_SPLIT
 
 from configs import default
 import models
@@ -39,7 +40,7 @@ TINY = [
   '--config.dataset.batch_size=8',
   '--config.dataset.eval_batch_size=200',
   '--config.dataset.bucket_step=128',
-  '--config.dataset.train_split=train[:2000]',  # of 30,000 pairs: each process reads less
+  f'--config.dataset.train_split={TRAIN_SPLIT}',  # each process reads less
   '--config.eps=1e-6',
   '--config.log_every_steps=1',
   '--config.checkpoint_every_steps=2',
@@ -168,11 +169,11 @@ from training.checkpoints import Checkpointer
 from training.loop import jit_train_step
 from training.setup import build_state
 
-data_dir, checkpoint_dir = sys.argv[1:]
+data_dir, checkpoint_dir, train_split = sys.argv[1:]
 config = default.get_config()
 config.model.update(d_model=32, d_ff=64, num_layers=1, num_heads=4)
 config.dataset.update(data_dir=data_dir, batch_size=16, bucket_step=128,   # one shape
-                      train_split='train[:2000]')
+                      train_split=train_split)
 task = tasks.build(config, checkpoint_dir + '_vocab')
 batches = task.batches('train', batch_size=16, shuffle=True, seed=0)
 data = [next(batches) for _ in range(3)]
@@ -216,7 +217,7 @@ print(json.dumps(report))
 @pytest.mark.slow
 def test_data_fsdp_and_tensor_parallel_agree_and_split_the_parameters(data_dir, tmp_path):
   run = subprocess.run(
-    [sys.executable, '-c', _MESHES, str(data_dir), str(tmp_path / 'checkpoints')],
+    [sys.executable, '-c', _MESHES, str(data_dir), str(tmp_path / 'checkpoints'), TRAIN_SPLIT],
     cwd=ROOT,
     env=cpu_environment(devices=8),
     capture_output=True,

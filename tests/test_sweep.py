@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from test_training import TRAIN_SPLIT
 
 from configs import default
 from training import sweep
@@ -23,7 +24,7 @@ TINY = {
   'dataset.bucket_step': 48,
   'dataset.max_input_length': 40,
   'dataset.max_target_length': 40,
-  'dataset.train_split': 'train[:2000]',  # of number_words' 30,000 pairs: enough for 2 steps
+  'dataset.train_split': TRAIN_SPLIT,  # enough for 2 steps
   'num_train_steps': 2,
   'checkpoint_every_steps': 1,
   'log_every_steps': 1,

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+from test_training import TRAIN_SPLIT
 
 import models
 import tasks
@@ -38,7 +39,7 @@ TASK_DATASETS = {
   'classification': dict(builder_config='default'),
   'copy': dict(max_length=4, train_size=64, eval_size=16),
   'question_answering': dict(builder_config='qa1_1k'),
-  'translation': dict(train_split='train[:2000]'),  # of 30,000: the vocabulary and one step
+  'translation': dict(train_split=TRAIN_SPLIT),  # the vocabulary and one step
 }
 TINY_MODELS = {
   'decoder_lm': dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64),
