@@ -59,8 +59,16 @@ from attention.scores import (
   project_keys,
   scaled_dot_scores,
 )
-from attention.sdpa import KERNELS, normalize_scores, scaled_dot_product_attention
+from attention.sdpa import (
+  KERNELS,
+  attention_weights,
+  normalize_scores,
+  scaled_dot_product_attention,
+)
+from attention.sigmoid import sigmoid_attention, sigmoid_attention_weights
 from attention.variants import (
+  OPTIONS,
+  RUN_OPTIONS,
   VARIANTS,
   Variant,
   cache_offsets,
@@ -73,6 +81,8 @@ from attention.variants import (
 __all__ = [
   'KERNELS',
   'KeyPrep',
+  'OPTIONS',
+  'RUN_OPTIONS',
   'SCORES',
   'Score',
   'ScoreParam',
@@ -91,6 +101,7 @@ __all__ = [
   'attention_entropy',
   'attention_pooling',
   'attention_rollout',
+  'attention_weights',
   'cache_offsets',
   'causal_mask',
   'chunked_attention',
@@ -120,6 +131,8 @@ __all__ = [
   'scaled_dot_product_attention',
   'scaled_dot_scores',
   'sentence_position_encoding',
+  'sigmoid_attention',
+  'sigmoid_attention_weights',
   'sinusoidal_embedding',
   'sinusoidal_positions',
   'sinusoidal_positions_2d',

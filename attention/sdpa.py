@@ -1,7 +1,7 @@
 """`scaled_dot_product_attention`: one entry point, several implementations.
 
-- `'reference'`: einsum -> masked softmax -> einsum. Materialises the `[..., T, S]` weights, so it
-  can return them; the readable definition the others are tested against.
+- `'reference'`: einsum -> masked softmax -> einsum. Materialises the `[..., T, S]` weights
+  (`attention_weights`); the readable definition the others are tested against.
 - `'chunked'`: online softmax over query and key blocks (`attention/chunked.py`); O(block) memory
   in forward and backward, and the fastest choice on CPU for long sequences.
 - `'cudnn'`: `jax.nn.dot_product_attention(implementation='cudnn')`, the fused flash kernel on
@@ -35,25 +35,21 @@ Array = jax.Array
 _CHUNKED_MIN_SCORES = 512 * 512
 
 
-def _reference(
+def _weights(
   q,
   k,
-  v,
   *,
   mask,
   bias,
   is_causal,
   scale,
-  dropout_rate,
-  dropout_rng,
   window=0,
   softcap=0.0,
   sink=None,
   alibi_slopes=None,
   groups=1,
 ):
-  if groups == 1 and q.ndim >= 3 and q.shape[-3] > 1 and k.shape[-3] == v.shape[-3] == 1:
-    groups = q.shape[-3]  # one key/value head serves every query head (multi-query attention)
+  """The reference kernel's weights `[..., T, S]` in q's dtype (see `attention_weights`)."""
   if groups > 1:
     # Each key/value head meets its G query heads as one block of G*T rows, a plain batched
     # matmul against [..., K, S, D]: broadcast against [..., G, T, D], XLA:CPU copies the keys
@@ -72,11 +68,17 @@ def _reference(
     softcap=softcap,
     sink=sink,
   )
-  weights = weights.astype(q.dtype)  # [..., T, S]
+  return weights.astype(q.dtype)
+
+
+def _reference(q, k, v, *, dropout_rate, dropout_rng, groups=1, **options):
+  if groups == 1 and q.ndim >= 3 and q.shape[-3] > 1 and k.shape[-3] == v.shape[-3] == 1:
+    groups = q.shape[-3]  # one key/value head serves every query head (multi-query attention)
+  weights = _weights(q, k, groups=groups, **options)  # [..., T, S]
   dropped = drop_weights(weights, dropout_rate, dropout_rng)
   if groups > 1:
-    return _unstack_groups(attend(_stack_groups(dropped, groups), v), groups), weights
-  return attend(dropped, v), weights
+    return _unstack_groups(attend(_stack_groups(dropped, groups), v), groups)
+  return attend(dropped, v)
 
 
 def _stack_groups(x: Array, groups: int) -> Array:
@@ -162,7 +164,7 @@ def _chunked(
   groups=1,
 ):
   del groups  # chunked_attention repeats grouped keys and values to the query heads itself.
-  out = chunked_attention(
+  return chunked_attention(
     q,
     k,
     v,
@@ -177,7 +179,6 @@ def _chunked(
     sink=sink,
     alibi_slopes=alibi_slopes,
   )
-  return out, None
 
 
 def _cudnn(
@@ -220,7 +221,7 @@ def _cudnn(
     local_window_size=local_window,
     implementation='cudnn',
   )  # [B, T, N, Dv]
-  return jnp.swapaxes(out, 1, 2).reshape(*lead, t, v.shape[-1]), None
+  return jnp.swapaxes(out, 1, 2).reshape(*lead, t, v.shape[-1])
 
 
 KERNELS = {'reference': _reference, 'chunked': _chunked, 'cudnn': _cudnn}
@@ -232,7 +233,6 @@ def _cudnn_unsupported(
   v,
   masked,
   dropout_rate,
-  return_weights,
   *,
   is_causal=False,
   window=0,
@@ -270,16 +270,12 @@ def _cudnn_unsupported(
     return f'masked attention needs even lengths, got T={q.shape[-2]}, S={k.shape[-2]}'
   if dropout_rate > 0.0:
     return 'jax.nn exposes no cuDNN dropout'
-  if return_weights:
-    return 'fused kernels never form the weights'
   return None
 
 
-def _pick(q, k, v, masked, dropout_rate, return_weights, **variants) -> str:
+def _pick(q, k, v, masked, dropout_rate, **variants) -> str:
   """The implementation for `implementation=None`; `variants`: `_cudnn_unsupported`'s keywords."""
-  if return_weights:
-    return 'reference'
-  if _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, **variants) is None:
+  if _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants) is None:
     return 'cudnn'
   if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
     return 'chunked'
@@ -394,13 +390,12 @@ def scaled_dot_product_attention(
   scale: float | None = None,
   dropout_rate: float = 0.0,
   dropout_rng: Array | None = None,
-  return_weights: bool = False,
   implementation: str | None = None,
   window: int = 0,
   softcap: float = 0.0,
   sink: Array | None = None,
   alibi_slopes: Array | None = None,
-) -> Array | tuple[Array, Array]:
+) -> Array:
   """`softmax(cap(q kᵀ * scale) + bias + alibi, masked, sink) v`, with a choice of implementation.
 
   Args:
@@ -418,8 +413,6 @@ def scaled_dot_product_attention(
     scale: score multiplier; default `1/sqrt(D)`.
     dropout_rate: dropout applied to the attention weights (the paper applies it in training).
     dropout_rng: PRNG key for dropout; required when `dropout_rate > 0`.
-    return_weights: also return the (pre-dropout) weights `[..., T, S]`; only `'reference'`
-      forms them.
     implementation: `'reference'`, `'chunked'`, `'cudnn'` or None (pick the fastest valid one).
     window: if > 0, sliding-window (local) attention: query i sees key j only if
       `|i - j| < window` (with is_causal: keys `i - window + 1 .. i`). 'chunked' skips the key
@@ -433,7 +426,8 @@ def scaled_dot_product_attention(
       adds `-slope * |i - j|` to the scores. Treated as a constant (no gradient).
 
   Returns:
-    Output `[..., T, Dv]`, or `(output, weights)` when `return_weights`.
+    Output `[..., T, Dv]`. The weights it averages with are `attention_weights` of the same
+    arguments (before dropout); no kernel but `'reference'` forms them.
   """
   # Converted here, before any kernel traces them: 'chunked' indexes the mask and bias with traced
   # head indices inside custom_vjp and lax.map, which a NumPy array cannot take.
@@ -449,14 +443,9 @@ def scaled_dot_product_attention(
     is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
   )
   if implementation is None:
-    implementation = _pick(q, k, v, masked, dropout_rate, return_weights, **variants)
-  elif implementation != 'reference' and return_weights:
-    raise ValueError(
-      f"scaled_dot_product_attention: return_weights=True needs implementation='reference'; "
-      f'{implementation!r} never forms the weights.'
-    )
+    implementation = _pick(q, k, v, masked, dropout_rate, **variants)
   elif implementation == 'cudnn':
-    reason = _cudnn_unsupported(q, k, v, masked, dropout_rate, return_weights, **variants)
+    reason = _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
     if reason:
       raise ValueError(
         f"scaled_dot_product_attention: implementation='cudnn' unavailable: {reason}."
@@ -467,7 +456,7 @@ def scaled_dot_product_attention(
     q = jnp.broadcast_to(q, (*lead, *q.shape[-2:]))
     k, v = (jnp.broadcast_to(x, (*kv_lead, *x.shape[-2:])) for x in (k, v))
   scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-  out, weights = KERNELS[implementation](
+  return KERNELS[implementation](
     q,
     k,
     v,
@@ -479,4 +468,45 @@ def scaled_dot_product_attention(
     groups=groups,
     **variants,
   )
-  return (out, weights) if return_weights else out
+
+
+def attention_weights(
+  q: Array,
+  k: Array,
+  *,
+  mask: Array | None = None,
+  bias: Array | None = None,
+  is_causal: bool = False,
+  scale: float | None = None,
+  window: int = 0,
+  softcap: float = 0.0,
+  sink: Array | None = None,
+  alibi_slopes: Array | None = None,
+) -> Array:
+  """The weights `[..., T, S]` with which `scaled_dot_product_attention` of the same arguments
+  averages the values (before dropout), in q's dtype; the arguments mean what it documents.
+
+  Grouped keys `[..., K, S, H]` serve their N // K query heads, as there; the weights have the
+  query heads, `[..., N, T, S]`. For reading weights out of a model, see `models.interventions`.
+  """
+  q, k = jnp.asarray(q), jnp.asarray(k)
+  mask, bias, sink, alibi_slopes = (
+    None if x is None else jnp.asarray(x) for x in (mask, bias, sink, alibi_slopes)
+  )
+  lead, groups = _validate(q, k, k, mask, bias, scale, 0.0, None, None)
+  _validate_variants(lead, window, softcap, sink, alibi_slopes)
+  if groups == 1 and q.ndim >= 3 and q.shape[-3] > 1 and k.shape[-3] == 1:
+    groups = q.shape[-3]  # one key head serves every query head (multi-query attention)
+  return _weights(
+    q,
+    k,
+    mask=mask,
+    bias=bias,
+    is_causal=is_causal,
+    scale=q.shape[-1] ** -0.5 if scale is None else float(scale),
+    window=int(window),
+    softcap=float(softcap),
+    sink=sink,
+    alibi_slopes=alibi_slopes,
+    groups=groups,
+  )

@@ -1,9 +1,11 @@
 """Attention variants: the one registry an attention layer dispatches through.
 
 A variant is a small contract of pure functions (`Variant`): how a whole sequence attends
-(`attend`), what a decoder keeps between steps (`init_state`) and how one step, or a block of
-steps when a prompt is prefilled, reads and updates it (`step`). `VARIANTS` maps the config name
-(`attention=` of every Transformer-family model) to one:
+(`attend`), the weights it averages the values with (`weights`, what a capture reads), what a
+decoder keeps between steps (`init_state`) and how one step, or a block of steps when a prompt is
+prefilled, reads and updates it (`step`), and the options it takes (`options`, names from
+`OPTIONS`). `VARIANTS` maps the config name (`attention=` of every Transformer-family model) to
+one:
 
 - `'softmax'`: `softmax(scores + biases)` over the keys, through `scaled_dot_product_attention`'s
   kernels (or any score of `attention.SCORES`). Its decoding state is a K/V buffer of every
@@ -11,9 +13,11 @@ steps when a prompt is prefilled, reads and updates it (`step`). `VARIANTS` maps
   `sink_tokens`, kept for good), so the memory of a windowed decoder does not grow with its
   length.
 - `'linear'`: `attention.linear_attention` (elu + 1 features); its decoding state is the fixed
-  `[H, Dv]` running sum, O(1) per token.
+  `[H, Dv]` running sum, O(1) per token. It takes no options: it forms no scores.
+- `'sigmoid'`: `attention.sigmoid_attention`, each weight its own sigmoid (no normalisation over
+  the keys); it takes a bias, a window and dropout, and decodes with softmax's K/V cache.
 
-Score-side options (`mask`, `bias`, `alibi_slopes`, `window`, `softcap`, `sink`) mean what
+The options (`bias`, `alibi_slopes`, `window`, `softcap`, `sink`, ...) mean what
 `scaled_dot_product_attention` documents. Shapes: queries `[B, N, T, H]`, keys and values
 `[B, K, S, H|Dv]` with K key/value heads dividing the N query heads (grouped-query attention,
 query head n reads key/value head `n // (N // K)`).
@@ -28,12 +32,13 @@ import jax.numpy as jnp
 from attention.core import attend as weighted_sum
 from attention.core import drop_weights
 from attention.linear import init_linear_state, linear_attention, linear_attention_weights
-from attention.sdpa import normalize_scores, scaled_dot_product_attention
+from attention.sdpa import attention_weights, normalize_scores, scaled_dot_product_attention
+from attention.sigmoid import sigmoid_attention, sigmoid_attention_weights
 
 Array = jax.Array
 State = dict[str, Array]
 # `(q [B, N, T, H], keys [B, K, S, H], values [B, K, S, Dv], q_positions [T], k_positions [S])
-# -> out [B, N, T, Dv]`: the layer's softmax over explicit positions, for decoding steps.
+# -> out [B, N, T, Dv]`: the layer's variant over explicit positions, for decoding steps.
 AttendAt = Callable[[Array, Array, Array, Array, Array], Array]
 
 
@@ -77,23 +82,22 @@ def _softmax_attend(
   k,
   v,
   *,
-  scores=None,
   mask=None,
+  is_causal=False,
+  scores=None,
   bias=None,
   alibi_slopes=None,
   sink=None,
-  is_causal=False,
   window=0,
   softcap=0.0,
   dropout_rate=0.0,
   dropout_rng=None,
-  return_weights=False,
   implementation=None,
 ):
   """Softmax attention; `scores`, when given, replaces the scaled dot product:
   `(q [B, N, T, H], k [B, N, S, H]) -> [B, N, T, S]`, scaled."""
   if scores is None:
-    out = scaled_dot_product_attention(
+    return scaled_dot_product_attention(
       q,
       k,
       v,
@@ -106,13 +110,38 @@ def _softmax_attend(
       is_causal=is_causal,
       dropout_rate=dropout_rate,
       dropout_rng=dropout_rng,
-      return_weights=return_weights,
       implementation=implementation,
     )
-    return out if return_weights else (out, None)
-  k, v = repeat_kv(k, q.shape[-3]), repeat_kv(v, q.shape[-3])
-  weights = normalize_scores(
-    scores(q, k),
+  weights = _softmax_weights(
+    q,
+    k,
+    mask=mask,
+    is_causal=is_causal,
+    scores=scores,
+    bias=bias,
+    alibi_slopes=alibi_slopes,
+    sink=sink,
+    window=window,
+    softcap=softcap,
+  )
+  return weighted_sum(drop_weights(weights, dropout_rate, dropout_rng), repeat_kv(v, q.shape[-3]))
+
+
+def _softmax_weights(
+  q,
+  k,
+  *,
+  mask=None,
+  is_causal=False,
+  scores=None,
+  bias=None,
+  alibi_slopes=None,
+  sink=None,
+  window=0,
+  softcap=0.0,
+):
+  """The weights `_softmax_attend` averages with, `[B, N, T, S]`."""
+  options = dict(
     mask=mask,
     bias=bias,
     alibi_slopes=alibi_slopes,
@@ -121,11 +150,12 @@ def _softmax_attend(
     softcap=softcap,
     sink=sink,
   )
-  out = weighted_sum(drop_weights(weights, dropout_rate, dropout_rng), v)
-  return out, (weights if return_weights else None)
+  if scores is None:
+    return attention_weights(q, k, **options)
+  return normalize_scores(scores(q, repeat_kv(k, q.shape[-3])), **options)
 
 
-def _softmax_init(
+def _kv_init(
   batch: int,
   kv_heads: int,
   d_k: int,
@@ -157,7 +187,7 @@ def _slot_positions(step: Array, window: int, sink_tokens: int) -> Array:
   )
 
 
-def _softmax_step(
+def _kv_step(
   state: State,
   q: Array,
   k: Array,
@@ -205,25 +235,34 @@ def _softmax_step(
   return out, {name: write(state[name], new[name]) for name in ('k', 'v')}
 
 
-def _linear_attend(q, k, v, *, mask=None, is_causal=False, return_weights=False, **unused):
+def _key_mask(mask: Array | None) -> Array | None:
+  """Linear attention's key mask `[B, 1, 1, S]` as its kernel takes it, `[B, 1, 1, S]` with the
+  group axis; ValueError for a query-dependent mask."""
+  if mask is None:
+    return None
+  if mask.ndim != 4 or mask.shape[1] != 1 or mask.shape[2] != 1:
+    raise ValueError(
+      "attention='linear' takes a key mask [B, 1, 1, S] only (no query-"
+      f'dependent masks); got a mask of shape {tuple(mask.shape)}.'
+    )
+  return mask[:, :, None, 0, :]
+
+
+def _linear_attend(q, k, v, *, mask=None, is_causal=False):
   """Linear attention with grouped key/value heads; `mask` is a key mask `[B, 1, 1, S]`."""
-  del unused  # score-side options; the model config refuses them with 'linear' before tracing
-  key_mask = None
-  if mask is not None:
-    if mask.ndim != 4 or mask.shape[1] != 1 or mask.shape[2] != 1:
-      raise ValueError(
-        "attention='linear' takes a key mask [B, 1, 1, S] only (no query-"
-        f'dependent masks); got a mask of shape {tuple(mask.shape)}.'
-      )
-    key_mask = mask[:, :, None, 0, :]  # [B, 1, 1, S]
   grouped = group_queries(q, k.shape[-3])  # [B, K, G, T, H]
   k, v = k[..., None, :, :], v[..., None, :, :]  # [B, K, 1, S, H|Dv]
-  out = linear_attention(grouped, k, v, mask=key_mask, is_causal=is_causal)
-  weights = None
-  if return_weights:
-    weights = linear_attention_weights(grouped, k, mask=key_mask, is_causal=is_causal)
-    weights = weights.reshape(*q.shape[:-1], weights.shape[-1])  # [B, N, T, S]
-  return out.reshape(*q.shape[:-1], v.shape[-1]), weights
+  out = linear_attention(grouped, k, v, mask=_key_mask(mask), is_causal=is_causal)
+  return out.reshape(*q.shape[:-1], v.shape[-1])
+
+
+def _linear_weights(q, k, *, mask=None, is_causal=False):
+  """The normalised kernel weights linear attention averages with, `[B, N, T, S]`."""
+  grouped = group_queries(q, k.shape[-3])  # [B, K, G, T, H]
+  weights = linear_attention_weights(
+    grouped, k[..., None, :, :], mask=_key_mask(mask), is_causal=is_causal
+  )
+  return weights.reshape(*q.shape[:-1], weights.shape[-1])  # [B, N, T, S]
 
 
 def _linear_init(
@@ -269,27 +308,88 @@ def _linear_step(
   return out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype), state
 
 
+def _sigmoid_attend(q, k, v, *, mask=None, is_causal=False, bias=None, window=0, **dropout):
+  """Sigmoid attention with grouped key/value heads; `dropout`: `dropout_rate`, `dropout_rng`."""
+  heads = q.shape[-3]
+  return sigmoid_attention(
+    q,
+    repeat_kv(k, heads),
+    repeat_kv(v, heads),
+    mask=mask,
+    is_causal=is_causal,
+    bias=bias,
+    window=window,
+    **dropout,
+  )
+
+
+def _sigmoid_weights(q, k, *, mask=None, is_causal=False, bias=None, window=0):
+  """The weights `_sigmoid_attend` averages with, `[B, N, T, S]`."""
+  k = repeat_kv(k, q.shape[-3])
+  return sigmoid_attention_weights(q, k, mask=mask, is_causal=is_causal, bias=bias, window=window)
+
+
+# Every option a variant may take besides `mask` and `is_causal`, as its `attend` and `weights`
+# name them (`scaled_dot_product_attention` documents each; `scores` is a score of
+# `attention.SCORES` replacing the scaled dot product). `weights` takes them all but the last two.
+OPTIONS = (
+  'scores',
+  'bias',
+  'alibi_slopes',
+  'sink',
+  'window',
+  'softcap',
+  'dropout_rate',
+  'implementation',
+)
+RUN_OPTIONS = ('dropout_rate', 'implementation')  # how the output is computed, not the weights
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
   """An attention variant; see the module docstring.
 
   Attributes:
-    attend: `(q, k, v, **options) -> (out [B, N, T, Dv], weights [B, N, T, S] or None)`.
+    attend: `(q, k, v, *, mask=None, is_causal=False, **options) -> out [B, N, T, Dv]`.
+    weights: `(q, k, *, mask=None, is_causal=False, **options) -> [B, N, T, S]`, the weights
+      `attend` averages the values with (before dropout): what a capture reads and an edit
+      replaces (the layer then computes `weights @ values`). Takes the options but RUN_OPTIONS.
     init_state: `(batch, kv_heads, d_k, d_v, *, max_length, window, sink_tokens, dtype) ->
       state`, every leaf leading with B (beam search repeats and gathers states along axis 0).
     step: `(state, q, k, v, step, *, window, sink_tokens, attend_at) -> (out, state)` for the
-      new positions `step .. step+T-1`; `attend_at` is the layer's softmax over explicit
-      positions.
+      new positions `step .. step+T-1`; `attend_at(q, keys, values, q_positions, k_positions)`
+      is the layer's own variant over keys at explicit positions.
+    options: the names of OPTIONS that `attend` takes (`dropout_rate` with `dropout_rng`); the
+      model configuration refuses a setting that needs any other, naming it.
   """
 
-  attend: Callable[..., tuple[Array, Array | None]]
+  attend: Callable[..., Array]
+  weights: Callable[..., Array]
   init_state: Callable[..., State]
   step: Callable[..., tuple[Array, State]]
+  options: frozenset[str]
+
+  def __post_init__(self):
+    unknown = set(self.options) - set(OPTIONS)
+    if unknown:
+      raise ValueError(f'Variant options {sorted(unknown)} are not among {OPTIONS}.')
 
 
 VARIANTS: dict[str, Variant] = {
-  'softmax': Variant(_softmax_attend, _softmax_init, _softmax_step),
-  'linear': Variant(_linear_attend, _linear_init, _linear_step),
+  'softmax': Variant(
+    _softmax_attend, _softmax_weights, _kv_init, _kv_step, options=frozenset(OPTIONS)
+  ),
+  'linear': Variant(
+    _linear_attend, _linear_weights, _linear_init, _linear_step, options=frozenset()
+  ),
+  # Decodes as softmax does: a K/V cache, read by the layer's own variant over explicit positions.
+  'sigmoid': Variant(
+    _sigmoid_attend,
+    _sigmoid_weights,
+    _kv_init,
+    _kv_step,
+    options=frozenset({'bias', 'window', 'dropout_rate'}),
+  ),
 }
 
 

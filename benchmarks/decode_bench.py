@@ -137,14 +137,13 @@ TARGET_X_LINEN = 2.0
 def _transformer_source(model: Transformer, inputs: Array, max_length: int) -> dict[str, Array]:
   """Encoder output `memory [B, S, D]` and `source_mask [B, S]`, computed once per source."""
   del max_length  # the memory does not depend on it
-  memory, _ = model.encode(inputs)
+  memory = model.encode(inputs)
   return {'memory': memory, 'source_mask': inputs != model.pad_id}
 
 
 def _transformer_prefix(model: Transformer, ids: Array, source: dict[str, Array]) -> Array:
   """Teacher-forced logits `[B, L, V]` of decoder inputs `ids [B, L]`."""
-  logits, _ = model.decode(ids, source['memory'], source['source_mask'])
-  return logits
+  return model.decode(ids, source['memory'], source['source_mask'])
 
 
 def _seq2seq_source(model: Seq2Seq, inputs: Array, max_length: int) -> dict[str, Array]:

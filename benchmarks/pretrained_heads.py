@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from data.pretrained_tokenizer import PretrainedTokenizer
-from models import pretrained
+from models import interventions, pretrained
 
 MEASURES = ('previous', 'next', '[CLS]', '[SEP]', 'same word')
 
@@ -62,7 +62,9 @@ def head_table(checkpoint: str, texts: list[str], batch_size: int = 64) -> dict[
   model, _ = pretrained.load_model(read)
   tokenizer = PretrainedTokenizer(read.tokenizer_json)
   graphdef, state = nnx.split(model)
-  encode = jax.jit(lambda s, ids: nnx.merge(graphdef, s).encode(ids, return_attention=True)[2])
+  self_attention = jax.jit(
+    lambda s, ids: interventions.attention(nnx.merge(graphdef, s), 'self', ids, method='encode')
+  )  # [B, L, N, T, T], captured inside the jit
   sums = {name: 0.0 for name in MEASURES}
   counts = {name: 0.0 for name in MEASURES}
   for start in range(0, len(texts), batch_size):
@@ -71,7 +73,7 @@ def head_table(checkpoint: str, texts: list[str], batch_size: int = 64) -> dict[
     ids = np.full((len(encodings), width), tokenizer.pad_id, np.int32)
     for row, e in enumerate(encodings):
       ids[row, : len(e.ids)] = e.ids
-    weights = np.asarray(encode(state, jnp.asarray(ids)))  # [B, L, N, T, T]
+    weights = np.asarray(self_attention(state, jnp.asarray(ids)))  # [B, L, N, T, T]
     for row, e in enumerate(encodings):
       word_ids = list(e.word_ids) + [None] * (width - len(e.ids))
       for name, mask in key_masks(word_ids, len(e.ids)).items():

@@ -14,25 +14,25 @@ import jax.numpy as jnp
 import attention
 from models import interventions
 from models.layers import (
-  check_rate,
   dense,
   merge_project_heads,
   project_heads,
   project_heads_together,
   score_param_attr,
 )
-from models.stack_config import AttentionVariant, check_attention_args
+from models.stack_config import AttentionConfig
 
 Array = jax.Array
 KV = dict[str, Array]
-POSITION_BIASES = ('alibi', 't5')
 
 
 class MultiHeadAttention(nnx.Module):
   """Multi-head attention `concat_n(attend(x W_Q^n, c W_K^n, c W_V^n)) W_O` (Vaswani et al. 3.2.2).
 
-  How heads attend is an attention variant (`attention.VARIANTS`, `variant=`), called in one
-  place for whole sequences (`_attend`) and one for decoding steps (`decode_step`):
+  Configured by one frozen `AttentionConfig`, kept as `config`. How heads attend is its attention
+  variant (`attention.VARIANTS`, `config.attention`), called in one place for whole sequences
+  (`attend_kv`) and one for decoding steps (`decode_step`); the variant receives only the options
+  the configuration sets, each one it declares (`Variant.options`):
 
   - `'softmax'`: with `score='scaled_dot'` `attention.scaled_dot_product_attention` runs with the
     chosen kernel; every other name in `attention.SCORES` forms its scores with one set of the
@@ -42,94 +42,38 @@ class MultiHeadAttention(nnx.Module):
     scaled dot-product scores of unit-variance queries and keys). `'dot'` and `'general'` are
     unscaled, as in Luong et al.; their softmax saturates as H grows.
   - `'linear'`: `attention.linear_attention`, no scores; decoding keeps a fixed-size state.
+  - `'sigmoid'`: `attention.sigmoid_attention`, each weight its own sigmoid.
 
   Around the variant, each optional and off by default:
 
   - `num_kv_heads` K < N: grouped-query attention (K = 1: multi-query); `w_k`, `w_v` project to K
     heads and the decoding cache shrinks by N / K.
-  - `rotary`: queries and keys rotated by their positions (RoPE), before any score; decoding
-    caches rotated keys. `position_bias`: `'alibi'` (fixed slopes per head) or `'t5'` (a learned
-    `relative_bias [32, N]` of bucketed offsets) added to the scores. Queries and keys of
-    `__call__` sit at `0 .. T-1` unless `positions` says otherwise.
+  - `positions='rope'`: queries and keys rotated by their positions, before any score; decoding
+    caches rotated keys. `'alibi'` (fixed slopes per head) or `'t5'` (a learned `relative_bias
+    [32, N]` of bucketed offsets): a bias added to the scores. Queries and keys of `__call__` sit
+    at `0 .. T-1` unless `positions` says otherwise.
   - `window`: keys less than `window` positions away only; a decoder keeps a ring buffer of them.
     `sink_tokens`: the first positions stay visible past the window, at the offset they would
-    have right before it (StreamingLLM); position biases read that offset, so rotary positions,
-    fixed in the keys, cannot take it.
+    have right before it (StreamingLLM); position biases read that offset.
   - `qk_norm`: queries and keys RMS-normalised per head with learned scales `q_norm`, `k_norm [H]`.
   - `softcap`: scores soft-capped `softcap · tanh(s / softcap)`. `sink`: a learned `sink [N]`
     logit, a null key of value zero that every query may attend to instead.
 
-  The switches are checked as the `AttentionVariant` fields they are (`variant` is its
-  `attention`).
+  Inside `interventions.capture` the layer also forms the weights (`variant.weights`) and taps
+  them with its queries, keys, values and per-head outputs; outside, none of that is traced.
   """
 
-  def __init__(
-    self,
-    d_model: int,
-    num_heads: int,
-    *,
-    num_kv_heads: int | None = None,
-    d_k: int | None = None,
-    d_v: int | None = None,
-    use_bias: bool = True,
-    score: str = 'scaled_dot',
-    implementation: str | None = None,
-    dropout_rate: float = 0.0,
-    rotary: bool = False,
-    position_bias: str | None = None,
-    window: int = 0,
-    sink_tokens: int = 0,
-    qk_norm: bool = False,
-    softcap: float = 0.0,
-    sink: bool = False,
-    variant: str = 'softmax',
-    cache_dtype: Any = jnp.float32,
-    rngs: nnx.Rngs,
-  ):
-    """Builds the projections and the parameters the options need; see the class docstring."""
-    check_attention_args(d_model, num_heads, d_k, d_v, score, implementation, rotary=rotary)
-    check_rate('dropout_rate', dropout_rate)
-    switches = AttentionVariant(
-      num_kv_heads=num_kv_heads,
-      window=window,
-      sink_tokens=sink_tokens,
-      qk_norm=qk_norm,
-      softcap=softcap,
-      sink=sink,
-      attention=variant,
-      cache_dtype=jnp.dtype(cache_dtype).name,
-    )
-    if sink_tokens and rotary:
-      raise ValueError(
-        f'sink_tokens={sink_tokens} moves the kept first tokens next to the '
-        'window, which rotary positions fix in the keys; use the position biases '
-        "('alibi', 't5') or none."
-      )
-    switches.refuse_with_linear(
-      score=None if score == 'scaled_dot' else score,
-      implementation=implementation,
-      dropout_rate=dropout_rate,
-      position_bias=position_bias,
-    )
-    if position_bias not in (None, *POSITION_BIASES):
-      raise ValueError(
-        f'position_bias must be None or one of {POSITION_BIASES}; got {position_bias!r}.'
-      )
-    self.num_heads, self.num_kv_heads = num_heads, switches.kv_heads(num_heads)
-    self.d_k = d_model // num_heads if d_k is None else d_k
-    self.d_v = d_model // num_heads if d_v is None else d_v
-    self.score, self.registered_score = score, attention.get_score(score)
-    self.implementation, self.dropout_rate = implementation, dropout_rate
-    self.rotary, self.position_bias, self.window = rotary, position_bias, window
-    self.sink_tokens = sink_tokens
-    self.softcap, self.cache_dtype = float(softcap), jnp.dtype(cache_dtype)
-    self.variant = attention.get_variant(variant)
-    n, kv, h = num_heads, self.num_kv_heads, self.d_k
+  def __init__(self, config: AttentionConfig = AttentionConfig(), *, rngs: nnx.Rngs):
+    """Builds the projections and the parameters the configuration needs."""
+    self.config = config
+    self.variant = attention.get_variant(config.attention)
+    d_model, n, kv, h = config.d_model, config.num_heads, self.num_kv_heads, config.head_size
+    bias = config.use_bias
     # Heads split over the 'heads' axis (tensor parallel), the model width over 'embed' (FSDP).
-    self.w_q = dense(d_model, n * h, use_bias=use_bias, axes=('embed', 'heads'), rngs=rngs)
-    self.w_k = dense(d_model, kv * h, use_bias=use_bias, axes=('embed', 'heads'), rngs=rngs)
-    self.w_v = dense(d_model, kv * self.d_v, use_bias=use_bias, axes=('embed', 'heads'), rngs=rngs)
-    self.w_o = dense(n * self.d_v, d_model, use_bias=use_bias, axes=('heads', 'embed'), rngs=rngs)
+    self.w_q = dense(d_model, n * h, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
+    self.w_k = dense(d_model, kv * h, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
+    self.w_v = dense(d_model, kv * self.d_v, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
+    self.w_o = dense(n * self.d_v, d_model, use_bias=bias, axes=('heads', 'embed'), rngs=rngs)
     sizes = attention.ScoreSizes(q=h, k=h, a=h)
     for param in self.registered_score.params:
       # Each head on its own: on the whole [N, ...] a variance-scaling initialiser would count N
@@ -137,22 +81,42 @@ class MultiHeadAttention(nnx.Module):
       heads = jax.random.split(rngs.params(), n)
       value = jax.vmap(lambda key, param=param: param.initialize(key, sizes))(heads)  # [N, ...]
       setattr(self, score_param_attr(param.name), nnx.Param(value))
-    self.q_norm = nnx.Param(jnp.ones((h,), jnp.float32)) if qk_norm else None
-    self.k_norm = nnx.Param(jnp.ones((h,), jnp.float32)) if qk_norm else None
+    self.q_norm = nnx.Param(jnp.ones((h,), jnp.float32)) if config.qk_norm else None
+    self.k_norm = nnx.Param(jnp.ones((h,), jnp.float32)) if config.qk_norm else None
     # A zero sink starts as "softmax off by one": one extra exp(0) in every denominator.
-    self.sink = nnx.Param(jnp.zeros((n,), jnp.float32)) if sink else None
+    self.sink = nnx.Param(jnp.zeros((n,), jnp.float32)) if config.sink else None
     # Small, so training starts close to no position bias.
     self.relative_bias = (
       nnx.Param(nnx.initializers.normal(0.1)(rngs.params(), (attention.T5_NUM_BUCKETS, n)))
-      if position_bias == 't5'
+      if config.positions == 't5'
       else None
     )
+
+  @property
+  def num_heads(self) -> int:
+    return self.config.num_heads
+
+  @property
+  def num_kv_heads(self) -> int:
+    return self.config.kv_heads(self.config.num_heads)
+
+  @property
+  def d_k(self) -> int:
+    return self.config.head_size
+
+  @property
+  def d_v(self) -> int:
+    return self.config.value_size
+
+  @property
+  def registered_score(self) -> attention.Score:
+    return attention.get_score(self.config.score)
 
   def _heads(self, x: Array, positions: Array | None, norm: nnx.Param | None) -> Array:
     """Per-head queries or keys `[B, N|K, L, H]`: qk-norm, then RoPE at `positions`."""
     if norm is not None:
       x = (attention.rms_normalize(x) * norm[...]).astype(x.dtype)
-    if not self.rotary:
+    if self.config.positions != 'rope':
       return x
     positions = jnp.arange(x.shape[-2]) if positions is None else jnp.asarray(positions)
     if positions.ndim == 2:
@@ -202,8 +166,7 @@ class MultiHeadAttention(nnx.Module):
     is_causal: bool = False,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_weights: bool = False,
-  ) -> tuple[Array, Array | None]:
+  ) -> Array:
     """Attends from `x` to `context` (self-attention when `context` is None).
 
     Args:
@@ -215,10 +178,9 @@ class MultiHeadAttention(nnx.Module):
       is_causal: also apply the causal mask (query i sees keys 0..i).
       deterministic: disables attention dropout.
       rngs: an `nnx.Rngs` with a `dropout` stream; needed when dropout is active.
-      return_weights: also return the attention weights.
 
     Returns:
-      `(output [B, T, D], weights [B, N, T, S] or None)`; weights are taken before dropout.
+      The output `[B, T, D]`. Its weights `[B, N, T, S]` are the tap `weights` (before dropout).
     """
     kv = self.project_kv(x, positions) if context is None else self.project_kv(context)
     return self.attend_kv(
@@ -229,7 +191,6 @@ class MultiHeadAttention(nnx.Module):
       is_causal=is_causal,
       deterministic=deterministic,
       rngs=rngs,
-      return_weights=return_weights,
     )
 
   def attend_kv(
@@ -242,80 +203,77 @@ class MultiHeadAttention(nnx.Module):
     is_causal: bool = False,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_weights: bool = False,
-  ) -> tuple[Array, Array | None]:
+  ) -> Array:
     """Like `__call__`, with keys and values already projected by `project_kv` (or a cache)."""
-    dropout_rng = None
-    if not deterministic and self.dropout_rate > 0.0:
+    dropout = {}
+    if not deterministic and self.config.attention_dropout_rate > 0.0:
       if rngs is None:
         raise ValueError(
           'MultiHeadAttention: deterministic=False with attention dropout needs '
           "rngs, an nnx.Rngs with a 'dropout' stream."
         )
-      dropout_rng = rngs.dropout()
+      dropout = dict(dropout_rate=self.config.attention_dropout_rate, dropout_rng=rngs.dropout())
     # A running `interventions.capture` reads and edits these; otherwise each tap is a no-op.
-    tapping = interventions.active()
     q = interventions.tap(self, 'queries', self._query(x, positions))  # [B, N, T, d_k]
-    kv = {
-      'k': interventions.tap(self, 'keys', kv['k']),
-      'v': interventions.tap(self, 'values', kv['v']),
-    }
-    options = self._softmax_options(return_weights or tapping)
-    window = self.window
-    if self.sink_tokens:  # visibility and offsets by position, as a streaming cache has them
-      q_positions, k_positions = self._whole_positions(q.shape[-2], kv['k'].shape[-2], positions)
-      mask = attention.combine_masks(
-        mask, attention.window_mask(q_positions, k_positions, window, self.sink_tokens)
+    k = interventions.tap(self, 'keys', kv['k'])
+    v = interventions.tap(self, 'values', kv['v'])
+    options = self._options()
+    if self.config.sink_tokens:  # visibility and offsets by position, as a streaming cache has them
+      q_positions, k_positions = self._whole_positions(q.shape[-2], k.shape[-2], positions)
+      window = attention.window_mask(
+        q_positions, k_positions, self.config.window, self.config.sink_tokens
       )
-      window = 0
-    options.update(self._position_options(q.shape[-2], kv['k'].shape[-2], positions, is_causal))
-    out, weights = self.variant.attend(
-      q,
-      kv['k'],
-      kv['v'],
-      mask=mask,
-      is_causal=is_causal,
-      window=window,
-      dropout_rate=0.0 if dropout_rng is None else self.dropout_rate,
-      dropout_rng=dropout_rng,
-      return_weights=return_weights or tapping,
-      **options,
-    )
-    if tapping:
-      out, weights = self._tapped(out, weights, kv['v'])
-      weights = weights if return_weights else None
-    return merge_project_heads(self.w_o, out), weights  # [B, T, D]
+      mask = attention.combine_masks(mask, window)
+      options.pop('window')
+    options.update(self._position_options(q.shape[-2], k.shape[-2], positions, is_causal))
+    if interventions.active():
+      out = self._attend_tapped(q, k, v, mask, is_causal, options, dropout)
+    else:
+      out = self.variant.attend(q, k, v, mask=mask, is_causal=is_causal, **options, **dropout)
+    return merge_project_heads(self.w_o, out)  # [B, T, D]
 
-  def _tapped(self, out: Array, weights: Array, values: Array) -> tuple[Array, Array]:
-    """Weights `[B, N, T, S]` and per-head outputs `[B, N, T, d_v]` through their taps; edited
-    weights make the output `weights @ values` (no attention dropout)."""
-    edited = interventions.tap(self, 'weights', weights)
-    if edited is not weights:
-      values = attention.repeat_kv(values, self.num_heads)  # [B, N, S, d_v]
-      out = attention.attend(edited, values.astype(edited.dtype)).astype(out.dtype)
-    return interventions.tap(self, 'heads', out), edited
-
-  def _softmax_options(self, return_weights: bool = False) -> dict[str, Any]:
-    """The softmax variant's options that do not depend on positions."""
-    # Only the reference kernel forms the weights.
-    return dict(
-      scores=None if self.score == 'scaled_dot' else self._scores,
-      implementation='reference' if return_weights else self.implementation,
-      softcap=self.softcap,
-      sink=None if self.sink is None else self.sink[...],
+  def _attend_tapped(self, q, k, v, mask, is_causal, options, dropout) -> Array:
+    """Per-head outputs `[B, N, T, d_v]` as `weights @ values`, the weights (before dropout) and
+    the outputs through their taps, so that an edit of the weights drives the output."""
+    scoring = {key: value for key, value in options.items() if key not in attention.RUN_OPTIONS}
+    weights = self.variant.weights(q, k, mask=mask, is_causal=is_causal, **scoring)
+    weights = interventions.tap(self, 'weights', weights)  # [B, N, T, S]
+    dropped = attention.drop_weights(
+      weights, dropout.get('dropout_rate', 0.0), dropout.get('dropout_rng')
     )
+    values = attention.repeat_kv(v, self.num_heads).astype(weights.dtype)  # [B, N, S, d_v]
+    out = attention.attend(dropped, values).astype(q.dtype)
+    return interventions.tap(self, 'heads', out)
+
+  def _options(self) -> dict[str, Any]:
+    """The variant's options this configuration sets that do not depend on positions: each one
+    the variant declares (the configuration refused any other when it was made)."""
+    config, options = self.config, {}
+    if config.score != 'scaled_dot':
+      options['scores'] = self._scores
+    if config.attention_impl is not None:
+      options['implementation'] = config.attention_impl
+    if config.softcap:
+      options['softcap'] = float(config.softcap)
+    if self.sink is not None:
+      options['sink'] = self.sink[...]
+    if config.window:
+      options['window'] = config.window
+    return options
 
   def _position_options(
     self, t: int, s: int, positions: Array | None, is_causal: bool
   ) -> dict[str, Array]:
     """The position bias of a whole-sequence call of T queries and S keys, if any.
 
-    ALiBi at the default positions goes to the kernel as slopes, so the chunked kernel forms it
-    block by block instead of as a `[N, T, S]` array.
+    ALiBi at the default positions goes to a variant that takes slopes as slopes, so the chunked
+    kernel forms it block by block instead of as a `[N, T, S]` array.
     """
-    if self.position_bias is None:
+    bias = self.config.position_bias
+    if bias is None:
       return {}
-    if self.position_bias == 'alibi' and positions is None and not self.sink_tokens:
+    slopes = 'alibi_slopes' in self.variant.options
+    if bias == 'alibi' and slopes and positions is None and not self.config.sink_tokens:
       return {'alibi_slopes': attention.alibi_slopes(self.num_heads)}
     q_positions, k_positions = self._whole_positions(t, s, positions)
     return {'bias': self._position_bias(q_positions, k_positions, causal=is_causal)}
@@ -330,11 +288,12 @@ class MultiHeadAttention(nnx.Module):
   def _position_bias(self, q_positions: Array, k_positions: Array, *, causal: bool) -> Array:
     """ALiBi or T5 bias `[..., N, T, S]` for queries and keys at the given positions (the kept
     first tokens at their offsets in a streaming cache, `attention.cache_offsets`)."""
-    if self.sink_tokens:
-      relative = attention.cache_offsets(q_positions, k_positions, self.window, self.sink_tokens)
+    window, sink_tokens = self.config.window, self.config.sink_tokens
+    if sink_tokens:
+      relative = attention.cache_offsets(q_positions, k_positions, window, sink_tokens)
     else:
       relative = attention.relative_positions(q_positions, k_positions)
-    if self.position_bias == 'alibi':
+    if self.config.position_bias == 'alibi':
       return attention.alibi_bias_at(attention.alibi_slopes(self.num_heads), relative)
     return attention.t5_bias_at(self.relative_bias[...], relative, bidirectional=not causal)
 
@@ -351,21 +310,22 @@ class MultiHeadAttention(nnx.Module):
   def _attend_at(
     self, q: Array, keys: Array, values: Array, q_positions: Array, k_positions: Array
   ) -> Array:
-    """Causal softmax of `q [B, N, T, H]` over cached keys at explicit positions (decoding).
-
-    Visibility (causal, the window, empty slots) and position biases come from the positions.
-    """
-    options = self._softmax_options()
-    if self.position_bias is not None:
+    """The variant's causal attention of `q [B, N, T, H]` over cached keys at explicit positions
+    (decoding). Visibility (causal, the window, empty slots) and position biases come from the
+    positions."""
+    options = self._options()
+    options.pop('window', None)  # in the mask below
+    if self.config.position_bias is not None:
       options['bias'] = self._position_bias(q_positions, k_positions, causal=True)
-    out, _ = attention.VARIANTS['softmax'].attend(
+    return self.variant.attend(
       q,
       keys.astype(q.dtype),
       values.astype(q.dtype),
-      mask=attention.window_mask(q_positions, k_positions, self.window, self.sink_tokens),
+      mask=attention.window_mask(
+        q_positions, k_positions, self.config.window, self.config.sink_tokens
+      ),
       **options,
     )
-    return out
 
   def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
     """The variant's empty decoding state for `max_length` positions (see `attention.variants`):
@@ -376,9 +336,9 @@ class MultiHeadAttention(nnx.Module):
       self.d_k,
       self.d_v,
       max_length=max_length,
-      window=self.window,
-      sink_tokens=self.sink_tokens,
-      dtype=self.cache_dtype,
+      window=self.config.window,
+      sink_tokens=self.config.sink_tokens,
+      dtype=jnp.dtype(self.config.cache_dtype),
     )
 
   def decode_step(
@@ -403,8 +363,8 @@ class MultiHeadAttention(nnx.Module):
       new['k'],
       new['v'],
       step,
-      window=self.window,
-      sink_tokens=self.sink_tokens,
+      window=self.config.window,
+      sink_tokens=self.config.sink_tokens,
       attend_at=self._attend_at,
     )
     return merge_project_heads(self.w_o, out.astype(x.dtype)), cache

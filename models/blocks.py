@@ -2,7 +2,8 @@
 
 Every Transformer-family model (the encoder-decoder Transformer, the classifier, the language
 models, the ViT, the captioner's decoder) builds on these. Shapes: `x`/`y` `[B, T, D]`, memory
-`[B, S, D]`, attention weights `[B, N, T, S]` per layer (N heads).
+`[B, S, D]`. Each attention layer's weights, `[B, N, T, S]`, are read by capture
+(`models.interventions`) as `<layer path>/self_attn/weights` and `.../cross_attn/weights`.
 """
 
 from collections.abc import Sequence
@@ -10,7 +11,6 @@ from typing import Any, Callable
 
 from flax import nnx
 import jax
-import jax.numpy as jnp
 
 from models import interventions
 from models.attention_layer import MultiHeadAttention
@@ -78,7 +78,7 @@ class EncoderLayer(_Block):
       epsilon=stack.norm_eps,
       rngs=rngs,
     )
-    self.self_attn = MultiHeadAttention(stack.d_model, **stack.attention_kwargs(), rngs=rngs)
+    self.self_attn = MultiHeadAttention(stack, rngs=rngs)
     self.ffn = FeedForward(stack.d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
 
   def __call__(
@@ -89,20 +89,13 @@ class EncoderLayer(_Block):
     is_causal: bool = False,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_weights: bool = False,
-  ) -> tuple[Array, Array | None]:
-    """`x [B, S, D]`, key mask `[B, 1, 1, S]` or None -> `(x, weights [B, N, S, S] or None)`."""
+  ) -> Array:
+    """`x [B, S, D]`, key mask `[B, 1, 1, S]` or None -> `x`."""
     run = dict(deterministic=deterministic, rngs=rngs)
-    x, weights = self.residual(
-      0,
-      x,
-      lambda h: self.self_attn(
-        h, mask=mask, is_causal=is_causal, return_weights=return_weights, **run
-      ),
-      **run,
-    )
+    attend = lambda h: (self.self_attn(h, mask=mask, is_causal=is_causal, **run), None)
+    x, _ = self.residual(0, x, attend, **run)
     x, _ = self.residual(1, x, lambda h: (self.ffn(h), None), **run)
-    return interventions.tap(self, 'residual', x), weights  # the stream after it
+    return interventions.tap(self, 'residual', x)  # the stream after it
 
   def decode_step(
     self, x: Array, cache: dict[str, Array], step: Array
@@ -140,8 +133,8 @@ class DecoderLayer(_Block):
       rngs=rngs,
     )
     d_model = stack.d_model
-    self.self_attn = MultiHeadAttention(d_model, **stack.attention_kwargs(), rngs=rngs)
-    self.cross_attn = MultiHeadAttention(d_model, **stack.attention_kwargs(cross=True), rngs=rngs)
+    self.self_attn = MultiHeadAttention(stack, rngs=rngs)
+    self.cross_attn = MultiHeadAttention(stack.cross_attention(), rngs=rngs)
     self.ffn = FeedForward(d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
 
   def __call__(
@@ -152,25 +145,18 @@ class DecoderLayer(_Block):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_weights: bool = False,
-  ) -> tuple[Array, tuple[Array | None, Array | None]]:
-    """`y [B, T, D]`, `memory [B, S, D]`, `source_mask [B, 1, 1, S]` -> `(y, (self_w, cross_w))`.
+  ) -> Array:
+    """`y [B, T, D]`, `memory [B, S, D]`, `source_mask [B, 1, 1, S]` -> `y`.
 
     Self-attention is causal only: with right padding a real position never sees a padded one,
     and `decode_step`, which cannot know future padding, then computes exactly the same function.
     """
     run = dict(deterministic=deterministic, rngs=rngs)
-    y, self_w = self.residual(
-      0, y, lambda h: self.self_attn(h, is_causal=True, return_weights=return_weights, **run), **run
-    )
-    y, cross_w = self.residual(
-      1,
-      y,
-      lambda h: self.cross_attn(h, memory, mask=source_mask, return_weights=return_weights, **run),
-      **run,
-    )
+    y, _ = self.residual(0, y, lambda h: (self.self_attn(h, is_causal=True, **run), None), **run)
+    cross = lambda h: (self.cross_attn(h, memory, mask=source_mask, **run), None)
+    y, _ = self.residual(1, y, cross, **run)
     y, _ = self.residual(2, y, lambda h: (self.ffn(h), None), **run)
-    return interventions.tap(self, 'residual', y), (self_w, cross_w)  # the stream after it
+    return interventions.tap(self, 'residual', y)  # the stream after it
 
   def decode_step(
     self, y: Array, cache: dict[str, Any], step: Array, source_mask: Array
@@ -178,7 +164,7 @@ class DecoderLayer(_Block):
     """One position `y [B, 1, D]`; `cache` holds this layer's `'self'` state and `'cross'` K/V."""
     y, self_kv = self.residual(0, y, lambda h: self.self_attn.decode_step(h, cache['self'], step))
     y, _ = self.residual(
-      1, y, lambda h: self.cross_attn.attend_kv(h, cache['cross'], mask=source_mask)
+      1, y, lambda h: (self.cross_attn.attend_kv(h, cache['cross'], mask=source_mask), None)
     )
     y, _ = self.residual(2, y, lambda h: (self.ffn(h), None))
     return y, {'self': self_kv, 'cross': cache['cross']}
@@ -192,25 +178,16 @@ def run_decoder(
   *,
   deterministic: bool = True,
   rngs: nnx.Rngs | None = None,
-  return_weights: bool = False,
-) -> tuple[Array, dict[str, Array] | None]:
+) -> Array:
   """Teacher-forced `y [B, T, D]` through `DecoderLayer`s reading `memory [B, S, D]`.
 
   A function over the layers, as are the two below, so that models which hold a decoder stack
   under their own attribute names (their checkpoint paths) share its loops. `memory_mask`
-  broadcasts to `[B, N, T, S]` or is None. Returns `(y` (no final norm),
-  `{'decoder_self': [B, L, N, T, T], 'cross': [B, L, N, T, S]}` or None).
+  broadcasts to `[B, N, T, S]` or is None. Returns y (no final norm).
   """
-  self_ws, cross_ws = [], []
   for layer in layers:
-    y, (self_w, cross_w) = layer(
-      y, memory, memory_mask, deterministic=deterministic, rngs=rngs, return_weights=return_weights
-    )
-    self_ws.append(self_w)
-    cross_ws.append(cross_w)
-  if not return_weights:
-    return y, None
-  return y, {'decoder_self': jnp.stack(self_ws, axis=1), 'cross': jnp.stack(cross_ws, axis=1)}
+    y = layer(y, memory, memory_mask, deterministic=deterministic, rngs=rngs)
+  return y
 
 
 def init_decoder_cache(

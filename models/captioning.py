@@ -4,7 +4,7 @@ Shapes: images float `[B, H, W, C]`; region features `[B, R, D]` on a `gh x gw` 
 (`Captioner.grid`), row-major: region r is grid row `r // gw`, column `r % gw`, and covers
 image rows `[row H/gh, (row+1) H/gh)` and the matching columns. Decoder inputs int ids `[B, T]`
 (`[BOS] + caption[:-1]`, padding at the end); logits float32 `[B, T, V]`; cross-attention
-weights `[B, L, N, T, R]`.
+weights are read by name through `models.interventions` (`Captioner.attention_names`).
 
 Encoders (`encoder`):
 
@@ -36,7 +36,7 @@ from models.blocks import EPS, DecoderLayer, decoder_step, init_decoder_cache, r
 from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
 from models.layers import check_choice, check_positive_ints, check_vocab, dense, is_int
 from models.seq2seq import bahdanau_step
-from models.stack_config import AttentionVariant, StackConfig
+from models.stack_config import StackConfig, VariantConfig
 from models.vision import (
   GridPositions,
   PatchEncoder,
@@ -121,7 +121,25 @@ class Captioner(nnx.Module):
   Decoding cache (every leaf leads with B): GRU `{'keys': [B, R, K], 'values': [B, R, D],
   'state': [B, 1, D]}`; Transformer `{'layers': [{'self': the attention variant's state (K/V
   [B, heads, max_length, H] for softmax attention), 'cross': K/V [B, heads, R, H]}] * L}`.
+
+  `attention_names` (by the decoder and encoder built): `cross`, the words' attention over the
+  regions (GRU: `attn/weights` per step `[B, T, 1, R]`; Transformer: per layer `[B, N, T, R]`),
+  `decoder_self` and `encoder_self` where there are such layers.
   """
+
+  @property
+  def attention_names(self) -> dict[str, str]:
+    """`{role: name pattern}` of this captioner's attention (see `models.interventions`)."""
+    names = {}
+    if isinstance(self.image_encoder, PatchEncoder):
+      names['encoder_self'] = 'image_encoder/layers/*/self_attn/weights'
+    if self.decoder_kind == 'gru':
+      return {**names, 'cross': 'attn/weights'}
+    return {
+      **names,
+      'cross': 'decoder_layers/*/cross_attn/weights',
+      'decoder_self': 'decoder_layers/*/self_attn/weights',
+    }
 
   def __init__(
     self,
@@ -142,7 +160,7 @@ class Captioner(nnx.Module):
     score: str = 'additive',
     positions: str = 'learned',
     dropout_rate: float = 0.0,
-    variant: AttentionVariant = AttentionVariant(),
+    variant: VariantConfig = VariantConfig(),
     rngs: nnx.Rngs,
   ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
@@ -225,23 +243,16 @@ class Captioner(nnx.Module):
     self.output = dense(features, vocab_size, rngs=rngs)
 
   def _encode(
-    self,
-    images: Array,
-    *,
-    deterministic: bool = True,
-    rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> tuple[Array, Array | None]:
-    """Checked images -> `(regions [B, R, D], ViT self-attention [B, L, N, R, R] or None)`."""
+    self, images: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None
+  ) -> Array:
+    """Checked images -> regions `[B, R, D]`."""
     if isinstance(self.image_encoder, ConvEncoder):
-      return self.image_encoder(images), None
-    return self.image_encoder(
-      images, deterministic=deterministic, rngs=rngs, return_attention=return_attention
-    )
+      return self.image_encoder(images)
+    return self.image_encoder(images, deterministic=deterministic, rngs=rngs)
 
   def encode_image(self, images: Any) -> Array:
     """Region features `[B, R, D]` (R = gh*gw, row-major) of images float `[B, H, W, C]`."""
-    return self._encode(check_images(images, self.image_shape))[0]
+    return self._encode(check_images(images, self.image_shape))
 
   def _embed_tokens(self, ids: Array, start: Array | int) -> Array:
     """Transformer decoder: scaled embeddings plus positions `start ..`, `[B, T] -> [B, T, D]`."""
@@ -259,8 +270,7 @@ class Captioner(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Array | tuple[Array, dict[str, Array]]:
+  ) -> Array:
     """Teacher-forced logits for every caption position.
 
     Args:
@@ -268,12 +278,10 @@ class Captioner(nnx.Module):
       decoder_inputs: int ids `[B, T]`, `[BOS] + caption[:-1]`.
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the attention weights.
 
     Returns:
-      logits float32 `[B, T, V]`; with `return_attention`, `(logits, weights)`: `'cross'`
-      `[B, L, N, T, R]` (L = N = 1 for the GRU), for the Transformer decoder also
-      `'decoder_self'` `[B, L, N, T, T]`, for the ViT encoder `'encoder_self'` `[B, L, N, R, R]`.
+      logits float32 `[B, T, V]`. The attention weights are the taps `attention_names` lists
+      (`interventions.attention(model, 'cross', ..., method='caption_logits')`).
     """
     images = check_images(images, self.image_shape)
     ids = jnp.asarray(decoder_inputs)
@@ -285,32 +293,22 @@ class Captioner(nnx.Module):
       )
     check_dropout(deterministic, rngs, (self.dropout_rate,))
     run = dict(deterministic=deterministic, rngs=rngs)
-    regions, encoder_w = self._encode(images, return_attention=return_attention, **run)
+    regions = self._encode(images, **run)
     if self.decoder_kind == 'gru':
       keys, state = self.attn.prepare(regions), self._gru_state(regions)
       y = self.dropout(lookup(self.embed, ids), **run)  # [B, T, E]
 
       def step(state, y_t):
-        state, features, weights = bahdanau_step(
-          self.attn, self.cells, state, y_t, keys, regions, None
-        )
-        return state, (features, weights)
+        state, features, _ = bahdanau_step(self.attn, self.cells, state, y_t, keys, regions, None)
+        return state, features
 
-      _, (features, cross) = interventions.scan(step, state, jnp.swapaxes(y, 0, 1))  # [T, B]
+      _, features = interventions.scan(step, state, jnp.swapaxes(y, 0, 1))  # [T, B, F]
       features = self.dropout(jnp.swapaxes(features, 0, 1), **run)  # [B, T, F]
-      weights = {'cross': jnp.swapaxes(cross, 0, 1)[:, None, None]}  # [B, 1, 1, T, R]
     else:
       y = self.dropout(self._embed_tokens(ids, 0), **run)  # [B, T, D]
-      features, weights = run_decoder(
-        self.decoder_layers, y, regions, None, return_weights=return_attention, **run
-      )
+      features = run_decoder(self.decoder_layers, y, regions, None, **run)
       features = self.decoder_norm(features)  # [B, T, D]
-    logits = self.output(features).astype(jnp.float32)  # [B, T, V]
-    if not return_attention:
-      return logits
-    if encoder_w is not None:
-      weights['encoder_self'] = encoder_w
-    return logits, weights
+    return self.output(features).astype(jnp.float32)  # [B, T, V]
 
   def init_decode_cache(self, images: Any, max_length: int) -> dict[str, Any]:
     """Encodes images `[B, H, W, C]` once; the cache of the class docstring."""

@@ -3,10 +3,11 @@
 Inputs are token ids, `[B, T]` (one sentence per example) or `[B, S, W]` (a document of S
 sentences of W words); the model's `pad_id` marks padding words, padding sentences (all words
 padding) and all-padding examples, which get finite logits. Outputs are float32 logits `[B, C]`.
-Both models implement `models.interfaces.Classifier`; `__call__` is `classify`.
+Both models implement `models.interfaces.Classifier`; `__call__` is `classify`. Their attention
+is read by name through `models.interventions` (each class's `attention_names`).
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 from flax import nnx
 import jax
@@ -60,7 +61,14 @@ class HAN(nnx.Module):
   Sentences: bidirectional GRU over the sentence vectors -> attention pooling into the document
   vector -> dropout -> linear layer. A sentence is real if any of its words is; the GRUs skip
   padding and the poolings give it exactly zero weight. `[B, T]` inputs are one-sentence documents.
+
+  `attention_names`: `word` pooling weights `[B*S, W]` (one row per sentence), `sentence` `[B, S]`.
   """
+
+  attention_names: ClassVar[dict[str, str]] = {
+    'word': 'word_pool/weights',
+    'sentence': 'sentence_pool/weights',
+  }
 
   def __init__(
     self,
@@ -114,19 +122,15 @@ class HAN(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Array | tuple[Array, dict[str, Array]]:
+  ) -> Array:
     """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (`pad_id` = padding).
+
+    The pooling weights are the taps `attention_names` lists; padding gets exactly 0.
 
     Args:
       inputs: int ids, sentences `[B, T]` or documents `[B, S, W]`.
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the pooling weights.
-
-    Returns:
-      logits; with `return_attention`, `(logits, weights)` with `weights['word']` in the shape of
-      `inputs` and, for documents, `weights['sentence']` `[B, S]`; padding gets exactly 0.
     """
     inputs = _check_call(inputs, deterministic, rngs, (self.dropout_rate,))
     docs = inputs[:, None, :] if inputs.ndim == 2 else inputs  # [B, S, W]
@@ -137,17 +141,11 @@ class HAN(nnx.Module):
     words = interventions.tap(self, 'embedded', words)  # e.g. for gradient x input
     run = dict(deterministic=deterministic, rngs=rngs)
     h = self.word_encoder(words, word_mask.reshape(b * s, w), **run)  # [B*S, W, 2H]
-    sentences, word_w = self.word_pool(h, word_mask.reshape(b * s, w))  # [B*S, 2H], [B*S, W]
+    sentences, _ = self.word_pool(h, word_mask.reshape(b * s, w))  # [B*S, 2H]
     sentences = sentences.reshape(b, s, -1)  # [B, S, 2H]
     h = self.sentence_encoder(sentences, sentence_mask, **run)  # [B, S, 2H]
-    doc, sentence_w = self.sentence_pool(h, sentence_mask)  # [B, 2H], [B, S]
-    logits = self.output(self.dropout(doc, **run)).astype(jnp.float32)  # [B, C]
-    if not return_attention:
-      return logits
-    word_w = word_w.reshape(b, s, w)  # [B, S, W]
-    if inputs.ndim == 2:
-      return logits, {'word': word_w[:, 0]}  # [B, T]
-    return logits, {'word': word_w, 'sentence': sentence_w}
+    doc, _ = self.sentence_pool(h, sentence_mask)  # [B, 2H]
+    return self.output(self.dropout(doc, **run)).astype(jnp.float32)  # [B, C]
 
   __call__ = classify
 
@@ -162,7 +160,17 @@ class TransformerClassifier(nnx.Module):
     before the tokens, as in BERT, and its final state is the vector.
   - `'mean'`: the mean of the final states of the real tokens.
   - `'attention'`: HAN's `AttentionPooling` with `pooling_score`.
+
+  `attention_names`: `self` `[B, N, T', T']` per layer; `word` in the shape of the inputs (the
+  pooling weights, or for `'cls'` the last layer's head-averaged [CLS] row; none for `'mean'`)
+  and, for documents, `sentence` `[B, S]` (the word weights summed per sentence).
   """
+
+  attention_names: ClassVar[dict[str, str]] = {
+    'self': 'layers/*/self_attn/weights',
+    'word': 'word_weights',
+    'sentence': 'sentence_weights',
+  }
 
   def __init__(
     self,
@@ -216,14 +224,12 @@ class TransformerClassifier(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> tuple[Array, Array, Array | None]:
+  ) -> tuple[Array, Array]:
     """Encodes token ids `[B, T]` (`pad_id` = padding).
 
     Returns:
-      `(states [B, T', D], mask [B, T'] True = real, self-attention [B, L, N, T', T'] or None)`,
-      where T' = T + 1 with [CLS] first for `pooling='cls'`, else T. States are after the final
-      LayerNorm for pre-norm.
+      `(states [B, T', D], mask [B, T'] True = real)`, where T' = T + 1 with [CLS] first for
+      `pooling='cls'`, else T. States are after the final LayerNorm for pre-norm.
     """
     if isinstance(self.positions, LearnedPositions) and ids.shape[1] > self.positions.max_length:
       raise ValueError(
@@ -241,13 +247,11 @@ class TransformerClassifier(nnx.Module):
     x = interventions.tap(self, 'embedded', x)  # the residual stream's start
     run = dict(deterministic=deterministic, rngs=rngs)
     x = self.dropout(x, **run)
-    weights = []
     for layer in self.layers:
-      x, w = layer(x, mask[:, None, None, :], return_weights=return_attention, **run)
-      weights.append(w)  # [B, N, T', T'] or None
+      x = layer(x, mask[:, None, None, :], **run)
     if self.final_norm is not None:
       x = self.final_norm(x)
-    return x, mask, (jnp.stack(weights, axis=1) if return_attention else None)
+    return x, mask
 
   def classify(
     self,
@@ -255,45 +259,36 @@ class TransformerClassifier(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Array | tuple[Array, dict[str, Array]]:
+  ) -> Array:
     """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (`pad_id` = padding).
+
+    The attention weights are the taps `attention_names` lists (`interventions.capture`).
 
     Args:
       inputs: int ids, sentences `[B, T]` or documents `[B, S, W]`.
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the attention weights.
-
-    Returns:
-      logits; with `return_attention`, `(logits, weights)`: `'self'` `[B, L, N, T', T']`; for
-      `'attention'` pooling `'word'`, the pooling weights, and for `'cls'` the last layer's
-      attention from [CLS] to the tokens averaged over heads, both in the shape of `inputs`; for
-      documents with either, `'sentence'` `[B, S]`, the word weights summed over each sentence.
-      `'mean'` pooling has no word weights.
     """
     inputs = _check_call(inputs, deterministic, rngs, self.dropout_rates)
     ids = inputs.reshape(inputs.shape[0], -1)  # [B, T]
     run = dict(deterministic=deterministic, rngs=rngs)
-    states, mask, self_w = self.encode(ids, return_attention=return_attention, **run)
+    states, mask = self.encode(ids, **run)
     word_w = None
     if self.pooling == 'cls':
       pooled = states[:, 0]  # [B, D]
-      if return_attention:
-        word_w = jnp.mean(self_w[:, -1, :, 0, 1:], axis=1)  # [B, T]
+      if interventions.active():  # the last layer's attention from [CLS] to the tokens
+        word_w = jnp.mean(
+          interventions.recorded(self.layers[-1].self_attn, 'weights')[:, :, 0, 1:], axis=1
+        )
     elif self.pooling == 'mean':
       m = mask[..., None].astype(states.dtype)  # [B, T, 1]
       pooled = jnp.sum(states * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)  # [B, D]
     else:
       pooled, word_w = self.pool(states, mask)  # [B, D], [B, T]
-    logits = self.output(self.dropout(pooled, **run)).astype(jnp.float32)  # [B, C]
-    if not return_attention:
-      return logits
-    weights = {'self': self_w}
-    if word_w is not None:
-      weights['word'] = word_w.reshape(inputs.shape)  # [B, T] or [B, S, W]
+    if word_w is not None and interventions.active():  # readings only: edits change nothing
+      word_w = interventions.tap(self, 'word_weights', word_w.reshape(inputs.shape))
       if inputs.ndim == 3:
-        weights['sentence'] = jnp.sum(weights['word'], axis=-1)  # [B, S]
-    return logits, weights
+        interventions.tap(self, 'sentence_weights', jnp.sum(word_w, axis=-1))  # [B, S]
+    return self.output(self.dropout(pooled, **run)).astype(jnp.float32)  # [B, C]
 
   __call__ = classify

@@ -2,6 +2,11 @@
 
 A task names the Protocol its models must satisfy (`tasks.Task.interface`); `models.fitting`
 lists the registered models that do, and a task rejects any other before it is built.
+
+The methods return what the model computes and nothing else. The attention a task draws is read
+by capture (`models.interventions.attention`): every model class lists it as `attention_names`,
+`{role: name pattern}`, with the roles its interface's docstring names below (a model may have
+fewer, e.g. an LSTM none).
 """
 
 from typing import Any, Protocol, runtime_checkable
@@ -26,11 +31,10 @@ class EncoderDecoder(Protocol):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Logits `[B, T, V]` for source ids `[B, S]` and decoder inputs `[B, T]`.
 
-    With `return_attention`, `(logits, weights)` where `weights['cross']` is `[B, L, N, T, S]`.
+    Attention roles: `'cross'` per layer `[B, N, T, S]`; `'encoder_self'`, `'decoder_self'`.
     """
 
   def init_decode_cache(self, inputs: Array, max_length: int) -> Any:
@@ -54,13 +58,12 @@ class Classifier(Protocol):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Logits float32 `[B, C]` for ids int32 `[B, T]` (sentences) or `[B, S, W]` (documents).
 
-    The model's `pad_id` marks padding words, padding sentences and all-padding examples. With
-    `return_attention`, `(logits, weights)`: `weights` may hold `'word'`, weights in the shape of
-    `inputs`, and for documents `'sentence'`, `[B, S]`.
+    The model's `pad_id` marks padding words, padding sentences and all-padding examples.
+    Attention roles: `'word'` pooling weights in the shape of `inputs`, `'sentence'` `[B, S]`
+    (documents), `'self'` per layer `[B, N, T, T]`.
     """
 
 
@@ -80,12 +83,12 @@ class LanguageModel(Protocol):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Logits float32 `[B, T, V]` for ids int32 `[B, T]`, one row per position.
 
-    The model's `pad_id` marks padding. With `return_attention`, `(logits, weights)` where
-    `weights['self']` is `[B, L, N, T, T]`.
+    Attention role: `'self'` per layer `[B, N, T, T]`.
+
+    The model's `pad_id` marks padding.
     """
 
 
@@ -102,12 +105,11 @@ class ImageClassifier(Protocol):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Logits float32 `[B, C]` for images float `[B, H, W, C]` in the model's `image_shape`.
 
-    With `return_attention`, `(logits, weights)` where `weights['self']` is `[B, L, N, T, T]`
-    over the model's tokens (e.g. a class token and the patches).
+    Attention role: `'self'` per layer `[B, N, T, T]` over the model's tokens (e.g. a class
+    token and the patches).
     """
 
 
@@ -126,11 +128,10 @@ class ImageCaptioner(Protocol):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Logits float32 `[B, T, V]` for images `[B, H, W, C]` and decoder inputs int ids `[B, T]`.
 
-    With `return_attention`, `(logits, weights)` where `weights['cross']` is `[B, L, N, T, R]`.
+    Attention role: `'cross'`, the words' attention over the R image regions.
     """
 
   def init_decode_cache(self, images: Array, max_length: int) -> Any:
@@ -154,13 +155,11 @@ class QuestionAnswerer(Protocol):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Logits float32 `[B, V]` for stories int ids `[B, M, J]` (M memory slots of J words, the
     oldest first, all-padding slots after the real ones) and questions `[B, J]`.
 
-    With `return_attention`, `(logits, weights)` where `weights['hops']` is `[B, K, M]`: each
-    hop's attention over the memory slots.
+    Attention role: `'hops'`, each hop's weights over the memory slots.
     """
 
 
@@ -177,10 +176,9 @@ class SequenceModel(Protocol):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Logits float32 `[B, T, O]` for inputs float `[B, T, I]` (bits: a sigmoid per output).
 
-    With `return_attention`, `(logits, weights)`: for a model with a memory `'read'` and
-    `'write'`, `[B, T, heads, N]` weightings over its N slots; empty for one without.
+    Attention roles, for a model with a memory: `'read'` and `'write'`, `[B, T, heads, N]`
+    weightings over its N slots.
     """

@@ -17,6 +17,13 @@ function of it (`zero_head`, `mean_head`, `set_head`). Attention weights that ar
 drive the output: the layer recomputes `weights @ values`. `capture` can be called inside
 `jax.jit` (open it there, not around a jitted function: jit would reuse the trace without it).
 
+Each model lists the attention its pictures read as `attention_names`, `{role: pattern}` (a
+class attribute, or a property where the names depend on the instance's settings; e.g. a
+Transformer's `'cross': 'decoder_layers/*/cross_attn/weights'`), and `stack` gathers a pattern's
+values from a capture, layer by layer: a picture asks for names, never for a flag.
+A capture that records nothing raises: the model has no seams, or the call ran a function
+compiled before the capture opened.
+
 Steps of a recurrence run through `scan` (Seq2Seq's decoder, the NTM): their values come back
 stacked per step after the batch axis, `[B, T, ...]`, and an array edit of such a name is given
 in that shape too; a function edit gets one step's value, and `scan_step()` tells it which step.
@@ -27,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 import contextlib
 import contextvars
 import dataclasses
+import re
 from typing import Any
 
 from flax import nnx
@@ -85,6 +93,16 @@ def tap(module: nnx.Module, name: str, value: Array) -> Array:
   return value
 
 
+def recorded(module: nnx.Module, name: str) -> Array:
+  """What the running capture recorded as `module`'s `name` (after its edits), for a model that
+  taps a reading derived from a seam that ran before (e.g. a classifier's word weights from its
+  last layer's `weights`). Call it only inside a capture (`active()`), after `module` ran."""
+  run = _ACTIVE.get()
+  if run is None:
+    raise ValueError('interventions.recorded() is only defined inside a capture.')
+  return run.captured[run.name(module, name)]
+
+
 def _apply(name: str, edit: Edit, value: Array) -> Array:
   """The edited value; raises ValueError if an array edit has another shape."""
   new = edit(value) if callable(edit) else jnp.asarray(edit)
@@ -109,15 +127,29 @@ def editing(model: nnx.Module, edits: Mapping[str, Edit] | None = None) -> Itera
   `edits` (see `capture`), whatever code calls the model, e.g. a task's loss or counts.
 
   Raises:
-    ValueError: on leaving, one sentence listing the valid names if an edit names none of them.
+    ValueError: on leaving, one sentence if nothing was recorded, or listing the valid names if
+      an edit names none of them.
   """
   edits = dict(edits or {})
-  run = _Run(module_paths(model), edits)
+  paths, outer = module_paths(model), _ACTIVE.get()
+  # A capture opened inside another of the same model (a task's picture or metric read while
+  # head ablation edits the model) applies the outer edits too and reports back to it.
+  inherited = dict(outer.edits) if outer is not None and outer.paths == paths else {}
+  run = _Run(paths, {**inherited, **edits})
   token = _ACTIVE.set(run)
   try:
     yield run
   finally:
     _ACTIVE.reset(token)
+  if inherited:
+    outer.captured.update(run.captured)
+    outer.used.update(run.used & set(inherited))
+  if not run.captured:
+    raise ValueError(
+      f'capture: {type(model).__name__} recorded nothing: the call ran a function compiled '
+      'before the capture opened (jax.jit and nnx.jit replay their trace without the seams; '
+      'open the capture inside the jitted function), or the model has no seams.'
+    )
   unknown = sorted(set(edits) - run.used)
   if unknown:
     raise ValueError(
@@ -152,6 +184,38 @@ def capture(
   with editing(model, edits) as run:
     out = getattr(model, method)(*args, **kwargs)
   return out, run.captured
+
+
+def stack(captured: Mapping[str, Array], pattern: str) -> Array:
+  """The captured values whose names match `pattern`, stacked after the batch axis in layer
+  order: `[B, L, ...]` (`*` in the pattern stands for one path segment, e.g. the layer index of
+  `'layers/*/self_attn/weights'`; a pattern without one gives L = 1).
+
+  Raises:
+    KeyError: no captured name matches; the message lists the names there are.
+  """
+  regex = re.compile('^' + '[^/]+'.join(map(re.escape, pattern.split('*'))) + '$')
+  matched = [name for name in captured if regex.match(name)]
+  if not matched:
+    raise KeyError(
+      f'capture: no intermediate matches {pattern!r}; the names are {", ".join(sorted(captured))}.'
+    )
+  # Numbers compare as numbers: layers/10 after layers/2, hop_10 after hop_2.
+  order = lambda name: [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name)]
+  return jnp.stack([captured[name] for name in sorted(matched, key=order)], axis=1)
+
+
+def attention(
+  model: nnx.Module, role: str, *args: Any, method: str = '__call__', **kwargs: Any
+) -> Array:
+  """The weights the model lists under `role` in its `attention_names` (see `stack`), of the
+  call `model.<method>(*args, **kwargs)`, `[B, L, ...]`.
+
+  Raises:
+    KeyError: the model lists no such role (e.g. a Seq2Seq has cross-attention only).
+  """
+  pattern = model.attention_names[role]
+  return stack(capture(model, *args, method=method, **kwargs)[1], pattern)
 
 
 def names(

@@ -1,7 +1,8 @@
 """Language models: a GPT-style decoder-only Transformer and a BERT-style masked-LM encoder.
 
 Shapes: token ids `[B, T]`, the model's `pad_id` marks padding; logits float32 `[B, T, V]`;
-self-attention weights `[B, L, N, T, T]` (L layers, N heads). Both stacks are the Transformer's
+self-attention weights, read by name through `models.interventions`, `[B, L, N, T, T]` (L layers,
+N heads). Both stacks are the Transformer's
 `EncoderLayer`s: `DecoderLM` runs them causally, `EncoderMLM` bidirectionally with a key mask.
 `positions='rope'`, `'alibi'` and `'t5'` add nothing to the embeddings and act in every
 self-attention instead (rotated queries and keys, or a bias on the scores), so scores see relative
@@ -10,12 +11,13 @@ Both implement `models.interfaces.LanguageModel`; `EncoderMLM` also `Classifier`
 """
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from flax import nnx
 import jax
 import jax.numpy as jnp
 
+from models import interventions
 from models.blocks import encoder_stack
 from models.embeddings import LearnedPositions, TokenEmbedding, lookup, make_positions
 from models.layers import ACTIVATIONS, check_choice, check_positive_ints, check_vocab, dense, is_int
@@ -126,26 +128,23 @@ class _Stack(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
     token_types: Array | None = None,
-  ) -> tuple[Array, Array | None, Array | None]:
-    """Encodes ids `[B, T]` to `(states [B, T, D], mask [B, T] True = real, weights or None)`.
+  ) -> tuple[Array, Array | None]:
+    """Encodes ids `[B, T]` to `(states [B, T, D], mask [B, T] True = real)`.
 
-    States are after the final LayerNorm for pre-norm; weights are `[B, L, N, T, T]`. A causal
-    model reads no padding mask (see `DecoderLM`), so its mask is None. `token_types` `[B, T]`
-    (segment ids, for a model built with `type_vocab_size`): None = all 0.
+    States are after the final LayerNorm for pre-norm. A causal model reads no padding mask (see
+    `DecoderLM`), so its mask is None. `token_types` `[B, T]` (segment ids, for a model built with
+    `type_vocab_size`): None = all 0.
     """
     mask = None if self.causal else ids != self.pad_id  # [B, T]
     key_mask = None if mask is None else mask[:, None, None, :]
     run = dict(deterministic=deterministic, rngs=rngs)
     x = self._embed(ids, 0, token_types=token_types, **run)
-    weights = []
     for layer in self.layers:
-      x, w = layer(x, key_mask, is_causal=self.causal, return_weights=return_attention, **run)
-      weights.append(w)  # [B, N, T, T] or None
+      x = layer(x, key_mask, is_causal=self.causal, **run)
     if self.final_norm is not None:
       x = self.final_norm(x)
-    return x, mask, (jnp.stack(weights, axis=1) if return_attention else None)
+    return x, mask
 
   def token_logits(
     self,
@@ -153,9 +152,9 @@ class _Stack(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Array | tuple[Array, dict[str, Array]]:
-    """Logits for every position: next-token (`DecoderLM`) or masked-token (`EncoderMLM`).
+  ) -> Array:
+    """Float32 logits `[B, T, V]` for every position: next-token (`DecoderLM`) or masked-token
+    (`EncoderMLM`); the self-attention weights are the taps `attention_names` lists.
 
     In `DecoderLM` position t's row predicts token t+1 from tokens `0 .. t`; in `EncoderMLM` every
     row predicts the token at its position, and the loss picks the masked ones.
@@ -164,17 +163,10 @@ class _Stack(nnx.Module):
       ids: int token ids `[B, T]`; for `EncoderMLM` masked positions hold the tokenizer's mask id.
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the self-attention weights.
-
-    Returns:
-      float32 logits `[B, T, V]`; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})`.
     """
     ids = self._check_ids(ids, deterministic, rngs)
-    states, _, weights = self.encode(
-      ids, deterministic=deterministic, rngs=rngs, return_attention=return_attention
-    )
-    logits = self._logits(states)  # [B, T, V]
-    return (logits, {'self': weights}) if return_attention else logits
+    states, _ = self.encode(ids, deterministic=deterministic, rngs=rngs)
+    return self._logits(states)  # [B, T, V]
 
 
 class DecoderLM(_Stack):
@@ -190,8 +182,11 @@ class DecoderLM(_Stack):
   absolute position P-1 of the token fed at step 0 and `state` the attention variant's: K/V
   buffers `{'k': [B, K, P-1+max_length, d_k], 'v': [..., d_v]}` (K key/value heads), a ring of
   `window` slots, or linear attention's running sums (`attention.variants`).
+
+  `attention_names`: `self` `[B, N, T, T]` per layer.
   """
 
+  attention_names: ClassVar[dict[str, str]] = {'self': 'layers/*/self_attn/weights'}
   causal = True
 
   def __init__(
@@ -288,8 +283,16 @@ class EncoderMLM(_Stack):
   of the real tokens (the pretraining windows hold no [CLS] token, so there is none to read) through
   a dense D->D tanh layer, dropout and a dense D->C layer. Both heads sit beside the encoder, whose
   parameter names do not depend on `num_classes`, so a pretrained checkpoint loads by name into a
-  fine-tuning model."""
+  fine-tuning model.
 
+  `attention_names`: `self` `[B, N, T, T]` per layer; `word` (of `classify`) in the shape of its
+  inputs, the last layer's attention each token receives, averaged over heads and real queries.
+  """
+
+  attention_names: ClassVar[dict[str, str]] = {
+    'self': 'layers/*/self_attn/weights',
+    'word': 'word_weights',
+  }
   causal = False
 
   def __init__(
@@ -348,20 +351,16 @@ class EncoderMLM(_Stack):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Array | tuple[Array, dict[str, Array]]:
+  ) -> Array:
     """Logits float32 `[B, C]` for ids `[B, T]` or `[B, S, W]` (read as one sequence of S*W).
+
+    The attention weights are the taps `attention_names` lists (`interventions.capture`); the
+    word weights give padding 0, and real tokens' weights sum to 1.
 
     Args:
       inputs: int ids, sentences `[B, T]` or documents `[B, S, W]`; `pad_id` = padding.
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the attention weights.
-
-    Returns:
-      logits; with `return_attention`, `(logits, weights)`: `'self'` `[B, L, N, T, T]` and
-      `'word'` in the shape of `inputs`, the last layer's attention each token receives, averaged
-      over heads and real query positions (padding gets 0; real tokens' weights sum to 1).
     """
     if self.classifier is None:
       raise ValueError(
@@ -371,16 +370,18 @@ class EncoderMLM(_Stack):
     inputs = self._check_ids(inputs, deterministic, rngs, documents=True)
     ids = inputs.reshape(inputs.shape[0], -1)  # [B, T]
     run = dict(deterministic=deterministic, rngs=rngs)
-    states, mask, self_w = self.encode(ids, return_attention=return_attention, **run)
+    states, mask = self.encode(ids, **run)
     m = mask[..., None].astype(states.dtype)  # [B, T, 1]
     pooled = jnp.sum(states * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)  # [B, D]
     pooled = jnp.tanh(self.pooler(pooled))  # [B, D]
     logits = self.classifier(self.dropout(pooled, **run)).astype(jnp.float32)  # [B, C]
-    if not return_attention:
-      return logits
-    received = jnp.mean(self_w[:, -1], axis=1)  # [B, T query, T key]
-    queries = mask.astype(received.dtype)  # [B, T]
-    word = jnp.einsum('btk,bt->bk', received, queries) / jnp.maximum(
-      jnp.sum(queries, axis=1, keepdims=True), 1.0
-    )  # [B, T]
-    return logits, {'self': self_w, 'word': word.reshape(inputs.shape)}
+    if interventions.active():  # a reading only: an edit of it changes nothing
+      received = jnp.mean(
+        interventions.recorded(self.layers[-1].self_attn, 'weights'), axis=1
+      )  # [B, T, T]
+      queries = mask.astype(received.dtype)  # [B, T]
+      word = jnp.einsum('btk,bt->bk', received, queries) / jnp.maximum(
+        jnp.sum(queries, axis=1, keepdims=True), 1.0
+      )  # [B, T]
+      interventions.tap(self, 'word_weights', word.reshape(inputs.shape))
+    return logits

@@ -5,7 +5,7 @@ the model's `pad_id` marks padding words and padding slots (all words padding). 
 float32 logits `[B, V]` over the vocabulary, the paper's single-word answer.
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 from flax import nnx
 import jax
@@ -48,7 +48,11 @@ class MemN2N(nnx.Module):
   softmax from every hop (the "linear start" of section 4.2); `linear_start_steps` says for how
   many training steps the question-answering task asks for it (the paper switches when the
   validation loss stops falling; a step count is the reproducible version).
+
+  `attention_names`: `hops`, each hop's weights over the memory slots `[B, 1, M]` (one query).
   """
+
+  attention_names: ClassVar[dict[str, str]] = {'hops': 'hop_*/weights'}
 
   def __init__(
     self,
@@ -163,9 +167,8 @@ class MemN2N(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
     linear: bool | Array = False,
-  ) -> Array | tuple[Array, dict[str, Array]]:
+  ) -> Array:
     """Answer logits float32 `[B, V]` for a story and a query (`pad_id` = padding).
 
     Args:
@@ -174,14 +177,14 @@ class MemN2N(nnx.Module):
       query: int ids `[B, J]`.
       deterministic: accepted for the task interface; the model has no dropout.
       rngs: accepted for the task interface; unused.
-      return_attention: also return the per-hop weights over the memory slots.
       linear: leave out the softmax in the hops (linear start): the weights are then the raw
         scores `u^k · m_i` on real slots and 0 on padding slots. A bool, or a traced boolean
         scalar (e.g. `step < linear_start_steps` inside a compiled train step).
 
     Returns:
-      logits; with `return_attention`, `(logits, {'hops': [B, K, M]})`, padding slots at
-      exactly 0 and, without `linear`, every story with a real slot summing to 1 per hop.
+      logits. Hop k's weights over the slots are the tap `hop_<k>/weights` `[B, 1, M]`
+      (`attention_names`): padding slots at exactly 0 and, without `linear`, every story with a
+      real slot summing to 1.
     """
     del deterministic, rngs  # no dropout
     story, query = self._check_call(story, query)
@@ -194,7 +197,6 @@ class MemN2N(nnx.Module):
       memories = memories + jnp.take(self.temporal[...], newer, axis=1)  # [n', B, M, d]
     u = self._embed(query, tables[self.query_table][None])[0]  # [B, d]
     mask = slots[:, None, :]  # [B, 1, M]
-    hop_weights = []
     for hop in range(self.hops):
       a, c = self._hop_tables(hop)
       scores = dot_scores(u[:, None, :], memories[a])  # [B, 1, M]
@@ -202,10 +204,6 @@ class MemN2N(nnx.Module):
       weights = interventions.tap(self, f'hop_{hop}/weights', weights)  # [B, 1, M]
       o = attend(weights, memories[c])[:, 0]  # [B, d]
       u = (u if self.h is None else self.h(u)) + o  # [B, d]
-      hop_weights.append(weights[:, 0])  # [B, M]
-    logits = jnp.einsum('bd,vd->bv', u, tables[self.answer_table]).astype(jnp.float32)
-    if not return_attention:
-      return logits
-    return logits, {'hops': jnp.stack(hop_weights, axis=1)}  # [B, K, M]
+    return jnp.einsum('bd,vd->bv', u, tables[self.answer_table]).astype(jnp.float32)
 
   __call__ = answer

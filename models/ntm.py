@@ -23,7 +23,7 @@ and shifts need a known place to walk from; the previous read vectors are learne
 (`initial_reads`, initialised to zero).
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 from flax import nnx
 import jax
@@ -73,7 +73,11 @@ class NTM(nnx.Module):
     write_heads: write heads W.
     shift_range: r, the largest shift of a head's focus per step (offsets -r..r).
     rngs: `params` stream.
+
+  `attention_names`: `read` and `write`, the heads' weightings over the slots `[B, T, heads, N]`.
   """
+
+  attention_names: ClassVar[dict[str, str]] = {'read': 'read_weights', 'write': 'write_weights'}
 
   def __init__(
     self,
@@ -148,12 +152,12 @@ class NTM(nnx.Module):
     weights = addressing.address(memory[:, None], key, beta, gate, shift, gamma, previous)
     return weights, params[..., m + 3 + s :]
 
-  def _step(self, carry: dict[str, Any], x_t: Array) -> tuple[dict[str, Any], tuple[Array, ...]]:
+  def _step(self, carry: dict[str, Any], x_t: Array) -> tuple[dict[str, Any], Array]:
     """One time step from the input `x_t [B, input_size]`.
 
     Returns:
-      `(new carry, (output features [B, C + R*M], read weights [B, R, N], write weights
-      [B, W, N]))`.
+      `(new carry, output features [B, C + R*M])`; the weightings are the taps `read_weights`
+      `[B, R, N]` and `write_weights` `[B, W, N]`.
     """
     batch, m = x_t.shape[0], self.memory_width
     controller_in = jnp.concatenate([x_t, carry['reads'].reshape(batch, -1)], axis=-1)  # [B, I+R*M]
@@ -179,7 +183,7 @@ class NTM(nnx.Module):
       'write_w': write_w,
       'reads': reads,
     }
-    return new, (features, read_w, write_w)
+    return new, features
 
   def sequence_logits(
     self,
@@ -187,28 +191,24 @@ class NTM(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Runs the machine over a sequence from a fresh memory.
 
     Args:
       inputs: float `[B, T, input_size]`.
       deterministic: part of the common interface; the NTM has no dropout.
       rngs: part of the common interface; unused.
-      return_attention: also return the heads' weightings.
 
     Returns:
-      Logits float32 `[B, T, output_size]`; with `return_attention`, `(logits, {'read':
-      [B, T, R, N], 'write': [B, T, W, N]})`.
+      Logits float32 `[B, T, output_size]`. The heads' weightings are the taps
+      `attention_names` lists, per step: `read_weights` `[B, T, R, N]`, `write_weights`
+      `[B, T, W, N]`.
     """
     del deterministic, rngs  # no dropout
     inputs = _check_inputs(inputs, self.input_size, 'NTM')
     carry = self._initial_carry(inputs.shape[0])
-    _, (features, read_w, write_w) = interventions.scan(self._step, carry, _time_major(inputs))
-    logits = self.output(_time_major(features)).astype(jnp.float32)  # [B, T, O]
-    if not return_attention:
-      return logits
-    return logits, {'read': _time_major(read_w), 'write': _time_major(write_w)}
+    _, features = interventions.scan(self._step, carry, _time_major(inputs))  # [T, B, C + R*M]
+    return self.output(_time_major(features)).astype(jnp.float32)  # [B, T, O]
 
 
 def lstm_parameter_count(
@@ -238,7 +238,11 @@ class LSTMBaseline(nnx.Module):
     hidden_size: LSTM size H of every layer.
     num_layers: stacked LSTM layers L.
     rngs: `params` stream.
+
+  `attention_names` is empty: an LSTM has no attention to show.
   """
+
+  attention_names: ClassVar[dict[str, str]] = {}
 
   def __init__(
     self,
@@ -267,12 +271,10 @@ class LSTMBaseline(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Any:
+  ) -> Array:
     """Logits float32 `[B, T, output_size]` for float inputs `[B, T, input_size]`.
 
-    `deterministic` and `rngs` are part of the common interface (no dropout). With
-    `return_attention`, `(logits, {})`: an LSTM has no attention to show.
+    `deterministic` and `rngs` are part of the common interface (no dropout).
     """
     del deterministic, rngs  # no dropout
     inputs = _check_inputs(inputs, self.input_size, 'LSTMBaseline')
@@ -287,5 +289,4 @@ class LSTMBaseline(nnx.Module):
 
     carry = [_lstm_carry(batch, self.hidden_size) for _ in self.cells]
     _, hidden = jax.lax.scan(step, carry, _time_major(inputs))  # [T, B, H]
-    logits = self.output(_time_major(hidden)).astype(jnp.float32)  # [B, T, O]
-    return (logits, {}) if return_attention else logits
+    return self.output(_time_major(hidden)).astype(jnp.float32)  # [B, T, O]

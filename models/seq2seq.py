@@ -22,6 +22,7 @@ outside the recurrences, so the scanned step stays deterministic and needs no ra
 """
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from flax import nnx
 import jax
@@ -143,7 +144,11 @@ class Seq2Seq(nnx.Module):
       'general' for luong.
     dropout_rate: dropout on embeddings, between encoder layers and on the output features.
     rngs: parameter initialisation keys.
+
+  `attention_names`: `cross`, the decoder's attention per step `[B, T, 1, S]` (one query a step).
   """
+
+  attention_names: ClassVar[dict[str, str]] = {'cross': 'attn/weights'}
 
   def __init__(
     self,
@@ -235,24 +240,24 @@ class Seq2Seq(nnx.Module):
 
   def _step(
     self, carry: dict[str, Array], y_prev: Array, memory: dict[str, Array]
-  ) -> tuple[dict[str, Array], tuple[Array, Array]]:
+  ) -> tuple[dict[str, Array], Array]:
     """One decoder step from the embedded previous token y_prev [B, E].
 
     Returns:
-      `(new carry, (output features [B, F], attention weights [B, S]))`.
+      `(new carry, output features [B, F])`; the attention weights are the tap `attn/weights`.
     """
     mask = memory['mask'][:, None, :]  # [B, 1, S]: one query per step
     state = carry['state']
     if self.attention_kind == 'bahdanau':
-      state, features, weights = bahdanau_step(
+      state, features, _ = bahdanau_step(
         self.attn, self.cells, state, y_prev, memory['keys'], memory['values'], mask
       )
-      return {'state': state}, (features, weights)
+      return {'state': state}, features
     state = run_cells(self.cells, state, jnp.concatenate([y_prev, carry['feed']], axis=-1))
     # Query s_t, the top layer's state after the cell: [B, 1, H].
-    context, weights = self.attn(state[:, -1:], memory['keys'], memory['values'], mask)
+    context, _ = self.attn(state[:, -1:], memory['keys'], memory['values'], mask)
     h_tilde = jnp.tanh(self.combine(jnp.concatenate([context[:, 0], state[:, -1]], axis=-1)))
-    return {'state': state, 'feed': h_tilde}, (h_tilde, weights[:, 0])
+    return {'state': state, 'feed': h_tilde}, h_tilde
 
   def __call__(
     self,
@@ -261,8 +266,7 @@ class Seq2Seq(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ):
+  ) -> Array:
     """Teacher-forced forward pass.
 
     Args:
@@ -270,11 +274,9 @@ class Seq2Seq(nnx.Module):
       decoder_inputs: [BOS] + targets[:-1], int32 [B, T].
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the attention weights.
 
     Returns:
-      logits float32 [B, T, V_out]; with `return_attention`, `(logits, {'cross': [B, 1, 1, T, S]})`
-      (layer and head axes of size 1, matching the Transformer's [B, L, N, T, S]).
+      logits float32 [B, T, V_out]. The attention weights are the tap `attention_names` lists.
     """
     if not deterministic and rngs is None and self.dropout.rate > 0:
       raise ValueError(
@@ -287,15 +289,11 @@ class Seq2Seq(nnx.Module):
       )
     memory, carry = self._encode(inputs, deterministic, rngs)
     y = self.dropout(lookup(self.tgt_embed, decoder_inputs), deterministic=deterministic, rngs=rngs)
-    _, (features, weights) = interventions.scan(
+    _, features = interventions.scan(
       lambda c, y_t: self._step(c, y_t, memory), carry, jnp.swapaxes(y, 0, 1)
-    )  # [T, B, ...]
+    )  # [T, B, F]
     features = jnp.swapaxes(features, 0, 1)  # [B, T, F]
-    logits = self.output(self.dropout(features, deterministic=deterministic, rngs=rngs))
-    if not return_attention:
-      return logits
-    weights = jnp.swapaxes(weights, 0, 1)  # [B, T, S]
-    return logits, {'cross': weights[:, None, None]}
+    return self.output(self.dropout(features, deterministic=deterministic, rngs=rngs))
 
   def init_decode_cache(self, inputs: Array, max_length: int) -> dict[str, Array]:
     """Encodes the source once for incremental decoding.
@@ -322,5 +320,5 @@ class Seq2Seq(nnx.Module):
     del step
     memory = {k: cache[k] for k in _MEMORY}
     carry = {k: v for k, v in cache.items() if k not in _MEMORY}
-    carry, (features, _) = self._step(carry, lookup(self.tgt_embed, ids), memory)
+    carry, features = self._step(carry, lookup(self.tgt_embed, ids), memory)
     return self.output(features), {**memory, **carry}

@@ -1,11 +1,11 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), post- or pre-norm.
 
 Shapes: source ids `[B, S]`, decoder input ids `[B, T]` (`[BOS] + targets[:-1]`), the model's
-`pad_id` marks padding; logits `[B, T, V_out]`; attention weights `[B, L, N, T, S]` (L layers,
-N heads).
+`pad_id` marks padding; logits `[B, T, V_out]`; attention weights, read by name through
+`models.interventions`, `[B, L, N, T, S]` (L layers, N heads).
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 from flax import nnx
 import jax
@@ -32,7 +32,15 @@ class Transformer(nnx.Module):
   Attention dropout defaults to 0.0 as in the paper, which applies dropout only to the sublayer
   outputs and to the embedding sums (`dropout_rate`); later Tensor2Tensor setups add 0.1 on the
   attention weights.
+
+  `attention_names`: `encoder_self`, `decoder_self` and `cross` weights `[B, N, T, S]` per layer.
   """
+
+  attention_names: ClassVar[dict[str, str]] = {
+    'encoder_self': 'encoder_layers/*/self_attn/weights',
+    'decoder_self': 'decoder_layers/*/self_attn/weights',
+    'cross': 'decoder_layers/*/cross_attn/weights',
+  }
 
   def __init__(
     self,
@@ -129,20 +137,17 @@ class Transformer(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> tuple[Array, Array | None]:
-    """Encodes source ids `[B, S]` to `(memory [B, S, D], weights [B, L, N, S, S] or None)`."""
+  ) -> Array:
+    """Encodes source ids `[B, S]` to the memory `[B, S, D]`."""
     self._check_ids('inputs', inputs, deterministic, rngs)
     table = self.target_embed if self.source_embed is None else self.source_embed
     x = self._embed(table, inputs, deterministic, rngs)
     mask = (inputs != self.pad_id)[:, None, None, :]  # [B, 1, 1, S]
-    weights = []
     for layer in self.encoder_layers:
-      x, w = layer(x, mask, deterministic=deterministic, rngs=rngs, return_weights=return_attention)
-      weights.append(w)
+      x = layer(x, mask, deterministic=deterministic, rngs=rngs)
     if self.encoder_norm is not None:
       x = self.encoder_norm(x)
-    return x, (jnp.stack(weights, axis=1) if return_attention else None)
+    return x
 
   def decode(
     self,
@@ -152,8 +157,7 @@ class Transformer(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> tuple[Array, dict[str, Array] | None]:
+  ) -> Array:
     """Teacher-forced decoding of all positions at once.
 
     Args:
@@ -162,24 +166,15 @@ class Transformer(nnx.Module):
       source_mask: `[B, S]`, True = real source token.
       deterministic: disables dropout.
       rngs: an `nnx.Rngs` with a `dropout` stream, needed when dropout is active.
-      return_attention: also return the weights.
 
     Returns:
-      `(logits [B, T, V_out], {'decoder_self': [B, L, N, T, T], 'cross': [B, L, N, T, S]} or None)`.
+      Logits `[B, T, V_out]`.
     """
     self._check_ids('decoder_inputs', decoder_inputs, deterministic, rngs)
     y = self._embed(self.target_embed, decoder_inputs, deterministic, rngs)
     mask = source_mask[:, None, None, :]  # [B, 1, 1, S]
-    y, weights = run_decoder(
-      self.decoder_layers,
-      y,
-      memory,
-      mask,
-      deterministic=deterministic,
-      rngs=rngs,
-      return_weights=return_attention,
-    )
-    return self._logits(y), weights
+    y = run_decoder(self.decoder_layers, y, memory, mask, deterministic=deterministic, rngs=rngs)
+    return self._logits(y)
 
   def __call__(
     self,
@@ -188,19 +183,14 @@ class Transformer(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Array | tuple[Array, dict[str, Array]]:
+  ) -> Array:
     """Logits `[B, T, V_out]` for source `[B, S]` and decoder inputs `[B, T]` (`pad_id` = padding).
 
-    With `return_attention`, returns `(logits, {'encoder_self': [B, L, N, S, S],
-    'decoder_self': [B, L, N, T, T], 'cross': [B, L, N, T, S]})`.
+    The attention weights are the taps `attention_names` lists (`interventions.attention`).
     """
-    run = dict(deterministic=deterministic, rngs=rngs, return_attention=return_attention)
-    memory, enc_w = self.encode(inputs, **run)
-    logits, dec_w = self.decode(decoder_inputs, memory, inputs != self.pad_id, **run)
-    if not return_attention:
-      return logits
-    return logits, {'encoder_self': enc_w, **dec_w}
+    run = dict(deterministic=deterministic, rngs=rngs)
+    memory = self.encode(inputs, **run)
+    return self.decode(decoder_inputs, memory, inputs != self.pad_id, **run)
 
   def init_decode_cache(self, inputs: Array, max_length: int) -> dict[str, Any]:
     """Encodes `inputs [B, S]` once and allocates the state `decode_step` carries.
@@ -214,7 +204,7 @@ class Transformer(nnx.Module):
       raise ValueError(
         f'max_length={max_length} exceeds the {self.positions.max_length} learned positions.'
       )
-    memory, _ = self.encode(inputs)
+    memory = self.encode(inputs)
     return {
       'source_mask': inputs != self.pad_id,
       'layers': init_decoder_cache(self.decoder_layers, memory, max_length),

@@ -2,11 +2,11 @@
 
 Shapes: images float `[B, H, W, C]`, channels last. A `ph x pw` patch size cuts them into a grid of
 `gh x gw` patches (`gh = H / ph`, `gw = W / pw`) taken in row-major order: patch `r * gw + c` covers
-image rows `[r ph, (r+1) ph)` and columns `[c pw, (c+1) pw)`. Self-attention weights are
-`[B, L, N, T, T]` (L layers, N heads, T tokens).
+image rows `[r ph, (r+1) ph)` and columns `[c pw, (c+1) pw)`. Self-attention weights, read by
+name through `models.interventions`, are `[B, L, N, T, T]` (L layers, N heads, T tokens).
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 from flax import nnx
 import jax
@@ -209,14 +209,10 @@ class PatchEncoder(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> tuple[Array, Array | None]:
-    """Encodes images float `[B, H, W, C]` (the `image_shape`).
-
-    Returns:
-      `(states [B, T, D], self-attention [B, L, N, T, T] or None)` with T = gh*gw patches, plus
-      the class token first when there is one.
-    """
+  ) -> Array:
+    """Encodes images float `[B, H, W, C]` (the `image_shape`) to states `[B, T, D]`, T = gh*gw
+    patches, plus the class token first when there is one; each layer's self-attention
+    `[B, N, T, T]` is its tap `layers/<i>/self_attn/weights`."""
     images = check_images(images, self.image_shape)
     check_dropout(deterministic, rngs, self.dropout_rates)
     x = self.patch_embed(patchify(images, self.patch))  # [B, P, D]
@@ -227,13 +223,11 @@ class PatchEncoder(nnx.Module):
       x = jnp.concatenate([cls, x], axis=1)  # [B, 1+P, D]
     run = dict(deterministic=deterministic, rngs=rngs)
     x = self.dropout(x, **run)
-    weights = []
     for layer in self.layers:  # images have no padding: no mask
-      x, w = layer(x, None, return_weights=return_attention, **run)
-      weights.append(w)  # [B, N, T, T] or None
+      x = layer(x, None, **run)
     if self.final_norm is not None:
       x = self.final_norm(x)
-    return x, (jnp.stack(weights, axis=1) if return_attention else None)
+    return x
 
 
 class ViT(nnx.Module):
@@ -241,7 +235,11 @@ class ViT(nnx.Module):
 
   `pooling='cls'` classifies the final state of the class token (token 0), `'mean'` the mean of
   the patches' final states. Implements `models.interfaces.ImageClassifier`.
+
+  `attention_names`: `self` `[B, N, T, T]` per layer (the class token, if any, is token 0).
   """
+
+  attention_names: ClassVar[dict[str, str]] = {'self': 'encoder/layers/*/self_attn/weights'}
 
   def __init__(
     self,
@@ -289,25 +287,18 @@ class ViT(nnx.Module):
     *,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
-    return_attention: bool = False,
-  ) -> Array | tuple[Array, dict[str, Array]]:
-    """Logits float32 `[B, num_classes]` for images float `[B, H, W, C]`.
+  ) -> Array:
+    """Logits float32 `[B, num_classes]` for images float `[B, H, W, C]`; the self-attention
+    weights, over T = gh*gw tokens plus the class token (token 0) with `pooling='cls'`, are the
+    taps `attention_names` lists.
 
     Args:
       images: a batch in the model's `image_shape`.
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
-      return_attention: also return the self-attention weights.
-
-    Returns:
-      logits; with `return_attention`, `(logits, {'self': [B, L, N, T, T]})` where T = gh*gw,
-      plus one for the class token (token 0) with `pooling='cls'`.
     """
-    states, weights = self.encoder(
-      images, deterministic=deterministic, rngs=rngs, return_attention=return_attention
-    )  # [B, T, D]
+    states = self.encoder(images, deterministic=deterministic, rngs=rngs)  # [B, T, D]
     pooled = states[:, 0] if self.pooling == 'cls' else jnp.mean(states, axis=1)  # [B, D]
-    logits = self.head(pooled).astype(jnp.float32)  # [B, C]
-    return (logits, {'self': weights}) if return_attention else logits
+    return self.head(pooled).astype(jnp.float32)  # [B, C]
 
   __call__ = classify_image

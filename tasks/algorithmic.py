@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 from data import algorithmic
+from models import interventions
 from models.interfaces import SequenceModel
 from tasks import pictures
 from tasks.base import Batch, EvalOptions, Task
@@ -46,9 +47,20 @@ def _loss_sum(logits: Array, batch: Batch) -> Array:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _predict(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
-  """Logits and the model's memory weightings (no dropout)."""
-  return nnx.merge(graphdef, state).sequence_logits(inputs, return_attention=True)
+def _predict(
+  graphdef: nnx.GraphDef, state: nnx.State, inputs: Array
+) -> tuple[Array, dict[str, Array]]:
+  """Logits and the model's memory weightings by role, `{'read'|'write': [B, T, heads, N]}`
+  (none for a model without attention; no dropout)."""
+  model = nnx.merge(graphdef, state)
+  names = model.attention_names
+  roles = [role for role in ('read', 'write') if role in names]
+  if not roles:  # nothing to capture (an LSTM)
+    return model.sequence_logits(inputs), {}
+  logits, captured = interventions.capture(model, inputs, method='sequence_logits')
+  weights = {role: interventions.stack(captured, names[role]) for role in roles}
+  # One name per role, its steps stacked: `[B, 1, T, heads, N]`; the panels want `[B, T, heads, N]`.
+  return logits, {role: w[:, 0] if w.ndim == 5 else w for role, w in weights.items()}
 
 
 class Copy(Task):

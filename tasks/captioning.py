@@ -23,9 +23,9 @@ import sacrebleu
 
 import attention
 from data import captioning
-from models import decoding
+from models import decoding, interventions
 from models.interfaces import ImageCaptioner
-from tasks import pictures
+from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
 from tasks.losses import cross_entropy
 from tasks.translation import shift_right, teacher_forced_metrics, token_counts, until_eos
@@ -33,10 +33,26 @@ from tasks.translation import shift_right, teacher_forced_metrics, token_counts,
 Array = jax.Array
 
 
-def caption_attention(weights: dict[str, Array]) -> Array:
+def caption_attention(cross: Array) -> Array:
   """The attention one generated word pays to the regions, `[B, T, R]`: the last decoder layer's
-  cross-attention, averaged over heads (the GRU decoder has one layer and one head)."""
-  return weights['cross'][:, -1].mean(axis=1)
+  cross-attention `[B, L, N, T, R]`, averaged over heads (the GRU decoder has one layer and one
+  head)."""
+  return cross[:, -1].mean(axis=1)
+
+
+def read_caption_attention(
+  model, pixels: Array, decoder_inputs: Array, **kwargs
+) -> tuple[Array, Array]:
+  """Logits `[B, T, V]` of `model.caption_logits(pixels, decoder_inputs, **kwargs)` and the
+  `caption_attention` `[B, T, R]` of that same pass, read by capture.
+
+  Call it inside the jitted function (see `interventions.capture`).
+  """
+  logits, captured = interventions.capture(
+    model, pixels, decoder_inputs, method='caption_logits', **kwargs
+  )
+  cross = interventions.stack(captured, model.attention_names['cross'])
+  return logits, caption_attention(picture_weights.as_heads(cross, decoder_inputs.shape[1]))
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -44,9 +60,7 @@ def _word_attention(
   graphdef: nnx.GraphDef, state: nnx.State, pixels: Array, decoder_inputs: Array
 ) -> Array:
   """`caption_attention` `[B, T, R]` while the model reads `decoder_inputs` (no dropout)."""
-  model = nnx.merge(graphdef, state)
-  _, weights = model.caption_logits(pixels, decoder_inputs, return_attention=True)
-  return caption_attention(weights)
+  return read_caption_attention(nnx.merge(graphdef, state), pixels, decoder_inputs)[1]
 
 
 def region_centres(grid: tuple[int, int], image_size: tuple[int, int]) -> np.ndarray:
@@ -102,30 +116,32 @@ class Captioning(Task):
       split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
     )
 
-  def _forward(self, model, batch: Batch, **kwargs):
-    return model.caption_logits(
-      batch['images'], shift_right(batch['targets'], self.tokenizer.bos_id), **kwargs
-    )
+  def _decoder_inputs(self, batch: Batch) -> Array:
+    return shift_right(batch['targets'], self.tokenizer.bos_id)
 
   def loss(self, model, batch, rng):
     targets, pad_id = batch['targets'], self.tokenizer.pad_id
-    logits, weights = self._forward(
-      model, batch, deterministic=False, rngs=nnx.Rngs(dropout=rng), return_attention=True
-    )
+    run = dict(deterministic=False, rngs=nnx.Rngs(dropout=rng))
+    if self.attention_penalty:  # the penalty reads this pass's cross-attention (within the jit)
+      logits, words = read_caption_attention(
+        model, batch['images'], self._decoder_inputs(batch), **run
+      )  # words [B, T, R]
+    else:
+      logits = model.caption_logits(batch['images'], self._decoder_inputs(batch), **run)
     real = targets != pad_id  # [B, T]
     losses = cross_entropy(logits, targets, self.label_smoothing, where=real)
     loss = losses.sum() / jnp.maximum(real.sum(), 1)
     counts = token_counts(logits, targets, pad_id)
     if self.attention_penalty:
       # Per image, so the regulariser's weight does not depend on caption length.
-      penalty = attention.doubly_stochastic_penalty(caption_attention(weights), real)  # [B]
+      penalty = attention.doubly_stochastic_penalty(words, real)  # [B]
       rows = real.any(-1)
       loss += self.attention_penalty * (penalty * rows).sum() / jnp.maximum(rows.sum(), 1)
     return loss, counts
 
   def eval_counts(self, model, batch):
     targets, pad_id = batch['targets'], self.tokenizer.pad_id
-    logits = self._forward(model, batch, deterministic=True)
+    logits = model.caption_logits(batch['images'], self._decoder_inputs(batch), deterministic=True)
     loss_sum = cross_entropy(logits, targets, where=targets != pad_id).sum()
     return dict(loss_sum=loss_sum, **token_counts(logits, targets, pad_id))
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from data import classification
+from models import interventions
 from models.interfaces import Classifier
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, Task
@@ -35,16 +36,31 @@ def example_counts(logits: Array, labels: Array, real: Array) -> dict[str, Array
 
 @functools.partial(jax.jit, static_argnums=0)
 def _classify(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
-  """`(probabilities [B, C], attention weights)` of the model `graphdef, state` (no dropout)."""
-  logits, weights = nnx.merge(graphdef, state).classify(inputs, return_attention=True)
+  """`(probabilities [B, C], pooling weights)` of the model `graphdef, state` (no dropout): the
+  `'word'` weights in the shape of `inputs` and, for documents, the `'sentence'` weights `[B, S]`,
+  each where the model lists and records them (mean pooling has none)."""
+  model = nnx.merge(graphdef, state)
+  logits, captured = interventions.capture(model, inputs, method='classify')
+  names = model.attention_names
+  weights = {}
+  for level, shape in (('word', inputs.shape), ('sentence', inputs.shape[:2])):
+    if level not in names or (level == 'sentence' and inputs.ndim == 2):
+      continue
+    try:
+      value = interventions.stack(captured, names[level])  # [B, 1, ...]
+    except KeyError:  # listed, not recorded: e.g. mean pooling pools without weights
+      continue
+    # The one shape fix: a level's weights as the input has them; HAN pools words sentence by
+    # sentence, `[B*S, 1, W]`, a Transformer reads the whole input, `[B, 1, T]` or `[B, 1, S, W]`.
+    weights[level] = value.reshape(shape)
   return jax.nn.softmax(logits), weights
 
 
 def _self_attention(model, ids: Array) -> Array:
   """Self-attention `[B, L, N, T, T]` over ids `[B, T]`, the [CLS] position (if any, first)
-  left out; KeyError for a model without self-attention."""
-  _, weights = model.classify(ids, return_attention=True)
-  return weights['self'][..., -ids.shape[1] :, -ids.shape[1] :]
+  left out."""
+  weights = interventions.attention(model, 'self', ids, method='classify')  # [B, L, N, T', T']
+  return weights[..., -ids.shape[1] :, -ids.shape[1] :]
 
 
 def confusion_matrix(labels: list[int], predictions: list[int], num_classes: int) -> np.ndarray:
@@ -277,18 +293,17 @@ class Classification(Task):
   def self_attention(self, model, samples) -> list[np.ndarray | None]:
     """Per sample, a Transformer's self-attention `[L, N, T, T]` over its ids (padding included,
     [CLS] left out); Nones for a model without self-attention (HAN)."""
-    try:
-      return list(
-        picture_weights.batched_weights(
-          _self_attention,
-          model,
-          [(s['ids'],) for s in samples],
-          pad_ids=(self.tokenizer.pad_id,),
-          crop=(0, 0),
-        )
-      )
-    except KeyError:
+    if 'self' not in model.attention_names:
       return [None] * len(samples)
+    return list(
+      picture_weights.batched_weights(
+        _self_attention,
+        model,
+        [(s['ids'],) for s in samples],
+        pad_ids=(self.tokenizer.pad_id,),
+        crop=(0, 0),
+      )
+    )
 
 
 def hit_rate(samples: list[dict[str, Any]]) -> float | None:

@@ -19,6 +19,7 @@ import numpy as np
 
 import attention
 from data import image_classification
+from models import interventions
 from models.interfaces import ImageClassifier
 from tasks import pictures
 from tasks.base import Batch
@@ -34,10 +35,12 @@ def _classify(graphdef: nnx.GraphDef, state: nnx.State, pixels: Array, pooled_ro
 
   The maps are the class token's row (token 0) when `pooled_row` is False, else the mean row.
   """
-  logits, weights = nnx.merge(graphdef, state).classify_image(pixels, return_attention=True)
-  rollout = attention.attention_rollout(weights['self'])  # [B, T, T]
+  model = nnx.merge(graphdef, state)
+  logits, captured = interventions.capture(model, pixels, method='classify_image')
+  weights = interventions.stack(captured, model.attention_names['self'])  # [B, L, N, T, T]
+  rollout = attention.attention_rollout(weights)  # [B, T, T]
   read = (lambda w: w.mean(axis=-2)) if pooled_row else (lambda w: w[..., 0, :])
-  heads = read(weights['self'])  # [B, L, N, T]
+  heads = read(weights)  # [B, L, N, T]
   # A row is linear in the weights, so the last layer's head-averaged map is its heads' mean.
   return jax.nn.softmax(logits), read(rollout), heads[:, -1].mean(axis=1), heads
 

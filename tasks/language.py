@@ -27,7 +27,7 @@ import numpy as np
 from data import language
 from data.tokenizers import SpecialIds
 import models
-from models import decoding
+from models import decoding, interventions
 from models.embeddings import ATTENTION_POSITIONS
 from models.interfaces import LanguageModel
 from tasks import picture_weights, pictures
@@ -96,14 +96,14 @@ def _token_counts(logits: Array, targets: Array, weights: Array) -> dict[str, Ar
 @functools.partial(jax.jit, static_argnums=0)
 def _forward(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
   """`(logits [B, T, V], last layer's weights [B, N, T, T])` without dropout."""
-  logits, weights = nnx.merge(graphdef, state).token_logits(inputs, return_attention=True)
-  return logits, weights['self'][:, -1]
+  model = nnx.merge(graphdef, state)
+  logits, captured = interventions.capture(model, inputs, method='token_logits')
+  return logits, interventions.stack(captured, model.attention_names['self'])[:, -1]
 
 
 def _self_attention(model, ids: Array) -> Array:
   """Every layer's self-attention weights `[B, L, N, T, T]` over ids `[B, T]` (no dropout)."""
-  _, weights = model.token_logits(ids, return_attention=True)
-  return weights['self']
+  return interventions.attention(model, 'self', ids, method='token_logits')
 
 
 def attention_hits(weights: Array, support: Array) -> Array:

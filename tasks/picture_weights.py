@@ -20,6 +20,15 @@ import numpy as np
 BATCH_SIZE = 32
 
 
+def as_heads(weights: jax.Array, queries: int) -> jax.Array:
+  """Attention stacked over layers (`interventions.stack`) as heads, `[B, L, N, T, S]`.
+
+  A recurrent decoder attends once a step with one query, recorded `[B, L, T, 1, S]`: the same
+  array as one head `[B, L, 1, T, S]`. A Transformer's `[B, L, N, T, S]` stays as it is.
+  """
+  return weights.reshape(*weights.shape[:2], -1, queries, weights.shape[-1])
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _forward(
   forward: Callable[..., jax.Array],

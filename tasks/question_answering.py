@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from data import question_answering
+from models import interventions
 from models.interfaces import QuestionAnswerer
 from tasks import pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
@@ -30,8 +31,12 @@ Array = jax.Array
 @functools.partial(jax.jit, static_argnums=0)
 def _answer(graphdef: nnx.GraphDef, state: nnx.State, story: Array, query: Array):
   """Answer probabilities `[B, V]` and hop weights `[B, K, M]` (no dropout)."""
-  logits, weights = nnx.merge(graphdef, state).answer(story, query, return_attention=True)
-  return jax.nn.softmax(logits), weights['hops']
+  model = nnx.merge(graphdef, state)
+  logits, captured = interventions.capture(model, story, query, method='answer')
+  hops = interventions.stack(captured, model.attention_names['hops'])
+  if hops.ndim == 4:  # a hop's one query, `[B, K, 1, M]`: the table wants `[B, K, M]`
+    hops = hops[:, :, 0]
+  return jax.nn.softmax(logits), hops
 
 
 def hop_table(sentences: list[str], weights: np.ndarray, supporting: list[int]) -> str:

@@ -18,7 +18,7 @@ import sacrebleu
 
 import attention
 from data import translation
-from models import decoding
+from models import decoding, interventions
 from models.interfaces import EncoderDecoder
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
@@ -72,12 +72,10 @@ def teacher_forced_counts(model, batch: Batch, *, bos_id: int, pad_id: int) -> d
   sharply the decoder attends: 0 = one source token, log S = uniform over S.
   """
   targets = batch['targets']
-  logits, weights = model(
-    batch['inputs'], shift_right(targets, bos_id), deterministic=True, return_attention=True
-  )
+  logits, cross = read_attention(model, 'cross', batch['inputs'], shift_right(targets, bos_id))
   real = targets != pad_id  # [B, T]
   loss_sum = cross_entropy(logits, targets, where=real).sum()
-  entropy = attention.attention_entropy(weights['cross']).mean(axis=(1, 2))  # [B, T]
+  entropy = attention.attention_entropy(cross).mean(axis=(1, 2))  # [B, T]
   return dict(
     loss_sum=loss_sum,
     entropy_sum=jnp.sum(entropy, where=real),
@@ -274,24 +272,37 @@ class Translation(Task):
       for sample in samples
     ]
     pads = (self.source_tokenizer.pad_id, self.target_tokenizer.pad_id)
-    found = {}
-    for key in keys:
-      try:
-        found[key] = list(
-          picture_weights.batched_weights(
-            _FORWARDS[key], model, examples, crop=_CROPS[key], pad_ids=pads
-          )
+    found = {
+      key: list(
+        picture_weights.batched_weights(
+          _FORWARDS[key], model, examples, crop=_CROPS[key], pad_ids=pads
         )
-      except KeyError:  # e.g. a Seq2Seq has cross-attention only
-        continue
+      )
+      for key in keys
+      if key in model.attention_names  # e.g. a Seq2Seq has cross-attention only
+    }
     return [{key: weights[i] for key, weights in found.items()} for i in range(len(samples))]
 
 
-def _weights(key: str, model, inputs: Array, decoder_inputs: Array) -> Array:
-  """Attention weights `weights[key]`, `[B, L, N, T', S']`, of source `[B, S]` and decoder
-  inputs `[B, T]`; KeyError where the model has no such attention."""
-  _, weights = model(inputs, decoder_inputs, deterministic=True, return_attention=True)
-  return weights[key]
+def read_attention(model, role: str, inputs: Array, decoder_inputs: Array) -> tuple[Array, Array]:
+  """Logits `[B, T, V_out]` of a teacher-forced pass without dropout, and the attention the model
+  lists under `role` as heads `[B, L, N, T', S']` (T' the queries, S' the keys).
+
+  Call it inside the jitted function (see `interventions.capture`).
+
+  Raises:
+    KeyError: the model lists no such role.
+  """
+  pattern = model.attention_names[role]
+  logits, captured = interventions.capture(model, inputs, decoder_inputs, deterministic=True)
+  queries = (inputs, decoder_inputs)[_CROPS[role][0]].shape[1]
+  return logits, picture_weights.as_heads(interventions.stack(captured, pattern), queries)
+
+
+def _weights(role: str, model, inputs: Array, decoder_inputs: Array) -> Array:
+  """`read_attention`'s weights `[B, L, N, T', S']` of source `[B, S]` and decoder inputs
+  `[B, T]`; KeyError where the model has no such attention."""
+  return read_attention(model, role, inputs, decoder_inputs)[1]
 
 
 # One function per key, made once, so that each compiles once (`picture_weights` jits by it).

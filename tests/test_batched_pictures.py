@@ -64,13 +64,10 @@ def test_padded_batches_give_each_example_its_own_weights_from_one_trace(bahdana
   # The most padded example, the longest one, and the last (beside the rows that fill its batch).
   for i in (shortest, int(np.argmax(sizes)), EXAMPLES - 1):
     source, decoder_inputs = examples[i]
-    _, alone = model(
-      jnp.asarray([source]),
-      jnp.asarray([decoder_inputs]),
-      deterministic=True,
-      return_attention=True,
-    )
-    np.testing.assert_allclose(weights[i], alone['cross'][0], atol=1e-5)
+    _, alone = translation.read_attention(
+      model, 'cross', jnp.asarray([source]), jnp.asarray([decoder_inputs])
+    )  # [1, L, N, T, S]
+    np.testing.assert_allclose(weights[i], alone[0], atol=1e-5)
 
 
 def test_draw_writes_its_pictures_from_one_compilation_and_leaves_no_figure_open(

@@ -12,6 +12,7 @@ import pytest
 
 import attention
 import models
+from models import interventions
 from models.classifiers import HAN, TransformerClassifier
 from models.interfaces import Classifier, EncoderDecoder
 from models.layers import AttentionPooling
@@ -49,10 +50,28 @@ def _model(cls: type, **change) -> nnx.Module:
   return _build(cls, **change)
 
 
-@functools.partial(nnx.jit, static_argnames='return_attention')
-def _classify(model: nnx.Module, inputs: jax.Array, return_attention: bool = False):
+@nnx.jit
+def _classify(model: nnx.Module, inputs: jax.Array):
   """`model(inputs)` compiled once per architecture and input shape, not op by op."""
-  return model(inputs, return_attention=return_attention)
+  return model(inputs)
+
+
+@nnx.jit
+def _read(model: nnx.Module, inputs: jax.Array):
+  """`(model(inputs), weights)`, captured inside the compiled call: each role of the model's
+  `attention_names` that the call recorded (mean pooling records no word weights), `'self'`
+  `[B, L, N, T, T]`, `'word'` in the shape of `inputs` and `'sentence'` `[B, S]`."""
+  logits, captured = interventions.capture(model, inputs)
+  weights = {}
+  for role, pattern in model.attention_names.items():
+    try:
+      weights[role] = interventions.stack(captured, pattern)  # [B, L, ...]
+    except KeyError:
+      continue
+  # HAN pools words sentence by sentence, [B*S, 1, W]; a Transformer's word weights are
+  # [B, 1, T] or [B, 1, S, W]; the sentence weights [B, 1, S].
+  shapes = {'word': inputs.shape, 'sentence': (inputs.shape[0], -1)}
+  return logits, {role: w.reshape(shapes.get(role, w.shape)) for role, w in weights.items()}
 
 
 def _np(param) -> np.ndarray:
@@ -130,7 +149,7 @@ def test_dot_pooling_is_unchanged():
 def test_han_matches_numpy_pooling_at_both_levels():
   """Word pooling of the word GRU's states, sentence pooling of the sentence GRU's states."""
   model = _model(HAN)
-  logits, weights = _classify(model, jnp.asarray(DOCS), return_attention=True)
+  logits, weights = _read(model, jnp.asarray(DOCS))
   b, s, w = DOCS.shape
   word_mask = DOCS != PAD
   words = model.embed.embedding[...][DOCS.reshape(b * s, w)]  # [B*S, W, E]
@@ -152,7 +171,7 @@ def test_han_matches_numpy_pooling_at_both_levels():
 
 def test_han_weights_zero_on_padding_sum_to_one_and_padding_cannot_change_logits():
   model = _model(HAN)
-  logits, weights = _classify(model, jnp.asarray(DOCS), return_attention=True)
+  logits, weights = _read(model, jnp.asarray(DOCS))
   word, sentence = np.asarray(weights['word']), np.asarray(weights['sentence'])
   assert word.shape == DOCS.shape and sentence.shape == DOCS.shape[:2]
   assert np.all(word[DOCS == PAD] == 0.0) and np.all(sentence[~(DOCS != PAD).any(-1)] == 0.0)
@@ -166,8 +185,9 @@ def test_han_weights_zero_on_padding_sum_to_one_and_padding_cannot_change_logits
 
 def test_han_sentences_are_one_sentence_documents():
   model = _model(HAN)
-  logits, weights = _classify(model, jnp.asarray(SENTENCES), return_attention=True)
-  assert set(weights) == {'word'} and weights['word'].shape == SENTENCES.shape
+  logits, weights = _read(model, jnp.asarray(SENTENCES))
+  assert set(weights) == {'word', 'sentence'} and weights['word'].shape == SENTENCES.shape
+  np.testing.assert_array_equal(weights['sentence'], 1.0)  # one sentence: all the weight
   np.testing.assert_allclose(logits, _classify(model, jnp.asarray(SENTENCES[:, None])), **TOL)
   np.testing.assert_allclose(np.asarray(weights['word']).sum(-1), 1.0, **TOL)
   assert np.all(np.asarray(weights['word'])[0, 3:] == 0.0)
@@ -176,7 +196,7 @@ def test_han_sentences_are_one_sentence_documents():
 def test_han_with_another_score_builds_and_runs():
   model = _model(HAN, score='additive', attention_dim=5)
   assert model.word_pool.score_wk.shape == (5, 5)
-  _, weights = _classify(model, jnp.asarray(DOCS), return_attention=True)
+  _, weights = _read(model, jnp.asarray(DOCS))
   np.testing.assert_allclose(np.asarray(weights['sentence'])[0].sum(), 1.0, **TOL)
   np.testing.assert_allclose(np.asarray(weights['word'])[0, :2].sum(-1), 1.0, **TOL)
 
@@ -185,7 +205,7 @@ def test_han_with_another_score_builds_and_runs():
 @pytest.mark.parametrize('inputs', [SENTENCES, DOCS], ids=['sentences', 'documents'])
 def test_transformer_classifier_poolings_run_with_finite_gradients(pooling, inputs):
   model = _model(TransformerClassifier, pooling=pooling)
-  logits, weights = _classify(model, jnp.asarray(inputs), return_attention=True)
+  logits, weights = _read(model, jnp.asarray(inputs))
   b, t = inputs.shape[0], inputs[0].size + (pooling == 'cls')
   assert logits.shape == (b, 3) and logits.dtype == jnp.float32 and np.all(np.isfinite(logits))
   assert weights['self'].shape == (b, 2, 2, t, t)
@@ -195,6 +215,9 @@ def test_transformer_classifier_poolings_run_with_finite_gradients(pooling, inpu
   if pooling != 'mean':
     word = np.asarray(weights['word'])
     assert word.shape == inputs.shape and np.all(word[inputs == PAD] == 0.0)
+    if pooling == 'cls':  # the last layer's [CLS] row over the tokens, averaged over heads
+      cls_row = np.asarray(weights['self'])[:, -1, :, 0, 1:].mean(1)
+      np.testing.assert_allclose(word.reshape(b, -1), cls_row, **TOL)
     if inputs.ndim == 3:
       np.testing.assert_allclose(weights['sentence'], word.sum(-1), **TOL)
   if inputs.ndim == 3:  # with an all-padding document
@@ -206,14 +229,14 @@ def test_transformer_classifier_poolings_match_numpy_on_its_own_encoder_states()
   mask = DOCS.reshape(2, -1) != PAD
   for pooling in ('mean', 'attention', 'cls'):
     model = _model(TransformerClassifier, pooling=pooling)
-    states, _, _ = nnx.jit(lambda model, ids: model.encode(ids))(model, ids)
+    states, _ = nnx.jit(lambda model, ids: model.encode(ids))(model, ids)
     states = np.asarray(states, np.float64)
     if pooling == 'mean':
       pooled = (states * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1)
     elif pooling == 'attention':
       pooled, ref_w = _np_pool(model.pool, states, mask)
       np.testing.assert_allclose(
-        _classify(model, jnp.asarray(DOCS), True)[1]['word'], ref_w.reshape(DOCS.shape), **TOL
+        _read(model, jnp.asarray(DOCS))[1]['word'], ref_w.reshape(DOCS.shape), **TOL
       )
     else:
       assert states.shape[1] == ids.shape[1] + 1
@@ -228,7 +251,7 @@ def test_transformer_classifier_reads_documents_as_one_flat_sequence():
   np.testing.assert_allclose(
     _classify(model, jnp.asarray(DOCS)), _classify(model, jnp.asarray(DOCS.reshape(2, 12))), **TOL
   )
-  _, weights = _classify(model, jnp.asarray(DOCS), return_attention=True)
+  _, weights = _read(model, jnp.asarray(DOCS))
   np.testing.assert_allclose(np.asarray(weights['word'])[0].sum(), 1.0, **TOL)
   with pytest.raises(
     ValueError,

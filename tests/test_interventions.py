@@ -14,7 +14,7 @@ import pytest
 import models
 from models import HAN, NTM, DecoderLM, MemN2N, Seq2Seq, Transformer, ViT, interventions
 from models.attention_layer import MultiHeadAttention
-from models.stack_config import StackConfig
+from models.stack_config import AttentionConfig, StackConfig
 from reports import head_ablation
 import tasks
 from training import evaluation, sharding
@@ -39,9 +39,8 @@ def _transformer_names(stack: str, layers: int, attentions: tuple[str, ...]) -> 
 
 def test_every_family_taps_its_attention_under_stable_names(lm):
   rngs = nnx.Rngs(0)
-  assert set(interventions.names(lm, IDS, method='token_logits')) == _transformer_names(
-    'layers', 2, ('self_attn',)
-  )
+  lm_names = interventions.names(lm, IDS, method='token_logits')
+  assert set(lm_names) == _transformer_names('layers', 2, ('self_attn',))
   vit = ViT(image_shape=(8, 8, 1), num_classes=3, patch_size=4, stack=STACK, rngs=rngs)
   vit_names = interventions.names(vit, jnp.ones((2, 8, 8, 1)))
   assert set(vit_names) == _transformer_names('encoder/layers', 2, ('self_attn',))
@@ -60,32 +59,48 @@ def test_every_family_taps_its_attention_under_stable_names(lm):
     input_vocab_size=9, output_vocab_size=9, pad_id=0, embed_dim=4, hidden_dim=4, rngs=rngs
   )
   # Per decoder step, stacked after the batch: [B, T, 1 query, S] and [B, T, 1, 2 * hidden].
-  assert interventions.names(seq2seq, IDS, IDS[:, :3]) == {
+  seq2seq_names = interventions.names(seq2seq, IDS, IDS[:, :3])
+  assert seq2seq_names == {
     'attn/context': (2, 3, 1, 8),
     'attn/weights': (2, 3, 1, 5),
   }
   memn2n = MemN2N(
     vocab_size=9, pad_id=0, memory_size=3, sentence_length=5, embed_dim=4, hops=2, rngs=rngs
   )
-  assert interventions.names(memn2n, jnp.ones((2, 3, 5), jnp.int32), IDS, method='answer') == {
+  memn2n_names = interventions.names(memn2n, jnp.ones((2, 3, 5), jnp.int32), IDS, method='answer')
+  assert memn2n_names == {
     'hop_0/weights': (2, 1, 3),
     'hop_1/weights': (2, 1, 3),
   }
   ntm = NTM(
     input_size=3, output_size=3, memory_slots=5, memory_width=4, controller_size=6, rngs=rngs
   )
-  assert interventions.names(ntm, jnp.ones((2, 4, 3)), method='sequence_logits') == {
+  ntm_names = interventions.names(ntm, jnp.ones((2, 4, 3)), method='sequence_logits')
+  assert ntm_names == {
     'read_weights': (2, 4, 1, 5),
     'write_weights': (2, 4, 1, 5),
   }  # [B, T, heads, N]
   han = HAN(vocab_size=9, num_classes=2, pad_id=0, embed_dim=4, hidden_dim=4, rngs=rngs)
-  assert interventions.names(han, jnp.ones((2, 3, 5), jnp.int32)) == {
+  han_names = interventions.names(han, jnp.ones((2, 3, 5), jnp.int32))
+  assert han_names == {
     'embedded': (6, 5, 4),
     'sentence_pool/pooled': (2, 8),
     'sentence_pool/weights': (2, 3),
     'word_pool/pooled': (6, 8),
     'word_pool/weights': (6, 5),
   }  # words: [B*S, W]
+  # Every role a model lists for its pictures names weights the call records.
+  for model, found in (
+    (lm, lm_names),
+    (vit, vit_names),
+    (translation, names),
+    (seq2seq, seq2seq_names),
+    (memn2n, memn2n_names),
+    (ntm, ntm_names),
+    (han, han_names),
+  ):
+    for role, pattern in model.attention_names.items():
+      assert interventions.stack(dict.fromkeys(found, jnp.zeros((1,))), pattern).size, role
 
 
 def _numpy_attention(layer: MultiHeadAttention, x: np.ndarray, head_weights) -> np.ndarray:
@@ -110,21 +125,21 @@ def _numpy_attention(layer: MultiHeadAttention, x: np.ndarray, head_weights) -> 
 
 
 def test_a_zero_ablated_head_or_fixed_weights_match_the_layer_built_by_hand():
-  layer = MultiHeadAttention(8, 2, rngs=nnx.Rngs(1))
+  layer = MultiHeadAttention(AttentionConfig(d_model=8, num_heads=2), rngs=nnx.Rngs(1))
   x = np.asarray(jax.random.normal(jax.random.key(2), (2, 4, 8)))
-  (zeroed, _), _ = interventions.capture(
+  zeroed, _ = interventions.capture(
     layer, x, is_causal=True, edits={'heads': interventions.zero_head(1)}
   )
   expected = _numpy_attention(layer, x, lambda n, w: None if n == 1 else w)
   np.testing.assert_allclose(zeroed, expected, atol=1e-5)
   uniform = np.tril(np.ones((4, 4))) / np.arange(1, 5)[:, None]  # causal mean, [T, S]
-  (fixed, _), captured = interventions.capture(
+  fixed, captured = interventions.capture(
     layer, x, is_causal=True, edits={'weights': interventions.set_head(0, uniform)}
   )
   expected = _numpy_attention(layer, x, lambda n, w: uniform if n == 0 else w)
   np.testing.assert_allclose(fixed, expected, atol=1e-5)
   np.testing.assert_allclose(captured['weights'][:, 0], np.broadcast_to(uniform, (2, 4, 4)))
-  (_, _), means = interventions.capture(
+  _, means = interventions.capture(
     layer, x, is_causal=True, edits={'heads': interventions.mean_head(1, captured['heads'])}
   )
   np.testing.assert_allclose(
@@ -174,7 +189,7 @@ def test_forced_rnn_attention_drives_the_chosen_steps_contexts_inside_the_scan()
 
 
 def test_an_unknown_name_is_one_sentence_listing_the_valid_names():
-  layer = MultiHeadAttention(8, 2, rngs=nnx.Rngs(0))
+  layer = MultiHeadAttention(AttentionConfig(d_model=8, num_heads=2), rngs=nnx.Rngs(0))
   with pytest.raises(ValueError) as error:
     interventions.capture(layer, jnp.ones((1, 2, 8)), edits={'wieghts': jnp.zeros(())})
   assert str(error.value) == (
@@ -230,3 +245,42 @@ def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projectio
     assert ablated != pytest.approx(result['all_metrics']['unablated']['loss'], rel=1e-4)
   paths = head_ablation.write(result, str(tmp_path))
   assert json.load(open(paths[0], encoding='utf-8'))['layers'] == result['layers']
+
+
+def test_a_capture_around_a_function_compiled_before_it_records_nothing_and_says_why():
+  layer = MultiHeadAttention(AttentionConfig(d_model=8, num_heads=2), rngs=nnx.Rngs(0))
+  forward = nnx.jit(lambda model, x: model(x))
+  x = jnp.ones((1, 3, 8))
+  forward(layer, x)  # compiled here, outside any capture
+  with pytest.raises(ValueError) as error:
+    with interventions.editing(layer):
+      forward(layer, x)  # replays the trace: no seam runs
+  assert 'recorded nothing' in str(error.value) and 'open the capture inside' in str(error.value)
+  inside = nnx.jit(lambda model, x: interventions.capture(model, x)[1]['weights'])
+  assert inside(layer, x).shape == (1, 2, 3, 3)
+
+
+def test_stack_gathers_a_pattern_in_layer_order():
+  captured = {f'layers/{i}/self_attn/weights': jnp.full((2, 3), float(i)) for i in (10, 2, 0)} | {
+    'layers/0/residual': jnp.zeros((2, 3))
+  }
+  stacked = interventions.stack(captured, 'layers/*/self_attn/weights')
+  np.testing.assert_array_equal(stacked[0, :, 0], [0.0, 2.0, 10.0])
+  assert stacked.shape == (2, 3, 3)
+  hops = {f'hop_{k}/weights': jnp.full((1,), float(k)) for k in (10, 2)}
+  np.testing.assert_array_equal(interventions.stack(hops, 'hop_*/weights')[0], [2.0, 10.0])
+  with pytest.raises(KeyError, match="no intermediate matches 'cross/\\*/weights'"):
+    interventions.stack(captured, 'cross/*/weights')
+
+
+def test_a_capture_inside_another_applies_its_edits_and_reports_back(lm):
+  """Head ablation edits the model while a task's metric opens its own capture (translation's
+  entropy): the inner one runs with the outer edits and the outer one sees what it recorded."""
+  name = 'layers/0/self_attn/heads'
+  ablated, _ = interventions.capture(
+    lm, IDS, method='token_logits', edits={name: interventions.zero_head(0)}
+  )
+  with interventions.editing(lm, {name: interventions.zero_head(0)}) as outer:
+    inner, captured = interventions.capture(lm, IDS, method='token_logits')
+  np.testing.assert_allclose(inner, ablated, atol=1e-6)
+  assert np.all(np.asarray(captured[name])[:, 0] == 0.0) and name in outer.captured

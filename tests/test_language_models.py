@@ -11,9 +11,11 @@ import pytest
 
 import attention
 import models
+from models import interventions
 from models.attention_layer import MultiHeadAttention
 from models.interfaces import Classifier, EncoderDecoder, LanguageModel
 from models.language import DecoderLM, EncoderMLM
+from models.stack_config import AttentionConfig
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 V, PAD = 13, 0
@@ -73,21 +75,27 @@ def _np_rotary_self_attention(mha, x, positions):
   return merged @ np.asarray(mha.w_o.kernel[...]) + np.asarray(mha.w_o.bias[...])
 
 
+def _rotary_mha(**kwargs) -> MultiHeadAttention:
+  """Rotary self-attention, D=8, N=2, d_k=4, d_v=3."""
+  config = AttentionConfig(d_model=8, num_heads=2, d_k=4, d_v=3, positions='rope', **kwargs)
+  return MultiHeadAttention(config, rngs=rngs())
+
+
 @pytest.mark.parametrize('impl', ('reference', 'chunked'))
 def test_rotary_attention_matches_numpy_and_sees_offsets_only(rng, impl):
   """Rotating q, k at p + c gives the output at p; other gaps between positions change it."""
-  mha = MultiHeadAttention(8, 2, d_k=4, d_v=3, rotary=True, implementation=impl, rngs=rngs())
+  mha = _rotary_mha(attention_impl=impl)
   x = rng.standard_normal((2, 5, 8)).astype(np.float32)
   base = np.arange(5)
-  attend_at = jax.jit(lambda positions: mha(jnp.asarray(x), positions=positions)[0])
-  out, _ = mha(jnp.asarray(x))  # default positions 0..T-1
+  attend_at = jax.jit(lambda positions: mha(jnp.asarray(x), positions=positions))
+  out = mha(jnp.asarray(x))  # default positions 0..T-1
   np.testing.assert_allclose(out, _np_rotary_self_attention(mha, x, base), **TOL)
   shifted = attend_at(jnp.asarray(base + 7))
   np.testing.assert_allclose(shifted, out, **TOL)
   spread = attend_at(jnp.asarray(2 * base))
   np.testing.assert_allclose(spread, _np_rotary_self_attention(mha, x, 2 * base), **TOL)
   assert np.abs(np.asarray(spread) - np.asarray(out)).max() > 1e-3
-  per_row = jax.jit(lambda p: mha(jnp.asarray(x), positions=p)[0])(
+  per_row = jax.jit(lambda p: mha(jnp.asarray(x), positions=p))(
     jnp.asarray([base, 2 * base])
   )  # positions [B, T]
   np.testing.assert_allclose(per_row, np.stack([out[0], spread[1]]), **TOL)
@@ -96,10 +104,10 @@ def test_rotary_attention_matches_numpy_and_sees_offsets_only(rng, impl):
 @pytest.mark.parametrize('kind', ('dot', 'general', 'additive', 'cosine'))
 def test_rotary_rotates_queries_and_keys_for_every_score(rng, kind):
   """Each score kind sees NumPy-rotated queries and keys, and unrotated values."""
-  mha = MultiHeadAttention(8, 2, d_k=4, d_v=3, rotary=True, score=kind, rngs=rngs())
+  mha = _rotary_mha(score=kind)
   x = rng.standard_normal((2, 5, 8)).astype(np.float32)
   positions = np.arange(5) + 3
-  out, _ = mha(jnp.asarray(x), positions=jnp.asarray(positions))
+  out = mha(jnp.asarray(x), positions=jnp.asarray(positions))
   as_f32 = lambda a: jnp.asarray(a, jnp.float32)
   q = as_f32(_np_rope(_np_heads(mha, mha.w_q, x), positions))
   k = as_f32(_np_rope(_np_heads(mha, mha.w_k, x), positions))
@@ -111,9 +119,9 @@ def test_rotary_rotates_queries_and_keys_for_every_score(rng, kind):
 
 def test_rotary_decode_step_with_prefill_equals_full_causal_pass(rng):
   """A 2-position prefill block then single steps reproduce causal self-attention."""
-  mha = MultiHeadAttention(8, 2, d_k=4, d_v=3, rotary=True, rngs=rngs())
+  mha = _rotary_mha()
   x = jnp.asarray(rng.standard_normal((2, 5, 8)), jnp.float32)
-  full, _ = jax.jit(lambda x: mha(x, is_causal=True))(x)
+  full = jax.jit(lambda x: mha(x, is_causal=True))(x)
   decode_step = jax.jit(mha.decode_step)
   cache = mha.init_cache(2, 7)
   first, cache = decode_step(x[:, :2], cache, jnp.int32(0))
@@ -143,10 +151,11 @@ def _decoder(**kwargs) -> DecoderLM:
 def test_decoder_lm_cannot_see_the_future(rng, positions, score):
   model = _decoder(positions=positions, score=score)
   ids = _ids(rng, (2, 6))
-  logits, weights = _jit(model.token_logits, return_attention=True)(ids)
+  capture = jax.jit(lambda ids: interventions.capture(model, ids, method='token_logits'))
+  logits, captured = capture(ids)
   changed = _jit(model.token_logits)(ids.at[:, 4].set((ids[:, 4] + 1) % V))
   assert logits.shape == (2, 6, V) and logits.dtype == jnp.float32
-  assert weights['self'].shape == (2, 2, 2, 6, 6)
+  assert interventions.stack(captured, DecoderLM.attention_names['self']).shape == (2, 2, 2, 6, 6)
   np.testing.assert_allclose(changed[:, :4], logits[:, :4], atol=1e-6, rtol=0)
   assert np.abs(np.asarray(changed[:, 4:]) - np.asarray(logits[:, 4:])).max(-1).min() > 1e-4
 
@@ -209,10 +218,17 @@ def test_encoder_mlm_head_is_tied_to_the_embedding_with_a_bias(rng):
 def test_encoder_mlm_classify(rng):
   model = _mlm()
   ids = _ids(rng, (2, 6)).at[1, 4:].set(PAD)
-  classify = _jit(model.classify, return_attention=True)
+
+  @jax.jit
+  def classify(ids):
+    """The logits and the roles the model lists, `'word'` in the shape of `ids`."""
+    logits, captured = interventions.capture(model, ids, method='classify')
+    weights = {r: interventions.stack(captured, p) for r, p in EncoderMLM.attention_names.items()}
+    return logits, {**weights, 'word': weights['word'][:, 0]}
+
   logits, weights = classify(ids)
   assert logits.shape == (2, 3) and logits.dtype == jnp.float32
-  assert set(weights) == {'self', 'word'} and weights['word'].shape == (2, 6)
+  assert set(EncoderMLM.attention_names) == {'self', 'word'} and weights['word'].shape == (2, 6)
   word = np.asarray(weights['word'])
   np.testing.assert_allclose(word.sum(-1), 1.0, **TOL)
   assert np.all(word[1, 4:] == 0.0)
@@ -222,7 +238,7 @@ def test_encoder_mlm_classify(rng):
   np.testing.assert_allclose(_jit(model.classify)(ids), logits, **TOL)
   doc_logits, doc_weights = classify(ids.reshape(2, 2, 3))
   np.testing.assert_allclose(doc_logits, logits, **TOL)
-  assert doc_weights['word'].shape == (2, 2, 3) and 'sentence' not in doc_weights
+  assert doc_weights['word'].shape == (2, 2, 3) and 'sentence' not in EncoderMLM.attention_names
   with pytest.raises(ValueError, match='without a classification head'):
     _mlm(num_classes=None).classify(ids)
 
@@ -255,7 +271,7 @@ def test_protocols_and_build_with_num_classes_from_the_data():
 
 def test_bad_settings_are_clear_errors(rng):
   with pytest.raises(ValueError, match='d_k .* must be even for rotary'):
-    MultiHeadAttention(8, 2, d_k=3, rotary=True, rngs=rngs())
+    AttentionConfig(d_model=8, num_heads=2, d_k=3, positions='rope')
   with pytest.raises(ValueError, match='d_k .* must be even for rotary'):
     _decoder(d_model=6)  # d_k = 3
   _decoder(d_model=6, positions='learned')  # odd d_k is fine without rope
@@ -281,9 +297,9 @@ def test_bad_settings_are_clear_errors(rng):
       rngs=rngs(),
     )
   )
-  assert rotary.positions is None and rotary.encoder_layers[0].self_attn.rotary
-  assert rotary.decoder_layers[0].self_attn.rotary
-  assert not rotary.decoder_layers[0].cross_attn.rotary
+  assert rotary.positions is None and rotary.encoder_layers[0].self_attn.config.positions == 'rope'
+  assert rotary.decoder_layers[0].self_attn.config.positions == 'rope'
+  assert rotary.decoder_layers[0].cross_attn.config.positions == 'none'
   with pytest.raises(ValueError, match='num_classes must be None or an integer >= 2'):
     _mlm(num_classes=1)
   short = _decoder(positions='learned', max_length=8)

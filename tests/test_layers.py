@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from models import interventions
 from models.attention_layer import MultiHeadAttention
 from models.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedding, make_positions
 from models.layers import (
@@ -18,6 +19,7 @@ from models.layers import (
   project_heads,
   project_heads_together,
 )
+from models.stack_config import AttentionConfig
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SCORE_KINDS = ('scaled_dot', 'dot', 'general', 'additive', 'cosine')
@@ -84,7 +86,14 @@ def _mha(**kwargs) -> MultiHeadAttention:
   Queries are [2, 5, 8] and context [2, 6, 8] throughout, the sizes of test_transformer's model:
   eager JAX compiles each op once per shape, so shared sizes keep the suite fast.
   """
-  return MultiHeadAttention(8, 2, d_k=3, d_v=5, rngs=rngs(0), **kwargs)
+  sizes = dict(d_model=8, num_heads=2, d_k=3, d_v=5)
+  return MultiHeadAttention(AttentionConfig(**{**sizes, **kwargs}), rngs=rngs(0))
+
+
+def _with_weights(mha: MultiHeadAttention, *args, **kwargs):
+  """`(output, weights [B, N, T, S])` of `mha(*args, **kwargs)`, the weights read by capture."""
+  out, captured = interventions.capture(mha, *args, **kwargs)
+  return out, captured['weights']
 
 
 @pytest.mark.parametrize('kind', SCORE_KINDS)
@@ -95,9 +104,8 @@ def test_mha_matches_numpy(rng, kind):
   context = rng.standard_normal((2, 6, 8)).astype(np.float32)
   keep = np.array([[T_, T_, T_, T_, F_, F_], [T_, T_, T_, T_, T_, T_]])
   mask = keep[:, None, None, :]  # [B, 1, 1, S]
-  out, weights = mha(
-    jnp.asarray(x), jnp.asarray(context), mask=jnp.asarray(mask), return_weights=True
-  )
+  out, weights = _with_weights(mha, jnp.asarray(x), jnp.asarray(context), mask=jnp.asarray(mask))
+  np.testing.assert_allclose(mha(jnp.asarray(x), jnp.asarray(context), mask=mask), out, **TOL)
   ref_out, ref_w = _np_mha(mha, kind, x, context, mask)
   assert out.shape == (2, 5, 8) and weights.shape == (2, 2, 5, 6)
   np.testing.assert_allclose(weights, ref_w, **TOL)
@@ -110,9 +118,9 @@ def test_mha_matches_numpy(rng, kind):
 def test_mha_causal_and_incremental_decoding(rng, kind, d_v):
   """Causal self-attention puts 0 on future keys; decode_step step by step reproduces it (with
   d_v == d_k it projects queries, keys and values in one matmul)."""
-  mha = MultiHeadAttention(8, 2, d_k=3, d_v=d_v, score=kind, rngs=rngs(0))
+  mha = _mha(d_v=d_v, score=kind)
   x = jnp.asarray(rng.standard_normal((2, 5, 8)), jnp.float32)
-  full, weights = mha(x, is_causal=True, return_weights=True)
+  full, weights = _with_weights(mha, x, is_causal=True)
   future = np.triu(np.ones((5, 5), bool), k=1)
   assert np.all(np.asarray(weights)[:, :, future] == 0.0)
   np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, **TOL)
@@ -125,13 +133,13 @@ def test_mha_causal_and_incremental_decoding(rng, kind, d_v):
   np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, **TOL)
 
 
-def test_mha_chunked_kernel_matches_reference_and_still_returns_weights(rng):
-  """implementation='chunked' gives the reference output; asking for weights uses reference."""
+def test_mha_chunked_kernel_matches_reference_and_a_capture_reads_its_weights(rng):
+  """attention_impl='chunked' gives the reference output; a capture forms the weights."""
   x = jnp.asarray(rng.standard_normal((2, 6, 8)), jnp.float32)
-  ref, chunked = _mha(implementation='reference'), _mha(implementation='chunked')
-  out_ref, _ = ref(x, is_causal=True)
-  out_chunked, _ = chunked(x, is_causal=True)
-  out_w, weights = chunked(x, is_causal=True, return_weights=True)
+  ref, chunked = _mha(attention_impl='reference'), _mha(attention_impl='chunked')
+  out_ref = ref(x, is_causal=True)
+  out_chunked = chunked(x, is_causal=True)
+  out_w, weights = _with_weights(chunked, x, is_causal=True)
   np.testing.assert_allclose(out_chunked, out_ref, **TOL)
   np.testing.assert_allclose(out_w, out_ref, **TOL)
   assert weights.shape == (2, 2, 6, 6)
@@ -140,12 +148,12 @@ def test_mha_chunked_kernel_matches_reference_and_still_returns_weights(rng):
 @pytest.mark.parametrize('kind', ('scaled_dot', 'cosine'))
 def test_mha_attention_dropout(rng, kind):
   """Dropout changes the output only in training, per key; weights are returned pre-dropout."""
-  mha = _mha(score=kind, dropout_rate=0.5)
+  mha = _mha(score=kind, attention_dropout_rate=0.5)
   x = jnp.asarray(rng.standard_normal((2, 6, 8)), jnp.float32)
-  det, det_w = mha(x, return_weights=True)
-  drop_a, drop_w = mha(x, deterministic=False, rngs=rngs(1, 'dropout'), return_weights=True)
-  drop_b, _ = mha(x, deterministic=False, rngs=rngs(2, 'dropout'))
-  drop_a2, _ = mha(x, deterministic=False, rngs=rngs(1, 'dropout'))
+  det, det_w = _with_weights(mha, x)
+  drop_a, drop_w = _with_weights(mha, x, deterministic=False, rngs=rngs(1, 'dropout'))
+  drop_b = mha(x, deterministic=False, rngs=rngs(2, 'dropout'))
+  drop_a2 = mha(x, deterministic=False, rngs=rngs(1, 'dropout'))
   np.testing.assert_allclose(drop_w, det_w, **TOL)
   np.testing.assert_array_equal(drop_a, drop_a2)
   assert not np.allclose(drop_a, det, atol=1e-3) and not np.allclose(drop_a, drop_b, atol=1e-3)
@@ -164,22 +172,23 @@ def test_mha_without_bias_has_exact_parameter_count():
   'kwargs, match',
   [
     (dict(score='luong'), "score must be one of 'additive', 'cosine', 'dot'"),
-    (dict(implementation='flash'), "implementation must be one of None, 'reference'"),
-    (dict(score='dot', implementation='chunked'), "only to score='scaled_dot'"),
+    (dict(attention_impl='flash'), "attention_impl must be one of None, 'reference'"),
+    (dict(score='dot', attention_impl='chunked'), "only to score='scaled_dot'"),
     (dict(num_heads=3), 'divisible by num_heads=3'),
-    (dict(dropout_rate=1.0), 'dropout_rate must be in'),
+    (dict(attention_dropout_rate=1.0), 'attention_dropout_rate must be in'),
   ],
 )
 def test_mha_bad_arguments_raise(kwargs, match):
   """Each bad setting raises one ValueError naming the field and the valid values."""
   with pytest.raises(ValueError, match=match):
-    MultiHeadAttention(8, **{'num_heads': 2, **kwargs}, rngs=rngs(0))
+    AttentionConfig(d_model=8, **{'num_heads': 2, **kwargs})
 
 
 def test_mha_d_k_d_v_lift_divisibility():
   """With d_k and d_v given, d_model need not be divisible by num_heads (checked abstractly)."""
-  mha = nnx.eval_shape(lambda: MultiHeadAttention(8, 3, d_k=4, d_v=2, rngs=rngs(0)))
-  out, _ = nnx.eval_shape(lambda m, x: m(x), mha, jax.ShapeDtypeStruct((1, 2, 8), jnp.float32))
+  config = AttentionConfig(d_model=8, num_heads=3, d_k=4, d_v=2)
+  mha = nnx.eval_shape(lambda: MultiHeadAttention(config, rngs=rngs(0)))
+  out = nnx.eval_shape(lambda m, x: m(x), mha, jax.ShapeDtypeStruct((1, 2, 8), jnp.float32))
   assert out.shape == (1, 2, 8)
   assert mha.w_q.kernel.shape == (8, 12) and mha.w_v.kernel.shape == (8, 6)
 

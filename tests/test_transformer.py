@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from models import interventions
 from models.transformer import Transformer
 
 SCORE_KINDS = ('scaled_dot', 'dot', 'general', 'additive', 'cosine')
@@ -50,7 +51,11 @@ def param_count(model: nnx.Module) -> int:
 def test_shapes_and_attention_weights(score, norm):
   """Logits and every weight tensor have the interface shapes; rows sum to 1, padding gets 0."""
   model = tiny(score=score, norm=norm)
-  logits, attn = model(INPUTS, DECODER_INPUTS, return_attention=True)
+  logits, captured = interventions.capture(model, INPUTS, DECODER_INPUTS)
+  attn = {
+    role: interventions.stack(captured, pattern)
+    for role, pattern in Transformer.attention_names.items()
+  }
   assert logits.shape == (2, 5, 13) and logits.dtype == jnp.float32
   assert attn['encoder_self'].shape == (2, 2, 2, 6, 6)
   assert attn['decoder_self'].shape == (2, 2, 2, 5, 5)
@@ -106,18 +111,18 @@ def test_source_padding_does_not_change_outputs(rng):
   """Whatever sits at padded source positions (embedding or memory) leaves the outputs alone."""
   model = tiny(norm='pre')
   logits = model(INPUTS, DECODER_INPUTS)
-  memory, _ = model.encode(INPUTS)
+  memory = model.encode(INPUTS)
   # Only padded source positions embed id 0: a different padding embedding changes them alone.
   table = model.source_embed.embed.embedding
   table[...] = table[...].at[0].set(jnp.asarray(10.0 * rng.standard_normal(8), jnp.float32))
-  changed, _ = model.encode(INPUTS)
+  changed = model.encode(INPUTS)
   assert np.abs(np.asarray(changed[0, 4:] - memory[0, 4:])).min() > 1e-3
   np.testing.assert_allclose(changed[0, :4], memory[0, :4], atol=1e-6)
   np.testing.assert_allclose(model(INPUTS, DECODER_INPUTS), logits, atol=1e-6)
   noise = jnp.asarray(100.0 * rng.standard_normal(memory.shape), jnp.float32)
   scrambled = jnp.where((INPUTS == 0)[:, :, None], noise, memory)
   np.testing.assert_allclose(
-    model.decode(DECODER_INPUTS, scrambled, INPUTS != 0)[0], logits, atol=1e-6
+    model.decode(DECODER_INPUTS, scrambled, INPUTS != 0), logits, atol=1e-6
   )
 
 
@@ -188,8 +193,8 @@ def test_dropout_is_active_only_in_training():
   # Attention dropout itself is tested in test_layers; here only that the rate reaches every layer.
   model = nnx.eval_shape(lambda: tiny(attention_dropout_rate=0.2))
   layers = [*model.encoder_layers, *model.decoder_layers]
-  rates = {layer.self_attn.dropout_rate for layer in layers}
-  rates |= {layer.cross_attn.dropout_rate for layer in model.decoder_layers}
+  rates = {layer.self_attn.config.attention_dropout_rate for layer in layers}
+  rates |= {layer.cross_attn.config.attention_dropout_rate for layer in model.decoder_layers}
   assert rates == {0.2}
 
 
@@ -245,8 +250,8 @@ def test_encoder_without_positions_is_permutation_equivariant(positions, equivar
   model = tiny(positions=positions)
   source = INPUTS[1:]  # [1, 6], no padding
   order = np.array([3, 0, 5, 1, 4, 2])
-  memory, _ = model.encode(source)
-  permuted, _ = model.encode(source[:, order])
+  memory = model.encode(source)
+  permuted = model.encode(source[:, order])
   assert np.allclose(permuted, memory[:, order], atol=1e-5) == equivariant
 
 

@@ -1,6 +1,7 @@
-"""Attention variants: ALiBi slopes, T5 buckets and linear attention by hand; the registry; every
-variant's cached decoding equals the full pass in every model that decodes; the config's checks;
-a checkpoint saved before the variants existed still loads and computes the same logits."""
+"""Attention variants: ALiBi slopes, T5 buckets, linear and sigmoid attention by hand; the
+registry and the options each variant declares; every variant's cached decoding equals the full
+pass in every model that decodes; the config's checks; a checkpoint saved before the variants
+existed still loads and computes the same logits."""
 
 import json
 import os
@@ -14,7 +15,9 @@ import pytest
 
 import attention
 import models
+from models import interventions
 from models.attention_layer import MultiHeadAttention
+from models.stack_config import AttentionConfig
 from training.checkpoints import Checkpointer
 
 FIXTURE = os.path.join(os.path.dirname(__file__), 'fixtures', 'gpt_before_variants')
@@ -112,27 +115,28 @@ def test_window_with_sink_tokens_by_hand():
 
 
 def test_registry_error_lists_the_variants():
-  with pytest.raises(ValueError, match='valid variants: linear, softmax'):
+  with pytest.raises(ValueError, match='valid variants: linear, sigmoid, softmax'):
     attention.get_variant('performer')
 
 
 @pytest.mark.parametrize(
   'overrides, match',
   [
-    (dict(attention='linear', window=4), "attention='linear' .* cannot take window=4"),
+    (dict(attention='linear', window=4), "attention='linear' cannot take window=4"),
+    (dict(attention='sigmoid', softcap=2.0), "needs the variant option 'softcap'"),
     (dict(attention='linear', positions='alibi'), "cannot take positions='alibi'"),
     (dict(attention='linear', score='dot'), "cannot take score='dot'"),
     (dict(num_kv_heads=3), 'num_kv_heads must divide num_heads=2'),
     (dict(window=-1), 'window must be a non-negative integer'),
     (dict(softcap=-1.0), 'softcap must be a non-negative number'),
-    (dict(attention='performer'), "attention must be one of 'linear', 'softmax'"),
+    (dict(attention='performer'), "attention must be one of 'linear', 'sigmoid', 'softmax'"),
     (dict(cache_dtype='int8'), "cache_dtype must be one of 'float32', 'bfloat16'"),
     (
       dict(sink_tokens=2, positions='alibi'),
       'sink_tokens=2 keeps the first tokens visible past a sliding window; set window > 0 too',
     ),
     (dict(sink_tokens=-1), 'sink_tokens must be a non-negative integer'),
-    (dict(sink_tokens=1, window=4, positions='rope'), 'rotary positions fix in the keys'),
+    (dict(sink_tokens=1, window=4, positions='rope'), "positions='rope' fixes in the keys"),
     (
       dict(sink_tokens=1, window=4, positions='learned'),
       "positions='learned' fixes in the embeddings",
@@ -154,10 +158,12 @@ def test_bad_variant_settings_are_one_sentence(overrides, match):
 
 def test_grouped_heads_and_qk_norm_match_numpy(rng):
   """GQA (4 query heads, 2 key/value heads) with qk-norm and a sink equals NumPy."""
-  mha = MultiHeadAttention(8, 4, num_kv_heads=2, qk_norm=True, sink=True, rngs=nnx.Rngs(0))
+  config = AttentionConfig(d_model=8, num_heads=4, num_kv_heads=2, qk_norm=True, sink=True)
+  mha = MultiHeadAttention(config, rngs=nnx.Rngs(0))
   mha.sink[...] = jnp.asarray([0.5, -1.0, 0.0, 2.0])
   x = rng.standard_normal((2, 5, 8)).astype(np.float32)
-  out, weights = mha(jnp.asarray(x), is_causal=True, return_weights=True)
+  out = mha(jnp.asarray(x), is_causal=True)
+  weights = interventions.capture(mha, jnp.asarray(x), is_causal=True)[1]['weights']
   param = lambda p: np.asarray(p[...], np.float64)
   heads = lambda linear, n: (
     (x @ param(linear.kernel) + param(linear.bias)).reshape(2, 5, n, 2).transpose(0, 2, 1, 3)
@@ -181,11 +187,13 @@ LM_VARIANTS = [
   dict(num_kv_heads=1, positions='t5', sink=True),
   dict(qk_norm=True, softcap=2.0, window=4),
   dict(attention='linear', num_kv_heads=2),
+  dict(attention='sigmoid', num_kv_heads=2, window=3, sink_tokens=1, positions='alibi'),
 ]
 SEQ_VARIANTS = [
   dict(num_kv_heads=1, window=2, positions='t5', sink=True, softcap=3.0),
   dict(num_kv_heads=2, window=3, positions='alibi', qk_norm=True),
   dict(attention='linear', qk_norm=True, positions='rope'),
+  dict(attention='sigmoid', positions='t5'),
 ]
 
 
@@ -238,7 +246,9 @@ def test_decoder_lm_cached_decoding_equals_the_full_pass(rng, variant):
 
 
 @pytest.mark.parametrize(
-  'variant', SEQ_VARIANTS, ids=('mqa-window-t5-sink-softcap', 'gqa-window-alibi', 'linear-rope')
+  'variant',
+  SEQ_VARIANTS,
+  ids=('mqa-window-t5-sink-softcap', 'gqa-window-alibi', 'linear-rope', 'sigmoid-t5'),
 )
 def test_transformer_and_captioner_cached_decoding_equals_teacher_forcing(rng, variant):
   transformer = build_model(
@@ -317,3 +327,85 @@ def test_a_checkpoint_saved_before_the_variants_loads_and_computes_the_same_logi
   np.testing.assert_allclose(
     logits, np.load(os.path.join(FIXTURE, 'expected_logits.npy')), atol=1e-5
   )
+
+
+def _sigmoid_reference(q, k, mask):
+  """NumPy sigmoid attention weights: sigma(q k^T / sqrt(H) - log(visible keys)), 0 if masked."""
+  scores = np.einsum('...th,...sh->...ts', q, k) / np.sqrt(q.shape[-1])
+  count = np.maximum(mask.sum(-1, keepdims=True), 1)
+  return np.where(mask, 1 / (1 + np.exp(-(scores - np.log(count)))), 0.0)
+
+
+def test_sigmoid_attention_two_tokens_by_hand():
+  """q = k = [[1, 0], [0, 2]], causal: query 0 sees one key (b = -log 1 = 0), query 1 two
+  (b = -log 2); scores are q.k / sqrt(2)."""
+  x = jnp.asarray([[1.0, 0.0], [0.0, 2.0]])
+  sigma = lambda z: 1 / (1 + np.exp(-z))
+  expected = [
+    [sigma(1 / np.sqrt(2)), 0.0],
+    [sigma(0.0 - np.log(2)), sigma(4 / np.sqrt(2) - np.log(2))],
+  ]
+  weights = attention.sigmoid_attention_weights(x, x, is_causal=True)
+  np.testing.assert_allclose(weights, expected, rtol=1e-6)
+  v = jnp.asarray([[1.0, 10.0], [100.0, 1000.0]])
+  np.testing.assert_allclose(
+    attention.sigmoid_attention(x, x, v, is_causal=True), np.asarray(expected) @ v, rtol=1e-6
+  )
+
+
+def test_sigmoid_attention_with_mask_window_and_bias_matches_numpy(rng):
+  q, k = rng.standard_normal((2, 3, 6, 4)), rng.standard_normal((2, 3, 6, 4))
+  v, bias = rng.standard_normal((2, 3, 6, 5)), rng.standard_normal((3, 6, 6))
+  keys = rng.random((2, 1, 1, 6)) > 0.3
+  band = np.abs(np.arange(6)[:, None] - np.arange(6)[None, :]) < 2  # window=2, both sides
+  visible = keys & band
+  scores = np.einsum('...th,...sh->...ts', q, k) / 2.0 + bias
+  count = np.maximum(visible.sum(-1, keepdims=True), 1)
+  expected = np.where(visible, 1 / (1 + np.exp(-(scores - np.log(count)))), 0.0)
+  options = dict(mask=jnp.asarray(keys), bias=jnp.asarray(bias, jnp.float32), window=2)
+  f32 = lambda x: jnp.asarray(x, jnp.float32)
+  weights = attention.sigmoid_attention_weights(f32(q), f32(k), **options)
+  np.testing.assert_allclose(weights, expected, atol=1e-6)
+  out = attention.sigmoid_attention(f32(q), f32(k), f32(v), **options)
+  np.testing.assert_allclose(out, np.einsum('...ts,...sv->...tv', expected, v), atol=1e-5)
+
+
+def test_a_new_variant_is_its_registry_entry_and_its_declared_options():
+  """Every variant's functions take exactly the options it declares, and the configuration
+  refuses what needs another, by the declaration alone (no variant named anywhere else)."""
+  import inspect
+
+  for name, variant in attention.VARIANTS.items():
+    takes = set(inspect.signature(variant.weights).parameters) - {'q', 'k', 'mask', 'is_causal'}
+    assert takes == set(variant.options) - set(attention.RUN_OPTIONS), name
+    attend = inspect.signature(variant.attend).parameters
+    assert set(variant.options) - set(attend) <= {'dropout_rate'}, name  # via **dropout
+  sigmoid = attention.VARIANTS['sigmoid'].options
+  assert 'bias' in sigmoid and 'alibi_slopes' not in sigmoid and 'softcap' not in sigmoid
+  AttentionConfig(attention='sigmoid', positions='alibi', window=4, attention_dropout_rate=0.1)
+  for refused in (dict(softcap=1.0), dict(sink=True), dict(score='dot'), dict(num_kv_heads=9)):
+    with pytest.raises(ValueError):
+      AttentionConfig(attention='sigmoid', **refused)
+
+
+def test_sigmoid_layer_with_grouped_heads_and_alibi_matches_numpy(rng):
+  """ALiBi reaches a variant without `alibi_slopes` as a bias array; GQA repeats key heads."""
+  config = AttentionConfig(d_model=8, num_heads=4, num_kv_heads=2, attention='sigmoid')
+  config_alibi = AttentionConfig(**{**config.__dict__, 'positions': 'alibi'})
+  x = jnp.asarray(rng.standard_normal((2, 5, 8)), jnp.float32)
+  for cfg in (config, config_alibi):
+    mha = MultiHeadAttention(cfg, rngs=nnx.Rngs(0))
+    out, captured = interventions.capture(mha, x, is_causal=True)
+    q, k = (np.asarray(captured[name], np.float64) for name in ('queries', 'keys'))
+    k = np.repeat(k, 2, axis=1)
+    causal = np.tril(np.ones((5, 5), bool))
+    expected = _sigmoid_reference(q, k, causal)
+    if cfg.positions == 'alibi':
+      slopes = np.asarray(attention.alibi_slopes(4))[:, None, None]
+      distance = np.arange(5)[:, None] - np.arange(5)[None, :]
+      scores = np.einsum('bnth,bnsh->bnts', q, k) / np.sqrt(2) - slopes * np.abs(distance)
+      expected = np.where(
+        causal, 1 / (1 + np.exp(-(scores - np.log(causal.sum(-1, keepdims=True))))), 0
+      )
+    np.testing.assert_allclose(captured['weights'], expected, atol=1e-5)
+    np.testing.assert_allclose(out, mha(x, is_causal=True), atol=1e-6)

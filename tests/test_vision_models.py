@@ -28,14 +28,22 @@ def images(batch: int = 2, shape=SHAPE, seed: int = 0) -> np.ndarray:
 
 
 # Whole calls compiled once: run op by op, every small op of a new shape compiles on its own.
-@nnx.jit(static_argnames='return_attention')
-def classify(model, x, return_attention=False):
-  return model.classify_image(x, return_attention=return_attention)
+@nnx.jit
+def classify(model, x):
+  return model.classify_image(x)
+
+
+@nnx.jit
+def classify_weights(model, x):
+  """`(logits, self-attention [B, L, N, T, T])`, the role `self` of `ViT.attention_names` read by
+  capture (inside the jit)."""
+  logits, captured = models.interventions.capture(model, x, method='classify_image')
+  return logits, models.interventions.stack(captured, ViT.attention_names['self'])
 
 
 @nnx.jit
 def vit_states(model, x):
-  return model.encoder(x)[0]
+  return model.encoder(x)
 
 
 @nnx.jit
@@ -43,9 +51,18 @@ def encode(model, x):
   return model.encode_image(x)
 
 
-@nnx.jit(static_argnames='return_attention')
-def caption(model, x, ids, return_attention=False):
-  return model.caption_logits(x, ids, return_attention=return_attention)
+@nnx.jit
+def caption(model, x, ids):
+  return model.caption_logits(x, ids)
+
+
+@nnx.jit
+def caption_weights(model, x, ids):
+  """`(logits, {role: weights [B, L, ...]})` for each role of the captioner's `attention_names`
+  (they depend on its encoder and decoder), read by capture (inside the jit)."""
+  logits, captured = models.interventions.capture(model, x, ids, method='caption_logits')
+  stack = models.interventions.stack
+  return logits, {role: stack(captured, p) for role, p in model.attention_names.items()}
 
 
 @nnx.jit(static_argnames='max_length')
@@ -158,10 +175,10 @@ def test_vit_shapes_and_pooling(pooling, tokens):
   """Grid (8/2, 12/4) = (4, 3); 'cls' classifies token 0, 'mean' the mean of the patches."""
   model = vit(pooling=pooling)
   x = images()
-  logits, weights = classify(model, x, return_attention=True)
+  logits, weights = classify_weights(model, x)
   assert model.grid == (4, 3) and logits.shape == (2, 3) and logits.dtype == jnp.float32
-  assert weights['self'].shape == (2, 2, 4, tokens, tokens)
-  np.testing.assert_allclose(weights['self'].sum(-1), 1.0, atol=1e-5)
+  assert weights.shape == (2, 2, 4, tokens, tokens)
+  np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
   states = vit_states(model, x)  # [B, T, D]
   pooled = states[:, 0] if pooling == 'cls' else states.mean(axis=1)
   np.testing.assert_allclose(logits, model.head(pooled), atol=1e-5)
@@ -239,11 +256,13 @@ def test_captioner_shapes_and_cached_decoding(name):
   """Cross-attention sums to one over the regions; step-by-step decoding = teacher forcing."""
   model = captioner(**CAPTIONERS[name])
   x, ids = images(), np.random.default_rng(1).integers(1, VOCAB, (2, 5))
-  logits, weights = caption(model, x, ids, return_attention=True)
-  layers, heads = (2, 4) if model.decoder_kind == 'transformer' else (1, 1)
+  logits, weights = caption_weights(model, x, ids)
+  np.testing.assert_allclose(caption(model, x, ids), logits, atol=1e-5)
   assert model.grid == (2, 3)  # cnn: (8, 12) / 2^2; vit: (8, 12) / 4
   assert logits.shape == (2, 5, VOCAB) and logits.dtype == jnp.float32
-  assert weights['cross'].shape == (2, layers, heads, 5, 6)
+  # Per layer and head [B, L, N, T, R]; the GRU attends once a step with one query [B, 1, T, 1, R].
+  cross = (2, 2, 4, 5, 6) if model.decoder_kind == 'transformer' else (2, 1, 5, 1, 6)
+  assert weights['cross'].shape == cross
   np.testing.assert_allclose(weights['cross'].sum(-1), 1.0, atol=1e-5)
   extra = {
     'transformer-cnn': {'decoder_self': (2, 2, 4, 5, 5)},

@@ -34,6 +34,7 @@ import optax
 
 import attention
 import models
+from models import interventions
 from models.blocks import EncoderLayer
 from models.stack_config import StackConfig
 
@@ -103,12 +104,15 @@ print('E, A:', A.shape, ' rows of A sum to', np.asarray(A.sum(-1)), ' Y:', Y.sha
 #
 # Keys and values get their own projections, $K = XW_K$ and $V = XW_V$, so that what a position
 # is matched on and what it contributes can differ: $E = QK^T/\sqrt{D_Q}$, $Y = AV$ with
-# $V$ of width $D_V$.
+# $V$ of width $D_V$. `attention.scaled_dot_product_attention` returns $Y$;
+# `attention.attention_weights`, given the same queries, keys and options, returns $A$.
 
 # %%
 W_K = rng.standard_normal((8, 8), np.float32) / np.sqrt(8)
 W_V = rng.standard_normal((8, 5), np.float32) / np.sqrt(8)  # D_V = 5
-Y, A = attention.scaled_dot_product_attention(Q, X @ W_K, X @ W_V, return_weights=True)
+Y = attention.scaled_dot_product_attention(Q, X @ W_K, X @ W_V)
+A = attention.attention_weights(Q, X @ W_K)
+np.testing.assert_allclose(Y, A @ (X @ W_V), rtol=1e-5, atol=1e-6)
 print('A:', A.shape, ' Y = AV:', Y.shape)
 
 # %% [markdown]
@@ -146,9 +150,7 @@ print(
 
 # %%
 print(np.asarray(attention.causal_mask(4)).astype(int))
-_, A = attention.scaled_dot_product_attention(
-  X @ W_Q, X @ W_K, X @ W_V, is_causal=True, return_weights=True
-)
+A = attention.attention_weights(X @ W_Q, X @ W_K, is_causal=True)
 print('causal weights:\n', np.asarray(A))
 
 # %% [markdown]
@@ -178,7 +180,7 @@ x = 3.0 * rng.standard_normal((1, 6, 16), np.float32) + 1.0  # [B, T, D], not no
 for norm in ('post', 'pre'):
   stack = StackConfig(d_model=16, num_heads=2, d_ff=32, num_layers=1, norm=norm, dropout_rate=0.0)
   # Built and run inside one jitted function: one compilation instead of one per operation.
-  out, _ = jax.jit(lambda x, stack=stack: EncoderLayer(stack, rngs=nnx.Rngs(0))(x, None))(x)
+  out = jax.jit(lambda x, stack=stack: EncoderLayer(stack, rngs=nnx.Rngs(0))(x, None))(x)
   print(
     f'{norm}-norm: per-vector mean {float(out.mean(-1).mean()):+.3f}, '
     f'std {float(out.std(-1).mean()):.3f}'
@@ -236,18 +238,28 @@ for step in range(150):
   if step % 50 == 0 or step == 149:
     print(f'step {step:3d}  loss {float(loss):.4f}')
 
+
+@nnx.jit
+def forward(model, src, dec):
+  """Logits and cross-attention weights; the capture opens inside the compiled function."""
+  logits, captured = interventions.capture(model, src, dec)
+  return logits, interventions.stack(captured, models.Seq2Seq.attention_names['cross'])
+
+
 src, dec, tgt = reversal_batch(256)
-logits, weights = nnx.jit(lambda m, s, d: m(s, d, return_attention=True))(model, src, dec)
+logits, weights = forward(model, src, dec)
 accuracy = float((logits.argmax(-1) == tgt).mean())
 print(f'token accuracy (teacher forced) on 256 new strings: {accuracy:.3f}')
 assert accuracy > 0.9
 
 # %% [markdown]
 # The cross-attention weights of the first string: rows are output steps, columns source
-# digits (`weights['cross']` is `[B, layers, heads, T, S]`).
+# digits. A model does not return its weights: its attention layer records them under a name,
+# which `Seq2Seq.attention_names` lists, and `interventions.capture` reads every such name of
+# one call. `weights` is `[B, layers, T, 1, S]`, one query per decoder step.
 
 # %%
-alpha = np.asarray(weights['cross'][0, 0, 0])  # [T = 7, S = 6]
+alpha = np.asarray(weights[0, 0, :, 0])  # [T = 7, S = 6]
 print(alpha)
 fig, ax = plt.subplots(figsize=(3.6, 3.6))
 ax.imshow(alpha, cmap='viridis', vmin=0, vmax=1)

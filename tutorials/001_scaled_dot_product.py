@@ -29,7 +29,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import attention
+from models import interventions
 from models.attention_layer import MultiHeadAttention
+from models.stack_config import AttentionConfig
 
 np.set_printoptions(precision=4, suppress=True)
 rng = np.random.default_rng(0)  # inputs from NumPy: Attend's functions take NumPy arrays
@@ -39,14 +41,15 @@ rng = np.random.default_rng(0)  # inputs from NumPy: Attend's functions take Num
 #
 # $$\text{Attention}(Q, K, V) = \text{softmax}\Big(\frac{QK^T}{\sqrt{d_k}}\Big) V$$
 #
-# `attention.scaled_dot_product_attention` is this formula; with `return_weights=True` it also
-# returns the softmax. We check it against the formula written out in NumPy.
+# `attention.scaled_dot_product_attention` is this formula, and `attention.attention_weights` of
+# the same arguments is its softmax. We check both against the formula written out in NumPy.
 
 # %%
 q = rng.standard_normal((3, 4), np.float32)  # [T, d_k]
 k = rng.standard_normal((5, 4), np.float32)  # [S, d_k]
 v = rng.standard_normal((5, 2), np.float32)  # [S, d_v]
-out, weights = attention.scaled_dot_product_attention(q, k, v, return_weights=True)
+out = attention.scaled_dot_product_attention(q, k, v)
+weights = attention.attention_weights(q, k)
 
 scores = q @ k.T / np.sqrt(4)
 by_hand = np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)
@@ -177,7 +180,7 @@ print('attention.masked_softmax:\n', np.asarray(attention.masked_softmax(scores,
 
 # %%
 x = rng.standard_normal((5, 8), np.float32)  # one sequence: 5 positions, 8 features
-y, w = attention.scaled_dot_product_attention(x, x, x, return_weights=True)
+w = attention.attention_weights(x, x)
 print('self-attention weights [5, 5]:\n', np.asarray(w))
 
 # %% [markdown]
@@ -192,9 +195,12 @@ print('self-attention weights [5, 5]:\n', np.asarray(w))
 
 # %%
 n_head, d_model, d_k, d_v = 2, 8, 4, 3
-mha = MultiHeadAttention(d_model, n_head, d_k=d_k, d_v=d_v, rngs=nnx.Rngs(0))
+config = AttentionConfig(d_model=d_model, num_heads=n_head, d_k=d_k, d_v=d_v)
+mha = MultiHeadAttention(config, rngs=nnx.Rngs(0))
 x = rng.standard_normal((2, 5, d_model), np.float32)  # [B, T, D]
-out, weights = mha(x, return_weights=True)
+# The layer returns its output; its weights are read by capture, by name (models.interventions).
+out, captured = interventions.capture(mha, x)
+weights = captured['weights']
 print('output', out.shape, 'weights [B, N, T, S]', weights.shape)
 
 

@@ -189,7 +189,8 @@ np.testing.assert_allclose(
 # %%
 a = rng.standard_normal((4, 8), np.float32)  # a^1..a^4
 W_q, W_k, W_v = (rng.standard_normal((8, 8), np.float32) / np.sqrt(8) for _ in range(3))
-b, alpha = attention.scaled_dot_product_attention(a @ W_q, a @ W_k, a @ W_v, return_weights=True)
+b = attention.scaled_dot_product_attention(a @ W_q, a @ W_k, a @ W_v)
+alpha = attention.attention_weights(a @ W_q, a @ W_k)
 print("α'_2 =", np.asarray(alpha)[1], ' b^2 =', np.asarray(b)[1])
 heads = attention.split_heads(a @ W_q, 2)  # h = 2 heads of 8 / 2 = 4
 print('heads of the queries:', heads.shape)

@@ -35,6 +35,7 @@ from sklearn.datasets import load_digits
 
 import attention
 import models
+from models import interventions
 from models.blocks import EncoderLayer
 from models.stack_config import StackConfig
 from models.vision import patchify
@@ -161,7 +162,7 @@ perm = rng.permutation(16)
 @jax.jit
 def encoder_layer(x):
   layer = EncoderLayer(stack, rngs=nnx.Rngs(0))  # the same parameters at every call
-  return layer(x, None)[0]
+  return layer(x, None)
 
 
 output = encoder_layer(x)
@@ -203,7 +204,8 @@ print('patches:', patches.shape)  # [4, 16, 4]
 
 @jax.jit
 def vit_forward(images):
-  """A 2-layer ViT, built and run in one compiled call (one compilation, not one per op)."""
+  """A 2-layer ViT, built and run in one compiled call (one compilation, not one per op), and
+  its self-attention read by name: the taps its `attention_names` lists under `'self'`."""
   vit = models.ViT(
     image_shape=(8, 8, 1),
     num_classes=10,
@@ -220,7 +222,8 @@ def vit_forward(images):
     ),
     rngs=nnx.Rngs(0),
   )
-  return vit.classify_image(images, return_attention=True)
+  logits, captured = interventions.capture(vit, images, method='classify_image')
+  return logits, interventions.stack(captured, models.ViT.attention_names['self'])
 
 
 logits, weights = vit_forward(images)
@@ -228,7 +231,7 @@ print(
   'logits:',
   logits.shape,
   ' self-attention [B, layers, heads, tokens, tokens]:',
-  weights['self'].shape,
+  weights.shape,
 )
 
 # %% [markdown]
@@ -239,7 +242,7 @@ print(
 # every example, and it follows the strokes.
 
 # %%
-rollout = attention.attention_rollout(weights['self'])  # [B, 17, 17]
+rollout = attention.attention_rollout(weights)  # [B, 17, 17]
 cls_map = np.asarray(rollout[0, 0, 1:]).reshape(4, 4)  # class token -> 16 patches
 print('class-token rollout over the 4×4 patches (rows sum with the class token to 1):\n', cls_map)
 

@@ -34,8 +34,10 @@ import optax
 
 import attention
 import models
+from models import interventions
 from models.attention_layer import MultiHeadAttention
 from models.layers import AttentionPooling, FeedForward
+from models.stack_config import AttentionConfig
 
 np.set_printoptions(precision=3, suppress=True)
 rng = np.random.default_rng(0)
@@ -70,8 +72,10 @@ print('α_i =', np.asarray(alpha), '\ns_i =', np.asarray(s))
 # %% [markdown]
 # The sentence level repeats the same two steps over the sentence vectors $s_i$ (a BiGRU, then a
 # pooling with its own context vector $u_s$) to get the document vector, which a linear layer
-# classifies. `models.HAN` is the whole network; on documents `[B, S, W]` it returns the word
-# weights `[B, S, W]` and the sentence weights `[B, S]`, with exactly 0 on padding (id 0 here).
+# classifies. `models.HAN` is the whole network; on documents `[B, S, W]` its word weights
+# `[B, S, W]` and sentence weights `[B, S]`, with exactly 0 on padding (id 0 here), are read by
+# name: `interventions.capture` records every intermediate, and `HAN.attention_names` says which
+# of them are the poolings' weights.
 
 # %%
 docs = rng.integers(1, 30, size=(2, 3, 5))
@@ -84,7 +88,10 @@ def han_weights(docs):
   han = models.HAN(
     vocab_size=30, num_classes=4, pad_id=0, embed_dim=8, hidden_dim=8, rngs=nnx.Rngs(0)
   )
-  return han.classify(docs, return_attention=True)
+  logits, captured = interventions.capture(han, docs, method='classify')
+  word = interventions.stack(captured, models.HAN.attention_names['word'])  # [B*S, 1, W]
+  sentence = interventions.stack(captured, models.HAN.attention_names['sentence'])  # [B, 1, S]
+  return logits, {'word': word.reshape(docs.shape), 'sentence': sentence[:, 0]}
 
 
 logits, weights = han_weights(docs)
@@ -236,10 +243,11 @@ print('FFN(x) = max(0, xW1 + b1)W2 + b2: checked')
 # cross-attention: one row of weights per decoder position over the encoder positions.
 
 # %%
-mha = MultiHeadAttention(16, 8, rngs=nnx.Rngs(0))  # h = 8 heads of 2 features
+mha = MultiHeadAttention(AttentionConfig(d_model=16, num_heads=8), rngs=nnx.Rngs(0))  # h = 8
 memory = rng.standard_normal((1, 7, 16), np.float32)  # encoder output: 7 positions
 y = rng.standard_normal((1, 3, 16), np.float32)  # decoder states: 3 positions
-out, w = mha(y, context=memory, return_weights=True)
+out, captured = interventions.capture(mha, y, context=memory)  # the weights, read by name
+w = captured['weights']
 print('output', out.shape, ' weights [B, heads, decoder positions, encoder positions]', w.shape)
 
 # %% [markdown]
