@@ -41,8 +41,7 @@ class MultiHeadAttention(nnx.Module):
     `score_v [N, H]`; `'cosine'`: a learned `score_scale [N]` starting at `sqrt(H)`, the size of
     scaled dot-product scores of unit-variance queries and keys). `'dot'` and `'general'` are
     unscaled, as in Luong et al.; their softmax saturates as H grows.
-  - `'linear'`: `attention.linear_attention`, no scores; decoding keeps a fixed-size state.
-  - `'sigmoid'`: `attention.sigmoid_attention`, each weight its own sigmoid.
+  - any other variant of `attention.VARIANTS` (`attention/variants.py` describes each).
 
   Around the variant, each optional and off by default:
 

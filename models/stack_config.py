@@ -44,8 +44,8 @@ class VariantConfig:
     qk_norm: RMS-normalise each head's queries and keys (learned scales) before the score.
     softcap: logit soft-capping `softcap · tanh(s / softcap)` (Gemma 2); 0 = off.
     sink: a learned per-head sink logit, a null key every query may attend to instead.
-    attention: a name in `attention.VARIANTS`: `'softmax'`, `'linear'` or `'sigmoid'`
-      (self-attention; cross-attention is softmax).
+    attention: the variant, a name in `attention.VARIANTS` (self-attention; cross-attention is
+      softmax).
     cache_dtype: dtype of the decoding K/V cache, `'float32'` or `'bfloat16'`.
   """
 
