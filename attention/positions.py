@@ -33,18 +33,27 @@ def sinusoidal_positions(length: int, dim: int, base: float = 10000.0) -> Array:
   return sinusoidal_embedding(jnp.arange(length), dim, base)
 
 
-def rotary_embedding(x: Array, positions: Array, base: float = 10000.0) -> Array:
+ROPE_LAYOUTS = ('pairs', 'halves')
+
+
+def rotary_embedding(
+  x: Array, positions: Array, base: float = 10000.0, layout: str = 'pairs'
+) -> Array:
   """Rotary position embedding (RoPE; Su et al. 2021), applied to queries or keys.
 
-  Features are taken in pairs `(x[2i], x[2i+1])` (the sin/cos pairing of `sinusoidal_embedding`)
-  and pair i at position p is rotated by the angle `p * base^(-2i/D)`. Rotations compose, so the
-  score between a query rotated at position m and a key rotated at position n depends on their
-  content and on `m - n` only: attention sees relative positions without any added vector.
+  Features are taken in pairs, `(x[2i], x[2i+1])` with `layout='pairs'` (the paper's, and the
+  sin/cos pairing of `sinusoidal_embedding`) or `(x[i], x[i + D/2])` with `layout='halves'` (the
+  `rotate_half` of Hugging Face's GPT-NeoX, Llama, Mistral and Qwen2 code), and pair i at
+  position p is rotated by the angle `p * base^(-2i/D)`. Rotations compose, so the score between
+  a query rotated at position m and a key rotated at position n depends on their content and on
+  `m - n` only: attention sees relative positions without any added vector. The two layouts are
+  one permutation of the features apart.
 
   Args:
     x: queries or keys `[..., T, D]`; D even.
     positions: positions of the T rows, `[T]` or broadcastable to `[..., T]`.
-    base: wavelength base, as for the sinusoidal encoding.
+    base: wavelength base, as for the sinusoidal encoding (Llama 3: 500000).
+    layout: `'pairs'` or `'halves'`, which features form a pair.
 
   Returns:
     The rotated `x`, same shape and dtype (computed in float32).
@@ -54,10 +63,17 @@ def rotary_embedding(x: Array, positions: Array, base: float = 10000.0) -> Array
     raise ValueError(
       f'rotary_embedding: the feature size must be a positive even number, got {dim}.'
     )
+  if layout not in ROPE_LAYOUTS:
+    raise ValueError(f'rotary_embedding: layout must be one of {ROPE_LAYOUTS}, got {layout!r}.')
   inv_freq = base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)  # [D/2]
   angles = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq  # [..., T, D/2]
   cos, sin = jnp.cos(angles), jnp.sin(angles)
-  pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], dim // 2, 2)  # [..., T, D/2, 2]
+  x32 = x.astype(jnp.float32)
+  if layout == 'halves':
+    first, second = x32[..., : dim // 2], x32[..., dim // 2 :]
+    rotated = [first * cos - second * sin, first * sin + second * cos]
+    return jnp.concatenate(rotated, axis=-1).astype(x.dtype)
+  pairs = x32.reshape(*x.shape[:-1], dim // 2, 2)  # [..., T, D/2, 2]
   even, odd = pairs[..., 0], pairs[..., 1]
   rotated = jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
   return rotated.reshape(x.shape).astype(x.dtype)

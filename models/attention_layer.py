@@ -67,12 +67,12 @@ class MultiHeadAttention(nnx.Module):
     self.config = config
     self.variant = attention.get_variant(config.attention)
     d_model, n, kv, h = config.d_model, config.num_heads, self.num_kv_heads, config.head_size
-    bias = config.use_bias
+    bias, out_bias = config.qkv_bias, config.out_bias
     # Heads split over the 'heads' axis (tensor parallel), the model width over 'embed' (FSDP).
     self.w_q = dense(d_model, n * h, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
     self.w_k = dense(d_model, kv * h, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
     self.w_v = dense(d_model, kv * self.d_v, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
-    self.w_o = dense(n * self.d_v, d_model, use_bias=bias, axes=('heads', 'embed'), rngs=rngs)
+    self.w_o = dense(n * self.d_v, d_model, use_bias=out_bias, axes=('heads', 'embed'), rngs=rngs)
     sizes = attention.ScoreSizes(q=h, k=h, a=h)
     for param in self.registered_score.params:
       # Each head on its own: on the whole [N, ...] a variance-scaling initialiser would count N
@@ -120,7 +120,9 @@ class MultiHeadAttention(nnx.Module):
     positions = jnp.arange(x.shape[-2]) if positions is None else jnp.asarray(positions)
     if positions.ndim == 2:
       positions = positions[:, None, :]  # [B, 1, L]: every head
-    return attention.rotary_embedding(x, positions)
+    return attention.rotary_embedding(
+      x, positions, base=self.config.rope_base, layout=self.config.rope_layout
+    )
 
   def project_kv(self, context: Array, positions: Array | None = None) -> KV:
     """Keys and values of `context [B, S, D]`: `{'k': [B, K, S, d_k], 'v': [B, K, S, d_v]}`.

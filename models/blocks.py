@@ -24,21 +24,10 @@ EPS = 1e-6  # every LayerNorm of the Transformer families, unless a `StackConfig
 class _Block(nnx.Module):
   """Shared residual wiring of the encoder and decoder layers."""
 
-  def __init__(
-    self,
-    d_model: int,
-    *,
-    num_sublayers: int,
-    norm: str,
-    dropout_rate: float,
-    epsilon: float = EPS,
-    rngs: nnx.Rngs,
-  ):
-    self.norm = norm
-    self.norms = nnx.List(
-      [nnx.LayerNorm(d_model, epsilon=epsilon, rngs=rngs) for _ in range(num_sublayers)]
-    )
-    self.dropout = nnx.Dropout(dropout_rate)
+  def __init__(self, stack: StackConfig, *, num_sublayers: int, rngs: nnx.Rngs):
+    self.norm = stack.norm
+    self.norms = nnx.List([make_norm(stack, rngs=rngs) for _ in range(num_sublayers)])
+    self.dropout = nnx.Dropout(stack.dropout_rate)
 
   def residual(
     self,
@@ -70,16 +59,9 @@ class EncoderLayer(_Block):
   """
 
   def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
-    super().__init__(
-      stack.d_model,
-      num_sublayers=2,
-      norm=stack.norm,
-      dropout_rate=stack.dropout_rate,
-      epsilon=stack.norm_eps,
-      rngs=rngs,
-    )
+    super().__init__(stack, num_sublayers=2, rngs=rngs)
     self.self_attn = MultiHeadAttention(stack, rngs=rngs)
-    self.ffn = FeedForward(stack.d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
+    self.ffn = feed_forward(stack, rngs=rngs)
 
   def __call__(
     self,
@@ -113,29 +95,38 @@ def encoder_stack(stack: StackConfig, *, rngs: nnx.Rngs) -> tuple[nnx.List, nnx.
   return layers, final_norm(stack, rngs=rngs)
 
 
-def final_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.LayerNorm | None:
-  """The LayerNorm a pre-norm stack ends with; None for post-norm."""
-  if stack.norm != 'pre':
-    return None
+def final_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module | None:
+  """The norm a pre-norm stack ends with; None for post-norm."""
+  return make_norm(stack, rngs=rngs) if stack.norm == 'pre' else None
+
+
+def make_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module:
+  """One of the stack's norms over D: a LayerNorm, or an RMSNorm (`norm_type='rmsnorm'`)."""
+  if stack.norm_type == 'rmsnorm':
+    return nnx.RMSNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs)
   return nnx.LayerNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs)
+
+
+def feed_forward(stack: StackConfig, *, rngs: nnx.Rngs) -> FeedForward:
+  """The stack's feed-forward sublayer."""
+  return FeedForward(
+    stack.d_model,
+    stack.d_ff,
+    activation=stack.activation,
+    gated=stack.gated_mlp,
+    use_bias=stack.mlp_bias,
+    rngs=rngs,
+  )
 
 
 class DecoderLayer(_Block):
   """Masked self-attention, cross-attention to the encoder memory, feed-forward."""
 
   def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
-    super().__init__(
-      stack.d_model,
-      num_sublayers=3,
-      norm=stack.norm,
-      dropout_rate=stack.dropout_rate,
-      epsilon=stack.norm_eps,
-      rngs=rngs,
-    )
-    d_model = stack.d_model
+    super().__init__(stack, num_sublayers=3, rngs=rngs)
     self.self_attn = MultiHeadAttention(stack, rngs=rngs)
     self.cross_attn = MultiHeadAttention(stack.cross_attention(), rngs=rngs)
-    self.ffn = FeedForward(d_model, stack.d_ff, activation=stack.activation, rngs=rngs)
+    self.ffn = feed_forward(stack, rngs=rngs)
 
   def __call__(
     self,

@@ -198,6 +198,8 @@ class DecoderLM(_Stack):
       norm='pre', activation='gelu', positions='rope', max_length=1024
     ),
     tie_output: bool = True,
+    output_bias: bool = True,
+    scale_embeddings: bool = True,
     rngs: nnx.Rngs,
   ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
@@ -209,11 +211,25 @@ class DecoderLM(_Stack):
         `positions='none'` leaves only the causal mask to tell positions apart; `max_length`
         is what a learned table covers.
       tie_output: the output projection is the transposed token embedding.
+      output_bias: an untied output projection has a bias (pretrained GPT-2 and Llama: none).
+      scale_embeddings: multiply token embeddings by sqrt(D) (False: GPT-2, Llama).
       rngs: `params` stream for initialisation.
     """
-    super().__init__(vocab_size=vocab_size, pad_id=pad_id, stack=stack, rngs=rngs)
+    check_choice('tie_output', tie_output, (True, False))
+    check_choice('output_bias', output_bias, (True, False))
+    super().__init__(
+      vocab_size=vocab_size,
+      pad_id=pad_id,
+      stack=stack,
+      scale_embeddings=scale_embeddings,
+      rngs=rngs,
+    )
     self.output_proj = (
-      None if tie_output else dense(stack.d_model, vocab_size, axes=('embed', 'vocab'), rngs=rngs)
+      None
+      if tie_output
+      else dense(
+        stack.d_model, vocab_size, use_bias=output_bias, axes=('embed', 'vocab'), rngs=rngs
+      )
     )
 
   def _logits(self, x: Array) -> Array:

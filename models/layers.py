@@ -23,6 +23,7 @@ ACTIVATIONS = {
   'relu': jax.nn.relu,
   'gelu': jax.nn.gelu,
   'gelu_exact': functools.partial(jax.nn.gelu, approximate=False),
+  'silu': jax.nn.silu,
 }
 
 
@@ -180,21 +181,38 @@ def score_param_attr(name: str) -> str:
 
 
 class FeedForward(nnx.Module):
-  """Position-wise feed-forward `act(x W_1 + b_1) W_2 + b_2` (section 3.3).
+  """Position-wise feed-forward `act(x W_1 + b_1) W_2 + b_2` (section 3.3), or with `gated` the
+  gated linear unit `(act(x W_gate) * x W_1) W_2` (Shazeer 2020: SwiGLU with `'silu'`, GeGLU
+  with `'gelu'`).
 
   `activation` is `'relu'` (the paper), `'gelu'` (`jax.nn.gelu`, the tanh approximation GPT-2
-  uses) or `'gelu_exact'` (the erf form of pretrained BERT checkpoints).
+  uses), `'gelu_exact'` (the erf form of pretrained BERT checkpoints) or `'silu'` (Llama's).
   """
 
-  def __init__(self, d_model: int, d_ff: int, *, activation: str = 'relu', rngs: nnx.Rngs):
+  def __init__(
+    self,
+    d_model: int,
+    d_ff: int,
+    *,
+    activation: str = 'relu',
+    gated: bool = False,
+    use_bias: bool = True,
+    rngs: nnx.Rngs,
+  ):
     check_choice('activation', activation, ACTIVATIONS)
     self.activation = activation
-    self.w_1 = dense(d_model, d_ff, axes=('embed', 'mlp'), rngs=rngs)
-    self.w_2 = dense(d_ff, d_model, axes=('mlp', 'embed'), rngs=rngs)
+    self.w_1 = dense(d_model, d_ff, use_bias=use_bias, axes=('embed', 'mlp'), rngs=rngs)
+    self.w_2 = dense(d_ff, d_model, use_bias=use_bias, axes=('mlp', 'embed'), rngs=rngs)
+    self.w_gate = (
+      dense(d_model, d_ff, use_bias=use_bias, axes=('embed', 'mlp'), rngs=rngs) if gated else None
+    )
 
   def __call__(self, x: Array) -> Array:
     """`[..., D] -> [..., D]`."""
-    return self.w_2(ACTIVATIONS[self.activation](self.w_1(x)))
+    act = ACTIVATIONS[self.activation]
+    if self.w_gate is None:
+      return self.w_2(act(self.w_1(x)))
+    return self.w_2(act(self.w_gate(x)) * self.w_1(x))
 
 
 class AttentionPooling(nnx.Module):

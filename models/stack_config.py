@@ -15,10 +15,12 @@ import dataclasses
 from typing import Any
 
 import attention
+from attention.positions import ROPE_LAYOUTS
 from models.embeddings import ATTENTION_POSITIONS, POSITIONS
 from models.layers import ACTIVATIONS, check_choice, check_positive_ints, check_rate, is_int
 
 NORMS = ('post', 'pre')
+NORM_TYPES = ('layernorm', 'rmsnorm')
 CACHE_DTYPES = ('float32', 'bfloat16')
 POSITION_BIASES = ('alibi', 't5')  # the positions that add a bias to the attention scores
 
@@ -114,23 +116,30 @@ class AttentionConfig(VariantConfig):
     num_heads: attention heads N.
     d_k: per-head query/key size; None = d_model // num_heads.
     d_v: per-head value size; None = d_model // num_heads.
-    use_bias: biases on the query, key, value and output projections.
+    qkv_bias: biases on the query, key and value projections (Llama: none; Qwen2: these only).
+    out_bias: a bias on the output projection.
     score: attention score kind, a name in `attention.SCORES`.
     attention_impl: kernel for `score='scaled_dot'`, a name in `attention.KERNELS` or None.
     attention_dropout_rate: dropout on the attention weights.
     positions: how positions enter: `'rope'`, `'alibi'` and `'t5'` act in the attention layer;
       `'sinusoidal'`, `'learned'` and `'none'` add nothing there.
+    rope_base: the rotary wavelength base (`positions='rope'`; Llama 3: 500000).
+    rope_layout: which features rotary positions rotate together: `'pairs'` (2i, 2i+1) or
+      `'halves'` (i, i + H/2, Hugging Face's Llama-family layout).
   """
 
   d_model: int = 512
   num_heads: int = 8
   d_k: int | None = None
   d_v: int | None = None
-  use_bias: bool = True
+  qkv_bias: bool = True
+  out_bias: bool = True
   score: str = 'scaled_dot'
   attention_impl: str | None = None
   attention_dropout_rate: float = 0.0
   positions: str = 'none'
+  rope_base: float = 10000.0
+  rope_layout: str = 'pairs'
 
   def __post_init__(self):
     self._check_variant_fields()
@@ -154,7 +163,13 @@ class AttentionConfig(VariantConfig):
     for name in ('d_k', 'd_v'):
       if getattr(self, name) is not None:
         check_positive_ints(**{name: getattr(self, name)})
-    check_choice('use_bias', self.use_bias, (False, True))
+    check_choice('qkv_bias', self.qkv_bias, (False, True))
+    check_choice('out_bias', self.out_bias, (False, True))
+    if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)):
+      raise ValueError(f'rope_base must be a number > 1; got {self.rope_base!r}.')
+    if not self.rope_base > 1:
+      raise ValueError(f'rope_base must be a number > 1; got {self.rope_base!r}.')
+    check_choice('rope_layout', self.rope_layout, ROPE_LAYOUTS)
     check_rate('attention_dropout_rate', self.attention_dropout_rate)
     check_choice('positions', self.positions, POSITIONS + ATTENTION_POSITIONS)
     if self.positions == 'rope' and self.head_size % 2:
@@ -226,8 +241,12 @@ class StackConfig(AttentionConfig):
     norm: `'post'` (LayerNorm after each residual sum, the original Transformer) or `'pre'`
       (inside the residual branch, plus a final LayerNorm).
     norm_eps: the epsilon of every LayerNorm of the stack (pretrained BERT checkpoints: 1e-12).
-    activation: feed-forward activation, `'relu'`, `'gelu'` (tanh approximation) or
-      `'gelu_exact'` (erf).
+    norm_type: `'layernorm'` (scale and bias) or `'rmsnorm'` (scale only, no centring: Llama).
+    activation: feed-forward activation, `'relu'`, `'gelu'` (tanh approximation, GPT-2's),
+      `'gelu_exact'` (erf) or `'silu'`.
+    gated_mlp: the feed-forward is gated, `w_2(act(x w_gate) * x w_1)`: SwiGLU with `'silu'`
+      (Llama), GeGLU with `'gelu'`.
+    mlp_bias: biases in the feed-forward's projections.
     positions: `'sinusoidal'`, `'learned'`, `'none'` (added to the embeddings), or `'rope'`,
       `'alibi'`, `'t5'` (applied in every self-attention); a model may support fewer.
     max_length: positions a learned table covers.
@@ -238,7 +257,10 @@ class StackConfig(AttentionConfig):
   dropout_rate: float = 0.1
   norm: str = 'post'
   norm_eps: float = 1e-6
+  norm_type: str = 'layernorm'
   activation: str = 'relu'
+  gated_mlp: bool = False
+  mlp_bias: bool = True
   positions: str = 'sinusoidal'
   max_length: int = 512
 
@@ -252,7 +274,10 @@ class StackConfig(AttentionConfig):
       or not 0 < self.norm_eps < 1
     ):
       raise ValueError(f'norm_eps must be a number in (0, 1); got {self.norm_eps!r}.')
+    check_choice('norm_type', self.norm_type, NORM_TYPES)
     check_choice('activation', self.activation, ACTIVATIONS)
+    check_choice('gated_mlp', self.gated_mlp, (False, True))
+    check_choice('mlp_bias', self.mlp_bias, (False, True))
     super().__post_init__()
     if self.positions == 'sinusoidal' and self.d_model % 2:
       raise ValueError(f"d_model must be even for positions='sinusoidal'; got {self.d_model}.")

@@ -162,8 +162,8 @@ def test_mha_attention_dropout(rng, kind):
 
 
 def test_mha_without_bias_has_exact_parameter_count():
-  """use_bias=False leaves only the four kernels: 8*(2*3) * 2 + 8*(2*5) + (2*5)*8."""
-  mha = _mha(use_bias=False)
+  """No biases leaves only the four kernels: 8*(2*3) * 2 + 8*(2*5) + (2*5)*8."""
+  mha = _mha(qkv_bias=False, out_bias=False)
   sizes = [leaf.size for leaf in jax.tree.leaves(nnx.state(mha, nnx.Param))]
   assert sum(sizes) == 8 * 6 * 2 + 8 * 10 + 10 * 8
 

@@ -215,8 +215,8 @@ def _edited(folder, tmp_path, *, config=None, drop=None, reshape=None):
     ),
     (
       dict(reshape='bert.embeddings.position_embeddings.weight'),
-      "tensor 'embeddings.position_embeddings.weight' has shape (23, 32); its config.json "
-      'implies (24, 32)',
+      "tensor 'embeddings.position_embeddings.weight' has shape (23, 32), which does not fit "
+      "Attend's positions.embed.embedding (24, 32)",
     ),
     (
       dict(config=dict(position_embedding_type='relative_key')),

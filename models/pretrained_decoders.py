@@ -1,0 +1,264 @@
+"""Pretrained decoder language models (GPT-2, Llama, Mistral, Qwen2) as Attend `DecoderLM`s.
+
+A checkpoint is a Hugging Face folder (`models.pretrained.read`): `config.json`, the weights in
+`model.safetensors` or shards with their index, and `tokenizer.json`. Its `model_type` picks one
+`Architecture` below: how config.json becomes `DecoderLM`'s options, the config values Attend
+cannot compute (refused, naming the key), and one table mapping each tensor (`{i}` runs over the
+layers) with the transform it needs. Torch `Linear` weights are `[out, in]` and are transposed;
+GPT-2's `Conv1D` weights are stored input-major and are not, and its fused `c_attn` is split
+into queries, keys and values. Rotary positions keep Hugging Face's layout (`rope_layout=
+'halves'`), so captured queries and keys are Hugging Face's too. Config keys that do not change
+the computation (token ids, dtypes, `initializer_range`, ...) are ignored and reported.
+"""
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+from flax import nnx
+import numpy as np
+
+from models.language import DecoderLM
+from models.pretrained import PAD_ID, SAME, TRANSPOSED, Checkpoint, Row, Transform, assign
+from models.stack_config import StackConfig
+
+
+def _third(k: int) -> Transform:
+  """Part k of GPT-2's fused `c_attn` (queries, keys, values along the last axis)."""
+  return lambda w: np.split(w, 3, axis=-1)[k]
+
+
+# config.json's hidden activation -> Attend's (transformers' 'gelu' is the erf form).
+ACTIVATIONS = {
+  'gelu_new': 'gelu',
+  'gelu_pytorch_tanh': 'gelu',
+  'gelu': 'gelu_exact',
+  'silu': 'silu',
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  """One `model_type`: `args(config)` -> DecoderLM's arguments but the vocabulary; `refused`:
+  config keys whose value, when it differs from the given one, changes the computation; `rows`:
+  the tensor table for a number of layers and the config (GPT-2 ties its head, Llama may not)."""
+
+  args: Callable[[dict[str, Any]], dict[str, Any]]
+  refused: dict[str, Any]
+  rows: Callable[[int, dict[str, Any]], list[Row]]
+
+
+def _activation(config: dict[str, Any], key: str) -> str:
+  act = config.get(key, 'silu')
+  if act not in ACTIVATIONS:
+    raise ValueError(f'config.json has {key}={act!r}; supported: {sorted(ACTIVATIONS)}.')
+  return ACTIVATIONS[act]
+
+
+def _gpt2_args(config: dict[str, Any]) -> dict[str, Any]:
+  d_model = config['n_embd']
+  stack = StackConfig(
+    num_layers=config['n_layer'],
+    d_model=d_model,
+    num_heads=config['n_head'],
+    d_ff=config.get('n_inner') or 4 * d_model,
+    dropout_rate=config.get('resid_pdrop', 0.1),
+    attention_dropout_rate=config.get('attn_pdrop', 0.1),
+    norm='pre',
+    norm_eps=config.get('layer_norm_epsilon', 1e-5),
+    activation=_activation(config, 'activation_function'),
+    positions='learned',
+    max_length=config.get('n_positions', 1024),
+  )
+  return dict(stack=stack, tie_output=True, scale_embeddings=False)
+
+
+def _gpt2_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
+  del config
+  layer = [
+    ('norms.0.scale', 'ln_1.weight', SAME),
+    ('norms.0.bias', 'ln_1.bias', SAME),
+    *[
+      (f'self_attn.w_{part}.{kind}', f'attn.c_attn.{name}', _third(k))
+      for k, part in enumerate('qkv')
+      for kind, name in (('kernel', 'weight'), ('bias', 'bias'))
+    ],
+    ('self_attn.w_o.kernel', 'attn.c_proj.weight', SAME),
+    ('self_attn.w_o.bias', 'attn.c_proj.bias', SAME),
+    ('norms.1.scale', 'ln_2.weight', SAME),
+    ('norms.1.bias', 'ln_2.bias', SAME),
+    ('ffn.w_1.kernel', 'mlp.c_fc.weight', SAME),
+    ('ffn.w_1.bias', 'mlp.c_fc.bias', SAME),
+    ('ffn.w_2.kernel', 'mlp.c_proj.weight', SAME),
+    ('ffn.w_2.bias', 'mlp.c_proj.bias', SAME),
+  ]
+  return [
+    ('embed.embed.embedding', 'transformer.wte.weight', SAME),
+    ('positions.embed.embedding', 'transformer.wpe.weight', SAME),
+    *[
+      (f'layers.{i}.{ours}', f'transformer.h.{i}.{theirs}', t)
+      for i in range(num_layers)
+      for ours, theirs, t in layer
+    ],
+    ('final_norm.scale', 'transformer.ln_f.weight', SAME),
+    ('final_norm.bias', 'transformer.ln_f.bias', SAME),
+  ]
+
+
+def _rope_base(config: dict[str, Any]) -> float:
+  """The rotary base: `rope_theta`, or in newer configs `rope_parameters['rope_theta']`."""
+  parameters = config.get('rope_parameters') or {}
+  return float(parameters.get('rope_theta', config.get('rope_theta', 10000.0)))
+
+
+def _llama_args(config: dict[str, Any], *, qkv_bias: bool = False) -> dict[str, Any]:
+  d_model, heads = config['hidden_size'], config['num_attention_heads']
+  head_dim = config.get('head_dim') or d_model // heads
+  window = config.get('sliding_window') if config.get('use_sliding_window', True) else None
+  stack = StackConfig(
+    num_layers=config['num_hidden_layers'],
+    d_model=d_model,
+    num_heads=heads,
+    num_kv_heads=config.get('num_key_value_heads') or heads,
+    d_k=head_dim,
+    d_v=head_dim,
+    d_ff=config['intermediate_size'],
+    dropout_rate=0.0,  # Llama-family models train without dropout but on the attention weights
+    attention_dropout_rate=float(config.get('attention_dropout', 0.0)),
+    norm='pre',
+    norm_type='rmsnorm',
+    norm_eps=config.get('rms_norm_eps', 1e-6),
+    activation=_activation(config, 'hidden_act'),
+    gated_mlp=True,
+    mlp_bias=bool(config.get('mlp_bias', False)),
+    qkv_bias=qkv_bias or bool(config.get('attention_bias', False)),
+    out_bias=bool(config.get('attention_bias', False)),
+    positions='rope',
+    rope_base=_rope_base(config),
+    rope_layout='halves',
+    window=int(window or 0),
+    max_length=config.get('max_position_embeddings', 2048),
+  )
+  tied = bool(config.get('tie_word_embeddings', False))
+  return dict(stack=stack, tie_output=tied, output_bias=False, scale_embeddings=False)
+
+
+def _llama_rows(num_layers: int, config: dict[str, Any], *, qkv_bias: bool = False) -> list[Row]:
+  biases = ('q', 'k', 'v') if qkv_bias or config.get('attention_bias') else ()
+  layer = [
+    ('norms.0.scale', 'input_layernorm.weight', SAME),
+    *[(f'self_attn.w_{p}.kernel', f'self_attn.{p}_proj.weight', TRANSPOSED) for p in 'qkv'],
+    *[(f'self_attn.w_{p}.bias', f'self_attn.{p}_proj.bias', SAME) for p in biases],
+    ('self_attn.w_o.kernel', 'self_attn.o_proj.weight', TRANSPOSED),
+    ('norms.1.scale', 'post_attention_layernorm.weight', SAME),
+    ('ffn.w_gate.kernel', 'mlp.gate_proj.weight', TRANSPOSED),
+    ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
+    ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
+  ]
+  if config.get('attention_bias'):
+    layer.append(('self_attn.w_o.bias', 'self_attn.o_proj.bias', SAME))
+  if config.get('mlp_bias'):
+    layer += [
+      (f'ffn.{w}.bias', f'mlp.{n}.bias', SAME)
+      for w, n in (('w_gate', 'gate_proj'), ('w_1', 'up_proj'), ('w_2', 'down_proj'))
+    ]
+  rows = [
+    ('embed.embed.embedding', 'model.embed_tokens.weight', SAME),
+    *[
+      (f'layers.{i}.{ours}', f'model.layers.{i}.{theirs}', t)
+      for i in range(num_layers)
+      for ours, theirs, t in layer
+    ],
+    ('final_norm.scale', 'model.norm.weight', SAME),
+  ]
+  if not config.get('tie_word_embeddings', False):
+    rows.append(('output_proj.kernel', 'lm_head.weight', TRANSPOSED))
+  return rows
+
+
+_LLAMA_REFUSED = {'rope_scaling': None, 'pretraining_tp': 1}
+ARCHITECTURES = {
+  'gpt2': Architecture(
+    _gpt2_args,
+    {
+      'scale_attn_weights': True,
+      'scale_attn_by_inverse_layer_idx': False,
+      'add_cross_attention': False,
+      'tie_word_embeddings': True,
+    },
+    _gpt2_rows,
+  ),
+  'llama': Architecture(_llama_args, _LLAMA_REFUSED, _llama_rows),
+  'mistral': Architecture(_llama_args, _LLAMA_REFUSED, _llama_rows),
+  'qwen2': Architecture(
+    lambda config: _llama_args(config, qkv_bias=True),
+    {**_LLAMA_REFUSED, 'use_sliding_window': False},
+    functools.partial(_llama_rows, qkv_bias=True),
+  ),
+}
+
+
+class _Reading(dict):
+  """config.json as a dict that remembers which keys were read (the rest are reported unused)."""
+
+  def __init__(self, config: dict[str, Any]):
+    super().__init__(config)
+    self.read: set[str] = set()
+
+  def __getitem__(self, key):
+    self.read.add(key)
+    return super().__getitem__(key)
+
+  def get(self, key, default=None):
+    self.read.add(key)
+    return super().get(key, default)
+
+
+def decoder_args(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+  """`DecoderLM`'s arguments for a config.json, and the config keys that were not needed.
+
+  Raises:
+    ValueError: one sentence naming an unknown `model_type`, a missing size, or a key whose value
+      changes the computation in a way Attend does not convert.
+  """
+  model_type = config.get('model_type')
+  if model_type not in ARCHITECTURES:
+    raise ValueError(
+      f'config.json has model_type={model_type!r}; the converter supports '
+      f'{", ".join(["bert", *ARCHITECTURES])}.'
+    )
+  architecture = ARCHITECTURES[model_type]
+  for key, value in architecture.refused.items():
+    if config.get(key, value) != value:
+      raise ValueError(
+        f'config.json has {key}={config[key]!r}, which changes the computation in a way '
+        f'the converter does not reproduce (it converts {key}={value!r} only).'
+      )
+  reading = _Reading(config)
+  try:
+    args = architecture.args(reading)
+    vocab_size = reading['vocab_size']
+  except KeyError as error:
+    raise ValueError(f'config.json of a {model_type} model has no {error.args[0]!r}.') from None
+  unused = sorted(set(config) - reading.read - set(architecture.refused) - {'model_type'})
+  return dict(vocab_size=vocab_size, pad_id=PAD_ID, **args), unused
+
+
+def load_decoder(
+  checkpoint: Checkpoint, *, seed: int = 0, **overrides: Any
+) -> tuple[DecoderLM, dict[str, list[str]]]:
+  """The checkpoint (`models.pretrained.read`) as a `DecoderLM`, and what was read:
+  `{'loaded': Attend paths, 'unused': tensors not converted, 'ignored_config': config keys
+  that do not change the computation}`. `overrides`: `StackConfig` fields (dropout, kernel)."""
+  args, ignored = decoder_args(checkpoint.config)
+  args['stack'] = dataclasses.replace(args['stack'], **overrides)
+  model = DecoderLM(**args, rngs=nnx.Rngs(seed))
+  architecture = ARCHITECTURES[checkpoint.config['model_type']]
+  rows = architecture.rows(args['stack'].num_layers, checkpoint.config)
+  assign(model, checkpoint.tensors, rows, checkpoint.name)
+  used = {theirs for _, theirs, _ in rows}
+  return model, dict(
+    loaded=[ours for ours, _, _ in rows],
+    unused=sorted(set(checkpoint.tensors) - used),
+    ignored_config=ignored,
+  )

@@ -1,0 +1,106 @@
+"""Pretrained decoders (GPT-2, Llama, Mistral, Qwen2) converted into Attend's DecoderLM equal
+transformers on tiny random checkpoints built locally: logits and every layer's attention
+weights, greedy generation, cached decoding, padded batches, sharded weights; refusals name what
+the converter cannot reproduce."""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from tiny_decoders import CONFIGS, VOCAB, greedy, reference, write_checkpoint
+
+from models import decoding, interventions, pretrained
+from models.pretrained_decoders import decoder_args, load_decoder
+
+pytest.importorskip('transformers', reason='the reference implementation (test extra)')
+ARCHITECTURES = sorted(CONFIGS)
+IDS = np.random.default_rng(0).integers(0, VOCAB, (2, 20))  # longer than Mistral's window of 8
+
+
+@pytest.fixture(scope='module')
+def folders(tmp_path_factory):
+  base = tmp_path_factory.mktemp('decoders')
+  return {name: write_checkpoint(name, str(base / name)) for name in ARCHITECTURES}
+
+
+def _converted(folder: str):
+  model, report = load_decoder(pretrained.read(folder))
+  return model, report
+
+
+@pytest.mark.parametrize('name', ARCHITECTURES)
+def test_logits_and_every_layers_attention_equal_transformers(folders, name):
+  model, report = _converted(folders[name])
+  logits, weights = reference(folders[name], IDS)
+  forward = jax.jit(lambda ids: interventions.capture(model, ids, method='token_logits'))
+  ours, captured = forward(jnp.asarray(IDS))
+  np.testing.assert_allclose(ours, logits, atol=1e-5, rtol=1e-5)
+  ours_weights = interventions.stack(captured, model.attention_names['self'])  # [B, L, N, T, T]
+  np.testing.assert_allclose(ours_weights, weights, atol=1e-5)
+  assert report['unused'] == [] and 'transformers_version' in report['ignored_config']
+  if name == 'mistral':  # the window is real: no query sees a key 8 or more positions back
+    assert np.all(weights[..., 10, :3] == 0) and np.all(np.asarray(ours_weights)[..., 10, :3] == 0)
+
+
+@pytest.mark.parametrize('name', ARCHITECTURES)
+def test_greedy_generation_cached_decoding_and_padding_equal_the_reference(folders, name):
+  model, _ = _converted(folders[name])
+  prompt = IDS[:, :5]
+  ours = decoding.continue_prompt(
+    model, jnp.asarray(prompt), max_length=32, rng=jax.random.key(0), temperature=0.0
+  )
+  np.testing.assert_array_equal(ours, greedy(folders[name], prompt, 32))
+  # Cached decoding of the generated text gives the full pass's logits.
+  text = jnp.concatenate([jnp.asarray(prompt), ours], axis=1)  # [B, 37]
+  full = model.token_logits(text)
+  cache = model.init_decode_cache(text[:, :5], max_length=32)
+  for step in range(4):
+    logits, cache = model.decode_step(text[:, 4 + step], jnp.int32(step), cache)
+    np.testing.assert_allclose(logits, full[:, 4 + step], atol=1e-5)
+  # A row padded on the right has its real positions' logits unchanged.
+  padded = np.concatenate([IDS[:1, :12], np.zeros((1, 8), int)], axis=1)
+  batch = model.token_logits(jnp.asarray(np.concatenate([padded, IDS[1:]])))
+  np.testing.assert_allclose(
+    batch[0, :12], model.token_logits(jnp.asarray(IDS[:1, :12]))[0], atol=1e-5
+  )
+
+
+def test_a_sharded_checkpoint_is_read_tensor_by_tensor_and_converts_the_same(folders, tmp_path):
+  sharded = write_checkpoint('llama', str(tmp_path / 'sharded'), shard_size='20KB')
+  files = os.listdir(sharded)
+  assert pretrained.INDEX in files and sum(f.endswith('.safetensors') for f in files) > 1
+  tensors = pretrained.read(sharded).tensors
+  assert isinstance(tensors, pretrained.SafetensorFiles)  # lazily, by name
+  a, _ = _converted(sharded)
+  b, _ = _converted(folders['llama'])
+  np.testing.assert_array_equal(a.token_logits(jnp.asarray(IDS)), b.token_logits(jnp.asarray(IDS)))
+
+
+def _config(folder: str) -> dict:
+  with open(os.path.join(folder, 'config.json'), encoding='utf-8') as f:
+    return json.load(f)
+
+
+def test_what_the_converter_cannot_reproduce_is_one_sentence_naming_it(folders, tmp_path):
+  llama = _config(folders['llama'])
+  with pytest.raises(ValueError, match="model_type='gpt_neox'; the converter supports bert, gpt2"):
+    decoder_args({**llama, 'model_type': 'gpt_neox'})
+  scaled = {**llama, 'rope_scaling': {'rope_type': 'linear', 'factor': 2.0}}
+  with pytest.raises(ValueError, match='rope_scaling=.* changes the computation'):
+    decoder_args(scaled)
+  with pytest.raises(ValueError, match="has no 'num_hidden_layers'"):
+    decoder_args({key: v for key, v in llama.items() if key != 'num_hidden_layers'})
+  args, ignored = decoder_args({**llama, 'some_future_key': 1})
+  assert 'some_future_key' in ignored and args['stack'].num_kv_heads == 2
+  assert args['stack'].rope_base == 500000.0 and args['stack'].rope_layout == 'halves'
+  broken = str(tmp_path / 'broken')
+  shutil.copytree(folders['gpt2'], broken)
+  three_layers = {**_config(broken), 'n_layer': 3}
+  with open(os.path.join(broken, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(three_layers, f)
+  with pytest.raises(ValueError, match="has no tensor 'transformer.h.2.ln_1.weight'"):
+    _converted(broken)
