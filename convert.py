@@ -1,7 +1,10 @@
-"""Writes a pretrained BERT-family checkpoint as an Attend workdir: step 0 of configs/minilm_mlm.py.
+"""Writes a pretrained checkpoint as an Attend workdir: a BERT-family encoder as step 0 of
+configs/minilm_mlm.py, a GPT-2 or Llama-family decoder (Llama, Mistral, Qwen2) as step 0 of
+configs/pretrained_lm.py.
 
   python convert.py --workdir=runs/minilm                               # all-MiniLM-L6-v2
   python convert.py --checkpoint=my_bert --workdir=runs/my_bert         # a local folder / .zip
+  python convert.py --checkpoint=my_llama --workdir=runs/my_llama       # a decoder's folder
 
 The workdir holds the config (configs/minilm_mlm.py for the checkpoint, `init_from=''`), the
 loaded model with that config's optimizer state as checkpoint 0, the checkpoint's tokenizer in
@@ -12,7 +15,7 @@ must be new or an empty directory (docs/pretrained.md).
 
 from absl import app, flags, logging
 
-from configs import minilm_mlm
+from configs import minilm_mlm, pretrained_lm
 from models import pretrained
 import training
 from training import pretrained_workdir
@@ -20,7 +23,8 @@ from training import pretrained_workdir
 _CHECKPOINT = flags.DEFINE_string(
   'checkpoint',
   pretrained.DEFAULT,
-  f'{pretrained.DEFAULT!r} (the package) or a folder / .zip of a BERT checkpoint.',
+  f'{pretrained.DEFAULT!r} (the package), or a folder / .zip of a BERT, GPT-2, Llama, Mistral or '
+  'Qwen2 checkpoint.',
 )
 _WORKDIR = flags.DEFINE_string('workdir', None, 'The workdir to write (new or empty).')
 flags.mark_flag_as_required('workdir')
@@ -31,12 +35,14 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)  # its output is the one sentence it prints, as before
   training.quiet_library_logs()
-  training.failures.run(
-    'convert.py',
-    lambda: pretrained_workdir.write_workdir(
-      _CHECKPOINT.value, _WORKDIR.value, minilm_mlm.get_config
-    ),
-  )
+  training.failures.run('convert.py', lambda: _convert(_CHECKPOINT.value, _WORKDIR.value))
+
+
+def _convert(checkpoint: str, workdir: str) -> None:
+  """The checkpoint's workdir, with the config of its kind (encoder or decoder)."""
+  encoder = pretrained.read_config(checkpoint).get('model_type') == 'bert'
+  get_config = minilm_mlm.get_config if encoder else pretrained_lm.get_config
+  pretrained_workdir.write_workdir(checkpoint, workdir, get_config)
 
 
 if __name__ == '__main__':

@@ -189,10 +189,18 @@ class LanguageData:
     return self._rows[split]
 
   def _stream_rows(self, split: str) -> dict[str, np.ndarray]:
-    if self.tokenizer.kind == PRETRAINED:
-      return self._framed_rows(split)
     length = self.config.seq_length
-    ids = np.fromiter((i for e in self.examples(split) for i in [*self._ids(e), EOS_ID]), np.int32)
+    if self.tokenizer.kind == PRETRAINED:
+      if self.mask_id is not None:  # a masked LM reads windows as BERT was pretrained on them
+        return self._framed_rows(split)
+      # A pretrained decoder reads its own pieces, each text closed by its end token if any.
+      end = [] if self.tokenizer.eos_id is None else [self.tokenizer.eos_id]
+      pieces = lambda e: self.tokenizer.encode_pieces(self.preprocess(e.text))
+      ids = np.fromiter((i for e in self.examples(split) for i in [*pieces(e), *end]), np.int32)
+    else:
+      ids = np.fromiter(
+        (i for e in self.examples(split) for i in [*self._ids(e), EOS_ID]), np.int32
+      )
     count = (len(ids) - 1) // length  # Windows overlap by one token: none is lost as a target.
     if count < 1:
       raise ValueError(

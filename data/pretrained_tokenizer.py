@@ -3,7 +3,9 @@
 It speaks the interface of `data.tokenizers` (`vocab_size`, `pad_id`, `encode`, `decode`,
 `tokens`, `special_ids`), with the checkpoint's special ids instead of Attend's fixed ones: `encode`
 returns what the pretrained model was trained on, `[CLS] pieces [SEP]` for BERT's WordPiece, and
-`pad_id`, `mask_id` are its `[PAD]`, `[MASK]`.
+`pad_id`, `mask_id` are its `[PAD]`, `[MASK]`. A decoder's tokenizer (GPT-2's, Llama's) may have
+no padding token: Attend's `PAD_ID` then stands in (a decoder reads stream windows, which hold no
+padding; only a continuation's slots after its end token are filled with it).
 """
 
 from collections.abc import Iterable
@@ -36,17 +38,17 @@ class PretrainedTokenizer:
       ids = [self._tokenizer.token_to_id(name) for name in names]
       return next((i for i in ids if i is not None), None)
 
-    self.pad_id = special('[PAD]', '<pad>')
-    if self.pad_id is None:
-      raise ValueError('tokenizer.json has no padding token ([PAD] or <pad>).')
+    pad_id = special('[PAD]', '<pad>')
+    self.has_pad = pad_id is not None
+    self.pad_id = PAD_ID if pad_id is None else pad_id
     if self.pad_id != PAD_ID:  # data/ pads every row with PAD_ID, which must read as padding
       raise ValueError(
         f"tokenizer.json's padding token has id {self.pad_id}; Attend pads with {PAD_ID}."
       )
     self.unk_id = special('[UNK]', '<unk>')
     self.mask_id = special('[MASK]', '<mask>')
-    self.bos_id = special('[CLS]', '<s>')
-    self.eos_id = special('[SEP]', '</s>')
+    self.bos_id = special('[CLS]', '<s>', '<|endoftext|>', '<|begin_of_text|>')
+    self.eos_id = special('[SEP]', '</s>', '<|endoftext|>', '<|end_of_text|>')
     # The ids tokenizer.json marks special ([PAD], [UNK], [CLS], [SEP], [MASK] for BERT): they
     # are not text, wherever they sit in the vocabulary (BERT's [CLS] is 101).
     self.special_ids = tuple(

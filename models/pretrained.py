@@ -200,15 +200,18 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
   )
 
 
+def read_config(checkpoint: str = DEFAULT) -> dict[str, Any]:
+  """The checkpoint's config.json, without reading its weights' contents."""
+  if checkpoint == DEFAULT:
+    with zipfile.ZipFile(package_zip()) as archive:
+      return json.loads(archive.read('config.json'))
+  return read(checkpoint).config
+
+
 def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]:
   """`config.model` fields of the checkpoint's architecture (flat, as `models.default_config`
   takes them), reading its config.json only; `overrides` change some (dropout, say)."""
-  if checkpoint == DEFAULT:
-    with zipfile.ZipFile(package_zip()) as archive:
-      config = json.loads(archive.read('config.json'))
-  else:
-    config = read(checkpoint).config
-  args = model_args(config)
+  args = model_args(read_config(checkpoint))
   stack = dataclasses.asdict(args.pop('stack'))
   del args['vocab_size'], args['pad_id']  # from the task's data
   return {**stack, **args, **overrides}

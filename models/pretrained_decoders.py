@@ -19,7 +19,16 @@ from flax import nnx
 import numpy as np
 
 from models.language import DecoderLM
-from models.pretrained import PAD_ID, SAME, TRANSPOSED, Checkpoint, Row, Transform, assign
+from models.pretrained import (
+  PAD_ID,
+  SAME,
+  TRANSPOSED,
+  Checkpoint,
+  Row,
+  Transform,
+  assign,
+  read_config,
+)
 from models.stack_config import StackConfig
 
 
@@ -242,6 +251,15 @@ def decoder_args(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     raise ValueError(f'config.json of a {model_type} model has no {error.args[0]!r}.') from None
   unused = sorted(set(config) - reading.read - set(architecture.refused) - {'model_type'})
   return dict(vocab_size=vocab_size, pad_id=PAD_ID, **args), unused
+
+
+def config_fields(checkpoint: str, **overrides: Any) -> dict[str, Any]:
+  """`config.model` fields of a decoder checkpoint's architecture (flat, as
+  `models.default_config` takes them), reading its config.json only."""
+  args, _ = decoder_args(read_config(checkpoint))
+  stack = dataclasses.asdict(args.pop('stack'))
+  del args['vocab_size'], args['pad_id']  # from the task's data
+  return {**stack, **args, **overrides}
 
 
 def load_decoder(

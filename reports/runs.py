@@ -173,6 +173,7 @@ def format_value(value) -> str:
 # here is written with its underscores as spaces ('sequence_accuracy': 'sequence accuracy').
 METRIC_WORDS = {
   'bits_per_char': 'bits per character',
+  'bits_per_token': 'bits per token',
   'exact_match': 'exact match',
   'teacher_forced_exact_match': 'teacher-forced exact match',
   'token_accuracy': 'token accuracy',

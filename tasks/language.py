@@ -212,8 +212,9 @@ class LanguageModeling(Task):
     if 'loss_sum' in counts:  # evaluation: the unsmoothed loss, in nats per token
       loss = counts['loss_sum'] / tokens
       metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
-      if self.tokenizer.kind == 'char':
-        metrics['bits_per_char'] = loss / math.log(2)
+      # Bits per unit of the vocabulary: a character, or a token (word, piece).
+      unit = 'char' if self.tokenizer.kind == 'char' else 'token'
+      metrics[f'bits_per_{unit}'] = loss / math.log(2)
     return metrics
 
   def predict(self, model, batch, options: EvalOptions):

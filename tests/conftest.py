@@ -66,7 +66,9 @@ def tfds_dir(tmp_path_factory):
   module or test (preparing number_words alone takes about 8 s of CPU). A prepared dataset is
   named by its builder, config and version and generated deterministically, so sharing the
   folder changes no test's data."""
-  return tmp_path_factory.getbasetemp() / 'tfds'
+  path = tmp_path_factory.getbasetemp() / 'tfds'
+  path.mkdir(exist_ok=True)  # some tests write their own files there before any dataset
+  return path
 
 
 @pytest.fixture

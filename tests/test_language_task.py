@@ -85,7 +85,8 @@ def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path, tfds_dir):
   metrics = evaluate_checkpoint(workdir, max_examples=16, num_heatmaps=1)
   assert metrics['examples'] == 16 and 0 <= metrics['accuracy'] <= 1
   assert 0 <= metrics['attention_hit_rate'] <= 1 and 'attention_hit_rate/head1' in metrics
-  assert 'bits_per_char' not in metrics  # a word vocabulary
+  assert 'bits_per_char' not in metrics  # a word vocabulary: bits per token
+  assert metrics['bits_per_token'] == pytest.approx(metrics['loss'] / np.log(2))
   lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
   assert len(lines) == 17 and lines[1].endswith('/8 right')  # 8 answers per example
   assert os.path.getsize(os.path.join(workdir, 'eval', 'attention_heads_0000.png')) > 1000

@@ -104,3 +104,43 @@ def test_what_the_converter_cannot_reproduce_is_one_sentence_naming_it(folders, 
     json.dump(three_layers, f)
   with pytest.raises(ValueError, match="has no tensor 'transformer.h.2.ln_1.weight'"):
     _converted(broken)
+
+
+def test_a_converted_llama_evaluates_continues_training_and_is_ablated_by_the_commands(
+  folders, tmp_path
+):
+  """`python convert.py --checkpoint=FOLDER`, `python eval.py --ablate_heads` on the frozen
+  model, `python train.py --config=configs/pretrained_lm.py:FOLDER --config.init_from=...`,
+  on a Llama-family checkpoint with grouped-query heads and rope base 500,000."""
+  from configs import pretrained_lm
+  from reports.run_eval import evaluate_checkpoint, load_config
+  import training
+  from training import pretrained_workdir
+
+  folder, converted = folders['llama'], str(tmp_path / 'converted')
+  pretrained_workdir.write_workdir(folder, converted, pretrained_lm.get_config)
+  report = json.loads((tmp_path / 'converted' / 'pretrained.json').read_text())
+  assert report['unused'] == [] and 'output_proj.kernel' in report['loaded']
+  text = tmp_path / 'text.txt'
+  words = np.random.default_rng(0).integers(1, VOCAB, (300, 9))
+  text.write_text('\n'.join(' '.join(f'w{i}' for i in row) for row in words))
+  frozen = load_config(converted)
+  assert frozen.model.num_kv_heads == 2 and frozen.model.rope_base == 500000.0
+  frozen.dataset.update(text_path=str(text), seq_length=16, eval_batch_size=8)  # eval --config..
+  metrics = evaluate_checkpoint(
+    converted, config=frozen, num_heatmaps=1, max_examples=2, ablate_heads=True
+  )
+  assert metrics['step'] == 0 and metrics['bits_per_token'] == pytest.approx(
+    metrics['loss'] / np.log(2)
+  )
+  assert 4 < metrics['bits_per_token'] < 9  # a random model: about log2(97) = 6.6 bits
+  for name in ('metrics.json', 'explorer.html', 'head_ablation.json', 'samples.txt'):
+    assert (tmp_path / 'converted' / 'eval' / name).exists(), name
+  config = pretrained_lm.get_config(folder)
+  config.dataset.update(text_path=str(text), seq_length=16, batch_size=4, eval_batch_size=8)
+  config.update(
+    init_from=converted, num_train_steps=2, eval_every_steps=0, num_eval_decode=0, warmup_steps=1
+  )
+  training.train_and_evaluate(config, str(tmp_path / 'continued'))
+  after = evaluate_checkpoint(str(tmp_path / 'continued'), num_heatmaps=0, max_examples=1)
+  assert after['step'] == 2 and np.isfinite(after['loss'])

@@ -1,10 +1,11 @@
-"""A pretrained checkpoint (models/pretrained.py) written as an Attend workdir, for convert.py.
+"""A pretrained checkpoint (models/pretrained.py: BERT; models/pretrained_decoders.py: GPT-2 and
+the Llama family) written as an Attend workdir, for convert.py.
 
 The workdir is step 0 of a training config: its config.json, a checkpoint holding the loaded
 model and that config's optimizer state, the checkpoint's own tokenizer in vocab/, and
 pretrained.json (what was loaded, initialised and unused). train.py continues it and eval.py
 reads it as the frozen model, like any run. The config comes from the caller (convert.py passes
-configs/minilm_mlm.py's `get_config`): training/ reads no configs/.
+configs/minilm_mlm.py's or configs/pretrained_lm.py's `get_config`): training/ reads no configs/.
 """
 
 import json
@@ -16,7 +17,7 @@ import ml_collections
 
 from data.pretrained_tokenizer import PretrainedTokenizer
 from data.tokenizers import save_tokenizers
-from models import pretrained
+from models import pretrained, pretrained_decoders
 from tasks import VOCAB_DIR
 from training import checkpoints, optim, steps
 from training.workdir import record_config
@@ -44,7 +45,10 @@ def write_workdir(
   config = get_config(checkpoint)
   config.init_from = ''  # its weights are its own step 0
   read_checkpoint = pretrained.read(checkpoint)
-  model, report = pretrained.load_model(read_checkpoint, seed=config.seed)
+  if read_checkpoint.config.get('model_type') == 'bert':
+    model, report = pretrained.load_model(read_checkpoint, seed=config.seed)
+  else:
+    model, report = pretrained_decoders.load_decoder(read_checkpoint, seed=config.seed)
   tokenizer = PretrainedTokenizer(read_checkpoint.tokenizer_json)
   parent = os.path.dirname(os.path.abspath(workdir))
   os.makedirs(parent, exist_ok=True)
@@ -66,13 +70,16 @@ def write_workdir(
     os.makedirs(workdir, exist_ok=True)
     for name in sorted(os.listdir(staged)):
       os.rename(os.path.join(staged, name), os.path.join(workdir, name))
-  head = (
-    'its masked-LM head'
-    if not report['fresh']
-    else 'a NEW masked-LM head (the checkpoint has no cls.predictions.*; seed '
-    f'{config.seed}, decoder tied to the word embeddings: train it with '
-    'configs/minilm_mlm.py before reading its predictions)'
-  )
+  if 'fresh' not in report:  # a decoder: every tensor is its own
+    head = 'its output layer'
+  elif not report['fresh']:
+    head = 'its masked-LM head'
+  else:
+    head = (
+      'a NEW masked-LM head (the checkpoint has no cls.predictions.*; seed '
+      f'{config.seed}, decoder tied to the word embeddings: train it with '
+      'configs/minilm_mlm.py before reading its predictions)'
+    )
   print(
     f'Wrote {checkpoint} into {workdir}: {len(report["loaded"])} tensors loaded with {head}; '
     f'unused: {", ".join(report["unused"]) or "none"}.'
