@@ -144,3 +144,12 @@ def test_a_converted_llama_evaluates_continues_training_and_is_ablated_by_the_co
   training.train_and_evaluate(config, str(tmp_path / 'continued'))
   after = evaluate_checkpoint(str(tmp_path / 'continued'), num_heatmaps=0, max_examples=1)
   assert after['step'] == 2 and np.isfinite(after['loss'])
+
+
+def test_the_speed_benchmark_runs_both_sides_on_the_same_weights():
+  from benchmarks import decoder_bench
+
+  args = ['--sizes=tiny', '--repeats=1', '--tokens=32', '--new_tokens=8', '--prompt=4']
+  (row,) = decoder_bench.main(args)
+  assert row['same_greedy_tokens'] and row['max_abs_logit_difference'] < 1e-5
+  assert row['forward_ratio'] > 0 and row['decode_ratio'] > 0
