@@ -106,26 +106,30 @@ def test_what_the_converter_cannot_reproduce_is_one_sentence_naming_it(folders, 
     _converted(broken)
 
 
-def test_a_converted_llama_evaluates_continues_training_and_is_ablated_by_the_commands(
-  folders, tmp_path
+@pytest.mark.parametrize('name', ['llama', 'gpt2'])
+def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
+  folders, tmp_path, name
 ):
   """`python convert.py --checkpoint=FOLDER`, `python eval.py --ablate_heads` on the frozen
-  model, `python train.py --config=configs/pretrained_lm.py:FOLDER --config.init_from=...`,
-  on a Llama-family checkpoint with grouped-query heads and rope base 500,000."""
+  model, `python train.py --config=configs/pretrained_lm.py:FOLDER --config.init_from=...` and
+  `python -m benchmarks.decoder_heads`, on the Llama-family checkpoint (grouped-query heads, rope
+  base 500,000) and on GPT-2."""
+  from benchmarks import decoder_heads
   from configs import pretrained_lm
   from reports.run_eval import evaluate_checkpoint, load_config
   import training
   from training import pretrained_workdir
 
-  folder, converted = folders['llama'], str(tmp_path / 'converted')
+  folder, converted = folders[name], str(tmp_path / 'converted')
   pretrained_workdir.write_workdir(folder, converted, pretrained_lm.get_config)
   report = json.loads((tmp_path / 'converted' / 'pretrained.json').read_text())
-  assert report['unused'] == [] and 'output_proj.kernel' in report['loaded']
+  assert report['unused'] == [] and len(report['loaded']) > 20
   text = tmp_path / 'text.txt'
   words = np.random.default_rng(0).integers(1, VOCAB, (300, 9))
   text.write_text('\n'.join(' '.join(f'w{i}' for i in row) for row in words))
   frozen = load_config(converted)
-  assert frozen.model.num_kv_heads == 2 and frozen.model.rope_base == 500000.0
+  if name == 'llama':
+    assert frozen.model.num_kv_heads == 2 and frozen.model.rope_base == 500000.0
   frozen.dataset.update(text_path=str(text), seq_length=16, eval_batch_size=8)  # eval --config..
   metrics = evaluate_checkpoint(
     converted, config=frozen, num_heatmaps=1, max_examples=2, ablate_heads=True
@@ -144,6 +148,8 @@ def test_a_converted_llama_evaluates_continues_training_and_is_ablated_by_the_co
   training.train_and_evaluate(config, str(tmp_path / 'continued'))
   after = evaluate_checkpoint(str(tmp_path / 'continued'), num_heatmaps=0, max_examples=1)
   assert after['step'] == 2 and np.isfinite(after['loss'])
+  studied = decoder_heads.main(['--checkpoint', folder, '--out', str(tmp_path / 'heads')])
+  assert (tmp_path / 'heads' / 'heads.png').exists() and len(studied['ablations']) == 4
 
 
 def test_the_speed_benchmark_runs_both_sides_on_the_same_weights():
