@@ -209,6 +209,17 @@ def test_feed_forward_matches_numpy(rng, activation):
     FeedForward(8, 10, activation='swish', rngs=rngs(0))
 
 
+def test_gated_feed_forward_is_swiglu_without_biases(rng):
+  """Llama's (silu(x W_gate) * x W_1) W_2, no biases: SwiGLU (Shazeer 2020)."""
+  ffn = FeedForward(8, 10, activation='silu', gated=True, use_bias=False, rngs=rngs(0))
+  assert ffn.w_1.bias is None and ffn.w_gate.bias is None and ffn.w_2.bias is None
+  x = rng.standard_normal((2, 5, 8))
+  gate = x @ _np(ffn.w_gate.kernel)
+  hidden = gate / (1 + np.exp(-gate)) * (x @ _np(ffn.w_1.kernel))
+  expected = hidden @ _np(ffn.w_2.kernel)
+  np.testing.assert_allclose(ffn(jnp.asarray(x, jnp.float32)), expected, **TOL)
+
+
 def test_attention_pooling_matches_numpy(rng):
   """HAN pooling: alpha = softmax(tanh(h W + b) . u_w) over real steps; output sum_t alpha_t h_t."""
   pool = AttentionPooling(8, 6, rngs=rngs(0))

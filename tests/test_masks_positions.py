@@ -154,6 +154,23 @@ def test_rotary_matches_complex_numpy_and_keeps_norms(rng):
   np.testing.assert_allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(x, axis=-1), rtol=1e-5)
 
 
+def test_rotary_halves_is_pairs_with_the_features_permuted(rng):
+  """Hugging Face's rotate_half pairs feature i with i + D/2; the same rotation as pairs
+  (2i, 2i+1) once the features are interleaved, and it matches Llama's formula."""
+  x = rng.standard_normal((3, 5, 8)).astype(np.float32)  # [N, T, D]
+  positions = np.arange(5) + 2
+  halves = np.asarray(rotary_embedding(jnp.asarray(x), positions, base=500.0, layout='halves'))
+  interleave = np.stack([np.arange(4), np.arange(4) + 4], axis=-1).reshape(-1)  # 0, 4, 1, 5, ...
+  pairs = np.asarray(rotary_embedding(jnp.asarray(x[..., interleave]), positions, base=500.0))
+  np.testing.assert_allclose(halves[..., interleave], pairs, rtol=1e-5, atol=1e-5)
+  theta = positions[:, None] * 500.0 ** (-np.arange(0, 8, 2) / 8)  # [T, D/2]
+  cos, sin = np.tile(np.cos(theta), 2), np.tile(np.sin(theta), 2)
+  rotate_half = np.concatenate([-x[..., 4:], x[..., :4]], axis=-1)
+  np.testing.assert_allclose(halves, x * cos + rotate_half * sin, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match='layout must be one of'):
+    rotary_embedding(jnp.asarray(x), positions, layout='gptj')
+
+
 def test_rotary_scores_depend_only_on_the_offset(rng):
   """q rotated at m and k rotated at n score the same for every (m, n) with the same m - n."""
   q, k = (jnp.asarray(rng.standard_normal((1, 16)), jnp.float32) for _ in range(2))
