@@ -90,11 +90,17 @@ def readings(task_name: str, model: str, tfds_dir, *, write: bool = False) -> di
   return _plain(found)
 
 
+# Metrics added after the fixtures were pinned (language evaluation's bits per token): present in
+# what is found, absent from what was pinned. Every pinned key must still be found.
+ADDED_SINCE_PINNED = {'bits_per_token'}
+
+
 def assert_close(found, expected, where: str = '') -> None:
   """Raises AssertionError naming the first place where `found` and `expected` differ (floats
   to 1e-5 relative, 1e-6 absolute)."""
   if isinstance(expected, dict):
-    assert isinstance(found, dict) and sorted(found) == sorted(expected), where
+    assert isinstance(found, dict), where
+    assert sorted(set(found) - ADDED_SINCE_PINNED) == sorted(expected), where
     for key in expected:
       assert_close(found[key], expected[key], f'{where}/{key}')
   elif isinstance(expected, list):
