@@ -54,6 +54,7 @@ def test_greedy_generation_cached_decoding_and_padding_equal_the_reference(folde
     model, jnp.asarray(prompt), max_length=32, rng=jax.random.key(0), temperature=0.0
   )
   np.testing.assert_array_equal(ours, greedy(folders[name], prompt, 32))
+  assert len(np.unique(np.asarray(ours))) > 3  # a text, not one token repeated
   # Cached decoding of the generated text gives the full pass's logits.
   text = jnp.concatenate([jnp.asarray(prompt), ours], axis=1)  # [B, 37]
   full = model.token_logits(text)
