@@ -27,6 +27,7 @@ from attention.core import (
   rms_normalize,
   split_heads,
 )
+from attention.kv_cache import cache_offsets, window_mask
 from attention.linear import elu_feature_map, linear_attention, linear_attention_weights
 from attention.masks import (
   causal_mask,
@@ -71,11 +72,9 @@ from attention.variants import (
   RUN_OPTIONS,
   VARIANTS,
   Variant,
-  cache_offsets,
   get_variant,
   group_queries,
   repeat_kv,
-  window_mask,
 )
 
 __all__ = [

@@ -8,10 +8,8 @@ prefilled, reads and updates it (`step`), and the options it takes (`options`, n
 one:
 
 - `'softmax'`: `softmax(scores + biases)` over the keys, through `scaled_dot_product_attention`'s
-  kernels (or any score of `attention.SCORES`). Its decoding state is a K/V buffer of every
-  position, or with a `window` a ring buffer of the last `window` positions (after the first
-  `sink_tokens`, kept for good), so the memory of a windowed decoder does not grow with its
-  length.
+  kernels (or any score of `attention.SCORES`). It decodes from a cache of keys and values
+  (`attention.kv_cache`: every position, or with a `window` a ring buffer of the latest ones).
 - `'linear'`: `attention.linear_attention` (elu + 1 features); its decoding state is the fixed
   `[H, Dv]` running sum, O(1) per token. It takes no options: it forms no scores.
 - `'sigmoid'`: `attention.sigmoid_attention`, each weight its own sigmoid (no normalisation over
@@ -31,15 +29,12 @@ import jax.numpy as jnp
 
 from attention.core import attend as weighted_sum
 from attention.core import drop_weights
+from attention.kv_cache import AttendAt, State, init_kv_cache, kv_step
 from attention.linear import init_linear_state, linear_attention, linear_attention_weights
 from attention.sdpa import attention_weights, normalize_scores, scaled_dot_product_attention
 from attention.sigmoid import sigmoid_attention, sigmoid_attention_weights
 
 Array = jax.Array
-State = dict[str, Array]
-# `(q [B, N, T, H], keys [B, K, S, H], values [B, K, S, Dv], q_positions [T], k_positions [S])
-# -> out [B, N, T, Dv]`: the layer's variant over explicit positions, for decoding steps.
-AttendAt = Callable[[Array, Array, Array, Array, Array], Array]
 
 
 def group_queries(q: Array, kv_heads: int) -> Array:
@@ -50,31 +45,6 @@ def group_queries(q: Array, kv_heads: int) -> Array:
 def repeat_kv(x: Array, num_heads: int) -> Array:
   """`[B, K, S, H] -> [B, N, S, H]`, each key/value head repeated for its N/K query heads."""
   return jnp.repeat(x, num_heads // x.shape[-3], axis=-3)
-
-
-def window_mask(q_positions: Array, k_positions: Array, window: int, sink_tokens: int = 0) -> Array:
-  """Causal visibility by explicit positions, `[T, S]`: key j visible iff `0 <= j <= i` and, with
-  a window, `i - j < window` or `j < sink_tokens` (the first tokens kept past the window:
-  StreamingLLM's attention sinks). Negative key positions are empty cache slots."""
-  distance = q_positions[:, None] - k_positions[None, :]  # [T, S]
-  visible = (distance >= 0) & (k_positions[None, :] >= 0)
-  if not window:
-    return visible
-  return visible & ((distance < window) | (k_positions[None, :] < sink_tokens))
-
-
-def cache_offsets(
-  q_positions: Array, k_positions: Array, window: int, sink_tokens: int = 0
-) -> Array:
-  """`j - i` per query and key as a streaming cache sees them, `[T, S]`: the kept first tokens
-  sit right before the window, so key j < sink_tokens is at most `window + sink_tokens - 1 - j`
-  away, however far the stream has gone (StreamingLLM numbers positions within its cache;
-  with the relative position biases that is this offset). Other keys: their true offset."""
-  relative = k_positions[None, :] - q_positions[:, None]  # [T, S]
-  if not sink_tokens:
-    return relative
-  in_cache = k_positions[None, :] - (window + sink_tokens - 1)
-  return jnp.where(k_positions[None, :] < sink_tokens, jnp.maximum(relative, in_cache), relative)
 
 
 def _softmax_attend(
@@ -153,86 +123,6 @@ def _softmax_weights(
   if scores is None:
     return attention_weights(q, k, **options)
   return normalize_scores(scores(q, repeat_kv(k, q.shape[-3])), **options)
-
-
-def _kv_init(
-  batch: int,
-  kv_heads: int,
-  d_k: int,
-  d_v: int,
-  *,
-  max_length: int,
-  window: int,
-  sink_tokens: int,
-  dtype: Any,
-) -> State:
-  """Zeroed K/V slots `{'k': [B, K, L, H], 'v': [B, K, L, Dv]}`: L = max_length positions, or
-  with a window the `sink_tokens` first positions (slot p) and a ring buffer of the `window`
-  latest later ones (position p in slot `sink_tokens + (p - sink_tokens) % window`)."""
-  slots = sink_tokens + window if window else max_length
-  return {
-    'k': jnp.zeros((batch, kv_heads, slots, d_k), dtype),
-    'v': jnp.zeros((batch, kv_heads, slots, d_v), dtype),
-  }
-
-
-def _slot_positions(step: Array, window: int, sink_tokens: int) -> Array:
-  """The position each slot of a windowed cache holds before `step` is written, -1 if empty:
-  the first-token slots hold 0 .. sink_tokens-1, ring slot s the latest p < step with
-  p >= sink_tokens and `(p - sink_tokens) % window == s`. `[sink_tokens + window]`."""
-  first = jnp.arange(sink_tokens)
-  ring = step - 1 - jnp.mod(step - 1 - sink_tokens - jnp.arange(window), window)
-  return jnp.concatenate(
-    [jnp.where(first < step, first, -1), jnp.where(ring >= sink_tokens, ring, -1)]
-  )
-
-
-def _kv_step(
-  state: State,
-  q: Array,
-  k: Array,
-  v: Array,
-  step: Array,
-  *,
-  window: int,
-  sink_tokens: int,
-  attend_at: AttendAt,
-) -> tuple[Array, State]:
-  """Positions `step .. step+T-1`: write their keys/values, attend to every visible one.
-
-  The full buffer is written first and read whole, masked by position. A windowed cache is read
-  together with the new block (the block's first rows may be overwritten by its last ones when
-  T > window), then keeps the block's first tokens and its last `window` positions.
-  """
-  t = q.shape[-2]
-  positions = step + jnp.arange(t)  # [T]
-  new = {'k': k.astype(state['k'].dtype), 'v': v.astype(state['v'].dtype)}
-  if not window:
-    state = {
-      name: jax.lax.dynamic_update_slice_in_dim(state[name], new[name], step, axis=2)
-      for name in ('k', 'v')
-    }
-    k_positions = jnp.arange(state['k'].shape[2])
-    return attend_at(q, state['k'], state['v'], positions, k_positions), state
-  keys = jnp.concatenate([state['k'], new['k']], axis=2)  # [B, K, L+T, H]
-  values = jnp.concatenate([state['v'], new['v']], axis=2)
-  k_positions = jnp.concatenate([_slot_positions(step, window, sink_tokens), positions])
-  out = attend_at(q, keys, values, positions, k_positions)
-  # A first token goes to its own slot, the last `window` of the others to the ring (distinct
-  # slots either way); the rest go to slot `past`, one extra slot cut off after writing. (Not
-  # mode="drop": XLA:GPU can write an update of the index just past the end into the last slot,
-  # jax issue #21708.)
-  kept, past = min(t, window), sink_tokens + window
-  first = jnp.where(positions < sink_tokens, positions, past)
-  latest = positions[t - kept :]
-  ring = jnp.where(latest >= sink_tokens, sink_tokens + jnp.mod(latest - sink_tokens, window), past)
-
-  def write(buffer: Array, rows: Array) -> Array:
-    padded = jnp.pad(buffer, ((0, 0), (0, 0), (0, 1), (0, 0)))  # [B, K, past + 1, H]
-    padded = padded.at[:, :, first].set(rows).at[:, :, ring].set(rows[:, :, t - kept :])
-    return padded[:, :, :past]
-
-  return out, {name: write(state[name], new[name]) for name in ('k', 'v')}
 
 
 def _key_mask(mask: Array | None) -> Array | None:
@@ -377,7 +267,7 @@ class Variant:
 
 VARIANTS: dict[str, Variant] = {
   'softmax': Variant(
-    _softmax_attend, _softmax_weights, _kv_init, _kv_step, options=frozenset(OPTIONS)
+    _softmax_attend, _softmax_weights, init_kv_cache, kv_step, options=frozenset(OPTIONS)
   ),
   'linear': Variant(
     _linear_attend, _linear_weights, _linear_init, _linear_step, options=frozenset()
@@ -386,8 +276,8 @@ VARIANTS: dict[str, Variant] = {
   'sigmoid': Variant(
     _sigmoid_attend,
     _sigmoid_weights,
-    _kv_init,
-    _kv_step,
+    init_kv_cache,
+    kv_step,
     options=frozenset({'bias', 'window', 'dropout_rate'}),
   ),
 }

@@ -1,0 +1,125 @@
+"""The decoding state of the variants that read a cache of keys and values (softmax, sigmoid).
+
+A decoder keeps every position's keys and values, or with a `window` a ring buffer of the last
+`window` positions after the first `sink_tokens`, which are kept for good (StreamingLLM), so a
+windowed decoder's memory does not grow with its length. `kv_step` writes new positions and lets
+the layer's own variant attend over the cache by explicit positions (`window_mask`,
+`cache_offsets`). Shapes: keys and values `[B, K, L, H|Dv]` for K key/value heads.
+"""
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+State = dict[str, Array]
+# `(q [B, N, T, H], keys [B, K, S, H], values [B, K, S, Dv], q_positions [T], k_positions [S])
+# -> out [B, N, T, Dv]`: the layer's variant over explicit positions, for decoding steps.
+AttendAt = Callable[[Array, Array, Array, Array, Array], Array]
+
+
+def window_mask(q_positions: Array, k_positions: Array, window: int, sink_tokens: int = 0) -> Array:
+  """Causal visibility by explicit positions, `[T, S]`: key j visible iff `0 <= j <= i` and, with
+  a window, `i - j < window` or `j < sink_tokens` (the first tokens kept past the window:
+  StreamingLLM's attention sinks). Negative key positions are empty cache slots."""
+  distance = q_positions[:, None] - k_positions[None, :]  # [T, S]
+  visible = (distance >= 0) & (k_positions[None, :] >= 0)
+  if not window:
+    return visible
+  return visible & ((distance < window) | (k_positions[None, :] < sink_tokens))
+
+
+def cache_offsets(
+  q_positions: Array, k_positions: Array, window: int, sink_tokens: int = 0
+) -> Array:
+  """`j - i` per query and key as a streaming cache sees them, `[T, S]`: the kept first tokens
+  sit right before the window, so key j < sink_tokens is at most `window + sink_tokens - 1 - j`
+  away, however far the stream has gone (StreamingLLM numbers positions within its cache;
+  with the relative position biases that is this offset). Other keys: their true offset."""
+  relative = k_positions[None, :] - q_positions[:, None]  # [T, S]
+  if not sink_tokens:
+    return relative
+  in_cache = k_positions[None, :] - (window + sink_tokens - 1)
+  return jnp.where(k_positions[None, :] < sink_tokens, jnp.maximum(relative, in_cache), relative)
+
+
+def init_kv_cache(
+  batch: int,
+  kv_heads: int,
+  d_k: int,
+  d_v: int,
+  *,
+  max_length: int,
+  window: int,
+  sink_tokens: int,
+  dtype: Any,
+) -> State:
+  """Zeroed K/V slots `{'k': [B, K, L, H], 'v': [B, K, L, Dv]}`: L = max_length positions, or
+  with a window the `sink_tokens` first positions (slot p) and a ring buffer of the `window`
+  latest later ones (position p in slot `sink_tokens + (p - sink_tokens) % window`)."""
+  slots = sink_tokens + window if window else max_length
+  return {
+    'k': jnp.zeros((batch, kv_heads, slots, d_k), dtype),
+    'v': jnp.zeros((batch, kv_heads, slots, d_v), dtype),
+  }
+
+
+def _slot_positions(step: Array, window: int, sink_tokens: int) -> Array:
+  """The position each slot of a windowed cache holds before `step` is written, -1 if empty:
+  the first-token slots hold 0 .. sink_tokens-1, ring slot s the latest p < step with
+  p >= sink_tokens and `(p - sink_tokens) % window == s`. `[sink_tokens + window]`."""
+  first = jnp.arange(sink_tokens)
+  ring = step - 1 - jnp.mod(step - 1 - sink_tokens - jnp.arange(window), window)
+  return jnp.concatenate(
+    [jnp.where(first < step, first, -1), jnp.where(ring >= sink_tokens, ring, -1)]
+  )
+
+
+def kv_step(
+  state: State,
+  q: Array,
+  k: Array,
+  v: Array,
+  step: Array,
+  *,
+  window: int,
+  sink_tokens: int,
+  attend_at: AttendAt,
+) -> tuple[Array, State]:
+  """Positions `step .. step+T-1`: write their keys/values, attend to every visible one.
+
+  The full buffer is written first and read whole, masked by position. A windowed cache is read
+  together with the new block (the block's first rows may be overwritten by its last ones when
+  T > window), then keeps the block's first tokens and its last `window` positions.
+  """
+  t = q.shape[-2]
+  positions = step + jnp.arange(t)  # [T]
+  new = {'k': k.astype(state['k'].dtype), 'v': v.astype(state['v'].dtype)}
+  if not window:
+    state = {
+      name: jax.lax.dynamic_update_slice_in_dim(state[name], new[name], step, axis=2)
+      for name in ('k', 'v')
+    }
+    k_positions = jnp.arange(state['k'].shape[2])
+    return attend_at(q, state['k'], state['v'], positions, k_positions), state
+  keys = jnp.concatenate([state['k'], new['k']], axis=2)  # [B, K, L+T, H]
+  values = jnp.concatenate([state['v'], new['v']], axis=2)
+  k_positions = jnp.concatenate([_slot_positions(step, window, sink_tokens), positions])
+  out = attend_at(q, keys, values, positions, k_positions)
+  # A first token goes to its own slot, the last `window` of the others to the ring (distinct
+  # slots either way); the rest go to slot `past`, one extra slot cut off after writing. (Not
+  # mode="drop": XLA:GPU can write an update of the index just past the end into the last slot,
+  # jax issue #21708.)
+  kept, past = min(t, window), sink_tokens + window
+  first = jnp.where(positions < sink_tokens, positions, past)
+  latest = positions[t - kept :]
+  ring = jnp.where(latest >= sink_tokens, sink_tokens + jnp.mod(latest - sink_tokens, window), past)
+
+  def write(buffer: Array, rows: Array) -> Array:
+    padded = jnp.pad(buffer, ((0, 0), (0, 0), (0, 1), (0, 0)))  # [B, K, past + 1, H]
+    padded = padded.at[:, :, first].set(rows).at[:, :, ring].set(rows[:, :, t - kept :])
+    return padded[:, :, :past]
+
+  return out, {name: write(state[name], new[name]) for name in ('k', 'v')}
