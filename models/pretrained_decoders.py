@@ -20,6 +20,7 @@ import numpy as np
 
 from models.language import DecoderLM
 from models.pretrained import (
+  MODEL_TYPE,
   PAD_ID,
   SAME,
   TRANSPOSED,
@@ -57,8 +58,9 @@ class Architecture:
   rows: Callable[[int, dict[str, Any]], list[Row]]
 
 
-def _activation(config: dict[str, Any], key: str) -> str:
-  act = config.get(key, 'silu')
+def _activation(config: dict[str, Any], key: str, default: str) -> str:
+  """Attend's activation for config.json's `key` (absent: transformers' `default` for it)."""
+  act = config.get(key, default)
   if act not in ACTIVATIONS:
     raise ValueError(f'config.json has {key}={act!r}; supported: {sorted(ACTIVATIONS)}.')
   return ACTIVATIONS[act]
@@ -75,7 +77,7 @@ def _gpt2_args(config: dict[str, Any]) -> dict[str, Any]:
     attention_dropout_rate=config.get('attn_pdrop', 0.1),
     norm='pre',
     norm_eps=config.get('layer_norm_epsilon', 1e-5),
-    activation=_activation(config, 'activation_function'),
+    activation=_activation(config, 'activation_function', 'gelu_new'),
     positions='learned',
     max_length=config.get('n_positions', 1024),
   )
@@ -132,12 +134,12 @@ def _llama_args(config: dict[str, Any], *, qkv_bias: bool = False) -> dict[str, 
     d_k=head_dim,
     d_v=head_dim,
     d_ff=config['intermediate_size'],
-    dropout_rate=0.0,  # Llama-family models train without dropout but on the attention weights
+    dropout_rate=0.0,  # Llama-family configs have no residual dropout, only `attention_dropout`
     attention_dropout_rate=float(config.get('attention_dropout', 0.0)),
     norm='pre',
     norm_type='rmsnorm',
     norm_eps=config.get('rms_norm_eps', 1e-6),
-    activation=_activation(config, 'hidden_act'),
+    activation=_activation(config, 'hidden_act', 'silu'),
     gated_mlp=True,
     mlp_bias=bool(config.get('mlp_bias', False)),
     qkv_bias=qkv_bias or bool(config.get('attention_bias', False)),
@@ -234,7 +236,7 @@ def decoder_args(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
   if model_type not in ARCHITECTURES:
     raise ValueError(
       f'config.json has model_type={model_type!r}; the converter supports '
-      f'{", ".join(["bert", *ARCHITECTURES])}.'
+      f'{", ".join([MODEL_TYPE, *ARCHITECTURES])}.'
     )
   architecture = ARCHITECTURES[model_type]
   for key, value in architecture.refused.items():

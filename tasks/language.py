@@ -240,7 +240,8 @@ class LanguageModeling(Task):
             temperature=float(t),
             top_k=options.top_k,
             top_p=options.top_p,
-            eos_id=self.tokenizer.eos_id,
+            # A tokenizer without an end token: -1, which never occurs, never ends a row.
+            eos_id=-1 if self.tokenizer.eos_id is None else self.tokenizer.eos_id,
             pad_id=self.tokenizer.pad_id,
           )
           for t in options.temperatures

@@ -45,7 +45,7 @@ def write_workdir(
   config = get_config(checkpoint)
   config.init_from = ''  # its weights are its own step 0
   read_checkpoint = pretrained.read(checkpoint)
-  if read_checkpoint.config.get('model_type') == 'bert':
+  if read_checkpoint.config.get('model_type') == pretrained.MODEL_TYPE:
     model, report = pretrained.load_model(read_checkpoint, seed=config.seed)
   else:
     model, report = pretrained_decoders.load_decoder(read_checkpoint, seed=config.seed)
