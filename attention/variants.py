@@ -66,34 +66,26 @@ def _softmax_attend(
 ):
   """Softmax attention; `scores`, when given, replaces the scaled dot product:
   `(q [B, N, T, H], k [B, N, S, H]) -> [B, N, T, S]`, scaled."""
-  if scores is None:
-    return scaled_dot_product_attention(
-      q,
-      k,
-      v,
-      mask=mask,
-      bias=bias,
-      alibi_slopes=alibi_slopes,
-      sink=sink,
-      window=window,
-      softcap=softcap,
-      is_causal=is_causal,
-      dropout_rate=dropout_rate,
-      dropout_rng=dropout_rng,
-      implementation=implementation,
-    )
-  weights = _softmax_weights(
-    q,
-    k,
+  scoring = dict(
     mask=mask,
     is_causal=is_causal,
-    scores=scores,
     bias=bias,
     alibi_slopes=alibi_slopes,
     sink=sink,
     window=window,
     softcap=softcap,
   )
+  if scores is None:
+    return scaled_dot_product_attention(
+      q,
+      k,
+      v,
+      dropout_rate=dropout_rate,
+      dropout_rng=dropout_rng,
+      implementation=implementation,
+      **scoring,
+    )
+  weights = _softmax_weights(q, k, scores=scores, **scoring)
   return weighted_sum(drop_weights(weights, dropout_rate, dropout_rng), repeat_kv(v, q.shape[-3]))
 
 
