@@ -6,22 +6,28 @@
   in forward and backward, and the fastest choice on CPU for long sequences.
 - `'cudnn'`: `jax.nn.dot_product_attention(implementation='cudnn')`, the fused flash kernel on
   NVIDIA GPUs (float16/bfloat16).
-`implementation=None` picks the fastest one that supports the call on this backend.
+- `'fused'`: a flash kernel of the `tokamax` library (`attention/fused.py`, the `gpu` extra) for
+  the variants cuDNN cannot run; off a GPU, tokamax's portable implementation of the same call.
+`implementation=None` picks the fastest one that runs the call exactly on this backend: on a GPU
+cuDNN, then 'fused', then 'chunked'; on a CPU 'chunked' or 'reference' by size. The choice is
+logged once per shape (absl logging, INFO).
 
 Variants, all off by default: a sliding `window`, logit soft-capping (`softcap`), attention-sink
 logits (`sink`), ALiBi (`alibi_slopes`), and grouped-query attention (keys and values with fewer
-heads than the queries). cuDNN runs grouped queries and causal windows; the dispatcher sends the
-rest to 'chunked' or 'reference'.
+heads than the queries). cuDNN runs grouped queries and causal windows; on a GPU 'fused' runs
+the others but dropout and the combinations `fused_unsupported` names.
 """
 
 import math
 import numbers
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 
 from attention.chunked import chunked_attention
 from attention.core import attend, check_kv, check_mask, drop_weights, masked_softmax
+from attention.fused import fused_attention, fused_unsupported
 from attention.masks import causal_mask, combine_masks, sliding_window_mask
 from attention.scores import check_qk
 
@@ -224,7 +230,12 @@ def _cudnn(
   return jnp.swapaxes(out, 1, 2).reshape(*lead, t, v.shape[-1])
 
 
-KERNELS = {'reference': _reference, 'chunked': _chunked, 'cudnn': _cudnn}
+KERNELS = {
+  'reference': _reference,
+  'chunked': _chunked,
+  'cudnn': _cudnn,
+  'fused': fused_attention,
+}
 
 
 def _cudnn_unsupported(
@@ -273,13 +284,70 @@ def _cudnn_unsupported(
   return None
 
 
-def _pick(q, k, v, masked, dropout_rate, **variants) -> str:
-  """The implementation for `implementation=None`; `variants`: `_cudnn_unsupported`'s keywords."""
-  if _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants) is None:
-    return 'cudnn'
+def _fused_unsupported(q, k, v, dropout_rate, *, bias, **variants) -> str | None:
+  """Why 'fused' cannot run this call, or None; `variants`: `_cudnn_unsupported`'s keywords."""
+  return fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants)
+
+
+def _pick(q, k, v, masked, dropout_rate, bias, **variants) -> tuple[str, str]:
+  """(the implementation for `implementation=None`, why); `variants`: `_cudnn_unsupported`'s
+  keywords."""
+  cudnn_declines = _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
+  if cudnn_declines is None:
+    return 'cudnn', 'cuDNN runs it'
+  why = f'cuDNN declines: {cudnn_declines}'
+  if jax.default_backend() == 'gpu':
+    fused_declines = _fused_unsupported(q, k, v, dropout_rate, bias=bias, **variants)
+    if fused_declines is None:
+      return 'fused', why
+    why += f"; 'fused' declines: {fused_declines}"
   if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
-    return 'chunked'
-  return 'reference'
+    return 'chunked', why
+  return 'reference', why
+
+
+def chosen_implementation(
+  q: Array,
+  k: Array,
+  v: Array,
+  *,
+  mask: Array | None = None,
+  bias: Array | None = None,
+  is_causal: bool = False,
+  dropout_rate: float = 0.0,
+  window: int = 0,
+  softcap: float = 0.0,
+  sink: Array | None = None,
+  alibi_slopes: Array | None = None,
+) -> tuple[str, str]:
+  """(the kernel `scaled_dot_product_attention(..., implementation=None)` runs for these
+  arguments on this backend, why): the arguments mean what it documents."""
+  masked = mask is not None or bias is not None or is_causal or window > 0
+  variants = dict(
+    is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
+  )
+  return _pick(q, k, v, masked, dropout_rate, bias, **variants)
+
+
+_LOGGED = set()
+
+
+def _log_choice(implementation: str, why: str, q, k, variants: dict) -> None:
+  """Logs the kernel picked for this call's shapes once (a jitted caller traces once per shape)."""
+  on = tuple(name for name, value in variants.items() if value is not None and value is not False)
+  on = tuple(name for name in on if not isinstance(variants[name], (int, float)) or variants[name])
+  key = (implementation, q.shape, k.shape, str(q.dtype), on)
+  if key not in _LOGGED and (implementation != 'reference' or jax.default_backend() == 'gpu'):
+    _LOGGED.add(key)
+    logging.info(
+      'attention: %s for q%s k%s %s%s (%s)',
+      implementation,
+      tuple(q.shape),
+      tuple(k.shape),
+      q.dtype,
+      f' with {", ".join(on)}' if on else '',
+      why,
+    )
 
 
 def _lead_and_groups(q, k, v) -> tuple[tuple[int, ...], int]:
@@ -413,7 +481,8 @@ def scaled_dot_product_attention(
     scale: score multiplier; default `1/sqrt(D)`.
     dropout_rate: dropout applied to the attention weights (the paper applies it in training).
     dropout_rng: PRNG key for dropout; required when `dropout_rate > 0`.
-    implementation: `'reference'`, `'chunked'`, `'cudnn'` or None (pick the fastest valid one).
+    implementation: `'reference'`, `'chunked'`, `'cudnn'`, `'fused'` or None (pick the fastest
+      one that runs the call exactly).
     window: if > 0, sliding-window (local) attention: query i sees key j only if
       `|i - j| < window` (with is_causal: keys `i - window + 1 .. i`). 'chunked' skips the key
       blocks outside the window, so its time grows as S·window.
@@ -443,14 +512,21 @@ def scaled_dot_product_attention(
     is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
   )
   if implementation is None:
-    implementation = _pick(q, k, v, masked, dropout_rate, **variants)
-  elif implementation == 'cudnn':
-    reason = _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
+    implementation, why = chosen_implementation(
+      q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, **variants
+    )
+    _log_choice(implementation, why, q, k, dict(variants, mask=mask, bias=bias))
+  elif implementation in ('cudnn', 'fused'):
+    reason = (
+      _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
+      if implementation == 'cudnn'
+      else _fused_unsupported(q, k, v, dropout_rate, bias=bias, **variants)
+    )
     if reason:
       raise ValueError(
-        f"scaled_dot_product_attention: implementation='cudnn' unavailable: {reason}."
+        f'scaled_dot_product_attention: implementation={implementation!r} unavailable: {reason}.'
       )
-  if implementation in ('chunked', 'cudnn'):
+  if implementation in ('chunked', 'cudnn', 'fused'):
     # Grouped keys and values keep their K heads: the kernels expand or group them themselves.
     kv_lead = (*lead[:-1], lead[-1] // groups) if groups > 1 else lead
     q = jnp.broadcast_to(q, (*lead, *q.shape[-2:]))

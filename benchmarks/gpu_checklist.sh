@@ -2,12 +2,13 @@
 # The GPU measurements of the README's "On a GPU" section, in the order they were taken.
 #   bash benchmarks/gpu_checklist.sh tests OUT_DIR   # the test suite on the GPU (tests/test_gpu.py too)
 #   bash benchmarks/gpu_checklist.sh attention OUT_DIR   # kernels: speed (B*N fixed) and memory
+#   bash benchmarks/gpu_checklist.sh variants OUT_DIR    # every variant via the dispatcher vs cuDNN
 #   bash benchmarks/gpu_checklist.sh models OUT_DIR      # train step (MFU) and decoding
-# Needs a CUDA jax, Attend's dependencies and (for the torch rows) a CUDA torch; PYTHON picks the
-# interpreter. Tables go to stdout, logs and JSON to OUT_DIR (default runs/gpu).
+# Needs a CUDA jax, Attend's dependencies with the `gpu` extra (tokamax) and (for the torch rows) a
+# CUDA torch; PYTHON picks the interpreter. Tables go to stdout, logs and JSON to OUT_DIR (default runs/gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=${1:?usage: gpu_checklist.sh tests|attention|models [OUT_DIR]}
+stage=${1:?usage: gpu_checklist.sh tests|attention|variants|models [OUT_DIR]}
 out=${2:-runs/gpu}
 py=${PYTHON:-python3}
 mkdir -p "$out"
@@ -28,6 +29,11 @@ case "$stage" in
       --cases="attend default,attend reference,attend chunked,jax.nn cudnn,torch scaled_dot_product_attention" \
       --json="$out/attention_memory.json" 2>&1 | tee "$out/attention_memory.log"
     ;;
+  variants)
+    # The kernel each variant gets (cuDNN, tokamax's 'fused', or 'chunked'), S=8192 and 16384.
+    XLA_PYTHON_CLIENT_PREALLOCATE=false \
+      "$py" -m benchmarks.fused_bench --json="$out/fused.json" 2>&1 | tee "$out/fused.log"
+    ;;
   models)
     "$py" -m benchmarks.train_bench --sizes=default,base --models=attend,linen --dtype=bfloat16 \
       --peak_tflops="${PEAK_TFLOPS:-989}" --steps=20 --repeats=3 --json="$out/train.json" \
@@ -35,5 +41,5 @@ case "$stage" in
     "$py" -m benchmarks.decode_bench --models=transformer,transformer_base --batch=32 --length=64 \
       --json="$out/decode.json" 2>&1 | tee "$out/decode.log"
     ;;
-  *) echo "gpu_checklist.sh: stage must be tests, attention or models; got '$stage'." >&2; exit 2 ;;
+  *) echo "gpu_checklist.sh: stage must be tests, attention, variants or models; got '$stage'." >&2; exit 2 ;;
 esac

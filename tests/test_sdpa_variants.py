@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from test_sdpa import out_and_weights
 
+import attention
 from attention import chunked as attention_chunked
 from attention import chunked_attention, chunked_blocks, scaled_dot_product_attention, sdpa
 from attention.masks import sliding_window_mask
@@ -380,8 +381,10 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
 
 def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
   """`_cudnn_unsupported` names sink, softcap, ALiBi and non-causal windows before it looks at
-  the hardware, so `_pick` falls back to 'chunked' (long) or 'reference' (short) for them."""
+  the hardware, so `_pick` falls back to 'fused' on a GPU, else to 'chunked' (long) or
+  'reference' (short), for them."""
   q = k = v = jnp.zeros((1, 4, 1024, 64), jnp.bfloat16)
+  gpu = jax.default_backend() == 'gpu' and attention.fused.available()
   for variant in (
     dict(sink=jnp.zeros(4)),
     dict(softcap=30.0),
@@ -389,7 +392,10 @@ def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
     dict(window=128),
   ):
     assert sdpa._cudnn_unsupported(q, k, v, True, 0.0, **variant) is not None
-    assert sdpa._pick(q, k, v, True, 0.0, **variant) == 'chunked'
+    picked, why = sdpa._pick(q, k, v, True, 0.0, None, **variant)
+    fused_runs = gpu and sdpa._fused_unsupported(q, k, v, 0.0, bias=None, **variant) is None
+    assert picked == ('fused' if fused_runs else 'chunked')
+    assert why.startswith('cuDNN declines: it cannot run')
   assert 'T=4 != S=6' in sdpa._cudnn_unsupported(
     q[..., :4, :], k[..., :6, :], v[..., :6, :], True, 0.0, window=2, is_causal=True
   )
