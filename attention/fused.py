@@ -21,7 +21,10 @@ Off a GPU tokamax's portable `'xla'` implementation runs the same mapping (and m
 weights), so the CPU tests check the mapping against the reference kernel.
 """
 
+import functools
+import importlib.metadata
 import importlib.util
+import os
 
 from absl import flags
 import jax
@@ -29,14 +32,54 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
-# tokamax tries these in order on a GPU; each raises NotImplementedError where it cannot run.
-GPU_IMPLEMENTATIONS = ('mosaic', 'triton')
+# tokamax's GPU implementations, tried in order; each raises NotImplementedError where it cannot
+# run a call. ATTEND_FUSED_IMPLEMENTATIONS (comma-separated) overrides the order: `triton` alone
+# where tokamax's Mosaic kernels do not build against the installed jax (tokamax 0.0.12 on jax
+# 0.11.2: "Mesh.__init__() got an unexpected keyword argument 'out_shape'"; the gpu extra pins the
+# jax it was released with).
+DEFAULT_GPU_IMPLEMENTATIONS = ('mosaic', 'triton')
 INSTALL_HINT = "pip install 'attend[gpu]'"
+
+
+def gpu_implementations() -> tuple[str, ...]:
+  """The tokamax implementations tried on a GPU, in order."""
+  names = os.environ.get('ATTEND_FUSED_IMPLEMENTATIONS', '')
+  return tuple(n.strip() for n in names.split(',') if n.strip()) or DEFAULT_GPU_IMPLEMENTATIONS
 
 
 def available() -> bool:
   """Whether tokamax is installed (it is imported only when a call needs it)."""
   return importlib.util.find_spec('tokamax') is not None
+
+
+@functools.cache
+def _kernels_fail_to_build(names: tuple[str, ...]) -> str | None:
+  """Why tokamax's GPU kernels do not build here (its first error), or None if they do.
+
+  A tokamax release is written against the jax of its day: on a newer jax its Pallas kernels can
+  fail while being traced (tokamax 0.0.12 on jax 0.11.2: Mosaic's `Mesh(out_shape=...)`, Triton's
+  removed `pl.dot`). One small causal call, forward and backward, is compiled once per process so
+  that such a machine keeps the other kernels instead of failing at every call.
+  """
+  shape = jax.ShapeDtypeStruct((1, 1, 128, 64), jnp.bfloat16)
+  to_library = lambda x: jnp.swapaxes(x, -3, -2)
+
+  def loss(q, k, v):
+    out = _library_call(
+      *map(to_library, (q, k, v)),
+      names=names,
+      bias=None,
+      mask=_tokamax_mask(None, None, None, is_causal=True),
+      logits_scale=0.125,
+      logits_soft_cap=None,
+    )
+    return jnp.sum(out.astype(jnp.float32))
+
+  try:
+    jax.jit(jax.grad(loss, (0, 1, 2))).lower(shape, shape, shape).compile()
+  except Exception as error:  # noqa: BLE001  # any failure: the kernels are unusable here
+    return f'{type(error).__name__}: {str(error).splitlines()[0][:200]}'
+  return None
 
 
 def fused_unsupported(
@@ -72,10 +115,15 @@ def fused_unsupported(
       'logit would need)'
     )
   if jax.default_backend() == 'gpu':
+    if softcap and 'mosaic' not in gpu_implementations():
+      return "tokamax's Triton backward pass has no soft-capping (its Mosaic one has)"
     if q.dtype not in (jnp.float16, jnp.bfloat16):
       return f'its GPU kernels need float16 or bfloat16 inputs, got {q.dtype}'
     if v.shape[-1] != q.shape[-1]:
       return f'it needs equal query and value head sizes, got D={q.shape[-1]}, Dv={v.shape[-1]}'
+    failure = _kernels_fail_to_build(gpu_implementations())
+    if failure:
+      return f'tokamax {_version()} does not build on jax {jax.__version__} here ({failure})'
   return None
 
 
@@ -174,8 +222,12 @@ def _tokamax_mask(mask, k_start, k_end, *, is_causal):
   return base.Mask(mask, k_start=k_start, k_end=k_end, is_causal=is_causal)
 
 
-def _library_call(q, k, v, **arguments):
-  """tokamax's first implementation that runs the call (GPU: `GPU_IMPLEMENTATIONS`; else its
+def _version() -> str:
+  return importlib.metadata.version('tokamax')
+
+
+def _library_call(q, k, v, *, names=None, **arguments):
+  """tokamax's first implementation that runs the call (GPU: `gpu_implementations()`; else its
   portable 'xla'). Called below its public `dot_product_attention`, which takes the window as
   ranges of T = S only: the ranges here hold for any T and S (tokamax is pinned to one release).
   """
@@ -186,7 +238,8 @@ def _library_call(q, k, v, **arguments):
     # pytest or in a notebook those are not absl flags. Its defaults stand in; the entry points
     # parse the command line with absl before any call.
     flags.FLAGS.mark_as_parsed()
-  names = GPU_IMPLEMENTATIONS if jax.default_backend() == 'gpu' else ('xla',)
+  if names is None:
+    names = gpu_implementations() if jax.default_backend() == 'gpu' else ('xla',)
   declined = []
   for name in names:
     kernel = api.IMPLEMENTATIONS.get('mosaic_gpu' if name == 'mosaic' else name)

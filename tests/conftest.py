@@ -21,12 +21,16 @@ if '--xla_gpu_deterministic_ops' not in os.environ.get('XLA_FLAGS', ''):
 # about 28% less CPU time (three compilations of the default config's tiny step: 11.0 s -> 7.9 s
 # on 2 cores). Numerics stay IEEE float32 (tests compare with tolerances, and resume tests
 # compare processes that all inherit these flags). Training and benchmarks keep XLA's defaults.
+# Only where the suite runs on the CPU: a GPU run's jax may not know the XLA:CPU flags (an unknown
+# flag in XLA_FLAGS aborts the process).
 for flag in (
   '--xla_backend_optimization_level=0',
   '--xla_llvm_disable_expensive_passes=true',
   '--xla_cpu_use_fusion_emitters=false',
 ):
-  if flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
+  if os.environ['JAX_PLATFORMS'] == 'cpu' and flag.split('=')[0] not in os.environ.get(
+    'XLA_FLAGS', ''
+  ):
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + flag).strip()
 # Tests (and the train.py/eval.py subprocesses they start) compile the same tiny programs many
 # times; a persistent cache for the session turns the repeats into disk reads, every program
