@@ -284,11 +284,6 @@ def _cudnn_unsupported(
   return None
 
 
-def _fused_unsupported(q, k, v, dropout_rate, *, bias, **variants) -> str | None:
-  """Why 'fused' cannot run this call, or None; `variants`: `_cudnn_unsupported`'s keywords."""
-  return fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants)
-
-
 def _pick(q, k, v, masked, dropout_rate, bias, **variants) -> tuple[str, str]:
   """(the implementation for `implementation=None`, why); `variants`: `_cudnn_unsupported`'s
   keywords."""
@@ -297,7 +292,7 @@ def _pick(q, k, v, masked, dropout_rate, bias, **variants) -> tuple[str, str]:
     return 'cudnn', 'cuDNN runs it'
   why = f'cuDNN declines: {cudnn_declines}'
   if jax.default_backend() == 'gpu':
-    fused_declines = _fused_unsupported(q, k, v, dropout_rate, bias=bias, **variants)
+    fused_declines = fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants)
     if fused_declines is None:
       return 'fused', why
     why += f"; 'fused' declines: {fused_declines}"
@@ -334,10 +329,11 @@ _LOGGED = set()
 
 def _log_choice(implementation: str, why: str, q, k, variants: dict) -> None:
   """Logs the kernel picked for this call's shapes once (a jitted caller traces once per shape)."""
-  on = tuple(name for name, value in variants.items() if value is not None and value is not False)
-  on = tuple(name for name in on if not isinstance(variants[name], (int, float)) or variants[name])
+  # The options set: arrays given, and flags and numbers other than False and 0.
+  unset = lambda x: x is None or (isinstance(x, (bool, int, float)) and not x)
+  on = tuple(name for name, x in variants.items() if not unset(x))
   key = (implementation, q.shape, k.shape, str(q.dtype), on)
-  if key not in _LOGGED and (implementation != 'reference' or jax.default_backend() == 'gpu'):
+  if key not in _LOGGED:
     _LOGGED.add(key)
     logging.info(
       'attention: %s for q%s k%s %s%s (%s)',
@@ -520,7 +516,7 @@ def scaled_dot_product_attention(
     reason = (
       _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
       if implementation == 'cudnn'
-      else _fused_unsupported(q, k, v, dropout_rate, bias=bias, **variants)
+      else fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants)
     )
     if reason:
       raise ValueError(

@@ -393,7 +393,7 @@ def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
   ):
     assert sdpa._cudnn_unsupported(q, k, v, True, 0.0, **variant) is not None
     picked, why = sdpa._pick(q, k, v, True, 0.0, None, **variant)
-    fused_runs = gpu and sdpa._fused_unsupported(q, k, v, 0.0, bias=None, **variant) is None
+    fused_runs = gpu and attention.fused.fused_unsupported(q, k, v, **variant) is None
     assert picked == ('fused' if fused_runs else 'chunked')
     assert why.startswith('cuDNN declines: it cannot run')
   assert 'T=4 != S=6' in sdpa._cudnn_unsupported(
