@@ -14,8 +14,9 @@ ranges `[k_start, k_end)` and logit soft-capping. Attend's variants map onto tho
 `fused_unsupported` says why a call does not map (dropout; soft-capping together with a bias, which
 tokamax caps after adding and Attend before; ALiBi without causal masking, `|i - j|`; a sink with a
 window, whose range would leave the sink out, or with ALiBi, whose per-query term the sink's logit
-would need). Where a query sees no key, Attend's kernels return
-zeros and tokamax the mean of the values: the output is zeroed there.
+would need). Where a query sees no key, Attend's kernels return zeros and tokamax the mean of the
+values: the output is zeroed there. On a GPU whose jax the installed tokamax's kernels do not
+build against, every call is declined with the build error (`_kernels_fail_to_build`).
 
 Off a GPU tokamax's portable `'xla'` implementation runs the same mapping (and materialises the
 weights), so the CPU tests check the mapping against the reference kernel.
