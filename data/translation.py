@@ -49,6 +49,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.target_key = 'target'  # Feature holding the target text ('en' for ted pt_to_en).
   c.data_dir = ''  # TFDS data dir to prepare datasets in; '' = ~/tensorflow_datasets.
   c.tsv_path = ''  # tsv_parallel: file of 'english<TAB>other[<TAB>...]' lines.
+  c.validation_path = ''  # tsv_parallel: the validation file; '' = 5% of tsv_path's sources.
+  c.test_path = ''  # tsv_parallel: the test file; '' = 5% of tsv_path's sources.
   # Preprocessing, applied to both sides of every example before tokenization.
   c.lowercase = False  # Lower-case the text.
   c.strip_accents = False  # Drop accents from Latin letters ('café' -> 'cafe').
@@ -108,6 +110,12 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     raise ValueError(
       "config.dataset.tsv_path must name a file when config.dataset.name is 'tsv_parallel'."
     )
+  for field in ('validation_path', 'test_path'):
+    if merged[field] and merged['name'] != 'tsv_parallel':
+      raise ValueError(
+        f"config.dataset.{field} is read with name='tsv_parallel' only, got name="
+        f"{merged['name']!r}; leave it '' or read the corpus as tsv_parallel."
+      )
   return ml_collections.FrozenConfigDict(merged)
 
 
@@ -117,7 +125,9 @@ def _translation_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.D
     # The legacy translation builders (wmt14_translate, ...) register only when imported.
     import tensorflow_datasets.translate  # noqa: F401  pylint: disable=g-import-not-at-top
   file_config = (
-    tsv_parallel.config_for_path(config.tsv_path)  # Its config is the file's.
+    tsv_parallel.config_for_path(  # Its config is the files'.
+      config.tsv_path, validation_path=config.validation_path, test_path=config.test_path
+    )
     if config.name == 'tsv_parallel'
     else None
   )
@@ -162,6 +172,7 @@ class TranslationData:
     )
     self.source_tokenizer = source_tokenizer
     self.target_tokenizer = target_tokenizer
+    self._raw: dict[str, list[tuple[str, str]]] = {}
     self._examples: dict[str, list[tuple[str, str]]] = {}
     self._encoded: dict[str, EncodedSplit] = {}
     features = set(builder.info.features.keys())
@@ -172,8 +183,9 @@ class TranslationData:
           f'{self.name}; valid: {sorted(features)}.'
         )
 
-  def examples(self, split: str) -> list[tuple[str, str]]:
-    """`(source_text, target_text)` of every example of `split`, preprocessed, in split order.
+  def raw_examples(self, split: str) -> list[tuple[str, str]]:
+    """`(source_text, target_text)` of every example of `split` as the corpus holds them (before
+    `config.dataset`'s preprocessing), in split order: what outputs are scored against.
 
     Args:
       split: a split name ('train', 'validation', 'test'; TFDS slices such as 'train[:10%]' work).
@@ -181,14 +193,19 @@ class TranslationData:
     Returns:
       The examples (read once, then cached).
     """
-    if split not in self._examples:
+    if split not in self._raw:
       records = read_split(self._builder, split, self.name)
       keys = self.config.source_key, self.config.target_key
+      self._raw[split] = [(as_text(ex[keys[0]]), as_text(ex[keys[1]])) for ex in records]
+      logging.info('%s %s: %d examples.', self.name, split, len(self._raw[split]))
+    return self._raw[split]
+
+  def examples(self, split: str) -> list[tuple[str, str]]:
+    """`raw_examples(split)` preprocessed as `config.dataset` says (lower-casing, accents,
+    punctuation): the text the tokenizers see."""
+    if split not in self._examples:
       preprocess = self.preprocess
-      self._examples[split] = [
-        (preprocess(as_text(ex[keys[0]])), preprocess(as_text(ex[keys[1]]))) for ex in records
-      ]
-      logging.info('%s %s: %d examples.', self.name, split, len(self._examples[split]))
+      self._examples[split] = [(preprocess(s), preprocess(t)) for s, t in self.raw_examples(split)]
     return self._examples[split]
 
   def encoded(self, split: str) -> EncodedSplit:

@@ -166,6 +166,8 @@ def evaluate_checkpoint(
       examples=len(samples),
       population=population,
     )
+    if signatures := task.metric_signatures():
+      metrics['signatures'] = signatures
 
     with open(os.path.join(out_dir, 'metrics.json'), 'w', encoding='utf-8') as f:
       json.dump(metrics, f, indent=2)
@@ -286,7 +288,7 @@ def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:
   rows = [
     (key, f'{value:.4f}' if isinstance(value, float) else str(value))
     for key, value in metrics.items()
-    if key != 'population'
+    if key not in ('population', 'signatures')
   ]
   width = max(len(key) for key, _ in rows)
   print('\n'.join(f'{key:<{width}}  {value}' for key, value in rows))
@@ -294,4 +296,6 @@ def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:
   for subset in partial:
     keys = [key for key, value in metrics['population'].items() if value == subset]
     print(f'{", ".join(keys)}: on {subset} (--max_examples); the others on the whole split.')
+  for key, signature in metrics.get('signatures', {}).items():
+    print(f'{key}: {signature}')
   print(f'Wrote {out_dir}/metrics.json, {samples_file}, attention pictures and explorer.html.')

@@ -144,6 +144,11 @@ class Task(abc.ABC):
   def prediction_metrics(self, samples: list[dict[str, Any]]) -> dict[str, float]:
     """Metrics of the predicted samples (exact match, BLEU, accuracy, ...)."""
 
+  def metric_signatures(self) -> dict[str, str]:
+    """How some of `prediction_metrics` were computed, by metric name (sacreBLEU's signatures
+    for BLEU and chrF); eval.py writes them into metrics.json as 'signatures'."""
+    return {}
+
   @abc.abstractmethod
   def draw(
     self, model: nnx.Module, samples: list[dict[str, Any]], out_dir: str, options: EvalOptions

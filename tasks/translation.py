@@ -22,6 +22,7 @@ from models import decoding, interventions
 from models.interfaces import EncoderDecoder
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
+from tasks.copy_metric import copy_accuracy
 from tasks.losses import cross_entropy
 
 Array = jax.Array
@@ -172,7 +173,9 @@ class Translation(Task):
     return dict(output_ids=ids)
 
   def sample(self, split, row):
-    source, reference = self.data.examples(split)[row['index']]
+    # The text as the corpus holds it: outputs are scored against the raw reference, whatever
+    # preprocessing the model was trained on.
+    source, reference = self.data.raw_examples(split)[row['index']]
     output = until_eos(row['output_ids'], self.target_tokenizer)
     hypothesis = self.target_tokenizer.decode(output)
     return dict(
@@ -185,22 +188,40 @@ class Translation(Task):
       line=f'{source} | {reference} | {hypothesis}',
     )
 
-  def prediction_metrics(self, samples):
-    """Exact match (hypothesis == reference) and corpus sacreBLEU of decoded samples.
+  def _scorers(self) -> dict[str, Any]:
+    """sacreBLEU's BLEU and chrF as scored here. BLEU counts character n-grams when the targets are
+    character-level (single compound words such as German number words would otherwise score 0),
+    and 13a word n-grams otherwise."""
+    tokenize = 'char' if self.target_vocab == 'char' else '13a'
+    return dict(bleu=sacrebleu.metrics.BLEU(tokenize=tokenize), chrf=sacrebleu.metrics.CHRF())
 
-    BLEU counts character n-grams when the targets are character-level (single compound words
-    such as German number words would otherwise score 0), and 13a word n-grams otherwise.
-    """
+  def prediction_metrics(self, samples):
+    """Exact match, corpus sacreBLEU and chrF of the decoded samples against the raw references,
+    and copy accuracy (`tasks.copy_metric`: placeholders and identifiers carried over intact)
+    with the number of references that hold such items."""
     if not samples:
       return {}
     hypotheses = [sample['hypothesis'] for sample in samples]
     references = [sample['reference'] for sample in samples]
-    tokenize = 'char' if self.target_vocab == 'char' else '13a'
-    exact = np.mean([h == r for h, r in zip(hypotheses, references)])
+    scores = {
+      name: scorer.corpus_score(hypotheses, [references]).score
+      for name, scorer in self._scorers().items()
+    }
+    copied, with_items = copy_accuracy(hypotheses, references)
     return dict(
-      exact_match=float(exact),
-      bleu=sacrebleu.corpus_bleu(hypotheses, [references], tokenize=tokenize).score,
+      exact_match=float(np.mean([h == r for h, r in zip(hypotheses, references)])),
+      **scores,
+      copy_accuracy=copied,
+      copy_examples=float(with_items),
     )
+
+  def metric_signatures(self):
+    scorers = self._scorers()
+    # sacreBLEU gives a signature only after a score (it records the number of references): one
+    # trivial score with one reference each, as every score here has.
+    for scorer in scorers.values():
+      scorer.corpus_score(['a'], [['a']])
+    return {name: str(scorer.get_signature()) for name, scorer in scorers.items()}
 
   def draw(self, model, samples, out_dir, options):
     """One PNG per sample: decoder cross-attention while producing its own hypothesis."""

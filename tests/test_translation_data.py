@@ -72,6 +72,8 @@ def test_default_config_is_the_number_words_task():
     'target_key': 'target',
     'data_dir': '',
     'tsv_path': '',
+    'validation_path': '',
+    'test_path': '',
     'lowercase': False,
     'strip_accents': False,
     'split_punctuation': False,
@@ -244,3 +246,33 @@ def test_registered_tfds_translation_dataset_under_mock_data(tmp_path):
   for i, batch, r in rows:
     assert task.source_tokenizer.decode(batch['inputs'][r]) == examples[i][0]
     np.testing.assert_array_equal(batch['targets'][r][batch['targets'][r] > 0][-1:], [EOS_ID])
+
+
+def test_raw_examples_keep_the_text_the_model_sees_preprocessed(corpus, tmp_path):
+  """`examples` is what the tokenizers see (lower-cased, accents stripped, punctuation split);
+  `raw_examples`, in the same order, is the corpus's own text, which outputs are scored against."""
+  task = translation.build(_config(**corpus), str(tmp_path))
+  raw = task.raw_examples('train') + task.raw_examples('validation') + task.raw_examples('test')
+  seen = task.examples('train') + task.examples('validation') + task.examples('test')
+  assert ('Café au lait?', 'Milchkaffee?') in raw
+  assert ('cafe au lait ?', 'milchkaffee ?') in seen
+  assert [task.preprocess(s) for s, _ in raw] == [s for s, _ in seen]
+
+
+def test_validation_and_test_files_are_used_as_they_are(corpus, tmp_path):
+  """With a test file of its own, test is that file, validation is cut from tsv_path, and train
+  is the rest of tsv_path; the builder config's name changes with the test file's contents."""
+  test_file = tmp_path / 'test.tsv'
+  test_file.write_text('Hello there.\tHallo da.\nGood night.\tGute Nacht.\n', encoding='utf-8')
+  config = _config(**corpus, test_path=str(test_file), lowercase=False, split_punctuation=False)
+  task = translation.build(config, str(tmp_path / 'vocab'))
+  assert task.raw_examples('test') == [
+    ('Hello there.', 'Hallo da.'),
+    ('Good night.', 'Gute Nacht.'),
+  ]
+  assert len(task.raw_examples('validation')) == 1
+  assert len(task.raw_examples('train')) == 21 - 1
+  with pytest.raises(ValueError, match="test_path is read with name='tsv_parallel' only"):
+    translation.validate_config(_config(name='dates', test_path=str(test_file)))
+  with pytest.raises(FileNotFoundError, match='config.dataset.test_path'):
+    translation.build(_config(**corpus, test_path=str(tmp_path / 'no.tsv')), str(tmp_path / 'v'))

@@ -32,10 +32,9 @@ Row = tuple[int, str, str]  # (line number, text, label)
 
 @dataclasses.dataclass(eq=False)
 class TsvClassificationConfig(tsv_parallel.TsvParallelConfig):
-  """The files and how the splits are made; see the module docstring."""
+  """The files (`path`, `validation_path`, `test_path`) and how the splits are made; see the
+  module docstring."""
 
-  validation_path: str = ''
-  test_path: str = ''
   validation_fraction: float = 0.05
   test_fraction: float = 0.05
   num_folds: int = 0
@@ -57,21 +56,16 @@ def config_for_path(
   Raises:
     FileNotFoundError: a named file does not exist (the message names its config field).
   """
-  base = tsv_parallel.config_for_path(path)
-  digest = hashlib.sha256(base.name.encode())
-  files = dict(validation_path=validation_path, test_path=test_path)
-  for field, file in files.items():
-    if file:
-      named = tsv_parallel.config_for_path(file, field=field)
-      files[field] = named.path
-      digest.update(f'{field}={named.name}'.encode())
+  files = tsv_parallel.config_for_path(path, validation_path=validation_path, test_path=test_path)
+  digest = hashlib.sha256(files.name.encode())
   digest.update(repr(sorted(split.items())).encode())
-  stem = base.name.rsplit('_', 1)[0]
+  stem = files.name.rsplit('_', 1)[0]
   return TsvClassificationConfig(
     name=f'{stem}_{digest.hexdigest()[:12]}',
-    path=base.path,
-    description=f'Labeled texts from {base.path}.',
-    **files,
+    path=files.path,
+    validation_path=files.validation_path,
+    test_path=files.test_path,
+    description=f'Labeled texts from {files.path}.',
     **split,
   )
 

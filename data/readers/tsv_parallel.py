@@ -4,10 +4,12 @@ Each line is `english<TAB>other[<TAB>attribution]`; feature 'source' is the firs
 'target' the second (swap config.dataset.source_key/target_key to translate into English).
 Lines without a tab or with an empty side are skipped and counted in one warning.
 
-Splits are disjoint by source sentence: all translations of "Go." land in the same split, so
+`validation_path` / `test_path` name files of their own (a corpus with an official test set):
+they are used as they are, and train is the whole `path`. A split without a file of its own is
+cut from `path`, disjoint by source sentence: all translations of "Go." land in the same split, so
 the model is never tested on a sentence it saw in training. 5% of the distinct sources go to
 validation and 5% to test (at least one each), chosen by a fixed seed. The builder config is
-named after the file and a hash of its bytes, so an edited file is prepared afresh.
+named after the file and a hash of every file's bytes, so an edited file is prepared afresh.
 """
 
 import collections
@@ -28,28 +30,45 @@ _SEED = 0
 
 @dataclasses.dataclass(eq=False)
 class TsvParallelConfig(tfds.core.BuilderConfig):
-  """The corpus file.
+  """The corpus files.
 
   Attributes:
-    path: the tab-separated file.
+    path: the tab-separated file (train, and the splits without a file of their own).
+    validation_path: the validation file; '' = cut from `path`.
+    test_path: the test file; '' = cut from `path`.
   """
 
   path: str = ''
+  validation_path: str = ''
+  test_path: str = ''
 
 
-def config_for_path(path: str, field: str = 'tsv_path') -> TsvParallelConfig:
-  """A config named `<file name>_<hash of contents>` for the file at `path`.
+def config_for_path(
+  path: str, field: str = 'tsv_path', *, validation_path: str = '', test_path: str = ''
+) -> TsvParallelConfig:
+  """A config named `<file name>_<hash of contents>` for the file at `path` (and the hash covers
+  the validation and test files, when given).
 
   Raises:
-    FileNotFoundError: if there is no file at `path` (`config.dataset.<field>` names it).
+    FileNotFoundError: if a named file does not exist (`config.dataset.<field>`, or
+      `validation_path` / `test_path`, names it).
   """
   file = epath.Path(path).expanduser()
   if not file.is_file():
     raise FileNotFoundError(f'config.dataset.{field}: no such file: {path!r}.')
-  digest = hashlib.sha256(file.read_bytes()).hexdigest()[:12]
+  digest = hashlib.sha256(file.read_bytes())
+  files = dict(validation_path=validation_path, test_path=test_path)
+  for name, other in files.items():
+    if other:
+      named = config_for_path(other, field=name)
+      files[name] = named.path
+      digest.update(f'{name}={named.name}'.encode())
   stem = re.sub(r'[^a-z0-9]+', '_', file.name.lower()).strip('_') or 'tsv'
   return TsvParallelConfig(
-    name=f'{stem}_{digest}', path=str(file), description=f'Sentence pairs from {file}.'
+    name=f'{stem}_{digest.hexdigest()[:12]}',
+    path=str(file),
+    description=f'Sentence pairs from {file}.',
+    **files,
   )
 
 
@@ -108,42 +127,51 @@ def read_pairs(path: str) -> list[tuple[int, str, str]]:
 
 
 def split_by_first_column(
-  rows: list[tuple[int, str, str]], builder: str, what: str
+  rows: list[tuple[int, str, str]],
+  builder: str,
+  what: str,
+  files: dict[str, list[tuple[int, str, str]]] | None = None,
 ) -> dict[str, list[tuple[int, str, str]]]:
-  """Assigns whole groups of `read_columns` rows with the same first column (case and spacing
-  ignored) to train, validation or test, `HOLDOUT_FRACTION` of the groups (at least one) each
-  to the last two; `builder` and `what` (the first column's contents) name them in errors."""
+  """Train, validation and test: the rows of `files` ('validation', 'test') as they are, the
+  others cut from `rows` by whole groups with the same first column (case and spacing ignored),
+  `HOLDOUT_FRACTION` of the groups (at least one) each; `builder` and `what` (the first column's
+  contents) name them in errors."""
+  files = files or {}
   groups = {}
   for row in rows:
     groups.setdefault(' '.join(row[1].casefold().split()), []).append(row)
-  if len(groups) < 3:
+  cuts = [split for split in ('test', 'validation') if split not in files]
+  if len(groups) < len(cuts) + 1:
     raise ValueError(
-      f'{builder} needs at least 3 distinct {what} for train, validation and '
-      f'test, got {len(groups)}.'
+      f'{builder} needs at least {len(cuts) + 1} distinct {what} to cut '
+      f'{" and ".join(cuts)} from train, got {len(groups)}.'
     )
   keys = list(groups)
   order = np.random.default_rng(_SEED).permutation(len(keys))
   holdout = max(1, round(HOLDOUT_FRACTION * len(keys)))
-  parts = {
-    'test': order[:holdout],
-    'validation': order[holdout : 2 * holdout],
-    'train': order[2 * holdout :],
-  }
-  return {
+  parts = {}
+  for split in cuts:
+    parts[split], order = order[:holdout], order[holdout:]
+  parts['train'] = order
+  splits = {
     split: [row for g in sorted(part) for row in groups[keys[g]]] for split, part in parts.items()
   }
+  return {**splits, **files}
 
 
-def split_by_source(pairs: list[tuple[int, str, str]]) -> dict[str, list[tuple[int, str, str]]]:
-  """Assigns whole groups of pairs with the same source (case and spacing ignored) to a split."""
-  return split_by_first_column(pairs, 'tsv_parallel', 'source sentences')
+def split_by_source(
+  pairs: list[tuple[int, str, str]], files: dict[str, list[tuple[int, str, str]]] | None = None
+) -> dict[str, list[tuple[int, str, str]]]:
+  """Assigns whole groups of pairs with the same source (case and spacing ignored) to a split;
+  the splits in `files` come from their own files."""
+  return split_by_first_column(pairs, 'tsv_parallel', 'source sentences', files)
 
 
 class TsvParallel(tfds.core.GeneratorBasedBuilder):
   """A local tab-separated parallel corpus; build its config with `config_for_path`."""
 
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+  VERSION = tfds.core.Version('1.1.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.', '1.1.0': 'Validation and test files.'}
 
   def _info(self) -> tfds.core.DatasetInfo:
     return text_pair_info(self, __doc__)
@@ -154,7 +182,13 @@ class TsvParallel(tfds.core.GeneratorBasedBuilder):
       raise ValueError(
         'tsv_parallel needs a config from data.readers.tsv_parallel.config_for_path(path).'
       )
-    splits = split_by_source(read_pairs(self.builder_config.path))
+    c = self.builder_config
+    files = {
+      split: read_columns(path, 'tsv_parallel', 'source<TAB>target', f'{split}_path')
+      for split, path in (('validation', c.validation_path), ('test', c.test_path))
+      if path
+    }
+    splits = split_by_source(read_pairs(c.path), files)
     return {split: self._generate_examples(pairs) for split, pairs in splits.items()}
 
   def _generate_examples(self, pairs: list[tuple[int, str, str]]):
