@@ -1,0 +1,87 @@
+"""The floors a translation model must clear on a parallel TSV, on the split Attend trains on.
+
+    python -m benchmarks.translation_floors --tsv=../shared/data/translation/software_en_fr.tsv
+
+Two outputs that need no model, scored as Attend scores its translations (sacreBLEU BLEU and chrF
+against the raw references, `tasks.copy_metric`'s copy accuracy) on the test split that
+`tsv_parallel` cuts (the same function, so the same sentences):
+- copy: the English source unchanged (software messages share placeholders, options, numbers and
+  loanwords with their translations);
+- word for word: each source word replaced by the target word it co-occurs with most strongly in
+  the training pairs (Dice coefficient over sentence co-occurrence), unknown words copied.
+"""
+
+import argparse
+import collections
+import json
+
+import sacrebleu
+
+from data.readers import tsv_parallel
+from tasks.copy_metric import copy_accuracy
+
+
+def word_table(pairs: list[tuple[str, str]]) -> dict[str, str]:
+  """Source word -> the target word with the highest Dice coefficient over training sentences."""
+  source_count, target_count = collections.Counter(), collections.Counter()
+  together = collections.defaultdict(collections.Counter)
+  for source, target in pairs:
+    source_words, target_words = set(source.split()), set(target.split())
+    source_count.update(source_words)
+    target_count.update(target_words)
+    for word in source_words:
+      together[word].update(target_words)
+  return {
+    word: max(
+      counts, key=lambda t: (2 * counts[t] / (source_count[word] + target_count[t]), counts[t])
+    )
+    for word, counts in together.items()
+  }
+
+
+def score(hypotheses: list[str], references: list[str]) -> dict[str, float]:
+  copied, with_items = copy_accuracy(hypotheses, references)
+  return dict(
+    bleu=sacrebleu.corpus_bleu(hypotheses, [references]).score,
+    chrf=sacrebleu.corpus_chrf(hypotheses, [references]).score,
+    copy_accuracy=copied,
+    copy_examples=with_items,
+  )
+
+
+def floors(path: str) -> dict[str, dict[str, float]]:
+  splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(path))
+  train = [(source, target) for _, source, target in splits['train']]
+  test = [(source, target) for _, source, target in splits['test']]
+  references = [target for _, target in test]
+  table = word_table(train)
+  word_for_word = [' '.join(table.get(w, w) for w in source.split()) for source, _ in test]
+  return {
+    'copy the source': score([source for source, _ in test], references),
+    'word for word': score(word_for_word, references),
+    'test examples': {'count': len(test)},
+  }
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--tsv', required=True, help='english<TAB>other lines (tsv_parallel)')
+  parser.add_argument('--json', default='', help='also write the table here')
+  args = parser.parse_args(argv)
+  table = floors(args.tsv)
+  print(f'{args.tsv}: {table["test examples"]["count"]} test examples')
+  print('| floor | BLEU | chrF | copy accuracy |\n|---|---|---|---|')
+  for name, row in table.items():
+    if 'bleu' in row:
+      print(
+        f'| {name} | {row["bleu"]:.1f} | {row["chrf"]:.1f} | {100 * row["copy_accuracy"]:.1f}% '
+        f'(of {row["copy_examples"]}) |'
+      )
+  if args.json:
+    with open(args.json, 'w', encoding='utf-8') as f:
+      json.dump(table, f, indent=1)
+  return table
+
+
+if __name__ == '__main__':
+  main()
