@@ -80,6 +80,8 @@ class Task(abc.ABC):
     selection_metric: the validation metric that picks the best checkpoint by default
       (`training.selection`; config.selection_metric overrides it): the task's headline metric
       where every validation has it, else the loss.
+    decoded_metrics: the metrics `prediction_metrics` computes from decoded outputs, which a
+      validation has only with config.num_eval_decode > 0 (tests check the names).
   """
 
   interface: ClassVar[type]
@@ -87,6 +89,7 @@ class Task(abc.ABC):
   samples_header: ClassVar[str]
   samples_file: ClassVar[str] = 'samples.txt'
   selection_metric: ClassVar[str] = 'loss'
+  decoded_metrics: ClassVar[tuple[str, ...]] = ()
 
   @staticmethod
   @abc.abstractmethod

@@ -52,6 +52,7 @@ def test_translation_metrics_score_raw_text_with_signatures():
     copy_accuracy=1.0,
     copy_examples=1.0,
   )
+  assert set(perfect) == set(Translation.decoded_metrics)
   wrong = Translation.prediction_metrics(task, [dict(hypothesis='Fichier', reference=reference)])
   assert wrong['bleu'] == 0.0 and 0 < wrong['chrf'] < 30 and wrong['copy_accuracy'] == 0.0
   signatures = Translation.metric_signatures(task)

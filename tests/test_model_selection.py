@@ -91,6 +91,19 @@ def test_direction_comes_from_the_name():
     Best('accuracy').update(10, {'loss': 1.0})
 
 
+def test_a_decoded_metric_needs_decoding_before_training_starts(data_dir, tmp_path):
+  """configs/tsv.py selects on chrF, computed from decoded outputs: with no validation example
+  decoded the run is refused before anything is written."""
+  workdir = tmp_path / 'refused'
+  with pytest.raises(
+    ValueError,
+    match=r"selection_metric='chrf' is computed from decoded.*"
+    r'num_eval_decode > 0',
+  ):
+    training.train_and_evaluate(_config(data_dir, selection_metric='chrf'), str(workdir))
+  assert not workdir.exists()
+
+
 def test_best_is_the_lowest_validation_loss(straight):
   """The best step is the evaluation with the lowest loss; best/ holds it, checkpoints/ the
   newest; every validation line carries the best so far."""

@@ -62,6 +62,7 @@ def tiny(config, data_dir, **overrides):
     checkpoint_every_steps=100,
     eval_every_steps=0,
     num_eval_decode=0,
+    selection_metric='',  # the task's own: configs/tsv.py's chrF needs decoded outputs
     warmup_steps=2,
   )
   if config.dataset.name == 'number_words':
@@ -135,6 +136,7 @@ def _start_train_py(workdir, data_dir, checkpoint_every_steps):
     log_every_steps=1,
     eval_every_steps=0,
     num_eval_decode=0,
+    selection_metric='',
     warmup_steps=2,
     **{f'model.{k}': v for k, v in TINY_TRANSFORMER.items()},
     **{

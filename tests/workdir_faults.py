@@ -27,6 +27,7 @@ TINY = dict(
   checkpoint_every_steps=2,
   eval_every_steps=0,
   num_eval_decode=0,
+  selection_metric='',  # the task's own: configs/tsv.py's chrF needs decoded outputs
   warmup_steps=2,
   **{
     'model.num_layers': 1,

@@ -130,7 +130,12 @@ def validate(config) -> None:
   must split evenly over the mesh's batch shards.
   """
   _check_types(config)
-  tasks.task_class(config.task)
+  task = tasks.task_class(config.task)
+  if config.selection_metric in task.decoded_metrics and not config.num_eval_decode:
+    raise ValueError(
+      f'config.selection_metric={config.selection_metric!r} is computed from decoded outputs: '
+      'it needs config.num_eval_decode > 0 (validation examples decoded at each evaluation).'
+    )
   positive = (
     'num_train_steps',
     'log_every_steps',
