@@ -10,7 +10,7 @@
   the variants cuDNN cannot run; off a GPU, tokamax's portable implementation of the same call.
 `implementation=None` picks the fastest one that runs the call exactly on this backend: on a GPU
 cuDNN, then 'fused', then 'chunked'; on a CPU 'chunked' or 'reference' by size. The choice is
-logged once per shape (absl logging, INFO).
+logged once per shape (absl logging: INFO on a GPU, DEBUG elsewhere).
 
 Variants, all off by default: a sliding `window`, logit soft-capping (`softcap`), attention-sink
 logits (`sink`), ALiBi (`alibi_slopes`), and grouped-query attention (keys and values with fewer
@@ -335,7 +335,9 @@ def _log_choice(implementation: str, why: str, q, k, variants: dict) -> None:
   key = (implementation, q.shape, k.shape, str(q.dtype), on)
   if key not in _LOGGED:
     _LOGGED.add(key)
-    logging.info(
+    # INFO on a GPU, where the choice among kernels matters; DEBUG (-v=1) on a CPU.
+    logging.log(
+      logging.INFO if jax.default_backend() == 'gpu' else logging.DEBUG,
       'attention: %s for q%s k%s %s%s (%s)',
       implementation,
       tuple(q.shape),

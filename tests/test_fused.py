@@ -158,7 +158,7 @@ def test_the_choice_is_logged_once_per_shape(caplog):
   """`implementation=None` logs the kernel it picked, and why, once for each shape."""
   sdpa._LOGGED.clear()
   q = jnp.zeros((1, 2, 600, 8))
-  with caplog.at_level('INFO', logger='absl'):
+  with caplog.at_level('DEBUG', logger='absl'):
     for _ in range(3):
       sdpa_call(q, q, q, softcap=1.0)
   lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith('attention:')]
