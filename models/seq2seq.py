@@ -1,6 +1,6 @@
 """Seq2Seq with attention: a GRU encoder and a GRU decoder that attends to it every step.
 
-Two decoders, picked by `attention`:
+Three decoders, picked by `attention`:
 
 - `'bahdanau'` (Bahdanau et al. 2015): score the previous state `s_{t-1}` against every encoder
   state `h_s`, build the context `c_t = Σ_s a_ts h_s`, step the cell `s_t = f([y_{t-1}; c_t],
@@ -8,6 +8,9 @@ Two decoders, picked by `attention`:
   reduced to one linear map).
 - `'luong'` (Luong et al. 2015): step the cell first, `s_t = f([y_{t-1}; h~_{t-1}], s_{t-1})` (input
   feeding), score `s_t`, and predict from the attentional state `h~_t = tanh(W_c [c_t; s_t])`.
+- `'none'`: the same GRU encoder-decoder without attention, the fixed-vector model the attention
+  papers improve on (Cho et al. 2014; Sutskever et al. 2014): Bahdanau's decoder with the context
+  fixed to one vector per source, the mean of the encoder states, `c_t = c` at every step.
 
 `score` picks the score function (see `models.rnn_attention`). Encoder states have size
 `Dv = hidden_dim * (2 if bidirectional else 1)`; dot, scaled_dot and cosine scores compare them with
@@ -22,7 +25,6 @@ outside the recurrences, so the scanned step stays deterministic and needs no ra
 """
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 from flax import nnx
 import jax
@@ -33,8 +35,9 @@ from models.embeddings import lookup
 
 Array = jax.Array
 
-ATTENTION_KINDS = ('bahdanau', 'luong')
+ATTENTION_KINDS = ('bahdanau', 'luong', 'none')
 DEFAULT_SCORE = {'bahdanau': 'additive', 'luong': 'general'}
+_CROSS = {'cross': 'attn/weights'}
 _MEMORY = ('keys', 'values', 'mask')  # the cache entries that stay fixed while decoding
 
 
@@ -139,16 +142,19 @@ class Seq2Seq(nnx.Module):
     hidden_dim: GRU size H of the decoder and of each encoder direction.
     num_layers: stacked GRU layers in the encoder and in the decoder.
     bidirectional: whether the encoder also reads the source right to left.
-    attention: 'bahdanau' or 'luong'.
+    attention: 'bahdanau', 'luong' or 'none' (no attention: a fixed context vector).
     score: additive | dot | general | scaled_dot | cosine; None = 'additive' for bahdanau,
-      'general' for luong.
+      'general' for luong; must be None for 'none'.
     dropout_rate: dropout on embeddings, between encoder layers and on the output features.
     rngs: parameter initialisation keys.
 
-  `attention_names`: `cross`, the decoder's attention per step `[B, T, 1, S]` (one query a step).
+  `attention_names`: `cross`, the decoder's attention per step `[B, T, 1, S]` (one query a step);
+  none with `attention='none'`.
   """
 
-  attention_names: ClassVar[dict[str, str]] = {'cross': 'attn/weights'}
+  @property
+  def attention_names(self) -> dict[str, str]:
+    return {} if self.attention_kind == 'none' else _CROSS
 
   def __init__(
     self,
@@ -179,8 +185,12 @@ class Seq2Seq(nnx.Module):
       raise ValueError(
         f'Seq2Seq: attention must be one of {", ".join(ATTENTION_KINDS)}, got {attention!r}.'
       )
-    score = DEFAULT_SCORE[attention] if score is None else score
-    rnn_attention.check_score(score, 'Seq2Seq: score')
+    if attention == 'none':
+      if score is not None:
+        raise ValueError(f"Seq2Seq: score={score!r} does nothing with attention='none'; leave it.")
+    else:
+      score = DEFAULT_SCORE[attention] if score is None else score
+      rnn_attention.check_score(score, 'Seq2Seq: score')
     if not 0.0 <= dropout_rate < 1.0:
       raise ValueError(f'Seq2Seq: dropout_rate must be in [0, 1), got {dropout_rate!r}.')
     self.pad_id = pad_id
@@ -197,21 +207,24 @@ class Seq2Seq(nnx.Module):
       rngs=rngs,
     )
     enc_dim = self.encoder.out_dim
-    self.attn = rnn_attention.make_attention(
-      score, query_dim=hidden_dim, key_dim=enc_dim, rngs=rngs
+    self.attn = (
+      None
+      if attention == 'none'
+      else rnn_attention.make_attention(score, query_dim=hidden_dim, key_dim=enc_dim, rngs=rngs)
     )
     # s_0 = tanh(W_b mean_s h_s) for every decoder layer: the mean ignores padding and needs no
     # choice of which direction's final state to use.
     self.bridge = nnx.Linear(enc_dim, num_layers * hidden_dim, rngs=rngs)
-    # Bahdanau feeds the context into the cell; Luong feeds the previous attentional state.
-    first_in = embed_dim + (enc_dim if attention == 'bahdanau' else hidden_dim)
+    # Bahdanau (and the fixed context) feed the context into the cell; Luong feeds the previous
+    # attentional state.
+    first_in = embed_dim + (hidden_dim if attention == 'luong' else enc_dim)
     self.cells = nnx.List(
       [
         nnx.GRUCell(first_in if i == 0 else hidden_dim, hidden_dim, rngs=rngs)
         for i in range(num_layers)
       ]
     )
-    if attention == 'bahdanau':
+    if attention != 'luong':
       self.combine = None
       features = hidden_dim + enc_dim + embed_dim  # [s_t; c_t; y_{t-1}]
     else:
@@ -235,6 +248,9 @@ class Seq2Seq(nnx.Module):
     carry = {'state': state}
     if self.attention_kind == 'luong':
       carry['feed'] = jnp.zeros((inputs.shape[0], self.hidden_dim), values.dtype)  # h~_0 = 0
+    if self.attention_kind == 'none':
+      carry['context'] = mean  # the one vector the decoder sees of the source, every step
+      return {'keys': values, 'values': values, 'mask': mask}, carry
     memory = {'keys': self.attn.prepare(values), 'values': values, 'mask': mask}
     return memory, carry
 
@@ -248,6 +264,11 @@ class Seq2Seq(nnx.Module):
     """
     mask = memory['mask'][:, None, :]  # [B, 1, S]: one query per step
     state = carry['state']
+    if self.attention_kind == 'none':
+      context = carry['context']  # [B, Dv]
+      state = run_cells(self.cells, state, jnp.concatenate([y_prev, context], axis=-1))
+      features = jnp.concatenate([state[:, -1], context, y_prev], axis=-1)
+      return {'state': state, 'context': context}, features
     if self.attention_kind == 'bahdanau':
       state, features, _ = bahdanau_step(
         self.attn, self.cells, state, y_prev, memory['keys'], memory['values'], mask

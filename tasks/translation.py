@@ -73,8 +73,13 @@ def teacher_forced_counts(model, batch: Batch, *, bos_id: int, pad_id: int) -> d
   sharply the decoder attends: 0 = one source token, log S = uniform over S.
   """
   targets = batch['targets']
-  logits, cross = read_attention(model, 'cross', batch['inputs'], shift_right(targets, bos_id))
   real = targets != pad_id  # [B, T]
+  decoder_inputs = shift_right(targets, bos_id)
+  if 'cross' not in model.attention_names:  # a decoder without attention (Seq2Seq 'none')
+    logits = model(batch['inputs'], decoder_inputs, deterministic=True)
+    loss_sum = cross_entropy(logits, targets, where=real).sum()
+    return dict(loss_sum=loss_sum, **token_counts(logits, targets, pad_id))
+  logits, cross = read_attention(model, 'cross', batch['inputs'], decoder_inputs)
   loss_sum = cross_entropy(logits, targets, where=real).sum()
   entropy = attention.attention_entropy(cross).mean(axis=(1, 2))  # [B, T]
   return dict(
@@ -225,7 +230,10 @@ class Translation(Task):
     return {name: str(scorer.get_signature()) for name, scorer in scorers.items()}
 
   def draw(self, model, samples, out_dir, options):
-    """One PNG per sample: decoder cross-attention while producing its own hypothesis."""
+    """One PNG per sample: decoder cross-attention while producing its own hypothesis (none for
+    a decoder without attention)."""
+    if 'cross' not in model.attention_names:
+      return []
     drawn = [sample for sample in samples[: options.num_pictures] if sample['output_ids']]
     paths = []
     for sample, weights in zip(drawn, self.attention(model, drawn, ('cross',))):
@@ -252,6 +260,8 @@ class Translation(Task):
     """Per sample, the encoder self-, decoder self- and cross-attention (whichever the model
     has) while producing its own hypothesis."""
     del options
+    if not model.attention_names:
+      return []  # nothing to explore
     drawn = [sample for sample in samples if sample['output_ids']]
     names = {
       'cross': 'cross-attention',

@@ -113,7 +113,7 @@ def test_shapes(kind, score, bidirectional, num_layers):
   def run(state, x, y):
     m = nnx.merge(graphdef, state)
     logits, captured = interventions.capture(m, x, y)
-    attn = interventions.stack(captured, Seq2Seq.attention_names['cross'])
+    attn = interventions.stack(captured, m.attention_names['cross'])
     cache = m.init_decode_cache(x, y.shape[1])
     step_logits, new_cache = m.decode_step(y[:, 0], jnp.int32(0), cache)
     return logits, attn, cache, step_logits, new_cache
@@ -137,7 +137,7 @@ def _compiled(kind, score):
   @jax.jit
   def forward(state, x, y):
     logits, captured = interventions.capture(nnx.merge(graphdef, state), x, y)
-    weights = interventions.stack(captured, Seq2Seq.attention_names['cross'])  # [B, 1, T, 1, S]
+    weights = interventions.stack(captured, model.attention_names['cross'])  # [B, 1, T, 1, S]
     return logits, weights[:, 0, :, 0]  # [B, T, S]
 
   return model, state, forward
@@ -236,6 +236,28 @@ def test_bad_config_raises(kwargs, field):
   """Each bad constructor argument raises one ValueError naming the field."""
   with pytest.raises(ValueError, match=field):
     Seq2Seq(**(SIZES | kwargs), rngs=nnx.Rngs(0))
+
+
+def test_without_attention_the_decoder_sees_one_fixed_vector():
+  """attention='none': no attention to read, no score to choose; cached decoding reproduces the
+  teacher-forced logits, later inputs do not change earlier logits, padding changes nothing."""
+  model = Seq2Seq(**SIZES, num_layers=2, attention='none', rngs=nnx.Rngs(0))
+  assert model.attention_names == {} and model.attn is None
+  forward = jax.jit(lambda state, x, y: nnx.merge(nnx.graphdef(model), state)(x, y))
+  state = nnx.state(model)
+  logits = forward(state, SRC, DEC)
+  cache = model.init_decode_cache(jnp.asarray(SRC), DEC.shape[1])
+  for t in range(DEC.shape[1]):
+    step_logits, cache = model.decode_step(jnp.asarray(DEC[:, t]), jnp.int32(t), cache)
+    np.testing.assert_allclose(step_logits, logits[:, t], **TOL)
+  changed = DEC.copy()
+  changed[:, 3] = 8
+  np.testing.assert_array_equal(forward(state, SRC, changed)[:, :3], logits[:, :3])
+  other = nnx.merge(*nnx.split(model))
+  other.src_embed.embedding[...] = other.src_embed.embedding[...].at[0].set(3.0)
+  np.testing.assert_array_equal(forward(nnx.state(other), SRC, DEC), logits)
+  with pytest.raises(ValueError, match="score='dot' does nothing with attention='none'"):
+    Seq2Seq(**SIZES, attention='none', score='dot', rngs=nnx.Rngs(0))
 
 
 def test_default_scores_follow_the_papers():

@@ -30,7 +30,16 @@ from training.setup import build_state
 from training.steps import annotated_train_state, create_train_state, merge_model, train_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = ('default', 'transformer', 'seq2seq_bahdanau', 'seq2seq_luong', 'transformer_base', 'tsv')
+CONFIGS = (
+  'default',
+  'transformer',
+  'seq2seq_bahdanau',
+  'seq2seq_luong',
+  'transformer_base',
+  'tsv',
+  'tsv_gru',
+  'tsv_gru:none',
+)
 TINY_TRANSFORMER = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
 TINY_SEQ2SEQ = dict(embed_dim=8, hidden_dim=16)
 # The loss of the translation task with the tokenizers' special ids (PAD 0, BOS 1).
@@ -72,7 +81,9 @@ def tiny(config, data_dir, **overrides):
 
 
 def get_config(name, arg=None):
-  return importlib.import_module(f'configs.{name}').get_config(arg)
+  """`configs/NAME.py`'s config; 'NAME:ARG' passes ARG, as `--config=configs/NAME.py:ARG` does."""
+  name, _, given = name.partition(':')
+  return importlib.import_module(f'configs.{name}').get_config(arg or given or None)
 
 
 @pytest.fixture(scope='module')
@@ -91,7 +102,7 @@ def _final_params(workdir, config):
 @pytest.mark.parametrize('name', CONFIGS)
 def test_every_config_takes_a_training_step(name, data_dir, tmp_path):
   config = tiny(get_config(name), data_dir)
-  if name == 'tsv':
+  if name.startswith('tsv'):
     corpus = tmp_path / 'pairs.txt'
     corpus.write_text(''.join(f'He is {n} years old.\tIl a {n} ans.\tCC-BY\n' for n in range(40)))
     config.dataset.tsv_path = str(corpus)
@@ -115,6 +126,23 @@ def test_every_config_takes_a_training_step(name, data_dir, tmp_path):
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(new_state.params))
   ]
   assert any(moved)
+
+
+def test_a_decoder_without_attention_trains_and_evaluates(data_dir, tmp_path):
+  """configs/tsv_gru.py:none end to end: no attention to measure, draw or explore, the rest of
+  the evaluation as for any translation model."""
+  corpus = tmp_path / 'pairs.txt'
+  corpus.write_text(''.join(f'It is {n} %s.\tC’est {n} %s.\n' for n in range(40)))
+  config = tiny(get_config('tsv_gru:none'), data_dir, num_train_steps=3)
+  config.dataset.tsv_path = str(corpus)
+  config.model.update(embed_dim=8, hidden_dim=8)
+  workdir = str(tmp_path / 'run')
+  training.train_and_evaluate(config, workdir)
+  metrics = run_eval.evaluate_checkpoint(workdir, max_examples=2, num_heatmaps=2)
+  assert 'attention_entropy' not in metrics and 0 <= metrics['chrf'] <= 100
+  assert metrics['copy_examples'] == 2 and 'signatures' in metrics
+  assert not [f for f in os.listdir(os.path.join(workdir, 'eval')) if f.endswith('.png')]
+  assert os.path.exists(os.path.join(workdir, 'eval', 'explorer.html'))
 
 
 STEPS = 300  # tiny steps take milliseconds, so a signal always lands mid-run

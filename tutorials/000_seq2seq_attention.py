@@ -243,7 +243,7 @@ for step in range(150):
 def forward(model, src, dec):
   """Logits and cross-attention weights; the capture opens inside the compiled function."""
   logits, captured = interventions.capture(model, src, dec)
-  return logits, interventions.stack(captured, models.Seq2Seq.attention_names['cross'])
+  return logits, interventions.stack(captured, model.attention_names['cross'])
 
 
 src, dec, tgt = reversal_batch(256)

@@ -1,0 +1,45 @@
+"""GRU encoder-decoder on a parallel corpus of your own: with Bahdanau's attention, or without.
+
+The notes' comparison on real text: `configs/tsv_gru.py` is Bahdanau et al. (2015)'s decoder
+(additive attention from s_{t-1}, context into the cell, deep output); `configs/tsv_gru.py:none`
+is the same encoder-decoder with the context fixed to one vector per sentence (the mean of the
+encoder states), the model attention was introduced to beat (Cho et al. 2014); `:luong` is Luong
+et al. (2015)'s. Everything else is `configs/tsv.py`'s: real text, one SentencePiece vocabulary,
+raw references, chrF on decoded validation sentences for the best checkpoint.
+
+Command:
+  python train.py --config=configs/tsv_gru.py \
+      --config.dataset.tsv_path=../shared/data/translation/software_en_fr.tsv --workdir=runs/gru
+  python train.py --config=configs/tsv_gru.py:none \
+      --config.dataset.tsv_path=../shared/data/translation/software_en_fr.tsv --workdir=runs/gru0
+  python eval.py --workdir=runs/gru
+Result: not yet measured (docs/translation.md will hold it beside configs/tsv.py's).
+"""
+
+from configs import tsv
+from training.config import default_config
+
+ATTENTION = ('bahdanau', 'none', 'luong')
+
+
+def get_config(arg: str | None = None):
+  """`arg`: the decoder's attention, one of `ATTENTION` ('' = bahdanau)."""
+  attention = arg or 'bahdanau'
+  if attention not in ATTENTION:
+    raise ValueError(f'configs/tsv_gru.py:{arg}: the attention must be one of {ATTENTION}.')
+  config = default_config(
+    'translation',
+    'seq2seq',
+    embed_dim=256,
+    hidden_dim=256,
+    attention=attention,
+    dropout_rate=0.2,
+  )
+  base = tsv.get_config()
+  config.dataset.update(base.dataset.to_dict())
+  for field in ('selection_metric', 'num_train_steps', 'eval_every_steps'):
+    config[field] = base[field]
+  config.schedule = 'constant'
+  config.learning_rate = 1e-3
+  config.warmup_steps = 200
+  return config
