@@ -19,6 +19,7 @@ from training.steps import merge_model
 
 DECODERS = ('greedy', 'beam')
 LOG_FILE = 'eval.log'  # in WORKDIR/eval/, the only folder eval.py writes
+SAMPLES_JSONL = 'samples.jsonl'  # every predicted example's text fields, one JSON object a line
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -52,8 +53,8 @@ def evaluate_checkpoint(
   explorer_examples: int | None = None,
 ) -> dict:
   """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, config.json (the
-  config evaluated), the task's samples file (samples.txt, predictions.txt), pictures,
-  eval.log}, and nothing anywhere else.
+  config evaluated), the task's samples file (samples.txt, predictions.txt) and samples.jsonl
+  (the same records' text and number fields), pictures, eval.log}, and nothing anywhere else.
 
   metrics.json names the examples each metric was computed on ('population'): the counted ones
   (loss, token accuracy) cover the split, the predicted ones (exact match, BLEU) the predicted
@@ -176,6 +177,13 @@ def evaluate_checkpoint(
     with open(os.path.join(out_dir, task.samples_file), 'w', encoding='utf-8') as f:
       f.write(task.samples_header + '\n')
       f.writelines(sample['line'] + '\n' for sample in samples)
+    # The same records for programs (reports.length_buckets): text fields are not split on '|'.
+    with open(os.path.join(out_dir, SAMPLES_JSONL), 'w', encoding='utf-8') as f:
+      for sample in samples:
+        fields = {
+          k: v for k, v in sample.items() if isinstance(v, (str, int, float)) and k != 'line'
+        }
+        f.write(json.dumps(fields, ensure_ascii=False) + '\n')
     model = merge_model(state)
     task.draw(model, samples, out_dir, options)
     shown = num_heatmaps if explorer_examples is None else explorer_examples

@@ -1,0 +1,104 @@
+"""Test BLEU by source length, one line per model: Bahdanau et al. (2015)'s Figure 2 on your runs.
+
+    python -m reports.length_buckets runs/tsv runs/gru runs/gru0 --out=docs/assets/lengths.png
+
+Each run is a workdir that `eval.py` evaluated (its `eval/samples.jsonl`). The test sentences are
+put into `--buckets` buckets of (about) equal size by the number of words of their source, the
+same buckets for every run (the runs must have evaluated the same sentences), and each bucket's
+corpus BLEU (sacreBLEU, 13a, against the raw references) is drawn at its mean source length. The
+table printed beside the figure has each bucket's range, size, BLEU and chrF per run.
+"""
+
+import argparse
+import json
+import os
+
+from matplotlib.figure import Figure
+import numpy as np
+import sacrebleu
+
+from reports.run_eval import SAMPLES_JSONL
+
+
+def read_samples(workdir: str) -> list[dict]:
+  """The predicted examples of `workdir`'s last evaluation, in index order."""
+  path = os.path.join(workdir, 'eval', SAMPLES_JSONL)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{workdir}: no eval/{SAMPLES_JSONL}; run eval.py --workdir={workdir}')
+  with open(path, encoding='utf-8') as f:
+    return sorted((json.loads(line) for line in f), key=lambda s: s['index'])
+
+
+def bucket_edges(lengths: np.ndarray, buckets: int) -> list[tuple[int, int]]:
+  """`buckets` ranges `[low, high]` of source lengths holding about equal shares of `lengths`
+  (quantiles; a length never straddles two buckets, so sizes may differ)."""
+  cuts = np.quantile(lengths, np.linspace(0, 1, buckets + 1))
+  edges, low = [], int(lengths.min())
+  for cut in cuts[1:-1]:
+    high = int(np.floor(cut))
+    if high >= low:
+      edges.append((low, high))
+      low = high + 1
+  edges.append((low, int(lengths.max())))
+  return edges
+
+
+def by_length(runs: dict[str, list[dict]], buckets: int) -> list[dict]:
+  """One row per bucket: its length range, size, mean source length and each run's scores."""
+  first = next(iter(runs.values()))
+  for name, samples in runs.items():
+    if [s['source'] for s in samples] != [s['source'] for s in first]:
+      raise ValueError(f'{name} evaluated other sentences than {next(iter(runs))}.')
+  lengths = np.array([len(s['source'].split()) for s in first])
+  rows = []
+  for low, high in bucket_edges(lengths, buckets):
+    chosen = np.flatnonzero((lengths >= low) & (lengths <= high))
+    row = dict(low=low, high=high, size=len(chosen), mean_length=float(lengths[chosen].mean()))
+    for name, samples in runs.items():
+      hypotheses = [samples[i]['hypothesis'] for i in chosen]
+      references = [[samples[i]['reference'] for i in chosen]]
+      row[name] = dict(
+        bleu=sacrebleu.corpus_bleu(hypotheses, references).score,
+        chrf=sacrebleu.corpus_chrf(hypotheses, references).score,
+      )
+    rows.append(row)
+  return rows
+
+
+def figure(rows: list[dict], names: list[str]) -> Figure:
+  fig = Figure(figsize=(6.4, 4.2), layout='constrained')
+  ax = fig.add_subplot()
+  x = [row['mean_length'] for row in rows]
+  for name in names:
+    ax.plot(x, [row[name]['bleu'] for row in rows], marker='o', label=name)
+  ax.set_xticks(x, [f'{r["low"]}-{r["high"]}\n({r["size"]})' for r in rows], fontsize=8)
+  ax.set_xlabel('source length in words (sentences in the bucket)')
+  ax.set_ylabel('test BLEU')
+  ax.set_title('BLEU by source length')
+  ax.grid(alpha=0.3)
+  ax.legend()
+  return fig
+
+
+def main(argv=None) -> list[dict]:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('runs', nargs='+', help='evaluated workdirs; NAME=WORKDIR names a line')
+  parser.add_argument('--buckets', type=int, default=3)
+  parser.add_argument('--out', default='', help='the PNG to write')
+  args = parser.parse_args(argv)
+  named = [run.split('=', 1) if '=' in run else (os.path.basename(run), run) for run in args.runs]
+  runs = {name: read_samples(path) for name, path in named}
+  rows = by_length(runs, args.buckets)
+  print('| source words | sentences | ' + ' | '.join(f'{n} BLEU / chrF' for n in runs) + ' |')
+  print('|---|---|' + '---|' * len(runs))
+  for row in rows:
+    scores = ' | '.join(f'{row[n]["bleu"]:.1f} / {row[n]["chrf"]:.1f}' for n in runs)
+    print(f'| {row["low"]}-{row["high"]} | {row["size"]} | {scores} |')
+  if args.out:
+    figure(rows, list(runs)).savefig(args.out, dpi=150)
+    print(f'Wrote {args.out}.')
+  return rows
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,46 @@
+"""reports/length_buckets.py on hand-made evaluations: buckets, per-bucket scores, the figure."""
+
+import json
+
+import numpy as np
+import pytest
+
+from reports import length_buckets
+from reports.run_eval import SAMPLES_JSONL
+
+
+def _run(root, name, hypotheses):
+  """A workdir whose eval/samples.jsonl holds sources of 1..9 words and the given outputs."""
+  (root / name / 'eval').mkdir(parents=True)
+  with open(root / name / 'eval' / SAMPLES_JSONL, 'w', encoding='utf-8') as f:
+    for i, hypothesis in enumerate(hypotheses):
+      source = ' '.join(['word'] * (i % 9 + 1))
+      record = dict(index=i, source=source, reference=f'le mot {i} est ici', hypothesis=hypothesis)
+      f.write(json.dumps(record) + '\n')
+  return str(root / name)
+
+
+def test_bucket_edges_split_lengths_into_equal_shares():
+  assert length_buckets.bucket_edges(np.arange(1, 10), 3) == [(1, 3), (4, 6), (7, 9)]
+  assert length_buckets.bucket_edges(np.array([2, 2, 2, 2, 5]), 3) == [(2, 2), (3, 5)]
+
+
+def test_scores_per_bucket_and_figure(tmp_path):
+  """A perfect run scores 100 in every bucket; one right on short sources only, there alone."""
+  references = [f'le mot {i} est ici' for i in range(18)]
+  short_only = [r if i % 9 < 3 else 'rien' for i, r in enumerate(references)]
+  perfect = _run(tmp_path, 'perfect', references)
+  short = _run(tmp_path, 'short', short_only)
+  out = tmp_path / 'lengths.png'
+  rows = length_buckets.main([f'all={perfect}', short, '--buckets=3', f'--out={out}'])
+  assert [(r['low'], r['high'], r['size']) for r in rows] == [(1, 3, 6), (4, 6, 6), (7, 9, 6)]
+  assert all(r['all']['bleu'] == pytest.approx(100) for r in rows)
+  assert rows[0]['short']['bleu'] == pytest.approx(100) and rows[2]['short']['bleu'] == 0
+  assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_runs_on_other_sentences_are_refused(tmp_path):
+  a = _run(tmp_path, 'a', ['x'] * 4)
+  b = _run(tmp_path, 'b', ['x'] * 5)
+  with pytest.raises(ValueError, match='b evaluated other sentences than a'):
+    length_buckets.main([a, b])
