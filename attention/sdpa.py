@@ -8,6 +8,9 @@
   NVIDIA GPUs (float16/bfloat16).
 - `'fused'`: a flash kernel of the `tokamax` library (`attention/fused.py`, the `gpu` extra) for
   the variants cuDNN cannot run; off a GPU, tokamax's portable implementation of the same call.
+- `'pallas'`: Attend's own flash kernel in Pallas (`attention/pallas_flash.py`), every variant
+  computed in the kernel from positions (no mask or bias arrays); off a GPU in interpret mode.
+  Chosen by name only: it has not yet run on a GPU, so the default does not pick it.
 `implementation=None` picks the fastest one that runs the call exactly on this backend: on a GPU
 cuDNN, then 'fused', then 'chunked'; on a CPU 'chunked' or 'reference' by size. The choice is
 logged once per shape (absl logging: INFO on a GPU, DEBUG elsewhere).
@@ -21,24 +24,22 @@ the others but dropout and the combinations `fused_unsupported` names.
 import math
 import numbers
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 
-from attention.chunked import chunked_attention
 from attention.core import attend, check_kv, check_mask, drop_weights, masked_softmax
-from attention.fused import fused_attention, fused_unsupported
+from attention.dispatch import (
+  FAST_KERNELS,
+  chosen_implementation,
+  cudnn_unsupported,
+  log_choice,
+)
+from attention.fused import fused_unsupported
 from attention.masks import causal_mask, combine_masks, sliding_window_mask
+from attention.pallas_flash import pallas_unsupported
 from attention.scores import check_qk
 
 Array = jax.Array
-
-# From this many score entries per head (T * S) the chunked kernel wins on CPU. Medians on 2 shared
-# CPU cores (B=8, N=8, H=64, float32) under mimalloc, as the entry points run: at S=512 chunked
-# takes 0.8x reference's time forward and 0.75x forward+backward; at S=384 they tie; at S=256
-# reference is 15% faster forward. Under glibc malloc reference's [T, S] buffers fault in afresh
-# at every call: chunked is then 2.5x faster at S=512, 3x at S=384.
-_CHUNKED_MIN_SCORES = 512 * 512
 
 
 def _weights(
@@ -152,200 +153,7 @@ def _sink_softmax(scores: Array, mask: Array | None, sink: Array) -> Array:
   return (e / jnp.where(total > 0, total, 1.0)).astype(scores.dtype)
 
 
-def _chunked(
-  q,
-  k,
-  v,
-  *,
-  mask,
-  bias,
-  is_causal,
-  scale,
-  dropout_rate,
-  dropout_rng,
-  window=0,
-  softcap=0.0,
-  sink=None,
-  alibi_slopes=None,
-  groups=1,
-):
-  del groups  # chunked_attention repeats grouped keys and values to the query heads itself.
-  return chunked_attention(
-    q,
-    k,
-    v,
-    mask=mask,
-    bias=bias,
-    is_causal=is_causal,
-    scale=scale,
-    dropout_rate=dropout_rate,
-    dropout_rng=dropout_rng,
-    window=window,
-    softcap=softcap,
-    sink=sink,
-    alibi_slopes=alibi_slopes,
-  )
-
-
-def _cudnn(
-  q,
-  k,
-  v,
-  *,
-  mask,
-  bias,
-  is_causal,
-  scale,
-  dropout_rate,
-  dropout_rng,
-  window=0,
-  softcap=0.0,
-  sink=None,
-  alibi_slopes=None,
-  groups=1,
-):
-  # jax.nn exposes no cuDNN dropout, soft-capping, sinks or ALiBi slopes: the dispatcher sends
-  # none of them here (see `_cudnn_unsupported`).
-  del dropout_rate, dropout_rng, softcap, sink, alibi_slopes, groups
-  # jax.nn wants [B, T, N, H] while Attend keeps heads as a leading dim, [..., N, T, H]: fold all
-  # leading dims but the last into B and use the last as N. Keys and values keep their K heads:
-  # jax.nn runs grouped-query attention itself.
-  lead, t, s = q.shape[:-2], q.shape[-2], k.shape[-2]
-  b = math.prod(lead[:-1]) if lead else 1
-  to_btnh = lambda x: jnp.swapaxes(x.reshape(b, -1, *x.shape[-2:]), 1, 2)
-  to_bnts = lambda x: None if x is None else jnp.broadcast_to(x, (*lead, t, s)).reshape(b, -1, t, s)
-  # jax.nn's (left, right) window counts keys either side, inclusive; cuDNN takes left ones only.
-  local_window = (window - 1, 0) if window else None
-  out = jax.nn.dot_product_attention(
-    to_btnh(q),
-    to_btnh(k),
-    to_btnh(v),
-    bias=to_bnts(bias),
-    mask=to_bnts(mask),
-    scale=scale,
-    is_causal=is_causal,
-    local_window_size=local_window,
-    implementation='cudnn',
-  )  # [B, T, N, Dv]
-  return jnp.swapaxes(out, 1, 2).reshape(*lead, t, v.shape[-1])
-
-
-KERNELS = {
-  'reference': _reference,
-  'chunked': _chunked,
-  'cudnn': _cudnn,
-  'fused': fused_attention,
-}
-
-
-def _cudnn_unsupported(
-  q,
-  k,
-  v,
-  masked,
-  dropout_rate,
-  *,
-  is_causal=False,
-  window=0,
-  softcap=0.0,
-  sink=None,
-  alibi_slopes=None,
-) -> str | None:
-  """Why cuDNN cannot run this call (`masked`: a mask, bias, is_causal or window), or None if it
-  can. The variants come first: what they name does not depend on the machine."""
-  if softcap:
-    return f"it cannot run softcap={softcap}: jax.nn's cuDNN call has no logit soft-capping"
-  if sink is not None:
-    return f"it cannot run sink (shape {tuple(sink.shape)}): jax.nn's cuDNN call has no sink slot"
-  if alibi_slopes is not None:
-    return "it cannot run alibi_slopes: jax.nn's cuDNN call takes no ALiBi slopes"
-  if window and not is_causal:
-    return (
-      f"it cannot run window={window} with is_causal=False: jax.nn's cuDNN call takes a "
-      'window of past keys only'
-    )
-  if window and q.shape[-2] != k.shape[-2]:
-    # Where the band sits for T != S is not documented for cuDNN's sliding window.
-    return f'it cannot run window={window} with T={q.shape[-2]} != S={k.shape[-2]}'
-  if jax.default_backend() != 'gpu':
-    return f'it needs an NVIDIA GPU and the JAX backend is {jax.default_backend()!r}'
-  if q.dtype not in (jnp.float16, jnp.bfloat16):
-    return f'it needs float16 or bfloat16 inputs, got {q.dtype}'
-  if q.shape[-1] % 8 or q.shape[-1] > 128 or v.shape[-1] != q.shape[-1]:
-    return (
-      'it needs equal query/value head sizes <= 128 and divisible by 8, '
-      f'got D={q.shape[-1]}, Dv={v.shape[-1]}'
-    )
-  if masked and (q.shape[-2] % 2 or k.shape[-2] % 2):
-    # cuDNN's backward takes a mask, a bias or causal masking at even lengths only.
-    return f'masked attention needs even lengths, got T={q.shape[-2]}, S={k.shape[-2]}'
-  if dropout_rate > 0.0:
-    return 'jax.nn exposes no cuDNN dropout'
-  return None
-
-
-def _pick(q, k, v, masked, dropout_rate, bias, **variants) -> tuple[str, str]:
-  """(the implementation for `implementation=None`, why); `variants`: `_cudnn_unsupported`'s
-  keywords."""
-  cudnn_declines = _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
-  if cudnn_declines is None:
-    return 'cudnn', 'cuDNN runs it'
-  why = f'cuDNN declines: {cudnn_declines}'
-  if jax.default_backend() == 'gpu':
-    fused_declines = fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants)
-    if fused_declines is None:
-      return 'fused', why
-    why += f"; 'fused' declines: {fused_declines}"
-  if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
-    return 'chunked', why
-  return 'reference', why
-
-
-def chosen_implementation(
-  q: Array,
-  k: Array,
-  v: Array,
-  *,
-  mask: Array | None = None,
-  bias: Array | None = None,
-  is_causal: bool = False,
-  dropout_rate: float = 0.0,
-  window: int = 0,
-  softcap: float = 0.0,
-  sink: Array | None = None,
-  alibi_slopes: Array | None = None,
-) -> tuple[str, str]:
-  """(the kernel `scaled_dot_product_attention(..., implementation=None)` runs for these
-  arguments on this backend, why): the arguments mean what it documents."""
-  masked = mask is not None or bias is not None or is_causal or window > 0
-  variants = dict(
-    is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
-  )
-  return _pick(q, k, v, masked, dropout_rate, bias, **variants)
-
-
-_LOGGED = set()
-
-
-def _log_choice(implementation: str, why: str, q, k, variants: dict) -> None:
-  """Logs the kernel picked for this call's shapes once (a jitted caller traces once per shape)."""
-  # The options set: arrays given, and flags and numbers other than False and 0.
-  unset = lambda x: x is None or (isinstance(x, (bool, int, float)) and not x)
-  on = tuple(name for name, x in variants.items() if not unset(x))
-  key = (implementation, q.shape, k.shape, str(q.dtype), on)
-  if key not in _LOGGED:
-    _LOGGED.add(key)
-    # INFO on a GPU, where the choice among kernels matters; DEBUG (-v=1) on a CPU.
-    logging.log(
-      logging.INFO if jax.default_backend() == 'gpu' else logging.DEBUG,
-      'attention: %s for q%s k%s %s%s (%s)',
-      implementation,
-      tuple(q.shape),
-      tuple(k.shape),
-      q.dtype,
-      f' with {", ".join(on)}' if on else '',
-      why,
-    )
+KERNELS = {'reference': _reference, **FAST_KERNELS}  # every implementation, by name
 
 
 def _lead_and_groups(q, k, v) -> tuple[tuple[int, ...], int]:
@@ -479,8 +287,8 @@ def scaled_dot_product_attention(
     scale: score multiplier; default `1/sqrt(D)`.
     dropout_rate: dropout applied to the attention weights (the paper applies it in training).
     dropout_rng: PRNG key for dropout; required when `dropout_rate > 0`.
-    implementation: `'reference'`, `'chunked'`, `'cudnn'`, `'fused'` or None (pick the fastest
-      one that runs the call exactly).
+    implementation: a name in `KERNELS` (`'reference'`, `'chunked'`, `'cudnn'`, `'fused'`,
+      `'pallas'`), or None: the fastest one the dispatcher knows to run the call exactly.
     window: if > 0, sliding-window (local) attention: query i sees key j only if
       `|i - j| < window` (with is_causal: keys `i - window + 1 .. i`). 'chunked' skips the key
       blocks outside the window, so its time grows as S·window.
@@ -513,18 +321,27 @@ def scaled_dot_product_attention(
     implementation, why = chosen_implementation(
       q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, **variants
     )
-    _log_choice(implementation, why, q, k, dict(variants, mask=mask, bias=bias))
-  elif implementation in ('cudnn', 'fused'):
-    reason = (
-      _cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
-      if implementation == 'cudnn'
-      else fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants)
-    )
+    log_choice(implementation, why, q, k, dict(variants, mask=mask, bias=bias))
+  elif implementation in ('cudnn', 'fused', 'pallas'):
+    reason = {
+      'cudnn': lambda: cudnn_unsupported(q, k, v, masked, dropout_rate, **variants),
+      'fused': lambda: fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants),
+      'pallas': lambda: pallas_unsupported(
+        q,
+        k,
+        v,
+        mask=mask,
+        bias=bias,
+        dropout_rate=dropout_rate,
+        interpret_allowed=True,
+        **variants,
+      ),
+    }[implementation]()
     if reason:
       raise ValueError(
         f'scaled_dot_product_attention: implementation={implementation!r} unavailable: {reason}.'
       )
-  if implementation in ('chunked', 'cudnn', 'fused'):
+  if implementation in ('chunked', 'cudnn', 'fused', 'pallas'):
     # Grouped keys and values keep their K heads: the kernels expand or group them themselves.
     kv_lead = (*lead[:-1], lead[-1] // groups) if groups > 1 else lead
     q = jnp.broadcast_to(q, (*lead, *q.shape[-2:]))

@@ -1,15 +1,17 @@
 """Every attention variant through the default dispatcher, against cuDNN's plain causal attention.
 
     python -m benchmarks.fused_bench                          # a GPU: S=8192,16384, bfloat16
+    python -m benchmarks.fused_bench --implementation=pallas  # Attend's own kernel for each
     python -m benchmarks.fused_bench --sizes=512 --dtype=float32 --repeats=2   # a CPU smoke run
 
 For each variant: the kernel `scaled_dot_product_attention(implementation=None)` picks
-(`attention.sdpa.chosen_implementation` says which), the median time of forward+backward
+(`attention.dispatch.chosen_implementation` says which), the median time of forward+backward
 (and forward alone) after a warm-up, the ratio to cuDNN's plain causal attention at the same shape
-(`--baseline`; on a CPU the default kernel's plain causal call), and the compiled program's
+(on a CPU the default kernel's plain causal call), and the compiled program's
 temporary memory (XLA's memory analysis of the forward+backward program: a kernel whose memory is
 linear in S doubles it from S to 2S, one that forms `[T, S]` arrays quadruples it).
-B=4, N=8, H=64 as in docs/benchmarks.md; `grouped` has 2 key/value heads.
+B=4, N=8, H=64 as in docs/benchmarks.md; `grouped` has 2 key/value heads. `--implementation`
+names one kernel for every variant but the baseline (a variant it cannot run is an error row).
 """
 
 import argparse
@@ -22,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
-from attention import sdpa
+from attention import dispatch
 
 BATCH, HEADS, HEAD_DIM = 4, 8, 64
 BASELINE = 'plain causal'
@@ -73,8 +75,9 @@ VARIANTS = {
 }
 
 
-def _case(name, s, dtype, backward):
-  """(compiled step, its arguments, kernel picked, why)."""
+def _case(name, s, dtype, backward, implementation=None):
+  """(compiled step, its arguments, kernel picked, why); `implementation` names one for every
+  variant but the baseline."""
   options_of, learned_of, kv_heads, shrink = VARIANTS[name]
   options, learned = options_of(s), learned_of(s)
   t = s // shrink
@@ -82,7 +85,11 @@ def _case(name, s, dtype, backward):
   draw = lambda *shape: jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype)
   q, k, v = draw(BATCH, HEADS, t, HEAD_DIM), *(draw(BATCH, kv_heads, s, HEAD_DIM) for _ in 'kv')
   cotangent = draw(BATCH, HEADS, t, HEAD_DIM)
-  picked, why = sdpa.chosen_implementation(q, k, v, **options, **learned)
+  picked, why = dispatch.chosen_implementation(q, k, v, **options, **learned)
+
+  if implementation:
+    options = dict(options, implementation=implementation)
+    picked, why = implementation, 'named'
 
   def loss(q, k, v, learned, dy):
     out = attention.scaled_dot_product_attention(q, k, v, **options, **learned)
@@ -118,7 +125,7 @@ def _temp_mb(compiled):
   return None if analysis is None else analysis.temp_size_in_bytes / 1e6
 
 
-def run(names, sizes, dtype, repeats):
+def run(names, sizes, dtype, repeats, implementation=None):
   rows = []
   for s in sizes:
     baseline = {}
@@ -126,7 +133,8 @@ def run(names, sizes, dtype, repeats):
       row = dict(variant=name, S=s)
       try:
         for backward in (False, True):
-          compiled, args, picked, why = _case(name, s, dtype, backward)
+          named = None if name == BASELINE else implementation
+          compiled, args, picked, why = _case(name, s, dtype, backward, named)
           key = 'fwd_bwd' if backward else 'fwd'
           row[f'{key}_ms'] = _median_ms(compiled, args, repeats)
           if backward:
@@ -162,6 +170,9 @@ def main(argv=None):
   parser.add_argument('--dtype', default='bfloat16', choices=('bfloat16', 'float16', 'float32'))
   parser.add_argument('--repeats', type=int, default=5)
   parser.add_argument('--variants', default=','.join(VARIANTS), help='comma-separated names')
+  parser.add_argument(
+    '--implementation', default='', help="one kernel for every variant, e.g. 'pallas'"
+  )
   parser.add_argument('--json', default='')
   args = parser.parse_args(argv)
   names = [n for n in VARIANTS if n in args.variants.split(',')] or list(VARIANTS)
@@ -174,7 +185,7 @@ def main(argv=None):
   )
   print('| variant | S | kernel | fwd ms | fwd+bwd ms | temp MB (fwd+bwd) |')
   print('|---|---|---|---|---|---|')
-  rows = run(names, sizes, jnp.dtype(args.dtype), args.repeats)
+  rows = run(names, sizes, jnp.dtype(args.dtype), args.repeats, args.implementation or None)
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(rows, f, indent=1)

@@ -33,6 +33,9 @@ case "$stage" in
     # The kernel each variant gets (cuDNN, tokamax's 'fused', or 'chunked'), S=8192 and 16384.
     XLA_PYTHON_CLIENT_PREALLOCATE=false \
       "$py" -m benchmarks.fused_bench --json="$out/fused.json" 2>&1 | tee "$out/fused.log"
+    # Attend's own Pallas kernel for every variant (not yet measured on a GPU).
+    XLA_PYTHON_CLIENT_PREALLOCATE=false "$py" -m benchmarks.fused_bench --implementation=pallas \
+      --json="$out/pallas.json" 2>&1 | tee "$out/pallas.log"
     ;;
   models)
     "$py" -m benchmarks.train_bench --sizes=default,base --models=attend,linen --dtype=bfloat16 \

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention import fused, sdpa
+from attention import dispatch, fused
 from attention import scaled_dot_product_attention as sdpa_call
 from attention.kv_cache import window_mask
 
@@ -156,7 +156,7 @@ def test_fused_declines_what_it_cannot_run_exactly(case):
 
 def test_the_choice_is_logged_once_per_shape(caplog):
   """`implementation=None` logs the kernel it picked, and why, once for each shape."""
-  sdpa._LOGGED.clear()
+  dispatch._LOGGED.clear()
   q = jnp.zeros((1, 2, 600, 8))
   with caplog.at_level('DEBUG', logger='absl'):
     for _ in range(3):

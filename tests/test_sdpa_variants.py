@@ -15,7 +15,7 @@ from test_sdpa import out_and_weights
 
 import attention
 from attention import chunked as attention_chunked
-from attention import chunked_attention, chunked_blocks, scaled_dot_product_attention, sdpa
+from attention import chunked_attention, chunked_blocks, dispatch, scaled_dot_product_attention
 from attention.masks import sliding_window_mask
 from attention.sdpa import attention_weights
 
@@ -391,11 +391,11 @@ def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
     dict(alibi_slopes=jnp.ones(4)),
     dict(window=128),
   ):
-    assert sdpa._cudnn_unsupported(q, k, v, True, 0.0, **variant) is not None
-    picked, why = sdpa._pick(q, k, v, True, 0.0, None, **variant)
+    assert dispatch.cudnn_unsupported(q, k, v, True, 0.0, **variant) is not None
+    picked, why = dispatch.pick(q, k, v, True, 0.0, None, **variant)
     fused_runs = gpu and attention.fused.fused_unsupported(q, k, v, **variant) is None
     assert picked == ('fused' if fused_runs else 'chunked')
     assert why.startswith('cuDNN declines: it cannot run')
-  assert 'T=4 != S=6' in sdpa._cudnn_unsupported(
+  assert 'T=4 != S=6' in dispatch.cudnn_unsupported(
     q[..., :4, :], k[..., :6, :], v[..., :6, :], True, 0.0, window=2, is_causal=True
   )
