@@ -13,7 +13,8 @@ positions per row):
 - `attend`: what train.py runs: the state of `training.setup.build_state` on the config's mesh
   (the model of `config.model`, AdamW of `training.optim`), `training.steps.train_step` jitted by
   `training.loop.jit_train_step` with the config's label smoothing and dtype and the state
-  donated, a dropout key folded with the step per call.
+  donated, called as the loop calls it (the run's one dropout key, which the step folds with its
+  step number).
 - `linen`: `benchmarks/linen_peer.py`, the same model in flax.linen blocks, optax AdamW with the
   same betas, epsilon, clipping and schedule, the same label-smoothed loss, a jitted step.
 - `torch`: `benchmarks/torch_peer.py`, `torch.nn.Transformer` in eager mode (`--torch_compile`
@@ -172,19 +173,19 @@ def peer_model_config(model_config, size: dict) -> dict:
   )
 
 
-def _jax_runner(step_fn, state, batch, dropout_key, fold_on_host: bool):
-  """`run(n)`: n steps of `step_fn` threading the (donated) state, then waits for the device."""
-  carry = {'state': state, 'step': 0}
+def _jax_runner(step_fn, state, batch, dropout_key):
+  """`run(n)`: n steps of `step_fn` threading the (donated) state, then waits for the device.
+
+  Every call gets the same key, as in training/loop.py: both steps fold in their state's step.
+  """
+  carry = {'state': state}
 
   def run(n: int) -> None:
-    state, step = carry['state'], carry['step']
+    state = carry['state']
     for _ in range(n):
-      # The Attend loop folds the step into the dropout key on the host (training/loop.py).
-      key = jax.random.fold_in(dropout_key, step) if fold_on_host else dropout_key
-      state, metrics = step_fn(state, batch, key)
-      step += 1
+      state, metrics = step_fn(state, batch, dropout_key)
     jax.block_until_ready((state, metrics))
-    carry.update(state=state, step=step)
+    carry.update(state=state)
 
   return run
 
@@ -210,7 +211,6 @@ def attend_runner(config, size: dict, batch: dict):
     state,
     sharding.shard_batch(batch, mesh),
     jax.random.key(config.seed + 1),
-    fold_on_host=True,
   )
 
 
@@ -240,7 +240,6 @@ def linen_runner(config, size: dict, batch: dict):
     state,
     sharding.shard_batch(batch, mesh),
     jax.random.key(config.seed + 1),
-    fold_on_host=False,
   )
 
 

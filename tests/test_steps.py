@@ -51,3 +51,19 @@ def test_a_non_finite_update_of_a_finite_gradient_is_reported():
   new_state, metrics, changed = _step(optax.sgd(np.inf), 1.0)
   assert np.isfinite(float(metrics['loss'])) and np.isfinite(float(metrics['grad_norm']))
   assert not bool(metrics['finite']) and all(changed) and int(new_state.step) == 1
+
+
+def test_the_dropout_key_of_step_n_is_the_runs_key_folded_with_n():
+  # Runs resume exactly only if step n's key depends on (key, n) alone; this is also the key the
+  # loop folded on the host before the fold moved into the step.
+  def loss(model, batch, rng):
+    return jnp.mean(model(batch['x']) ** 2), dict(bits=jax.random.bits(rng, (4,)))
+
+  key = jax.random.key(7)
+  state = create_train_state(nnx.Linear(3, 2, rngs=nnx.Rngs(0)), optax.sgd(0.1))
+  step = jax.jit(lambda s: train_step(s, dict(x=jnp.ones((4, 3))), key, loss_fn=loss))
+  for n in (0, 5):
+    _, metrics = step(state.replace(step=jnp.int32(n)))
+    np.testing.assert_array_equal(
+      metrics['bits'], jax.random.bits(jax.random.fold_in(key, n), (4,))
+    )

@@ -140,6 +140,7 @@ def _train(config, workdir: str, task) -> dict:
   _forget_other_bests(best_checkpointer, best)
 
   step_fn = jit_train_step(config, task, state, mesh)
+  # Every step gets this key and folds its state.step into it (training.steps.train_step).
   dropout_key = jax.random.key(config.seed + 1)
   writer = MetricsWriter(workdir)
   first_step = step = int(jax.device_get(state.step))
@@ -173,9 +174,7 @@ def _train(config, workdir: str, task) -> dict:
         _warn_if_batch_exceeds_split(config, batch)
         logging.info('Compiling the train step...')
         started = time.perf_counter()
-      state, metrics = step_fn(
-        state, sharding.shard_batch(batch, mesh), jax.random.fold_in(dropout_key, step)
-      )
+      state, metrics = step_fn(state, sharding.shard_batch(batch, mesh), dropout_key)
       if step == first_step:
         jax.block_until_ready(metrics)
         logging.info('Compiled the train step in %.1f s.', time.perf_counter() - started)
@@ -285,9 +284,10 @@ def _warn_if_batch_exceeds_split(config, batch) -> None:
 
 
 def jit_train_step(config, task, state, mesh):
-  """`train_step` for `task`, jitted as the loop runs it: `(state, batch, rng) -> (state,
-  metrics)`, the state donated and kept in the shardings it has (`build_state` placed it: with
-  FSDP the parameters and moments stay split), the metrics replicated on `mesh`."""
+  """`train_step` for `task`, jitted as the loop runs it: `(state, batch, dropout_key) -> (state,
+  metrics)`, the run's one key at every step (the step folds in its step number), the state
+  donated and kept in the shardings it has (`build_state` placed it: with FSDP the parameters and
+  moments stay split), the metrics replicated on `mesh`."""
   state_shardings = jax.tree.map(lambda x: x.sharding, state)  # as build_state placed it
   return jax.jit(
     functools.partial(train_step, loss_fn=task.loss, dtype=jnp.dtype(config.dtype)),

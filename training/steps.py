@@ -89,7 +89,8 @@ def train_step(state: TrainState, batch, rng: jax.Array, *, loss_fn: LossFn, dty
     batch: the task's batch, a dict of arrays with the batch on axis 0; the loss sees it with
       'step' added, the optimizer step before this update (for losses that follow a schedule,
       e.g. a memory network's linear start).
-    rng: PRNG key for dropout (callers fold in the step so runs resume exactly).
+    rng: the run's dropout key; the step folds `state.step` into it, so step n's dropout is the
+      same function of (key, n) in a straight run and in a resumed one.
     loss_fn: the task's `loss(model, batch, rng) -> (loss, counts)`.
     dtype: compute dtype of the forward and backward pass; parameters stay float32.
 
@@ -97,6 +98,11 @@ def train_step(state: TrainState, batch, rng: jax.Array, *, loss_fn: LossFn, dty
     (new_state, metrics) with metrics 'loss', 'grad_norm', 'finite' and the task's counts.
   """
   batch = dict(batch, step=state.step)
+  # Folded here, not by the caller: an eager fold_in is an op dispatch and a device scalar of the
+  # step number on the host every step, which made a tiny model's step (CPU) 1.7x the Linen
+  # peer's. The key is the one the loop used to fold, fold_in(key, n) at step n: state.step is n
+  # unless a rejected step came before, and then the loop stops without saving.
+  rng = jax.random.fold_in(rng, state.step)
 
   def loss_of(params):
     return loss_fn(merge_model(state.replace(params=params), dtype), batch, rng)
