@@ -13,7 +13,11 @@ Command:
   python train.py --config=configs/tsv_gru.py:none \
       --config.dataset.tsv_path=../shared/data/translation/software_en_fr.tsv --workdir=runs/gru0
   python eval.py --workdir=runs/gru
-Result: not yet measured (docs/translation.md will hold it beside configs/tsv.py's).
+Result on the French software messages (2 cores of an AMD EPYC, CPU, 1800 steps, greedy, the
+2,039 test sentences against the raw references): with attention BLEU 33.1, chrF 49.3, copy
+accuracy 54.7%; without (`:none`) BLEU 22.0, chrF 36.4, copy accuracy 41.8%; attention's lead grows
+from +7.7 BLEU on the shortest third of sources to +13.6 on the longest (docs/translation.md).
+Each run took 51 min, sharing the 2 cores with two other runs; not yet timed alone.
 """
 
 from configs import tsv
