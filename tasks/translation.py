@@ -203,8 +203,8 @@ class Translation(Task):
 
   def prediction_metrics(self, samples):
     """Exact match, corpus sacreBLEU and chrF of the decoded samples against the raw references,
-    and copy accuracy (`tasks.copy_metric`: placeholders and identifiers carried over intact)
-    with the number of references that hold such items."""
+    and, where some reference holds placeholders or identifiers, copy accuracy
+    (`tasks.copy_metric`: carried over intact) with the number of references that hold them."""
     if not samples:
       return {}
     hypotheses = [sample['hypothesis'] for sample in samples]
@@ -213,13 +213,14 @@ class Translation(Task):
       name: scorer.corpus_score(hypotheses, [references]).score
       for name, scorer in self._scorers().items()
     }
-    copied, with_items = copy_accuracy(hypotheses, references)
-    return dict(
+    metrics = dict(
       exact_match=float(np.mean([h == r for h, r in zip(hypotheses, references)])),
       **scores,
-      copy_accuracy=copied,
-      copy_examples=float(with_items),
     )
+    copied, with_items = copy_accuracy(hypotheses, references)
+    if with_items:  # generated tasks (number words, dates) have nothing to copy
+      metrics.update(copy_accuracy=copied, copy_examples=float(with_items))
+    return metrics
 
   def metric_signatures(self):
     scorers = self._scorers()
