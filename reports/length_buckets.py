@@ -74,9 +74,10 @@ def figure(rows: list[dict], names: list[str]) -> Figure:
   ax.set_xticks(x, [f'{r["low"]}-{r["high"]}\n({r["size"]})' for r in rows], fontsize=8)
   ax.set_xlabel('source length in words (sentences in the bucket)')
   ax.set_ylabel('test BLEU')
+  ax.set_ylim(bottom=0)  # from zero, so gaps read as the share of the score they are
   ax.set_title('BLEU by source length')
   ax.grid(alpha=0.3)
-  ax.legend()
+  ax.legend(loc='lower right')
   return fig
 
 
