@@ -2,9 +2,9 @@
 
     python -m benchmarks.translation_floors --tsv=../shared/data/translation/software_en_fr.tsv
 
-Two outputs that need no model, scored as Attend scores its translations (sacreBLEU BLEU and chrF
-against the raw references, `tasks.copy_metric`'s copy accuracy) on the test split that
-`tsv_parallel` cuts (the same function, so the same sentences):
+Two outputs that need no model, scored as Attend scores its translations
+(`tasks.translation.text_scores`: sacreBLEU BLEU and chrF against the raw references, copy
+accuracy) on the test split that `tsv_parallel` cuts (the same function, so the same sentences):
 - copy: the English source unchanged (software messages share placeholders, options, numbers and
   loanwords with their translations);
 - word for word: each source word replaced by the target word it co-occurs with most strongly in
@@ -15,10 +15,8 @@ import argparse
 import collections
 import json
 
-import sacrebleu
-
 from data.readers import tsv_parallel
-from tasks.copy_metric import copy_accuracy
+from tasks.translation import text_scores
 
 
 def word_table(pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -31,22 +29,14 @@ def word_table(pairs: list[tuple[str, str]]) -> dict[str, str]:
     target_count.update(target_words)
     for word in source_words:
       together[word].update(target_words)
+  # Ties go to the more frequent pair, then to the word itself: set order changes with Python's
+  # string hashing, so without the last key the table would differ between processes.
   return {
     word: max(
-      counts, key=lambda t: (2 * counts[t] / (source_count[word] + target_count[t]), counts[t])
+      counts, key=lambda t: (2 * counts[t] / (source_count[word] + target_count[t]), counts[t], t)
     )
     for word, counts in together.items()
   }
-
-
-def score(hypotheses: list[str], references: list[str]) -> dict[str, float]:
-  copied, with_items = copy_accuracy(hypotheses, references)
-  return dict(
-    bleu=sacrebleu.corpus_bleu(hypotheses, [references]).score,
-    chrf=sacrebleu.corpus_chrf(hypotheses, [references]).score,
-    copy_accuracy=copied,
-    copy_examples=with_items,
-  )
 
 
 def floors(path: str) -> dict[str, dict[str, float]]:
@@ -57,8 +47,8 @@ def floors(path: str) -> dict[str, dict[str, float]]:
   table = word_table(train)
   word_for_word = [' '.join(table.get(w, w) for w in source.split()) for source, _ in test]
   return {
-    'copy the source': score([source for source, _ in test], references),
-    'word for word': score(word_for_word, references),
+    'copy the source': text_scores([source for source, _ in test], references),
+    'word for word': text_scores(word_for_word, references),
     'test examples': {'count': len(test)},
   }
 
@@ -74,8 +64,12 @@ def main(argv=None) -> dict:
   for name, row in table.items():
     if 'bleu' in row:
       print(
-        f'| {name} | {row["bleu"]:.1f} | {row["chrf"]:.1f} | {100 * row["copy_accuracy"]:.1f}% '
-        f'(of {row["copy_examples"]}) |'
+        f'| {name} | {row["bleu"]:.1f} | {row["chrf"]:.1f} | '
+        + (
+          f'{100 * row["copy_accuracy"]:.1f}% (of {row["copy_examples"]:.0f}) |'
+          if 'copy_accuracy' in row
+          else 'nothing to copy |'
+        )
       )
   if args.json:
     with open(args.json, 'w', encoding='utf-8') as f:

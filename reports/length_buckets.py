@@ -15,9 +15,9 @@ import os
 
 from matplotlib.figure import Figure
 import numpy as np
-import sacrebleu
 
 from reports.run_eval import SAMPLES_JSONL
+from tasks.translation import text_scores
 
 
 def read_samples(workdir: str) -> list[dict]:
@@ -56,11 +56,7 @@ def by_length(runs: dict[str, list[dict]], buckets: int) -> list[dict]:
     row = dict(low=low, high=high, size=len(chosen), mean_length=float(lengths[chosen].mean()))
     for name, samples in runs.items():
       hypotheses = [samples[i]['hypothesis'] for i in chosen]
-      references = [[samples[i]['reference'] for i in chosen]]
-      row[name] = dict(
-        bleu=sacrebleu.corpus_bleu(hypotheses, references).score,
-        chrf=sacrebleu.corpus_chrf(hypotheses, references).score,
-      )
+      row[name] = text_scores(hypotheses, [samples[i]['reference'] for i in chosen])
     rows.append(row)
   return rows
 

@@ -28,6 +28,30 @@ from tasks.losses import cross_entropy
 Array = jax.Array
 
 
+def scorers(tokenize: str = '13a') -> dict[str, Any]:
+  """sacreBLEU's BLEU and chrF as translations are scored here. The task counts character n-grams
+  for BLEU when the targets are character-level (single compound words such as German number
+  words would otherwise score 0), and 13a word n-grams otherwise."""
+  return dict(bleu=sacrebleu.metrics.BLEU(tokenize=tokenize), chrf=sacrebleu.metrics.CHRF())
+
+
+def text_scores(
+  hypotheses: list[str], references: list[str], scoring: dict[str, Any] | None = None
+) -> dict[str, float]:
+  """Exact match, corpus BLEU and chrF (`scoring`, default `scorers()`) of outputs against their
+  references, and, where some reference holds placeholders or identifiers, copy accuracy
+  (`tasks.copy_metric`: carried over intact) with the number of references that hold them."""
+  scoring = scorers() if scoring is None else scoring
+  metrics = dict(
+    exact_match=float(np.mean([h == r for h, r in zip(hypotheses, references, strict=True)])),
+    **{name: s.corpus_score(hypotheses, [references]).score for name, s in scoring.items()},
+  )
+  copied, with_items = copy_accuracy(hypotheses, references)
+  if with_items:  # generated tasks (number words, dates) have nothing to copy
+    metrics.update(copy_accuracy=copied, copy_examples=float(with_items))
+  return metrics
+
+
 def shift_right(targets: Array, bos_id: int) -> Array:
   """Decoder inputs `[BOS, y_1, ..., y_{T-1}]` from targets `[y_1, ..., y_T]` (int32 `[B, T]`)."""
   bos = jnp.full_like(targets[:, :1], bos_id)
@@ -195,32 +219,14 @@ class Translation(Task):
     )
 
   def _scorers(self) -> dict[str, Any]:
-    """sacreBLEU's BLEU and chrF as scored here. BLEU counts character n-grams when the targets are
-    character-level (single compound words such as German number words would otherwise score 0),
-    and 13a word n-grams otherwise."""
-    tokenize = 'char' if self.target_vocab == 'char' else '13a'
-    return dict(bleu=sacrebleu.metrics.BLEU(tokenize=tokenize), chrf=sacrebleu.metrics.CHRF())
+    return scorers('char' if self.target_vocab == 'char' else '13a')
 
   def prediction_metrics(self, samples):
-    """Exact match, corpus sacreBLEU and chrF of the decoded samples against the raw references,
-    and, where some reference holds placeholders or identifiers, copy accuracy
-    (`tasks.copy_metric`: carried over intact) with the number of references that hold them."""
+    """`text_scores` of the decoded samples against the raw references."""
     if not samples:
       return {}
     hypotheses = [sample['hypothesis'] for sample in samples]
-    references = [sample['reference'] for sample in samples]
-    scores = {
-      name: scorer.corpus_score(hypotheses, [references]).score
-      for name, scorer in self._scorers().items()
-    }
-    metrics = dict(
-      exact_match=float(np.mean([h == r for h, r in zip(hypotheses, references)])),
-      **scores,
-    )
-    copied, with_items = copy_accuracy(hypotheses, references)
-    if with_items:  # generated tasks (number words, dates) have nothing to copy
-      metrics.update(copy_accuracy=copied, copy_examples=float(with_items))
-    return metrics
+    return text_scores(hypotheses, [sample['reference'] for sample in samples], self._scorers())
 
   def metric_signatures(self):
     scorers = self._scorers()

@@ -121,9 +121,10 @@ def read_columns(
   return rows
 
 
-def read_pairs(path: str) -> list[tuple[int, str, str]]:
-  """The `(line number, source, target)` of every well-formed line; see `read_columns`."""
-  return read_columns(path, 'tsv_parallel', 'source<TAB>target')
+def read_pairs(path: str, field: str = 'tsv_path') -> list[tuple[int, str, str]]:
+  """The `(line number, source, target)` of every well-formed line of the file that
+  `config.dataset.<field>` names; see `read_columns`."""
+  return read_columns(path, 'tsv_parallel', 'source<TAB>target', field)
 
 
 def split_by_first_column(
@@ -184,7 +185,7 @@ class TsvParallel(tfds.core.GeneratorBasedBuilder):
       )
     c = self.builder_config
     files = {
-      split: read_columns(path, 'tsv_parallel', 'source<TAB>target', f'{split}_path')
+      split: read_pairs(path, f'{split}_path')
       for split, path in (('validation', c.validation_path), ('test', c.test_path))
       if path
     }
