@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test bench clean
+.PHONY: run test bench joeynmt clean
 
 # Installs the dependencies pyproject.toml declares (no packages: the repository root is the
 # import root). Re-installs only when it changed; each stamp records the last install.
@@ -47,5 +47,17 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks.variants_bench --json=runs/bench/variants.json
 	$(BIN)/python -m benchmarks.data_bench --data_dir=runs/bench/tfds --json=runs/bench/data.json
 
+# Joey NMT 2.3.0, the translation peer of benchmarks/translation_peer.py, in its own environment:
+# it pins protobuf < 3.21, which Attend's dependencies do not allow; torch 2.13.0 is its CPU build;
+# it imports importlib_metadata without declaring it and calls SetVocabulary, gone after
+# sentencepiece 0.2.0.
+JOEY := .venv-joeynmt
+joeynmt: $(JOEY)/.installed
+$(JOEY)/.installed:
+	$(PYTHON) -m venv $(JOEY)
+	$(JOEY)/bin/pip install --quiet torch==2.13.0
+	$(JOEY)/bin/pip install --quiet joeynmt==2.3.0 importlib_metadata sentencepiece==0.2.0
+	touch $@
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(JOEY) .pytest_cache

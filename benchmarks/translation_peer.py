@@ -1,0 +1,268 @@
+"""Attend against Joey NMT on a parallel TSV: the same split, subword vocabulary and time budget.
+
+    make joeynmt   # Joey NMT 2.3.0 in its own environment (its pins conflict with Attend's)
+    python -m benchmarks.translation_peer \
+        --tsv=../shared/data/translation/software_en_fr.tsv --workdir=runs/peer
+
+For each model (`--models`, default both): Attend trains its config as shipped (`configs/tsv.py`,
+the Transformer; `configs/tsv_gru.py`, the GRU with Bahdanau's attention) with `train.py`, timed
+from start to exit, and evaluates it with `eval.py` (greedy, the test split). Joey NMT then trains
+the model of the same shape on the same training pairs, cut into the same SentencePiece pieces
+(the model Attend's run trained on the training split), for the same wall time (`train.py`'s, its
+own validations included), and is stopped there; its best checkpoint by chrF on 256 validation
+sentences (Attend selects by the same) translates the test split greedily. Both outputs are
+scored by `tasks.translation.text_scores` against the raw references. Run the benchmark on a quiet
+machine: the budget is wall time.
+
+Settings shared with Attend's configs: layers, widths, heads, dropout, label smoothing 0.1,
+gradient clipping at 1.0, Adam (betas 0.9/0.98 for the Transformer), the peak learning rate and its
+warm-up, 64 sentences a batch, training pairs up to 64 pieces a side, post-norm Transformer layers,
+the output layer tied to the target embedding. Where Joey differs: its RNN decoder feeds the
+previous attentional vector into the cell (input feeding) and has no learning-rate warm-up.
+"""
+
+import argparse
+import json
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
+import time
+
+import sentencepiece as spm
+
+from data.readers import tsv_parallel
+from tasks.translation import text_scores
+
+REPO = Path(__file__).resolve().parent.parent
+JOEY_PYTHON = REPO / '.venv-joeynmt' / 'bin' / 'python'
+ATTEND_CONFIGS = {'transformer': 'configs/tsv.py', 'gru': 'configs/tsv_gru.py'}
+DEV_SENTENCES = 256  # Attend's num_eval_decode: the decoded validation subset it selects on
+MAX_PIECES = 64  # configs/tsv.py's max_input_length and max_target_length
+
+
+def joey_model(name: str) -> dict:
+  """Joey NMT's model section for the shape of Attend's `name` config."""
+  if name == 'transformer':  # configs/tsv.py: 3 layers, 256 wide, 4 heads, 1024 feed-forward
+    side = dict(
+      type='transformer',
+      num_layers=3,
+      num_heads=4,
+      hidden_size=256,
+      ff_size=1024,
+      dropout=0.1,
+      layer_norm='post',
+      embeddings=dict(embedding_dim=256, scale=True, dropout=0.1),
+    )
+    return dict(tied_embeddings=False, tied_softmax=True, encoder=side, decoder=dict(side))
+  if name == 'gru':  # configs/tsv_gru.py: bidirectional GRU encoder, Bahdanau's decoder
+    embeddings = dict(embedding_dim=256, dropout=0.2)
+    return dict(
+      tied_embeddings=False,
+      tied_softmax=False,
+      encoder=dict(
+        type='recurrent',
+        rnn_type='gru',
+        hidden_size=256,
+        bidirectional=True,
+        num_layers=1,
+        dropout=0.2,
+        embeddings=embeddings,
+      ),
+      decoder=dict(
+        type='recurrent',
+        rnn_type='gru',
+        hidden_size=256,
+        num_layers=1,
+        attention='bahdanau',
+        init_hidden='bridge',
+        input_feeding=True,
+        dropout=0.2,
+        hidden_dropout=0.2,
+        embeddings=dict(embeddings),
+      ),
+    )
+  raise ValueError(f'--models: {name!r} is not one of {sorted(ATTEND_CONFIGS)}.')
+
+
+def joey_training(name: str, attend: dict) -> dict:
+  """Joey's training section with the optimiser settings of Attend's config (`attend`)."""
+  training = dict(
+    optimizer='adam',
+    adam_betas=[attend['beta1'], attend['beta2']],
+    learning_rate=attend['learning_rate'],
+    learning_rate_min=0,  # Joey stops below this; the budget stops it here
+    label_smoothing=attend['label_smoothing'],
+    clip_grad_norm=attend['grad_clip'],
+    batch_size=attend['dataset']['batch_size'],
+    batch_type='sentence',
+    eval_batch_size=DEV_SENTENCES,
+    eval_batch_type='sentence',
+    epochs=1000,  # the wall-time budget ends training
+    validation_freq=attend['eval_every_steps'],
+    logging_freq=attend['log_every_steps'],
+    eval_metrics=['chrf', 'bleu'],
+    early_stopping_metric='chrf',
+    keep_best_ckpts=1,
+    overwrite=True,
+    shuffle=True,
+    random_seed=attend['seed'],
+  )
+  if name == 'transformer':  # Attend's rsqrt schedule: linear warm-up to the peak, then 1/sqrt
+    training.update(
+      scheduling='warmupinversesquareroot', learning_rate_warmup=attend['warmup_steps']
+    )
+  else:  # constant: Joey 2.3.0 refuses no schedule at all, so an exponential decay of factor 1
+    training.update(scheduling='exponential', decrease_factor=1.0)
+  return training
+
+
+def write_joey_inputs(tsv: str, spm_model: Path, out: Path) -> list[str]:
+  """Writes the split Attend trains on as Joey's plain files and Joey's vocabulary (the pieces
+  of `spm_model`); returns the raw test references."""
+  splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(tsv))
+  splits['validation'] = splits['validation'][:DEV_SENTENCES]
+  out.mkdir(parents=True, exist_ok=True)
+  for split, name in (('train', 'train'), ('validation', 'dev'), ('test', 'test')):
+    for column, lang in ((1, 'en'), (2, 'fr')):
+      lines = [row[column].replace('\n', ' ') for row in splits[split]]
+      (out / f'{name}.{lang}').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+  pieces = spm.SentencePieceProcessor(model_file=str(spm_model))
+  vocab = [
+    pieces.id_to_piece(i)
+    for i in range(pieces.get_piece_size())
+    if not (pieces.is_control(i) or pieces.is_unknown(i))  # Joey adds its own specials
+  ]
+  (out / 'vocab.txt').write_text('\n'.join(vocab) + '\n', encoding='utf-8')
+  return [row[2] for row in splits['test']]
+
+
+def joey_config(name: str, attend: dict, data: Path, spm_model: Path, model_dir: Path) -> dict:
+  side = lambda lang: dict(  # noqa: E731
+    lang=lang,
+    level='bpe',
+    lowercase=False,
+    max_length=MAX_PIECES,
+    voc_file=str(data / 'vocab.txt'),
+    tokenizer_type='sentencepiece',
+    tokenizer_cfg=dict(model_file=str(spm_model)),
+  )
+  return dict(
+    name=f'attend_peer_{name}',
+    model_dir=str(model_dir),
+    use_cuda=False,
+    data=dict(
+      train=str(data / 'train'),
+      dev=str(data / 'dev'),
+      test=str(data / 'test'),
+      dataset_type='plain',
+      src=side('en'),
+      trg=side('fr'),
+    ),
+    training=joey_training(name, attend),
+    testing=dict(beam_size=1, max_output_length=MAX_PIECES, eval_metrics=['bleu', 'chrf']),
+    model=dict(
+      initializer='xavier_uniform', embed_initializer='xavier_uniform', **joey_model(name)
+    ),
+  )
+
+
+def timed(command: list[str], log: Path, budget_s: float | None = None) -> float:
+  """Runs `command` (output to `log`), stopped with SIGTERM after `budget_s`; returns wall s."""
+  start = time.perf_counter()
+  with open(log, 'w', encoding='utf-8') as f:
+    process = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+      process.wait(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+      os.killpg(process.pid, signal.SIGTERM)
+      process.wait()
+      return time.perf_counter() - start
+  if process.returncode:
+    raise RuntimeError(f'{" ".join(command[:4])} failed ({process.returncode}); see {log}')
+  return time.perf_counter() - start
+
+
+def attend_run(name: str, tsv: str, workdir: Path) -> dict:
+  """Trains and evaluates Attend's config for `name` (once: a finished run is read back)."""
+  record = workdir / 'peer_timing.json'
+  if not record.exists():
+    workdir.parent.mkdir(parents=True, exist_ok=True)
+    train = [sys.executable, 'train.py', f'--config={ATTEND_CONFIGS[name]}']
+    train += [f'--config.dataset.tsv_path={tsv}', f'--workdir={workdir}']
+    wall = timed(train, workdir.parent / f'{workdir.name}.train.log')
+    timed([sys.executable, 'eval.py', f'--workdir={workdir}'], workdir / 'peer_eval.log')
+    record.write_text(json.dumps({'train_wall_s': wall}))
+  metrics = json.loads((workdir / 'eval' / 'metrics.json').read_text())
+  config = json.loads((workdir / 'config.json').read_text())
+  return dict(
+    json.loads(record.read_text()),
+    steps=config['num_train_steps'],
+    config=config,
+    **{k: metrics[k] for k in ('bleu', 'chrf', 'copy_accuracy', 'exact_match')},
+  )
+
+
+def joey_run(name: str, tsv: str, attend: dict, workdir: Path, out: Path, python: str) -> dict:
+  """Trains Joey NMT's `name` for Attend's wall time and scores its greedy test translations."""
+  spm_model = workdir / 'vocab' / 'shared.spm.model'
+  references = write_joey_inputs(tsv, spm_model, out / 'data')
+  config_path = out / 'config.yaml'  # JSON is YAML
+  config = joey_config(name, attend['config'], out / 'data', spm_model, out / 'model')
+  config_path.write_text(json.dumps(config, indent=1))
+  budget = attend['train_wall_s']
+  wall = timed(
+    [python, '-m', 'joeynmt', 'train', str(config_path), '--skip-test'], out / 'train.log', budget
+  )
+  best = out / 'model' / 'best.ckpt'
+  if not best.exists():
+    raise RuntimeError(f'Joey NMT saved no checkpoint within {budget:.0f} s; see {out}/train.log')
+  config['testing']['load_model'] = str(best)
+  config_path.write_text(json.dumps(config, indent=1))
+  command = [python, '-m', 'joeynmt', 'test', str(config_path), '--output-path', str(out / 'hyp')]
+  timed(command, out / 'test.log')
+  hypotheses = (out / 'hyp.test').read_text(encoding='utf-8').split('\n')[: len(references)]
+  validations = (out / 'model' / 'validations.txt').read_text().splitlines()
+  return dict(
+    train_wall_s=wall,
+    best_step=int(best.resolve().stem),
+    steps=int(validations[-1].split()[1]),  # the last validated step: Joey logs no later one
+    **text_scores(hypotheses, references),
+  )
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--tsv', required=True, help='english<TAB>other lines (tsv_parallel)')
+  parser.add_argument('--workdir', default='runs/peer', help='runs and results go here')
+  parser.add_argument('--models', default='transformer,gru', help='comma-separated')
+  parser.add_argument('--joey_python', default=str(JOEY_PYTHON), help='its python: make joeynmt')
+  args = parser.parse_args(argv)
+  if not Path(args.joey_python).exists():
+    sys.exit(f'--joey_python: {args.joey_python} does not exist; run `make joeynmt` first.')
+  root = Path(args.workdir)
+  results = {}
+  for name in args.models.split(','):
+    joey_model(name)  # an unknown name is refused before anything trains
+    attend = attend_run(name, args.tsv, root / f'attend_{name}')
+    print(f'{name}: Attend trained in {attend["train_wall_s"] / 60:.1f} min', flush=True)
+    joey = joey_run(
+      name, args.tsv, attend, root / f'attend_{name}', root / f'joey_{name}', args.joey_python
+    )
+    results[name] = {'attend': {k: v for k, v in attend.items() if k != 'config'}, 'joeynmt': joey}
+    (root / 'results.json').write_text(json.dumps(results, indent=1))
+  print('| model | toolkit | train wall | steps | BLEU | chrF | copy accuracy | exact |')
+  print('|---|---|---|---|---|---|---|---|')
+  for name, row in results.items():
+    for toolkit, r in row.items():
+      print(
+        f'| {name} | {toolkit} | {r["train_wall_s"] / 60:.1f} min | {r["steps"]} | '
+        f'{r["bleu"]:.1f} | {r["chrf"]:.1f} | {100 * r["copy_accuracy"]:.1f}% | '
+        f'{100 * r["exact_match"]:.1f}% |'
+      )
+  return results
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,99 @@
+"""benchmarks/translation_peer.py: what it gives Joey NMT (the split, the pieces, the settings of
+Attend's configs) and how it stops a run at the budget. Joey NMT itself lives in its own
+environment (`make joeynmt`) and is run by the benchmark, measured in docs/translation.md."""
+
+import json
+import sys
+import time
+
+import pytest
+
+from benchmarks import translation_peer
+from data.readers import tsv_parallel
+from data.tokenizers import SPECIAL_TOKENS, SentencePieceTokenizer
+
+
+@pytest.fixture(scope='module')
+def corpus(tmp_path_factory):
+  """A small TSV and a SentencePiece model trained as Attend trains one."""
+  root = tmp_path_factory.mktemp('peer')
+  words = ['file', 'disk', 'read', 'open', 'write', 'close', 'user', 'name', 'path', 'error']
+  lines = [
+    f'{a} {b} %s {i}\t{b} {a} « %s » {i}' for i in range(30) for a, b in zip(words, words[1:])
+  ]
+  (root / 'pairs.tsv').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+  texts = [part for line in lines for part in line.split('\t')]
+  (root / 'shared.spm.model').write_bytes(SentencePieceTokenizer.build(texts, 60).model_proto)
+  return root
+
+
+def test_joey_gets_attends_split_and_pieces(corpus):
+  references = translation_peer.write_joey_inputs(
+    str(corpus / 'pairs.tsv'), corpus / 'shared.spm.model', corpus / 'data'
+  )
+  splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(str(corpus / 'pairs.tsv')))
+  assert references == [target for _, _, target in splits['test']]
+  read = lambda name: (corpus / 'data' / name).read_text(encoding='utf-8').splitlines()  # noqa: E731
+  assert read('test.fr') == references
+  assert read('test.en') == [source for _, source, _ in splits['test']]
+  assert read('train.en') == [source for _, source, _ in splits['train']]
+  dev = splits['validation'][: translation_peer.DEV_SENTENCES]
+  assert read('dev.fr') == [target for _, _, target in dev]
+  vocab = read('vocab.txt')
+  pieces = SentencePieceTokenizer((corpus / 'shared.spm.model').read_bytes())
+  # Every piece once, Attend's specials left out (Joey adds its own in front).
+  assert len(set(vocab)) == len(vocab) == pieces.vocab_size - len(SPECIAL_TOKENS)
+  assert not set(vocab) & set(SPECIAL_TOKENS) and '%' in ''.join(vocab)
+
+
+@pytest.mark.parametrize('name', sorted(translation_peer.ATTEND_CONFIGS))
+def test_joey_config_takes_attends_settings(name, tmp_path):
+  from configs import tsv, tsv_gru
+
+  attend = {'transformer': tsv, 'gru': tsv_gru}[name].get_config().to_dict()
+  config = translation_peer.joey_config(name, attend, tmp_path, tmp_path / 'm.model', tmp_path)
+  json.loads(json.dumps(config))  # written as JSON, which is YAML
+  training = config['training']
+  assert training['batch_size'] == attend['dataset']['batch_size'] == 64
+  assert training['learning_rate'] == attend['learning_rate']
+  assert training['label_smoothing'] == attend['label_smoothing']
+  assert training['clip_grad_norm'] == attend['grad_clip']
+  assert training['validation_freq'] == attend['eval_every_steps']
+  assert training['early_stopping_metric'] == attend['selection_metric'] == 'chrf'
+  assert config['data']['src']['max_length'] == attend['dataset']['max_input_length']
+  assert config['testing']['beam_size'] == 1  # greedy, as Attend's eval.py decodes
+  encoder = config['model']['encoder']
+  if name == 'transformer':
+    model = attend['model']
+    assert (encoder['num_layers'], encoder['hidden_size']) == (
+      model['num_layers'],
+      model['d_model'],
+    )
+    assert (encoder['num_heads'], encoder['ff_size']) == (model['num_heads'], model['d_ff'])
+    assert encoder['layer_norm'] == model['norm'] == 'post'
+    assert training['learning_rate_warmup'] == attend['warmup_steps']
+  else:
+    assert encoder['rnn_type'] == 'gru' and encoder['bidirectional']
+    assert encoder['hidden_size'] == attend['model']['hidden_dim']
+    assert config['model']['decoder']['attention'] == attend['model']['attention'] == 'bahdanau'
+    assert training['decrease_factor'] == 1.0  # a constant rate, as Attend's schedule
+
+
+def test_an_unknown_model_is_refused():
+  with pytest.raises(ValueError, match='--models'):
+    translation_peer.joey_model('lstm')
+
+
+def test_a_run_is_stopped_at_its_budget_and_a_failure_named(tmp_path):
+  start = time.perf_counter()
+  wall = translation_peer.timed(
+    [sys.executable, '-c', 'import time; time.sleep(60)'], tmp_path / 'a.log', 1.0
+  )
+  assert 1.0 <= wall < 30 and time.perf_counter() - start < 30
+  with pytest.raises(RuntimeError, match='failed'):
+    translation_peer.timed([sys.executable, '-c', 'raise SystemExit(3)'], tmp_path / 'b.log')
+
+
+def test_a_missing_joey_environment_is_one_sentence(tmp_path, capsys):
+  with pytest.raises(SystemExit, match='make joeynmt'):
+    translation_peer.main(['--tsv=x.tsv', f'--joey_python={tmp_path / "none"}'])
