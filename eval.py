@@ -57,6 +57,12 @@ _EXPLORER = flags.DEFINE_integer(
   'Examples in eval/explorer.html, the interactive attention '
   'explorer (default: --num_heatmaps; docs/explorer.md).',
 )
+_OUTPUT = flags.DEFINE_string(
+  'output',
+  run_eval.EVAL_DIR,
+  "The workdir's folder to write: 'eval', or 'eval_NAME' to keep another evaluation (a beam "
+  'search, averaged checkpoints, one chosen example) beside it.',
+)
 _MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Predict at most this many (0 = all).')
 _CACHE = flags.DEFINE_string(
   'compilation_cache',
@@ -89,6 +95,7 @@ def main(argv):
       eval_lengths=_EVAL_LENGTH.value,
       ablate_heads=_ABLATE.value,
       explorer_examples=_EXPLORER.value,
+      output=_OUTPUT.value,
     ),
   )
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 from absl import logging
 import jax
@@ -18,7 +19,8 @@ from training.setup import build_state
 from training.steps import merge_model
 
 DECODERS = ('greedy', 'beam')
-LOG_FILE = 'eval.log'  # in WORKDIR/eval/, the only folder eval.py writes
+LOG_FILE = 'eval.log'  # in WORKDIR/eval/ (or --output's folder), the only one eval.py writes
+EVAL_DIR = 'eval'  # eval.py's folder; --output=eval_NAME keeps another evaluation beside it
 SAMPLES_JSONL = 'samples.jsonl'  # every predicted example's text fields, one JSON object a line
 
 
@@ -51,6 +53,7 @@ def evaluate_checkpoint(
   eval_lengths=(),
   ablate_heads: bool = False,
   explorer_examples: int | None = None,
+  output: str = EVAL_DIR,
 ) -> dict:
   """Evaluates a checkpoint of `workdir`; writes WORKDIR/eval/{metrics.json, config.json (the
   config evaluated), the task's samples file (samples.txt, predictions.txt) and samples.jsonl
@@ -83,11 +86,13 @@ def evaluate_checkpoint(
       (eval/head_ablation.json and .png, `reports.head_ablation`).
     explorer_examples: the first examples shown in eval/explorer.html (`reports.explorer`);
       None = `num_heatmaps`.
+    output: the workdir's folder written instead of eval/: `EVAL_DIR` or `EVAL_DIR` + '_NAME'
+      (a beam-search or averaged evaluation kept beside the greedy one).
 
   Returns:
     The metrics written to eval/metrics.json.
   """
-  _check_flags(decode, average_last, num_heatmaps, max_examples)
+  _check_flags(decode, average_last, num_heatmaps, max_examples, output)
   if checkpoint_step is not None:
     checkpoint = str(checkpoint_step)
   if explorer_examples is not None and explorer_examples < 0:
@@ -128,7 +133,7 @@ def evaluate_checkpoint(
       logging.info('Evaluating step %d (--checkpoint=%s).', step, chosen)
     finally:
       checkpoints.close()
-    out_dir = os.path.join(workdir, 'eval')
+    out_dir = os.path.join(workdir, output)
     os.makedirs(out_dir, exist_ok=True)
     log.to_file(os.path.join(out_dir, LOG_FILE))
 
@@ -230,8 +235,15 @@ def _choose(workdir: str, checkpoint: str, average_last: int) -> str:
   return checkpoint
 
 
-def _check_flags(decode: str, average_last: int, num_heatmaps: int, max_examples: int) -> None:
+def _check_flags(
+  decode: str, average_last: int, num_heatmaps: int, max_examples: int, output: str
+) -> None:
   """Raises ValueError naming the first flag whose value eval.py cannot honour."""
+  if not re.fullmatch(rf'{EVAL_DIR}(_[\w.-]+)?', output):
+    raise ValueError(
+      f"--output={output!r} must be '{EVAL_DIR}' or '{EVAL_DIR}_NAME' (letters, digits, '_.-'): "
+      'a folder of the workdir beside its checkpoints, which it never replaces.'
+    )
   if decode not in DECODERS:
     raise ValueError(f'--decode={decode!r} is not one of {DECODERS}.')
   if average_last < 1:

@@ -143,6 +143,17 @@ def test_a_decoder_without_attention_trains_and_evaluates(data_dir, tmp_path):
   assert metrics['copy_examples'] == 2 and 'signatures' in metrics
   assert not [f for f in os.listdir(os.path.join(workdir, 'eval')) if f.endswith('.png')]
   assert os.path.exists(os.path.join(workdir, 'eval', 'explorer.html'))
+  # --output keeps another evaluation (here of one chosen example) beside eval/, untouched.
+  before = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'eval', 'metrics.json')).read()
+  one = run_eval.evaluate_checkpoint(workdir, split='test[1:2]', output='eval_one')
+  assert one['examples'] == 1 and one['split'] == 'test[1:2]'
+  with open(os.path.join(workdir, 'eval_one', 'metrics.json')) as f:
+    assert json.load(f)['examples'] == 1
+  for bad in ('checkpoints', 'eval/../best', 'evaluation'):
+    with pytest.raises(ValueError, match=f'--output={bad!r}'):
+      run_eval.evaluate_checkpoint(workdir, output=bad)
+  after = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'eval', 'metrics.json')).read()
+  assert after[0] == sorted(before[0] + ['eval_one']) and after[1] == before[1]
 
 
 STEPS = 300  # tiny steps take milliseconds, so a signal always lands mid-run
