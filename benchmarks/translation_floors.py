@@ -12,31 +12,11 @@ accuracy) on the test split that `tsv_parallel` cuts (the same function, so the 
 """
 
 import argparse
-import collections
 import json
 
 from data.readers import tsv_parallel
+from data.word_alignment import word_table
 from tasks.translation import text_scores
-
-
-def word_table(pairs: list[tuple[str, str]]) -> dict[str, str]:
-  """Source word -> the target word with the highest Dice coefficient over training sentences."""
-  source_count, target_count = collections.Counter(), collections.Counter()
-  together = collections.defaultdict(collections.Counter)
-  for source, target in pairs:
-    source_words, target_words = set(source.split()), set(target.split())
-    source_count.update(source_words)
-    target_count.update(target_words)
-    for word in source_words:
-      together[word].update(target_words)
-  # Ties go to the more frequent pair, then to the word itself: set order changes with Python's
-  # string hashing, so without the last key the table would differ between processes.
-  return {
-    word: max(
-      counts, key=lambda t: (2 * counts[t] / (source_count[word] + target_count[t]), counts[t], t)
-    )
-    for word, counts in together.items()
-  }
 
 
 def floors(path: str) -> dict[str, dict[str, float]]:

@@ -18,7 +18,7 @@ import optax
 import pytest
 
 import models
-from reports import run_eval
+from reports import reordering, run_eval
 import tasks
 from tasks.translation import teacher_forced_loss
 import training
@@ -154,6 +154,9 @@ def test_a_decoder_without_attention_trains_and_evaluates(data_dir, tmp_path):
       run_eval.evaluate_checkpoint(workdir, output=bad)
   after = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'eval', 'metrics.json')).read()
   assert after[0] == sorted(before[0] + ['eval_one']) and after[1] == before[1]
+  # The rule that picks the docs' alignment sentence reads this run's test samples and data.
+  chosen = reordering.main([f'--workdir={workdir}', '--min_words=1'])
+  assert chosen['source'].startswith('It is') and chosen['crossings'] == 0
 
 
 STEPS = 300  # tiny steps take milliseconds, so a signal always lands mid-run

@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 
 from benchmarks import translation_floors
+from data import word_alignment
 
 
 def test_word_table_picks_the_strongest_co_occurrence():
   pairs = [('the cat', 'le chat'), ('the dog', 'le chien'), ('a cat', 'un chat')]
-  table = translation_floors.word_table(pairs)
+  table = word_alignment.word_table(pairs)
   assert table['cat'] == 'chat' and table['dog'] == 'chien' and table['the'] == 'le'
   assert table['a'] == 'un'
 

@@ -1,0 +1,81 @@
+"""The test sentence whose word order changes most between source and reference, chosen by a
+stated rule (not for how its attention looks), and the command that draws its alignment.
+
+    python -m reports.reordering --workdir=runs/gru
+
+The rule, on the evaluated test split (WORKDIR/eval/samples.jsonl, in the split's order):
+1. link words with a word-for-word table learned from the training pairs alone
+   (`data.word_alignment.word_table`, Dice co-occurrence): a source word that occurs once is
+   linked to its table word where that occurs once in the reference;
+2. count the pairs of links whose order differs between the two sides (`crossings`);
+3. among sources of `--min_words` to `--max_words` words, take the most crossings; ties go to
+   more links, then to the earlier sentence.
+The model's output plays no part in the choice. The command printed draws the example's
+cross-attention with `eval.py --split='test[I:I+1]' --output=eval_alignment`.
+"""
+
+import argparse
+import json
+import os
+
+from data.readers import tsv_parallel
+from data.word_alignment import aligned_positions, crossings, word_table
+from reports.run_eval import EVAL_DIR, SAMPLES_JSONL, load_config
+
+
+def training_pairs(config) -> list[tuple[str, str]]:
+  """The training split the workdir's run was trained on (`tsv_parallel`'s cut)."""
+  dataset = config.dataset
+  if dataset.name != 'tsv_parallel':
+    raise ValueError(
+      f'config.dataset.name={dataset.name!r}: the rule needs a parallel TSV (tsv_parallel).'
+    )
+  files = {
+    split: tsv_parallel.read_pairs(path, f'{split}_path')
+    for split, path in (('validation', dataset.validation_path), ('test', dataset.test_path))
+    if path
+  }
+  splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(dataset.tsv_path), files)
+  return [(source, target) for _, source, target in splits['train']]
+
+
+def choose(samples: list[dict], table: dict[str, str], min_words: int, max_words: int) -> dict:
+  """The sample the rule picks, with its links and crossings added."""
+  best, best_key = None, None
+  for position, sample in enumerate(samples):
+    if not min_words <= len(sample['source'].split()) <= max_words:
+      continue
+    links = aligned_positions(sample['source'], sample['reference'], table)
+    key = (crossings(links), len(links), -position)
+    if best_key is None or key > best_key:
+      best, best_key = dict(sample, position=position, links=links, crossings=key[0]), key
+  if best is None:
+    raise ValueError(f'No test source has {min_words} to {max_words} words.')
+  return best
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--workdir', required=True, help='a translation run evaluated by eval.py')
+  parser.add_argument('--min_words', type=int, default=5)
+  parser.add_argument('--max_words', type=int, default=10)
+  args = parser.parse_args(argv)
+  path = os.path.join(args.workdir, EVAL_DIR, SAMPLES_JSONL)
+  if not os.path.isfile(path):
+    raise SystemExit(f'--workdir={args.workdir}: no {path}; run eval.py --workdir first.')
+  with open(path, encoding='utf-8') as f:
+    samples = [json.loads(line) for line in f]
+  table = word_table(training_pairs(load_config(args.workdir)))
+  chosen = choose(samples, table, args.min_words, args.max_words)
+  i = chosen['position']
+  print(f'test example {i}: {chosen["crossings"]} crossings over {len(chosen["links"])} links')
+  print(f'  source:    {chosen["source"]}\n  reference: {chosen["reference"]}')
+  print(
+    f"python eval.py --workdir={args.workdir} --split='test[{i}:{i + 1}]' "
+    '--output=eval_alignment --num_heatmaps=1'
+  )
+  return chosen
+
+
+if __name__ == '__main__':
+  main()
