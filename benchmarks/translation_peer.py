@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+import re
 import signal
 import subprocess
 import sys
@@ -223,11 +224,11 @@ def joey_run(name: str, tsv: str, attend: dict, workdir: Path, out: Path, python
   command = [python, '-m', 'joeynmt', 'test', str(config_path), '--output-path', str(out / 'hyp')]
   timed(command, out / 'test.log')
   hypotheses = (out / 'hyp.test').read_text(encoding='utf-8').split('\n')[: len(references)]
-  validations = (out / 'model' / 'validations.txt').read_text().splitlines()
+  logged = re.findall(r'Step:\s+(\d+)', (out / 'train.log').read_text(encoding='utf-8'))
   return dict(
     train_wall_s=wall,
     best_step=int(best.resolve().stem),
-    steps=int(validations[-1].split()[1]),  # the last validated step: Joey logs no later one
+    steps=int(logged[-1]),  # the last step Joey logged (every 100) before the budget stopped it
     **text_scores(hypotheses, references),
   )
 
