@@ -39,55 +39,47 @@ from tasks.translation import text_scores
 REPO = Path(__file__).resolve().parent.parent
 JOEY_PYTHON = REPO / '.venv-joeynmt' / 'bin' / 'python'
 ATTEND_CONFIGS = {'transformer': 'configs/tsv.py', 'gru': 'configs/tsv_gru.py'}
-DEV_SENTENCES = 256  # Attend's num_eval_decode: the decoded validation subset it selects on
-MAX_PIECES = 64  # configs/tsv.py's max_input_length and max_target_length
 
 
-def joey_model(name: str) -> dict:
-  """Joey NMT's model section for the shape of Attend's `name` config."""
-  if name == 'transformer':  # configs/tsv.py: 3 layers, 256 wide, 4 heads, 1024 feed-forward
+def joey_model(attend_model: dict) -> dict:
+  """Joey NMT's model section with the shape of Attend's model config (`attend['model']`)."""
+  m = attend_model
+  if m['name'] == 'transformer':
     side = dict(
       type='transformer',
-      num_layers=3,
-      num_heads=4,
-      hidden_size=256,
-      ff_size=1024,
-      dropout=0.1,
-      layer_norm='post',
-      embeddings=dict(embedding_dim=256, scale=True, dropout=0.1),
+      num_layers=m['num_layers'],
+      num_heads=m['num_heads'],
+      hidden_size=m['d_model'],
+      ff_size=m['d_ff'],
+      dropout=m['dropout_rate'],
+      layer_norm=m['norm'],
+      embeddings=dict(embedding_dim=m['d_model'], scale=True, dropout=m['dropout_rate']),
     )
-    return dict(tied_embeddings=False, tied_softmax=True, encoder=side, decoder=dict(side))
-  if name == 'gru':  # configs/tsv_gru.py: bidirectional GRU encoder, Bahdanau's decoder
-    embeddings = dict(embedding_dim=256, dropout=0.2)
-    return dict(
-      tied_embeddings=False,
-      tied_softmax=False,
-      encoder=dict(
-        type='recurrent',
-        rnn_type='gru',
-        hidden_size=256,
-        bidirectional=True,
-        num_layers=1,
-        dropout=0.2,
-        embeddings=embeddings,
-      ),
-      decoder=dict(
-        type='recurrent',
-        rnn_type='gru',
-        hidden_size=256,
-        num_layers=1,
-        attention='bahdanau',
-        init_hidden='bridge',
-        input_feeding=True,
-        dropout=0.2,
-        hidden_dropout=0.2,
-        embeddings=dict(embeddings),
-      ),
-    )
-  raise ValueError(f'--models: {name!r} is not one of {sorted(ATTEND_CONFIGS)}.')
+    return dict(tied_embeddings=False, tied_softmax=m['tie_output'], encoder=side, decoder=side)
+  embeddings = dict(embedding_dim=m['embed_dim'], dropout=m['dropout_rate'])
+  rnn = dict(
+    type='recurrent',
+    rnn_type='gru',
+    hidden_size=m['hidden_dim'],
+    num_layers=m['num_layers'],
+    dropout=m['dropout_rate'],
+    embeddings=embeddings,
+  )
+  return dict(
+    tied_embeddings=False,
+    tied_softmax=False,
+    encoder=dict(rnn, bidirectional=m['bidirectional']),
+    decoder=dict(
+      rnn,
+      attention=m['attention'],
+      init_hidden='bridge',
+      input_feeding=True,
+      hidden_dropout=m['dropout_rate'],
+    ),
+  )
 
 
-def joey_training(name: str, attend: dict) -> dict:
+def joey_training(attend: dict) -> dict:
   """Joey's training section with the optimiser settings of Attend's config (`attend`)."""
   training = dict(
     optimizer='adam',
@@ -98,7 +90,7 @@ def joey_training(name: str, attend: dict) -> dict:
     clip_grad_norm=attend['grad_clip'],
     batch_size=attend['dataset']['batch_size'],
     batch_type='sentence',
-    eval_batch_size=DEV_SENTENCES,
+    eval_batch_size=attend['num_eval_decode'],
     eval_batch_type='sentence',
     epochs=1000,  # the wall-time budget ends training
     validation_freq=attend['eval_every_steps'],
@@ -110,23 +102,26 @@ def joey_training(name: str, attend: dict) -> dict:
     shuffle=True,
     random_seed=attend['seed'],
   )
-  if name == 'transformer':  # Attend's rsqrt schedule: linear warm-up to the peak, then 1/sqrt
+  if attend['schedule'] == 'rsqrt':  # linear warm-up to the peak, then 1/sqrt(step)
     training.update(
       scheduling='warmupinversesquareroot', learning_rate_warmup=attend['warmup_steps']
     )
-  else:  # constant: Joey 2.3.0 refuses no schedule at all, so an exponential decay of factor 1
+  elif attend['schedule'] == 'constant':  # Joey 2.3.0 refuses no schedule: a decay of factor 1
     training.update(scheduling='exponential', decrease_factor=1.0)
+  else:
+    raise ValueError(f'config.schedule={attend["schedule"]!r} has no Joey NMT counterpart here.')
   return training
 
 
-def write_joey_inputs(tsv: str, spm_model: Path, out: Path) -> list[str]:
-  """Writes the split Attend trains on as Joey's plain files and Joey's vocabulary (the pieces
-  of `spm_model`); returns the raw test references."""
+def write_joey_inputs(tsv: str, spm_model: Path, out: Path, dev_sentences: int) -> list[str]:
+  """Writes the split Attend trains on as Joey's plain files (validation: its first
+  `dev_sentences`) and Joey's vocabulary (the pieces of `spm_model`); returns the raw test
+  references."""
   splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(tsv))
-  splits['validation'] = splits['validation'][:DEV_SENTENCES]
+  splits['validation'] = splits['validation'][:dev_sentences]
   out.mkdir(parents=True, exist_ok=True)
   for split, name in (('train', 'train'), ('validation', 'dev'), ('test', 'test')):
-    for column, lang in ((1, 'en'), (2, 'fr')):
+    for column, lang in ((1, 'src'), (2, 'trg')):  # file suffixes, any language pair
       lines = [row[column].replace('\n', ' ') for row in splits[split]]
       (out / f'{name}.{lang}').write_text('\n'.join(lines) + '\n', encoding='utf-8')
   pieces = spm.SentencePieceProcessor(model_file=str(spm_model))
@@ -140,11 +135,12 @@ def write_joey_inputs(tsv: str, spm_model: Path, out: Path) -> list[str]:
 
 
 def joey_config(name: str, attend: dict, data: Path, spm_model: Path, model_dir: Path) -> dict:
-  side = lambda lang: dict(  # noqa: E731
+  dataset = attend['dataset']
+  side = lambda lang, max_length: dict(  # noqa: E731
     lang=lang,
     level='bpe',
     lowercase=False,
-    max_length=MAX_PIECES,
+    max_length=max_length,
     voc_file=str(data / 'vocab.txt'),
     tokenizer_type='sentencepiece',
     tokenizer_cfg=dict(model_file=str(spm_model)),
@@ -158,13 +154,17 @@ def joey_config(name: str, attend: dict, data: Path, spm_model: Path, model_dir:
       dev=str(data / 'dev'),
       test=str(data / 'test'),
       dataset_type='plain',
-      src=side('en'),
-      trg=side('fr'),
+      src=side('src', dataset['max_input_length']),
+      trg=side('trg', dataset['max_target_length']),
     ),
-    training=joey_training(name, attend),
-    testing=dict(beam_size=1, max_output_length=MAX_PIECES, eval_metrics=['bleu', 'chrf']),
+    training=joey_training(attend),
+    testing=dict(
+      beam_size=1, max_output_length=dataset['max_target_length'], eval_metrics=['bleu', 'chrf']
+    ),
     model=dict(
-      initializer='xavier_uniform', embed_initializer='xavier_uniform', **joey_model(name)
+      initializer='xavier_uniform',
+      embed_initializer='xavier_uniform',
+      **joey_model(attend['model']),
     ),
   )
 
@@ -208,7 +208,7 @@ def attend_run(name: str, tsv: str, workdir: Path) -> dict:
 def joey_run(name: str, tsv: str, attend: dict, workdir: Path, out: Path, python: str) -> dict:
   """Trains Joey NMT's `name` for Attend's wall time and scores its greedy test translations."""
   spm_model = workdir / 'vocab' / 'shared.spm.model'
-  references = write_joey_inputs(tsv, spm_model, out / 'data')
+  references = write_joey_inputs(tsv, spm_model, out / 'data', attend['config']['num_eval_decode'])
   config_path = out / 'config.yaml'  # JSON is YAML
   config = joey_config(name, attend['config'], out / 'data', spm_model, out / 'model')
   config_path.write_text(json.dumps(config, indent=1))
@@ -244,8 +244,10 @@ def main(argv=None) -> dict:
     sys.exit(f'--joey_python: {args.joey_python} does not exist; run `make joeynmt` first.')
   root = Path(args.workdir)
   results = {}
-  for name in args.models.split(','):
-    joey_model(name)  # an unknown name is refused before anything trains
+  names = args.models.split(',')
+  if unknown := set(names) - set(ATTEND_CONFIGS):  # refused before anything trains
+    sys.exit(f'--models: {sorted(unknown)} not among {sorted(ATTEND_CONFIGS)}.')
+  for name in names:
     attend = attend_run(name, args.tsv, root / f'attend_{name}')
     print(f'{name}: Attend trained in {attend["train_wall_s"] / 60:.1f} min', flush=True)
     joey = joey_run(

@@ -29,16 +29,16 @@ def corpus(tmp_path_factory):
 
 def test_joey_gets_attends_split_and_pieces(corpus):
   references = translation_peer.write_joey_inputs(
-    str(corpus / 'pairs.tsv'), corpus / 'shared.spm.model', corpus / 'data'
+    str(corpus / 'pairs.tsv'), corpus / 'shared.spm.model', corpus / 'data', dev_sentences=5
   )
   splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(str(corpus / 'pairs.tsv')))
   assert references == [target for _, _, target in splits['test']]
   read = lambda name: (corpus / 'data' / name).read_text(encoding='utf-8').splitlines()  # noqa: E731
-  assert read('test.fr') == references
-  assert read('test.en') == [source for _, source, _ in splits['test']]
-  assert read('train.en') == [source for _, source, _ in splits['train']]
-  dev = splits['validation'][: translation_peer.DEV_SENTENCES]
-  assert read('dev.fr') == [target for _, _, target in dev]
+  assert read('test.trg') == references
+  assert read('test.src') == [source for _, source, _ in splits['test']]
+  assert read('train.src') == [source for _, source, _ in splits['train']]
+  dev = splits['validation'][:5]
+  assert read('dev.trg') == [target for _, _, target in dev]
   vocab = read('vocab.txt')
   pieces = SentencePieceTokenizer((corpus / 'shared.spm.model').read_bytes())
   # Every piece once, Attend's specials left out (Joey adds its own in front).
@@ -61,6 +61,8 @@ def test_joey_config_takes_attends_settings(name, tmp_path):
   assert training['validation_freq'] == attend['eval_every_steps']
   assert training['early_stopping_metric'] == attend['selection_metric'] == 'chrf'
   assert config['data']['src']['max_length'] == attend['dataset']['max_input_length']
+  assert config['testing']['max_output_length'] == attend['dataset']['max_target_length']
+  assert training['eval_batch_size'] == attend['num_eval_decode']  # one batch: the whole subset
   assert config['testing']['beam_size'] == 1  # greedy, as Attend's eval.py decodes
   encoder = config['model']['encoder']
   if name == 'transformer':
@@ -79,9 +81,14 @@ def test_joey_config_takes_attends_settings(name, tmp_path):
     assert training['decrease_factor'] == 1.0  # a constant rate, as Attend's schedule
 
 
-def test_an_unknown_model_is_refused():
-  with pytest.raises(ValueError, match='--models'):
-    translation_peer.joey_model('lstm')
+def test_an_unknown_model_or_schedule_is_refused():
+  with pytest.raises(SystemExit, match='--models'):
+    translation_peer.main(['--tsv=x.tsv', '--models=transformer,lstm', '--joey_python=/bin/sh'])
+  from configs import tsv
+
+  attend = tsv.get_config().to_dict()
+  with pytest.raises(ValueError, match='config.schedule'):
+    translation_peer.joey_training(dict(attend, schedule='cosine'))
 
 
 def test_a_run_is_stopped_at_its_budget_and_a_failure_named(tmp_path):
