@@ -188,6 +188,10 @@ def timed(command: list[str], log: Path, budget_s: float | None = None) -> float
 def attend_run(name: str, tsv: str, workdir: Path) -> dict:
   """Trains and evaluates Attend's config for `name` (once: a finished run is read back)."""
   record = workdir / 'peer_timing.json'
+  if workdir.exists() and not record.exists():  # resumed, its wall time would be a part
+    sys.exit(
+      f'{workdir} holds a run this benchmark did not finish timing; remove it to time a new one.'
+    )
   if not record.exists():
     workdir.parent.mkdir(parents=True, exist_ok=True)
     train = [sys.executable, 'train.py', f'--config={ATTEND_CONFIGS[name]}']

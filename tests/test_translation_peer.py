@@ -3,6 +3,7 @@ Attend's configs) and how it stops a run at the budget. Joey NMT itself lives in
 environment (`make joeynmt`) and is run by the benchmark, measured in docs/translation.md."""
 
 import json
+import os
 import sys
 import time
 
@@ -104,3 +105,10 @@ def test_a_run_is_stopped_at_its_budget_and_a_failure_named(tmp_path):
 def test_a_missing_joey_environment_is_one_sentence(tmp_path, capsys):
   with pytest.raises(SystemExit, match='make joeynmt'):
     translation_peer.main(['--tsv=x.tsv', f'--joey_python={tmp_path / "none"}'])
+
+
+def test_a_run_it_did_not_finish_timing_is_refused_not_resumed(tmp_path):
+  (tmp_path / 'attend_transformer').mkdir()
+  with pytest.raises(SystemExit, match='did not finish timing'):
+    translation_peer.attend_run('transformer', 'x.tsv', tmp_path / 'attend_transformer')
+  assert os.listdir(tmp_path / 'attend_transformer') == []  # left as it was
