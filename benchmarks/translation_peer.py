@@ -247,7 +247,8 @@ def main(argv=None) -> dict:
   if not Path(args.joey_python).exists():
     sys.exit(f'--joey_python: {args.joey_python} does not exist; run `make joeynmt` first.')
   root = Path(args.workdir)
-  results = {}
+  saved = root / 'results.json'  # one file for every model measured here, run by run
+  results = json.loads(saved.read_text()) if saved.exists() else {}
   names = args.models.split(',')
   if unknown := set(names) - set(ATTEND_CONFIGS):  # refused before anything trains
     sys.exit(f'--models: {sorted(unknown)} not among {sorted(ATTEND_CONFIGS)}.')
@@ -258,7 +259,7 @@ def main(argv=None) -> dict:
       name, args.tsv, attend, root / f'attend_{name}', root / f'joey_{name}', args.joey_python
     )
     results[name] = {'attend': {k: v for k, v in attend.items() if k != 'config'}, 'joeynmt': joey}
-    (root / 'results.json').write_text(json.dumps(results, indent=1))
+    saved.write_text(json.dumps(results, indent=1))
   print('| model | toolkit | train wall | steps | BLEU | chrF | copy accuracy | exact |')
   print('|---|---|---|---|---|---|---|---|')
   for name, row in results.items():
