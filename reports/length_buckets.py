@@ -16,13 +16,13 @@ import os
 from matplotlib.figure import Figure
 import numpy as np
 
-from reports.run_eval import SAMPLES_JSONL
+from reports.run_eval import EVAL_DIR, SAMPLES_JSONL
 from tasks.translation import text_scores
 
 
 def read_samples(workdir: str) -> list[dict]:
   """The predicted examples of `workdir`'s last evaluation, in index order."""
-  path = os.path.join(workdir, 'eval', SAMPLES_JSONL)
+  path = os.path.join(workdir, EVAL_DIR, SAMPLES_JSONL)
   if not os.path.exists(path):
     raise FileNotFoundError(f'{workdir}: no eval/{SAMPLES_JSONL}; run eval.py --workdir={workdir}')
   with open(path, encoding='utf-8') as f:
