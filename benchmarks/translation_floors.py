@@ -20,7 +20,7 @@ from tasks.translation import text_scores
 
 
 def floors(path: str) -> dict[str, dict[str, float]]:
-  splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(path))
+  splits = tsv_parallel.corpus_splits(path)
   train = [(source, target) for _, source, target in splits['train']]
   test = [(source, target) for _, source, target in splits['test']]
   references = [target for _, target in test]

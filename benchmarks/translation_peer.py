@@ -117,7 +117,7 @@ def write_joey_inputs(tsv: str, spm_model: Path, out: Path, dev_sentences: int) 
   """Writes the split Attend trains on as Joey's plain files (validation: its first
   `dev_sentences`) and Joey's vocabulary (the pieces of `spm_model`); returns the raw test
   references."""
-  splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(tsv))
+  splits = tsv_parallel.corpus_splits(tsv)
   splits['validation'] = splits['validation'][:dev_sentences]
   out.mkdir(parents=True, exist_ok=True)
   for split, name in (('train', 'train'), ('validation', 'dev'), ('test', 'test')):

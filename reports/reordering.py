@@ -30,12 +30,7 @@ def training_pairs(config) -> list[tuple[str, str]]:
     raise ValueError(
       f'config.dataset.name={dataset.name!r}: the rule needs a parallel TSV (tsv_parallel).'
     )
-  files = {
-    split: tsv_parallel.read_pairs(path, f'{split}_path')
-    for split, path in (('validation', dataset.validation_path), ('test', dataset.test_path))
-    if path
-  }
-  splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(dataset.tsv_path), files)
+  splits = tsv_parallel.corpus_splits(dataset.tsv_path, dataset.validation_path, dataset.test_path)
   return [(source, target) for _, source, target in splits['train']]
 
 

@@ -32,7 +32,7 @@ def test_joey_gets_attends_split_and_pieces(corpus):
   references = translation_peer.write_joey_inputs(
     str(corpus / 'pairs.tsv'), corpus / 'shared.spm.model', corpus / 'data', dev_sentences=5
   )
-  splits = tsv_parallel.split_by_source(tsv_parallel.read_pairs(str(corpus / 'pairs.tsv')))
+  splits = tsv_parallel.corpus_splits(str(corpus / 'pairs.tsv'))
   assert references == [target for _, _, target in splits['test']]
   read = lambda name: (corpus / 'data' / name).read_text(encoding='utf-8').splitlines()  # noqa: E731
   assert read('test.trg') == references

@@ -168,6 +168,19 @@ def split_by_source(
   return split_by_first_column(pairs, 'tsv_parallel', 'source sentences', files)
 
 
+def corpus_splits(
+  path: str, validation_path: str = '', test_path: str = ''
+) -> dict[str, list[tuple[int, str, str]]]:
+  """The splits this builder writes for a corpus (`config.dataset.tsv_path`, and the validation
+  and test files where given), for programs that read the same sentences without TFDS."""
+  files = {
+    split: read_pairs(file, f'{split}_path')
+    for split, file in (('validation', validation_path), ('test', test_path))
+    if file
+  }
+  return split_by_source(read_pairs(path), files)
+
+
 class TsvParallel(tfds.core.GeneratorBasedBuilder):
   """A local tab-separated parallel corpus; build its config with `config_for_path`."""
 
@@ -184,12 +197,7 @@ class TsvParallel(tfds.core.GeneratorBasedBuilder):
         'tsv_parallel needs a config from data.readers.tsv_parallel.config_for_path(path).'
       )
     c = self.builder_config
-    files = {
-      split: read_pairs(path, f'{split}_path')
-      for split, path in (('validation', c.validation_path), ('test', c.test_path))
-      if path
-    }
-    splits = split_by_source(read_pairs(c.path), files)
+    splits = corpus_splits(c.path, c.validation_path, c.test_path)
     return {split: self._generate_examples(pairs) for split, pairs in splits.items()}
 
   def _generate_examples(self, pairs: list[tuple[int, str, str]]):
