@@ -1,6 +1,6 @@
 """Attend's Pallas flash kernel on a GPU: its error against float32, and its block sizes.
 
-    python -m benchmarks.pallas_check                      # a GPU: errors at S=1024, blocks at S=8192
+    python -m benchmarks.pallas_check   # a GPU: errors at S=1024, block shapes at S=8192
     python -m benchmarks.pallas_check --check_length=64 --sizes= --dtype=float32  # a CPU smoke run
 
 Errors: for each variant of `benchmarks/fused_bench.py` that the kernel takes, the output and
@@ -39,7 +39,7 @@ CHECKED = (
 
 def _inputs(name, s, dtype):
   options_of, learned_of, kv_heads, shrink = fused_bench.VARIANTS[name]
-  options, learned = dict(options_of(s), **learned_of(s)), {}
+  options = dict(options_of(s), **learned_of(s))
   if 'sink' in options:
     # A sink of zeros would hide a wrong sign; these logits are not.
     options['sink'] = jnp.linspace(-1.0, 2.0, fused_bench.HEADS)
