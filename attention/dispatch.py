@@ -1,13 +1,14 @@
 """Which kernel runs a call of `scaled_dot_product_attention`: the kernels beside the reference
 one, and the choice among them for `implementation=None`.
 
-On a GPU: cuDNN where it runs the call (`cudnn_unsupported` says why not), then tokamax's fused
-kernels (`attention/fused.py`), then the chunked kernel; on a CPU the chunked kernel from
-`_CHUNKED_MIN_SCORES` score entries per head, below that the reference one (`attention/sdpa.py`,
-the readable definition the others are tested against). `'pallas'`
-(`attention/pallas_flash.py`) runs when named: it has not yet run on a GPU, so the choice leaves
-it out. The choice, and why, is logged once per shape.
-"""
+On a GPU: cuDNN where it runs the call (`cudnn_unsupported` says why not), then Attend's own
+Pallas flash kernel (`attention/pallas_flash.py`: causal masks, windows, ALiBi, sinks,
+soft-capping and grouped heads computed in the kernel; on an H200 every such variant within 2x of
+cuDNN's plain causal time at S=8192, docs/benchmarks.md), then tokamax's fused kernels
+(`attention/fused.py`, for what takes a bias array), then the chunked kernel; on a CPU the chunked
+kernel from `_CHUNKED_MIN_SCORES` score entries per head, below that the reference one
+(`attention/sdpa.py`, the readable definition the others are tested against). The choice, and
+why, is logged once per shape."""
 
 import math
 
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 
 from attention.chunked import chunked_attention
 from attention.fused import fused_attention, fused_unsupported
-from attention.pallas_flash import flash_attention
+from attention.pallas_flash import flash_attention, pallas_unsupported
 
 Array = jax.Array
 
@@ -193,18 +194,25 @@ def cudnn_unsupported(
   return None
 
 
-def pick(q, k, v, masked, dropout_rate, bias, **variants) -> tuple[str, str]:
-  """(the implementation for `implementation=None`, why); `variants`: `_cudnn_unsupported`'s
+def pick(q, k, v, masked, dropout_rate, mask, bias, **variants) -> tuple[str, str]:
+  """(the implementation for `implementation=None`, why); `variants`: `cudnn_unsupported`'s
   keywords."""
   cudnn_declines = cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
   if cudnn_declines is None:
     return 'cudnn', 'cuDNN runs it'
   why = f'cuDNN declines: {cudnn_declines}'
   if jax.default_backend() == 'gpu':
-    fused_declines = fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants)
-    if fused_declines is None:
-      return 'fused', why
-    why += f"; 'fused' declines: {fused_declines}"
+    gpu_kernels = {
+      'pallas': lambda: pallas_unsupported(
+        q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, **variants
+      ),
+      'fused': lambda: fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants),
+    }
+    for name, declines in gpu_kernels.items():
+      reason = declines()
+      if reason is None:
+        return name, why
+      why += f'; {name!r} declines: {reason}'
   if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
     return 'chunked', why
   return 'reference', why
@@ -230,7 +238,7 @@ def chosen_implementation(
   variants = dict(
     is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
   )
-  return pick(q, k, v, masked, dropout_rate, bias, **variants)
+  return pick(q, k, v, masked, dropout_rate, mask, bias, **variants)
 
 
 _LOGGED = set()

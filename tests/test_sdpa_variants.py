@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from test_sdpa import out_and_weights
 
-import attention
 from attention import chunked as attention_chunked
 from attention import chunked_attention, chunked_blocks, dispatch, scaled_dot_product_attention
 from attention.masks import sliding_window_mask
@@ -380,11 +379,11 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
 
 
 def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
-  """`_cudnn_unsupported` names sink, softcap, ALiBi and non-causal windows before it looks at
-  the hardware, so `_pick` falls back to 'fused' on a GPU, else to 'chunked' (long) or
-  'reference' (short), for them."""
+  """`cudnn_unsupported` names sink, softcap, ALiBi and non-causal windows before it looks at
+  the hardware, so `pick` falls back to Attend's Pallas kernel on a GPU (then 'fused'), else to
+  'chunked' (long) or 'reference' (short), for them."""
   q = k = v = jnp.zeros((1, 4, 1024, 64), jnp.bfloat16)
-  gpu = jax.default_backend() == 'gpu' and attention.fused.available()
+  gpu = jax.default_backend() == 'gpu'
   for variant in (
     dict(sink=jnp.zeros(4)),
     dict(softcap=30.0),
@@ -392,10 +391,15 @@ def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
     dict(window=128),
   ):
     assert dispatch.cudnn_unsupported(q, k, v, True, 0.0, **variant) is not None
-    picked, why = dispatch.pick(q, k, v, True, 0.0, None, **variant)
-    fused_runs = gpu and attention.fused.fused_unsupported(q, k, v, **variant) is None
-    assert picked == ('fused' if fused_runs else 'chunked')
+    picked, why = dispatch.pick(q, k, v, True, 0.0, None, None, **variant)
+    assert picked == ('pallas' if gpu else 'chunked')
     assert why.startswith('cuDNN declines: it cannot run')
+  # A mask is for cuDNN or the chunked kernel: the Pallas kernel computes its masks itself.
+  mask = jnp.ones((1024, 1024), bool)
+  picked, why = dispatch.pick(q, k, v, True, 0.0, mask, None, softcap=30.0)
+  assert picked != 'pallas'
+  if gpu:
+    assert "'pallas' declines: it takes no mask or bias array" in why
   assert 'T=4 != S=6' in dispatch.cudnn_unsupported(
     q[..., :4, :], k[..., :6, :], v[..., :6, :], True, 0.0, window=2, is_causal=True
   )
