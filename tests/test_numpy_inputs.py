@@ -31,6 +31,8 @@ def _runnable(name):
   on_gpu = jax.default_backend() == 'gpu'
   skips = {
     'cudnn': (not on_gpu, 'cuDNN needs an NVIDIA GPU'),
+    # On a GPU tokamax's kernels take half precision only; tests/test_fused.py checks them there.
+    'fused': (on_gpu, "on a GPU 'fused' takes float16 or bfloat16, and this test is float32"),
     # tests/test_pallas_flash.py checks it against the reference kernel, variant by variant.
     'pallas': (True, 'it takes no mask or bias arrays, which this test passes'),
   }

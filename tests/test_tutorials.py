@@ -47,8 +47,9 @@ def test_the_tutorial_runs_top_to_bottom(path, tmp_path):
   pytest.importorskip('jupytext', reason='jupytext is not installed: pip install ".[docs]"')
   recorder = tutorials_hook()
   record = recorder.record_path(path)
-  # A fresh subprocess (MPLBACKEND=Agg, no PYTHONPATH) runs the cells in one namespace, as the
-  # script runs, in the fresh working directory tmp_path; it records only when every cell ran.
+  # A fresh subprocess (MPLBACKEND=Agg, the repository root not on PYTHONPATH) runs the cells in
+  # one namespace, as the script runs, in the fresh working directory tmp_path; it records only
+  # when every cell ran.
   result = recorder.run(path, tmp_path, timeout=240)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
   assert list(tmp_path.glob('*.png')), 'the tutorial draws at least one picture'

@@ -68,7 +68,12 @@ def run(path: str, workdir: str, records: str = RECORDS, timeout: float = 240):
   success its executed notebook is `record_path(path, records)`. Returns the CompletedProcess
   (stdout and stderr as text: the cells' output, then any traceback)."""
   env = dict(os.environ, MPLBACKEND='Agg')
-  env.pop('PYTHONPATH', None)  # the tutorial finds the repository root itself
+  # The tutorial finds the repository root itself; other entries (packages installed with
+  # --target, as on a lent GPU machine) are kept.
+  entries = env.pop('PYTHONPATH', '').split(os.pathsep)
+  kept = [p for p in entries if p and os.path.abspath(p) != ROOT]
+  if kept:
+    env['PYTHONPATH'] = os.pathsep.join(kept)
   command = [
     sys.executable,
     os.path.abspath(__file__),
