@@ -10,9 +10,8 @@
   the variants cuDNN cannot run; off a GPU, tokamax's portable implementation of the same call.
 - `'pallas'`: Attend's own flash kernel in Pallas (`attention/pallas_flash.py`), every variant
   computed in the kernel from positions (no mask or bias arrays); off a GPU in interpret mode.
-  Chosen by name only: it has not yet run on a GPU, so the default does not pick it.
 `implementation=None` picks the fastest one that runs the call exactly on this backend: on a GPU
-cuDNN, then 'fused', then 'chunked'; on a CPU 'chunked' or 'reference' by size. The choice is
+cuDNN, then 'pallas', then 'fused', then 'chunked'; on a CPU 'chunked' or 'reference' by size. The choice is
 logged once per shape (absl logging: INFO on a GPU, DEBUG elsewhere).
 
 Variants, all off by default: a sliding `window`, logit soft-capping (`softcap`), attention-sink

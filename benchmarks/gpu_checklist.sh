@@ -30,10 +30,13 @@ case "$stage" in
       --json="$out/attention_memory.json" 2>&1 | tee "$out/attention_memory.log"
     ;;
   variants)
-    # The kernel each variant gets (cuDNN, tokamax's 'fused', or 'chunked'), S=8192 and 16384.
+    # The Pallas kernel's bfloat16 error against float32 for each variant, and its block shapes.
+    XLA_PYTHON_CLIENT_PREALLOCATE=false \
+      "$py" -m benchmarks.pallas_check --json="$out/pallas_check.json" 2>&1 | tee "$out/pallas_check.log"
+    # The kernel each variant gets (cuDNN, Attend's Pallas kernel, 'fused' or 'chunked'), S=8192, 16384.
     XLA_PYTHON_CLIENT_PREALLOCATE=false \
       "$py" -m benchmarks.fused_bench --json="$out/fused.json" 2>&1 | tee "$out/fused.log"
-    # Attend's own Pallas kernel for every variant (not yet measured on a GPU).
+    # The Pallas kernel named for every variant, cuDNN's rows included (where cuDNN would win).
     XLA_PYTHON_CLIENT_PREALLOCATE=false "$py" -m benchmarks.fused_bench --implementation=pallas \
       --json="$out/pallas.json" 2>&1 | tee "$out/pallas.log"
     ;;
