@@ -18,7 +18,8 @@ Settings shared with Attend's configs: layers, widths, heads, dropout, label smo
 gradient clipping at 1.0, Adam (betas 0.9/0.98 for the Transformer), the peak learning rate and its
 warm-up, 64 sentences a batch, training pairs up to 64 pieces a side, post-norm Transformer layers,
 the output layer tied to the target embedding. Where Joey differs: its RNN decoder feeds the
-previous attentional vector into the cell (input feeding) and has no learning-rate warm-up.
+previous attentional vector into the cell (input feeding) and has no learning-rate warm-up, and
+its loss is summed per sentence (Joey's default normalisation), Attend's averaged per token.
 """
 
 import argparse
