@@ -19,6 +19,7 @@ from models.blocks import (
   init_decoder_cache,
   run_decoder,
 )
+from models.copy_head import CopyHead
 from models.embeddings import LearnedPositions, TokenEmbedding, make_positions
 from models.layers import check_positive_ints, dense
 from models.stack_config import StackConfig
@@ -53,6 +54,7 @@ class Transformer(nnx.Module):
     num_decoder_layers: int | None = None,
     share_embeddings: bool = False,
     tie_output: bool = True,
+    copy_source: bool = False,
     rngs: nnx.Rngs,
   ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
@@ -69,16 +71,19 @@ class Transformer(nnx.Module):
       num_decoder_layers: decoder layers, default `stack.num_layers`.
       share_embeddings: one token table for source and target (needs equal vocabulary sizes).
       tie_output: the output projection is the transposed target embedding.
+      copy_source: mix the output with a copy of the source tokens (`models/copy_head.py`, the
+        pointer-generator); source and target ids must come from one vocabulary.
       rngs: `params` stream for initialisation.
     """
     layers = dict(num_encoder_layers=num_encoder_layers, num_decoder_layers=num_decoder_layers)
     layers = {name: stack.num_layers if value is None else value for name, value in layers.items()}
     check_positive_ints(**layers)
-    if share_embeddings and input_vocab_size != output_vocab_size:
-      raise ValueError(
-        f'share_embeddings=True needs input_vocab_size == output_vocab_size; got '
-        f'{input_vocab_size} and {output_vocab_size}.'
-      )
+    for name, on in (('share_embeddings', share_embeddings), ('copy_source', copy_source)):
+      if on and input_vocab_size != output_vocab_size:
+        raise ValueError(
+          f'{name}=True needs input_vocab_size == output_vocab_size; got '
+          f'{input_vocab_size} and {output_vocab_size}.'
+        )
 
     d_model = stack.d_model
     self.pad_id = pad_id
@@ -100,6 +105,7 @@ class Transformer(nnx.Module):
     self.output_proj = (
       None if tie_output else dense(d_model, output_vocab_size, axes=('embed', 'vocab'), rngs=rngs)
     )
+    self.copy_head = CopyHead(d_model, rngs=rngs) if copy_source else None
 
   def _check_ids(self, name: str, ids: Array, deterministic: bool, rngs: nnx.Rngs | None) -> None:
     """Raises ValueError, before tracing, on ids or a dropout setting the model cannot run."""
@@ -124,12 +130,16 @@ class Transformer(nnx.Module):
       x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
-  def _logits(self, y: Array) -> Array:
-    """`[..., D] -> [..., V_out]` float32 logits, after the pre-norm final LayerNorm."""
+  def _logits(self, y: Array, memory: Array, source_ids: Array, source_mask: Array) -> Array:
+    """`[B, T, D] -> [B, T, V_out]` float32 logits, after the pre-norm final LayerNorm; with
+    `copy_source`, log-probabilities that include copying (`CopyHead`)."""
     if self.decoder_norm is not None:
       y = self.decoder_norm(y)
     logits = self.target_embed.attend(y) if self.output_proj is None else self.output_proj(y)
-    return logits.astype(jnp.float32)
+    logits = logits.astype(jnp.float32)
+    if self.copy_head is None:
+      return logits
+    return self.copy_head(logits, y, memory, source_ids, source_mask)
 
   def encode(
     self,
@@ -155,6 +165,7 @@ class Transformer(nnx.Module):
     memory: Array,
     source_mask: Array,
     *,
+    source_ids: Array | None = None,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
   ) -> Array:
@@ -164,6 +175,7 @@ class Transformer(nnx.Module):
       decoder_inputs: ids `[B, T]`, `[BOS] + targets[:-1]`.
       memory: encoder output `[B, S, D]`.
       source_mask: `[B, S]`, True = real source token.
+      source_ids: the source ids `[B, S]`; needed with `copy_source`.
       deterministic: disables dropout.
       rngs: an `nnx.Rngs` with a `dropout` stream, needed when dropout is active.
 
@@ -173,8 +185,10 @@ class Transformer(nnx.Module):
     self._check_ids('decoder_inputs', decoder_inputs, deterministic, rngs)
     y = self._embed(self.target_embed, decoder_inputs, deterministic, rngs)
     mask = source_mask[:, None, None, :]  # [B, 1, 1, S]
+    if self.copy_head is not None and source_ids is None:
+      raise ValueError('decode: copy_source=True needs the source ids (source_ids=...).')
     y = run_decoder(self.decoder_layers, y, memory, mask, deterministic=deterministic, rngs=rngs)
-    return self._logits(y)
+    return self._logits(y, memory, source_ids, source_mask)
 
   def __call__(
     self,
@@ -190,7 +204,7 @@ class Transformer(nnx.Module):
     """
     run = dict(deterministic=deterministic, rngs=rngs)
     memory = self.encode(inputs, **run)
-    return self.decode(decoder_inputs, memory, inputs != self.pad_id, **run)
+    return self.decode(decoder_inputs, memory, inputs != self.pad_id, source_ids=inputs, **run)
 
   def init_decode_cache(self, inputs: Array, max_length: int) -> dict[str, Any]:
     """Encodes `inputs [B, S]` once and allocates the state `decode_step` carries.
@@ -198,17 +212,20 @@ class Transformer(nnx.Module):
     Every leaf leads with B, so beam search can repeat the cache along axis 0:
     `source_mask [B, S]`; per decoder layer the `'self'` state of the attention variant (K/V
     buffers `[B, K, max_length, H]` for softmax attention) and `'cross'` K/V `[B, K, S, H]`
-    projected from the memory.
+    projected from the memory; with `copy_source` also `memory [B, S, D]` and `source_ids`.
     """
     if isinstance(self.positions, LearnedPositions) and max_length > self.positions.max_length:
       raise ValueError(
         f'max_length={max_length} exceeds the {self.positions.max_length} learned positions.'
       )
     memory = self.encode(inputs)
-    return {
+    cache = {
       'source_mask': inputs != self.pad_id,
       'layers': init_decoder_cache(self.decoder_layers, memory, max_length),
     }
+    if self.copy_head is not None:
+      cache.update(memory=memory, source_ids=inputs)
+    return cache
 
   def decode_step(
     self, ids: Array, step: Array, cache: dict[str, Any]
@@ -227,4 +244,5 @@ class Transformer(nnx.Module):
       y = y + self.positions(jnp.reshape(step, (1,))).astype(y.dtype)
     mask = cache['source_mask'][:, None, None, :]  # [B, 1, 1, S]
     y, layers = decoder_step(self.decoder_layers, y, cache['layers'], step, mask)
-    return self._logits(y)[:, 0], {'source_mask': cache['source_mask'], 'layers': layers}
+    copy_from = (cache.get('memory'), cache.get('source_ids'), cache['source_mask'])
+    return self._logits(y, *copy_from)[:, 0], {**cache, 'layers': layers}

@@ -136,6 +136,11 @@ def validate(config) -> None:
       f'config.selection_metric={config.selection_metric!r} is computed from decoded outputs: '
       'it needs config.num_eval_decode > 0 (validation examples decoded at each evaluation).'
     )
+  if config.model.get('copy_source') and not config.dataset.get('shared_vocab'):
+    raise ValueError(
+      'config.model.copy_source=True reads source ids as target ids: it needs '
+      'config.dataset.shared_vocab=True (one vocabulary for both sides).'
+    )
   positive = (
     'num_train_steps',
     'log_every_steps',

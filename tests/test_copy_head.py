@@ -1,0 +1,116 @@
+"""The pointer-generator output (`models/copy_head.py`) and the Transformer's `copy_source`."""
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import tsv
+from models import decoding
+from models.copy_head import CopyHead
+from models.stack_config import StackConfig
+from models.transformer import Transformer
+from training import config as config_lib
+
+B, T, S, D, V = 2, 3, 4, 8, 10
+
+
+def _numpy_copy(head, logits, y, memory, source_ids, source_mask):
+  """The formula of the module docstring, in NumPy, from the head's parameters."""
+  wq = np.asarray(head.query.kernel[...])
+  wg, bg = np.asarray(head.gate.kernel[...]), np.asarray(head.gate.bias[...])
+  scores = np.einsum('btd,bsd->bts', y @ wq, memory) / np.sqrt(D)
+  scores = np.where(source_mask[:, None, :], scores, -np.inf)
+  a = np.exp(scores - scores.max(-1, keepdims=True))
+  a /= a.sum(-1, keepdims=True)
+  context = np.einsum('bts,bsd->btd', a, memory)
+  p_gen = 1 / (1 + np.exp(-(np.concatenate([y, context], -1) @ wg + bg)[..., 0]))
+  vocab = np.exp(logits - logits.max(-1, keepdims=True))
+  vocab /= vocab.sum(-1, keepdims=True)
+  copy = np.zeros((B, T, V))
+  for b in range(B):
+    for j in range(S):
+      copy[b, :, source_ids[b, j]] += a[b, :, j]
+  return p_gen[..., None] * vocab + (1 - p_gen[..., None]) * copy
+
+
+def _inputs():
+  rng = np.random.default_rng(0)
+  logits = rng.standard_normal((B, T, V)).astype(np.float32)
+  y = rng.standard_normal((B, T, D)).astype(np.float32)
+  memory = rng.standard_normal((B, S, D)).astype(np.float32)
+  # Example 0 repeats id 7 (its weights add up); example 1's last position is padding.
+  source_ids = np.array([[7, 3, 7, 1], [2, 5, 9, 0]])
+  source_mask = np.array([[True] * 4, [True, True, True, False]])
+  return logits, y, memory, source_ids, source_mask
+
+
+def test_copy_head_is_the_pointer_generator_mixture():
+  head = CopyHead(D, rngs=nnx.Rngs(0))
+  arrays = _inputs()
+  log_p = head(*map(jnp.asarray, arrays))
+  want = _numpy_copy(head, *arrays)
+  np.testing.assert_allclose(np.exp(log_p), want, rtol=1e-5, atol=1e-6)
+  # A distribution: its own log_softmax, so losses and searches take it as logits.
+  np.testing.assert_allclose(jax.nn.logsumexp(log_p, axis=-1), 0.0, atol=1e-5)
+  np.testing.assert_allclose(jax.nn.log_softmax(log_p), log_p, atol=1e-5)
+  # The padded position's id (0) gets no copy mass in example 1: p is the gated vocabulary's.
+  gated = want[1, :, 0] - np.exp(log_p[1, :, 0])
+  np.testing.assert_allclose(gated, 0.0, atol=1e-6)
+  assert (want[0, :, 7] > want[0, :, 8]).all()  # the repeated source id draws copy mass
+
+
+def test_copy_head_gradients_are_finite_where_nothing_is_copied():
+  """Label smoothing puts loss on every id, most of which no source token has (log copy = -inf)."""
+  head = CopyHead(D, rngs=nnx.Rngs(0))
+  logits, y, memory, source_ids, source_mask = map(jnp.asarray, _inputs())
+
+  def loss(head, logits, y, memory):
+    return -jnp.mean(head(logits, y, memory, source_ids, source_mask))
+
+  grads = nnx.grad(loss, argnums=(0, 1, 2, 3))(head, logits, y, memory)
+  for leaf in jax.tree.leaves(grads):
+    assert bool(jnp.all(jnp.isfinite(leaf)))
+  assert float(jnp.abs(grads[0].query.kernel[...]).sum()) > 0  # the pointer learns
+
+
+def _model(**kwargs):
+  stack = StackConfig(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=16)
+  return Transformer(
+    input_vocab_size=12, output_vocab_size=12, pad_id=0, stack=stack, rngs=nnx.Rngs(0), **kwargs
+  )
+
+
+def test_cached_decoding_equals_the_full_pass_with_copying():
+  model = _model(copy_source=True)
+  source = jnp.array([[5, 6, 7, 0], [8, 9, 10, 11]])
+  decoder_inputs = jnp.array([[1, 5, 6, 7], [1, 11, 10, 9]])
+  full = model(source, decoder_inputs)
+  cache = model.init_decode_cache(source, max_length=4)
+  for step in range(4):
+    logits, cache = model.decode_step(decoder_inputs[:, step], jnp.int32(step), cache)
+    np.testing.assert_allclose(logits, full[:, step], atol=1e-5)
+  ids = decoding.generate(model, source, max_length=5, bos_id=1, eos_id=2, pad_id=0, beam_size=2)
+  assert ids.shape[0] == 2
+
+
+def test_copy_source_needs_one_vocabulary():
+  with pytest.raises(ValueError, match='copy_source=True needs input_vocab_size == output'):
+    Transformer(
+      input_vocab_size=12,
+      output_vocab_size=13,
+      pad_id=0,
+      copy_source=True,
+      stack=StackConfig(num_layers=1, d_model=16, num_heads=2, d_ff=32),
+      rngs=nnx.Rngs(0),
+    )
+  with pytest.raises(ValueError, match='needs the source ids'):
+    _model(copy_source=True).decode(
+      jnp.ones((1, 2), jnp.int32), jnp.ones((1, 3, 16)), jnp.ones((1, 3), bool)
+    )
+  config = tsv.get_config()
+  config.model.copy_source = True
+  config.dataset.shared_vocab = False
+  with pytest.raises(ValueError, match=r'copy_source=True .* needs config.dataset.shared_vocab'):
+    config_lib.validate(config)
