@@ -71,8 +71,8 @@ class Transformer(nnx.Module):
       num_decoder_layers: decoder layers, default `stack.num_layers`.
       share_embeddings: one token table for source and target (needs equal vocabulary sizes).
       tie_output: the output projection is the transposed target embedding.
-      copy_source: mix the output with a copy of the source tokens (`models/copy_head.py`, the
-        pointer-generator); source and target ids must come from one vocabulary.
+      copy_source: one softmax over generating a token and copying a source position
+        (`models/copy_head.py`, as CopyNet); source and target ids must come from one vocabulary.
       rngs: `params` stream for initialisation.
     """
     layers = dict(num_encoder_layers=num_encoder_layers, num_decoder_layers=num_decoder_layers)
@@ -132,7 +132,7 @@ class Transformer(nnx.Module):
 
   def _logits(self, y: Array, memory: Array, source_ids: Array, source_mask: Array) -> Array:
     """`[B, T, D] -> [B, T, V_out]` float32 logits, after the pre-norm final LayerNorm; with
-    `copy_source`, log-probabilities that include copying (`CopyHead`)."""
+    `copy_source` the source ids' logits include their copy scores (`CopyHead`)."""
     if self.decoder_norm is not None:
       y = self.decoder_norm(y)
     logits = self.target_embed.attend(y) if self.output_proj is None else self.output_proj(y)

@@ -17,22 +17,16 @@ B, T, S, D, V = 2, 3, 4, 8, 10
 
 
 def _numpy_copy(head, logits, y, memory, source_ids, source_mask):
-  """The formula of the module docstring, in NumPy, from the head's parameters."""
+  """The joint softmax of the module docstring, in NumPy, from the head's parameters:
+  p(w) ∝ exp(logit_w) + Σ_{j: source_j = w} exp(c_j)."""
   wq = np.asarray(head.query.kernel[...])
-  wg, bg = np.asarray(head.gate.kernel[...]), np.asarray(head.gate.bias[...])
-  scores = np.einsum('btd,bsd->bts', y @ wq, memory) / np.sqrt(D)
-  scores = np.where(source_mask[:, None, :], scores, -np.inf)
-  a = np.exp(scores - scores.max(-1, keepdims=True))
-  a /= a.sum(-1, keepdims=True)
-  context = np.einsum('bts,bsd->btd', a, memory)
-  p_gen = 1 / (1 + np.exp(-(np.concatenate([y, context], -1) @ wg + bg)[..., 0]))
-  vocab = np.exp(logits - logits.max(-1, keepdims=True))
-  vocab /= vocab.sum(-1, keepdims=True)
-  copy = np.zeros((B, T, V))
+  copy = np.exp(np.einsum('btd,bsd->bts', y @ wq, memory) / np.sqrt(D))
+  mass = np.exp(logits.astype(np.float64))
   for b in range(B):
     for j in range(S):
-      copy[b, :, source_ids[b, j]] += a[b, :, j]
-  return p_gen[..., None] * vocab + (1 - p_gen[..., None]) * copy
+      if source_mask[b, j]:
+        mass[b, :, source_ids[b, j]] += copy[b, :, j]
+  return mass / mass.sum(-1, keepdims=True)
 
 
 def _inputs():
@@ -46,28 +40,29 @@ def _inputs():
   return logits, y, memory, source_ids, source_mask
 
 
-def test_copy_head_is_the_pointer_generator_mixture():
+def test_copy_head_is_the_joint_generate_or_copy_softmax():
   head = CopyHead(D, rngs=nnx.Rngs(0))
   arrays = _inputs()
-  log_p = head(*map(jnp.asarray, arrays))
+  out = head(*map(jnp.asarray, arrays))
   want = _numpy_copy(head, *arrays)
-  np.testing.assert_allclose(np.exp(log_p), want, rtol=1e-5, atol=1e-6)
-  # A distribution: its own log_softmax, so losses and searches take it as logits.
-  np.testing.assert_allclose(jax.nn.logsumexp(log_p, axis=-1), 0.0, atol=1e-5)
-  np.testing.assert_allclose(jax.nn.log_softmax(log_p), log_p, atol=1e-5)
-  # The padded position's id (0) gets no copy mass in example 1: p is the gated vocabulary's.
-  gated = want[1, :, 0] - np.exp(log_p[1, :, 0])
-  np.testing.assert_allclose(gated, 0.0, atol=1e-6)
-  assert (want[0, :, 7] > want[0, :, 8]).all()  # the repeated source id draws copy mass
+  np.testing.assert_allclose(jax.nn.softmax(out), want, rtol=1e-5, atol=1e-7)
+  # Only the ids the source holds change; the padded position's id (0) is not one of them.
+  logits, source_ids = arrays[0], arrays[3]
+  held = np.zeros((B, V), bool)
+  held[0, [7, 3, 1]] = held[1, [2, 5, 9]] = True
+  held = np.broadcast_to(held[:, None, :], logits.shape)
+  np.testing.assert_array_equal(np.asarray(out)[~held], logits[~held])
+  assert (np.asarray(out)[held] > logits[held]).all()
+  assert source_ids[1, 3] == 0 and not held[1, 0, 0]
 
 
 def test_copy_head_gradients_are_finite_where_nothing_is_copied():
-  """Label smoothing puts loss on every id, most of which no source token has (log copy = -inf)."""
+  """Label smoothing puts loss on every id; the padded position pools over itself alone."""
   head = CopyHead(D, rngs=nnx.Rngs(0))
   logits, y, memory, source_ids, source_mask = map(jnp.asarray, _inputs())
 
   def loss(head, logits, y, memory):
-    return -jnp.mean(head(logits, y, memory, source_ids, source_mask))
+    return -jnp.mean(jax.nn.log_softmax(head(logits, y, memory, source_ids, source_mask)))
 
   grads = nnx.grad(loss, argnums=(0, 1, 2, 3))(head, logits, y, memory)
   for leaf in jax.tree.leaves(grads):
