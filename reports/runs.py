@@ -18,6 +18,7 @@ import re
 import statistics
 from typing import NamedTuple
 
+import models
 from training.config_fields import flatten
 
 _MISSING = object()  # A config field that one run has and another lacks.
@@ -139,7 +140,7 @@ def load_run(path: str, from_eval: bool = False) -> Run:
     if os.path.isfile(os.path.join(path, 'eval', 'config.json')):
       config_path = os.path.join(path, 'eval', 'config.json')
   with open(config_path, encoding='utf-8') as f:
-    config = flatten(json.load(f))
+    config = _with_later_model_fields(flatten(json.load(f)))
   if from_eval:
     numbers = {
       key: value
@@ -149,6 +150,17 @@ def load_run(path: str, from_eval: bool = False) -> Run:
     split = config.get('dataset.eval_split', 'validation')
     lines[split] = [{**numbers, 'step': record.get('step', 0), 'split': split}]
   return Run(os.path.basename(os.path.normpath(path)), config, lines)
+
+
+def _with_later_model_fields(config: dict) -> dict:
+  """`config` with the model fields added since it was written, at their defaults: a new field
+  defaults to what the code did before it existed, so a run without it ran as its default (and
+  a study whose runs straddle the field's addition does not differ in it)."""
+  name = config.get('model.name')
+  if name not in models.MODELS:
+    return config
+  defaults = flatten({'model': models.default_config(name).to_dict()})
+  return {**defaults, **config}
 
 
 def setting_fields(configs: list[dict]) -> list[str]:

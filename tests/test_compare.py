@@ -416,3 +416,17 @@ def test_importing_training_and_reports_leaves_matplotlibs_backend_alone():
   )
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.split() == ['svg', 'False']
+
+
+def test_a_model_field_added_since_a_run_counts_as_its_default(tmp_path):
+  """A study whose runs straddle the addition of a model field: the older run's config lacks it,
+  the newer one's has it at its default; they do not differ in it. At another value they do."""
+  for name, extra in (('old', {}), ('new', {'copy_source': False}), ('on', {'copy_source': True})):
+    os.makedirs(tmp_path / name)
+    config = {'seed': 0, 'model': {'name': 'transformer', 'score': 'dot', **extra}}
+    (tmp_path / name / 'config.json').write_text(json.dumps(config))
+    (tmp_path / name / 'metrics.jsonl').write_text('')
+  configs = [runs_lib.load_run(str(tmp_path / name)).config for name in ('old', 'new', 'on')]
+  assert configs[0]['model.copy_source'] is False
+  assert runs_lib.setting_fields(configs[:2]) == []
+  assert runs_lib.setting_fields(configs) == ['model.copy_source']
