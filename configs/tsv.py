@@ -22,6 +22,8 @@ evaluation work for about 10 min; at the 1.8-2.0 steps/s of the quiet stretch it
 Alone, on 33,417 English->German messages (`python -m data.message_catalogs --language=de`),
 29 min 49 s from start to exit, data preparation included, 11.5 GB peak: BLEU 35.0, chrF 52.0,
 copy accuracy 63.2% (word-for-word floor 28.8 / 53.4 / 78.6%; docs/translation.md).
+With `--config.model.copy_source=True` (a pointer over the source pieces, models/copy_head.py) on
+the French messages: 31.7 min alone, BLEU 43.9, chrF 60.6, copy accuracy 74.8%.
 """
 
 from configs import default
