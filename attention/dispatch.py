@@ -3,8 +3,8 @@ one, and the choice among them for `implementation=None`.
 
 On a GPU: cuDNN where it runs the call (`cudnn_unsupported` says why not), then Attend's own
 Pallas flash kernel (`attention/pallas_flash.py`: causal masks, windows, ALiBi, sinks,
-soft-capping and grouped heads computed in the kernel; on an H200 every such variant within 2x of
-cuDNN's plain causal time at S=8192, docs/benchmarks.md), then tokamax's fused kernels
+soft-capping and grouped heads computed in the kernel; on an H200 each such variant within 2.5x
+of cuDNN's plain causal time at S=8192, docs/benchmarks.md), then tokamax's fused kernels
 (`attention/fused.py`, for what takes a bias array), then the chunked kernel; on a CPU the chunked
 kernel from `_CHUNKED_MIN_SCORES` score entries per head, below that the reference one
 (`attention/sdpa.py`, the readable definition the others are tested against). The choice, and

@@ -11,8 +11,8 @@
 - `'pallas'`: Attend's own flash kernel in Pallas (`attention/pallas_flash.py`), every variant
   computed in the kernel from positions (no mask or bias arrays); off a GPU in interpret mode.
 `implementation=None` picks the fastest one that runs the call exactly on this backend: on a GPU
-cuDNN, then 'pallas', then 'fused', then 'chunked'; on a CPU 'chunked' or 'reference' by size. The choice is
-logged once per shape (absl logging: INFO on a GPU, DEBUG elsewhere).
+cuDNN, then 'pallas', then 'fused', then 'chunked'; on a CPU 'chunked' or 'reference' by size. The
+choice is logged once per shape (absl logging: INFO on a GPU, DEBUG elsewhere).
 
 Variants, all off by default: a sliding `window`, logit soft-capping (`softcap`), attention-sink
 logits (`sink`), ALiBi (`alibi_slopes`), and grouped-query attention (keys and values with fewer
