@@ -75,16 +75,23 @@ VARIANTS = {
 }
 
 
+def case_arrays(name, s):
+  """(options, learned arrays, [q, k, v, cotangent] float32) of variant `name` at key length S,
+  drawn from one seed."""
+  options_of, learned_of, kv_heads, shrink = VARIANTS[name]
+  t = s // shrink
+  rng = np.random.default_rng(0)
+  shapes = [(BATCH, HEADS, t, HEAD_DIM), *[(BATCH, kv_heads, s, HEAD_DIM)] * 2]
+  shapes.append(shapes[0])  # the cotangent
+  arrays = [jnp.asarray(rng.standard_normal(shape, dtype=np.float32)) for shape in shapes]
+  return options_of(s), learned_of(s), arrays
+
+
 def _case(name, s, dtype, backward, implementation=None):
   """(compiled step, its arguments, kernel picked, why); `implementation` names one for every
   variant but the baseline."""
-  options_of, learned_of, kv_heads, shrink = VARIANTS[name]
-  options, learned = options_of(s), learned_of(s)
-  t = s // shrink
-  rng = np.random.default_rng(0)
-  draw = lambda *shape: jnp.asarray(rng.standard_normal(shape, dtype=np.float32), dtype)
-  q, k, v = draw(BATCH, HEADS, t, HEAD_DIM), *(draw(BATCH, kv_heads, s, HEAD_DIM) for _ in 'kv')
-  cotangent = draw(BATCH, HEADS, t, HEAD_DIM)
+  options, learned, arrays = case_arrays(name, s)
+  q, k, v, cotangent = (x.astype(dtype) for x in arrays)
   picked, why = dispatch.chosen_implementation(q, k, v, **options, **learned)
 
   if implementation:

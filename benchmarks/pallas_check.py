@@ -19,7 +19,6 @@ import json
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import attention
 from attention.pallas_flash import flash_attention
@@ -37,17 +36,13 @@ CHECKED = (
 )
 
 
-def _inputs(name, s, dtype):
-  options_of, learned_of, kv_heads, shrink = fused_bench.VARIANTS[name]
-  options = dict(options_of(s), **learned_of(s))
+def _inputs(name, s):
+  """fused_bench's options (learned arrays among them) and float32 arrays for variant `name`."""
+  options, learned, arrays = fused_bench.case_arrays(name, s)
+  options = dict(options, **learned)
   if 'sink' in options:
     # A sink of zeros would hide a wrong sign; these logits are not.
     options['sink'] = jnp.linspace(-1.0, 2.0, fused_bench.HEADS)
-  rng = np.random.default_rng(0)
-  shapes = [(fused_bench.BATCH, fused_bench.HEADS, s // shrink, fused_bench.HEAD_DIM)]
-  shapes += [(fused_bench.BATCH, kv_heads, s, fused_bench.HEAD_DIM)] * 2
-  shapes += [shapes[0]]  # the cotangent
-  arrays = [jnp.asarray(rng.standard_normal(shape, dtype=np.float32)) for shape in shapes]
   return options, arrays
 
 
@@ -71,7 +66,7 @@ def errors(names, s, dtype, block):
   pallas = lambda *a, **o: flash_attention(*a, block_q=block, block_k=block, **o)
   rows = []
   for name in names:
-    options, arrays = _inputs(name, s, dtype)
+    options, arrays = _inputs(name, s)
     with jax.default_matmul_precision('highest'):
       exact = _outputs_and_grads(reference, arrays, options, jnp.float32)
     row = dict(variant=name, S=s, dtype=jnp.dtype(dtype).name)
@@ -92,7 +87,7 @@ def blocks(names, s, dtype, shapes, repeats):
   """Forward+backward milliseconds of each variant for each (block_q, block_k)."""
   rows = []
   for name in names:
-    options, arrays = _inputs(name, s, dtype)
+    options, arrays = _inputs(name, s)
     q, k, v, cotangent = (x.astype(dtype) for x in arrays)
     for bq, bk in shapes:
 
