@@ -18,6 +18,17 @@ The result is returned as logits, `log(exp(logit_w) + Σ_j exp(c_j))`, equal to 
 every id the source does not hold; only the at most S ids it holds change, so the head costs a
 gather and a scatter-add on `[B, T, V]`, not a dense pass per operation (on CPU a `[64, 64, 8000]`
 float32 pass costs about as much as the whole output layer's loss).
+
+Coverage (`coverage=True`; See et al. 2017): a pointer alone does not know what it has already
+copied, and repeats a piece (`LIBS` -> `LIBSS`). The pointer's attention over the source,
+`a_t = softmax_j(c_tj)`, is summed over the earlier target positions, and that sum is added to
+the copy scores with a learned weight w (initialised to 0, so training starts as without it):
+
+    c'_tj = c_tj + w · Σ_{t' < t} a_t'j
+
+The sum is of the scores before coverage (See et al. feed back the covered attention itself), so
+that every position of a teacher-forced pass is computed at once; cached decoding carries the
+running sum `[B, S]`.
 """
 
 from flax import nnx
@@ -32,13 +43,21 @@ Array = jax.Array
 class CopyHead(nnx.Module):
   """Adds the copy scores of the source tokens onto their ids' logits (a joint softmax)."""
 
-  def __init__(self, d_model: int, *, rngs: nnx.Rngs):
+  def __init__(self, d_model: int, *, coverage: bool = False, rngs: nnx.Rngs):
     self.query = dense(d_model, d_model, use_bias=False, rngs=rngs)
+    self.coverage_weight = nnx.Param(jnp.zeros((), jnp.float32)) if coverage else None
 
   def __call__(
-    self, logits: Array, y: Array, memory: Array, source_ids: Array, source_mask: Array
-  ) -> Array:
-    """Logits `[B, T, V]` float32 whose softmax is the joint generate-or-copy distribution.
+    self,
+    logits: Array,
+    y: Array,
+    memory: Array,
+    source_ids: Array,
+    source_mask: Array,
+    paid: Array | None = None,
+  ) -> tuple[Array, Array | None]:
+    """Logits `[B, T, V]` float32 whose softmax is the joint generate-or-copy distribution, and
+    with coverage the pointer's attention summed up to y's last position `[B, S]` (else None).
 
     Args:
       logits: the vocabulary logits `[B, T, V]`, float32.
@@ -46,9 +65,13 @@ class CopyHead(nnx.Module):
       memory: encoder states `[B, S, D]`.
       source_ids: `[B, S]`, ids of the target vocabulary.
       source_mask: `[B, S]`, True = a real source token.
+      paid: with coverage, the attention summed over the positions before y's first `[B, S]`
+        (cached decoding's running sum); None = nothing paid yet.
     """
     scale = y.shape[-1] ** -0.5
     copy = jnp.einsum('btd,bsd->bts', self.query(y), memory).astype(jnp.float32) * scale
+    if self.coverage_weight is not None:
+      copy, paid = self._cover(copy, source_mask, paid)
     # Positions holding the same id pool their copy scores: `same[b, j, k]` says position k is j
     # or a real position holding j's id. Padding copies nothing (its step is zeroed below; it
     # still pools with itself, so that no logsumexp is over nothing).
@@ -63,4 +86,14 @@ class CopyHead(nnx.Module):
     step = jnp.where(source_mask[:, None, :], step, 0.0)
     rows = jnp.arange(logits.shape[0])[:, None, None]
     cols = jnp.arange(logits.shape[1])[None, :, None]
-    return logits.at[rows, cols, source_ids[:, None, :]].add(step)
+    return logits.at[rows, cols, source_ids[:, None, :]].add(step), paid
+
+  def _cover(self, copy: Array, source_mask: Array, paid: Array | None) -> tuple[Array, Array]:
+    """Copy scores `[B, T, S]` plus w times the attention paid before each position, and the
+    attention paid up to the last position `[B, S]`."""
+    attention = jax.nn.softmax(jnp.where(source_mask[:, None, :], copy, -jnp.inf), axis=-1)
+    before = jnp.cumsum(attention, axis=1) - attention  # exclusive: positions t' < t
+    if paid is not None:
+      before = before + paid[:, None, :]
+    covered = copy + self.coverage_weight[...] * before
+    return covered, before[:, -1] + attention[:, -1]

@@ -55,6 +55,7 @@ class Transformer(nnx.Module):
     share_embeddings: bool = False,
     tie_output: bool = True,
     copy_source: bool = False,
+    copy_coverage: bool = False,
     rngs: nnx.Rngs,
   ):
     """Builds the model; bad settings raise ValueError before any parameter is created.
@@ -73,6 +74,8 @@ class Transformer(nnx.Module):
       tie_output: the output projection is the transposed target embedding.
       copy_source: one softmax over generating a token and copying a source position
         (`models/copy_head.py`, as CopyNet); source and target ids must come from one vocabulary.
+      copy_coverage: the copy scores see the pointer's attention already paid to each source
+        position (coverage, See et al. 2017); needs `copy_source`.
       rngs: `params` stream for initialisation.
     """
     layers = dict(num_encoder_layers=num_encoder_layers, num_decoder_layers=num_decoder_layers)
@@ -84,6 +87,9 @@ class Transformer(nnx.Module):
           f'{name}=True needs input_vocab_size == output_vocab_size; got '
           f'{input_vocab_size} and {output_vocab_size}.'
         )
+
+    if copy_coverage and not copy_source:
+      raise ValueError('copy_coverage=True needs copy_source=True: it covers the copy scores.')
 
     d_model = stack.d_model
     self.pad_id = pad_id
@@ -105,7 +111,7 @@ class Transformer(nnx.Module):
     self.output_proj = (
       None if tie_output else dense(d_model, output_vocab_size, axes=('embed', 'vocab'), rngs=rngs)
     )
-    self.copy_head = CopyHead(d_model, rngs=rngs) if copy_source else None
+    self.copy_head = CopyHead(d_model, coverage=copy_coverage, rngs=rngs) if copy_source else None
 
   def _check_ids(self, name: str, ids: Array, deterministic: bool, rngs: nnx.Rngs | None) -> None:
     """Raises ValueError, before tracing, on ids or a dropout setting the model cannot run."""
@@ -130,16 +136,24 @@ class Transformer(nnx.Module):
       x = x + self.positions(jnp.arange(ids.shape[1])).astype(x.dtype)
     return self.dropout(x, deterministic=deterministic, rngs=rngs)
 
-  def _logits(self, y: Array, memory: Array, source_ids: Array, source_mask: Array) -> Array:
+  def _logits(
+    self,
+    y: Array,
+    memory: Array,
+    source_ids: Array,
+    source_mask: Array,
+    paid: Array | None = None,
+  ) -> tuple[Array, Array | None]:
     """`[B, T, D] -> [B, T, V_out]` float32 logits, after the pre-norm final LayerNorm; with
-    `copy_source` the source ids' logits include their copy scores (`CopyHead`)."""
+    `copy_source` the source ids' logits include their copy scores (`CopyHead`), and with
+    `copy_coverage` the second value is the pointer's attention paid so far (else None)."""
     if self.decoder_norm is not None:
       y = self.decoder_norm(y)
     logits = self.target_embed.attend(y) if self.output_proj is None else self.output_proj(y)
     logits = logits.astype(jnp.float32)
     if self.copy_head is None:
-      return logits
-    return self.copy_head(logits, y, memory, source_ids, source_mask)
+      return logits, None
+    return self.copy_head(logits, y, memory, source_ids, source_mask, paid)
 
   def encode(
     self,
@@ -188,7 +202,7 @@ class Transformer(nnx.Module):
     if self.copy_head is not None and source_ids is None:
       raise ValueError('decode: copy_source=True needs the source ids (source_ids=...).')
     y = run_decoder(self.decoder_layers, y, memory, mask, deterministic=deterministic, rngs=rngs)
-    return self._logits(y, memory, source_ids, source_mask)
+    return self._logits(y, memory, source_ids, source_mask)[0]
 
   def __call__(
     self,
@@ -212,7 +226,8 @@ class Transformer(nnx.Module):
     Every leaf leads with B, so beam search can repeat the cache along axis 0:
     `source_mask [B, S]`; per decoder layer the `'self'` state of the attention variant (K/V
     buffers `[B, K, max_length, H]` for softmax attention) and `'cross'` K/V `[B, K, S, H]`
-    projected from the memory; with `copy_source` also `memory [B, S, D]` and `source_ids`.
+    projected from the memory; with `copy_source` also `memory [B, S, D]` and `source_ids`,
+    and with `copy_coverage` the pointer's attention paid so far, `paid [B, S]`.
     """
     if isinstance(self.positions, LearnedPositions) and max_length > self.positions.max_length:
       raise ValueError(
@@ -225,6 +240,8 @@ class Transformer(nnx.Module):
     }
     if self.copy_head is not None:
       cache.update(memory=memory, source_ids=inputs)
+    if self.copy_head is not None and self.copy_head.coverage_weight is not None:
+      cache['paid'] = jnp.zeros(inputs.shape, jnp.float32)
     return cache
 
   def decode_step(
@@ -245,4 +262,8 @@ class Transformer(nnx.Module):
     mask = cache['source_mask'][:, None, None, :]  # [B, 1, 1, S]
     y, layers = decoder_step(self.decoder_layers, y, cache['layers'], step, mask)
     copy_from = (cache.get('memory'), cache.get('source_ids'), cache['source_mask'])
-    return self._logits(y, *copy_from)[:, 0], {**cache, 'layers': layers}
+    logits, paid = self._logits(y, *copy_from, cache.get('paid'))
+    cache = {**cache, 'layers': layers}
+    if paid is not None:
+      cache['paid'] = paid
+    return logits[:, 0], cache

@@ -43,7 +43,8 @@ def _inputs():
 def test_copy_head_is_the_joint_generate_or_copy_softmax():
   head = CopyHead(D, rngs=nnx.Rngs(0))
   arrays = _inputs()
-  out = head(*map(jnp.asarray, arrays))
+  out, paid = head(*map(jnp.asarray, arrays))
+  assert paid is None  # no coverage
   want = _numpy_copy(head, *arrays)
   np.testing.assert_allclose(jax.nn.softmax(out), want, rtol=1e-5, atol=1e-7)
   # Only the ids the source holds change; the padded position's id (0) is not one of them.
@@ -62,12 +63,45 @@ def test_copy_head_gradients_are_finite_where_nothing_is_copied():
   logits, y, memory, source_ids, source_mask = map(jnp.asarray, _inputs())
 
   def loss(head, logits, y, memory):
-    return -jnp.mean(jax.nn.log_softmax(head(logits, y, memory, source_ids, source_mask)))
+    return -jnp.mean(jax.nn.log_softmax(head(logits, y, memory, source_ids, source_mask)[0]))
 
   grads = nnx.grad(loss, argnums=(0, 1, 2, 3))(head, logits, y, memory)
   for leaf in jax.tree.leaves(grads):
     assert bool(jnp.all(jnp.isfinite(leaf)))
   assert float(jnp.abs(grads[0].query.kernel[...]).sum()) > 0  # the pointer learns
+
+
+def test_coverage_adds_the_attention_paid_before_each_position():
+  """c'_tj = c_tj + w · Σ_{t'<t} softmax_j(c_t'j) over the real positions, in NumPy; the running
+  sum it returns continues across calls (cached decoding)."""
+  head = CopyHead(D, coverage=True, rngs=nnx.Rngs(0))
+  head.coverage_weight[...] = jnp.float32(-2.0)
+  logits, y, memory, source_ids, source_mask = _inputs()
+  wq = np.asarray(head.query.kernel[...])
+  scores = np.einsum('btd,bsd->bts', y @ wq, memory) / np.sqrt(D)
+  attention = np.where(source_mask[:, None], np.exp(scores), 0.0)
+  attention /= attention.sum(-1, keepdims=True)
+  paid_before = np.zeros((B, T, S))
+  for t in range(1, T):
+    paid_before[:, t] = paid_before[:, t - 1] + attention[:, t - 1]
+  covered = scores - 2.0 * paid_before  # the NumPy head's scores, covered
+  mass = np.exp(logits.astype(np.float64))
+  for b in range(B):
+    for j in range(S):
+      if source_mask[b, j]:
+        mass[b, :, source_ids[b, j]] += np.exp(covered[b, :, j])
+  arrays = [jnp.asarray(a) for a in (logits, y, memory, source_ids, source_mask)]
+  out, paid = head(*arrays)
+  np.testing.assert_allclose(jax.nn.softmax(out), mass / mass.sum(-1, keepdims=True), rtol=1e-5)
+  np.testing.assert_allclose(paid, attention.sum(1), rtol=1e-5)
+  assert np.allclose(np.asarray(paid)[1, 3], 0.0)  # padding is paid nothing
+  # Position by position, carrying the sum, gives the same logits.
+  running = None
+  for t in range(T):
+    step = [a[:, t : t + 1] for a in arrays[:2]]
+    out_t, running = head(*step, *arrays[2:], running)
+    np.testing.assert_allclose(out_t[:, 0], out[:, t], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(running, paid, rtol=1e-5)
 
 
 def _model(**kwargs):
@@ -77,8 +111,11 @@ def _model(**kwargs):
   )
 
 
-def test_cached_decoding_equals_the_full_pass_with_copying():
-  model = _model(copy_source=True)
+@pytest.mark.parametrize('coverage', [False, True])
+def test_cached_decoding_equals_the_full_pass_with_copying(coverage):
+  model = _model(copy_source=True, copy_coverage=coverage)
+  if coverage:  # a weight of 0 (its initial value) would change nothing
+    model.copy_head.coverage_weight[...] = jnp.float32(-3.0)
   source = jnp.array([[5, 6, 7, 0], [8, 9, 10, 11]])
   decoder_inputs = jnp.array([[1, 5, 6, 7], [1, 11, 10, 9]])
   full = model(source, decoder_inputs)
@@ -100,6 +137,8 @@ def test_copy_source_needs_one_vocabulary():
       stack=StackConfig(num_layers=1, d_model=16, num_heads=2, d_ff=32),
       rngs=nnx.Rngs(0),
     )
+  with pytest.raises(ValueError, match='copy_coverage=True needs copy_source=True'):
+    _model(copy_coverage=True)
   with pytest.raises(ValueError, match='needs the source ids'):
     _model(copy_source=True).decode(
       jnp.ones((1, 2), jnp.int32), jnp.ones((1, 3, 16)), jnp.ones((1, 3), bool)
