@@ -10,8 +10,9 @@ Command:
   python sweep.py --config=configs/study_length.py --workdir=runs/study_length --parallel=2
   python compare.py runs/study_length --against=metrics \
       --metrics=bits_per_char@64,bits_per_char@128,bits_per_char@256,bits_per_char@512
-Result (2 cores of an AMD EPYC, CPU, 6 runs two at a time on a shared machine, 63 min; bits per
-character at 64 / 128 / 256 / 512): ALiBi 1.35 / 1.32 / 1.32 / 1.32, flat as the paper
+Result (2 cores of an AMD EPYC, CPU, 6 runs two at a time, 38 min on a machine shared with
+the test suite, 63 min on a busier one, the same numbers; bits per character at 64 / 128 / 256
+/ 512): ALiBi 1.35 / 1.32 / 1.32 / 1.32, flat as the paper
 reports; rotary 1.28 / 1.44 / 2.03 / 2.74 and sinusoidal 1.38 / 2.62 / 3.57 / 3.67 degrade past
 the training length; T5 1.34 / 1.45 / 1.90 / 2.53; none 1.50 / 1.61 / 2.18 / 2.67 (no better
 than rotary here); learned 1.38 at 64. Table and figure: docs/studies.md.
