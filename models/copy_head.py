@@ -91,7 +91,10 @@ class CopyHead(nnx.Module):
   def _cover(self, copy: Array, source_mask: Array, paid: Array | None) -> tuple[Array, Array]:
     """Copy scores `[B, T, S]` plus w times the attention paid before each position, and the
     attention paid up to the last position `[B, S]`."""
-    attention = jax.nn.softmax(jnp.where(source_mask[:, None, :], copy, -jnp.inf), axis=-1)
+    real = source_mask[:, None, :]
+    # A row of padding only (one that fills a last batch) has no real position: a finite fill
+    # keeps its softmax defined (-inf would give NaN), and the product with `real` pays nothing.
+    attention = jax.nn.softmax(jnp.where(real, copy, jnp.finfo(copy.dtype).min), axis=-1) * real
     before = jnp.cumsum(attention, axis=1) - attention  # exclusive: positions t' < t
     if paid is not None:
       before = before + paid[:, None, :]

@@ -57,10 +57,16 @@ def test_copy_head_is_the_joint_generate_or_copy_softmax():
   assert source_ids[1, 3] == 0 and not held[1, 0, 0]
 
 
-def test_copy_head_gradients_are_finite_where_nothing_is_copied():
-  """Label smoothing puts loss on every id; the padded position pools over itself alone."""
-  head = CopyHead(D, rngs=nnx.Rngs(0))
-  logits, y, memory, source_ids, source_mask = map(jnp.asarray, _inputs())
+@pytest.mark.parametrize('coverage', [False, True])
+def test_copy_head_gradients_are_finite_where_nothing_is_copied(coverage):
+  """Label smoothing puts loss on every id; the padded position pools over itself alone, and a
+  row of padding only (filling a last batch) has nothing to copy or cover."""
+  head = CopyHead(D, coverage=coverage, rngs=nnx.Rngs(0))
+  # The two examples of `_inputs`, then a third row: example 1 with every position padding.
+  logits, y, memory, source_ids, source_mask = (
+    jnp.concatenate([a, a[1:]]) for a in map(jnp.asarray, _inputs())
+  )
+  source_mask = source_mask.at[2].set(False)
 
   def loss(head, logits, y, memory):
     return -jnp.mean(jax.nn.log_softmax(head(logits, y, memory, source_ids, source_mask)[0]))
@@ -69,6 +75,8 @@ def test_copy_head_gradients_are_finite_where_nothing_is_copied():
   for leaf in jax.tree.leaves(grads):
     assert bool(jnp.all(jnp.isfinite(leaf)))
   assert float(jnp.abs(grads[0].query.kernel[...]).sum()) > 0  # the pointer learns
+  if coverage:
+    assert float(jnp.abs(grads[0].coverage_weight[...])) > 0
 
 
 def test_coverage_adds_the_attention_paid_before_each_position():
