@@ -152,17 +152,18 @@ def cudnn_unsupported(
   q,
   k,
   v,
-  masked,
-  dropout_rate,
   *,
+  mask=None,
+  bias=None,
+  dropout_rate=0.0,
   is_causal=False,
   window=0,
   softcap=0.0,
   sink=None,
   alibi_slopes=None,
 ) -> str | None:
-  """Why cuDNN cannot run this call (`masked`: a mask, bias, is_causal or window), or None if it
-  can. The variants come first: what they name does not depend on the machine."""
+  """Why cuDNN cannot run this call, or None if it can. The variants come first: what they name
+  does not depend on the machine."""
   if softcap:
     return f"it cannot run softcap={softcap}: jax.nn's cuDNN call has no logit soft-capping"
   if sink is not None:
@@ -186,6 +187,7 @@ def cudnn_unsupported(
       'it needs equal query/value head sizes <= 128 and divisible by 8, '
       f'got D={q.shape[-1]}, Dv={v.shape[-1]}'
     )
+  masked = mask is not None or bias is not None or is_causal or window > 0
   if masked and (q.shape[-2] % 2 or k.shape[-2] % 2):
     # cuDNN's backward takes a mask, a bias or causal masking at even lengths only.
     return f'masked attention needs even lengths, got T={q.shape[-2]}, S={k.shape[-2]}'
@@ -194,28 +196,13 @@ def cudnn_unsupported(
   return None
 
 
-def pick(q, k, v, masked, dropout_rate, mask, bias, **variants) -> tuple[str, str]:
-  """(the implementation for `implementation=None`, why); `variants`: `cudnn_unsupported`'s
-  keywords."""
-  cudnn_declines = cudnn_unsupported(q, k, v, masked, dropout_rate, **variants)
-  if cudnn_declines is None:
-    return 'cudnn', 'cuDNN runs it'
-  why = f'cuDNN declines: {cudnn_declines}'
-  if jax.default_backend() == 'gpu':
-    gpu_kernels = {
-      'pallas': lambda: pallas_unsupported(
-        q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, **variants
-      ),
-      'fused': lambda: fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants),
-    }
-    for name, declines in gpu_kernels.items():
-      reason = declines()
-      if reason is None:
-        return name, why
-      why += f'; {name!r} declines: {reason}'
-  if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
-    return 'chunked', why
-  return 'reference', why
+# Why each fast kernel cannot run a call, or None: `(q, k, v, *, mask, bias, dropout_rate,
+# is_causal, window, softcap, sink, alibi_slopes)`. The order is the GPU's order of preference.
+UNSUPPORTED = {
+  'cudnn': cudnn_unsupported,
+  'pallas': pallas_unsupported,
+  'fused': fused_unsupported,
+}
 
 
 def chosen_implementation(
@@ -234,11 +221,29 @@ def chosen_implementation(
 ) -> tuple[str, str]:
   """(the kernel `scaled_dot_product_attention(..., implementation=None)` runs for these
   arguments on this backend, why): the arguments mean what it documents."""
-  masked = mask is not None or bias is not None or is_causal or window > 0
-  variants = dict(
-    is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
+  call = dict(
+    mask=mask,
+    bias=bias,
+    dropout_rate=dropout_rate,
+    is_causal=is_causal,
+    window=window,
+    softcap=softcap,
+    sink=sink,
+    alibi_slopes=alibi_slopes,
   )
-  return pick(q, k, v, masked, dropout_rate, mask, bias, **variants)
+  cudnn_declines = cudnn_unsupported(q, k, v, **call)
+  if cudnn_declines is None:
+    return 'cudnn', 'cuDNN runs it'
+  why = f'cuDNN declines: {cudnn_declines}'
+  if jax.default_backend() == 'gpu':
+    for name in ('pallas', 'fused'):
+      reason = UNSUPPORTED[name](q, k, v, **call)
+      if reason is None:
+        return name, why
+      why += f'; {name!r} declines: {reason}'
+  if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
+    return 'chunked', why
+  return 'reference', why
 
 
 _LOGGED = set()

@@ -88,8 +88,9 @@ def fused_unsupported(
   k,
   v,
   *,
-  dropout_rate=0.0,
+  mask=None,
   bias=None,
+  dropout_rate=0.0,
   is_causal=False,
   window=0,
   softcap=0.0,
@@ -97,6 +98,7 @@ def fused_unsupported(
   alibi_slopes=None,
 ) -> str | None:
   """Why the fused kernel cannot run this call exactly, or None if it can."""
+  del mask  # any boolean mask: it is passed on as one
   if not available():
     return f'it needs the tokamax library ({INSTALL_HINT})'
   if dropout_rate > 0.0:

@@ -27,15 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from attention.core import attend, check_kv, check_mask, drop_weights, masked_softmax
-from attention.dispatch import (
-  FAST_KERNELS,
-  chosen_implementation,
-  cudnn_unsupported,
-  log_choice,
-)
-from attention.fused import fused_unsupported
+from attention.dispatch import FAST_KERNELS, UNSUPPORTED, chosen_implementation, log_choice
 from attention.masks import causal_mask, combine_masks, sliding_window_mask
-from attention.pallas_flash import pallas_unsupported
 from attention.scores import check_qk
 
 Array = jax.Array
@@ -312,7 +305,6 @@ def scaled_dot_product_attention(
   lead, groups = _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation)
   _validate_variants(lead, window, softcap, sink, alibi_slopes)
   window, softcap = int(window), float(softcap)
-  masked = mask is not None or bias is not None or is_causal or window > 0
   variants = dict(
     is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
   )
@@ -321,21 +313,12 @@ def scaled_dot_product_attention(
       q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, **variants
     )
     log_choice(implementation, why, q, k, dict(variants, mask=mask, bias=bias))
-  elif implementation in ('cudnn', 'fused', 'pallas'):
-    reason = {
-      'cudnn': lambda: cudnn_unsupported(q, k, v, masked, dropout_rate, **variants),
-      'fused': lambda: fused_unsupported(q, k, v, dropout_rate=dropout_rate, bias=bias, **variants),
-      'pallas': lambda: pallas_unsupported(
-        q,
-        k,
-        v,
-        mask=mask,
-        bias=bias,
-        dropout_rate=dropout_rate,
-        interpret_allowed=True,
-        **variants,
-      ),
-    }[implementation]()
+  elif implementation in UNSUPPORTED:
+    # Named, the Pallas kernel may run in interpret mode off a GPU (slowly: tests, debugging).
+    extra = dict(interpret_allowed=True) if implementation == 'pallas' else {}
+    reason = UNSUPPORTED[implementation](
+      q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, **variants, **extra
+    )
     if reason:
       raise ValueError(
         f'scaled_dot_product_attention: implementation={implementation!r} unavailable: {reason}.'

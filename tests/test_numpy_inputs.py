@@ -65,7 +65,7 @@ def test_default_picks_chunked_at_512_and_takes_numpy_inputs(rng):
   if jax.default_backend() != 'cpu':
     pytest.skip('the default picks cuDNN on GPU')
   q, k, v, mask, bias = _inputs(rng, 512, 512, np.float32)
-  assert attention.dispatch.pick(q, k, v, False, 0.0, None, None)[0] == 'chunked'
+  assert attention.dispatch.chosen_implementation(q, k, v)[0] == 'chunked'
   out = attention.scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
   np.testing.assert_allclose(out, _numpy_attention(q, k, v, mask, bias), atol=1e-5, rtol=1e-5)
 

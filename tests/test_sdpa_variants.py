@@ -380,8 +380,8 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
 
 def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
   """`cudnn_unsupported` names sink, softcap, ALiBi and non-causal windows before it looks at
-  the hardware, so `pick` falls back to Attend's Pallas kernel on a GPU (then 'fused'), else to
-  'chunked' (long) or 'reference' (short), for them."""
+  the hardware, so `chosen_implementation` falls back to Attend's Pallas kernel on a GPU (then
+  'fused'), else to 'chunked' (long) or 'reference' (short), for them."""
   q = k = v = jnp.zeros((1, 4, 1024, 64), jnp.bfloat16)
   gpu = jax.default_backend() == 'gpu'
   for variant in (
@@ -390,16 +390,16 @@ def test_dispatcher_never_picks_cudnn_for_what_it_cannot_run():
     dict(alibi_slopes=jnp.ones(4)),
     dict(window=128),
   ):
-    assert dispatch.cudnn_unsupported(q, k, v, True, 0.0, **variant) is not None
-    picked, why = dispatch.pick(q, k, v, True, 0.0, None, None, **variant)
+    assert dispatch.cudnn_unsupported(q, k, v, **variant) is not None
+    picked, why = dispatch.chosen_implementation(q, k, v, **variant)
     assert picked == ('pallas' if gpu else 'chunked')
     assert why.startswith('cuDNN declines: it cannot run')
   # A mask is for cuDNN or the chunked kernel: the Pallas kernel computes its masks itself.
   mask = jnp.ones((1024, 1024), bool)
-  picked, why = dispatch.pick(q, k, v, True, 0.0, mask, None, softcap=30.0)
+  picked, why = dispatch.chosen_implementation(q, k, v, mask=mask, is_causal=True, softcap=30.0)
   assert picked != 'pallas'
   if gpu:
     assert "'pallas' declines: it takes no mask or bias array" in why
   assert 'T=4 != S=6' in dispatch.cudnn_unsupported(
-    q[..., :4, :], k[..., :6, :], v[..., :6, :], True, 0.0, window=2, is_causal=True
+    q[..., :4, :], k[..., :6, :], v[..., :6, :], window=2, is_causal=True
   )
