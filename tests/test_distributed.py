@@ -14,7 +14,7 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
-from test_training import TRAIN_SPLIT
+from test_training import EVAL_SPLIT, TRAIN_SPLIT
 
 from configs import default
 import models
@@ -41,6 +41,7 @@ TINY = [
   '--config.dataset.eval_batch_size=200',
   '--config.dataset.bucket_step=128',
   f'--config.dataset.train_split={TRAIN_SPLIT}',  # each process reads less
+  f'--config.dataset.eval_split={EVAL_SPLIT}',  # the final evaluation: 64 examples, not 1,000
   '--config.eps=1e-6',
   '--config.log_every_steps=1',
   '--config.checkpoint_every_steps=2',
@@ -136,9 +137,7 @@ def test_two_processes_train_as_one_and_their_checkpoints_resume_either_way(data
   # Same global batches, same dropout masks: the same curve, up to summation order.
   np.testing.assert_allclose(list(_losses(two).values()), list(_losses(one).values()), rtol=1e-5)
   assert list(_losses(two)) == [1, 2, 3, 4]
-  np.testing.assert_allclose(
-    _losses(two, 'validation')[4], _losses(one, 'validation')[4], rtol=1e-5
-  )
+  np.testing.assert_allclose(_losses(two, EVAL_SPLIT)[4], _losses(one, EVAL_SPLIT)[4], rtol=1e-5)
   assert len(os.listdir(two / 'tensorboard')) == 1  # process 0's event file only
 
   # Each checkpoint resumes under the other process count.
