@@ -12,7 +12,7 @@ Command:
   python sweep.py --config=configs/study_recall.py --workdir=runs/study_recall --parallel=2
   python sweep.py --config=configs/study_recall.py:64 ...   # one width only (12 runs)
   python compare.py runs/study_recall --metrics=accuracy,attention_hit_rate
-Result (2 cores of an AMD EPYC, CPU, shared; width 64, 12 runs in 51 min; answer accuracy at
+Result (2 cores of an AMD EPYC, CPU, shared; width 64, 12 runs in 40-51 min; answer accuracy at
 4 / 8 / 16 / 32 pairs): softmax 100.0 / 27.3 / 18.3 / 16.9%, window 100.0 / 36.2 / 6.7 / 2.6%,
 linear 47.3 / 36.5 / 24.0 / 7.8%. At 4 pairs softmax and the window recall everything and linear
 attention half; beyond, no mixer formed the lookup within 3,000 steps (softmax's attention hit
