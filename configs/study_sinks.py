@@ -19,10 +19,10 @@ Command:
 Result (2 cores of an AMD EPYC, CPU, shared; the first two runs measured on the length study's
 ALiBi checkpoint with `eval.py --config`, since on 64-character rows they train exactly as full
 attention; the learned sink trained in 9 min (21 min on a busier machine, the same numbers);
-bits per character at 64 / 128 / 256 / 512): window alone 1.350 / 1.321 / 1.316 / 1.310, first 4 kept 1.350 / 1.321 / 1.315 / 1.308, learned
-sink 1.346 / 1.329 / 1.335 / 1.336, full attention 1.350 / 1.317 / 1.315 / 1.323. StreamingLLM's
-effect does not appear: dropping the first tokens costs nothing, so there is nothing to repair
-(docs/studies.md shows why).
+bits per character at 64 / 128 / 256 / 512): window alone 1.350 / 1.321 / 1.316 / 1.310, first
+4 kept 1.350 / 1.321 / 1.315 / 1.308, learned sink 1.346 / 1.329 / 1.335 / 1.336, full attention
+1.350 / 1.317 / 1.315 / 1.323. StreamingLLM's effect does not appear: dropping the first tokens
+costs nothing, so there is nothing to repair (docs/studies.md shows why).
 """
 
 from configs import study_length
