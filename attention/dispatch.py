@@ -231,16 +231,15 @@ def chosen_implementation(
     sink=sink,
     alibi_slopes=alibi_slopes,
   )
-  cudnn_declines = cudnn_unsupported(q, k, v, **call)
-  if cudnn_declines is None:
-    return 'cudnn', 'cuDNN runs it'
-  why = f'cuDNN declines: {cudnn_declines}'
-  if jax.default_backend() == 'gpu':
-    for name in ('pallas', 'fused'):
-      reason = UNSUPPORTED[name](q, k, v, **call)
-      if reason is None:
-        return name, why
-      why += f'; {name!r} declines: {reason}'
+  declined = []
+  for name, unsupported in UNSUPPORTED.items():
+    if name != 'cudnn' and jax.default_backend() != 'gpu':
+      break  # the Pallas and fused kernels are GPU kernels (tokamax's also runs on a CPU, slowly)
+    reason = unsupported(q, k, v, **call)
+    if reason is None:
+      return name, '; '.join(declined) or 'cuDNN runs it'
+    declined.append(f'{"cuDNN" if name == "cudnn" else repr(name)} declines: {reason}')
+  why = '; '.join(declined)
   if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
     return 'chunked', why
   return 'reference', why
