@@ -1,6 +1,7 @@
 """Test setup: CPU only, float32 matmuls at full precision, deterministic seeds."""
 
 import os
+import resource
 import tempfile
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -62,6 +63,59 @@ def pytest_collection_modifyitems(items):
       not item.get_closest_marker('slow'),
     )
   )
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+    '--cpu-durations',
+    type=int,
+    default=0,
+    metavar='N',
+    help='Print the N tests that took the most CPU time: user + sys, of the test process and of '
+    'the processes it started, setup and teardown included (what a 2-core machine pays for).',
+  )
+
+
+def _cpu_seconds() -> float:
+  """User + sys seconds of this process and of the children it has waited for."""
+  usages = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+  return sum(usage.ru_utime + usage.ru_stime for usage in usages)
+
+
+_CPU_START = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  item.stash[_CPU_START] = _cpu_seconds()
+  yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+  """The teardown report carries the test's CPU seconds, so that pytest-xdist brings them from
+  its workers to the terminal summary."""
+  report = (yield).get_result()
+  if call.when == 'teardown' and item.config.getoption('--cpu-durations'):
+    report.user_properties.append(('cpu_seconds', _cpu_seconds() - item.stash[_CPU_START]))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+  count = config.getoption('--cpu-durations')
+  if not count:
+    return
+  seconds = {
+    report.nodeid: value
+    for reports in terminalreporter.stats.values()
+    for report in reports
+    for key, value in getattr(report, 'user_properties', ())
+    if key == 'cpu_seconds'
+  }
+  terminalreporter.write_sep('=', f'{count} tests with the most CPU time (user + sys)')
+  for nodeid, cpu in sorted(seconds.items(), key=lambda pair: -pair[1])[:count]:
+    terminalreporter.write_line(f'{cpu:7.2f}s {nodeid}')
+  total = sum(seconds.values())
+  terminalreporter.write_line(f'{total:7.2f}s in all, over {len(seconds)} tests')
 
 
 @pytest.fixture(scope='session')
