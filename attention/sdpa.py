@@ -308,22 +308,19 @@ def scaled_dot_product_attention(
   variants = dict(
     is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
   )
+  call = dict(mask=mask, bias=bias, dropout_rate=dropout_rate, **variants)
   if implementation is None:
-    implementation, why = chosen_implementation(
-      q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, **variants
-    )
+    implementation, why = chosen_implementation(q, k, v, **call)
     log_choice(implementation, why, q, k, dict(variants, mask=mask, bias=bias))
   elif implementation in UNSUPPORTED:
     # Named, the Pallas kernel may run in interpret mode off a GPU (slowly: tests, debugging).
     extra = dict(interpret_allowed=True) if implementation == 'pallas' else {}
-    reason = UNSUPPORTED[implementation](
-      q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, **variants, **extra
-    )
+    reason = UNSUPPORTED[implementation](q, k, v, **call, **extra)
     if reason:
       raise ValueError(
         f'scaled_dot_product_attention: implementation={implementation!r} unavailable: {reason}.'
       )
-  if implementation in ('chunked', 'cudnn', 'fused', 'pallas'):
+  if implementation in FAST_KERNELS:
     # Grouped keys and values keep their K heads: the kernels expand or group them themselves.
     kv_lead = (*lead[:-1], lead[-1] // groups) if groups > 1 else lead
     q = jnp.broadcast_to(q, (*lead, *q.shape[-2:]))
