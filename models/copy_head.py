@@ -75,10 +75,15 @@ class CopyHead(nnx.Module):
       copy, paid = self._cover(copy, source_mask, paid)
     # Positions holding the same id pool their copy scores: `same[b, j, k]` says position k is j
     # or a real position holding j's id. Padding copies nothing (its step is zeroed below; it
-    # still pools with itself, so that no logsumexp is over nothing).
+    # still pools with itself, so that no sum is over nothing).
     same = (source_ids[:, :, None] == source_ids[:, None, :]) & source_mask[:, None, :]
     same = same | jnp.eye(source_ids.shape[1], dtype=bool)
-    pooled = jax.nn.logsumexp(jnp.where(same[:, None], copy[:, :, None, :], -jnp.inf), axis=-1)
+    # log Σ_k same[j, k] exp(c_k) as one batched matmul (a masked logsumexp over `[B, T, S, S]`
+    # costs about twice as much on CPU), shifted by each row's largest score; a sum that
+    # underflows adds nothing, and its log is floored so that no gradient is infinite.
+    shift = jax.lax.stop_gradient(jnp.max(copy, axis=-1, keepdims=True))
+    sums = jnp.einsum('btk,bjk->btj', jnp.exp(copy - shift), same.astype(copy.dtype))
+    pooled = jnp.log(jnp.maximum(sums, jnp.finfo(copy.dtype).tiny)) + shift
     at_ids = jnp.take_along_axis(logits, source_ids[:, None, :], axis=-1)  # [B, T, S]
     # The new logit of each source position's id, as an increment; an id held by n positions
     # gets n equal shares of it through the scatter-add.
