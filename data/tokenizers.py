@@ -167,12 +167,15 @@ class SentencePieceTokenizer(SpecialIds):
       raise ValueError(f'SentencePiece model must start with {SPECIAL_TOKENS}, got {specials}.')
 
   @classmethod
-  def build(cls, texts: Sequence[str], vocab_size: int) -> 'SentencePieceTokenizer':
+  def build(
+    cls, texts: Sequence[str], vocab_size: int, symbols: Sequence[str] = ()
+  ) -> 'SentencePieceTokenizer':
     """Trains a unigram model on `texts` (at most 1M of them, evenly spaced).
 
     Args:
       texts: training texts, already preprocessed.
       vocab_size: the requested size; small corpora may give fewer pieces.
+      symbols: strings that are always one piece of their own (after the specials).
 
     Returns:
       The tokenizer.
@@ -202,6 +205,7 @@ class SentencePieceTokenizer(SpecialIds):
         # Identity normalization keeps decode(encode(x)) == x; TextOptions does the normalizing.
         normalization_rule_name='identity',
         shuffle_input_sentence=False,
+        user_defined_symbols=list(symbols),
         minloglevel=2,
       )
     except RuntimeError as e:
@@ -235,18 +239,22 @@ Tokenizer = CharTokenizer | WordTokenizer | SentencePieceTokenizer
 _VOCAB_CLASSES = {'char': CharTokenizer, 'word': WordTokenizer}
 
 
-def build_tokenizer(kind: str, texts: Sequence[str], vocab_size: int) -> Tokenizer:
+def build_tokenizer(
+  kind: str, texts: Sequence[str], vocab_size: int, symbols: Sequence[str] = ()
+) -> Tokenizer:
   """Builds a tokenizer of `kind` ('char' | 'word' | 'sentencepiece') from training texts.
 
   `vocab_size` caps word and SentencePiece vocabularies; a character vocabulary keeps every
-  character of the training texts.
+  character of the training texts. `symbols` (SentencePiece only) are always pieces of their own.
   """
+  if symbols and kind != 'sentencepiece':
+    raise ValueError(f'Only sentencepiece vocabularies take symbols of their own, got {kind!r}.')
   if kind == 'char':
     return CharTokenizer.build(texts)
   if kind == 'word':
     return WordTokenizer.build(texts, max_size=vocab_size)
   if kind == 'sentencepiece':
-    return SentencePieceTokenizer.build(texts, vocab_size)
+    return SentencePieceTokenizer.build(texts, vocab_size, symbols)
   raise ValueError(f'Tokenizer kind must be one of {VOCAB_KINDS}, got {kind!r}.')
 
 

@@ -20,6 +20,7 @@ import tensorflow_datasets as tfds
 from data.builders.dates import Dates
 from data.builders.number_words import NumberWords
 from data.pipeline import EncodedSplit, PaddedBatches, check_batch_args, encode_split
+from data.placeholders import TAGS, protect, restore, source_items
 from data.readers import tsv_parallel
 from data.schema import checked_fields
 from data.text import TextOptions
@@ -56,6 +57,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.strip_accents = False  # Drop accents from Latin letters ('café' -> 'cafe').
   c.split_punctuation = False  # Put spaces around punctuation ('boy.' -> 'boy .').
   c.split_cjk = False  # Put spaces around each CJK character (Chinese, Japanese).
+  # Placeholders and identifiers of each source (data/placeholders.py) become numbered tags on
+  # both sides, one SentencePiece piece each, and an output's tags become its source's items.
+  c.protect_items = False
   # Tokenizers, built from the train split and saved into the workdir.
   c.source_vocab = 'char'  # 'char' | 'word' | 'sentencepiece'.
   c.target_vocab = 'char'  # 'char' | 'word' | 'sentencepiece'.
@@ -105,6 +109,13 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
     raise ValueError(
       f'config.dataset.shared_vocab=True needs source_vocab == target_vocab, got '
       f'{merged["source_vocab"]!r} and {merged["target_vocab"]!r}.'
+    )
+  vocabs = {merged['source_vocab'], merged['target_vocab']}
+  if merged['protect_items'] and vocabs != {'sentencepiece'}:
+    raise ValueError(
+      'config.dataset.protect_items=True needs sentencepiece vocabularies (each tag is one '
+      f'piece), got source_vocab={merged["source_vocab"]!r}, '
+      f'target_vocab={merged["target_vocab"]!r}.'
     )
   if merged['name'] == 'tsv_parallel' and not merged['tsv_path']:
     raise ValueError(
@@ -202,11 +213,23 @@ class TranslationData:
 
   def examples(self, split: str) -> list[tuple[str, str]]:
     """`raw_examples(split)` preprocessed as `config.dataset` says (lower-casing, accents,
-    punctuation): the text the tokenizers see."""
+    punctuation, then protected items): the text the tokenizers see."""
     if split not in self._examples:
       preprocess = self.preprocess
-      self._examples[split] = [(preprocess(s), preprocess(t)) for s, t in self.raw_examples(split)]
+      pairs = [(preprocess(s), preprocess(t)) for s, t in self.raw_examples(split)]
+      if self.config.protect_items:
+        pairs = [
+          (protect(s, items), protect(t, items)) for s, t in pairs for items in [source_items(s)]
+        ]
+      self._examples[split] = pairs
     return self._examples[split]
+
+  def output_text(self, decoded: str, source: str) -> str:
+    """A decoded output as text: with `protect_items`, its tags replaced by the items of its raw
+    `source` (read as the model saw it), else unchanged."""
+    if not self.config.protect_items:
+      return decoded
+    return restore(decoded, source_items(self.preprocess(source)))
 
   def encoded(self, split: str) -> EncodedSplit:
     """Token ids of the examples of `split` that fit the length limits (tokenized once)."""
@@ -277,6 +300,10 @@ def _check_saved(
     'target_vocab': target.kind,
     'shared_vocab': source is target,
   }
+  if config.protect_items:  # built with the tags as pieces of their own
+    saved['protect_items'] = all(
+      side.tokens(side.encode(TAGS[-1]))[-1] == TAGS[-1] for side in (source, target)
+    )
   for field, value in saved.items():
     if config[field] != value:
       raise ValueError(
@@ -314,7 +341,9 @@ def build(dataset_config: Any, vocab_dir: str) -> TranslationData:
     logging.info('Loaded tokenizers from %s.', vocab_dir)
     return prepared
   pairs = prepared.examples(config.train_split)
-  tokenizer = functools.partial(build_tokenizer, vocab_size=config.vocab_size)
+  tokenizer = functools.partial(
+    build_tokenizer, vocab_size=config.vocab_size, symbols=TAGS if config.protect_items else ()
+  )
   sources = [source for source, _ in pairs]
   targets = [target for _, target in pairs]
   if config.shared_vocab:

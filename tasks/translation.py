@@ -207,7 +207,7 @@ class Translation(Task):
     # preprocessing the model was trained on.
     source, reference = self.data.raw_examples(split)[row['index']]
     output = until_eos(row['output_ids'], self.target_tokenizer)
-    hypothesis = self.target_tokenizer.decode(output)
+    hypothesis = self.data.output_text(self.target_tokenizer.decode(output), source)
     return dict(
       index=row['index'],
       source=source,

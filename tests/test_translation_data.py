@@ -78,6 +78,7 @@ def test_default_config_is_the_number_words_task():
     'strip_accents': False,
     'split_punctuation': False,
     'split_cjk': False,
+    'protect_items': False,
     'source_vocab': 'char',
     'target_vocab': 'char',
     'vocab_size': 8000,

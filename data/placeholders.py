@@ -1,0 +1,54 @@
+"""Items a translation must carry over intact, and numbered tags that protect them.
+
+Software messages hold items a translator copies rather than translates, and often moves: printf
+placeholders (`%s`, `%1$s`, `%.250s`, `%lu`, binutils' `%pB`), command-line options (`--output`,
+`-v`), autoconf-style `@NAME@` substitutions, identifiers with an underscore or an inner dot
+(`max_wal_size`, `core.editor`) and upper-case ASCII words (`SELECT`, `WAL`). `ITEMS` finds them;
+`tasks.copy_metric` scores a translation by them.
+
+Protection (`config.dataset.protect_items`) is the localisation industry's placeholder masking:
+each distinct item of a source becomes a numbered tag, `⟪0⟫`, `⟪1⟫`, ... in order of first
+appearance, and the same item in its target becomes the same tag, so a model moves one atomic
+piece instead of spelling `--exclude-libs` or `STARTTLS` piece by piece; a tag in an output is
+replaced by its source's item again. An item the target lacks (a metavariable the translator
+translated, `NAME` -> `NOM`) stays a tag in the source and is text in the target: the model can
+learn that a tag is sometimes dropped, but not which word it stood for.
+"""
+
+import re
+
+# One alternative per kind of item. Placeholders first, so that `%s` is not read as anything else;
+# `%%` (a literal percent sign) is an item too: dropping it changes the printed text.
+ITEMS = re.compile(
+  r'|'.join(
+    (
+      r'%%',
+      r"%(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|ll|[hlLqjzt])?(?:p[A-Za-z]|[A-Za-z])",
+      r'(?<![\w-])--?[A-Za-z][A-Za-z0-9_-]*',  # options, up to '=' (their METAVAR is translated)
+      r'@[A-Za-z_]+@',
+      r'\b[A-Za-z][A-Za-z0-9]*(?:[._][A-Za-z0-9]+)*_[A-Za-z0-9_.]*\b',  # with an underscore
+      r'\b[A-Za-z][A-Za-z0-9]+(?:\.[A-Za-z0-9]{2,})+\b',  # with an inner dot: core.editor
+      r'(?<!\w)[A-Z][A-Z0-9]+(?!\w)',  # SELECT, WAL, GPG; not CHAÎNE, whose Î is a letter
+    )
+  )
+)
+
+# Sources in the French software messages hold at most 10 items; later ones stay text.
+TAGS = tuple(f'⟪{i}⟫' for i in range(16))
+_TAG = re.compile('⟪([0-9]+)⟫')
+
+
+def source_items(source: str) -> list[str]:
+  """The distinct items of `source` in order of first appearance, at most one per tag."""
+  return list(dict.fromkeys(match.group(0) for match in ITEMS.finditer(source)))[: len(TAGS)]
+
+
+def protect(text: str, items: list[str]) -> str:
+  """`text` with every occurrence of `items` (as `ITEMS` reads `text`) replaced by its tag."""
+  tag_of = {item: TAGS[i] for i, item in enumerate(items)}
+  return ITEMS.sub(lambda match: tag_of.get(match.group(0), match.group(0)), text)
+
+
+def restore(text: str, items: list[str]) -> str:
+  """`text` with each tag replaced by its item; a tag the source has no item for is dropped."""
+  return _TAG.sub(lambda match: items[int(match[1])] if int(match[1]) < len(items) else '', text)
