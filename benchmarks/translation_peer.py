@@ -17,7 +17,9 @@ machine: the budget is wall time.
 Settings shared with Attend's configs: layers, widths, heads, dropout, label smoothing 0.1,
 gradient clipping at 1.0, Adam (betas 0.9/0.98 for the Transformer), the peak learning rate and its
 warm-up, 64 sentences a batch, training pairs up to 64 pieces a side, post-norm Transformer layers,
-the output layer tied to the target embedding. Where Joey differs: its RNN decoder feeds the
+the output layer tied to the target embedding; where Attend's config protects items
+(`config.dataset.protect_items`), Joey reads the same tagged text and its outputs' tags are
+replaced by their sources' items as Attend's are. Where Joey differs: its RNN decoder feeds the
 previous attentional vector into the cell (input feeding) and has no learning-rate warm-up, and
 its loss is summed per sentence (Joey's default normalisation), Attend's averaged per token.
 """
@@ -34,6 +36,7 @@ import time
 
 import sentencepiece as spm
 
+from data.placeholders import protect, restore, source_items
 from data.readers import tsv_parallel
 from tasks.translation import text_scores
 
@@ -114,16 +117,22 @@ def joey_training(attend: dict) -> dict:
   return training
 
 
-def write_joey_inputs(tsv: str, spm_model: Path, out: Path, dev_sentences: int) -> list[str]:
+def write_joey_inputs(
+  tsv: str, spm_model: Path, out: Path, dev_sentences: int, protect_items: bool = False
+) -> tuple[list[str], list[list[str]]]:
   """Writes the split Attend trains on as Joey's plain files (validation: its first
   `dev_sentences`) and Joey's vocabulary (the pieces of `spm_model`); returns the raw test
-  references."""
+  references and, with `protect_items` (Attend's `config.dataset.protect_items`: both sides'
+  items written as the same tags Attend trains on), each test source's items, else empty lists."""
   splits = tsv_parallel.corpus_splits(tsv)
   splits['validation'] = splits['validation'][:dev_sentences]
   out.mkdir(parents=True, exist_ok=True)
   for split, name in (('train', 'train'), ('validation', 'dev'), ('test', 'test')):
-    for column, lang in ((1, 'src'), (2, 'trg')):  # file suffixes, any language pair
-      lines = [row[column].replace('\n', ' ') for row in splits[split]]
+    pairs = [(row[1].replace('\n', ' '), row[2].replace('\n', ' ')) for row in splits[split]]
+    if protect_items:
+      pairs = [(protect(s, i), protect(t, i)) for s, t in pairs for i in [source_items(s)]]
+    for column, lang in ((0, 'src'), (1, 'trg')):  # file suffixes, any language pair
+      lines = [pair[column] for pair in pairs]
       (out / f'{name}.{lang}').write_text('\n'.join(lines) + '\n', encoding='utf-8')
   pieces = spm.SentencePieceProcessor(model_file=str(spm_model))
   vocab = [
@@ -132,7 +141,8 @@ def write_joey_inputs(tsv: str, spm_model: Path, out: Path, dev_sentences: int) 
     if not (pieces.is_control(i) or pieces.is_unknown(i))  # Joey adds its own specials
   ]
   (out / 'vocab.txt').write_text('\n'.join(vocab) + '\n', encoding='utf-8')
-  return [row[2] for row in splits['test']]
+  items = [source_items(row[1]) if protect_items else [] for row in splits['test']]
+  return [row[2] for row in splits['test']], items
 
 
 def joey_config(name: str, attend: dict, data: Path, spm_model: Path, model_dir: Path) -> dict:
@@ -213,7 +223,10 @@ def attend_run(name: str, tsv: str, workdir: Path) -> dict:
 def joey_run(name: str, tsv: str, attend: dict, workdir: Path, out: Path, python: str) -> dict:
   """Trains Joey NMT's `name` for Attend's wall time and scores its greedy test translations."""
   spm_model = workdir / 'vocab' / 'shared.spm.model'
-  references = write_joey_inputs(tsv, spm_model, out / 'data', attend['config']['num_eval_decode'])
+  protected = attend['config']['dataset'].get('protect_items', False)
+  references, items = write_joey_inputs(
+    tsv, spm_model, out / 'data', attend['config']['num_eval_decode'], protected
+  )
   config_path = out / 'config.yaml'  # JSON is YAML
   config = joey_config(name, attend['config'], out / 'data', spm_model, out / 'model')
   config_path.write_text(json.dumps(config, indent=1))
@@ -229,6 +242,8 @@ def joey_run(name: str, tsv: str, attend: dict, workdir: Path, out: Path, python
   command = [python, '-m', 'joeynmt', 'test', str(config_path), '--output-path', str(out / 'hyp')]
   timed(command, out / 'test.log')
   hypotheses = (out / 'hyp.test').read_text(encoding='utf-8').split('\n')[: len(references)]
+  if protected:  # tags back to the items of their sources, as Attend's outputs are
+    hypotheses = [restore(h, i) for h, i in zip(hypotheses, items, strict=True)]
   logged = re.findall(r'Step:\s+(\d+)', (out / 'train.log').read_text(encoding='utf-8'))
   return dict(
     train_wall_s=wall,

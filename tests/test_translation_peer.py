@@ -10,6 +10,7 @@ import time
 import pytest
 
 from benchmarks import translation_peer
+from data.placeholders import restore
 from data.readers import tsv_parallel
 from data.tokenizers import SPECIAL_TOKENS, SentencePieceTokenizer
 
@@ -29,9 +30,10 @@ def corpus(tmp_path_factory):
 
 
 def test_joey_gets_attends_split_and_pieces(corpus):
-  references = translation_peer.write_joey_inputs(
+  references, items = translation_peer.write_joey_inputs(
     str(corpus / 'pairs.tsv'), corpus / 'shared.spm.model', corpus / 'data', dev_sentences=5
   )
+  assert items == [[]] * len(references)
   splits = tsv_parallel.corpus_splits(str(corpus / 'pairs.tsv'))
   assert references == [target for _, _, target in splits['test']]
   read = lambda name: (corpus / 'data' / name).read_text(encoding='utf-8').splitlines()  # noqa: E731
@@ -45,6 +47,24 @@ def test_joey_gets_attends_split_and_pieces(corpus):
   # Every piece once, Attend's specials left out (Joey adds its own in front).
   assert len(set(vocab)) == len(vocab) == pieces.vocab_size - len(SPECIAL_TOKENS)
   assert not set(vocab) & set(SPECIAL_TOKENS) and '%' in ''.join(vocab)
+
+
+def test_joey_gets_the_tags_attend_trains_on_with_protect_items(corpus, tmp_path):
+  """With `protect_items`, both sides' placeholders are the tags Attend's data holds, and the
+  items returned turn an output's tags back into its source's placeholders."""
+  references, items = translation_peer.write_joey_inputs(
+    str(corpus / 'pairs.tsv'),
+    corpus / 'shared.spm.model',
+    tmp_path,
+    dev_sentences=5,
+    protect_items=True,
+  )
+  splits = tsv_parallel.corpus_splits(str(corpus / 'pairs.tsv'))
+  read = lambda name: (tmp_path / name).read_text(encoding='utf-8').splitlines()  # noqa: E731
+  assert read('train.src') == [s.replace('%s', '⟪0⟫') for _, s, _ in splits['train']]
+  assert read('test.trg') == [t.replace('%s', '⟪0⟫') for _, _, t in splits['test']]
+  assert references == [t for _, _, t in splits['test']] and items == [['%s']] * len(references)
+  assert restore(read('test.trg')[0], items[0]) == references[0]
 
 
 @pytest.mark.parametrize('name', sorted(translation_peer.ATTEND_CONFIGS))
