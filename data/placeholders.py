@@ -7,10 +7,11 @@ placeholders (`%s`, `%1$s`, `%.250s`, `%lu`, binutils' `%pB`), command-line opti
 `tasks.copy_metric` scores a translation by them.
 
 Protection (`config.dataset.protect_items`) is the localisation industry's placeholder masking:
-each distinct item of a source becomes a numbered tag, `⟪0⟫`, `⟪1⟫`, ... in order of first
-appearance, and the same item in its target becomes the same tag, so a model moves one atomic
-piece instead of spelling `--exclude-libs` or `STARTTLS` piece by piece; a tag in an output is
-replaced by its source's item again. An item the target lacks (a metavariable the translator
+each item of a source becomes a numbered tag, `⟪0⟫`, `⟪1⟫`, ... in order, one per occurrence
+(`%s ... %s` is `⟪0⟫ ... ⟪1⟫`), and the same item in its target becomes the same tag, so a model
+moves one atomic piece instead of spelling `--exclude-libs` or `STARTTLS` piece by piece, and
+keeps count of repeated items as of distinct ones; a tag in an output is replaced by its
+source's item again. An item the target lacks (a metavariable the translator
 translated, `NAME` -> `NOM`) stays a tag in the source and is text in the target: the model can
 learn that a tag is sometimes dropped, but not which word it stood for.
 """
@@ -39,14 +40,27 @@ _TAG = re.compile('⟪([0-9]+)⟫')
 
 
 def source_items(source: str) -> list[str]:
-  """The distinct items of `source` in order of first appearance, at most one per tag."""
-  return list(dict.fromkeys(match.group(0) for match in ITEMS.finditer(source)))[: len(TAGS)]
+  """The items of `source` in order, one per occurrence, at most one per tag."""
+  return [match.group(0) for match in ITEMS.finditer(source)][: len(TAGS)]
 
 
 def protect(text: str, items: list[str]) -> str:
-  """`text` with every occurrence of `items` (as `ITEMS` reads `text`) replaced by its tag."""
-  tag_of = {item: TAGS[i] for i, item in enumerate(items)}
-  return ITEMS.sub(lambda match: tag_of.get(match.group(0), match.group(0)), text)
+  """`text` with its items (as `ITEMS` reads `text`) replaced by their tags in `items`: the k-th
+  occurrence of an item takes the tag of its k-th occurrence in `items` (the last one when
+  `items` holds fewer); an item `items` lacks stays text."""
+  tags: dict[str, list[str]] = {}
+  for tag, item in zip(TAGS, items):
+    tags.setdefault(item, []).append(tag)
+  seen: dict[str, int] = {}
+
+  def tag(match: re.Match) -> str:
+    item = match.group(0)
+    if item not in tags:
+      return item
+    seen[item] = seen.get(item, 0) + 1
+    return tags[item][min(seen[item], len(tags[item])) - 1]
+
+  return ITEMS.sub(tag, text)
 
 
 def restore(text: str, items: list[str]) -> str:

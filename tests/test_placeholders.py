@@ -22,15 +22,21 @@ PAIRS = [
 ]
 
 
-def test_source_items_are_distinct_in_order_of_first_appearance():
+def test_source_items_are_every_occurrence_in_order():
   assert source_items('--exclude-libs=LIBS exclude LIBS from %s') == [
     '--exclude-libs',
     'LIBS',
+    'LIBS',
     '%s',
   ]
-  assert source_items(' '.join(f'%{i}$s' for i in range(1, 21))) == [
-    f'%{i}$s' for i in range(1, len(TAGS) + 1)
-  ]  # one item per tag; the rest stay text
+  assert source_items(' '.join(['%s'] * 20)) == ['%s'] * len(TAGS)  # one per tag; the rest text
+
+
+def test_repeated_items_take_their_tags_in_order():
+  items = source_items('cannot open %s: %s')
+  assert protect('cannot open %s: %s', items) == 'cannot open ⟪0⟫: ⟪1⟫'
+  assert protect('%s : %s, %s', items) == '⟪0⟫ : ⟪1⟫, ⟪1⟫'  # more than the source: the last tag
+  assert restore('⟪1⟫ ⟪0⟫', items) == '%s %s'
 
 
 @pytest.mark.parametrize('source, target', PAIRS)
@@ -83,7 +89,7 @@ def _config(**fields):
 def test_a_protected_corpus_trains_on_tags_and_outputs_read_as_its_text(corpus, tmp_path):
   data = translation.build(_config(protect_items=True, **corpus), str(tmp_path / 'vocab'))
   raw, seen = data.raw_examples('train'), data.examples('train')
-  assert ('cannot open ⟪0⟫: ⟪0⟫ (3)', 'impossible d’ouvrir ⟪0⟫ : ⟪0⟫ (3)') in seen
+  assert ('cannot open ⟪0⟫: ⟪1⟫ (3)', 'impossible d’ouvrir ⟪0⟫ : ⟪1⟫ (3)') in seen
   assert not any('%' in s or 'LIBS' in s for s, _ in seen)
   tokenizer = data.target_tokenizer
   assert tokenizer.tokens(tokenizer.encode(f'x{TAGS[0]}'))[-1] == TAGS[0]
