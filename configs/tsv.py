@@ -23,7 +23,9 @@ and the pointer (`--config.dataset.protect_items=False --config.model.copy_sourc
 config until they were measured): 40.4 / 57.3 / 65.1%, and on the same split and in the same
 32.3 min Joey NMT's Transformer of the same shape reached 22.9 / 44.0 / 52.6%
 (`benchmarks/translation_peer.py`).
-English->German: see docs/translation.md ("Another language pair").
+On 33,417 English->German messages (`python -m data.message_catalogs --language=de`), only the
+path given: 31 min 6 s (about 30 min 20 s quiet), BLEU 39.5, chrF 55.7, copy accuracy 85.1%,
+ahead of the word-for-word floor (28.8 / 53.4 / 78.6%) on each (docs/translation.md).
 """
 
 from configs import default
