@@ -11,9 +11,9 @@ each item of a source becomes a numbered tag, `⟪0⟫`, `⟪1⟫`, ... in order
 (`%s ... %s` is `⟪0⟫ ... ⟪1⟫`), and the same item in its target becomes the same tag, so a model
 moves one atomic piece instead of spelling `--exclude-libs` or `STARTTLS` piece by piece, and
 keeps count of repeated items as of distinct ones; a tag in an output is replaced by its
-source's item again. An item the target lacks (a metavariable the translator
-translated, `NAME` -> `NOM`) stays a tag in the source and is text in the target: the model can
-learn that a tag is sometimes dropped, but not which word it stood for.
+source's item again. An item the target lacks (a metavariable the translator translated,
+`NAME` -> `NOM`) stays a tag in the source and is text in the target: the model can learn that a
+tag is sometimes dropped, but not which word it stood for.
 """
 
 import re
@@ -34,7 +34,7 @@ ITEMS = re.compile(
   )
 )
 
-# Sources in the French software messages hold at most 10 items; later ones stay text.
+# Sources in the French software messages hold at most 10 items; past 16, no new tags.
 TAGS = tuple(f'⟪{i}⟫' for i in range(16))
 _TAG = re.compile('⟪([0-9]+)⟫')
 
@@ -49,8 +49,8 @@ def protect(text: str, items: list[str]) -> str:
   occurrence of an item takes the tag of its k-th occurrence in `items` (the last one when
   `items` holds fewer); an item `items` lacks stays text."""
   tags: dict[str, list[str]] = {}
-  for tag, item in zip(TAGS, items):
-    tags.setdefault(item, []).append(tag)
+  for name, item in zip(TAGS, items):
+    tags.setdefault(item, []).append(name)
   seen: dict[str, int] = {}
 
   def tag(match: re.Match) -> str:

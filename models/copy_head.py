@@ -79,7 +79,7 @@ class CopyHead(nnx.Module):
     same = (source_ids[:, :, None] == source_ids[:, None, :]) & source_mask[:, None, :]
     same = same | jnp.eye(source_ids.shape[1], dtype=bool)
     # log Σ_k same[j, k] exp(c_k) as one batched matmul (a masked logsumexp over `[B, T, S, S]`
-    # costs about twice as much on CPU), shifted by each row's largest score; a sum that
+    # costs about 1.7 times as much on CPU), shifted by each row's largest score; a sum that
     # underflows adds nothing, and its log is floored so that no gradient is infinite.
     shift = jax.lax.stop_gradient(jnp.max(copy, axis=-1, keepdims=True))
     sums = jnp.einsum('btk,bjk->btj', jnp.exp(copy - shift), same.astype(copy.dtype))
