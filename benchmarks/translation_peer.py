@@ -36,7 +36,7 @@ import time
 
 import sentencepiece as spm
 
-from data.placeholders import protect, restore, source_items
+from data.placeholders import protect_pair, restore, source_items
 from data.readers import tsv_parallel
 from tasks.translation import text_scores
 
@@ -130,7 +130,7 @@ def write_joey_inputs(
   for split, name in (('train', 'train'), ('validation', 'dev'), ('test', 'test')):
     pairs = [(row[1].replace('\n', ' '), row[2].replace('\n', ' ')) for row in splits[split]]
     if protect_items:
-      pairs = [(protect(s, i), protect(t, i)) for s, t in pairs for i in [source_items(s)]]
+      pairs = [protect_pair(s, t) for s, t in pairs]
     for column, lang in ((0, 'src'), (1, 'trg')):  # file suffixes, any language pair
       lines = [pair[column] for pair in pairs]
       (out / f'{name}.{lang}').write_text('\n'.join(lines) + '\n', encoding='utf-8')

@@ -63,6 +63,12 @@ def protect(text: str, items: list[str]) -> str:
   return ITEMS.sub(tag, text)
 
 
+def protect_pair(source: str, target: str) -> tuple[str, str]:
+  """A source and its target with the source's items as tags on both sides."""
+  items = source_items(source)
+  return protect(source, items), protect(target, items)
+
+
 def restore(text: str, items: list[str]) -> str:
   """`text` with each tag replaced by its item; a tag the source has no item for is dropped."""
   return _TAG.sub(lambda match: items[int(match[1])] if int(match[1]) < len(items) else '', text)

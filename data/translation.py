@@ -20,7 +20,7 @@ import tensorflow_datasets as tfds
 from data.builders.dates import Dates
 from data.builders.number_words import NumberWords
 from data.pipeline import EncodedSplit, PaddedBatches, check_batch_args, encode_split
-from data.placeholders import TAGS, protect, restore, source_items
+from data.placeholders import TAGS, protect_pair, restore, source_items
 from data.readers import tsv_parallel
 from data.schema import checked_fields
 from data.text import TextOptions
@@ -218,9 +218,7 @@ class TranslationData:
       preprocess = self.preprocess
       pairs = [(preprocess(s), preprocess(t)) for s, t in self.raw_examples(split)]
       if self.config.protect_items:
-        pairs = [
-          (protect(s, items), protect(t, items)) for s, t in pairs for items in [source_items(s)]
-        ]
+        pairs = [protect_pair(s, t) for s, t in pairs]
       self._examples[split] = pairs
     return self._examples[split]
 
