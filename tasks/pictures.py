@@ -2,12 +2,15 @@
 confusion matrices, grids of every layer's and head's self-attention, and attention over images."""
 
 import textwrap
+from typing import TYPE_CHECKING
 
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
 import numpy as np
+
+# matplotlib is imported where a picture is drawn, not here: every train.py imports this module
+# through its task, and about half a second of CPU to load matplotlib is wasted in a process
+# that never draws (training does not; eval.py does).
+if TYPE_CHECKING:
+  from matplotlib.figure import Figure
 
 # Sequences longer than this are drawn as a window of their last WINDOW positions, where the
 # tokens' labels can still be read (the explorer, eval/explorer.html, shows every position).
@@ -35,9 +38,12 @@ def select_heads(weights: np.ndarray, layer: int, head: int) -> np.ndarray:
   return per_layer.mean(axis=0) if head < 0 else per_layer[head]
 
 
-def _figure(**kwargs) -> Figure:
+def _figure(**kwargs) -> 'Figure':
   """A figure drawn by Agg (files only, never a display) and outside pyplot, whose registry keeps
   every figure open until closed: nothing here can leak one, however many pictures are drawn."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
   figure = Figure(**kwargs)
   FigureCanvasAgg(figure)
   return figure
@@ -116,6 +122,9 @@ def save_document_attention(
   """The HAN paper's figure as a PNG: one row per sentence, a bar for its sentence weight on the
   left, each word on a background as dark as its weight (see `_shades`); key sentences marked
   '*'."""
+  import matplotlib
+  from matplotlib.patches import Patch
+
   rows = len(tokens)
   figure = _figure(figsize=(11, 0.38 * rows + 1.0))
   axes = figure.add_axes((0, 0, 1, 1))
@@ -224,6 +233,8 @@ def save_head_grid(
     title: the figure's title.
     marks: `(query, key)` cells to outline, e.g. where a query should look.
   """
+  from matplotlib.patches import Rectangle
+
   num_layers, num_heads, length = weights.shape[:3]
   start = max(0, length - WINDOW)
   if start:
@@ -282,6 +293,8 @@ def save_image_attention(
     boxes: per map, a `(top, left, bottom, right)` box to outline (e.g. where the word's object
       is), or None; empty for none at all.
   """
+  from matplotlib.patches import Rectangle
+
   height, width = pixels.shape[:2]
   image = pixels[..., 0] if pixels.shape[-1] == 1 else pixels
   cmap = 'gray' if pixels.shape[-1] == 1 else None
@@ -369,6 +382,9 @@ def save_hop_table(
     supporting: indices of the supporting sentences.
     title: the figure's title (the question, the answer, the prediction).
   """
+  import matplotlib
+  from matplotlib.patches import Rectangle
+
   hops, rows = weights.shape
   figure = _figure(figsize=(4.5 + 0.9 * hops, 0.32 * rows + 1.0))
   axes = figure.add_axes((0, 0, 1, 1))
