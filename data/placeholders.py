@@ -11,9 +11,10 @@ each item of a source becomes a numbered tag, `⟪0⟫`, `⟪1⟫`, ... in order
 (`%s ... %s` is `⟪0⟫ ... ⟪1⟫`), and the same item in its target becomes the same tag, so a model
 moves one atomic piece instead of spelling `--exclude-libs` or `STARTTLS` piece by piece, and
 keeps count of repeated items as of distinct ones; a tag in an output is replaced by its
-source's item again. An item the target lacks (a metavariable the translator translated,
-`NAME` -> `NOM`) stays a tag in the source and is text in the target: the model can learn that a
-tag is sometimes dropped, but not which word it stood for.
+source's item again, and a picture labels a tag token with its item (`⟪0:%s⟫`). An item the
+target lacks (a metavariable the translator translated, `NAME` -> `NOM`) stays a tag in the source
+and is text in the target: the model can learn that a tag is sometimes dropped, but not which
+word it stood for.
 """
 
 import re
@@ -72,3 +73,14 @@ def protect_pair(source: str, target: str) -> tuple[str, str]:
 def restore(text: str, items: list[str]) -> str:
   """`text` with each tag replaced by its item; a tag the source has no item for is dropped."""
   return _TAG.sub(lambda match: items[int(match[1])] if int(match[1]) < len(items) else '', text)
+
+
+def label_tags(text: str, items: list[str]) -> str:
+  """`text` (a token, for a picture's axis) with each tag showing the item it stands for,
+  `⟪0:%s⟫`; a tag the source has no item for stays as it is."""
+  return _TAG.sub(
+    lambda match: (
+      f'⟪{match[1]}:{items[int(match[1])]}⟫' if int(match[1]) < len(items) else match[0]
+    ),
+    text,
+  )

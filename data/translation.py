@@ -20,7 +20,7 @@ import tensorflow_datasets as tfds
 from data.builders.dates import Dates
 from data.builders.number_words import NumberWords
 from data.pipeline import EncodedSplit, PaddedBatches, check_batch_args, encode_split
-from data.placeholders import TAGS, protect_pair, restore, source_items
+from data.placeholders import TAGS, label_tags, protect_pair, restore, source_items
 from data.readers import tsv_parallel
 from data.schema import checked_fields
 from data.text import TextOptions
@@ -228,6 +228,14 @@ class TranslationData:
     if not self.config.protect_items:
       return decoded
     return restore(decoded, source_items(self.preprocess(source)))
+
+  def token_labels(self, tokens: list[str], source: str) -> list[str]:
+    """Tokens as pictures and the explorer label them: with `protect_items`, each tag with the
+    item of the raw `source` it stands for (`⟪0:%s⟫`), else unchanged."""
+    if not self.config.protect_items:
+      return tokens
+    items = source_items(self.preprocess(source))
+    return [label_tags(token, items) for token in tokens]
 
   def encoded(self, split: str) -> EncodedSplit:
     """Token ids of the examples of `split` that fit the length limits (tokenized once)."""

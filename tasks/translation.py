@@ -256,8 +256,8 @@ class Translation(Task):
       pictures.save_heatmap(
         path,
         pictures.select_heads(cross, options.layer, options.head),
-        self.source_tokenizer.tokens(sample['inputs']),
-        self.target_tokenizer.tokens(sample['output_ids']),
+        self._labels(self.source_tokenizer, sample['inputs'], sample),
+        self._labels(self.target_tokenizer, sample['output_ids'], sample),
         f'{sample["source"]} -> {sample["hypothesis"]}{which}',
       )
       paths.append(path)
@@ -277,10 +277,10 @@ class Translation(Task):
     }
     records = []
     for sample, weights in zip(drawn, self.attention(model, drawn, tuple(names))):
-      source = self.source_tokenizer.tokens(sample['inputs'])
-      output = self.target_tokenizer.tokens(sample['output_ids'])
-      inputs = self.target_tokenizer.tokens(
-        [self.target_tokenizer.bos_id, *sample['output_ids'][:-1]]
+      source = self._labels(self.source_tokenizer, sample['inputs'], sample)
+      output = self._labels(self.target_tokenizer, sample['output_ids'], sample)
+      inputs = self._labels(
+        self.target_tokenizer, [self.target_tokenizer.bos_id, *sample['output_ids'][:-1]], sample
       )
       axes = {
         'cross': (output, source),
@@ -301,6 +301,10 @@ class Translation(Task):
         )
       )
     return records
+
+  def _labels(self, tokenizer, ids, sample) -> list[str]:
+    """The tokens of `ids` as a picture's axis shows them (a tag with the item it stands for)."""
+    return self.data.token_labels(tokenizer.tokens(ids), sample['source'])
 
   def attention(self, model, samples, keys) -> list[dict[str, np.ndarray]]:
     """Per sample, the model's attention weights `[L, N, T', S']` named by `keys` (those it

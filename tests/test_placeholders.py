@@ -96,6 +96,10 @@ def test_a_protected_corpus_trains_on_tags_and_outputs_read_as_its_text(corpus, 
   for (source, target), (_, protected) in zip(raw, seen, strict=True):
     # What a model that writes the protected target outputs is the raw target again.
     assert data.output_text(tokenizer.decode(tokenizer.encode(protected)), source) == target
+  # Pictures label a tag token with the item it stands for.
+  source = next(s for s, _ in raw if s.startswith('%1$s of %2$s'))
+  labels = data.token_labels(['▁of', TAGS[1], '⟪0⟫:', TAGS[7]], source)
+  assert labels == ['▁of', '⟪1:%2$s⟫', '⟪0:%1$s⟫:', '⟪7⟫']  # a tag with no item stays a tag
   # A vocabulary saved without the tags is refused for a protected run, and the field is named.
   translation.build(_config(**corpus), str(tmp_path / 'plain'))
   with pytest.raises(ValueError, match='protect_items=True but the tokenizers saved in'):
