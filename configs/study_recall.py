@@ -16,11 +16,11 @@ Result (2 cores of an AMD EPYC, CPU, shared; width 64, 12 runs in 40-51 min; ans
 4 / 8 / 16 / 32 pairs): softmax 100.0 / 27.3 / 18.3 / 16.9%, window 100.0 / 36.2 / 6.7 / 2.6%,
 linear 47.3 / 36.5 / 24.0 / 7.8%. At 4 pairs softmax and the window recall everything and linear
 attention half; beyond, no mixer formed the lookup within 3,000 steps (softmax's attention hit
-rate 0.17 / 0.07 / 0.00), so the budget, not softmax's size, limits it. Width 128 (12 runs in
-8 min on one NVIDIA H200 shared with other runs; about twice width 64's time on 2 CPU cores):
-softmax 100.0 / 26.9 / 22.2 / 14.0%, window 100.0 / 38.1 / 7.7 / 2.8%, linear 93.0 / 37.1 /
-24.5 / 15.5%: linear attention's recall at 4 pairs grows with its state (93.0% against 47.3%),
-softmax and the window are unchanged. docs/studies.md.
+rate 0.17 / 0.07 / 0.00), so the budget, not softmax's size, limits it. Width 128 (the same
+CPU, shared; 8 min on one NVIDIA H200, whose numbers differ by up to 1.6 points): softmax
+100.0 / 28.5 / 21.7 / 14.4%, window 100.0 / 38.0 / 7.4 / 2.7%, linear 91.5 / 37.0 / 24.5 /
+15.5%: linear attention's recall at 4 pairs grows with its state (91.5% against 47.3%), softmax
+and the window are unchanged. docs/studies.md.
 """
 
 import itertools
