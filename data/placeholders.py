@@ -70,17 +70,23 @@ def protect_pair(source: str, target: str) -> tuple[str, str]:
   return protect(source, items), protect(target, items)
 
 
+def _item_of(tag: re.Match, items: list[str]) -> str | None:
+  """The item a matched tag stands for; None where the source has fewer items than its number."""
+  index = int(tag[1])
+  return items[index] if index < len(items) else None
+
+
 def restore(text: str, items: list[str]) -> str:
   """`text` with each tag replaced by its item; a tag the source has no item for is dropped."""
-  return _TAG.sub(lambda match: items[int(match[1])] if int(match[1]) < len(items) else '', text)
+  return _TAG.sub(lambda tag: _item_of(tag, items) or '', text)
 
 
 def label_tags(text: str, items: list[str]) -> str:
   """`text` (a token, for a picture's axis) with each tag showing the item it stands for,
   `⟪0:%s⟫`; a tag the source has no item for stays as it is."""
-  return _TAG.sub(
-    lambda match: (
-      f'⟪{match[1]}:{items[int(match[1])]}⟫' if int(match[1]) < len(items) else match[0]
-    ),
-    text,
-  )
+
+  def label(tag: re.Match) -> str:
+    item = _item_of(tag, items)
+    return tag[0] if item is None else f'⟪{tag[1]}:{item}⟫'
+
+  return _TAG.sub(label, text)
