@@ -15,19 +15,18 @@ Command (the French software messages of ../shared/data/translation, see docs/tr
       --config.dataset.tsv_path=../shared/data/translation/software_en_fr.tsv --workdir=runs/tsv
   python eval.py --workdir=runs/tsv
   python -m benchmarks.translation_floors --tsv=../shared/data/translation/software_en_fr.tsv
-Result on those messages (2 cores of an AMD EPYC, CPU, alone, 3,000 steps in 27 min 28 s and
-29 min 59.8 s from start to exit in two runs with the same scores, the corpus already prepared,
-12.5 GB peak; greedy, 2,039 test sentences
-against the raw references): BLEU 45.5, chrF 61.0, copy accuracy 88.2%, exact match 11.4%
-(`eval.py --decode=beam`, beam 4: 46.4 / 62.0 / 90.3% / 11.9%);
-floors: copy the source 15.5 / 30.1 / 92.9%, word for word 21.7 / 51.2 / 65.1%. Without the tags
-and the pointer (`--config.dataset.protect_items=False --config.model.copy_source=False`, this
-config until they were measured): 40.4 / 57.3 / 65.1%. On the same split, in the same budget
-(27.5 min in that benchmark run) and with the same tags, Joey NMT's Transformer of the same shape
-reached 27.2 / 46.9 / 86.7% (`benchmarks/translation_peer.py`).
+Result on those messages (2 cores of an AMD EPYC, CPU, alone, 3,000 steps in 27 min 28 s and 29 min
+59.8 s from start to exit in two runs with the same scores, the corpus already prepared, 12.5 GB
+peak; greedy, 2,039 test sentences against the raw references): BLEU 45.5, chrF 61.0, copy accuracy
+88.2%, exact match 11.4% (`eval.py --decode=beam`, beam 4: 46.4 / 62.0 / 90.3% / 11.9%); floors:
+copy the source 15.5 / 30.1 / 92.9%, word for word 21.7 / 51.2 / 65.1%. Without the tags and the
+pointer (`--config.dataset.protect_items=False --config.model.copy_source=False`, this config until
+they were measured): 40.4 / 57.3 / 65.1%. On the same split, in the same budget (27.5 min in that
+benchmark run) and with the same tags, Joey NMT's Transformer of the same shape reached 27.2 / 46.9
+/ 86.7% (`benchmarks/translation_peer.py`).
 On 33,417 English->German messages (`python -m data.message_catalogs --language=de`), only the
-path given: 26 min 58 s alone, BLEU 39.5, chrF 55.7, copy accuracy 85.1%,
-ahead of the word-for-word floor (28.8 / 53.4 / 78.6%) on each (docs/translation.md).
+path given: 26 min 58 s alone, BLEU 39.5, chrF 55.7, copy accuracy 85.1%, ahead of the
+word-for-word floor (28.8 / 53.4 / 78.6%) on each (docs/translation.md).
 """
 
 from configs import default
