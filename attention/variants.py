@@ -60,12 +60,14 @@ def _softmax_attend(
   sink=None,
   window=0,
   softcap=0.0,
+  scale=None,
   dropout_rate=0.0,
   dropout_rng=None,
   implementation=None,
 ):
   """Softmax attention; `scores`, when given, replaces the scaled dot product:
-  `(q [B, N, T, H], k [B, N, S, H]) -> [B, N, T, S]`, scaled."""
+  `(q [B, N, T, H], k [B, N, S, H]) -> [B, N, T, S]`, scaled. `scale` multiplies the dot
+  product (default `1/sqrt(H)`), which `scores` replaces."""
   scoring = dict(
     mask=mask,
     is_causal=is_causal,
@@ -80,6 +82,7 @@ def _softmax_attend(
       q,
       k,
       v,
+      scale=scale,
       dropout_rate=dropout_rate,
       dropout_rng=dropout_rng,
       implementation=implementation,
@@ -101,6 +104,7 @@ def _softmax_weights(
   sink=None,
   window=0,
   softcap=0.0,
+  scale=None,
 ):
   """The weights `_softmax_attend` averages with, `[B, N, T, S]`."""
   options = dict(
@@ -113,7 +117,7 @@ def _softmax_weights(
     sink=sink,
   )
   if scores is None:
-    return attention_weights(q, k, **options)
+    return attention_weights(q, k, scale=scale, **options)
   return normalize_scores(scores(q, repeat_kv(k, q.shape[-3])), **options)
 
 
@@ -221,6 +225,7 @@ OPTIONS = (
   'sink',
   'window',
   'softcap',
+  'scale',
   'dropout_rate',
   'implementation',
 )

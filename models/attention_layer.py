@@ -54,7 +54,9 @@ class MultiHeadAttention(nnx.Module):
   - `window`: keys less than `window` positions away only; a decoder keeps a ring buffer of them.
     `sink_tokens`: the first positions stay visible past the window, at the offset they would
     have right before it (StreamingLLM); position biases read that offset.
-  - `qk_norm`: queries and keys RMS-normalised per head with learned scales `q_norm`, `k_norm [H]`.
+  - `qk_norm`: queries and keys RMS-normalised per head with learned scales `q_norm`, `k_norm [H]`
+    (with `norm_plus_one`, scaled by `1 + q_norm`, the parameters starting at 0).
+  - `query_scale`: the dot product's multiplier instead of `1/sqrt(d_k)`.
   - `softcap`: scores soft-capped `softcap · tanh(s / softcap)`. `sink`: a learned `sink [N]`
     logit, a null key of value zero that every query may attend to instead.
 
@@ -80,8 +82,10 @@ class MultiHeadAttention(nnx.Module):
       heads = jax.random.split(rngs.params(), n)
       value = jax.vmap(lambda key, param=param: param.initialize(key, sizes))(heads)  # [N, ...]
       setattr(self, score_param_attr(param.name), nnx.Param(value))
-    self.q_norm = nnx.Param(jnp.ones((h,), jnp.float32)) if config.qk_norm else None
-    self.k_norm = nnx.Param(jnp.ones((h,), jnp.float32)) if config.qk_norm else None
+    # With norm_plus_one the scale is 1 + the parameter, which then starts at 0.
+    start = jnp.zeros if config.norm_plus_one else jnp.ones
+    self.q_norm = nnx.Param(start((h,), jnp.float32)) if config.qk_norm else None
+    self.k_norm = nnx.Param(start((h,), jnp.float32)) if config.qk_norm else None
     # A zero sink starts as "softmax off by one": one extra exp(0) in every denominator.
     self.sink = nnx.Param(jnp.zeros((n,), jnp.float32)) if config.sink else None
     # Small, so training starts close to no position bias.
@@ -114,7 +118,8 @@ class MultiHeadAttention(nnx.Module):
   def _heads(self, x: Array, positions: Array | None, norm: nnx.Param | None) -> Array:
     """Per-head queries or keys `[B, N|K, L, H]`: qk-norm, then RoPE at `positions`."""
     if norm is not None:
-      x = (attention.rms_normalize(x) * norm[...]).astype(x.dtype)
+      scale = 1.0 + norm[...] if self.config.norm_plus_one else norm[...]
+      x = (attention.rms_normalize(x) * scale).astype(x.dtype)
     if self.config.positions != 'rope':
       return x
     positions = jnp.arange(x.shape[-2]) if positions is None else jnp.asarray(positions)
@@ -256,6 +261,8 @@ class MultiHeadAttention(nnx.Module):
       options['implementation'] = config.attention_impl
     if config.softcap:
       options['softcap'] = float(config.softcap)
+    if config.query_scale is not None:
+      options['scale'] = float(config.query_scale)
     if self.sink is not None:
       options['sink'] = self.sink[...]
     if config.window:

@@ -14,7 +14,7 @@ import jax
 
 from models import interventions
 from models.attention_layer import MultiHeadAttention
-from models.layers import FeedForward
+from models.layers import FeedForward, PlusOneRMSNorm
 from models.stack_config import StackConfig
 
 Array = jax.Array
@@ -27,6 +27,11 @@ class _Block(nnx.Module):
   def __init__(self, stack: StackConfig, *, num_sublayers: int, rngs: nnx.Rngs):
     self.norm = stack.norm
     self.norms = nnx.List([make_norm(stack, rngs=rngs) for _ in range(num_sublayers)])
+    self.post_norms = (
+      nnx.List([make_norm(stack, rngs=rngs) for _ in range(num_sublayers)])
+      if stack.sandwich_norm
+      else None
+    )
     self.dropout = nnx.Dropout(stack.dropout_rate)
 
   def residual(
@@ -42,10 +47,13 @@ class _Block(nnx.Module):
 
     Post-norm is the paper's `LayerNorm(x + Dropout(fn(x)))`; pre-norm is
     `x + Dropout(fn(LayerNorm(x)))`, which keeps an identity path from input to output and trains
-    stably without learning-rate warm-up (Xiong et al. 2020).
+    stably without learning-rate warm-up (Xiong et al. 2020). A sandwich norm normalises `fn`'s
+    output too, `x + Dropout(post_norm(fn(LayerNorm(x))))` (Gemma 2 and 3).
     """
     if self.norm == 'pre':
       out, aux = fn(self.norms[i](x))
+      if self.post_norms is not None:
+        out = self.post_norms[i](out)
       return x + self.dropout(out, deterministic=deterministic, rngs=rngs), aux
     out, aux = fn(x)
     return self.norms[i](x + self.dropout(out, deterministic=deterministic, rngs=rngs)), aux
@@ -91,7 +99,9 @@ class EncoderLayer(_Block):
 def encoder_stack(stack: StackConfig, *, rngs: nnx.Rngs) -> tuple[nnx.List, nnx.LayerNorm | None]:
   """`stack.num_layers` `EncoderLayer`s, and the final LayerNorm a pre-norm stack ends with
   (None for post-norm)."""
-  layers = nnx.List([EncoderLayer(stack, rngs=rngs) for _ in range(stack.num_layers)])
+  layers = nnx.List(
+    [EncoderLayer(stack.layer_config(i), rngs=rngs) for i in range(stack.num_layers)]
+  )
   return layers, final_norm(stack, rngs=rngs)
 
 
@@ -101,7 +111,10 @@ def final_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module | None:
 
 
 def make_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module:
-  """One of the stack's norms over D: a LayerNorm, or an RMSNorm (`norm_type='rmsnorm'`)."""
+  """One of the stack's norms over D: a LayerNorm, or an RMSNorm (`norm_type='rmsnorm'`; scaling
+  by 1 + w with `norm_plus_one`)."""
+  if stack.norm_plus_one:
+    return PlusOneRMSNorm(stack.d_model, epsilon=stack.norm_eps)
   if stack.norm_type == 'rmsnorm':
     return nnx.RMSNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs)
   return nnx.LayerNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs)

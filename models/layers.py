@@ -180,6 +180,21 @@ def score_param_attr(name: str) -> str:
   return 'score_' + name.replace('_', '')
 
 
+class PlusOneRMSNorm(nnx.Module):
+  """RMSNorm scaling by `1 + w`, its learned `scale` w starting at 0 (Gemma's): float32 math,
+  `rms_normalize(x) * (1 + w)`, cast back to x's dtype (multiplying before the cast, as Gemma does,
+  rather than after, as Llama does)."""
+
+  def __init__(self, features: int, *, epsilon: float = 1e-6):
+    self.epsilon = epsilon
+    self.scale = nnx.Param(jnp.zeros((features,), jnp.float32))
+
+  def __call__(self, x: Array) -> Array:
+    """`[..., D] -> [..., D]`."""
+    normed = attention.rms_normalize(x, self.epsilon)  # float32
+    return (normed * (1.0 + self.scale[...].astype(jnp.float32))).astype(x.dtype)
+
+
 class FeedForward(nnx.Module):
   """Position-wise feed-forward `act(x W_1 + b_1) W_2 + b_2` (section 3.3), or with `gated` the
   gated linear unit `(act(x W_gate) * x W_1) W_2` (Shazeer 2020: SwiGLU with `'silu'`, GeGLU

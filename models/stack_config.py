@@ -31,6 +31,14 @@ def _check_number(name: str, value: Any) -> None:
     raise ValueError(f'{name} must be a non-negative number (0 = off); got {value!r}.')
 
 
+def _check_optional(name: str, value: Any, *, above: float) -> None:
+  """Raises ValueError unless `value` is None or a number (not a bool) greater than `above`."""
+  if value is None:
+    return
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > above:
+    raise ValueError(f'{name} must be None or a number > {above:g}; got {value!r}.')
+
+
 @dataclasses.dataclass(frozen=True)
 class VariantConfig:
   """Which attention variant each multi-head attention runs (all off by default).
@@ -126,6 +134,10 @@ class AttentionConfig(VariantConfig):
     rope_base: the rotary wavelength base (`positions='rope'`; Llama 3: 500000).
     rope_layout: which features rotary positions rotate together: `'pairs'` (2i, 2i+1) or
       `'halves'` (i, i + H/2, Hugging Face's Llama-family layout).
+    query_scale: the multiplier of the dot-product scores; None = `1/sqrt(d_k)` (Gemma 3:
+      `query_pre_attn_scalar^-1/2`).
+    norm_plus_one: every RMSNorm scales by `1 + w`, its learned w starting at 0 (Gemma):
+      qk-norm's and, with `norm_type='rmsnorm'`, a stack's.
   """
 
   d_model: int = 512
@@ -140,6 +152,8 @@ class AttentionConfig(VariantConfig):
   positions: str = 'none'
   rope_base: float = 10000.0
   rope_layout: str = 'pairs'
+  query_scale: float | None = None
+  norm_plus_one: bool = False
 
   def __post_init__(self):
     self._check_variant_fields()
@@ -169,6 +183,13 @@ class AttentionConfig(VariantConfig):
       raise ValueError(f'rope_base must be a number > 1; got {self.rope_base!r}.')
     if not self.rope_base > 1:
       raise ValueError(f'rope_base must be a number > 1; got {self.rope_base!r}.')
+    _check_optional('query_scale', self.query_scale, above=0)
+    if self.query_scale is not None and self.score != 'scaled_dot':
+      raise ValueError(
+        f"query_scale scales the scaled dot product; it needs score='scaled_dot', got "
+        f'score={self.score!r}.'
+      )
+    check_choice('norm_plus_one', self.norm_plus_one, (False, True))
     check_choice('rope_layout', self.rope_layout, ROPE_LAYOUTS)
     check_rate('attention_dropout_rate', self.attention_dropout_rate)
     check_choice('positions', self.positions, POSITIONS + ATTENTION_POSITIONS)
@@ -209,6 +230,7 @@ class AttentionConfig(VariantConfig):
       attention_impl='implementation' if self.attention_impl is not None else None,
       attention_dropout_rate='dropout_rate' if self.attention_dropout_rate else None,
       positions='bias' if self.position_bias else None,
+      query_scale='scale' if self.query_scale is not None else None,
     )
     return {
       **super().variant_options(),
@@ -225,7 +247,11 @@ class AttentionConfig(VariantConfig):
   def cross_attention(self) -> 'AttentionConfig':
     """This configuration for a layer attending to a memory: a query and the memory it reads
     share no positions, so positions, windows and the variant (softmax) are self-attention's."""
-    return dataclasses.replace(self, positions='none', window=0, sink_tokens=0, attention='softmax')
+    return dataclasses.replace(self, positions='none', attention='softmax', **self._no_window())
+
+  def _no_window(self) -> dict[str, Any]:
+    """The fields that turn every window off."""
+    return dict(window=0, sink_tokens=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +276,12 @@ class StackConfig(AttentionConfig):
     positions: `'sinusoidal'`, `'learned'`, `'none'` (added to the embeddings), or `'rope'`,
       `'alibi'`, `'t5'` (applied in every self-attention); a model may support fewer.
     max_length: positions a learned table covers.
+    sandwich_norm: pre-norm with a second norm on each sublayer's output before the residual
+      sum, `x + norm(f(norm(x)))` (Gemma 2 and 3); its norms are `post_norms`.
+    global_every: with a `window`, every `global_every`-th layer (layers k-1, 2k-1, ...) attends
+      to every key, the others to the window (Gemma 3: 6); 0 = every layer the window.
+    rope_base_global: the rotary base of `global_every`'s global layers (Gemma 3: 1,000,000);
+      None = `rope_base` in every layer.
   """
 
   num_layers: int = 6
@@ -263,6 +295,9 @@ class StackConfig(AttentionConfig):
   mlp_bias: bool = True
   positions: str = 'sinusoidal'
   max_length: int = 512
+  sandwich_norm: bool = False
+  global_every: int = 0
+  rope_base_global: float | None = None
 
   def __post_init__(self):
     check_positive_ints(num_layers=self.num_layers, d_ff=self.d_ff, max_length=self.max_length)
@@ -281,6 +316,48 @@ class StackConfig(AttentionConfig):
     super().__post_init__()
     if self.positions == 'sinusoidal' and self.d_model % 2:
       raise ValueError(f"d_model must be even for positions='sinusoidal'; got {self.d_model}.")
+    self._check_layer_fields()
+
+  def _check_layer_fields(self) -> None:
+    """The norm and per-layer fields, once the attention fields are known to be valid."""
+    if self.norm_plus_one and self.norm_type != 'rmsnorm':
+      raise ValueError(
+        f"norm_plus_one scales RMSNorms by 1 + w; it needs norm_type='rmsnorm', got "
+        f'norm_type={self.norm_type!r}.'
+      )
+    check_choice('sandwich_norm', self.sandwich_norm, (False, True))
+    if self.sandwich_norm and self.norm != 'pre':
+      raise ValueError(
+        f"sandwich_norm adds a norm to pre-norm sublayers' outputs; it needs norm='pre', got "
+        f'norm={self.norm!r}.'
+      )
+    if not is_int(self.global_every) or self.global_every < 0:
+      raise ValueError(
+        f'global_every must be a non-negative integer (0 = no global layers); '
+        f'got {self.global_every!r}.'
+      )
+    if self.global_every and not self.window:
+      raise ValueError(
+        f'global_every={self.global_every} makes layers global among windowed ones; set '
+        'window > 0 too.'
+      )
+    _check_optional('rope_base_global', self.rope_base_global, above=1)
+    if self.rope_base_global is not None and not (self.global_every and self.positions == 'rope'):
+      raise ValueError(
+        f'rope_base_global={self.rope_base_global!r} is the rotary base of global layers; it '
+        "needs global_every > 0 and positions='rope'."
+      )
+
+  def layer_config(self, i: int) -> 'StackConfig':
+    """Layer i's configuration: with `global_every`, a global layer's has no window and the base
+    `rope_base_global`; every other layer's is this one."""
+    if not self.global_every or (i + 1) % self.global_every:
+      return self
+    base = self.rope_base if self.rope_base_global is None else self.rope_base_global
+    return dataclasses.replace(self, rope_base=base, **self._no_window())
+
+  def _no_window(self) -> dict[str, Any]:
+    return dict(super()._no_window(), global_every=0, rope_base_global=None)
 
   def check_positions(self, valid: tuple[str, ...]) -> None:
     """Raises ValueError unless `positions` is one the model supports (`valid`)."""

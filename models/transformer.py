@@ -101,10 +101,10 @@ class Transformer(nnx.Module):
     self.positions = make_positions(stack.positions, d_model, stack.max_length, rngs=rngs)
     self.dropout = nnx.Dropout(stack.dropout_rate)
     self.encoder_layers = nnx.List(
-      [EncoderLayer(stack, rngs=rngs) for _ in range(layers['num_encoder_layers'])]
+      [EncoderLayer(stack.layer_config(i), rngs=rngs) for i in range(layers['num_encoder_layers'])]
     )
     self.decoder_layers = nnx.List(
-      [DecoderLayer(stack, rngs=rngs) for _ in range(layers['num_decoder_layers'])]
+      [DecoderLayer(stack.layer_config(i), rngs=rngs) for i in range(layers['num_decoder_layers'])]
     )
     self.encoder_norm = final_norm(stack, rngs=rngs)
     self.decoder_norm = final_norm(stack, rngs=rngs)

@@ -390,7 +390,8 @@ def _continuation_length(config) -> int:
   trained = config.dataset.seq_length
   prompt = max(1, trained // 2)
   wanted = config.max_decode_length or trained - prompt
-  window = config.model.get('window', 0)
+  # Global layers (`global_every`) see every key, however far.
+  window = 0 if config.model.get('global_every') else config.model.get('window', 0)
   relative = config.model.get('positions') in ATTENTION_POSITIONS  # offsets, not places
   if prompt + wanted <= trained or (relative and 0 < window <= trained):
     return wanted

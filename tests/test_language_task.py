@@ -169,6 +169,13 @@ def test_continuations_stay_within_the_trained_positions(
   assert ('past the 128 the model was trained on' in caplog.text) == (expected < (wanted or 64))
 
 
+def test_global_layers_among_windowed_ones_keep_continuations_within_the_trained_positions():
+  config = get_config('gpt_text')
+  config.model.update(positions='rope', window=128, global_every=2)
+  config.max_decode_length = 128
+  assert _continuation_length(config) == 64  # the global layers would read unseen distances
+
+
 @pytest.mark.slow
 def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_path, tfds_dir):
   pretrain = _tiny_lm('bert_pretrain', tfds_dir, builder_config='default', seq_length=32)
