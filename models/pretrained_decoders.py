@@ -187,7 +187,122 @@ def _llama_rows(num_layers: int, config: dict[str, Any], *, qkv_bias: bool = Fal
   return rows
 
 
+def _gemma3_layers(config: dict[str, Any]) -> tuple[int, int]:
+  """`(window, global_every)` of Gemma 3's layer types: sliding-window layers with every k-th
+  one full attention (`sliding_window_pattern` k, 6 in configs that predate `layer_types`)."""
+  num_layers, pattern = config['num_hidden_layers'], config.get('sliding_window_pattern', 6)
+  every_kth = lambda k: [
+    'full_attention' if k and (i + 1) % k == 0 else 'sliding_attention' for i in range(num_layers)
+  ]
+  types = list(config.get('layer_types') or every_kth(pattern))
+  full = [i for i, kind in enumerate(types) if kind == 'full_attention']
+  every = full[0] + 1 if full else 0
+  if types != every_kth(every):
+    raise ValueError(
+      f'config.json has layer_types={types!r}; the converter converts sliding_attention layers '
+      'with every k-th one full_attention only.'
+    )
+  if every == 1:  # every layer global: no window anywhere
+    return 0, 0
+  return int(config.get('sliding_window', 4096)), every
+
+
+def _gemma3_rope_bases(config: dict[str, Any]) -> tuple[float, float]:
+  """The rotary bases `(sliding layers', full layers')`: `rope_parameters` per layer type, or in
+  older configs `rope_local_base_freq` and `rope_theta`; any rope_type but 'default' refused."""
+  parameters = config.get('rope_parameters') or {}
+  local, full = (parameters.get(kind) or {} for kind in ('sliding_attention', 'full_attention'))
+  for kind, rope in (('sliding_attention', local), ('full_attention', full)):
+    if rope.get('rope_type', 'default') != 'default':
+      raise ValueError(
+        f"config.json has rope_parameters['{kind}']={rope!r}; the converter converts "
+        "rope_type 'default' only."
+      )
+  return (
+    float(local.get('rope_theta', config.get('rope_local_base_freq', 10000.0))),
+    float(full.get('rope_theta', config.get('rope_theta', 1000000.0))),
+  )
+
+
+def _gemma3_args(config: dict[str, Any]) -> dict[str, Any]:
+  """Gemma 3's text decoder: Llama's with (1 + w) RMSNorms before and after each sublayer,
+  qk-norm, GeGLU, scores scaled by `query_pre_attn_scalar^-1/2`, sliding-window layers with
+  every k-th one global and its own rotary base, and embeddings scaled by sqrt(D)."""
+  head_dim, bias = config.get('head_dim', 256), bool(config.get('attention_bias', False))
+  window, every = _gemma3_layers(config)
+  local, full = _gemma3_rope_bases(config)
+  stack = StackConfig(
+    num_layers=config['num_hidden_layers'],
+    d_model=config['hidden_size'],
+    num_heads=config['num_attention_heads'],
+    num_kv_heads=config.get('num_key_value_heads', 4),
+    d_k=head_dim,
+    d_v=head_dim,
+    d_ff=config['intermediate_size'],
+    dropout_rate=0.0,
+    attention_dropout_rate=float(config.get('attention_dropout') or 0.0),
+    norm='pre',
+    norm_type='rmsnorm',
+    norm_eps=config.get('rms_norm_eps', 1e-6),
+    norm_plus_one=True,
+    sandwich_norm=True,
+    activation=_activation(config, 'hidden_activation', 'gelu_pytorch_tanh'),
+    gated_mlp=True,
+    mlp_bias=False,
+    qkv_bias=bias,
+    out_bias=bias,
+    qk_norm=True,
+    query_scale=float(config.get('query_pre_attn_scalar', 256)) ** -0.5,
+    positions='rope',
+    rope_base=local if window else full,
+    rope_base_global=full if every else None,
+    rope_layout='halves',
+    window=window,
+    global_every=every,
+    max_length=config.get('max_position_embeddings', 131072),
+  )
+  tied = bool(config.get('tie_word_embeddings', True))
+  return dict(stack=stack, tie_output=tied, output_bias=False, scale_embeddings=True)
+
+
+def _gemma3_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
+  biases = 'qkvo' if config.get('attention_bias') else ''
+  layer = [
+    ('norms.0.scale', 'input_layernorm.weight', SAME),
+    *[(f'self_attn.w_{p}.kernel', f'self_attn.{p}_proj.weight', TRANSPOSED) for p in 'qkvo'],
+    *[(f'self_attn.w_{p}.bias', f'self_attn.{p}_proj.bias', SAME) for p in biases],
+    ('self_attn.q_norm', 'self_attn.q_norm.weight', SAME),
+    ('self_attn.k_norm', 'self_attn.k_norm.weight', SAME),
+    ('post_norms.0.scale', 'post_attention_layernorm.weight', SAME),  # the sandwich's
+    ('norms.1.scale', 'pre_feedforward_layernorm.weight', SAME),
+    ('post_norms.1.scale', 'post_feedforward_layernorm.weight', SAME),
+    ('ffn.w_gate.kernel', 'mlp.gate_proj.weight', TRANSPOSED),
+    ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
+    ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
+  ]
+  rows = [
+    ('embed.embed.embedding', 'model.embed_tokens.weight', SAME),
+    *[
+      (f'layers.{i}.{ours}', f'model.layers.{i}.{theirs}', t)
+      for i in range(num_layers)
+      for ours, theirs, t in layer
+    ],
+    ('final_norm.scale', 'model.norm.weight', SAME),
+  ]
+  if not config.get('tie_word_embeddings', True):
+    rows.append(('output_proj.kernel', 'lm_head.weight', TRANSPOSED))
+  return rows
+
+
 _LLAMA_REFUSED = {'rope_scaling': None, 'pretraining_tp': 1}
+# qk-norm's epsilon is attention.rms_normalize's 1e-6.
+_GEMMA3_REFUSED = {
+  'rope_scaling': None,
+  'attn_logit_softcapping': None,
+  'final_logit_softcapping': None,
+  'use_bidirectional_attention': False,
+  'rms_norm_eps': 1e-6,
+}
 ARCHITECTURES = {
   'gpt2': Architecture(
     _gpt2_args,
@@ -206,6 +321,7 @@ ARCHITECTURES = {
     {**_LLAMA_REFUSED, 'use_sliding_window': False},
     functools.partial(_llama_rows, qkv_bias=True),
   ),
+  'gemma3_text': Architecture(_gemma3_args, _GEMMA3_REFUSED, _gemma3_rows),
 }
 
 

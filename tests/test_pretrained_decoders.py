@@ -1,7 +1,7 @@
-"""Pretrained decoders (GPT-2, Llama, Mistral, Qwen2) converted into Attend's DecoderLM equal
-transformers on tiny random checkpoints built locally: logits and every layer's attention
-weights, greedy generation, cached decoding, padded batches, sharded weights; refusals name what
-the converter cannot reproduce."""
+"""Pretrained decoders (GPT-2, Llama, Mistral, Qwen2, Gemma 3) converted into Attend's
+DecoderLM equal transformers on tiny random checkpoints built locally: logits and every layer's
+attention weights, greedy generation, cached decoding, padded batches, sharded weights; refusals
+name what the converter cannot reproduce."""
 
 import json
 import os
@@ -44,6 +44,8 @@ def test_logits_and_every_layers_attention_equal_transformers(folders, name):
   assert report['unused'] == [] and 'transformers_version' in report['ignored_config']
   if name == 'mistral':  # the window is real: no query sees a key 8 or more positions back
     assert np.all(weights[..., 10, :3] == 0) and np.all(np.asarray(ours_weights)[..., 10, :3] == 0)
+  if name == 'gemma3_text':  # layers 0 and 2 see 6 keys, the global layer 1 every one
+    assert np.all(weights[:, 0::2, :, 10, :5] == 0) and np.all(weights[:, 1, :, 10, :5] > 0)
 
 
 @pytest.mark.parametrize('name', ARCHITECTURES)
@@ -105,6 +107,30 @@ def test_what_the_converter_cannot_reproduce_is_one_sentence_naming_it(folders, 
     json.dump(three_layers, f)
   with pytest.raises(ValueError, match="has no tensor 'transformer.h.2.ln_1.weight'"):
     _converted(broken)
+
+
+def test_gemma3_layer_types_and_rope_bases_become_the_stacks_fields(folders):
+  """The tiny config's layer types and rope_parameters, those of configs written before
+  `layer_types` (`sliding_window_pattern`, `rope_theta`, `rope_local_base_freq`, as Gemma 3
+  270M's: 18 layers, every 6th global), and what the converter refuses."""
+  gemma = _config(folders['gemma3_text'])
+  layers = lambda stack: (stack.window, stack.global_every, stack.rope_base, stack.rope_base_global)
+  stack = decoder_args(gemma)[0]['stack']
+  assert layers(stack) == (6, 2, 1e4, 1e6)
+  assert stack.query_scale == 0.25 and stack.d_k == 24 and stack.num_kv_heads == 1
+  older = {key: v for key, v in gemma.items() if key not in ('layer_types', 'rope_parameters')}
+  older.update(num_hidden_layers=18, sliding_window=512, rope_theta=1e6, rope_local_base_freq=1e4)
+  assert layers(decoder_args(older)[0]['stack']) == (512, 6, 1e4, 1e6)
+  mixed = {**gemma, 'layer_types': ['full_attention', 'sliding_attention', 'sliding_attention']}
+  with pytest.raises(ValueError, match='layer_types=.*every k-th one full_attention only'):
+    decoder_args(mixed)
+  linear = {'rope_type': 'linear', 'factor': 8.0, 'rope_theta': 1e6}
+  scaled = {**gemma, 'rope_parameters': {**gemma['rope_parameters'], 'full_attention': linear}}
+  with pytest.raises(ValueError, match=r"rope_parameters\['full_attention'\]=.*'default' only"):
+    decoder_args(scaled)
+  for key, value in (('final_logit_softcapping', 30.0), ('use_bidirectional_attention', True)):
+    with pytest.raises(ValueError, match=f'{key}={value}, which changes the computation'):
+      decoder_args({**gemma, key: value})
 
 
 @pytest.mark.parametrize('name', ['llama', 'gpt2'])

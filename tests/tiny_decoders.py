@@ -22,7 +22,10 @@ _LLAMA = dict(
 # One per architecture, each with what sets it apart: GPT-2 learned positions, biased LayerNorm,
 # a fused c_attn and tied output; Llama grouped-query heads (4 query, 2 key/value) and a rope
 # base of 500,000; Mistral a sliding window shorter than the test sequences; Qwen2 biases on the
-# query, key and value projections and a tied output.
+# query, key and value projections and a tied output; Gemma 3 a global layer between two of a
+# window of 6, each kind with its own rope base, a head size (24) other than D/N (16), scores
+# scaled by 16^-1/2 (not 24^-1/2), a key/value head shared by two query heads, (1 + w) RMSNorms
+# before and after both sublayers, qk-norm, GeGLU and sqrt(D)-scaled tied embeddings.
 CONFIGS = {
   'gpt2': dict(
     vocab_size=VOCAB,
@@ -42,6 +45,27 @@ CONFIGS = {
   'llama': dict(_LLAMA, intermediate_size=64, rope_theta=500000.0, rms_norm_eps=1e-5),
   'mistral': dict(_LLAMA, intermediate_size=64, sliding_window=8, rms_norm_eps=1e-5),
   'qwen2': dict(_LLAMA, intermediate_size=48, rms_norm_eps=1e-6, tie_word_embeddings=True),
+  'gemma3_text': dict(
+    _SIZES,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=24,
+    query_pre_attn_scalar=16,
+    intermediate_size=64,
+    sliding_window=6,
+    layer_types=['sliding_attention', 'full_attention', 'sliding_attention'],
+    rope_parameters={
+      'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0},
+      'full_attention': {'rope_type': 'default', 'rope_theta': 1000000.0},
+    },
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    # Its default: larger sqrt(D)-scaled embeddings outweigh the normalised sublayer outputs, and
+    # the tied head then repeats the last token.
+    initializer_range=0.02,
+  ),
 }
 
 
