@@ -63,12 +63,12 @@ def masked_softmax(scores: Array, mask: Array | None = None, axis: int = -1) -> 
 
 
 def rms_normalize(x: Array, eps: float = 1e-6) -> Array:
-  """`x / rms(x)` over the last axis, in float32 (RMSNorm without its learned scale).
+  """`x / rms(x)` over the last axis, in float32 or wider (RMSNorm without its learned scale).
 
   Queries and keys normalised this way (qk-norm) have scores bounded by the feature size,
   however large the projections grow.
   """
-  x = x.astype(jnp.float32)
+  x = x.astype(jnp.promote_types(x.dtype, jnp.float32))
   return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
 
 

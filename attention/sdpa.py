@@ -54,7 +54,9 @@ def _weights(
     # matmul against [..., K, S, D]: broadcast against [..., G, T, D], XLA:CPU copies the keys
     # to every query head.
     q = _stack_groups(q, groups)  # [..., K, G*T, D]
-  scores = jnp.einsum('...td,...sd->...ts', q, k, preferred_element_type=jnp.float32) * scale
+  # Scores accumulate in float32 at least: bfloat16 inputs get float32 sums, float64 stay float64.
+  wide = jnp.promote_types(jnp.result_type(q, k), jnp.float32)
+  scores = jnp.einsum('...td,...sd->...ts', q, k, preferred_element_type=wide) * scale
   if groups > 1:
     scores = _unstack_groups(scores, groups)  # [..., N, T, S]
   weights = normalize_scores(

@@ -233,9 +233,9 @@ class DecoderLM(_Stack):
     )
 
   def _logits(self, x: Array) -> Array:
-    """Final states `[..., D]` -> float32 next-token logits `[..., V]`."""
+    """Final states `[..., D]` -> next-token logits `[..., V]`, float32 or wider (float64 runs)."""
     logits = self.embed.attend(x) if self.output_proj is None else self.output_proj(x)
-    return logits.astype(jnp.float32)
+    return logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
 
   def init_decode_cache(self, prompt: Array, max_length: int) -> dict[str, Any]:
     """Prefills the cache with the prompt but its last token, in one parallel pass.
@@ -357,9 +357,11 @@ class EncoderMLM(_Stack):
     self.classifier = dense(d_model, num_classes, rngs=rngs) if has_head else None
 
   def _logits(self, x: Array) -> Array:
-    """Final states `[..., D]` -> float32 masked-LM logits `[..., V]` through BERT's MLM head."""
+    """Final states `[..., D]` -> masked-LM logits `[..., V]` through BERT's MLM head, float32
+    or wider (float64 runs)."""
     h = self.mlm_norm(ACTIVATIONS[self.mlm_activation](self.mlm_dense(x)))  # [..., D]
-    return (self.embed.attend(h) + self.mlm_bias[...].astype(h.dtype)).astype(jnp.float32)
+    logits = self.embed.attend(h) + self.mlm_bias[...].astype(h.dtype)
+    return logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
 
   def classify(
     self,

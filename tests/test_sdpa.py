@@ -60,6 +60,20 @@ def test_reference_matches_numpy_with_mask_and_bias(rng):
   np.testing.assert_allclose(np.asarray(w).sum(-1), 1.0, atol=1e-5)
 
 
+def test_float64_inputs_are_computed_in_float64(rng):
+  """The reference kernel computes its scores in float32 *or wider*: float64 inputs (the
+  pretrained models' comparisons with transformers run there) stay float64, equal to NumPy's to
+  float64 rounding, far below float32's 1e-7."""
+  with jax.enable_x64(True):
+    q, k, v = (jnp.asarray(x, jnp.float64) for x in qkv(rng))
+    mask = causal_mask(13, 21)
+    out, w = out_and_weights(q, k, v, mask=mask, implementation='reference')
+    assert out.dtype == w.dtype == jnp.float64
+    ref_out, ref_w = numpy_sdpa(q, k, v, mask)
+    np.testing.assert_allclose(out, ref_out, atol=1e-13, rtol=0)
+    np.testing.assert_allclose(w, ref_w, atol=1e-13, rtol=0)
+
+
 def test_hand_computed_two_keys():
   """One query, two keys: weights are softmax([0, 2/sqrt(2)])."""
   q = jnp.array([[1.0, 1.0]])
