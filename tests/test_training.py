@@ -170,8 +170,9 @@ def straight_run(data_dir, tmp_path_factory) -> str:
   return workdir
 
 
-def _start_train_py(workdir, data_dir, checkpoint_every_steps):
-  """train.py in a subprocess with the tiny config, logging every step."""
+def _start_train_py(workdir, data_dir, checkpoint_every_steps, env=None):
+  """train.py in a subprocess with the tiny config, logging every step (`env`: its environment,
+  this process's by default)."""
   flags = dict(
     num_train_steps=STEPS,
     checkpoint_every_steps=checkpoint_every_steps,
@@ -204,6 +205,7 @@ def _start_train_py(workdir, data_dir, checkpoint_every_steps):
       *[f'--config.{k}={v}' for k, v in flags.items()],
     ],
     cwd=ROOT,
+    env=env,
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
     text=True,
@@ -254,9 +256,9 @@ def test_eval_at_start_evaluates_the_initial_parameters(data_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_then_restart_ends_bit_identical(data_dir, straight_run, tmp_path):
+def test_kill_9_then_restart_ends_bit_identical(data_dir, straight_run, tmp_path, killable_env):
   workdir = str(tmp_path / 'run')
-  process = _start_train_py(workdir, data_dir, checkpoint_every_steps=5)
+  process = _start_train_py(workdir, data_dir, checkpoint_every_steps=5, env=killable_env)
   _signal_at_step(process, 12, signal.SIGKILL)
   assert process.returncode == -signal.SIGKILL
   saved = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).steps()
