@@ -47,8 +47,9 @@ class PretrainedTokenizer:
       )
     self.unk_id = special('[UNK]', '<unk>')
     self.mask_id = special('[MASK]', '<mask>')
-    self.bos_id = special('[CLS]', '<s>', '<|endoftext|>', '<|begin_of_text|>')
-    self.eos_id = special('[SEP]', '</s>', '<|endoftext|>', '<|end_of_text|>')
+    # Gemma's before '<s>', '</s>': its vocabulary also has those, as HTML tags.
+    self.bos_id = special('[CLS]', '<bos>', '<s>', '<|endoftext|>', '<|begin_of_text|>')
+    self.eos_id = special('[SEP]', '<eos>', '</s>', '<|endoftext|>', '<|end_of_text|>')
     # The ids tokenizer.json marks special ([PAD], [UNK], [CLS], [SEP], [MASK] for BERT): they
     # are not text, wherever they sit in the vocabulary (BERT's [CLS] is 101).
     self.special_ids = tuple(

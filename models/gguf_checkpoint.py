@@ -1,0 +1,179 @@
+"""A GGUF file read as a Hugging Face checkpoint: config.json, tensors, tokenizer.json.
+
+`read_gguf(path)` gives what a Hugging Face folder holds, under its names, so the per-family
+tables of models/pretrained_decoders.py convert it as they convert a folder:
+
+- the config.json transformers builds from the file's metadata (`hf_config`):
+  `general.architecture` 'llama' is model_type 'llama', 'gemma3' is 'gemma3_text' with the
+  Gemma 3 values llama.cpp fixes in code rather than in the file (a global layer every 6th, a
+  local rotary base of 10,000, scores scaled by the head size, tanh GELU). float32 metadata is
+  given as the decimal it was written from (rms_norm_eps 1e-06, where transformers gives
+  9.99999997e-07);
+- the tensors by Hugging Face name (models/gguf_file.py's `GGUFTensors`), with llama.cpp's
+  changes undone exactly as transformers undoes them: Llama's query and key rows back from
+  rope-interleaved order, 1 subtracted from Gemma's RMSNorm weights (stored as 1 + w). A tensor
+  the table does not name keeps its GGUF name (the converter reports it unused);
+- the tokenizer.json of its vocabulary (models/gguf_tokenizer.py).
+"""
+
+from typing import Any, Callable
+
+import numpy as np
+
+from models.gguf_file import GGUFTensors, Header, check_readable, read_header
+from models.gguf_tokenizer import tokenizer_json
+
+# GGUF tensor name -> Hugging Face name: the model's own, then each block's (`blk.{i}.` ->
+# `model.layers.{i}.`) per architecture; gguf's tensor_mapping.py read backwards, and
+# tests/test_gguf.py checks each against it.
+TOP = {'token_embd': 'model.embed_tokens', 'output_norm': 'model.norm', 'output': 'lm_head'}
+_BLOCK = {
+  'attn_norm': 'input_layernorm',
+  'attn_q': 'self_attn.q_proj',
+  'attn_k': 'self_attn.k_proj',
+  'attn_v': 'self_attn.v_proj',
+  'attn_output': 'self_attn.o_proj',
+  'ffn_gate': 'mlp.gate_proj',
+  'ffn_up': 'mlp.up_proj',
+  'ffn_down': 'mlp.down_proj',
+}
+BLOCK = {
+  'llama': {**_BLOCK, 'ffn_norm': 'post_attention_layernorm'},
+  'gemma3': {
+    **_BLOCK,
+    'attn_q_norm': 'self_attn.q_norm',
+    'attn_k_norm': 'self_attn.k_norm',
+    'post_attention_norm': 'post_attention_layernorm',
+    'ffn_norm': 'pre_feedforward_layernorm',
+    'post_ffw_norm': 'post_feedforward_layernorm',
+  },
+}
+
+
+def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
+  """Hugging Face's rows of a query or key projection (or bias) from GGUF's: llama.cpp rotates
+  interleaved pairs, so it stores each head's rows as (x0, y0, x1, y1, ...) where Hugging Face
+  rotates halves (x0, x1, ..., y0, y1, ...)."""
+  per_head = weight.reshape(heads, -1, 2, *weight.shape[1:])  # [N, H/2, 2, ...]
+  return per_head.swapaxes(1, 2).reshape(weight.shape)  # [N, 2, H/2, ...] -> [N * H, ...]
+
+
+def _llama_transform(config: dict[str, Any]) -> Callable[[str, np.ndarray], np.ndarray]:
+  heads = {'q_proj': config['num_attention_heads'], 'k_proj': config['num_key_value_heads']}
+
+  def transform(name: str, values: np.ndarray) -> np.ndarray:
+    projection = name.split('.')[-2]
+    return _unpermute(values, heads[projection]) if projection in heads else values
+
+  return transform
+
+
+def _gemma3_transform(name: str, values: np.ndarray) -> np.ndarray:
+  """llama.cpp stores Gemma's RMSNorm weights w as 1 + w (its norm multiplies by the weight)."""
+  return values - np.float32(1) if name.endswith('norm.weight') else values
+
+
+def _float(value: Any) -> Any:
+  """A float32 metadata value as the decimal it was written from (1e-06, not 9.99999997e-07)."""
+  return float(str(np.float32(value))) if isinstance(value, float) else value
+
+
+def hf_config(header: Header, architecture: str) -> dict[str, Any]:
+  """The Hugging Face config.json of a llama or gemma3 GGUF (the keys transformers reads)."""
+  meta, path = header.metadata, header.path
+
+  def key(name: str, default: Any = KeyError) -> Any:
+    full = f'{architecture}.{name}'
+    if full not in meta and default is KeyError:
+      raise ValueError(f'{path} has no metadata {full!r}, which a {architecture} GGUF gives.')
+    return _float(meta.get(full, default))
+
+  hidden, heads = key('embedding_length'), key('attention.head_count')
+  config = {
+    'hidden_size': hidden,
+    'intermediate_size': key('feed_forward_length'),
+    'num_hidden_layers': key('block_count'),
+    'num_attention_heads': heads,
+    'num_key_value_heads': key('attention.head_count_kv', heads),
+    'max_position_embeddings': key('context_length'),
+    'rms_norm_eps': key('attention.layer_norm_rms_epsilon'),
+    'rope_theta': key('rope.freq_base', 10000.0),
+    'vocab_size': key('vocab_size', len(meta.get('tokenizer.ggml.tokens', ()))),
+    # llama.cpp writes an output matrix only when it is not the embedding matrix.
+    'tie_word_embeddings': 'output.weight' not in header.tensors,
+    'attention_bias': 'blk.0.attn_q.bias' in header.tensors,
+  }
+  scaling = key('rope.scaling.type', 'none')
+  config['rope_scaling'] = None
+  if scaling != 'none':
+    config['rope_scaling'] = {'rope_type': scaling, 'factor': key('rope.scaling.factor', 1.0)}
+  for token, gguf in (('bos', 'bos'), ('eos', 'eos'), ('unk', 'unknown'), ('pad', 'padding')):
+    if f'tokenizer.ggml.{gguf}_token_id' in meta:
+      config[f'{token}_token_id'] = meta[f'tokenizer.ggml.{gguf}_token_id']
+  if architecture == 'llama':
+    head_dim = key('rope.dimension_count', hidden // heads)
+    return {'model_type': 'llama', **config, 'head_dim': head_dim, 'hidden_act': 'silu'}
+  head_dim, window = key('attention.key_length'), key('attention.sliding_window', 0)
+  layers = config['num_hidden_layers']
+  # Without a window every layer is global; with one, llama.cpp fixes Gemma 3's layers as five
+  # sliding-window ones then a global one, unless the file gives the pattern (every k-th global,
+  # or per layer True for a sliding-window one).
+  pattern = key('attention.sliding_window_pattern', 6) if window else 1
+  if isinstance(pattern, int):
+    sliding = [(i + 1) % pattern != 0 for i in range(layers)]
+  else:
+    sliding = [bool(s) for s in pattern]
+  return {
+    'model_type': 'gemma3_text',
+    **config,
+    'head_dim': head_dim,
+    'hidden_activation': 'gelu_pytorch_tanh',
+    'sliding_window': window or None,
+    'layer_types': ['sliding_attention' if s else 'full_attention' for s in sliding],
+    'rope_local_base_freq': 10000.0,
+    # llama.cpp scales Gemma 3's scores by key_length^-1/2, by (D/N)^-1/2 in the 62-layer 27B.
+    'query_pre_attn_scalar': hidden // heads if layers == 62 else head_dim,
+    'final_logit_softcapping': key('final_logit_softcapping', None),
+    'attn_logit_softcapping': key('attn_logit_softcapping', None),
+  }
+
+
+def _architecture(header: Header) -> str:
+  architecture = header.metadata.get('general.architecture')
+  if architecture not in BLOCK:
+    raise ValueError(
+      f'{header.path} is a GGUF of architecture {architecture!r}, which Attend does not '
+      f'convert; supported: {", ".join(BLOCK)}.'
+    )
+  return architecture
+
+
+def read_gguf_config(path: str) -> dict[str, Any]:
+  """The Hugging Face config.json of a GGUF file, from its header alone."""
+  header = read_header(path)
+  return hf_config(header, _architecture(header))
+
+
+def read_gguf(path: str) -> tuple[dict[str, Any], GGUFTensors, str]:
+  """`(config, tensors, tokenizer.json text)` of a GGUF file (see the module docstring).
+
+  Raises:
+    ValueError: one sentence naming the file: truncated or damaged, an architecture or
+      tokenizer Attend does not convert, or a tensor type gguf cannot dequantise.
+  """
+  header = read_header(path)
+  architecture = _architecture(header)
+  check_readable(header)
+  config = hf_config(header, architecture)
+  names = {
+    **{f'{gguf}{s}': f'{hf}{s}' for gguf, hf in TOP.items() for s in ('.weight', '.bias')},
+    **{
+      f'blk.{i}.{gguf}{s}': f'model.layers.{i}.{hf}{s}'
+      for i in range(config['num_hidden_layers'])
+      for gguf, hf in BLOCK[architecture].items()
+      for s in ('.weight', '.bias')
+    },
+  }
+  transform = _llama_transform(config) if architecture == 'llama' else _gemma3_transform
+  tensors = GGUFTensors(header, names, transform)
+  return config, tensors, tokenizer_json(header.metadata, architecture, path)
