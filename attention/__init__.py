@@ -27,7 +27,7 @@ from attention.core import (
   rms_normalize,
   split_heads,
 )
-from attention.kv_cache import cache_offsets, window_mask
+from attention.kv_cache import cache_offsets, kept_rotary_scores, window_mask
 from attention.linear import elu_feature_map, linear_attention, linear_attention_weights
 from attention.masks import (
   causal_mask,
@@ -115,6 +115,7 @@ __all__ = [
   'get_score_fn',
   'get_variant',
   'group_queries',
+  'kept_rotary_scores',
   'linear_attention',
   'linear_attention_weights',
   'masked_softmax',

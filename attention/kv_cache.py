@@ -4,13 +4,16 @@ A decoder keeps every position's keys and values, or with a `window` a ring buff
 `window` positions after the first `sink_tokens`, which are kept for good (StreamingLLM), so a
 windowed decoder's memory does not grow with its length. `kv_step` writes new positions and lets
 the layer's own variant attend over the cache by explicit positions (`window_mask`,
-`cache_offsets`). Shapes: keys and values `[B, K, L, H|Dv]` for K key/value heads.
+`cache_offsets`; with rotary positions, `kept_rotary_scores`). Shapes: keys and values
+`[B, K, L, H|Dv]` for K key/value heads.
 """
 
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+
+from attention.positions import rotary_embedding
 
 Array = jax.Array
 
@@ -43,6 +46,48 @@ def cache_offsets(
     return relative
   in_cache = k_positions[None, :] - (window + sink_tokens - 1)
   return jnp.where(k_positions[None, :] < sink_tokens, jnp.maximum(relative, in_cache), relative)
+
+
+def kept_rotary_scores(
+  scores: Callable[[Array, Array], Array],
+  q_positions: Array,
+  k_positions: Array,
+  window: int,
+  sink_tokens: int,
+  *,
+  base: float = 10000.0,
+  layout: str = 'pairs',
+) -> Callable[[Array, Array], Array]:
+  """`scores` of rotary queries and keys with each kept first token at its `cache_offsets`
+  offset: key j < sink_tokens sits `min(i, window + sink_tokens - 1) - j` before query i.
+
+  A rotary score depends on the offset only: a query rotated at m and a key rotated at n score
+  as at m - n. The kept key stays rotated at j; the query is rotated on by
+  `min(i, P) - i` (P = window + sink_tokens - 1; rotations compose), to where the cache's query
+  sits, P once the stream has filled the cache, which puts the kept token at offset P - j from
+  every later query. Other keys keep their true offsets.
+
+  Args:
+    scores: `(q [..., T, H], k [..., S, H]) -> [..., T, S]`, e.g. `scaled_dot_scores`.
+    q_positions: the queries' positions `[T]`, at which `q` is rotated.
+    k_positions: the keys' positions `[S]` (negative: empty cache slots).
+    window: the window the other keys are within.
+    sink_tokens: the number of first positions kept.
+    base: the rotary wavelength base `q` was rotated with.
+    layout: its rotary layout, `'pairs'` or `'halves'`.
+
+  Returns:
+    A function like `scores`: the kept keys' columns against the moved queries, the others
+    against `q` itself.
+  """
+  shift = jnp.minimum(q_positions, window + sink_tokens - 1) - q_positions  # [T], <= 0
+  kept = (k_positions >= 0) & (k_positions < sink_tokens)  # [S]
+
+  def kept_scores(q: Array, k: Array) -> Array:
+    moved = rotary_embedding(q, shift, base=base, layout=layout)  # [..., T, H]
+    return jnp.where(kept, scores(moved, k), scores(q, k))  # [..., T, S]
+
+  return kept_scores
 
 
 def init_kv_cache(

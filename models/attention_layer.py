@@ -5,6 +5,7 @@ leading dim: queries `[B, N, T, H]`, keys and values `[B, K, S, H]` with K key/v
 (K = N unless grouped); masks broadcast to `[B, N, T, S]` with True = may attend.
 """
 
+import functools
 from typing import Any
 
 from flax import nnx
@@ -53,7 +54,8 @@ class MultiHeadAttention(nnx.Module):
     at `0 .. T-1` unless `positions` says otherwise.
   - `window`: keys less than `window` positions away only; a decoder keeps a ring buffer of them.
     `sink_tokens`: the first positions stay visible past the window, at the offset they would
-    have right before it (StreamingLLM); position biases read that offset.
+    have right before it (StreamingLLM); position biases read that offset, and with rope the
+    kept keys are scored against queries rotated to it (`attention.kept_rotary_scores`).
   - `qk_norm`: queries and keys RMS-normalised per head with learned scales `q_norm`, `k_norm [H]`
     (with `norm_plus_one`, scaled by `1 + q_norm`, the parameters starting at 0).
   - `query_scale`: the dot product's multiplier instead of `1/sqrt(d_k)`.
@@ -231,6 +233,7 @@ class MultiHeadAttention(nnx.Module):
       )
       mask = attention.combine_masks(mask, window)
       options.pop('window')
+      self._kept_rotary(options, q_positions, k_positions)
     options.update(self._position_options(q.shape[-2], k.shape[-2], positions, is_causal))
     if interventions.active():
       out = self._attend_tapped(q, k, v, mask, is_causal, options, dropout)
@@ -286,6 +289,25 @@ class MultiHeadAttention(nnx.Module):
     q_positions, k_positions = self._whole_positions(t, s, positions)
     return {'bias': self._position_bias(q_positions, k_positions, causal=is_causal)}
 
+  def _kept_rotary(self, options: dict[str, Any], q_positions: Array, k_positions: Array) -> None:
+    """With rope and kept first tokens, `options['scores']` scores each kept key from where a
+    streaming cache's query sits (`attention.kept_rotary_scores`); other positions: no change."""
+    config = self.config
+    if config.positions != 'rope' or not config.sink_tokens:
+      return
+    scores = options.get('scores')
+    if scores is None:  # the scaled dot product, as the kernels would form it
+      scores = functools.partial(attention.scaled_dot_scores, scale=options.pop('scale', None))
+    options['scores'] = attention.kept_rotary_scores(
+      scores,
+      q_positions,
+      k_positions,
+      config.window,
+      config.sink_tokens,
+      base=config.rope_base,
+      layout=config.rope_layout,
+    )
+
   @staticmethod
   def _whole_positions(t: int, s: int, positions: Array | None) -> tuple[Array, Array]:
     """Query and key positions of a whole-sequence call (self-attention keys share `positions`)."""
@@ -325,6 +347,7 @@ class MultiHeadAttention(nnx.Module):
     options.pop('window', None)  # in the mask below
     if self.config.position_bias is not None:
       options['bias'] = self._position_bias(q_positions, k_positions, causal=True)
+    self._kept_rotary(options, q_positions, k_positions)
     return self.variant.attend(
       q,
       keys.astype(q.dtype),

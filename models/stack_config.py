@@ -50,7 +50,8 @@ class VariantConfig:
       models: the last `window` positions); 0 = every key. Decoding keeps only the window.
     sink_tokens: with a window, the first `sink_tokens` positions stay visible to every later
       query, at the offset they would have right before the window (StreamingLLM's attention
-      sinks); needs relative position biases or none (`positions` 'alibi', 't5' or 'none').
+      sinks); needs positions that act in the attention (`positions` 'rope', 'alibi', 't5')
+      or none.
     qk_norm: RMS-normalise each head's queries and keys (learned scales) before the score.
     softcap: logit soft-capping `softcap · tanh(s / softcap)` (Gemma 2); 0 = off.
     sink: a learned per-head sink logit, a null key every query may attend to instead.
@@ -199,12 +200,11 @@ class AttentionConfig(VariantConfig):
         f'even for rotary position embeddings, which rotate feature pairs; got '
         f'{self.head_size}.'
       )
-    if self.sink_tokens and self.positions not in ('alibi', 't5', 'none'):
+    if self.sink_tokens and self.positions not in ('rope', 'alibi', 't5', 'none'):
       raise ValueError(
         f'sink_tokens={self.sink_tokens} moves the kept first tokens next to the '
-        f'window, which positions={self.positions!r} fixes in the '
-        f'{"keys" if self.positions == "rope" else "embeddings"}; use positions '
-        "'alibi', 't5' or 'none'."
+        f'window, which positions={self.positions!r} fixes in the embeddings; use '
+        "positions 'rope', 'alibi', 't5' or 'none'."
       )
     self.kv_heads(self.num_heads)
     self._check_variant_options()
@@ -231,6 +231,8 @@ class AttentionConfig(VariantConfig):
       attention_dropout_rate='dropout_rate' if self.attention_dropout_rate else None,
       positions='bias' if self.position_bias else None,
       query_scale='scale' if self.query_scale is not None else None,
+      # With rope the kept tokens are scored apart (and a variant with scores has a window).
+      sink_tokens='scores' if self.sink_tokens and self.positions == 'rope' else None,
     )
     return {
       **super().variant_options(),

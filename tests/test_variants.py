@@ -139,7 +139,10 @@ def test_registry_error_lists_the_variants():
       'sink_tokens=2 keeps the first tokens visible past a sliding window; set window > 0 too',
     ),
     (dict(sink_tokens=-1), 'sink_tokens must be a non-negative integer'),
-    (dict(sink_tokens=1, window=4, positions='rope'), "positions='rope' fixes in the keys"),
+    (
+      dict(sink_tokens=1, window=4, positions='rope', attention='sigmoid'),
+      "sink_tokens=1, which needs the variant option 'scores'",
+    ),
     (
       dict(sink_tokens=1, window=4, positions='learned'),
       "positions='learned' fixes in the embeddings",
