@@ -56,7 +56,7 @@ def rotary_embedding(
     layout: `'pairs'` or `'halves'`, which features form a pair.
 
   Returns:
-    The rotated `x`, same shape and dtype (computed in float32).
+    The rotated `x`, same shape and dtype (computed in float32, or float64 for float64 `x`).
   """
   dim = x.shape[-1]
   if dim <= 0 or dim % 2:
@@ -65,10 +65,11 @@ def rotary_embedding(
     )
   if layout not in ROPE_LAYOUTS:
     raise ValueError(f'rotary_embedding: layout must be one of {ROPE_LAYOUTS}, got {layout!r}.')
-  inv_freq = base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)  # [D/2]
-  angles = jnp.asarray(positions, jnp.float32)[..., None] * inv_freq  # [..., T, D/2]
+  wide = jnp.promote_types(x.dtype, jnp.float32)
+  inv_freq = base ** (-jnp.arange(0, dim, 2, dtype=wide) / dim)  # [D/2]
+  angles = jnp.asarray(positions, wide)[..., None] * inv_freq  # [..., T, D/2]
   cos, sin = jnp.cos(angles), jnp.sin(angles)
-  x32 = x.astype(jnp.float32)
+  x32 = x.astype(wide)
   if layout == 'halves':
     first, second = x32[..., : dim // 2], x32[..., dim // 2 :]
     rotated = [first * cos - second * sin, first * sin + second * cos]

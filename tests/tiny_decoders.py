@@ -93,17 +93,19 @@ def write_checkpoint(model_type: str, folder: str, *, shard_size: str | None = N
 
 
 def _model(folder: str):
+  """The checkpoint in transformers, in float64: compared with Attend in float64, the two agree
+  to float64 rounding on any CPU (tests/float64.py)."""
   import torch
   import transformers
 
   model = transformers.AutoModelForCausalLM.from_pretrained(
-    folder, attn_implementation='eager', dtype=torch.float32
+    folder, attn_implementation='eager', dtype=torch.float64
   )
   return model.eval()
 
 
 def reference(folder: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """transformers' float32 logits `[B, T, V]` and attention weights `[B, L, N, T, T]`."""
+  """transformers' float64 logits `[B, T, V]` and attention weights `[B, L, N, T, T]`."""
   import torch
 
   with torch.no_grad():
