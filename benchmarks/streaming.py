@@ -5,9 +5,10 @@ Sinks", ICLR 2024), in small, on a pretrained decoder over a real text.
         --text=../shared/data/books/pride_and_prejudice.txt --out=runs/streaming
 
 CHECKPOINT is anything `models.pretrained.read` reads of an architecture
-`models.pretrained_decoders` converts. The first `--tokens` pieces of `--text` (the checkpoint's
-tokenizer, no special tokens) are one stream, and every token's next-token loss is measured with
-a cache of `--cache` keys and values per layer, each way the paper compares (its Figure 3):
+`models.pretrained_decoders` converts. The first `--tokens` ids of `--text` (the checkpoint's
+tokenizer, with its special tokens, e.g. Gemma's <bos>) are one stream, and every token's
+next-token loss is measured with a cache of `--cache` keys and values per layer, each way the
+paper compares (its Figure 3):
 
 - dense: every earlier token (the full pass over the stream, within the model's context);
 - window: the `--cache` latest tokens, the first ones evicted as the stream moves on;
@@ -54,7 +55,7 @@ def read_stream(path: str, tokenizer: PretrainedTokenizer, tokens: int) -> np.nd
       "shared/data/books/pride_and_prejudice.txt of the project's data folder."
     )
   with open(path, encoding='utf-8') as f:
-    ids = tokenizer.encode_pieces(f.read())
+    ids = tokenizer.encode(f.read())
   if len(ids) < tokens:
     raise ValueError(f'--text={path!r} has {len(ids)} tokens; --tokens={tokens} asks for more.')
   return np.asarray(ids[:tokens], np.int32)
@@ -112,7 +113,7 @@ def first_token_mass(model: nnx.Module, ids: np.ndarray) -> np.ndarray:
 
   @jax.jit
   def masses(state, ids):
-    _, captured = interventions.capture(nnx.merge(graphdef, state), ids, method='token_logits')
+    _, captured = interventions.capture(nnx.merge(graphdef, state), ids, method='encode')
     names = {name: value for name, value in captured.items() if name.endswith('/weights')}
     reduced = {name: value[:, :, 1:, 0].mean(axis=(0, 2)) for name, value in names.items()}
     return interventions.stack({name: v[None] for name, v in reduced.items()}, pattern)[0]
