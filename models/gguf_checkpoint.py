@@ -50,7 +50,7 @@ BLOCK = {
 }
 
 
-def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
+def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
   """Hugging Face's rows of a query or key projection (or bias) from GGUF's: llama.cpp rotates
   interleaved pairs, so it stores each head's rows as (x0, y0, x1, y1, ...) where Hugging Face
   rotates halves (x0, x1, ..., y0, y1, ...)."""
@@ -63,7 +63,7 @@ def _llama_transform(config: dict[str, Any]) -> Callable[[str, np.ndarray], np.n
 
   def transform(name: str, values: np.ndarray) -> np.ndarray:
     projection = name.split('.')[-2]
-    return _unpermute(values, heads[projection]) if projection in heads else values
+    return unpermute(values, heads[projection]) if projection in heads else values
 
   return transform
 
