@@ -172,38 +172,49 @@ def _smooth(values: np.ndarray, width: int) -> np.ndarray:
   return np.convolve(values, np.ones(width) / width, mode='valid')
 
 
-def save_figure(path: str, result: dict, title: str, *, cache: int) -> str:
-  """Three panels: the loss along the stream, perplexity against kept tokens, first-token mass."""
-  smooth = min(128, max(1, result['tokens'] // 16))  # tokens per point of the curves
-  figure = Figure(figsize=(17, 4.8))
-  FigureCanvasAgg(figure)
-  curve, bars, mass = figure.subplots(1, 3, width_ratios=[6, 3.5, 4])
+def _curves(axes, result: dict, cache: int, smooth: int, *, excess: bool) -> None:
+  """Each way's loss along the stream (moving means over `smooth` tokens), or with `excess` its
+  loss minus the dense cache's, with recompute's at its sampled tokens (moving means over the
+  samples in twice that span; alone they would be single tokens' losses)."""
   losses = {name: np.asarray(nll) for name, nll in result['losses'].items()}
-  main = [name for name in losses if name in ('dense', 'window')] + [
-    name for name in losses if name.startswith('kept')
-  ]
-  for name in main:
-    smoothed = _smooth(losses[name], smooth)
+  dense = losses['dense']
+  for i, (name, nll) in enumerate(losses.items()):
+    if excess and name == 'dense':
+      continue
+    smoothed = _smooth(nll - dense if excess else nll, smooth)
     x = np.arange(len(smoothed)) + (smooth + 1) / 2  # the predicted token at the window centre
-    curve.plot(x, smoothed, label=name, linewidth=1.5 if name in ('dense', 'window') else 1)
-  recompute = result['recompute']
-  every = recompute['targets'][1] - recompute['targets'][0] if len(recompute['targets']) > 1 else 1
-  points = max(1, min(smooth // every, len(recompute['losses'])))
-  curve.plot(
-    np.asarray(recompute['targets'])[points - 1 :] - every * (points - 1) / 2,
-    _smooth(np.asarray(recompute['losses']), points),
-    'k.',
-    markersize=3,
-    label=f'recompute (every {every}th)',
-  )
-  curve.axvline(cache, color='gray', linestyle='--', linewidth=1)
-  curve.text(cache, curve.get_ylim()[1], f' cache {cache}', va='top', fontsize=8, color='gray')
-  curve.set_yscale('log')
-  curve.set_xlabel('token position in the stream')
-  curve.set_ylabel(f'next-token loss (nats), mean over {smooth} tokens')
-  curve.set_title('loss along the stream (their Figure 3)', fontsize=10)
-  curve.legend(fontsize=7, ncol=2)
-  curve.grid(alpha=0.3, which='both')
+    width = 1.5 if name in ('dense', 'window') else 1
+    axes.plot(x, smoothed, color=f'C{i}', label=name, linewidth=width)
+  every = int(result['every'])
+  if excess:
+    targets, recomputed = (np.asarray(result['recompute'][key]) for key in ('targets', 'losses'))
+    points = max(1, min(2 * smooth // every, len(targets)))
+    x = targets[points - 1 :] - every * (points - 1) / 2
+    values = _smooth(recomputed - dense[targets - 1], points)
+    axes.plot(x, values, 'k.-', markersize=3, linewidth=0.5, label='recompute')
+  axes.axvline(cache, color='gray', linestyle='--', linewidth=1)
+  axes.text(cache, 1, f' cache {cache}', va='top', fontsize=8, transform=axes.get_xaxis_transform())
+  if excess:
+    axes.axhline(0, color='black', linewidth=0.8)
+    axes.set_ylabel("loss minus the dense cache's (nats)")
+    axes.set_title(f'what each cache costs (recompute: every {every}th token)', fontsize=10)
+  else:
+    axes.set_ylabel(f'next-token loss (nats), mean of {smooth}')
+    axes.set_title('loss along the stream (their Figure 3)', fontsize=10)
+  axes.set_xlabel('token position in the stream')
+  axes.legend(fontsize=7, ncol=3)
+  axes.grid(alpha=0.3)
+
+
+def save_figure(path: str, result: dict, title: str, *, cache: int) -> str:
+  """Four panels: the loss along the stream, its excess over the dense cache, perplexity
+  against kept tokens, and each layer's attention on the first token."""
+  smooth = min(128, max(1, result['tokens'] // 16))  # tokens per point of the curves
+  figure = Figure(figsize=(15, 8.5))
+  FigureCanvasAgg(figure)
+  (curve, bars), (excess, mass) = figure.subplots(2, 2, width_ratios=[2, 1])
+  _curves(curve, result, cache, smooth, excess=False)
+  _curves(excess, result, cache, smooth, excess=True)
   table = result['perplexity']
   kept = [name for name in table if name == 'window' or name.startswith('kept')]
   values = [table[name]['past_cache'] for name in kept]
@@ -212,9 +223,7 @@ def save_figure(path: str, result: dict, title: str, *, cache: int) -> str:
   for i, value in enumerate(values):
     bars.text(i, value, f'{value:.1f}', ha='center', va='bottom', fontsize=8)
   bars.axhline(table['dense']['past_cache'], color='black', linestyle='--', label='dense')
-  bars.set_yscale('log')
-  bars.set_ylim(bottom=1)
-  bars.set_xlabel(f'first tokens kept (cache of {cache} in all)')
+  bars.set_xlabel(f'first tokens kept (a cache of {cache} in all; 0 = window)')
   bars.set_ylabel(f'perplexity of tokens {cache} ..')
   bars.set_title('kept first tokens (their Table 1)', fontsize=10)
   bars.legend(fontsize=8)
