@@ -1,16 +1,20 @@
 """Writes a pretrained checkpoint as an Attend workdir: a BERT-family encoder as step 0 of
-configs/minilm_mlm.py, a GPT-2 or Llama-family decoder (Llama, Mistral, Qwen2) as step 0 of
+configs/minilm_mlm.py, a decoder (GPT-2, Llama, Mistral, Qwen2, Gemma 3) as step 0 of
 configs/pretrained_lm.py.
 
   python convert.py --workdir=runs/minilm                               # all-MiniLM-L6-v2
+  python convert.py --checkpoint=SmolLM2-135M-Instruct --workdir=runs/smollm2   # make llm
+  python convert.py --checkpoint=gemma-3-270m --workdir=runs/gemma3             # make llm
   python convert.py --checkpoint=my_bert --workdir=runs/my_bert         # a local folder / .zip
-  python convert.py --checkpoint=my_llama --workdir=runs/my_llama       # a decoder's folder
+  python convert.py --checkpoint=model.gguf --workdir=runs/my_llama     # a GGUF file
 
-The workdir holds the config (configs/minilm_mlm.py for the checkpoint, `init_from=''`), the
-loaded model with that config's optimizer state as checkpoint 0, the checkpoint's tokenizer in
-vocab/, and pretrained.json (what was loaded, initialised and unused). It is the
-`config.init_from` of configs/minilm_*.py, and eval.py reads it as the frozen model. --workdir
-must be new or an empty directory (docs/pretrained.md).
+A short name is a checkpoint that ships in a registry package (models/checkpoint_files.py
+`PACKAGES`); anything else is a Hugging Face folder (or .zip) or a GGUF file, whose tensors are
+dequantised to float32 one at a time. The workdir holds the config (`init_from=''`), the loaded
+model with that config's optimizer state as checkpoint 0, the checkpoint's tokenizer in vocab/,
+and pretrained.json (what was loaded, initialised and unused). eval.py reads it as the frozen
+model; it is the `config.init_from` of a training run. --workdir must be new or an empty
+directory (docs/pretrained.md).
 """
 
 from absl import app, flags, logging
@@ -23,8 +27,8 @@ from training import pretrained_workdir
 _CHECKPOINT = flags.DEFINE_string(
   'checkpoint',
   pretrained.DEFAULT,
-  f'{pretrained.DEFAULT!r} (the package), or a folder / .zip of a BERT, GPT-2, Llama, Mistral or '
-  'Qwen2 checkpoint.',
+  f'A packaged checkpoint ({", ".join(pretrained.PACKAGES)}), a folder / .zip of a BERT, GPT-2, '
+  'Llama, Mistral, Qwen2 or Gemma 3 checkpoint, or a Llama or Gemma 3 .gguf file.',
 )
 _WORKDIR = flags.DEFINE_string('workdir', None, 'The workdir to write (new or empty).')
 flags.mark_flag_as_required('workdir')

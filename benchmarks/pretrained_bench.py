@@ -50,7 +50,7 @@ def torch_reference(name: str):
   if os.path.isdir(name):
     return transformers.BertModel.from_pretrained(name).eval()
   with tempfile.TemporaryDirectory() as folder:
-    with zipfile.ZipFile(pretrained.package_zip() if name == pretrained.DEFAULT else name) as z:
+    with zipfile.ZipFile(pretrained.locate(name)) as z:
       z.extractall(folder)
     root = next(path for path, _, files in os.walk(folder) if 'config.json' in files)
     return transformers.BertModel.from_pretrained(root).eval()

