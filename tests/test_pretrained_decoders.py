@@ -194,7 +194,9 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
   after = evaluate_checkpoint(str(tmp_path / 'continued'), num_heatmaps=0, max_examples=1)
   assert after['step'] == 2 and np.isfinite(after['loss'])
   studied = decoder_heads.main(['--checkpoint', folder, '--out', str(tmp_path / 'heads')])
-  assert (tmp_path / 'heads' / 'heads.png').exists() and len(studied['ablations']) == 4
+  assert (tmp_path / 'heads' / 'heads.png').exists()
+  assert [row['kind'] for row in studied['ablations']].count('random (control)') == 5  # --draws
+  assert len(studied['ablations']) == len(decoder_heads.SCORES) + 5
 
 
 def test_the_speed_benchmark_runs_both_sides_on_the_same_weights():
