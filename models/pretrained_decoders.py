@@ -174,6 +174,12 @@ def _llama_rows(num_layers: int, config: dict[str, Any], *, qkv_bias: bool = Fal
       (f'ffn.{w}.bias', f'mlp.{n}.bias', SAME)
       for w, n in (('w_gate', 'gate_proj'), ('w_1', 'up_proj'), ('w_2', 'down_proj'))
     ]
+  return _model_rows(num_layers, layer, tied=config.get('tie_word_embeddings', False))
+
+
+def _model_rows(num_layers: int, layer: list[Row], *, tied: bool) -> list[Row]:
+  """A `model.`-prefixed checkpoint's table (Llama's layout, which Gemma 3 shares): the token
+  embeddings, `layer`'s rows for every layer, the final norm, and `lm_head` unless `tied`."""
   rows = [
     ('embed.embed.embedding', 'model.embed_tokens.weight', SAME),
     *[
@@ -183,9 +189,7 @@ def _llama_rows(num_layers: int, config: dict[str, Any], *, qkv_bias: bool = Fal
     ],
     ('final_norm.scale', 'model.norm.weight', SAME),
   ]
-  if not config.get('tie_word_embeddings', False):
-    rows.append(('output_proj.kernel', 'lm_head.weight', TRANSPOSED))
-  return rows
+  return rows if tied else [*rows, ('output_proj.kernel', 'lm_head.weight', TRANSPOSED)]
 
 
 def _gemma3_layers(config: dict[str, Any]) -> tuple[int, int]:
@@ -281,18 +285,7 @@ def _gemma3_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
     ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
     ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
   ]
-  rows = [
-    ('embed.embed.embedding', 'model.embed_tokens.weight', SAME),
-    *[
-      (f'layers.{i}.{ours}', f'model.layers.{i}.{theirs}', t)
-      for i in range(num_layers)
-      for ours, theirs, t in layer
-    ],
-    ('final_norm.scale', 'model.norm.weight', SAME),
-  ]
-  if not config.get('tie_word_embeddings', True):
-    rows.append(('output_proj.kernel', 'lm_head.weight', TRANSPOSED))
-  return rows
+  return _model_rows(num_layers, layer, tied=config.get('tie_word_embeddings', True))
 
 
 _LLAMA_REFUSED = {'rope_scaling': None, 'pretraining_tp': 1}
