@@ -96,15 +96,16 @@ def random_pair(model_type: str, size: str):
 
 
 def reference_source(checkpoint: str) -> tuple[str, dict]:
-  """`from_pretrained`'s folder and keyword arguments that read `checkpoint` in transformers."""
-  path = os.path.expanduser(checkpoint)
+  """`from_pretrained`'s folder and keyword arguments that read `checkpoint` (a packaged
+  checkpoint's short name, a folder or a .gguf file) in transformers."""
+  path = pretrained.locate(checkpoint)
   if os.path.isdir(path):
     return path, {}
   if path.endswith('.gguf') and os.path.isfile(path):
     return os.path.dirname(path) or '.', dict(gguf_file=os.path.basename(path))
   raise ValueError(
-    f'--checkpoint={checkpoint!r} is neither a folder nor a .gguf file, the checkpoints both '
-    'Attend and transformers read.'
+    f'--checkpoint={checkpoint!r} is neither a packaged checkpoint, a folder nor a .gguf file, '
+    'the checkpoints both Attend and transformers read.'
   )
 
 

@@ -61,7 +61,7 @@ def test_transformers_reads_a_folder_or_a_gguf_file(tmp_path):
     str(tmp_path),
     {'gguf_file': 'model.gguf'},
   )
-  with pytest.raises(ValueError, match='neither a folder nor a .gguf file'):
+  with pytest.raises(ValueError, match='neither a packaged checkpoint, a folder nor a .gguf file'):
     decoder_bench.reference_source(str(tmp_path / 'model.zip'))
   with pytest.raises(ValueError, match='--prompt=0 must be between 1 and --tokens=16'):
     decoder_bench.main(['--prompt=0', '--tokens=16'])
