@@ -50,6 +50,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import models  # noqa: E402
+from training import setup  # noqa: E402
+
+# The suite's processes (and the train.py / eval.py ones they start, through
+# training.enable_compilation_cache) share one cache: each entry is renamed in whole.
+setup.write_cache_entries_whole()
 
 
 def pytest_collection_modifyitems(items):
@@ -131,23 +136,6 @@ def tfds_dir(tmp_path_factory):
   path = tmp_path_factory.getbasetemp() / 'tfds'
   path.mkdir(exist_ok=True)  # some tests write their own files there before any dataset
   return path
-
-
-@pytest.fixture
-def killable_env(tmp_path_factory) -> dict[str, str]:
-  """The environment of a process that a test kills (kill -9). JAX writes a compilation cache entry
-  in place, so a process killed mid-write leaves a truncated entry, and every later reader of the
-  shared cache warns about it (`Error reading persistent compilation cache entry`). Such a process
-  gets a cache of its own, holding hard links to the shared cache's entries: it reads what is
-  already compiled, and what it writes, whole or cut short, no other process reads."""
-  shared = os.environ['JAX_COMPILATION_CACHE_DIR']
-  private = tmp_path_factory.mktemp('jax-cache')
-  for name in os.listdir(shared) if os.path.isdir(shared) else ():
-    try:
-      os.link(os.path.join(shared, name), private / name)
-    except OSError:  # removed meanwhile, or another filesystem: compiled again if needed
-      pass
-  return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(private))
 
 
 @pytest.fixture

@@ -156,7 +156,7 @@ def test_eval_reads_a_best_without_regular_checkpoints(straight, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_and_resume_keeps_the_best(straight, data_dir, tmp_path, killable_env):
+def test_kill_9_and_resume_keeps_the_best(straight, data_dir, tmp_path):
   """Killed mid-run (after a best was saved, before the checkpoint recording it), then resumed:
   the same best step, value and parameters as the run that was never interrupted."""
   workdir = str(tmp_path / 'run')
@@ -169,7 +169,6 @@ def test_kill_9_and_resume_keeps_the_best(straight, data_dir, tmp_path, killable
       *[f'--config.{k}={v}' for k, v in _flags(data_dir).items()],
     ],
     cwd=ROOT,
-    env=killable_env,
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
     text=True,

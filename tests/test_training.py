@@ -170,9 +170,8 @@ def straight_run(data_dir, tmp_path_factory) -> str:
   return workdir
 
 
-def _start_train_py(workdir, data_dir, checkpoint_every_steps, env=None):
-  """train.py in a subprocess with the tiny config, logging every step (`env`: its environment,
-  this process's by default)."""
+def _start_train_py(workdir, data_dir, checkpoint_every_steps):
+  """train.py in a subprocess with the tiny config, logging every step."""
   flags = dict(
     num_train_steps=STEPS,
     checkpoint_every_steps=checkpoint_every_steps,
@@ -205,7 +204,6 @@ def _start_train_py(workdir, data_dir, checkpoint_every_steps, env=None):
       *[f'--config.{k}={v}' for k, v in flags.items()],
     ],
     cwd=ROOT,
-    env=env,
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
     text=True,
@@ -256,9 +254,9 @@ def test_eval_at_start_evaluates_the_initial_parameters(data_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_kill_9_then_restart_ends_bit_identical(data_dir, straight_run, tmp_path, killable_env):
+def test_kill_9_then_restart_ends_bit_identical(data_dir, straight_run, tmp_path):
   workdir = str(tmp_path / 'run')
-  process = _start_train_py(workdir, data_dir, checkpoint_every_steps=5, env=killable_env)
+  process = _start_train_py(workdir, data_dir, checkpoint_every_steps=5)
   _signal_at_step(process, 12, signal.SIGKILL)
   assert process.returncode == -signal.SIGKILL
   saved = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).steps()
@@ -521,3 +519,22 @@ def test_resuming_with_a_changed_config_names_the_changed_fields(tmp_path, caplo
   with caplog.at_level('WARNING'):
     workdir.record_config(str(tmp_path), config, step=60)
   assert "model.num_layers 2 -> 3, schedule 'rsqrt' -> 'constant'" in caplog.text
+
+
+def test_compilation_cache_entries_are_renamed_into_place_whole(tmp_path, monkeypatch):
+  """An entry is written under a temporary name and renamed (tests/conftest.py turns this on, as
+  training.enable_compilation_cache does): a reader never meets it half-written."""
+  from jax._src import lru_cache
+
+  cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
+  renamed, rename = [], os.replace
+  seen = lambda source, target: renamed.append(
+    (os.path.basename(source), os.path.basename(target), open(source, 'rb').read())
+  )
+  monkeypatch.setattr(
+    os, 'replace', lambda source, target: (seen(source, target), rename(source, target))
+  )
+  cache.put('key', b'compiled')
+  cache.put('key', b'again')  # an entry already there is kept
+  assert renamed == [(f'.key-cache.{os.getpid()}.tmp', 'key-cache', b'compiled')]
+  assert os.listdir(tmp_path) == ['key-cache'] and cache.get('key') == b'compiled'

@@ -170,9 +170,6 @@ def main(scratch: str) -> None:
   first = subprocess.Popen(
     [sys.executable, *train_args(raced, corpus, data_dir, num_train_steps=400)],
     cwd=ROOT,
-    # Killed while it compiles: a compilation cache of its own, so that no half-written entry is
-    # left in the one other runs read.
-    env=dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.join(scratch, 'killed-cache')),
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
     text=True,

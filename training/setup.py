@@ -56,5 +56,36 @@ _MIN_COMPILE_SECONDS = 0.2
 def enable_compilation_cache(directory: str) -> None:
   """Caches compiled programs in `directory` ('' = off); call before anything is compiled."""
   if directory:
+    write_cache_entries_whole()
     jax.config.update('jax_compilation_cache_dir', os.path.expanduser(directory))
     jax.config.update('jax_persistent_cache_min_compile_time_secs', _MIN_COMPILE_SECONDS)
+
+
+def write_cache_entries_whole() -> None:
+  """Makes JAX write each persistent-cache entry under a temporary name and rename it into place.
+
+  JAX (0.10) writes an entry in place (`LRUCache.put`: `write_bytes` on its final name), so a
+  process reading the same cache meets it half-written, and a process killed mid-write leaves it
+  truncated: either reader warns `Error reading persistent compilation cache entry` and compiles
+  again. A rename is atomic: readers now see an entry whole or not at all. Where the cache
+  evicts (`jax_compilation_cache_max_size` set), JAX's own locked write is kept.
+  """
+  from jax._src import lru_cache  # pylint: disable=import-outside-toplevel
+
+  in_place = lru_cache.LRUCache.put
+  if getattr(in_place, 'whole', False):
+    return
+
+  def put(self, key: str, value: bytes) -> None:
+    if self.eviction_enabled or not key:
+      return in_place(self, key, value)
+    path = self.path / f'{key}{lru_cache._CACHE_SUFFIX}'  # pylint: disable=protected-access
+    if path.exists():
+      return None
+    staged = path.with_name(f'.{path.name}.{os.getpid()}.tmp')
+    staged.write_bytes(value)
+    os.replace(staged, path)
+    return None
+
+  put.whole = True
+  lru_cache.LRUCache.put = put
