@@ -30,10 +30,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
-from benchmarks.streaming import read_stream
-from data.pretrained_tokenizer import PretrainedTokenizer
-from models import interventions, pretrained
-from models.pretrained_decoders import load_decoder
+from benchmarks.streaming import load_with_stream
+from models import interventions
 
 MEASURES = ('distance', 'distance without the first token', 'first-token weight')
 
@@ -183,10 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
       f'--first_query must be in 1 .. --tokens - 1 = {args.tokens - 1}, got {first_query}.'
     )
   start = time.perf_counter()
-  checkpoint = pretrained.read(args.checkpoint)
-  ids = read_stream(args.text, PretrainedTokenizer(checkpoint.tokenizer_json), args.tokens)
-  model, _ = load_decoder(checkpoint)
-  print(f'loaded {args.checkpoint} and {len(ids)} tokens: {time.perf_counter() - start:.1f} s')
+  model, ids = load_with_stream(args.checkpoint, args.text, args.tokens)
   measured = head_distances(model, ids, first_query)
   result = {kind: value.tolist() for kind, value in measured.items()}
   result.update(

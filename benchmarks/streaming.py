@@ -279,6 +279,17 @@ def _kept(text: str) -> tuple[int, ...]:
   return kept
 
 
+def load_with_stream(checkpoint: str, text: str, tokens: int):
+  """The checkpoint (anything `models.pretrained.read` reads) as a `DecoderLM`, and the first
+  `tokens` ids of the `text` file in its own tokenizer (`read_stream`); prints the time taken."""
+  start = time.perf_counter()
+  read_checkpoint = pretrained.read(checkpoint)
+  ids = read_stream(text, PretrainedTokenizer(read_checkpoint.tokenizer_json), tokens)
+  model, _ = load_decoder(read_checkpoint)
+  print(f'loaded {checkpoint} and {len(ids)} tokens: {time.perf_counter() - start:.1f} s')
+  return model, ids
+
+
 def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--checkpoint', required=True, help='what models.pretrained.read reads')
@@ -296,10 +307,7 @@ def main(argv: list[str] | None = None) -> dict:
       f'--cache={args.cache}, --tokens={args.tokens}, --every={args.every}.'
     )
   start = time.perf_counter()
-  checkpoint = pretrained.read(args.checkpoint)
-  ids = read_stream(args.text, PretrainedTokenizer(checkpoint.tokenizer_json), args.tokens)
-  model, _ = load_decoder(checkpoint)
-  print(f'loaded {args.checkpoint} and {len(ids)} tokens: {time.perf_counter() - start:.1f} s')
+  model, ids = load_with_stream(args.checkpoint, args.text, args.tokens)
   result = study(model, ids, cache=args.cache, kept=kept, every=args.every)
   result.update(
     checkpoint=args.checkpoint,
