@@ -36,6 +36,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
+from attention import dot_scores, masked_softmax
 from models.layers import dense
 
 Array = jax.Array
@@ -69,8 +70,8 @@ class CopyHead(nnx.Module):
       paid: with coverage, the attention summed over the positions before y's first `[B, S]`
         (cached decoding's running sum); None = nothing paid yet.
     """
-    scale = y.shape[-1] ** -0.5
-    copy = jnp.einsum('btd,bsd->bts', self.query(y), memory).astype(jnp.float32) * scale
+    # Luong's dot score of the projected states, scaled by 1/sqrt(D) once in float32.
+    copy = dot_scores(self.query(y), memory).astype(jnp.float32) * y.shape[-1] ** -0.5  # [B, T, S]
     if self.coverage_weight is not None:
       copy, paid = self._cover(copy, source_mask, paid)
     # Positions holding the same id pool their copy scores: `same[b, j, k]` says position k is j
@@ -97,10 +98,8 @@ class CopyHead(nnx.Module):
   def _cover(self, copy: Array, source_mask: Array, paid: Array | None) -> tuple[Array, Array]:
     """Copy scores `[B, T, S]` plus w times the attention paid before each position, and the
     attention paid up to the last position `[B, S]`."""
-    real = source_mask[:, None, :]
-    # A row of padding only (one that fills a last batch) has no real position: a finite fill
-    # keeps its softmax defined (-inf would give NaN), and the product with `real` pays nothing.
-    attention = jax.nn.softmax(jnp.where(real, copy, jnp.finfo(copy.dtype).min), axis=-1) * real
+    # A row of padding only (one that fills a last batch) gets zero weights: it pays nothing.
+    attention = masked_softmax(copy, source_mask[:, None, :])  # [B, T, S]
     before = jnp.cumsum(attention, axis=1) - attention  # exclusive: positions t' < t
     if paid is not None:
       before = before + paid[:, None, :]
