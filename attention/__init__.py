@@ -37,6 +37,7 @@ from attention.masks import (
   sliding_window_mask,
 )
 from attention.penalties import attention_entropy, doubly_stochastic_penalty
+from attention.pointer import copy_logits
 from attention.positions import (
   rotary_embedding,
   sentence_position_encoding,
@@ -105,6 +106,7 @@ __all__ = [
   'causal_mask',
   'chunked_attention',
   'combine_masks',
+  'copy_logits',
   'cosine_scores',
   'dot_scores',
   'doubly_stochastic_penalty',

@@ -15,9 +15,9 @@ ids must come from one vocabulary (a shared SentencePiece model), so that a sour
 target id of the same piece.
 
 The result is returned as logits, `log(exp(logit_w) + Σ_j exp(c_j))`, equal to the plain logit for
-every id the source does not hold; only the at most S ids it holds change, so the head costs a
-gather and a scatter-add on `[B, T, V]`, not a dense pass per operation (on CPU a `[64, 64, 8000]`
-float32 pass costs about as much as the whole output layer's loss).
+every id the source does not hold (`attention.copy_logits`); only the at most S ids it holds change,
+so the head costs a gather and a scatter-add on `[B, T, V]`, not a dense pass per operation (on CPU
+a `[64, 64, 8000]` float32 pass costs about as much as the whole output layer's loss).
 
 Coverage (`coverage=True`; See et al. 2017): a pointer alone does not know what it has already
 copied, and repeats a piece (`LIBS` -> `LIBSS`). The pointer's attention over the source,
@@ -36,7 +36,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
-from attention import dot_scores, masked_softmax
+from attention import copy_logits, dot_scores, masked_softmax
 from models.layers import dense
 
 Array = jax.Array
@@ -74,26 +74,7 @@ class CopyHead(nnx.Module):
     copy = dot_scores(self.query(y), memory).astype(jnp.float32) * y.shape[-1] ** -0.5  # [B, T, S]
     if self.coverage_weight is not None:
       copy, paid = self._cover(copy, source_mask, paid)
-    # Positions holding the same id pool their copy scores: `same[b, j, k]` says position k is j
-    # or a real position holding j's id. Padding copies nothing (its step is zeroed below; it
-    # still pools with itself, so that no sum is over nothing).
-    same = (source_ids[:, :, None] == source_ids[:, None, :]) & source_mask[:, None, :]
-    same = same | jnp.eye(source_ids.shape[1], dtype=bool)
-    # log Σ_k same[j, k] exp(c_k) as one batched matmul (a masked logsumexp over `[B, T, S, S]`
-    # costs about 1.7 times as much on CPU), shifted by each row's largest score; a sum that
-    # underflows adds nothing, and its log is floored so that no gradient is infinite.
-    shift = jax.lax.stop_gradient(jnp.max(copy, axis=-1, keepdims=True))
-    sums = jnp.einsum('btk,bjk->btj', jnp.exp(copy - shift), same.astype(copy.dtype))
-    pooled = jnp.log(jnp.maximum(sums, jnp.finfo(copy.dtype).tiny)) + shift
-    at_ids = jnp.take_along_axis(logits, source_ids[:, None, :], axis=-1)  # [B, T, S]
-    # The new logit of each source position's id, as an increment; an id held by n positions
-    # gets n equal shares of it through the scatter-add.
-    shares = jnp.sum(same, axis=-1)[:, None, :]  # [B, 1, S]
-    step = (jnp.logaddexp(at_ids, pooled) - at_ids) / jnp.maximum(shares, 1)
-    step = jnp.where(source_mask[:, None, :], step, 0.0)
-    rows = jnp.arange(logits.shape[0])[:, None, None]
-    cols = jnp.arange(logits.shape[1])[None, :, None]
-    return logits.at[rows, cols, source_ids[:, None, :]].add(step), paid
+    return copy_logits(logits, copy, source_ids, source_mask), paid
 
   def _cover(self, copy: Array, source_mask: Array, paid: Array | None) -> tuple[Array, Array]:
     """Copy scores `[B, T, S]` plus w times the attention paid before each position, and the
