@@ -6,10 +6,12 @@
         --batch=4 --long_batch=4 --memory_lengths=2048,8192,16384     # a GPU: B*N fixed
 
 Speed: `--dtype` inputs, N=8, H=64, B=`--batch` (`--long_batch` from S=8192 on), forward and
-forward+backward, median wall time of `--repeats` runs after a warm-up, each waited for on the
-device; the cases of a row take turns in each round, so that a slow spell of a shared machine hits
-them alike. GFLOP/s counts the two matmuls (backward: twice that again); "x peak" divides it by
-this device's matmul rate in the same dtype, measured in the same run on a square matmul. On Linux
+forward+backward, each call waited for on the device; after a warm-up call each, the cases of a row
+take `--repeats` turns, alternating, so that a slow spell of a shared machine hits them alike, a
+turn the median of `--calls` calls back to back (`benchmarks.timing.compare`); the figure is the
+median of the turns, "x torch time" the median of the per-round ratios (min-max beside it).
+GFLOP/s counts the two matmuls (backward: twice that again); "x peak" divides it by this device's
+matmul rate in the same dtype, measured in the same run on a square matmul. On Linux
 the process runs under mimalloc (`training/allocator.py`; `ATTEND_ALLOCATOR=system` keeps the
 system allocator; the header says which ran): under glibc the buffers of kernels that form
 `[T, S]` scores fault in afresh at every call, which made 'attend reference' about 2x slower at
@@ -28,17 +30,15 @@ if __name__ == '__main__':
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import attention
-from benchmarks import turns
+from benchmarks import timing
 
 HEADS, HEAD_DIM = 8, 64
 LONG = 8192  # from this length on, B=--long_batch (the memory runs use B=1)
@@ -155,22 +155,20 @@ def _runner(name, batch, length, backward, dtype):
   return _jax_runner(name, batch, length, backward, dtype)
 
 
-def time_cases(names, batch, length, backward, repeats, dtype):
-  """Per case, the median seconds of one call: after a warm-up call each, the cases take turns in
-  each of `repeats` rounds. A case that fails (e.g. out of device memory) gets the error instead."""
+def time_cases(names, batch, length, backward, repeats, dtype, calls=1):
+  """`(timing, failures)`: each case's warm-up call, then `benchmarks.timing.compare`'s alternating
+  turns of `calls` calls, `repeats` rounds, `PAUSE_S` before each; a case that fails in its
+  warm-up (e.g. out of device memory) is left out of the rounds, `failures` says why."""
   runs, failed = {}, {}
   for name in names:
     try:
       runs[name] = _runner(name, batch, length, backward, dtype)
-      runs[name]()
+      jax.block_until_ready(runs[name]())  # the warm-up, and the probe of whether the case runs
     except Exception as e:  # the row says so, the table goes on
       runs.pop(name, None)
       failed[name] = f'failed: {str(e).strip().splitlines()[0][:80]}'
-  times = {name: [] for name in runs}
-  for name in turns(runs, repeats):
-    time.sleep(PAUSE_S)
-    times[name].append(_timed(runs[name]))
-  return {name: failed.get(name) or statistics.median(times[name]) for name in names}
+  times = timing.compare(runs, turns=repeats, calls=calls, warmup=0, pause_s=PAUSE_S)
+  return times, failed
 
 
 def _status_kib(field):
@@ -225,20 +223,14 @@ def peak_memory(name, batch, length, backward, dtype):
 
 
 def matmul_peak_gflops(dtype, n=None, repeats=5):
-  """This device's matmul rate in `dtype`: the best of `repeats` jitted [n, n] @ [n, n] products."""
+  """This device's matmul rate in `dtype`: the fastest of `repeats` jitted [n, n] @ [n, n]
+  products after a warm-up."""
   n = n or (8192 if jax.default_backend() == 'gpu' else 2048)  # large enough to fill the device
   rng = np.random.default_rng(0)
   a, b = (jnp.asarray(x, DTYPES[dtype]) for x in rng.standard_normal((2, n, n), np.float32))
   matmul = jax.jit(jnp.matmul).lower(a, b).compile()
-  jax.block_until_ready(matmul(a, b))
-  best = min(_timed(lambda: jax.block_until_ready(matmul(a, b))) for _ in range(repeats))
-  return 2 * n**3 / best / 1e9
-
-
-def _timed(fn):
-  start = time.perf_counter()
-  fn()
-  return time.perf_counter() - start
+  times = timing.compare({'matmul': lambda: matmul(a, b)}, turns=repeats)
+  return 2 * n**3 / times.spread('matmul').min / 1e9
 
 
 def gflops(batch, length, backward):
@@ -254,7 +246,8 @@ def main():
   parser.add_argument('--batch', type=int, default=8, help=f'batch below S={LONG}')
   parser.add_argument('--long_batch', type=int, default=1, help=f'batch from S={LONG} on')
   parser.add_argument('--dtype', default='float32', choices=list(DTYPES))
-  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--repeats', type=int, default=3, help='turns of each case')
+  parser.add_argument('--calls', type=int, default=3, help='calls back to back per turn')
   parser.add_argument(
     '--memory_lengths',
     default=str(LONG),
@@ -289,23 +282,35 @@ def main():
   for length in (int(s) for s in args.sizes.split(',') if s):
     batch = args.long_batch if length >= LONG else args.batch
     for backward in (False, True):
-      row = time_cases(cases, batch, length, backward, args.repeats, args.dtype)
+      times, failed = time_cases(
+        cases, batch, length, backward, args.repeats, args.dtype, args.calls
+      )
       mode = 'fwd+bwd' if backward else 'fwd'
-      for c, seconds in row.items():
-        if isinstance(seconds, str):
-          print(f'| {c} | {batch} | {length} | {mode} | {seconds} | | | |', flush=True)
-          results.append(dict(case=c, batch=batch, length=length, mode=mode, error=seconds))
+      for c in cases:
+        if c in failed:
+          print(f'| {c} | {batch} | {length} | {mode} | {failed[c]} | | | |', flush=True)
+          results.append(dict(case=c, batch=batch, length=length, mode=mode, error=failed[c]))
           continue
-        torch_s = row.get(TORCH_CASE)
-        vs_torch = f'{seconds / torch_s:.2f}' if isinstance(torch_s, float) else '-'
+        seconds = times.seconds(c)
+        # Time over torch's, round by round: the two calls of a round are moments apart.
+        vs_torch = times.ratio(c, TORCH_CASE) if TORCH_CASE in times.turns else None
         rate = gflops(batch, length, backward) / seconds
         print(
           f'| {c} | {batch} | {length} | {mode} | {seconds * 1e3:.1f} | {rate:.1f} | '
-          f'{rate / peak:.2f} | {vs_torch} |',
+          f'{rate / peak:.2f} | {"-" if vs_torch is None else vs_torch.text()} |',
           flush=True,
         )
         results.append(
-          dict(case=c, batch=batch, length=length, mode=mode, seconds=seconds, gflops=rate)
+          dict(
+            case=c,
+            batch=batch,
+            length=length,
+            mode=mode,
+            seconds=seconds,
+            seconds_spread=times.spread(c)._asdict(),
+            gflops=rate,
+            x_torch_time=None if vs_torch is None else vs_torch._asdict(),
+          )
         )
   memory_lengths = [int(s) for s in args.memory_lengths.split(',') if s]
   if memory_lengths:

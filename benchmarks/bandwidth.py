@@ -7,9 +7,9 @@ cache, and its "fraction of the bound" may pass 1. It leaves out the K/V cache a
 reads, so it is a bound, not a prediction: a step cannot beat it, and an ideal one reaches it.
 """
 
-import time
-
 import numpy as np
+
+from benchmarks import timing
 
 COLUMNS = 4096  # the test matrix's row: 16 KiB, so the matrix is read in long runs of memory
 
@@ -31,12 +31,9 @@ def read_bandwidth(nbytes: int = 1 << 30, passes: int = 5) -> float:
   rows = max(1, nbytes // (4 * COLUMNS))
   matrix = np.ones((rows, COLUMNS), np.float32)  # written once, so every page is mapped
   vector = np.ones(COLUMNS, np.float32)
-  fastest = float('inf')
-  for _ in range(passes):
-    start = time.perf_counter()
-    matrix @ vector  # [rows, C] @ [C] -> [rows]
-    fastest = min(fastest, time.perf_counter() - start)
-  return matrix.nbytes / fastest / 1e9
+  product = lambda: matrix @ vector  # [rows, C] @ [C] -> [rows]
+  times = timing.compare({'read': product}, turns=passes, warmup=0)
+  return matrix.nbytes / times.spread('read').min / 1e9
 
 
 def weight_bytes(model) -> int:

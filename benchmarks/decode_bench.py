@@ -57,9 +57,11 @@ decoder is a scan of one recurrence step over the inputs, so the uncached callba
 `decode_step` over the buffer from the initial state of `init_decode_cache` (tests/test_seq2seq.py
 checks that this reproduces `__call__`'s logits), and no code in models/ changes.
 
-Timing: each search is jitted whole; one warm-up call (compilation) per variant is excluded; the
-variants of a row then take turns, `--repeats` rounds, so that a slow spell of a shared machine
-hits them alike, and each figure is the median of its `--repeats` calls. EOS is -1, an id no model
+Timing (`benchmarks.timing.compare`): each search is jitted whole; one warm-up call (compilation)
+per variant is excluded; the variants of a row then take turns, `--repeats` rounds, so that a slow
+spell of a shared machine hits them alike, a turn the median of `--calls` calls back to back; each
+figure is the median of its turns, each ratio the median of the per-round ratios, with their
+spreads (min-max) in the JSON. EOS is -1, an id no model
 can emit, so no sequence stops early and every search generates all `--length` tokens.
 tokens/s = batch * length / seconds (gpt: generated tokens, not the prompt); for beam search that
 counts the output tokens of the batch (the best hypothesis per sequence), not the batch * beam
@@ -76,8 +78,6 @@ import argparse
 import functools
 import json
 import os
-import statistics
-import time
 from typing import Any, Callable, NamedTuple
 
 from flax import nnx
@@ -85,7 +85,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import linen_peer, turns
+from benchmarks import linen_peer, timing
 from benchmarks.train_bench import peer_model_config
 from configs import default, gpt_text, seq2seq_bahdanau, seq2seq_luong, transformer_base
 from data.tokenizers import BOS_ID, PAD_ID
@@ -347,25 +347,6 @@ def linen_runner(
   return functools.partial(run, params, inputs)
 
 
-def time_runs(
-  runs: dict[str, Callable[[], Array]], repeats: int
-) -> tuple[dict[str, float], dict[str, float], dict[str, Array]]:
-  """`(median seconds of one call, seconds of the warm-up call, ids of the warm-up call)` per run.
-
-  The warm-up compiles. The runs then take turns, `repeats` rounds (`benchmarks.turns`).
-  """
-  warmup, ids, times = {}, {}, {name: [] for name in runs}
-  for name, run in runs.items():
-    start = time.perf_counter()
-    ids[name] = jax.block_until_ready(run())
-    warmup[name] = time.perf_counter() - start
-  for name in turns(runs, repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(runs[name]())
-    times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) for name, t in times.items()}, warmup, ids
-
-
 def _label(method: str, beam_size: int) -> str:
   """The table's search column."""
   if method == 'beam':
@@ -413,7 +394,8 @@ def bench_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     }
     if linen is not None and method == 'greedy':
       runs['linen'] = linen
-    seconds, warmup, ids = time_runs(runs, args.repeats)
+    times = timing.compare(runs, turns=args.repeats, calls=args.calls)
+    seconds = {variant: times.seconds(variant) for variant in runs}
     row = dict(
       model=name,
       search=_label(method, beam_size),
@@ -426,12 +408,15 @@ def bench_model(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     for variant in VARIANTS:
       row[f'{variant}_s'] = seconds.get(variant)
       row[f'{variant}_tokens_per_s'] = tokens / seconds[variant] if variant in seconds else None
-      row[f'{variant}_warmup_s'] = warmup.get(variant)
-    ratio = lambda slower: (
-      seconds[slower] / seconds['cached'] if {'cached', slower} <= set(seconds) else None
-    )
-    row.update(speedup=ratio('uncached'), x_linen=ratio('linen'), linen_agreement=None)
+      row[f'{variant}_warmup_s'] = times.warmup_s.get(variant)
+      row[f'{variant}_s_spread'] = times.spread(variant)._asdict() if variant in runs else None
+    for key, slower in (('speedup', 'uncached'), ('x_linen', 'linen')):
+      ratio = times.ratio(slower, 'cached') if {'cached', slower} <= set(runs) else None
+      row[key] = None if ratio is None else ratio.median
+      row[f'{key}_spread'] = None if ratio is None else ratio._asdict()
+    row['linen_agreement'] = None
     if row['x_linen'] is not None:
+      ids = times.results
       row['linen_agreement'] = float(np.mean(np.asarray(ids['linen']) == np.asarray(ids['cached'])))
     row.update(
       meets_target=None if row['speedup'] is None else row['speedup'] >= TARGET_SPEEDUP,
@@ -479,7 +464,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     default=','.join(VARIANTS),
     help=f"comma-separated, from {', '.join(VARIANTS)} (linen: Transformer models' greedy rows)",
   )
-  parser.add_argument('--repeats', type=int, default=3, help='timed calls after the warm-up')
+  parser.add_argument('--repeats', type=int, default=3, help='turns of each variant')
+  parser.add_argument(
+    '--calls', type=int, default=1, help='calls back to back per turn (all sides are JAX)'
+  )
   parser.add_argument('--json', default='', help='also write the results to this JSON file')
   args = parser.parse_args(argv)
   names = [n for n in args.models.split(',') if n]
@@ -491,7 +479,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.error(
       f'--variants must name one or more of {", ".join(VARIANTS)}; got {",".join(args.variants)!r}.'
     )
-  for field in ('batch', 'length', 'beam_size', 'repeats'):
+  for field in ('batch', 'length', 'beam_size', 'repeats', 'calls'):
     if getattr(args, field) < 1:
       parser.error(f'--{field} must be >= 1; got {getattr(args, field)}.')
 
@@ -503,7 +491,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
   )
   print(header, flush=True)
   print(
-    f'# median of {args.repeats} after a warm-up, the variants of a row interleaved; tok/s = '
+    f'# after a warm-up, {args.repeats} turns of {args.calls} calls each, the variants of a row '
+    f'alternating (benchmarks.timing), medians; tok/s = '
     f'batch * length / s (beam: output tokens, not hypotheses); targets: cached >= '
     f'{TARGET_SPEEDUP:.0f}x uncached, >= {TARGET_X_LINEN:.0f}x the flax.linen decoder (its KV '
     f'cache, wmt-style; greedy)',
@@ -531,6 +520,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
       sampling=SAMPLING,
       sample_seed=SAMPLE_SEED,
       repeats=args.repeats,
+      calls=args.calls,
       variants=args.variants,
       target_speedup=TARGET_SPEEDUP,
       target_x_linen=TARGET_X_LINEN,

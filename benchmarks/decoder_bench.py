@@ -17,9 +17,11 @@ Forward: the logits of `--batch` rows of `--tokens` random ids (Attend's `token_
 `jax.jit`, transformers' model under `torch.inference_mode`, SDPA attention). Decoding:
 `--new_tokens` greedy tokens after a `--prompt`-token random prompt (Attend's `continue_prompt`,
 one compiled loop over its K/V cache; transformers' `generate(do_sample=False)` with its cache).
-Times are medians over `--repeats` turns, the two sides alternating (`benchmarks.turns`), of the
-median of `--calls` calls back to back in each turn; `ratio` is torch / Attend (> 1: Attend is
-faster). The greedy tokens of the two are compared too.
+Timing (`benchmarks.timing.compare`): after a warm-up call each, `--repeats` turns of each side,
+the two alternating, a turn the median of `--calls` calls back to back; a side's time is the
+median of its turns, `ratio` is torch / Attend (> 1: Attend is faster) as the median of the
+per-round ratios, with its spread (min-max over the rounds). The greedy tokens of the two are
+compared too.
 
 Beside decoding, its memory-bandwidth bound (`benchmarks.bandwidth`): the machine's read
 bandwidth, measured at the start of the run, times the batch, over the bytes of weights a step
@@ -35,15 +37,13 @@ if __name__ == '__main__':
 import argparse
 import json
 import os
-import statistics
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import bandwidth, turns
+from benchmarks import bandwidth, timing
 from models import decoding, pretrained
 from models.pretrained_decoders import load_decoder
 
@@ -138,7 +138,7 @@ def measure(reference, model, args) -> dict:
   def attend_decode():
     return decoding.continue_prompt(
       model, jax_prompt, max_length=args.new_tokens, rng=jax.random.key(0), temperature=0.0
-    ).block_until_ready()
+    )
 
   def torch_decode():
     with torch.inference_mode():
@@ -158,34 +158,29 @@ def measure(reference, model, args) -> dict:
       return reference(torch_ids).logits
 
   fns = {
-    'attend forward': lambda: forward(jax_ids).block_until_ready(),
+    'attend forward': lambda: forward(jax_ids),
     'torch forward': torch_forward,
     'attend decode': attend_decode,
     'torch decode': torch_decode,
   }
-  difference = float(np.abs(np.asarray(fns['attend forward']()) - torch_forward().numpy()).max())
-  same_tokens = bool(np.array_equal(np.asarray(attend_decode()), torch_decode().numpy()))
-  times = {name: [] for name in fns}
-  for name in turns(fns, args.repeats):
-    # A turn is a few calls back to back, timed by their median: right after the other library,
-    # its worker threads are still busy, and a single call would time them too (the tiny
-    # forward: 8.4 ms one call per turn, 3 ms back to back).
-    runs = []
-    for _ in range(args.calls):
-      start = time.perf_counter()
-      fns[name]()
-      runs.append(time.perf_counter() - start)
-    times[name].append(statistics.median(runs))
-  ms = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+  times = timing.compare(fns, turns=args.repeats, calls=args.calls)
+  out = {name: np.asarray(result) for name, result in times.results.items()}
+  ms = {name.replace(' ', '_') + '_ms': times.seconds(name) * 1e3 for name in fns}
+  spreads = {
+    name.replace(' ', '_') + '_ms_spread': times.spread(name).scaled(1e3)._asdict() for name in fns
+  }
+  ratios = {part: times.ratio(f'torch {part}', f'attend {part}') for part in ('forward', 'decode')}
   return dict(
     model_type=reference.config.model_type,
     parameters=sum(p.numel() for p in reference.parameters()),
     weight_bytes=bandwidth.weight_bytes(reference),
-    **{name.replace(' ', '_') + '_ms': value for name, value in ms.items()},
-    forward_ratio=ms['torch forward'] / ms['attend forward'],
-    decode_ratio=ms['torch decode'] / ms['attend decode'],
-    max_abs_logit_difference=difference,
-    same_greedy_tokens=same_tokens,
+    **ms,
+    forward_ratio=ratios['forward'].median,
+    decode_ratio=ratios['decode'].median,
+    **spreads,
+    **{f'{part}_ratio_spread': ratio._asdict() for part, ratio in ratios.items()},
+    max_abs_logit_difference=float(np.abs(out['attend forward'] - out['torch forward']).max()),
+    same_greedy_tokens=bool(np.array_equal(out['attend decode'], out['torch decode'])),
     torch_threads=torch.get_num_threads(),
   )
 
@@ -202,6 +197,11 @@ def bound_fields(row: dict, read_gbps: float, batch: int, new_tokens: int) -> di
     **{f'{side}_decode_tokens_per_s': speed for side, speed in speeds.items()},
     **{f'{side}_fraction_of_bound': speed / bound for side, speed in speeds.items()},
   )
+
+
+def _ratio(spread: dict) -> str:
+  """'1.06x (1.02-1.10)': the median ratio of the rounds and their least and largest."""
+  return timing.Spread(**spread).text('.2f').replace(' (', 'x (', 1)
 
 
 def table(rows: list[dict]) -> str:
@@ -224,9 +224,9 @@ def table(rows: list[dict]) -> str:
       f'{r["parameters"] / 1e6:.2f} M',
       f'{r["weight_bytes"] / 1e6:.1f} MB',
       f'{r["attend_forward_ms"]:,.1f} / {r["torch_forward_ms"]:,.1f} ms',
-      f'{r["forward_ratio"]:.2f}x',
+      _ratio(r['forward_ratio_spread']),
       f'{r["attend_decode_ms"]:,.1f} / {r["torch_decode_ms"]:,.1f} ms',
-      f'{r["decode_ratio"]:.2f}x',
+      _ratio(r['decode_ratio_spread']),
       f'{r["decode_bound_tokens_per_s"]:,.1f} tokens/s',
       f'{r["attend_decode_tokens_per_s"]:,.1f} ({r["attend_fraction_of_bound"]:.1%})',
       f'{r["torch_decode_tokens_per_s"]:,.1f} ({r["torch_fraction_of_bound"]:.1%})',

@@ -16,8 +16,6 @@ names one kernel for every variant but the baseline (a variant it cannot run is 
 
 import argparse
 import json
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +23,7 @@ import numpy as np
 
 import attention
 from attention import dispatch
+from benchmarks import timing
 
 BATCH, HEADS, HEAD_DIM = 4, 8, 64
 BASELINE = 'plain causal'
@@ -118,13 +117,9 @@ def _case(name, s, dtype, backward, implementation=None):
 
 
 def _median_ms(compiled, args, repeats):
-  jax.block_until_ready(compiled(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    times.append(time.perf_counter() - start)
-  return 1e3 * statistics.median(times)
+  """Milliseconds of one call: the median of `repeats` after a warm-up (`benchmarks.timing`)."""
+  times = timing.compare({'case': lambda: compiled(*args)}, turns=repeats)
+  return 1e3 * times.seconds('case')
 
 
 def _temp_mb(compiled):

@@ -6,10 +6,12 @@
 The model is loaded once from the checkpoint (models.pretrained) into both: Attend's
 `EncoderMLM.encode` under `jax.jit`, and transformers' `BertModel` (its default attention, SDPA,
 under `torch.inference_mode`). Inputs are `--batch` rows of `--tokens` random ids, each row
-padded after a random length of at least half the row, so the padding mask is real work. Times
-are medians of `--repeats` calls after a warm-up, the two taking turns (`benchmarks.turns`), so
-a slow spell of a shared machine hits both alike; the last column is the ratio torch / Attend
-(> 1: Attend is faster). The outputs' largest difference on real tokens is printed too.
+padded after a random length of at least half the row, so the padding mask is real work. Timing
+(`benchmarks.timing.compare`): after a warm-up call each, `--repeats` turns of each side, the two
+alternating, a turn the median of `--calls` calls back to back; a side's time is the median of
+its turns, `ratio` is torch / Attend (> 1: Attend is faster) as the median of the per-round
+ratios, each with its spread (min-max over the turns). The outputs' largest difference on real
+tokens is printed too.
 """
 
 from training import allocator
@@ -20,9 +22,7 @@ if __name__ == '__main__':
 import argparse
 import json
 import os
-import statistics
 import tempfile
-import time
 import zipfile
 
 from flax import nnx
@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import turns
+from benchmarks import timing
 from models import pretrained
 
 
@@ -75,31 +75,40 @@ def measure(args) -> dict:
   torch_mask = torch.tensor(ids != model.pad_id).long()
 
   def attend():
-    return encode(state, jax_ids).block_until_ready()
+    return encode(state, jax_ids)
 
   def torch_forward():
     with torch.inference_mode():
       return reference(input_ids=torch_ids, attention_mask=torch_mask).last_hidden_state
 
   fns = {'attend': attend, 'torch': torch_forward}
+  times = timing.compare(fns, turns=args.repeats, calls=args.calls)
   real = ids != model.pad_id
-  difference = float(np.abs(np.asarray(attend()) - torch_forward().numpy())[real].max())
-  times = {name: [] for name in fns}
-  for name in turns(fns, args.repeats):
-    start = time.perf_counter()
-    fns[name]()
-    times[name].append(time.perf_counter() - start)
-  attend_s, torch_s = (statistics.median(times[name]) for name in ('attend', 'torch'))
+  outputs = {name: np.asarray(out) for name, out in times.results.items()}
+  difference = float(np.abs(outputs['attend'] - outputs['torch'])[real].max())
+  ratio = times.ratio('torch', 'attend')
   return dict(
     checkpoint=args.checkpoint,
     batch=args.batch,
     tokens=args.tokens,
-    attend_ms=attend_s * 1e3,
-    torch_ms=torch_s * 1e3,
-    ratio=torch_s / attend_s,
+    attend_ms=times.seconds('attend') * 1e3,
+    torch_ms=times.seconds('torch') * 1e3,
+    ratio=ratio.median,
+    attend_ms_spread=times.spread('attend').scaled(1e3)._asdict(),
+    torch_ms_spread=times.spread('torch').scaled(1e3)._asdict(),
+    ratio_spread=ratio._asdict(),
+    turns=args.repeats,
+    calls=args.calls,
     max_abs_difference=difference,
     torch_threads=torch.get_num_threads(),
   )
+
+
+def _shown(value) -> str:
+  """A figure of the printed row: 4 significant digits, a spread as 'median (min-max)'."""
+  if isinstance(value, dict):
+    return timing.Spread(**value).text('.4g')
+  return f'{value:.4g}' if isinstance(value, float) else str(value)
 
 
 def main() -> None:
@@ -107,19 +116,15 @@ def main() -> None:
   parser.add_argument('--checkpoint', default=pretrained.DEFAULT)
   parser.add_argument('--batch', type=int, default=32)
   parser.add_argument('--tokens', type=int, default=128)
-  parser.add_argument('--repeats', type=int, default=10)
+  parser.add_argument('--repeats', type=int, default=5, help='turns of each side')
+  parser.add_argument('--calls', type=int, default=5, help='calls back to back per turn')
   parser.add_argument('--json', default='')
   args = parser.parse_args()
   row = measure(args)
   row.update(
     device=jax.devices()[0].device_kind, allocator='mimalloc' if allocator.active() else 'system'
   )
-  print(
-    '  '.join(
-      f'{key}={value:.4g}' if isinstance(value, float) else f'{key}={value}'
-      for key, value in row.items()
-    )
-  )
+  print('  '.join(f'{key}={_shown(value)}' for key, value in row.items()))
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(row, f, indent=1)

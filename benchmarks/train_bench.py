@@ -25,11 +25,15 @@ Sizes: `default` is configs/default.py (d=128, 4 heads, d_ff=256, 2+2 layers, dr
 batch 64, S=16, T=32, vocabularies 1000 -> 64; `medium` is d=256, 4 heads, d_ff=1024, 3+3 layers
 at batch 32, S=T=64, vocabularies 8000 -> 8000; `base` is configs/transformer_base.py (d=512, 8
 heads, d_ff=2048, 6+6 layers, shared embeddings, tied output) at batch 128, S=T=128, a shared
-vocabulary of 8000. Figures: 2 warm-up steps (compilation included) are not timed, then the median
-over `--repeats` runs of `--steps` steps, each run ended by waiting for the device; the rows take
-turns within each repeat. The ratio columns are (row's tokens/s) / (peer's tokens/s): above 1 the
-row is faster. Parameter counts are checked: Linen equals Attend, torch is Attend plus the `4 *
-d_model` of the final LayerNorms `nn.Transformer` always adds.
+vocabulary of 8000. Figures (`benchmarks.timing.compare`): a call is `--steps` steps, ended by
+waiting for the device; one warm-up call (compilation included) is not timed, then the rows take
+`--repeats` turns, alternating, each the median of `--calls` calls back to back (a call is already
+`--steps` steps in a row, so the other library's threads, still busy after its turn, slow the
+first of them only); a row's figure is the median of its turns. The ratio columns are (row's
+tokens/s) / (peer's tokens/s), the median of the per-round ratios: above 1 the row is faster; the
+JSON gives each figure's spread (min-max over the turns). Parameter counts are checked: Linen
+equals Attend, torch is Attend plus the `4 * d_model` of the final LayerNorms `nn.Transformer`
+always adds.
 
 Model FLOP utilisation: `train_flops` counts the matmuls of one step (forward and backward, 3x the
 forward: every weight matmul over all positions, pads included, the output projection, and the
@@ -48,8 +52,6 @@ import functools
 import json
 import os
 import platform
-import statistics
-import time
 import types
 
 import flax
@@ -57,7 +59,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import linen_peer, turns
+from benchmarks import linen_peer, timing
 from benchmarks.attention_bench import matmul_peak_gflops
 from configs import default, seq2seq_bahdanau, transformer_base
 from data.tokenizers import BOS_ID, PAD_ID
@@ -98,7 +100,6 @@ ROW_NAMES = {
   'torch': 'torch.nn.Transformer',
   'seq2seq': 'Attend Seq2Seq (Bahdanau)',
 }
-WARMUP_STEPS = 2
 # nn.Transformer's final encoder and decoder LayerNorms: a scale and a bias of d_model each.
 TORCH_EXTRA_PARAMS_PER_D = 4
 
@@ -274,20 +275,13 @@ def torch_runner(config, size: dict, batch: dict, total_steps: int, compile_mode
   return torch_peer.param_count(model), run
 
 
-def seconds_per_step(runs: dict, steps: int, repeats: int) -> dict[str, float]:
-  """Per run, the median over `repeats` timed runs of `steps` steps, after untimed warm-up steps.
-
-  The runs take turns within each repeat (`benchmarks.turns`), so a slow spell of a shared machine
-  hits every row alike instead of one row's whole measurement.
-  """
-  times = {name: [] for name in runs}
-  for run in runs.values():
-    run(WARMUP_STEPS)
-  for name in turns(runs, repeats):
-    start = time.perf_counter()
-    runs[name](steps)
-    times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) / steps for name, t in times.items()}
+def time_steps(runs: dict, steps: int, repeats: int, calls: int) -> timing.Timing:
+  """Per run, the seconds of `steps` steps (`benchmarks.timing.compare`): after one untimed call,
+  the runs take `repeats` turns of `calls` calls each, alternating, so that a slow spell of a
+  shared machine hits every row alike instead of one row's whole measurement."""
+  return timing.compare(
+    {name: functools.partial(run, steps) for name, run in runs.items()}, turns=repeats, calls=calls
+  )
 
 
 def check_param_counts(params: dict[str, int], d_model: int) -> None:
@@ -343,7 +337,7 @@ def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
     f'{size["output_vocab"]}; {tokens} non-pad target tokens/step',
     flush=True,
   )
-  total = WARMUP_STEPS + args.repeats * args.steps
+  total = (1 + args.repeats * args.calls) * args.steps  # the warm-up call, then the turns
   builders = {
     'attend': lambda: attend_runner(config, size, batch),
     'linen': lambda: linen_runner(config, size, batch),
@@ -359,7 +353,8 @@ def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
       notes.append(f'{ROW_NAMES[name]}: skipped, torch is not installed.')
       continue
     params[name], runs[name] = built
-  speed = seconds_per_step(runs, args.steps, args.repeats)
+  times = time_steps(runs, args.steps, args.repeats, args.calls)
+  speed = {name: times.seconds(name) / args.steps for name in runs}
   if 'attend' in params:
     check_param_counts(params, m.d_model)
   shown = ' | '.join(f'{n} {c:,}' for n, c in params.items())
@@ -387,10 +382,12 @@ def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
     )
     if name != 'seq2seq':  # train_flops counts the Transformer's matmuls only
       row.update(tflops=flops / seconds / 1e12, mfu=flops / seconds / 1e12 / args.peak_tflops)
+    row['ms_per_step_spread'] = times.spread(name).scaled(1e3 / args.steps)._asdict()
     for peer in ('linen', 'torch'):
       # A ratio compares the same model only; the Seq2Seq row has no peer.
-      same_model = name != 'seq2seq' and peer in speed
-      row[f'x_{peer}'] = speed[peer] / seconds if same_model else None
+      ratio = times.ratio(peer, name) if name != 'seq2seq' and peer in speed else None
+      row[f'x_{peer}'] = None if ratio is None else ratio.median
+      row[f'x_{peer}_spread'] = None if ratio is None else ratio._asdict()
     ratios = [f'{row[k]:.2f}' if row[k] is not None else '-' for k in ('x_linen', 'x_torch')]
     rate = '- | -' if row['tflops'] is None else f'{row["tflops"]:.1f} | {row["mfu"]:.1%}'
     print(
@@ -411,7 +408,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   )
   parser.add_argument('--models', default=','.join(MODELS), help=f'comma-separated, of {MODELS}')
   parser.add_argument('--steps', type=int, default=20, help='train steps per timed run')
-  parser.add_argument('--repeats', type=int, default=3, help='timed runs; the median is reported')
+  parser.add_argument('--repeats', type=int, default=3, help='turns of each row')
+  parser.add_argument(
+    '--calls', type=int, default=1, help='timed runs of --steps steps back to back per turn'
+  )
   parser.add_argument(
     '--dtype',
     default='float32',
@@ -432,8 +432,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = sorted(set(given) - set(valid))
     if unknown:
       parser.error(f'--{field}: {unknown[0]!r} is not one of {list(valid)}.')
-  if min(args.steps, args.repeats) < 1:
-    parser.error(f'--steps and --repeats must be >= 1; got {args.steps} and {args.repeats}.')
+  if min(args.steps, args.repeats, args.calls) < 1:
+    parser.error(
+      f'--steps, --repeats and --calls must be >= 1; got {args.steps}, {args.repeats} and '
+      f'{args.calls}.'
+    )
   return args
 
 
@@ -452,7 +455,7 @@ def main(argv: list[str] | None = None) -> dict:
   print(
     f'# training throughput, {args.dtype}, {facts["cpus"]} CPUs, backend {facts["backend"]} '
     f'({", ".join(facts["devices"])}), jax {facts["jax"]}, flax {facts["flax"]}, '
-    f'{torch_facts}; median of {args.repeats} x {args.steps} steps',
+    f'{torch_facts}; median of {args.repeats} turns x {args.calls} x {args.steps} steps',
     flush=True,
   )
   results = [row for size in args.sizes for row in run_size(size, args)]

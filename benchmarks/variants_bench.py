@@ -13,8 +13,9 @@
 - linear: forward+backward time of causal linear attention at the same lengths, with the chunked
   softmax kernel beside it up to `--softmax_max_length` (its time grows as S²).
 
-Times are medians of `--repeats` calls after a warm-up, the cases of a row taking turns
-(`benchmarks.turns`). Ratios compare cases of one row, so a slow spell of a shared machine
+Times (`benchmarks.timing.compare`): after a warm-up call each, the cases of a row take
+`--repeats` turns, alternating, a turn the median of `--calls` calls back to back; a figure is
+the median of its turns. Ratios compare cases of one row, so a slow spell of a shared machine
 hits them alike.
 """
 
@@ -25,15 +26,13 @@ if __name__ == '__main__':
 
 import argparse
 import json
-import statistics
-import time
 
 from flax import nnx
 import jax
 import jax.numpy as jnp
 
 import attention
-from benchmarks import turns
+from benchmarks import timing
 import models
 
 HEADS, HEAD_DIM = 4, 64
@@ -47,16 +46,10 @@ DECODE_ROWS = {
 }
 
 
-def median_seconds(fns: dict, repeats: int) -> dict[str, float]:
-  """Per name, the median wall time of `fns[name]()` (which must block) after one warm-up."""
-  for fn in fns.values():
-    fn()
-  times = {name: [] for name in fns}
-  for name in turns(fns, repeats):
-    start = time.perf_counter()
-    fns[name]()
-    times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(ts) for name, ts in times.items()}
+def median_seconds(fns: dict, repeats: int, calls: int = 1) -> dict[str, float]:
+  """Per name, the median seconds of one call of `fns[name]` (`benchmarks.timing.compare`)."""
+  times = timing.compare(fns, turns=repeats, calls=calls)
+  return {name: times.seconds(name) for name in fns}
 
 
 def greedy_decoder(variant: dict, batch: int, tokens: int, vocab: int = 128):
@@ -90,7 +83,7 @@ def decode_table(args) -> list[dict]:
   for name, variant in DECODE_ROWS.items():
     runs[name], state_bytes = greedy_decoder(variant, args.batch, args.tokens)
     rows.append(dict(variant=name, state_bytes=state_bytes))
-  seconds = median_seconds(runs, args.repeats)
+  seconds = median_seconds(runs, args.repeats, args.calls)
   for row in rows:
     row['seconds'] = seconds[row['variant']]
     row['tokens_per_s'] = args.batch * args.tokens / row['seconds']
@@ -117,7 +110,8 @@ def window_table(args) -> list[dict]:
       )
       return lambda: fn(q, k, v).block_until_ready()
 
-    seconds = median_seconds({'full': forward(0), 'window': forward(args.window)}, args.repeats)
+    cases = {'full': forward(0), 'window': forward(args.window)}
+    seconds = median_seconds(cases, args.repeats, args.calls)
     rows.append(
       dict(
         length=length,
@@ -143,7 +137,7 @@ def linear_table(args) -> list[dict]:
         )
       )
     runs = {name: (lambda fn=fn: jax.block_until_ready(fn(q, k, v))) for name, fn in cases.items()}
-    seconds = median_seconds(runs, args.repeats)
+    seconds = median_seconds(runs, args.repeats, args.calls)
     rows.append(dict(length=length, linear_s=seconds['linear'], softmax_s=seconds.get('softmax')))
   base = rows[0]
   for row in rows:
@@ -167,7 +161,10 @@ def main() -> None:
     '--lengths', type=lambda s: [int(x) for x in s.split(',')], default=[2048, 8192, 32768]
   )
   parser.add_argument('--softmax_max_length', type=int, default=8192)
-  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--repeats', type=int, default=3, help='turns of each case')
+  parser.add_argument(
+    '--calls', type=int, default=1, help='calls back to back per turn (all sides are JAX)'
+  )
   parser.add_argument('--json', default='')
   args = parser.parse_args()
   results = {

@@ -15,7 +15,7 @@ def test_cases_take_turns_and_a_failure_fills_its_cell(monkeypatch):
 
   monkeypatch.setattr(attention_bench, '_runner', runner)
   monkeypatch.setattr(attention_bench, 'PAUSE_S', 0.0)
-  row = attention_bench.time_cases(['a', 'broken', 'c', 'b'], 1, 8, False, 4, 'float32')
-  assert row['broken'] == 'failed: out of memory'
-  assert isinstance(row['a'], float) and isinstance(row['b'], float)
+  times, failed = attention_bench.time_cases(['a', 'broken', 'c', 'b'], 1, 8, False, 4, 'float32')
+  assert failed == {'broken': 'failed: out of memory'}
+  assert sorted(times.turns) == ['a', 'b', 'c'] and len(times.turns['a']) == 4
   assert calls == ['a', 'c', 'b'] + ['a', 'c', 'b', 'c', 'b', 'a', 'b', 'a', 'c', 'a', 'c', 'b']

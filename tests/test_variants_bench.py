@@ -6,7 +6,7 @@ from benchmarks import variants_bench
 
 
 def test_window_and_linear_tables_at_toy_sizes(monkeypatch):
-  args = argparse.Namespace(lengths=[64, 128], window=16, softmax_max_length=64, repeats=1)
+  args = argparse.Namespace(lengths=[64, 128], window=16, softmax_max_length=64, repeats=1, calls=1)
   window = variants_bench.window_table(args)
   assert [row['length'] for row in window] == [64, 128]
   assert all(row['speedup'] == row['full_s'] / row['window_s'] for row in window)
@@ -26,7 +26,7 @@ def test_decode_rows_report_state_bytes(monkeypatch):
     'DECODE_ROWS',
     {'MHA': {}, 'MQA': dict(num_kv_heads=1), 'window 2': dict(window=2)},
   )
-  rows = variants_bench.decode_table(argparse.Namespace(batch=2, tokens=4, repeats=1))
+  rows = variants_bench.decode_table(argparse.Namespace(batch=2, tokens=4, repeats=1, calls=1))
   state = {row['variant']: row['state_bytes'] for row in rows}
   # One layer, K and V of [B=2, heads, slots, H=4] float32: 4 slots (tokens) or 2 (window).
   assert state == {
