@@ -11,7 +11,8 @@
 - Shared: `tfds_reading` (a builder from `config.dataset`, a split read whole), `schema` (the
   checks every dataset schema shares), `tokenizers` (special ids `<pad>`=0, `<bos>`=1, `<eos>`=2,
   `<unk>`=3, the same in every vocabulary) and `pretrained_tokenizer`, `text` (preprocessing),
-  `sentences` (a sentence splitter), `pipeline` (resumable, fixed-shape batches).
+  `sentences` (a sentence splitter), `pipeline` (resumable, fixed-shape batches),
+  `batch_source` (`batches`, which every task's data class offers, defined once).
 
     from data import translation
     translation_data = translation.build(config.dataset, workdir)

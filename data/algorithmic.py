@@ -19,7 +19,8 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from data.pipeline import DenseBatches, check_batch_args
+from data.batch_source import BatchPlan, BatchSource
+from data.pipeline import DenseBatches
 from data.schema import checked_fields
 
 SPLITS = ('train', 'validation', 'test')
@@ -125,8 +126,11 @@ def layout(bits: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
   return dict(inputs=inputs, targets=targets, weights=weights)
 
 
-class Copying:
+class Copying(BatchSource):
   """The copy task's splits; see the module docstring.
+
+  Batches: the arrays of `layout` and 'index'; without shuffling, the split's order. Rows of a
+  partial last batch are all zeros (weights 0).
 
   Attributes:
     config: the validated `config.dataset`.
@@ -156,24 +160,7 @@ class Copying:
     bits[np.arange(longest)[None, :] >= lengths[:, None]] = 0
     return Sequences(bits, lengths)
 
-  def batches(
-    self,
-    split: str,
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    num_epochs: int | None = None,
-    process_index: int | None = None,
-    process_count: int | None = None,
-  ) -> DenseBatches:
-    """A resumable iterator of this host's batches of `split` (see `layout` for the arrays).
-
-    Rows of a partial last batch are all zeros (weights 0) with index -1.
-    """
-    process_index, process_count = check_batch_args(
-      batch_size, num_epochs, process_index, process_count
-    )
+  def _batches(self, split: str, plan: BatchPlan) -> DenseBatches:
     sequences = self.sequences(split)
 
     def transform(rows: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -183,12 +170,7 @@ class Copying:
     return DenseBatches(
       {'bits': sequences.bits, 'lengths': sequences.lengths},
       transform=transform,
-      batch_size=batch_size,
-      shuffle=shuffle,
-      seed=seed,
-      num_epochs=num_epochs,
-      process_index=process_index,
-      process_count=process_count,
+      **plan.iterator_args(),
     )
 
 

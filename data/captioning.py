@@ -22,7 +22,6 @@ import tensorflow_datasets as tfds
 
 from data.builders import digit_captions
 from data.image_classification import ImageSource, check_image_feature, check_shift
-from data.pipeline import DenseBatches
 from data.schema import checked_fields
 from data.text import TextOptions
 from data.tfds_reading import as_text, make_builder
@@ -86,6 +85,9 @@ class CaptionExample:
 
 class CaptionData(ImageSource):
   """A prepared captioning dataset with its word tokenizer.
+
+  Batches: `{'images': float32 [b, H, W, C], 'targets': int32 [b, max_length + 1], 'index':
+  int32 [b]}`; the rows of a partial last batch have PAD_ID targets.
 
   Attributes:
     name: the dataset, e.g. 'digit_captions/small'.
@@ -158,48 +160,8 @@ class CaptionData(ImageSource):
       self._targets[split] = np.stack(rows)
     return self._targets[split]
 
-  def batches(
-    self,
-    split: str,
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    num_epochs: int | None = None,
-    process_index: int | None = None,
-    process_count: int | None = None,
-  ) -> DenseBatches:
-    """A resumable iterator of this host's batches of `split`.
-
-    Args:
-      split: the split to read.
-      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
-      shuffle: reshuffle every epoch (with `seed + epoch`) and apply the `shift` augmentation;
-        False gives the split's order (map rows back to examples with 'index').
-      seed: the shuffling and augmentation seed.
-      num_epochs: epochs before StopIteration; None repeats forever.
-      process_index: this host's index; default `jax.process_index()`.
-      process_count: number of hosts; default `jax.process_count()`.
-
-    Returns:
-      An iterator of `{'images': float32 [b, H, W, C] (normalized), 'targets': int32
-      [b, max_length + 1], 'index': int32 [b]}`, `b = batch_size // process_count`. Rows of a
-      partial last batch are zeros (PAD_ID targets) with index -1. `get_state()` /
-      `set_state()` save and restore its position.
-
-    Raises:
-      ValueError: for a bad batch size, epoch count or host index.
-    """
-    return self._dense_batches(
-      split,
-      {'targets': self.targets(split)},
-      batch_size=batch_size,
-      shuffle=shuffle,
-      seed=seed,
-      num_epochs=num_epochs,
-      process_index=process_index,
-      process_count=process_count,
-    )
+  def _per_image(self, split: str) -> dict[str, np.ndarray]:
+    return {'targets': self.targets(split)}
 
 
 def _text_keys(config: ml_collections.FrozenConfigDict, builder: tfds.core.DatasetBuilder) -> str:

@@ -23,8 +23,9 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
+from data.batch_source import BatchPlan, BatchSource
 from data.builders import key_sentence
-from data.pipeline import PaddedBatches, check_batch_args, placeholder_split
+from data.pipeline import PaddedBatches, placeholder_split
 from data.readers import tsv_classification
 from data.schema import checked_fields
 from data.sentences import split_sentences
@@ -165,8 +166,13 @@ def _extent(mask: np.ndarray) -> np.ndarray:
   return np.where(mask.any(-1), mask.shape[-1] - np.argmax(mask[..., ::-1], axis=-1), 0)
 
 
-class LabeledText:
+class LabeledText(BatchSource):
   """A prepared classification dataset with its word tokenizer.
+
+  Batches: `{'inputs': int32 [b, S, W] (document) or [b, T] (sentence), 'labels': int32 [b],
+  'index': int32 [b]}`. S, W and T are the batch's longest real extents rounded up to multiples
+  of `bucket_step` (at most the config's limits); without shuffling, sorted by length. Rows of a
+  partial last batch are all padding, label 0.
 
   Attributes:
     name: the dataset, e.g. 'key_sentence_docs/default'.
@@ -292,52 +298,10 @@ class LabeledText:
       self._encoded[split] = ids
     return self._encoded[split]
 
-  def batches(
-    self,
-    split: str,
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    num_epochs: int | None = None,
-    process_index: int | None = None,
-    process_count: int | None = None,
-  ) -> 'ClassificationBatches':
-    """A resumable iterator of this host's batches of `split`.
-
-    Args:
-      split: the split to read.
-      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
-      shuffle: reshuffle every epoch (with `seed + epoch`); False gives a fixed order sorted by
-        length (map rows back to examples with 'index').
-      seed: the shuffling seed.
-      num_epochs: epochs before StopIteration; None repeats forever.
-      process_index: this host's index; default `jax.process_index()`.
-      process_count: number of hosts; default `jax.process_count()`.
-
-    Returns:
-      An iterator of `{'inputs': int32 [b, S, W] (document) or [b, T] (sentence), 'labels':
-      int32 [b], 'index': int32 [b]}`, `b = batch_size // process_count`. S, W and T are the
-      batch's longest real extents rounded up to multiples of `bucket_step` (at most the
-      config's limits). Rows of a partial last batch are all padding with index -1, label 0.
-
-    Raises:
-      ValueError: for a bad batch size, epoch count or host index.
-    """
-    process_index, process_count = check_batch_args(
-      batch_size, num_epochs, process_index, process_count
-    )
+  def _batches(self, split: str, plan: BatchPlan) -> 'ClassificationBatches':
     labels = np.asarray([e.label for e in self.examples(split)], np.int32)
     return ClassificationBatches(
-      self.encoded(split),
-      labels,
-      batch_size=batch_size,
-      shuffle=shuffle,
-      seed=seed,
-      num_epochs=num_epochs,
-      process_index=process_index,
-      process_count=process_count,
-      bucket_step=self.config.bucket_step,
+      self.encoded(split), labels, bucket_step=self.config.bucket_step, **plan.iterator_args()
     )
 
 

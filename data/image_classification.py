@@ -11,6 +11,7 @@ Datasets: Attend's `digits` and `image_folder` (prepared offline), or any TFDS i
 classification dataset (mnist, cifar10, ...), prepared by TFDS as usual.
 """
 
+import abc
 import functools
 from typing import Any
 
@@ -19,8 +20,9 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
+from data.batch_source import BatchPlan, BatchSource
 from data.builders import digits
-from data.pipeline import DenseBatches, check_batch_args
+from data.pipeline import DenseBatches
 from data.readers import image_folder
 from data.schema import checked_fields
 from data.tfds_reading import make_builder, read_split
@@ -116,8 +118,12 @@ def check_image_feature(
     )
 
 
-class ImageSource:
+class ImageSource(BatchSource):
   """The images of a prepared dataset, read whole per split; the base of ImageData, CaptionData.
+
+  Batches: 'images' float32 `[b, H, W, C]` (normalized; shifted by up to `config.shift` pixels
+  when shuffling) and a subclass's `_per_image`; without shuffling, the split's order. Rows of a
+  partial last batch are zeros.
 
   Attributes:
     name: the dataset, e.g. 'digits' or 'mnist'.
@@ -184,42 +190,28 @@ class ImageSource:
     mean, std = self._channel_stats
     return (np.asarray(images, np.float32) / 255 - mean) / std
 
-  def _dense_batches(
-    self,
-    split: str,
-    arrays: dict[str, np.ndarray],
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    num_epochs: int | None,
-    process_index: int | None,
-    process_count: int | None,
-  ) -> DenseBatches:
-    """`DenseBatches` of 'images' (normalized; shifted when shuffling) and `arrays`."""
-    process_index, process_count = check_batch_args(
-      batch_size, num_epochs, process_index, process_count
-    )
-    shift = self.config.shift if shuffle else 0
+  @abc.abstractmethod
+  def _per_image(self, split: str) -> dict[str, np.ndarray]:
+    """The arrays batched beside the images of `split`, `{key: [N, ...]}` in split order."""
+
+  def _batches(self, split: str, plan: BatchPlan) -> DenseBatches:
+    shift = self.config.shift if plan.shuffle else 0
 
     def transform(rows: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
       images = shift_images(rows['images'], shift, rng) if shift else rows['images']
       return {**rows, 'images': self.normalize(images)}
 
     return DenseBatches(
-      {'images': self.pixels(split), **arrays},
+      {'images': self.pixels(split), **self._per_image(split)},
       transform=transform,
-      batch_size=batch_size,
-      shuffle=shuffle,
-      seed=seed,
-      num_epochs=num_epochs,
-      process_index=process_index,
-      process_count=process_count,
+      **plan.iterator_args(),
     )
 
 
 class ImageData(ImageSource):
   """A prepared image classification dataset.
+
+  Batches: `{'images': float32 [b, H, W, C], 'labels': int32 [b], 'index': int32 [b]}`.
 
   Attributes:
     name: the dataset, e.g. 'digits' or 'mnist'.
@@ -246,47 +238,8 @@ class ImageData(ImageSource):
     self.pixels(split)
     return self._labels[split]
 
-  def batches(
-    self,
-    split: str,
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    num_epochs: int | None = None,
-    process_index: int | None = None,
-    process_count: int | None = None,
-  ) -> DenseBatches:
-    """A resumable iterator of this host's batches of `split`.
-
-    Args:
-      split: the split to read.
-      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
-      shuffle: reshuffle every epoch (with `seed + epoch`) and apply the `shift` augmentation;
-        False gives the split's order (map rows back to images with 'index').
-      seed: the shuffling and augmentation seed.
-      num_epochs: epochs before StopIteration; None repeats forever.
-      process_index: this host's index; default `jax.process_index()`.
-      process_count: number of hosts; default `jax.process_count()`.
-
-    Returns:
-      An iterator of `{'images': float32 [b, H, W, C] (normalized), 'labels': int32 [b],
-      'index': int32 [b]}`, `b = batch_size // process_count`. Rows of a partial last batch
-      are zeros with index -1. `get_state()` / `set_state()` save and restore its position.
-
-    Raises:
-      ValueError: for a bad batch size, epoch count or host index.
-    """
-    return self._dense_batches(
-      split,
-      {'labels': self.labels(split)},
-      batch_size=batch_size,
-      shuffle=shuffle,
-      seed=seed,
-      num_epochs=num_epochs,
-      process_index=process_index,
-      process_count=process_count,
-    )
+  def _per_image(self, split: str) -> dict[str, np.ndarray]:
+    return {'labels': self.labels(split)}
 
 
 def build(dataset_config: Any) -> ImageData:

@@ -26,6 +26,7 @@ from absl import logging
 import ml_collections
 import numpy as np
 
+from data.batch_source import BatchPlan, BatchSource
 from data.builders import key_sentence, mqar
 from data.language_sources import (
   TEXT_FILE,
@@ -35,7 +36,7 @@ from data.language_sources import (
   read_tfds,
   split_text_file,
 )
-from data.pipeline import PaddedBatches, check_batch_args, placeholder_split
+from data.pipeline import PaddedBatches, placeholder_split
 from data.schema import checked_fields
 from data.text import TextOptions
 from data.tfds_reading import make_builder
@@ -119,8 +120,12 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
   return ml_collections.FrozenConfigDict(merged)
 
 
-class LanguageData:
+class LanguageData(BatchSource):
   """A language-modelling dataset with its tokenizer.
+
+  Batches: `{'inputs': int32 [b, L], 'targets': int32 [b, L], 'weights': float32 [b, L],
+  'support': int32 [b, L], 'index': int32 [b]}`, `L = seq_length` (see `rows`); without
+  shuffling, the rows' order. Rows of a partial last batch are PAD with weight 0 and support -1.
 
   Attributes:
     name: the dataset, e.g. 'mqar/default' or 'text_file'.
@@ -281,48 +286,8 @@ class LanguageData:
       )
     return {'tokens': tokens, 'weights': weights, 'support': support}
 
-  def batches(
-    self,
-    split: str,
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    num_epochs: int | None = None,
-    process_index: int | None = None,
-    process_count: int | None = None,
-  ) -> 'LanguageBatches':
-    """A resumable iterator of this host's batches of `split`.
-
-    Args:
-      split: the split to read.
-      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
-      shuffle: reshuffle every epoch (with `seed + epoch`); False keeps the rows' order.
-      seed: the shuffling seed.
-      num_epochs: epochs before StopIteration; None repeats forever.
-      process_index, process_count: this host and the number of hosts; default JAX's.
-
-    Returns:
-      An iterator of `{'inputs': int32 [b, L], 'targets': int32 [b, L], 'weights': float32
-      [b, L], 'support': int32 [b, L], 'index': int32 [b]}`, `b = batch_size // process_count`,
-      `L = seq_length` (see `rows`). Rows of a partial last batch are PAD with weight 0,
-      support -1 and index -1.
-
-    Raises:
-      ValueError: for a bad batch size, epoch count or host index, or a split `rows` rejects.
-    """
-    process_index, process_count = check_batch_args(
-      batch_size, num_epochs, process_index, process_count
-    )
-    return LanguageBatches(
-      self.rows(split),
-      batch_size=batch_size,
-      shuffle=shuffle,
-      seed=seed,
-      num_epochs=num_epochs,
-      process_index=process_index,
-      process_count=process_count,
-    )
+  def _batches(self, split: str, plan: BatchPlan) -> 'LanguageBatches':
+    return LanguageBatches(self.rows(split), **plan.iterator_args())
 
 
 class LanguageBatches(PaddedBatches):

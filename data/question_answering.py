@@ -22,8 +22,9 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
+from data.batch_source import BatchPlan, BatchSource
 from data.builders import babi
-from data.pipeline import DenseBatches, check_batch_args
+from data.pipeline import DenseBatches
 from data.readers import babi_files
 from data.schema import checked_fields
 from data.text import TextOptions
@@ -97,8 +98,14 @@ class QAExample:
   supporting: tuple[int, ...]
 
 
-class QAData:
+class QAData(BatchSource):
   """A prepared question-answering dataset with its word vocabulary.
+
+  Batches: `{'story': int32 [b, M, L], 'query': int32 [b, L], 'answer': int32 [b], 'support':
+  int32 [b, M], 'index': int32 [b]}`; without shuffling, the split's order. 'story' slot 0 is the
+  oldest kept sentence, PAD_ID slots follow the real ones; 'answer' is a word id; 'support' is 1
+  where a slot holds a supporting sentence. Rows of a partial last batch are zeros. A split with
+  an answer outside the vocabulary raises ValueError.
 
   Attributes:
     name: the dataset, e.g. 'babi_tasks'.
@@ -233,52 +240,8 @@ class QAData:
     """Sorted word ids that occur as answers in the train split (to restrict an output layer)."""
     return sorted({int(i) for i in self.arrays(self.config.train_split)['answer']})
 
-  def batches(
-    self,
-    split: str,
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    num_epochs: int | None = None,
-    process_index: int | None = None,
-    process_count: int | None = None,
-  ) -> DenseBatches:
-    """A resumable iterator of this host's batches of `split`.
-
-    Args:
-      split: the split to read.
-      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
-      shuffle: reshuffle every epoch (with `seed + epoch`); False gives the split's order.
-      seed: the shuffling seed.
-      num_epochs: epochs before StopIteration; None repeats forever.
-      process_index: this host's index; default `jax.process_index()`.
-      process_count: number of hosts; default `jax.process_count()`.
-
-    Returns:
-      An iterator of `{'story': int32 [b, M, L], 'query': int32 [b, L], 'answer': int32 [b],
-      'support': int32 [b, M], 'index': int32 [b]}`, `b = batch_size // process_count`.
-      'story' slot 0 is the oldest kept sentence, PAD_ID slots follow the real ones; 'answer'
-      is a word id; 'support' is 1 where a slot holds a supporting sentence; 'index' is the
-      row's position in `examples(split)`. Rows of a partial last batch are zeros with index
-      -1. `get_state()` / `set_state()` save and restore its position.
-
-    Raises:
-      ValueError: for a bad batch size, epoch count or host index, or an answer outside the
-        vocabulary.
-    """
-    process_index, process_count = check_batch_args(
-      batch_size, num_epochs, process_index, process_count
-    )
-    return DenseBatches(
-      self.arrays(split),
-      batch_size=batch_size,
-      shuffle=shuffle,
-      seed=seed,
-      num_epochs=num_epochs,
-      process_index=process_index,
-      process_count=process_count,
-    )
+  def _batches(self, split: str, plan: BatchPlan) -> DenseBatches:
+    return DenseBatches(self.arrays(split), **plan.iterator_args())
 
 
 def build(dataset_config: Any, vocab_dir: str) -> QAData:

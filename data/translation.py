@@ -17,9 +17,10 @@ from absl import logging
 import ml_collections
 import tensorflow_datasets as tfds
 
+from data.batch_source import BatchPlan, BatchSource
 from data.builders.dates import Dates
 from data.builders.number_words import NumberWords
-from data.pipeline import EncodedSplit, PaddedBatches, check_batch_args, encode_split
+from data.pipeline import EncodedSplit, PaddedBatches, encode_split
 from data.placeholders import TAGS, label_tags, protect_pair, restore, source_items
 from data.readers import tsv_parallel
 from data.schema import checked_fields
@@ -153,8 +154,12 @@ def _translation_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.D
   )
 
 
-class TranslationData:
+class TranslationData(BatchSource):
   """A prepared dataset with its tokenizers: examples and padded batches of any split.
+
+  Batches: `{'inputs': int32 [b, S], 'targets': int32 [b, T], 'index': int32 [b]}`, ids then
+  EOS, PAD_ID-padded to multiples of `config.bucket_step`; without shuffling, sorted by length,
+  which pads least.
 
   Attributes:
     name: the dataset, e.g. 'number_words/en_de'.
@@ -251,50 +256,9 @@ class TranslationData:
       )
     return self._encoded[split]
 
-  def batches(
-    self,
-    split: str,
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int,
-    num_epochs: int | None = None,
-    process_index: int | None = None,
-    process_count: int | None = None,
-  ) -> PaddedBatches:
-    """A resumable iterator of this host's padded batches of `split`.
-
-    Args:
-      split: the split to read.
-      batch_size: the global batch size; each host gets `batch_size // process_count` rows.
-      shuffle: reshuffle every epoch (with `seed + epoch`); False gives a fixed order sorted by
-        length, which pads least (map rows back to examples with 'index').
-      seed: the shuffling seed.
-      num_epochs: epochs before StopIteration; None repeats forever.
-      process_index: this host's index; default `jax.process_index()`.
-      process_count: number of hosts; default `jax.process_count()`.
-
-    Returns:
-      An iterator of `{'inputs': int32 [b, S], 'targets': int32 [b, T], 'index': int32 [b]}`
-      with `b = batch_size // process_count`: ids then EOS, PAD_ID-padded to multiples of
-      `config.bucket_step`; 'index' is the row's position in `examples(split)`, -1 for padding
-      rows. `get_state()` / `set_state()` save and restore its position.
-
-    Raises:
-      ValueError: for a bad batch size, epoch count or host index.
-    """
-    process_index, process_count = check_batch_args(
-      batch_size, num_epochs, process_index, process_count
-    )
+  def _batches(self, split: str, plan: BatchPlan) -> PaddedBatches:
     return PaddedBatches(
-      self.encoded(split),
-      batch_size=batch_size,
-      shuffle=shuffle,
-      seed=seed,
-      num_epochs=num_epochs,
-      process_index=process_index,
-      process_count=process_count,
-      bucket_step=self.config.bucket_step,
+      self.encoded(split), bucket_step=self.config.bucket_step, **plan.iterator_args()
     )
 
 

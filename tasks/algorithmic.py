@@ -86,11 +86,6 @@ class Copy(Task):
   def model_args(self) -> dict[str, Any]:
     return dict(input_size=self.data.width + 1, output_size=self.data.width)
 
-  def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(
-      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
-    )
-
   def loss(self, model, batch, rng):
     logits = model.sequence_logits(batch['inputs'], deterministic=False, rngs=nnx.Rngs(dropout=rng))
     counts = bit_counts(logits, batch)

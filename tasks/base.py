@@ -18,6 +18,7 @@ from flax import nnx
 import jax
 import ml_collections
 
+from data.batch_source import BatchSource
 import models
 
 Array = jax.Array
@@ -73,6 +74,7 @@ class Task(abc.ABC):
   """One kind of experiment. Subclasses set `interface` and implement the abstract methods.
 
   Attributes:
+    data: the task's data (set by `__init__`), which the default `batches` reads.
     interface: the Protocol (from `models.interfaces`) that a model must implement to fit.
     unit: the count in `loss`'s counts that measures throughput (logged per second).
     samples_header: the first line of the samples file, naming the fields of each line.
@@ -84,6 +86,7 @@ class Task(abc.ABC):
       validation has only with config.num_eval_decode > 0 (tests check the names).
   """
 
+  data: BatchSource
   interface: ClassVar[type]
   unit: ClassVar[str]
   samples_header: ClassVar[str]
@@ -108,11 +111,14 @@ class Task(abc.ABC):
     """The model `config.model` names, with this task's data arguments."""
     return models.build(model_config, rngs=rngs, **self.model_args())
 
-  @abc.abstractmethod
   def batches(
     self, split: str, *, batch_size: int, shuffle: bool, seed: int, num_epochs: int | None = None
   ) -> BatchIterator:
-    """This host's share of the global batches of `split` (see the module docstring)."""
+    """This host's share of the global batches of `split` (see the module docstring): by
+    default `self.data`'s, as `data.batch_source.BatchSource.batches` documents them."""
+    return self.data.batches(
+      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
+    )
 
   def split_views(self, split: str) -> dict[str, str]:
     """Other views of `split` that every evaluation also reports, `{metric suffix: split name

@@ -111,11 +111,6 @@ class Captioning(Task):
       pad_id=self.tokenizer.pad_id,
     )
 
-  def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(
-      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
-    )
-
   def _decoder_inputs(self, batch: Batch) -> Array:
     return shift_right(batch['targets'], self.tokenizer.bos_id)
 

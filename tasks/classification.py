@@ -125,11 +125,6 @@ class Classification(Task):
       pad_id=self.tokenizer.pad_id,
     )
 
-  def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(
-      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
-    )
-
   def logits(self, model: nnx.Module, batch: Batch, **kwargs) -> Any:
     """The model's logits `[B, C]` for the batch's inputs (`kwargs`: the `classify` options)."""
     return model.classify(batch['inputs'], **kwargs)

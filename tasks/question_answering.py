@@ -86,11 +86,6 @@ class QuestionAnswering(Task):
       sentence_length=self.data.sentence_length,
     )
 
-  def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(
-      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
-    )
-
   def loss(self, model, batch: Batch, rng):
     # A MemN2N trains its first `linear_start_steps` steps without the hops' softmax.
     schedule = (

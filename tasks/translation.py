@@ -165,11 +165,6 @@ class Translation(Task):
       pad_id=self.source_tokenizer.pad_id,
     )
 
-  def batches(self, split, *, batch_size, shuffle, seed, num_epochs=None):
-    return self.data.batches(
-      split, batch_size=batch_size, shuffle=shuffle, seed=seed, num_epochs=num_epochs
-    )
-
   def loss(self, model, batch, rng):
     return teacher_forced_loss(
       model,
