@@ -43,10 +43,14 @@ def main(argv):
 
 
 def _convert(checkpoint: str, workdir: str) -> None:
-  """The checkpoint's workdir, with the config of its kind (encoder or decoder)."""
-  encoder = pretrained.read_config(checkpoint).get('model_type') == pretrained.MODEL_TYPE
-  get_config = minilm_mlm.get_config if encoder else pretrained_lm.get_config
-  pretrained_workdir.write_workdir(checkpoint, workdir, get_config)
+  """The checkpoint, read once, as the workdir of its family, decided here once by its
+  config.json's model_type: a BERT encoder is step 0 of configs/minilm_mlm.py, anything else of
+  configs/pretrained_lm.py (whose decoders' table refuses a model_type it does not convert)."""
+  pretrained_workdir.refuse_used(workdir)  # before the checkpoint is read
+  read = pretrained.read(checkpoint)
+  encoder = read.config.get('model_type') == pretrained.MODEL_TYPE
+  family = minilm_mlm if encoder else pretrained_lm
+  pretrained_workdir.write_workdir(workdir, read, family.converted(read))
 
 
 if __name__ == '__main__':

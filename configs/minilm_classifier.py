@@ -40,7 +40,9 @@ def get_config(arg: str | None = None):
   if corpus not in CORPORA:
     raise ValueError(f'configs/minilm_classifier.py:{corpus} is not one of {sorted(CORPORA)}.')
   config = default_config(
-    'classification', 'encoder_mlm', **pretrained.config_fields(MODEL_CHECKPOINT)
+    'classification',
+    'encoder_mlm',
+    **pretrained.config_fields(pretrained.read_config(MODEL_CHECKPOINT)),
   )
   config.dataset.update(
     name='tsv_classification',

@@ -30,17 +30,41 @@ Pride and Prejudice (../shared/data/books) the same run gives 0% -> 8.1% (loss 1
 
 import os
 import pydoc_data.topics
+from typing import Any
 
 from configs.minilm_classifier import BERT_ADAMW
 from models import pretrained
+from models.checkpoint_files import Checkpoint, Conversion
 from training.config import default_config
 
 
 def get_config(arg: str | None = None):
   """`arg`: the checkpoint whose architecture this is ('all-MiniLM-L6-v2', the default, or a
   local BERT folder / .zip, as `python convert.py --checkpoint`)."""
+  return _config(pretrained.read_config(arg or pretrained.DEFAULT))
+
+
+def converted(checkpoint: Checkpoint) -> Conversion:
+  """A BERT checkpoint, read once (`models.pretrained.read`), as convert.py writes it: step 0 of
+  this config, with the checkpoint's masked-LM head or, if it has none, a new one (seeded by
+  `config.seed`) that the printed sentence names."""
+  config = _config(checkpoint.config)
+  model, report = pretrained.load_model(checkpoint, seed=config.seed)
+  if not report['fresh']:
+    head = 'its masked-LM head'
+  else:
+    head = (
+      'a NEW masked-LM head (the checkpoint has no cls.predictions.*; seed '
+      f'{config.seed}, decoder tied to the word embeddings: train it with '
+      'configs/minilm_mlm.py before reading its predictions)'
+    )
+  return Conversion(config, model, report, head)
+
+
+def _config(checkpoint_config: dict[str, Any]):
+  """This config for the architecture of a BERT checkpoint's config.json."""
   config = default_config(
-    'language_modeling', 'encoder_mlm', **pretrained.config_fields(arg or pretrained.DEFAULT)
+    'language_modeling', 'encoder_mlm', **pretrained.config_fields(checkpoint_config)
   )
   config.dataset.update(
     name='text_file',

@@ -19,8 +19,11 @@ runs these commands on a tiny random Llama-family checkpoint.
 
 import os
 import pydoc_data.topics
+from typing import Any
 
-from models.pretrained_decoders import config_fields
+from models.checkpoint_files import Checkpoint, Conversion
+from models.pretrained import read_config
+from models.pretrained_decoders import config_fields, load_decoder
 from training.config import default_config
 
 
@@ -31,7 +34,20 @@ def get_config(arg: str | None = None):
       'configs/pretrained_lm.py needs the checkpoint folder: '
       '--config=configs/pretrained_lm.py:FOLDER.'
     )
-  config = default_config('language_modeling', 'decoder_lm', **config_fields(arg))
+  return _config(read_config(arg))
+
+
+def converted(checkpoint: Checkpoint) -> Conversion:
+  """A decoder checkpoint, read once (`models.pretrained.read`), as convert.py writes it: step 0
+  of this config, every tensor its own, its output layer included."""
+  config = _config(checkpoint.config)
+  model, report = load_decoder(checkpoint, seed=config.seed)
+  return Conversion(config, model, report, 'its output layer')
+
+
+def _config(checkpoint_config: dict[str, Any]):
+  """This config for the architecture of a decoder checkpoint's config.json."""
+  config = default_config('language_modeling', 'decoder_lm', **config_fields(checkpoint_config))
   config.dataset.update(
     name='text_file',
     text_path=os.path.abspath(pydoc_data.topics.__file__),

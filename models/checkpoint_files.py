@@ -39,6 +39,17 @@ class Checkpoint:
   tokenizer_json: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Conversion:
+  """A read checkpoint as its family converts it (`converted` of configs/minilm_mlm.py or
+  configs/pretrained_lm.py), for convert.py to write as a workdir."""
+
+  config: Any  # the training config whose step 0 the workdir is (an ml_collections.ConfigDict)
+  model: Any  # the loaded nnx.Module
+  report: dict[str, list[str]]  # what was loaded, initialised and unused: pretrained.json
+  head: str  # the printed sentence's words on the model's output head
+
+
 def _safetensors_error(file: str) -> ValueError:
   return ValueError(f'{file} is not a readable safetensors file (truncated or damaged?).')
 

@@ -111,10 +111,11 @@ REQUIRED = {
 }
 
 
-def config_fields(checkpoint: str = DEFAULT, **overrides: Any) -> dict[str, Any]:
-  """`config.model` fields of the checkpoint's architecture (flat, as `models.default_config`
-  takes them), reading its config.json only; `overrides` change some (dropout, say)."""
-  args = model_args(read_config(checkpoint))
+def config_fields(config: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+  """`config.model` fields of the architecture of a checkpoint's config.json (`read_config`, or
+  a read checkpoint's `config`), flat as `models.default_config` takes them; `overrides` change
+  some (dropout, say)."""
+  args = model_args(config)
   stack = dataclasses.asdict(args.pop('stack'))
   del args['vocab_size'], args['pad_id']  # from the task's data
   return {**stack, **args, **overrides}

@@ -29,7 +29,6 @@ from models.pretrained import (
   Row,
   Transform,
   assign,
-  read_config,
 )
 from models.stack_config import StackConfig
 
@@ -365,10 +364,11 @@ def decoder_args(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
   return dict(vocab_size=vocab_size, pad_id=PAD_ID, **args), unused
 
 
-def config_fields(checkpoint: str, **overrides: Any) -> dict[str, Any]:
-  """`config.model` fields of a decoder checkpoint's architecture (flat, as
-  `models.default_config` takes them), reading its config.json only."""
-  args, _ = decoder_args(read_config(checkpoint))
+def config_fields(config: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+  """`config.model` fields of the architecture of a decoder checkpoint's config.json
+  (`models.pretrained.read_config`, or a read checkpoint's `config`), flat as
+  `models.default_config` takes them."""
+  args, _ = decoder_args(config)
   stack = dataclasses.asdict(args.pop('stack'))
   del args['vocab_size'], args['pad_id']  # from the task's data
   return {**stack, **args, **overrides}

@@ -6,7 +6,8 @@ tokenizer and the sentence embeddings. Both compare states and every layer's att
 with transformers' in float64 on both sides (within 1e-9: the same function, on any CPU), and
 all-MiniLM-L6-v2 also Attend's float32 states with transformers' float64 ones (within float32
 rounding over its six layers), on sentences of different lengths (padding included). convert.py
-(training/pretrained_workdir.py) writes either as a workdir that eval.py and train.py read.
+(configs/minilm_mlm.py's `converted`, training/pretrained_workdir.py) writes either as a workdir
+that eval.py and train.py read.
 """
 
 import copy
@@ -177,7 +178,7 @@ def test_load_gives_the_model_and_the_text_of_its_tokenizer(tiny):
 def test_a_checkpoint_gives_the_config_model_fields_of_its_architecture(tiny):
   import models  # pylint: disable=import-outside-toplevel
 
-  fields = pretrained.config_fields(str(tiny[0]), dropout_rate=0.0)
+  fields = pretrained.config_fields(pretrained.read_config(str(tiny[0])), dropout_rate=0.0)
   config = models.default_config('encoder_mlm', **fields)  # every one a configurable field
   assert (config.norm, config.norm_eps, config.activation, config.type_vocab_size) == (
     'post',
@@ -342,8 +343,9 @@ def _mlm_config(checkpoint, init_from, text_path, seq_length):
 
 
 def convert(checkpoint, workdir):
-  """What `python convert.py --checkpoint=CHECKPOINT --workdir=WORKDIR` does."""
-  pretrained_workdir.write_workdir(checkpoint, workdir, minilm_mlm.get_config)
+  """What `python convert.py --checkpoint=CHECKPOINT --workdir=WORKDIR` does with a BERT one."""
+  read = pretrained.read(checkpoint)
+  pretrained_workdir.write_workdir(workdir, read, minilm_mlm.converted(read))
 
 
 def test_a_conversion_that_fails_part_way_leaves_no_workdir_behind(tiny, tmp_path, monkeypatch):

@@ -166,7 +166,8 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
   from training import pretrained_workdir
 
   folder, converted = folders[name], str(tmp_path / 'converted')
-  pretrained_workdir.write_workdir(folder, converted, pretrained_lm.get_config)
+  read = pretrained.read(folder)
+  pretrained_workdir.write_workdir(converted, read, pretrained_lm.converted(read))
   report = json.loads((tmp_path / 'converted' / 'pretrained.json').read_text())
   assert report['unused'] == [] and len(report['loaded']) > 20
   text = tmp_path / 'text.txt'
