@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 from reports import run_eval
 import training
+from training import layout
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.')
 with training.failures.flag_errors('eval.py'):  # the config file is read here
@@ -59,7 +60,7 @@ _EXPLORER = flags.DEFINE_integer(
 )
 _OUTPUT = flags.DEFINE_string(
   'output',
-  run_eval.EVAL_DIR,
+  layout.EVAL_DIR,
   "The workdir's folder to write: 'eval', or 'eval_NAME' to keep another evaluation (a beam "
   'search, averaged checkpoints, one chosen example) beside it.',
 )
@@ -78,25 +79,26 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
   training.enable_compilation_cache(_CACHE.value)
-  training.failures.run(
-    'eval.py',
-    lambda: run_eval.evaluate_checkpoint(
-      _WORKDIR.value,
-      config=_CONFIG.value,
-      checkpoint=_CHECKPOINT.value,
-      checkpoint_step=_STEP.value,
-      split=_SPLIT.value,
-      decode=_DECODE.value,
-      average_last=_AVERAGE.value,
-      num_heatmaps=_HEATMAPS.value,
-      heatmap_layer=_LAYER.value,
-      heatmap_head=_HEAD.value,
-      max_examples=_MAX_EXAMPLES.value,
-      eval_lengths=_EVAL_LENGTH.value,
-      ablate_heads=_ABLATE.value,
-      explorer_examples=_EXPLORER.value,
-      output=_OUTPUT.value,
-    ),
+  training.failures.run('eval.py', lambda: run_eval.evaluate(_request()))
+
+
+def _request() -> run_eval.Request:
+  """What the flags ask for (checked as the request is made)."""
+  return run_eval.Request(
+    _WORKDIR.value,
+    config=_CONFIG.value,
+    checkpoint=_CHECKPOINT.value if _STEP.value is None else str(_STEP.value),
+    split=_SPLIT.value,
+    decode=_DECODE.value,
+    average_last=_AVERAGE.value,
+    num_heatmaps=_HEATMAPS.value,
+    heatmap_layer=_LAYER.value,
+    heatmap_head=_HEAD.value,
+    max_examples=_MAX_EXAMPLES.value,
+    eval_lengths=tuple(_EVAL_LENGTH.value),
+    ablate_heads=_ABLATE.value,
+    explorer_examples=_EXPLORER.value,
+    output=_OUTPUT.value,
   )
 
 

@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from benchmarks.trained_runs import SPLIT, in_batches, load, split_arrays
+from benchmarks.trained_runs import SPLIT, in_batches, split_arrays
 from models import interventions
+from training import restore
 from training.steps import merge_model
 
 POOLS = {'han': 'sentence_pool/weights', 'transformer_classifier': 'pool/weights'}
@@ -41,7 +42,7 @@ def _new_masses(
 
 
 def classifier(workdir: str, rng: np.random.Generator) -> dict:
-  task, state, _ = load(workdir)
+  task, state, _ = restore.newest(workdir)
   model = merge_model(state)
   kind = type(model).__name__
   pool = next(

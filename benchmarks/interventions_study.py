@@ -26,14 +26,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import documents_study
-from benchmarks.trained_runs import SPLIT, in_batches, load, split_arrays
+from benchmarks.trained_runs import SPLIT, in_batches, split_arrays
 from models import interventions
 from reports import head_ablation
+from training import restore
 from training.steps import merge_model
 
 
 def mqar(workdir: str) -> dict:
-  task, state, mesh = load(workdir)
+  task, state, mesh = restore.newest(workdir)
   ablation = head_ablation.sweep(state, task, SPLIT, batch_size=250, mesh=mesh)
   data = split_arrays(task)
   inputs, targets, support = data['inputs'], data['targets'], data['support']
@@ -121,7 +122,7 @@ SHIFT = 3
 
 
 def dates(workdir: str) -> dict:
-  task, state, _ = load(workdir)
+  task, state, _ = restore.newest(workdir)
   data = split_arrays(task)
   inputs, targets = data['inputs'], data['targets']
   n, steps = targets.shape

@@ -1,32 +1,11 @@
-"""A trained workdir's task and newest checkpoint, and its test split as arrays run in batches:
-what the intervention studies (interventions_study.py, documents_study.py) share.
+"""A trained workdir's test split as arrays run in batches: what the intervention studies
+(interventions_study.py, documents_study.py) share; they restore the workdir with
+`training.restore.newest`.
 """
-
-import os
 
 import numpy as np
 
-from reports.run_eval import load_config
-import tasks
-from training import sharding
-from training import workdir as workdir_lib
-from training.checkpoints import Checkpointer
-from training.setup import build_state
-
 SPLIT = 'test'
-
-
-def load(workdir: str):
-  """`(task, train state, mesh)` of the newest checkpoint of a training workdir."""
-  config = load_config(workdir)
-  with workdir_lib.staging(workdir) as staged:
-    task = tasks.build(config, staged)
-  checkpointer = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False)
-  try:
-    state, _ = checkpointer.restore(build_state(config, task))
-  finally:
-    checkpointer.close()
-  return task, state, sharding.make_mesh(config.mesh)
 
 
 def split_arrays(task, batch_size: int = 250) -> dict[str, np.ndarray]:

@@ -16,15 +16,17 @@ import os
 from matplotlib.figure import Figure
 import numpy as np
 
-from reports.run_eval import EVAL_DIR, SAMPLES_JSONL
 from tasks.translation import text_scores
+from training import layout
 
 
 def read_samples(workdir: str) -> list[dict]:
   """The predicted examples of `workdir`'s last evaluation, in index order."""
-  path = os.path.join(workdir, EVAL_DIR, SAMPLES_JSONL)
+  path = layout.eval_file(workdir, layout.SAMPLES_JSONL)
   if not os.path.exists(path):
-    raise FileNotFoundError(f'{workdir}: no eval/{SAMPLES_JSONL}; run eval.py --workdir={workdir}')
+    raise FileNotFoundError(
+      f'{workdir}: no {layout.EVAL_DIR}/{layout.SAMPLES_JSONL}; run eval.py --workdir={workdir}'
+    )
   with open(path, encoding='utf-8') as f:
     return sorted((json.loads(line) for line in f), key=lambda s: s['index'])
 

@@ -20,7 +20,7 @@ import os
 
 from data.readers import tsv_parallel
 from data.word_alignment import aligned_positions, crossings, word_table
-from reports.run_eval import EVAL_DIR, SAMPLES_JSONL, load_config
+from training import layout
 
 
 def training_pairs(config) -> list[tuple[str, str]]:
@@ -55,12 +55,12 @@ def main(argv=None) -> dict:
   parser.add_argument('--min_words', type=int, default=5)
   parser.add_argument('--max_words', type=int, default=10)
   args = parser.parse_args(argv)
-  path = os.path.join(args.workdir, EVAL_DIR, SAMPLES_JSONL)
+  path = layout.eval_file(args.workdir, layout.SAMPLES_JSONL)
   if not os.path.isfile(path):
     raise SystemExit(f'--workdir={args.workdir}: no {path}; run eval.py --workdir first.')
   with open(path, encoding='utf-8') as f:
     samples = [json.loads(line) for line in f]
-  table = word_table(training_pairs(load_config(args.workdir)))
+  table = word_table(training_pairs(layout.read_config(args.workdir)))
   chosen = choose(samples, table, args.min_words, args.max_words)
   i = chosen['position']
   print(f'test example {i}: {chosen["crossings"]} crossings over {len(chosen["links"])} links')

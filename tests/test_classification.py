@@ -102,7 +102,9 @@ def test_train_then_eval_writes_predictions_confusion_and_attention(model, data_
   config.dataset.update(eval_batch_size=64, bucket_step=32, eval_split='validation[:64]')
   config.update(num_train_steps=3, eval_every_steps=0, num_eval_decode=0, log_every_steps=1)
   training.train_and_evaluate(config, workdir)
-  run_eval.evaluate_checkpoint(workdir, split='validation[:64]', max_examples=50, num_heatmaps=2)
+  run_eval.evaluate(
+    run_eval.Request(workdir, split='validation[:64]', max_examples=50, num_heatmaps=2)
+  )
   out = os.path.join(workdir, 'eval')
   metrics = json.load(open(os.path.join(out, 'metrics.json')))
   assert metrics['examples'] == 50

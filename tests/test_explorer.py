@@ -260,7 +260,7 @@ def translation_run(tmp_path_factory) -> str:
   config.model.copy_source = False
   workdir = str(root / 'workdir')
   training.train_and_evaluate(config, workdir)
-  run_eval.evaluate_checkpoint(workdir, max_examples=4, num_heatmaps=1, explorer_examples=3)
+  run_eval.evaluate(run_eval.Request(workdir, max_examples=4, num_heatmaps=1, explorer_examples=3))
   return workdir
 
 
@@ -375,4 +375,4 @@ def test_the_page_to_open_is_one_file_in_the_eval_folder(translation_run, tmp_pa
 
 def test_a_negative_explorer_examples_is_one_sentence_naming_the_flag(tmp_path):
   with pytest.raises(ValueError, match=r'^--explorer_examples=-1 must be >= 0'):
-    run_eval.evaluate_checkpoint(str(tmp_path), explorer_examples=-1)
+    run_eval.evaluate(run_eval.Request(str(tmp_path), explorer_examples=-1))

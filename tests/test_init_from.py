@@ -10,12 +10,9 @@ from test_training import get_config, tiny
 
 import tasks
 import training
-from training.checkpoints import (
-  Checkpointer,
-  CheckpointMismatchError,
-  init_from_workdir,
-  load_matching_params,
-)
+from training import layout
+from training.checkpoints import Checkpointer, CheckpointMismatchError
+from training.init_from import load_matching_params
 from training.setup import build_state
 
 
@@ -37,10 +34,10 @@ def _flat_params(state):
 
 
 def test_init_from_names_a_workdir_or_a_step_in_it():
-  assert init_from_workdir('runs/bert') == ('runs/bert', None)
-  assert init_from_workdir('runs/bert/') == ('runs/bert', None)
-  assert init_from_workdir('runs/bert/checkpoints/200') == ('runs/bert', 200)
-  assert init_from_workdir('runs/200') == ('runs/200', None)
+  assert layout.checkpoint_step('runs/bert') == ('runs/bert', None)
+  assert layout.checkpoint_step('runs/bert/') == ('runs/bert', None)
+  assert layout.checkpoint_step('runs/bert/checkpoints/200') == ('runs/bert', 200)
+  assert layout.checkpoint_step('runs/200') == ('runs/200', None)
 
 
 def test_loads_exactly_the_matching_names_and_initialises_the_rest(pretrained, tmp_path):

@@ -12,12 +12,12 @@ from test_training import get_config
 
 from data.tokenizers import SPECIAL_TOKENS
 import models
-from reports import run_eval
-from reports.run_eval import evaluate_checkpoint
+from reports.run_eval import Request, evaluate
 import tasks
 from tasks.language import _continuation_length, attention_hits, bert_mask
 import training
-from training.checkpoints import load_matching_params
+from training import restore
+from training.init_from import load_matching_params
 from training.setup import build_state
 
 TINY = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
@@ -82,7 +82,7 @@ def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path, tfds_dir):
   config = _tiny_lm('gpt_mqar', tfds_dir)
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
-  metrics = evaluate_checkpoint(workdir, max_examples=16, num_heatmaps=1)
+  metrics = evaluate(Request(workdir, max_examples=16, num_heatmaps=1))
   assert metrics['examples'] == 16 and 0 <= metrics['accuracy'] <= 1
   assert 0 <= metrics['attention_hit_rate'] <= 1 and 'attention_hit_rate/head1' in metrics
   assert 'bits_per_char' not in metrics  # a word vocabulary: bits per token
@@ -100,7 +100,7 @@ def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(t
   validation = training.train_and_evaluate(config, workdir)
   assert validation['bits_per_char@16'] == pytest.approx(validation['loss@16'] / np.log(2))
   # eval.py --eval_length: rows of other lengths; at the trained length, the same rows as usual.
-  metrics = evaluate_checkpoint(workdir, num_heatmaps=1, eval_lengths=['32', '64'])
+  metrics = evaluate(Request(workdir, num_heatmaps=1, eval_lengths=['32', '64']))
   assert metrics['bits_per_char'] == pytest.approx(metrics['loss'] / np.log(2))
   assert metrics['loss@32'] == pytest.approx(metrics['loss'], rel=1e-6)
   assert metrics['loss@64'] > 0 and 'loss@16' not in metrics
@@ -114,7 +114,7 @@ def test_bert_pretraining_scores_the_masked_tokens(tmp_path, tfds_dir):
   training.train_and_evaluate(config, workdir)
   with open(os.path.join(workdir, 'vocab', 'vocab.json'), encoding='utf-8') as f:
     assert json.load(f)['shared']['vocab'][-1] == '<mask>'
-  metrics = evaluate_checkpoint(workdir, max_examples=8, num_heatmaps=0)
+  metrics = evaluate(Request(workdir, max_examples=8, num_heatmaps=0))
   assert 0 <= metrics['accuracy'] <= 1 and metrics['perplexity'] > 1
   lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
   assert '<mask>' in lines[1] and lines[1].endswith('right')
@@ -144,7 +144,7 @@ def test_eval_lengths_are_refused_past_a_learned_table_and_for_other_tasks(tmp_p
   with pytest.raises(
     ValueError, match="--eval_length applies to language models; this run's task is 'translation'"
   ):
-    run_eval.set_eval_lengths(get_config('default'), ['64'])
+    restore.eval_config(get_config('default'), ['64'])
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from reports import length_buckets
-from reports.run_eval import SAMPLES_JSONL
+from training.layout import SAMPLES_JSONL
 
 
 def _run(root, name, hypotheses):

@@ -12,7 +12,7 @@ from test_training import get_config
 
 from data import algorithmic
 import models
-from reports.run_eval import evaluate_checkpoint
+from reports.run_eval import Request, evaluate
 import tasks
 from tasks.algorithmic import bit_counts
 from tasks.losses import cross_entropy
@@ -92,7 +92,7 @@ def test_memn2n_on_babi_trains_evaluates_and_writes_the_hop_table(tmp_path, tfds
   )
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
-  metrics = evaluate_checkpoint(workdir, max_examples=16, num_heatmaps=1)
+  metrics = evaluate(Request(workdir, max_examples=16, num_heatmaps=1))
   assert metrics['examples'] == 16 and 0 <= metrics['accuracy'] <= 1
   assert all(0 <= metrics[f'support_hit_rate/hop{k}'] <= 1 for k in (1, 2, 3))
   out = os.path.join(workdir, 'eval')
@@ -115,7 +115,7 @@ def test_ntm_copy_trains_evaluates_and_draws(tmp_path):
   )
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
-  metrics = evaluate_checkpoint(workdir, num_heatmaps=1)
+  metrics = evaluate(Request(workdir, num_heatmaps=1))
   assert metrics['examples'] == 16 and 0 <= metrics['bit_error_rate'] <= 1
   assert metrics['predicted_bit_error_rate'] == pytest.approx(metrics['bit_error_rate'])
   lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()

@@ -14,7 +14,8 @@ import pytest
 from reports import run_eval
 import training
 from training.checkpoints import Checkpointer
-from training.selection import BEST_DIR, Best, lower_is_better
+from training.layout import BEST_DIR
+from training.selection import Best, lower_is_better
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 40
@@ -121,24 +122,28 @@ def test_best_is_the_lowest_validation_loss(straight):
 
 def test_eval_reads_the_best_by_default(straight):
   """eval.py's default is the best checkpoint: its validation loss is the best one logged."""
-  metrics = run_eval.evaluate_checkpoint(
-    straight, split='validation', num_heatmaps=0, explorer_examples=0, max_examples=2
+  metrics = run_eval.evaluate(
+    run_eval.Request(
+      straight, split='validation', num_heatmaps=0, explorer_examples=0, max_examples=2
+    )
   )
   assert (
     metrics['checkpoint'] == 'best' and metrics['step'] == _validation(straight)[-1]['best_step']
   )
   np.testing.assert_allclose(metrics['loss'], _validation(straight)[-1]['best_loss'], rtol=1e-5)
-  latest = run_eval.evaluate_checkpoint(
-    straight,
-    checkpoint='latest',
-    split='validation',
-    num_heatmaps=0,
-    explorer_examples=0,
-    max_examples=2,
+  latest = run_eval.evaluate(
+    run_eval.Request(
+      straight,
+      checkpoint='latest',
+      split='validation',
+      num_heatmaps=0,
+      explorer_examples=0,
+      max_examples=2,
+    )
   )
   assert (latest['checkpoint'], latest['step']) == ('latest', STEPS)
   with pytest.raises(ValueError, match="--checkpoint='top' must be 'best', 'latest' or a step"):
-    run_eval.evaluate_checkpoint(straight, checkpoint='top')
+    run_eval.evaluate(run_eval.Request(straight, checkpoint='top'))
 
 
 def test_eval_reads_a_best_without_regular_checkpoints(straight, tmp_path):
@@ -146,13 +151,15 @@ def test_eval_reads_a_best_without_regular_checkpoints(straight, tmp_path):
   it (and says there is nothing to read for --checkpoint=latest)."""
   workdir = str(tmp_path / 'copy')
   shutil.copytree(straight, workdir, ignore=shutil.ignore_patterns('checkpoints', 'eval'))
-  metrics = run_eval.evaluate_checkpoint(
-    workdir, split='validation', num_heatmaps=0, explorer_examples=0, max_examples=2
+  metrics = run_eval.evaluate(
+    run_eval.Request(
+      workdir, split='validation', num_heatmaps=0, explorer_examples=0, max_examples=2
+    )
   )
   assert metrics['checkpoint'] == 'best'
   assert metrics['step'] == _validation(straight)[-1]['best_step']
   with pytest.raises(FileNotFoundError, match='No checkpoint in'):
-    run_eval.evaluate_checkpoint(workdir, checkpoint='latest')
+    run_eval.evaluate(run_eval.Request(workdir, checkpoint='latest'))
 
 
 @pytest.mark.slow

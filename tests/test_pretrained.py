@@ -382,8 +382,9 @@ def test_convert_py_writes_a_workdir_and_refuses_a_used_one_in_one_sentence(tiny
 
 def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tiny, tmp_path):
   from data import language  # pylint: disable=import-outside-toplevel
-  from reports.run_eval import evaluate_checkpoint, load_config  # pylint: disable=import-outside-toplevel
+  from reports.run_eval import Request, evaluate  # pylint: disable=import-outside-toplevel
   import training  # pylint: disable=import-outside-toplevel
+  from training.layout import read_config as load_config  # pylint: disable=import-outside-toplevel
 
   folder, converted = str(tiny[0]), str(tmp_path / 'converted')
   convert(folder, converted)
@@ -398,8 +399,8 @@ def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tin
   assert report['fresh'] == [] and 'mlm_bias' in report['loaded']  # its own MLM head
   text = _text_file(tmp_path / 'text.txt')
   frozen.dataset.update(text_path=text, seq_length=12, eval_batch_size=8)  # eval.py --config...
-  metrics = evaluate_checkpoint(
-    converted, config=frozen, num_heatmaps=1, max_examples=2, ablate_heads=True
+  metrics = evaluate(
+    Request(converted, config=frozen, num_heatmaps=1, max_examples=2, ablate_heads=True)
   )
   assert metrics['step'] == 0 and 0 <= metrics['accuracy'] <= 1
   for name in ('metrics.json', 'explorer.html', 'head_ablation.json', 'attention_heads_0000.png'):
@@ -413,7 +414,7 @@ def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tin
   # Rows of 12 inputs: [CLS] (2), 10 pieces, [SEP] (3); then the unread last target, [PAD] (0).
   assert data.mask_id == 4 and (rows[:, 0] == 2).all() and (rows[:, 11] == 3).all()
   assert (rows[:, 12] == 0).all() and not np.isin(rows[:, 1:11], [0, 1, 2, 3, 4]).any()
-  metrics = evaluate_checkpoint(str(tmp_path / 'mlm'), num_heatmaps=0, max_examples=1)
+  metrics = evaluate(Request(str(tmp_path / 'mlm'), num_heatmaps=0, max_examples=1))
   assert metrics['step'] == 2 and (tmp_path / 'mlm' / 'eval' / 'metrics.json').exists()
 
 

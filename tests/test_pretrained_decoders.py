@@ -161,9 +161,10 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
   base 500,000) and on GPT-2."""
   from benchmarks import decoder_heads
   from configs import pretrained_lm
-  from reports.run_eval import evaluate_checkpoint, load_config
+  from reports.run_eval import Request, evaluate
   import training
   from training import pretrained_workdir
+  from training.layout import read_config as load_config
 
   folder, converted = folders[name], str(tmp_path / 'converted')
   read = pretrained.read(folder)
@@ -177,8 +178,8 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
   if name == 'llama':
     assert frozen.model.num_kv_heads == 2 and frozen.model.rope_base == 500000.0
   frozen.dataset.update(text_path=str(text), seq_length=16, eval_batch_size=8)  # eval --config..
-  metrics = evaluate_checkpoint(
-    converted, config=frozen, num_heatmaps=1, max_examples=2, ablate_heads=True
+  metrics = evaluate(
+    Request(converted, config=frozen, num_heatmaps=1, max_examples=2, ablate_heads=True)
   )
   assert metrics['step'] == 0 and metrics['bits_per_token'] == pytest.approx(
     metrics['loss'] / np.log(2)
@@ -192,7 +193,7 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
     init_from=converted, num_train_steps=2, eval_every_steps=0, num_eval_decode=0, warmup_steps=1
   )
   training.train_and_evaluate(config, str(tmp_path / 'continued'))
-  after = evaluate_checkpoint(str(tmp_path / 'continued'), num_heatmaps=0, max_examples=1)
+  after = evaluate(Request(str(tmp_path / 'continued'), num_heatmaps=0, max_examples=1))
   assert after['step'] == 2 and np.isfinite(after['loss'])
   studied = decoder_heads.main(['--checkpoint', folder, '--out', str(tmp_path / 'heads')])
   assert (tmp_path / 'heads' / 'heads.png').exists()

@@ -22,7 +22,7 @@ from reports import reordering, run_eval
 import tasks
 from tasks.translation import teacher_forced_loss
 import training
-from training import sharding, workdir
+from training import layout, sharding, workdir
 from training.checkpoints import Checkpointer
 from training.config import validate as validate_config
 from training.evaluation import split_metrics
@@ -138,20 +138,20 @@ def test_a_decoder_without_attention_trains_and_evaluates(data_dir, tmp_path):
   config.model.update(embed_dim=8, hidden_dim=8)
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
-  metrics = run_eval.evaluate_checkpoint(workdir, max_examples=2, num_heatmaps=2)
+  metrics = run_eval.evaluate(run_eval.Request(workdir, max_examples=2, num_heatmaps=2))
   assert 'attention_entropy' not in metrics and 0 <= metrics['chrf'] <= 100
   assert metrics['copy_examples'] == 2 and 'signatures' in metrics
   assert not [f for f in os.listdir(os.path.join(workdir, 'eval')) if f.endswith('.png')]
   assert os.path.exists(os.path.join(workdir, 'eval', 'explorer.html'))
   # --output keeps another evaluation (here of one chosen example) beside eval/, untouched.
   before = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'eval', 'metrics.json')).read()
-  one = run_eval.evaluate_checkpoint(workdir, split='test[1:2]', output='eval_one')
+  one = run_eval.evaluate(run_eval.Request(workdir, split='test[1:2]', output='eval_one'))
   assert one['examples'] == 1 and one['split'] == 'test[1:2]'
   with open(os.path.join(workdir, 'eval_one', 'metrics.json')) as f:
     assert json.load(f)['examples'] == 1
   for bad in ('checkpoints', 'eval/../best', 'evaluation'):
     with pytest.raises(ValueError, match=f'--output={bad!r}'):
-      run_eval.evaluate_checkpoint(workdir, output=bad)
+      run_eval.evaluate(run_eval.Request(workdir, output=bad))
   after = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'eval', 'metrics.json')).read()
   assert after[0] == sorted(before[0] + ['eval_one']) and after[1] == before[1]
   # The rule that picks the docs' alignment sentence reads this run's test samples and data.
@@ -322,10 +322,12 @@ def test_eval_without_checkpoint_says_so(data_dir, tmp_path):
 def test_a_config_saved_before_a_training_field_existed_loads_with_its_default(data_dir, tmp_path):
   saved = json.loads(tiny(get_config('default'), data_dir).to_json())
   del saved['attention_penalty']  # a run from before the field existed
+  default_score = saved['model'].pop('score')  # and before this model field
   (tmp_path / 'config.json').write_text(json.dumps(saved))
-  config = run_eval.load_config(str(tmp_path))
+  config = layout.read_config(str(tmp_path))
   validate_config(config)
   assert config.attention_penalty == 0.0
+  assert config.model.score == default_score == models.default_config('transformer').score
 
 
 def _toy_state(width=4):

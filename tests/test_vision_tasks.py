@@ -8,7 +8,7 @@ import numpy as np
 from test_training import get_config
 
 import models
-from reports.run_eval import evaluate_checkpoint
+from reports.run_eval import Request, evaluate
 from tasks.captioning import Captioning, aligned, region_centres
 import training
 
@@ -77,7 +77,7 @@ def test_vit_on_digits_trains_evaluates_and_draws_rollout(tmp_path, tfds_dir):
   )
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
-  metrics = evaluate_checkpoint(workdir, max_examples=20, num_heatmaps=2)
+  metrics = evaluate(Request(workdir, max_examples=20, num_heatmaps=2))
   assert metrics['examples'] == 20 and 0 <= metrics['accuracy'] <= 1 and 'macro_f1' in metrics
   out = os.path.join(workdir, 'eval')
   lines = open(os.path.join(out, 'predictions.txt'), encoding='utf-8').read().splitlines()
@@ -93,7 +93,7 @@ def test_captioner_on_digit_captions_trains_evaluates_and_draws(tmp_path, tfds_d
   config.attention_penalty = 1.0
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
-  metrics = evaluate_checkpoint(workdir, max_examples=16, num_heatmaps=1)
+  metrics = evaluate(Request(workdir, max_examples=16, num_heatmaps=1))
   assert metrics['examples'] == 16 and 0 <= metrics['exact_match'] <= 1
   assert 0 <= metrics['bleu'] <= 100 and metrics['perplexity'] > 1
   out = os.path.join(workdir, 'eval')

@@ -26,9 +26,10 @@ from data.readers import image_folder
 from reports import run_eval
 import tasks
 import training
-from training import failures, loop, metrics
+from training import failures, layout, loop, metrics
 from training import workdir as workdir_lib
-from training.checkpoints import Checkpointer, CheckpointMismatchError, load_matching_params
+from training.checkpoints import Checkpointer, CheckpointMismatchError
+from training.init_from import load_matching_params
 from training.setup import build_state
 
 
@@ -98,7 +99,7 @@ def test_item1_an_accepted_change_keeps_the_previous_config(trained, tmp_path, c
   assert (
     json.load(open(os.path.join(workdir, 'config.json'), encoding='utf-8'))['num_train_steps'] == 5
   )
-  log = open(os.path.join(workdir, workdir_lib.LOG_FILE), encoding='utf-8').read()
+  log = open(os.path.join(workdir, layout.LOG_FILE), encoding='utf-8').read()
   assert 'Resumed from step 4' in log and 'Compiled the train step in' in log
 
 
@@ -114,8 +115,10 @@ def test_item3_eval_and_init_from_skip_a_truncated_newest_checkpoint(trained, tm
   workdir = _copy(trained, tmp_path)
   truncate_checkpoint(workdir, 4)
   with caplog.at_level('WARNING'):
-    metrics = run_eval.evaluate_checkpoint(
-      workdir, checkpoint='latest', split='validation', max_examples=1, num_heatmaps=0
+    metrics = run_eval.evaluate(
+      run_eval.Request(
+        workdir, checkpoint='latest', split='validation', max_examples=1, num_heatmaps=0
+      )
     )
   assert metrics['step'] == 2
   skipped = [r.getMessage() for r in caplog.records if 'Skipping checkpoint 4' in r.getMessage()]
@@ -257,7 +260,7 @@ def test_item5_non_finite_loss_names_the_newest_checkpoint_with_the_traceback_in
     match='at step 5; .*the newest checkpoint is step 4; a rerun resumes from it',
   ):
     training.train_and_evaluate(_changed(trained[1], num_train_steps=8, log_every_steps=1), workdir)
-  log = open(os.path.join(workdir, workdir_lib.LOG_FILE), encoding='utf-8').read()
+  log = open(os.path.join(workdir, layout.LOG_FILE), encoding='utf-8').read()
   assert 'Traceback' in log and 'FloatingPointError: Non-finite loss' in log
 
 
@@ -303,13 +306,13 @@ def test_item6_eval_flags_and_populations(trained, tmp_path):
     (dict(average_last=5), r'--average_last=5, but .* 2 checkpoint\(s\)'),
   ]:
     with pytest.raises(ValueError, match=message):
-      run_eval.evaluate_checkpoint(workdir, **flag)
+      run_eval.evaluate(run_eval.Request(workdir, **flag))
   empty = tmp_path / 'empty'
   empty.mkdir()
   (empty / 'config.json').write_text(open(os.path.join(workdir, 'config.json')).read())
   before = _snapshot(empty)
   with pytest.raises(FileNotFoundError, match='No checkpoint in'):
-    run_eval.evaluate_checkpoint(str(empty))
+    run_eval.evaluate(run_eval.Request(str(empty)))
   assert _snapshot(empty) == before
 
 

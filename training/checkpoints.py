@@ -28,15 +28,15 @@ _REPORTED: set[tuple[str, int]] = set()
 _LEGACY_SUFFIX = '.value'
 
 
-def _flat(state: TrainState) -> dict:
+def flat_state(state: TrainState) -> dict:
   """{'params.encoder...kernel': array, 'opt_state...': array, 'step': array}."""
   tree = dict(step=state.step, params=state.params, opt_state=state.opt_state)
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {jax.tree_util.keystr(path, simple=True, separator='.'): leaf for path, leaf in leaves}
 
 
-def _unflat(flat: dict, like: TrainState) -> TrainState:
-  """The inverse of `_flat`, using `like` (possibly abstract) for the tree structure."""
+def from_flat(flat: dict, like: TrainState) -> TrainState:
+  """The inverse of `flat_state`, using `like` (possibly abstract) for the tree structure."""
   tree = dict(step=like.step, params=like.params, opt_state=like.opt_state)
   paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
   keys = [jax.tree_util.keystr(path, simple=True, separator='.') for path, _ in paths]
@@ -83,7 +83,7 @@ class Checkpointer:
     self._manager.save(
       step,
       args=ocp.args.Composite(
-        state=ocp.args.StandardSave(_flat(state)), meta=ocp.args.JsonSave(meta)
+        state=ocp.args.StandardSave(flat_state(state)), meta=ocp.args.JsonSave(meta)
       ),
       force=True,
     )
@@ -113,7 +113,7 @@ class Checkpointer:
       raise ValueError(
         f'--checkpoint_step={step} is not in {self.directory}; saved steps: {steps}.'
       )
-    wanted = _abstract(_flat(like))
+    wanted = _abstract(flat_state(like))
 
     def read(candidate: int):
       stored = self._check(candidate, wanted)
@@ -127,7 +127,7 @@ class Checkpointer:
       return {key: restored['state'][stored[key]] for key in wanted}, dict(restored['meta'])
 
     _, (arrays, meta) = self.first_readable([step] if step is not None else steps[::-1], read)
-    return _unflat(arrays, like), meta
+    return from_flat(arrays, like), meta
 
   def newest_matching(self, like: TrainState) -> int | None:
     """The step `restore` would start from, checked against `like` from metadata alone (no
@@ -139,7 +139,7 @@ class Checkpointer:
     steps = self.steps()
     if not steps:
       return None
-    wanted = _abstract(_flat(like))
+    wanted = _abstract(flat_state(like))
     return self.first_readable(steps[::-1], lambda step: self._check(step, wanted))[0]
 
   def first_readable(self, candidates: list[int], read):
@@ -268,110 +268,3 @@ def _check_matches(saved: dict[str, tuple[int, ...]], wanted: dict, step: int) -
     raise CheckpointMismatchError(
       f'The checkpoint at step {step} does not match {what}: {"; ".join(problems)}.'
     )
-
-
-def init_from_workdir(init_from: str) -> tuple[str, int | None]:
-  """`(workdir, step or None = newest)` that `config.init_from` names.
-
-  `config.init_from` is a training workdir, or one step of it, `WORKDIR/checkpoints/STEP`.
-  """
-  path = os.path.normpath(init_from)
-  parent, name = os.path.split(path)
-  if name.isdigit() and os.path.basename(parent) == 'checkpoints':
-    return os.path.dirname(parent), int(name)
-  return path, None
-
-
-def check_init_from(like: TrainState, init_from: str) -> int:
-  """The step of `init_from` a fine-tuning run would load, checked from metadata alone by this
-  process alone.
-
-  Args:
-    like: the new run's train state, possibly of jax.ShapeDtypeStruct leaves.
-    init_from: `config.init_from`, see `init_from_workdir`.
-
-  Raises:
-    FileNotFoundError, CheckpointMismatchError, UnreadableCheckpointError: as
-      `load_matching_params`.
-  """
-  return _read_init_from(like, init_from, arrays=False)[0]
-
-
-def load_matching_params(
-  state: TrainState, init_from: str
-) -> tuple[TrainState, list[str], list[str]]:
-  """`state` with the parameters of `init_from`'s checkpoint that match by name and shape.
-
-  The optimizer state and step stay fresh: fine-tuning starts a new run from those weights. A
-  damaged newest checkpoint of a workdir is skipped for the one before it.
-
-  Args:
-    state: a freshly initialised train state.
-    init_from: `config.init_from`, see `init_from_workdir`.
-
-  Returns:
-    `(state, loaded names, initialised names)`: the parameter arrays taken from the checkpoint,
-    and those it does not have (kept as initialised).
-
-  Raises:
-    FileNotFoundError: `init_from` holds no checkpoint (or not that step).
-    CheckpointMismatchError: a parameter of both has different shapes (another model size).
-    UnreadableCheckpointError: no checkpoint of `init_from` can be read.
-  """
-  step, (saved, restored) = _read_init_from(state, init_from, arrays=True)
-  flat = _flat(state)
-  wanted = [key for key in flat if key.startswith('params.')]
-  loaded = sorted(key for key in wanted if key in saved)
-  for key in loaded:
-    flat[key] = jax.device_put(
-      np.asarray(restored[key], flat[key].dtype), getattr(flat[key], 'sharding', None)
-    )
-  initialised = sorted(key for key in wanted if key not in saved)
-  logging.info(
-    'init_from %s step %d: loaded %d parameter arrays: %s; initialised %d: %s',
-    init_from_workdir(init_from)[0],
-    step,
-    len(loaded),
-    loaded,
-    len(initialised),
-    initialised or 'none',
-  )
-  return _unflat(flat, state), loaded, initialised
-
-
-def _read_init_from(like: TrainState, init_from: str, *, arrays: bool):
-  """`(step, (saved shapes, saved arrays or None))` of the checkpoint `init_from` names (the
-  newest readable one of a workdir), its parameters' shapes checked against `like`'s."""
-  workdir, step = init_from_workdir(init_from)
-  checkpointer = Checkpointer(
-    os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False, local=not arrays
-  )
-  wanted = {
-    key: tuple(np.shape(value)) for key, value in _flat(like).items() if key.startswith('params.')
-  }
-
-  def read(candidate: int):
-    saved = checkpointer.shapes(candidate)
-    differ = [
-      f'{key} is {saved[key]} there but {shape} here'
-      for key, shape in wanted.items()
-      if key in saved and saved[key] != shape
-    ]
-    if differ:
-      raise CheckpointMismatchError(
-        f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
-        f'this config.model (another model size?): {"; ".join(differ[:3])}.'
-      )
-    return saved, checkpointer.read_arrays(candidate) if arrays else None
-
-  try:
-    steps = checkpointer.steps()
-    if not steps or (step is not None and step not in steps):
-      raise FileNotFoundError(
-        f'config.init_from={init_from!r} holds no checkpoint'
-        f'{f" at step {step}" if step is not None else ""} (saved steps: {steps or "none"}); '
-        'name a training workdir or WORKDIR/checkpoints/STEP.'
-      )
-    return checkpointer.first_readable([step] if step is not None else steps[::-1], read)
-  finally:
-    checkpointer.close()

@@ -13,17 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import tasks
-from training import evaluation, sharding
+from training import evaluation, layout, sharding
 from training import workdir as workdir_lib
-from training.checkpoints import (
-  Checkpointer,
-  check_init_from,
-  init_from_workdir,
-  load_matching_params,
-)
+from training.checkpoints import Checkpointer
 from training.config import validate
+from training.init_from import check_init_from, load_matching_params
 from training.metrics import MetricsWriter, Progress
-from training.selection import BEST_DIR, Best, metric_for
+from training.selection import Best, metric_for
 from training.setup import abstract_state, build_state
 from training.steps import parameter_count, train_step
 
@@ -84,8 +80,8 @@ def _accept(config, workdir: str, log: workdir_lib.Log):
   if jax.process_index() == 0:
     sources = [workdir]
     if config.init_from:
-      source = init_from_workdir(config.init_from)[0]
-      if not os.path.isdir(os.path.join(source, 'checkpoints')):
+      source = layout.checkpoint_step(config.init_from)[0]
+      if not os.path.isdir(layout.checkpoints_dir(source)):
         raise FileNotFoundError(
           f'config.init_from={config.init_from!r} is not a training workdir '
           '(it has no checkpoints/); train the model to start from first.'
@@ -95,7 +91,7 @@ def _accept(config, workdir: str, log: workdir_lib.Log):
       task = tasks.build(config, staged)
       like = abstract_state(config, task)
       reader = Checkpointer(
-        os.path.join(workdir, 'checkpoints'), max_to_keep=None, create=False, local=True
+        layout.checkpoints_dir(workdir), max_to_keep=None, create=False, local=True
       )
       try:
         step = reader.newest_matching(like)
@@ -105,7 +101,7 @@ def _accept(config, workdir: str, log: workdir_lib.Log):
         check_init_from(like, config.init_from)
       workdir_lib.record_config(workdir, config, step or 0)
       workdir_lib.commit_vocab(staged, workdir)
-    log.to_file(os.path.join(workdir, workdir_lib.LOG_FILE))
+    log.to_file(os.path.join(workdir, layout.LOG_FILE))
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices('attend: data and vocabularies prepared')
   return task if task is not None else tasks.build(config, workdir)
@@ -115,13 +111,11 @@ def _train(config, workdir: str, task) -> dict:
   """The training loop of an accepted run: restore or initialise, train, checkpoint, evaluate."""
   mesh = sharding.make_mesh(config.mesh)
   state = build_state(config, task, mesh)
-  checkpointer = Checkpointer(
-    os.path.join(workdir, 'checkpoints'), max_to_keep=config.keep_checkpoints
-  )
+  checkpointer = Checkpointer(layout.checkpoints_dir(workdir), max_to_keep=config.keep_checkpoints)
   batches = task.batches(
     config.dataset.train_split, batch_size=config.dataset.batch_size, shuffle=True, seed=config.seed
   )
-  best_checkpointer = Checkpointer(os.path.join(workdir, BEST_DIR), max_to_keep=1)
+  best_checkpointer = Checkpointer(layout.best_dir(workdir), max_to_keep=1)
   best = Best(metric_for(config, task))
   restored = checkpointer.restore(state)
   if restored:

@@ -10,6 +10,8 @@ import time
 from absl import logging
 import jax
 
+from training import layout
+
 
 def _import_tensorboardx():
   """tensorboardX, kept from importing torch: where torch is installed (the test and bench extras
@@ -37,8 +39,8 @@ class MetricsWriter:
   def __init__(self, workdir: str):
     self._enabled = jax.process_index() == 0
     if self._enabled:
-      self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
-      self._tensorboard = tensorboardX.SummaryWriter(os.path.join(workdir, 'tensorboard'))
+      self._jsonl = open(os.path.join(workdir, layout.METRICS_FILE), 'a', encoding='utf-8')
+      self._tensorboard = tensorboardX.SummaryWriter(os.path.join(workdir, layout.TENSORBOARD_DIR))
 
   def write(self, step: int, split: str, values: dict) -> None:
     if not self._enabled:

@@ -13,7 +13,6 @@ metadata, so a resumed run keeps it, and its parameters are saved in WORKDIR/bes
 import dataclasses
 import math
 
-BEST_DIR = 'best'  # WORKDIR/best/STEP: the best checkpoint, beside WORKDIR/checkpoints/
 _LOWER_IS_BETTER = ('loss', 'perplexity', 'bits_per_char', 'bits', 'error')
 
 

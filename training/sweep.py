@@ -26,6 +26,7 @@ import ml_collections
 from ml_collections.config_flags import config_path, tuple_parser
 
 import tasks
+from training import layout
 from training.config import validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,7 +168,7 @@ def prepare_data(config: ml_collections.ConfigDict, runs: Sequence[Run]) -> None
 
 def is_finished(workdir: str, num_train_steps: int) -> bool:
   """True once the run saved its final checkpoint (Orbax renames a step's folder when complete)."""
-  return os.path.isdir(os.path.join(workdir, 'checkpoints', str(num_train_steps)))
+  return layout.has_step(workdir, num_train_steps)
 
 
 def train_command(config_file: str, overrides: dict[str, Any], workdir: str) -> list[str]:
@@ -218,7 +219,7 @@ def run_sweep(
         continue
       os.makedirs(workdir, exist_ok=True)
       command = train_command(config_file, {**base_overrides, **run.overrides}, workdir)
-      log = open(os.path.join(workdir, 'train.log'), 'a', encoding='utf-8')
+      log = open(os.path.join(workdir, layout.LOG_FILE), 'a', encoding='utf-8')
       log.write(' '.join(command) + '\n')
       log.flush()
       logging.info('%s: training (log: %s).', label, log.name)

@@ -22,13 +22,8 @@ import traceback
 
 from absl import logging
 
-from tasks import VOCAB_DIR
 from training.config_fields import flatten
-
-LOCK_FILE = 'train.lock'
-LOG_FILE = 'train.log'
-CONFIG_FILE = 'config.json'
-HISTORY_DIR = 'config_history'  # config.STEP.json: the config a run used up to that step
+from training.layout import CONFIG_FILE, HISTORY_DIR, LOCK_FILE, VOCAB_DIR
 
 
 class WorkdirBusyError(RuntimeError):

@@ -1,0 +1,113 @@
+"""What is in a workdir: every folder and file name a run keeps there, once, and its config read
+back with the fields added since it was written.
+
+  WORKDIR/
+    config.json             the config the run trains with (`CONFIG_FILE`)
+    config_history/         config.STEP.json: the config used up to STEP, when a rerun changed it
+    checkpoints/STEP/       Orbax checkpoints of the train state (`CHECKPOINTS_DIR`)
+    best/STEP/              the best checkpoint on validation (`BEST_DIR`, training.selection)
+    vocab/                  the task's tokenizers, built by the task (`VOCAB_DIR`, tasks.base)
+    metrics.jsonl           one JSON object per logged step and validation (`METRICS_FILE`)
+    tensorboard/            the same metrics as TensorBoard events
+    train.log, train.lock   the run's log; the lock held by the live train.py
+    pretrained.json         convert.py's workdirs: what was loaded from the checkpoint
+    eval/                   eval.py's outputs (`EVAL_DIR`): metrics.json, config.json (the config
+                            evaluated), samples.jsonl, the task's samples file, eval.log,
+                            pictures, explorer.html; eval_NAME/ keeps another beside it
+
+Which checkpoint a command reads, and how, is training/restore.py's.
+"""
+
+import json
+import os
+import re
+
+from absl import logging
+import ml_collections
+
+import models
+from tasks import VOCAB_DIR
+from training.config import add_missing_fields
+
+CONFIG_FILE = 'config.json'
+HISTORY_DIR = 'config_history'
+CHECKPOINTS_DIR = 'checkpoints'
+BEST_DIR = 'best'
+METRICS_FILE = 'metrics.jsonl'
+TENSORBOARD_DIR = 'tensorboard'
+LOG_FILE = 'train.log'
+LOCK_FILE = 'train.lock'
+PRETRAINED_FILE = 'pretrained.json'
+EVAL_DIR = 'eval'  # --output=eval_NAME keeps another evaluation beside it
+EVAL_METRICS_FILE = 'metrics.json'  # in eval/, with the config evaluated as CONFIG_FILE
+EVAL_LOG_FILE = 'eval.log'  # in eval/, the only log eval.py writes
+SAMPLES_JSONL = 'samples.jsonl'  # in eval/: every predicted example's fields, one object a line
+
+
+def checkpoints_dir(workdir: str) -> str:
+  return os.path.join(workdir, CHECKPOINTS_DIR)
+
+
+def best_dir(workdir: str) -> str:
+  return os.path.join(workdir, BEST_DIR)
+
+
+def vocab_dir(workdir: str) -> str:
+  return os.path.join(workdir, VOCAB_DIR)
+
+
+def checkpoint_step(path: str) -> tuple[str, int | None]:
+  """`(workdir, step)` of a path `WORKDIR/checkpoints/STEP`; `(path, None)` for anything else."""
+  path = os.path.normpath(path)
+  parent, name = os.path.split(path)
+  if name.isdigit() and os.path.basename(parent) == CHECKPOINTS_DIR:
+    return os.path.dirname(parent), int(name)
+  return path, None
+
+
+def has_step(workdir: str, step: int) -> bool:
+  """Whether checkpoint `step` is complete (Orbax renames a step's folder when it is)."""
+  return os.path.isdir(os.path.join(checkpoints_dir(workdir), str(step)))
+
+
+def check_eval_output(name: str) -> None:
+  """Raises ValueError unless `name` is `EVAL_DIR` or `EVAL_DIR` + '_NAME' (eval.py --output)."""
+  if not re.fullmatch(rf'{EVAL_DIR}(_[\w.-]+)?', name):
+    raise ValueError(
+      f"--output={name!r} must be '{EVAL_DIR}' or '{EVAL_DIR}_NAME' (letters, digits, '_.-'): "
+      'a folder of the workdir beside its checkpoints, which it never replaces.'
+    )
+
+
+def eval_file(workdir: str, name: str, output: str = EVAL_DIR) -> str:
+  """WORKDIR/OUTPUT/NAME: a file of an evaluation (eval/ unless `output` names another)."""
+  return os.path.join(workdir, output, name)
+
+
+def read_config(workdir: str, output: str = '') -> ml_collections.ConfigDict:
+  """The config a run in `workdir` was trained with (its config.json), or with `output` the one
+  an evaluation of it used (WORKDIR/OUTPUT/config.json), with the fields added since it was
+  written at their defaults.
+
+  A new field's default is what the code did before the field existed, so a run without it ran
+  as its default: eval.py rebuilds it so, and a study whose runs straddle the field's addition
+  does not differ in it.
+
+  Raises:
+    FileNotFoundError: there is no such config.json.
+  """
+  path = os.path.join(workdir, output, CONFIG_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{path} does not exist; is --workdir={workdir} a training workdir?')
+  with open(path, encoding='utf-8') as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  added = add_missing_fields(config)
+  name = config.get('model', {}).get('name')
+  if name in models.MODELS:
+    for field, default in models.default_config(name).items():
+      if field not in config.model:
+        config.model[field] = default
+        added.append(f'model.{field}')
+  if added:
+    logging.info('%s predates the field(s) %s; using their defaults.', path, added)
+  return config
