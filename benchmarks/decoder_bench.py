@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import bandwidth, timing
+from benchmarks import bandwidth, machine, timing
 from models import decoding, pretrained
 from models.pretrained_decoders import load_decoder
 
@@ -127,7 +127,7 @@ def measure(reference, model, args) -> dict:
   and how far apart the two sides' logits and greedy tokens are."""
   import torch  # pylint: disable=import-outside-toplevel
 
-  torch.set_num_threads(os.cpu_count())
+  machine.torch_on_every_core()
   rng = np.random.default_rng(0)
   ids = rng.integers(0, reference.config.vocab_size, (args.batch, args.tokens))
   prompt = ids[:, : args.prompt]
@@ -271,14 +271,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
       f'{args.model_type} {size}': lambda size=size: random_pair(args.model_type, size)
       for size in sizes
     }
-  rows = []
+  facts, rows = machine.facts(), []
   for name, pair in pairs.items():
     row = dict(model=name, **measure(*pair(), args))
     row.update(
       bound_fields(row, read_gbps, args.batch, args.new_tokens),
       **{key: getattr(args, key) for key in ('batch', 'tokens', 'prompt', 'new_tokens')},
-      device=jax.devices()[0].device_kind,
-      allocator='mimalloc' if allocator.active() else 'system',
+      device=facts['device'],
+      allocator=facts['allocator'],
     )
     rows.append(row)
   print(table(rows))

@@ -6,9 +6,8 @@ configs/default.py): token embeddings of standard deviation `1/sqrt(D)` scaled b
 interleaved sin/cos positions, dropout on the embedding sums and on every sublayer output,
 `LayerNorm(x + Dropout(sublayer(x)))`, a causal-only decoder self-attention, a source-padding mask
 on the encoder self-attention and the cross-attention, and a tied output projection. Only the
-attention comes from flax (`nn.MultiHeadDotProductAttention`); the train step is the usual
-Linen + optax one: AdamW with global-norm clipping, label-smoothed cross-entropy over the non-pad
-tokens, and the metrics wmt's step reports (loss, accuracy, token count).
+attention comes from flax (`nn.MultiHeadDotProductAttention`); its train step is in
+`benchmarks/linen_peer_train.py`.
 
 Decoding is wmt's too: with `cached=True` the decoder's self-attention keeps its keys and values in
 Linen's `'cache'` collection (`nn.MultiHeadDotProductAttention(decode=True)`: `[B, L, N, H]`
@@ -24,16 +23,19 @@ transposes of its result into the layout the attention contracts.
 Shapes: source ids `[B, S]`, decoder input ids `[B, T]`, logits `[B, T, V_out]`; id 0 = padding.
 """
 
+import functools
 from typing import Any, Callable
 
+from flax import nnx
 import flax.linen as nn
-from flax.training import train_state
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
+from benchmarks.peers import peer_model_config
 from data.tokenizers import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
+from models import decoding
+import models.transformer
 
 _EPS = 1e-6
 _GLOROT = nn.initializers.xavier_uniform()  # Attend's `models.layers.dense` initialiser
@@ -292,82 +294,45 @@ def params_from_attend(attend: dict, num_heads: int) -> dict:
   return params
 
 
-def shift_right(targets):
-  """`[BOS, y_1, ..., y_{T-1}]` from `targets [B, T]`."""
-  return jnp.pad(targets, ((0, 0), (1, 0)), constant_values=BOS_ID)[:, :-1]
-
-
-def cross_entropy_loss(logits, targets, label_smoothing: float = 0.0):
-  """Mean label-smoothed cross-entropy over the non-pad tokens, wmt's weighted loss.
-
-  The smoothed targets put `1 - label_smoothing` on the label and spread the rest over the
-  other `V - 1` tokens; the loss of a perfect prediction (their entropy) is subtracted.
-
-  Args:
-    logits: float `[B, T, V]`.
-    targets: int `[B, T]`, 0 = padding.
-    label_smoothing: mass moved off the label.
-
-  Returns:
-    float32 scalar.
-  """
-  vocab = logits.shape[-1]
-  confidence = 1.0 - label_smoothing
-  low = label_smoothing / (vocab - 1)
-  floor = -(confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low + 1e-20))
-  soft = jnp.where(jax.nn.one_hot(targets, vocab) > 0, confidence, low)  # [B, T, V]
-  per_token = optax.softmax_cross_entropy(logits.astype(jnp.float32), soft) - floor  # [B, T]
-  weights = (targets != PAD_ID).astype(jnp.float32)
-  return jnp.sum(per_token * weights) / jnp.maximum(weights.sum(), 1.0)
-
-
-def make_optimizer(
-  learning_rate: Callable[[Any], Any],
-  *,
-  b1: float,
-  b2: float,
-  eps: float,
-  weight_decay: float,
-  grad_clip: float,
-) -> optax.GradientTransformation:
-  """AdamW on the schedule `learning_rate(count)`, after global-norm clipping when > 0."""
-  adamw = optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
-  return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip > 0 else adamw
-
-
-def create_state(
-  model: Transformer, batch: dict, tx: optax.GradientTransformation, seed: int = 0
-) -> train_state.TrainState:
-  """Initialises the parameters on `batch`'s shapes and wraps them with `tx`."""
-
-  def init():
-    variables = model.init(jax.random.key(seed), batch['inputs'], shift_right(batch['targets']))
-    return train_state.TrainState.create(apply_fn=model.apply, params=variables['params'], tx=tx)
-
-  return jax.jit(init)()
-
-
-def train_step(
-  state: train_state.TrainState,
-  batch: dict,
-  dropout_key: jax.Array,
-  *,
-  label_smoothing: float = 0.0,
-):
-  """One update; the dropout key is folded with the step inside the step, as in wmt."""
-  inputs, targets = batch['inputs'], batch['targets']
-  rng = jax.random.fold_in(dropout_key, state.step)
-
-  def loss_fn(params):
-    logits = state.apply_fn(
-      {'params': params}, inputs, shift_right(targets), deterministic=False, rngs={'dropout': rng}
-    )
-    return cross_entropy_loss(logits, targets, label_smoothing), logits
-
-  (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  state = state.apply_gradients(grads=grads)
-  weights = targets != PAD_ID
-  correct = (jnp.argmax(logits, -1) == targets) & weights
-  return state, dict(
-    loss=loss, accuracy=correct.sum() / jnp.maximum(weights.sum(), 1), tokens=weights.sum()
+def greedy_search(
+  model: Transformer, params: Any, inputs: jax.Array, *, max_length: int, eos_id: int
+) -> jax.Array:
+  """Greedy search with this peer's KV cache (a `cached=True` model), run by Attend's
+  `models.decoding.greedy_search`; ids int32 [B, max_length]. Jit it whole."""
+  tokens_to_logits, cache = decoder_callback(model, params, inputs, max_length)
+  return decoding.greedy_search(
+    tokens_to_logits,
+    cache,
+    batch_size=inputs.shape[0],
+    max_length=max_length,
+    bos_id=BOS_ID,
+    eos_id=eos_id,
+    pad_id=PAD_ID,
   )
+
+
+def greedy_runner(
+  model_config: Any,
+  vocabs: dict[str, int],
+  attend: nnx.Module,
+  inputs: jax.Array,
+  *,
+  max_length: int,
+  eos_id: int,
+) -> Callable[[], jax.Array] | None:
+  """This peer's cached greedy search over `inputs` with the weights of Attend's model `attend`
+  (built from `model_config` at `vocabs`), jitted; None where the peer cannot mirror `attend`
+  (not a Transformer, or settings it does not implement)."""
+  if not isinstance(attend, models.transformer.Transformer):
+    return None
+  size = dict(input_vocab=vocabs['input_vocab_size'], output_vocab=vocabs['output_vocab_size'])
+  try:
+    peer_config = peer_model_config(model_config, size)
+  except ValueError:
+    return None
+  peer = Transformer(peer_config, cached=True, max_length=max_length)
+  params = params_from_attend(
+    nnx.to_pure_dict(nnx.state(attend, nnx.Param)), model_config.num_heads
+  )
+  run = jax.jit(functools.partial(greedy_search, peer, max_length=max_length, eos_id=eos_id))
+  return functools.partial(run, params, inputs)

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import timing
+from benchmarks import machine, timing
 from models import pretrained
 
 
@@ -60,7 +60,7 @@ def measure(args) -> dict:
   """The row of the table: median seconds per forward of each, their ratio, the difference."""
   import torch  # pylint: disable=import-outside-toplevel
 
-  torch.set_num_threads(os.cpu_count())
+  machine.torch_on_every_core()
   checkpoint = pretrained.read(args.checkpoint)
   model, _ = pretrained.load_model(checkpoint)
   reference = torch_reference(args.checkpoint)
@@ -121,9 +121,8 @@ def main() -> None:
   parser.add_argument('--json', default='')
   args = parser.parse_args()
   row = measure(args)
-  row.update(
-    device=jax.devices()[0].device_kind, allocator='mimalloc' if allocator.active() else 'system'
-  )
+  facts = machine.facts()
+  row.update(device=facts['device'], allocator=facts['allocator'])
   print('  '.join(f'{key}={_shown(value)}' for key, value in row.items()))
   if args.json:
     with open(args.json, 'w') as f:

@@ -17,11 +17,15 @@ Attend has neither with configs/default.py.
 import math
 from typing import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 from torch import nn
 
+from benchmarks.peers import peer_model_config
 from data.tokenizers import BOS_ID, PAD_ID  # the special ids of Attend's tokenizers
+from training.optim import learning_rate_schedule
 
 
 def sinusoidal_table(length: int, features: int) -> torch.Tensor:
@@ -172,3 +176,36 @@ def make_trainer(
       torch.cuda.synchronize()
 
   return run
+
+
+def from_config(config, size: dict, batch: dict, total_steps: int, compile_model: bool = False):
+  """`(parameter count, run)`: the peer of `config`'s Transformer at `size`'s vocabularies and
+  `make_trainer`'s `run` with `config`'s optimizer, schedule and label smoothing.
+
+  Args:
+    config: an Attend experiment config (`config.model` a post-norm Transformer).
+    size: the vocabulary sizes, `{'input_vocab': ..., 'output_vocab': ...}`.
+    batch: the batch every step trains on.
+    total_steps: the updates the run will make, for which Attend's schedule is evaluated.
+    compile_model: wrap the model's forward in `torch.compile`.
+  """
+  torch.manual_seed(config.seed)
+  peer_config = peer_model_config(config.model, size)
+  peer_config.pop('attention_dropout_rate')  # this peer always removes attention dropout
+  device = 'cuda' if torch.cuda.is_available() else 'cpu'
+  model = TorchTransformer(**peer_config).to(device)
+  # Attend's schedule evaluated once for every update the run makes (update k uses step k + 1).
+  rates = np.asarray(jax.vmap(learning_rate_schedule(config))(jnp.arange(1, total_steps + 2)))
+  run = make_trainer(
+    model,
+    batch,
+    learning_rate=lambda count: float(rates[min(count, len(rates) - 1)]),
+    b1=config.beta1,
+    b2=config.beta2,
+    eps=config.eps,
+    weight_decay=config.weight_decay,
+    grad_clip=config.grad_clip,
+    label_smoothing=config.label_smoothing,
+    compile_model=compile_model,
+  )
+  return param_count(model), run

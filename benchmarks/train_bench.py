@@ -15,8 +15,8 @@ positions per row):
   `training.loop.jit_train_step` with the config's label smoothing and dtype and the state
   donated, called as the loop calls it (the run's one dropout key, which the step folds with its
   step number).
-- `linen`: `benchmarks/linen_peer.py`, the same model in flax.linen blocks, optax AdamW with the
-  same betas, epsilon, clipping and schedule, the same label-smoothed loss, a jitted step.
+- `linen`: `benchmarks/linen_peer_train.py`, the same model in flax.linen blocks, optax AdamW
+  with the same betas, epsilon, clipping and schedule, the same label-smoothed loss, a jitted step.
 - `torch`: `benchmarks/torch_peer.py`, `torch.nn.Transformer` in eager mode (`--torch_compile`
   compiles the model), `torch.optim.AdamW`, always float32; skipped when torch is not installed.
 - `seq2seq`: Attend's train step on the model of configs/seq2seq_bahdanau.py; no peer.
@@ -50,16 +50,12 @@ if __name__ == '__main__':
 import argparse
 import functools
 import json
-import os
-import platform
 import types
 
-import flax
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import linen_peer, timing
+from benchmarks import linen_peer_train, machine, peers, timing
 from benchmarks.attention_bench import matmul_peak_gflops
 from configs import default, seq2seq_bahdanau, transformer_base
 from data.tokenizers import BOS_ID, PAD_ID
@@ -67,7 +63,6 @@ import models
 from tasks.translation import teacher_forced_loss
 from training import sharding
 from training.loop import jit_train_step
-from training.optim import learning_rate_schedule
 from training.setup import build_state
 from training.steps import parameter_count
 
@@ -100,8 +95,6 @@ ROW_NAMES = {
   'torch': 'torch.nn.Transformer',
   'seq2seq': 'Attend Seq2Seq (Bahdanau)',
 }
-# nn.Transformer's final encoder and decoder LayerNorms: a scale and a bias of d_model each.
-TORCH_EXTRA_PARAMS_PER_D = 4
 
 
 def synthetic_batch(size: dict, seed: int = 0) -> dict[str, np.ndarray]:
@@ -150,30 +143,6 @@ def train_flops(model_config, size: dict) -> float:
   return 3.0 * size['batch'] * (2 * weights + scores)
 
 
-def peer_model_config(model_config, size: dict) -> dict:
-  """Attend's `config.model` as the fields the peers take; refuses settings they cannot mirror."""
-  mirrored = dict(norm='post', score='scaled_dot', activation='relu', positions='sinusoidal')
-  for field, value in mirrored.items():
-    if model_config.get(field, value) != value:
-      raise ValueError(
-        f'config.model.{field} must be {value!r} for the peers; got {model_config.get(field)!r}.'
-      )
-  layers = model_config.num_layers
-  return dict(
-    input_vocab_size=size['input_vocab'],
-    output_vocab_size=size['output_vocab'],
-    num_encoder_layers=model_config.get('num_encoder_layers') or layers,
-    num_decoder_layers=model_config.get('num_decoder_layers') or layers,
-    d_model=model_config.d_model,
-    num_heads=model_config.num_heads,
-    d_ff=model_config.d_ff,
-    dropout_rate=model_config.dropout_rate,
-    attention_dropout_rate=model_config.get('attention_dropout_rate', 0.0),
-    share_embeddings=model_config.share_embeddings,
-    tie_output=model_config.tie_output,
-  )
-
-
 def _jax_runner(step_fn, state, batch, dropout_key):
   """`run(n)`: n steps of `step_fn` threading the (donated) state, then waits for the device.
 
@@ -217,26 +186,8 @@ def attend_runner(config, size: dict, batch: dict):
 
 def linen_runner(config, size: dict, batch: dict):
   """(parameter count, run) for the flax.linen peer, placed on the devices as Attend is."""
-  model = linen_peer.Transformer(
-    peer_model_config(config.model, size), dtype=jnp.dtype(config.dtype)
-  )
-  schedule = learning_rate_schedule(config)
-  tx = linen_peer.make_optimizer(
-    lambda count: schedule(count + 1),
-    b1=config.beta1,
-    b2=config.beta2,
-    eps=config.eps,
-    weight_decay=config.weight_decay,
-    grad_clip=config.grad_clip,
-  )
-  mesh = sharding.make_mesh()
-  state = sharding.replicate(linen_peer.create_state(model, batch, tx, config.seed), mesh)
-  params = parameter_count(state.params)
-  step_fn = jax.jit(
-    functools.partial(linen_peer.train_step, label_smoothing=config.label_smoothing),
-    donate_argnums=0,
-  )
-  return params, _jax_runner(
+  state, step_fn, mesh = linen_peer_train.from_config(config, size, batch)
+  return parameter_count(state.params), _jax_runner(
     step_fn,
     state,
     sharding.shard_batch(batch, mesh),
@@ -247,32 +198,10 @@ def linen_runner(config, size: dict, batch: dict):
 def torch_runner(config, size: dict, batch: dict, total_steps: int, compile_model: bool):
   """(parameter count, run) for `torch.nn.Transformer`, or None when torch is not installed."""
   try:
-    import torch
-
-    from benchmarks import torch_peer
+    from benchmarks import torch_peer  # pylint: disable=import-outside-toplevel
   except ImportError:
     return None
-  torch.set_num_threads(os.cpu_count())
-  torch.manual_seed(config.seed)
-  peer_config = peer_model_config(config.model, size)
-  peer_config.pop('attention_dropout_rate')  # torch_peer always removes attention dropout
-  device = 'cuda' if torch.cuda.is_available() else 'cpu'
-  model = torch_peer.TorchTransformer(**peer_config).to(device)
-  # Attend's schedule evaluated once for every update the run makes (update k uses step k + 1).
-  rates = np.asarray(jax.vmap(learning_rate_schedule(config))(jnp.arange(1, total_steps + 2)))
-  run = torch_peer.make_trainer(
-    model,
-    batch,
-    learning_rate=lambda count: float(rates[min(count, len(rates) - 1)]),
-    b1=config.beta1,
-    b2=config.beta2,
-    eps=config.eps,
-    weight_decay=config.weight_decay,
-    grad_clip=config.grad_clip,
-    label_smoothing=config.label_smoothing,
-    compile_model=compile_model,
-  )
-  return torch_peer.param_count(model), run
+  return torch_peer.from_config(config, size, batch, total_steps, compile_model)
 
 
 def time_steps(runs: dict, steps: int, repeats: int, calls: int) -> timing.Timing:
@@ -282,45 +211,6 @@ def time_steps(runs: dict, steps: int, repeats: int, calls: int) -> timing.Timin
   return timing.compare(
     {name: functools.partial(run, steps) for name, run in runs.items()}, turns=repeats, calls=calls
   )
-
-
-def check_param_counts(params: dict[str, int], d_model: int) -> None:
-  """Raises RuntimeError unless the peers present in `params` have Attend's parameter count."""
-  expected = {
-    'linen': params['attend'],
-    'torch': params['attend'] + TORCH_EXTRA_PARAMS_PER_D * d_model,
-  }
-  for name, count in expected.items():
-    if name in params and params[name] != count:
-      raise RuntimeError(
-        f'{name} has {params[name]:,} parameters, expected {count:,} '
-        f'(Attend has {params["attend"]:,}): the models differ.'
-      )
-
-
-def machine_facts(dtype: str) -> dict:
-  """What the figures depend on: CPUs, library versions, backend and devices."""
-  facts = dict(
-    cpus=os.cpu_count(),
-    python=platform.python_version(),
-    jax=jax.__version__,
-    flax=flax.__version__,
-    backend=jax.default_backend(),
-    devices=[str(d) for d in jax.devices()],
-    dtype=dtype,
-    torch=None,
-  )
-  try:
-    import torch
-
-    facts.update(
-      torch=torch.__version__,
-      torch_threads=os.cpu_count(),
-      torch_device='cuda' if torch.cuda.is_available() else 'cpu',
-    )
-  except ImportError:
-    pass
-  return facts
 
 
 def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
@@ -356,7 +246,7 @@ def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
   times = time_steps(runs, args.steps, args.repeats, args.calls)
   speed = {name: times.seconds(name) / args.steps for name in runs}
   if 'attend' in params:
-    check_param_counts(params, m.d_model)
+    peers.check_param_counts(params, m.d_model)
   shown = ' | '.join(f'{n} {c:,}' for n, c in params.items())
   extra = (
     '; torch = Attend + its final encoder/decoder LayerNorms (4 * d_model)'
@@ -445,7 +335,8 @@ def main(argv: list[str] | None = None) -> dict:
   args = parse_args(argv)
   if not args.peak_tflops:
     args.peak_tflops = matmul_peak_gflops(args.dtype) / 1e3
-  facts = machine_facts(args.dtype)
+  machine.torch_on_every_core()
+  facts = machine.facts(args.dtype)
   facts['peak_tflops'] = args.peak_tflops
   torch_facts = (
     f'torch {facts["torch"]} ({facts["torch_threads"]} threads, {facts["torch_device"]}, float32)'

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import linen_peer, train_bench
+from benchmarks import linen_peer, linen_peer_train, peers, train_bench
 import models
 from tasks.losses import cross_entropy
 from tasks.translation import shift_right
@@ -64,12 +64,12 @@ def test_torch_peer_parameter_count_and_logits_shape():
   from benchmarks import torch_peer  # needs torch
 
   size = train_bench.SIZES['default']
-  peer_config = train_bench.peer_model_config(train_bench.experiment_config('default').model, size)
+  peer_config = peers.peer_model_config(train_bench.experiment_config('default').model, size)
   del peer_config['attention_dropout_rate']
   model = torch_peer.TorchTransformer(**peer_config)
   # Attend's count plus nn.Transformer's final encoder and decoder LayerNorms (2 * 2 * 128).
   assert torch_peer.param_count(model) == DEFAULT_PARAMS + 4 * 128
-  train_bench.check_param_counts(
+  peers.check_param_counts(
     {'attend': DEFAULT_PARAMS, 'torch': torch_peer.param_count(model)}, d_model=128
   )
   batch = {
@@ -81,11 +81,11 @@ def test_torch_peer_parameter_count_and_logits_shape():
 
 
 def test_check_param_counts_rejects_a_different_model():
-  train_bench.check_param_counts({'attend': 100, 'linen': 100, 'torch': 100 + 4 * 8}, d_model=8)
+  peers.check_param_counts({'attend': 100, 'linen': 100, 'torch': 100 + 4 * 8}, d_model=8)
   with pytest.raises(RuntimeError, match='linen has 101'):
-    train_bench.check_param_counts({'attend': 100, 'linen': 101}, d_model=8)
+    peers.check_param_counts({'attend': 100, 'linen': 101}, d_model=8)
   with pytest.raises(RuntimeError, match='torch has 100'):
-    train_bench.check_param_counts({'attend': 100, 'torch': 100}, d_model=8)
+    peers.check_param_counts({'attend': 100, 'torch': 100}, d_model=8)
 
 
 def test_synthetic_batch_is_right_padded_with_ids_from_4():
@@ -103,9 +103,9 @@ def test_synthetic_batch_is_right_padded_with_ids_from_4():
 def test_linen_forward_has_logits_shape():
   size = train_bench.SIZES['default']
   config = train_bench.experiment_config('default')
-  model = linen_peer.Transformer(train_bench.peer_model_config(config.model, size))
+  model = linen_peer.Transformer(peers.peer_model_config(config.model, size))
   batch = {k: v[:2] for k, v in train_bench.synthetic_batch(size).items()}
-  decoder_inputs = linen_peer.shift_right(batch['targets'])
+  decoder_inputs = linen_peer_train.shift_right(batch['targets'])
   variables = jax.jit(model.init)(jax.random.key(0), batch['inputs'], decoder_inputs)
   logits = jax.jit(model.apply)(variables, batch['inputs'], decoder_inputs)
   assert logits.shape == (2, 32, 64) and logits.dtype == jnp.float32
@@ -122,7 +122,7 @@ def test_linen_peer_computes_attends_function():
     pad_id=0,
     rngs=nnx.Rngs(0),
   )
-  peer = linen_peer.Transformer(train_bench.peer_model_config(config.model, size))
+  peer = linen_peer.Transformer(peers.peer_model_config(config.model, size))
   batch = {k: v[:4] for k, v in train_bench.synthetic_batch(size).items()}
   params = linen_peer.params_from_attend(
     nnx.to_pure_dict(nnx.state(attend, nnx.Param)), config.model.num_heads
@@ -140,8 +140,10 @@ def test_linen_loss_by_hand():
   # -(0.9 ln 0.9 + 0.1 ln(0.1/3)) = 0.0948245 + 0.3401197, comes off: 0.9513502.
   logits = jnp.zeros((1, 3, 4))
   targets = jnp.array([[2, 3, 0]])  # the padded position must not count
-  assert float(linen_peer.cross_entropy_loss(logits, targets)) == pytest.approx(np.log(4), 1e-6)
-  assert float(linen_peer.cross_entropy_loss(logits, targets, 0.1)) == pytest.approx(
+  assert float(linen_peer_train.cross_entropy_loss(logits, targets)) == pytest.approx(
+    np.log(4), 1e-6
+  )
+  assert float(linen_peer_train.cross_entropy_loss(logits, targets, 0.1)) == pytest.approx(
     0.9513502, 1e-6
   )
 
@@ -153,5 +155,5 @@ def test_linen_loss_equals_attend_cross_entropy(rng, label_smoothing):
   targets = targets.at[:, 3:].set(0).at[0, 1:].set(0)  # rows with 3 and 1 real tokens
   per_token = cross_entropy(logits, targets, label_smoothing, where=targets != 0)  # 0 on padding
   attend = per_token.sum() / (targets != 0).sum()
-  peer = linen_peer.cross_entropy_loss(logits, targets, label_smoothing)
+  peer = linen_peer_train.cross_entropy_loss(logits, targets, label_smoothing)
   assert float(peer) == pytest.approx(float(attend), rel=1e-6)

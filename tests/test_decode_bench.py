@@ -1,7 +1,8 @@
-"""benchmarks/decode_bench: its uncached search produces the tokens of the cached `generate` (for
-the language model: `continue_prompt`), so the speed comparison is between two ways of producing
-the same output; the flax.linen peer's cached decoder produces the tokens of its own uncached
-forward and, with Attend's weights, Attend's tokens, and the bench times it beside Attend.
+"""benchmarks/decode_bench and decoding_searches: the uncached search produces the tokens of the
+cached `generate` (for the language model: `continue_prompt`), so the speed comparison is between
+two ways of producing the same output; the flax.linen peer's cached decoder produces the tokens of
+its own uncached forward and, with Attend's weights, Attend's tokens, and the bench times it beside
+Attend.
 
 That Seq2Seq's `decode_step` scanned over a prefix, which the uncached callback runs, reproduces
 `__call__`'s teacher-forced logits is tested in test_seq2seq.py."""
@@ -14,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks import decode_bench, linen_peer
+from benchmarks import decode_bench, decoding_searches, linen_peer
 from configs import default
 from models.decoding import continue_prompt, generate
 from models.language import DecoderLM
@@ -67,12 +68,12 @@ def test_uncached_search_generates_what_generate_does(family, beam_size):
       SRC,
       max_length=LENGTH,
       beam_size=beam_size,
-      bos_id=decode_bench.BOS_ID,
-      eos_id=decode_bench.NEVER_EOS,
-      pad_id=decode_bench.PAD_ID,
+      bos_id=decoding_searches.BOS_ID,
+      eos_id=decoding_searches.NEVER_EOS,
+      pad_id=decoding_searches.PAD_ID,
     )
   )
-  uncached = decode_bench.search(
+  uncached = decoding_searches.search(
     model,
     SRC,
     cached=False,
@@ -111,20 +112,23 @@ def test_lm_searches_continue_the_prompt_as_continue_prompt_does():
   along every row."""
   model = _tiny_lm()
   outputs = {}
-  for method, settings in (('greedy', dict(temperature=0.0)), ('sample', decode_bench.SAMPLING)):
+  for method, settings in (
+    ('greedy', dict(temperature=0.0)),
+    ('sample', decoding_searches.SAMPLING),
+  ):
     expected = np.asarray(
       continue_prompt(
         model,
         PROMPT,
         max_length=LENGTH,
-        rng=jax.random.key(decode_bench.SAMPLE_SEED),
-        eos_id=decode_bench.NEVER_EOS,
-        pad_id=decode_bench.PAD_ID,
+        rng=jax.random.key(decoding_searches.SAMPLE_SEED),
+        eos_id=decoding_searches.NEVER_EOS,
+        pad_id=decoding_searches.PAD_ID,
         **settings,
       )
     )
     for cached in (True, False):
-      ids = decode_bench.search(model, PROMPT, cached=cached, method=method, max_length=LENGTH)
+      ids = decoding_searches.search(model, PROMPT, cached=cached, method=method, max_length=LENGTH)
       np.testing.assert_array_equal(ids, expected, err_msg=f'{method}, cached={cached}')
     assert np.all(np.any(expected[:, 1:] != expected[:, :-1], axis=1)), method
     outputs[method] = expected
@@ -170,18 +174,24 @@ def test_linen_peer_decodes_as_its_uncached_forward_and_as_attend():
   )
   cached = linen_peer.Transformer(c, cached=True, max_length=LENGTH)
   ids = np.asarray(
-    jax.jit(functools.partial(decode_bench.linen_greedy, cached, max_length=LENGTH))(params, SRC)
+    jax.jit(
+      functools.partial(
+        linen_peer.greedy_search, cached, max_length=LENGTH, eos_id=decoding_searches.NEVER_EOS
+      )
+    )(params, SRC)
   )
-  decoder_inputs = np.concatenate([np.full((len(SRC), 1), decode_bench.BOS_ID), ids[:, :-1]], 1)
+  decoder_inputs = np.concatenate(
+    [np.full((len(SRC), 1), decoding_searches.BOS_ID), ids[:, :-1]], 1
+  )
   logits = jax.jit(linen_peer.Transformer(c).apply)({'params': params}, SRC, decoder_inputs)
   np.testing.assert_array_equal(np.argmax(logits, axis=-1), ids)
   expected = generate(
     attend,
     SRC,
     max_length=LENGTH,
-    bos_id=decode_bench.BOS_ID,
-    eos_id=decode_bench.NEVER_EOS,
-    pad_id=decode_bench.PAD_ID,
+    bos_id=decoding_searches.BOS_ID,
+    eos_id=decoding_searches.NEVER_EOS,
+    pad_id=decoding_searches.PAD_ID,
   )
   np.testing.assert_array_equal(ids, expected)
   assert np.all(np.any(ids[:, 1:] != ids[:, :-1], axis=1))
