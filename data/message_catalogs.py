@@ -1,6 +1,6 @@
 """A parallel corpus of software messages from a machine's gettext catalogs (English -> LANGUAGE).
 
-    python -m data.message_catalogs --language=de --output=runs/data/software_en_de.tsv
+    python message_catalogs.py --language=de --output=runs/data/software_en_de.tsv
 
 Builds, for another language, a corpus of the same kind as the English->French one in
 ../shared/data/translation, by the rules its README states: the catalogs under
@@ -15,7 +15,6 @@ catalogs. On the Debian 12 machine this project develops on, `--language=fr` giv
 `source<TAB>target` file that `configs/tsv.py` reads (`--config.dataset.tsv_path`).
 """
 
-import argparse
 import gettext
 import glob
 import os
@@ -70,24 +69,23 @@ def build(language: str, locale_dir: str = LOCALE_DIR) -> tuple[list[tuple[str, 
   return pairs, len(paths)
 
 
-def main(argv=None) -> str:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--language', required=True, help='a locale directory name: de, es, pt_BR')
-  parser.add_argument('--output', required=True, help='the TSV to write')
-  parser.add_argument('--locale_dir', default=LOCALE_DIR)
-  args = parser.parse_args(argv)
-  pairs, catalogs = build(args.language, args.locale_dir)
+def write_corpus(language: str, output: str, locale_dir: str = LOCALE_DIR) -> str:
+  """Writes `build(language)`'s pairs to `output`, one `source<TAB>target` line each, and says how
+  many; ValueError, writing nothing, when no catalog of `language` holds a pair."""
+  pairs, catalogs = build(language, locale_dir)
   if not pairs:
-    raise SystemExit(
-      f'--language={args.language}: no message catalog under {args.locale_dir}/{args.language}/'
+    raise ValueError(
+      f'--language={language}: no message catalog under {locale_dir}/{language}/'
       'LC_MESSAGES holds a pair; install translated packages or choose another language.'
     )
-  os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-  with open(args.output, 'w', encoding='utf-8') as f:
+  os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+  with open(output, 'w', encoding='utf-8') as f:
     f.writelines(f'{source}\t{target}\n' for source, target in pairs)
-  print(f'{args.output}: {len(pairs)} English->{args.language} pairs from {catalogs} catalogs')
-  return args.output
+  print(f'{output}: {len(pairs)} English->{language} pairs from {catalogs} catalogs')
+  return output
 
 
 if __name__ == '__main__':
-  main()
+  raise SystemExit(
+    'python -m data.message_catalogs is now python message_catalogs.py, with the same flags.'
+  )

@@ -1,6 +1,6 @@
 """Test BLEU by source length, one line per model: Bahdanau et al. (2015)'s Figure 2 on your runs.
 
-    python -m reports.length_buckets runs/tsv runs/gru runs/gru0 --out=docs/assets/lengths.png
+    python length_buckets.py runs/tsv runs/gru runs/gru0 --out=docs/assets/lengths.png
 
 Each run is a workdir that `eval.py` evaluated (its `eval/samples.jsonl`). The test sentences are
 put into `--buckets` buckets of (about) equal size by the number of words of their source, the
@@ -9,7 +9,6 @@ corpus BLEU (sacreBLEU, 13a, against the raw references) is drawn at its mean so
 table printed beside the figure has each bucket's range, size, BLEU and chrF per run.
 """
 
-import argparse
 import json
 import os
 
@@ -79,25 +78,30 @@ def figure(rows: list[dict], names: list[str]) -> Figure:
   return fig
 
 
-def main(argv=None) -> list[dict]:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('runs', nargs='+', help='evaluated workdirs; NAME=WORKDIR names a line')
-  parser.add_argument('--buckets', type=int, default=3)
-  parser.add_argument('--out', default='', help='the PNG to write')
-  args = parser.parse_args(argv)
-  named = [run.split('=', 1) if '=' in run else (os.path.basename(run), run) for run in args.runs]
-  runs = {name: read_samples(path) for name, path in named}
-  rows = by_length(runs, args.buckets)
-  print('| source words | sentences | ' + ' | '.join(f'{n} BLEU / chrF' for n in runs) + ' |')
-  print('|---|---|' + '---|' * len(runs))
+def report(runs: list[str], buckets: int = 3, out: str = '') -> list[dict]:
+  """Prints each bucket's BLEU / chrF per run as a Markdown table and, given `out`, draws the
+  figure there; returns `by_length`'s rows.
+
+  Args:
+    runs: evaluated workdirs; NAME=WORKDIR names a line (else the folder's name does).
+    buckets: how many buckets of source lengths.
+    out: the PNG to write ('' for none).
+  """
+  named = [run.split('=', 1) if '=' in run else (os.path.basename(run), run) for run in runs]
+  samples = {name: read_samples(path) for name, path in named}
+  rows = by_length(samples, buckets)
+  print('| source words | sentences | ' + ' | '.join(f'{n} BLEU / chrF' for n in samples) + ' |')
+  print('|---|---|' + '---|' * len(samples))
   for row in rows:
-    scores = ' | '.join(f'{row[n]["bleu"]:.1f} / {row[n]["chrf"]:.1f}' for n in runs)
+    scores = ' | '.join(f'{row[n]["bleu"]:.1f} / {row[n]["chrf"]:.1f}' for n in samples)
     print(f'| {row["low"]}-{row["high"]} | {row["size"]} | {scores} |')
-  if args.out:
-    figure(rows, list(runs)).savefig(args.out, dpi=150)
-    print(f'Wrote {args.out}.')
+  if out:
+    figure(rows, list(samples)).savefig(out, dpi=150)
+    print(f'Wrote {out}.')
   return rows
 
 
 if __name__ == '__main__':
-  main()
+  raise SystemExit(
+    'python -m reports.length_buckets is now python length_buckets.py, with the same flags.'
+  )

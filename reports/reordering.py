@@ -1,7 +1,7 @@
 """The test sentence whose word order changes most between source and reference, chosen by a
 stated rule (not for how its attention looks), and the command that draws its alignment.
 
-    python -m reports.reordering --workdir=runs/gru
+    python reordering.py --workdir=runs/gru
 
 The rule, on the evaluated test split (WORKDIR/eval/samples.jsonl, in the split's order):
 1. link words with a word-for-word table learned from the training pairs alone
@@ -14,7 +14,6 @@ The model's output plays no part in the choice. The command printed draws the ex
 cross-attention with `eval.py --split='test[I:I+1]' --output=eval_alignment`.
 """
 
-import argparse
 import json
 import os
 
@@ -49,28 +48,25 @@ def choose(samples: list[dict], table: dict[str, str], min_words: int, max_words
   return best
 
 
-def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--workdir', required=True, help='a translation run evaluated by eval.py')
-  parser.add_argument('--min_words', type=int, default=5)
-  parser.add_argument('--max_words', type=int, default=10)
-  args = parser.parse_args(argv)
-  path = layout.eval_file(args.workdir, layout.SAMPLES_JSONL)
+def report(workdir: str, min_words: int = 5, max_words: int = 10) -> dict:
+  """The sample the rule picks from `workdir`'s evaluation (`choose`), printed with the eval.py
+  command that draws its alignment; FileNotFoundError if eval.py has not evaluated `workdir`."""
+  path = layout.eval_file(workdir, layout.SAMPLES_JSONL)
   if not os.path.isfile(path):
-    raise SystemExit(f'--workdir={args.workdir}: no {path}; run eval.py --workdir first.')
+    raise FileNotFoundError(f'--workdir={workdir}: no {path}; run eval.py --workdir first.')
   with open(path, encoding='utf-8') as f:
     samples = [json.loads(line) for line in f]
-  table = word_table(training_pairs(layout.read_config(args.workdir)))
-  chosen = choose(samples, table, args.min_words, args.max_words)
+  table = word_table(training_pairs(layout.read_config(workdir)))
+  chosen = choose(samples, table, min_words, max_words)
   i = chosen['position']
   print(f'test example {i}: {chosen["crossings"]} crossings over {len(chosen["links"])} links')
   print(f'  source:    {chosen["source"]}\n  reference: {chosen["reference"]}')
   print(
-    f"python eval.py --workdir={args.workdir} --split='test[{i}:{i + 1}]' "
+    f"python eval.py --workdir={workdir} --split='test[{i}:{i + 1}]' "
     '--output=eval_alignment --num_heatmaps=1'
   )
   return chosen
 
 
 if __name__ == '__main__':
-  main()
+  raise SystemExit('python -m reports.reordering is now python reordering.py, with the same flags.')

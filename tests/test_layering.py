@@ -4,11 +4,14 @@
 well under a second. It counts imports inside functions, `importlib.import_module` and
 `__import__` calls with a literal name, and the module names of a lazy string map (a module that
 imports a computed name, like training/__init__.py's `_EXPORTS`, imports every module it names).
+It also keeps commands where ARCHITECTURE.md puts them: the entry points at the root are the only
+files that define flags, and no module of a library package runs as a command.
 """
 
 import ast
 import dataclasses
 import os
+import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,6 +35,14 @@ ALLOWED = {
   'tests': None,
   'tutorials': None,
 }
+# Packages whose modules are imported, never run: a command is an entry point at the root (flags,
+# then one call). A module whose `python -m` command moved there keeps only a `__main__` block
+# raising SystemExit with one sentence that names the new command (`python NEW.py`).
+LIBRARY = ('attention', 'models', 'data', 'tasks', 'training', 'reports', 'configs')
+# `python -m training.allocator PROGRAM ARGS` re-executes another program (the test suite) under
+# mimalloc: a launcher of programs that are not Attend's commands, with no flags of its own.
+LAUNCHERS = ('training/allocator.py',)
+POINTER = re.compile(r'\bpython (\w+\.py)\b')
 # Folders under the root whose Python files are not modules of the project.
 SKIPPED = ('build', 'runs', 'site', 'node_modules', '__pycache__')
 
@@ -240,10 +251,73 @@ def _shortest_cycle(graph: dict[str, list[str]], component: set[str], start: str
   raise AssertionError(f'{start} is on no cycle of {sorted(component)}')
 
 
+def _is_main_block(node: ast.stmt) -> bool:
+  """Whether `node` is `if __name__ == '__main__':`."""
+  test = node.test if isinstance(node, ast.If) else None
+  return (
+    isinstance(test, ast.Compare)
+    and isinstance(test.left, ast.Name)
+    and test.left.id == '__name__'
+    and [type(op) for op in test.ops] == [ast.Eq]
+    and isinstance(test.comparators[0], ast.Constant)
+    and test.comparators[0].value == '__main__'
+  )
+
+
+def _pointer(block: ast.If) -> str | None:
+  """The root file a `__main__` block names when all it does is `raise SystemExit('...python
+  NEW.py...')`, else None."""
+  if len(block.body) != 1 or not isinstance(block.body[0], ast.Raise):
+    return None
+  call = block.body[0].exc
+  if not (isinstance(call, ast.Call) and _called_name(call.func) == 'SystemExit' and call.args):
+    return None
+  sentence = call.args[0]
+  if not (isinstance(sentence, ast.Constant) and isinstance(sentence.value, str)):
+    return None
+  named = POINTER.search(sentence.value)
+  return named.group(1) if named else None
+
+
+def command_violations(root: str, modules: dict[str, str]) -> list[str]:
+  """One line per command hidden in a library package: a flag defined (absl's `DEFINE_*`),
+  argparse imported, or a `__main__` block that does more than name the root command."""
+  problems = []
+  for module, path in modules.items():
+    if layer_of(module) not in LIBRARY or path in LAUNCHERS:
+      continue
+    with open(os.path.join(root, path), encoding='utf-8') as f:
+      tree = ast.parse(f.read(), filename=path)
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Call) and (_called_name(node.func) or '').startswith('DEFINE'):
+        problems.append(f'{path}:{node.lineno}: defines a flag (only root entry points do)')
+      if isinstance(node, ast.Import):
+        imported = [alias.name for alias in node.names]
+      else:
+        imported = [node.module] if isinstance(node, ast.ImportFrom) else []
+      if 'argparse' in imported:
+        problems.append(f'{path}:{node.lineno}: imports argparse (commands are root entry points)')
+    for node in tree.body:
+      if not _is_main_block(node):
+        continue
+      named = _pointer(node)
+      if named is None:
+        problems.append(
+          f'{path}:{node.lineno}: runs as __main__ (a command is a root entry point; a moved '
+          "one's module only raises SystemExit naming 'python NEW.py')"
+        )
+      elif not os.path.isfile(os.path.join(root, named)):
+        problems.append(f'{path}:{node.lineno}: names python {named}, which is not a root file')
+  return problems
+
+
 def check(root: str) -> list[str]:
-  """Every breach of the import rules in the tree at `root`, one line each."""
+  """Every breach of the import rules and of the commands' place in the tree at `root`, one line
+  each."""
   modules, edges = find_imports(root)
-  return layer_violations(modules, edges) + cycles(modules, edges)
+  return (
+    layer_violations(modules, edges) + cycles(modules, edges) + command_violations(root, modules)
+  )
 
 
 def write_tree(root, files: dict[str, str]) -> None:
@@ -327,4 +401,31 @@ def test_each_rule_of_the_table(tmp_path):
     'each other)',
     'tasks/lm.py:2: imports training.loop (tasks may import only models, data, attention)',
     'import cycle: tasks/lm.py:2 imports training.loop -> training/loop.py:1 imports tasks.lm',
+  ]
+
+
+def test_a_command_in_a_library_package_is_named(tmp_path):
+  """Flags, argparse and a `__main__` that runs are the root's; a pointer to a root file is not."""
+  main = "\n\nif __name__ == '__main__':\n  "
+  moved = main + "raise SystemExit('python -m data.{} is now python {}.py.')\n"
+  write_tree(
+    tmp_path,
+    {
+      'data/__init__.py': '',
+      'data/flagged.py': 'from absl import flags\n\nX = flags.DEFINE_string("x", None, "x")\n',
+      'data/parsed.py': 'import argparse\n',
+      'data/run.py': f'def main():\n  pass{main}main()\n',
+      'data/moved.py': 'X = 1' + moved.format('moved', 'moved'),
+      'data/lost.py': 'X = 1' + moved.format('lost', 'gone'),
+      'benchmarks/__init__.py': '',
+      'benchmarks/bench.py': f'import argparse{main}argparse.ArgumentParser()\n',
+      'moved.py': 'from absl import flags\n\nX = flags.DEFINE_string("x", None, "x")\n',
+    },
+  )
+  assert check(tmp_path) == [
+    'data/flagged.py:3: defines a flag (only root entry points do)',
+    'data/lost.py:3: names python gone.py, which is not a root file',
+    'data/parsed.py:1: imports argparse (commands are root entry points)',
+    "data/run.py:4: runs as __main__ (a command is a root entry point; a moved one's module only "
+    "raises SystemExit naming 'python NEW.py')",
   ]

@@ -1,8 +1,14 @@
-"""data/message_catalogs.py: the shared corpus's pair rules, on .mo files written here."""
+"""data/message_catalogs.py and message_catalogs.py: the shared corpus's pair rules, on .mo
+files written here, and the command that writes the corpus."""
 
+import os
 import struct
+import subprocess
+import sys
 
 from data import message_catalogs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HEADER = 'Content-Type: text/plain; charset=UTF-8\n'
 
@@ -55,15 +61,33 @@ def test_pairs_follow_the_corpus_rules(tmp_path):
   assert again == pairs  # a fixed shuffle
 
 
-def test_the_file_is_a_parallel_tsv_and_an_empty_language_refused(tmp_path, capsys):
+def _command(*args, cwd):
+  return subprocess.run(
+    [sys.executable, *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=60
+  )
+
+
+def test_the_command_writes_a_parallel_tsv_and_refuses_an_empty_language(tmp_path):
   write_mo(tmp_path / 'xx' / 'LC_MESSAGES' / 'aa.mo', {'Disk is full': 'Disque plein'})
   out = tmp_path / 'out' / 'pairs.tsv'
-  message_catalogs.main(['--language=xx', f'--output={out}', f'--locale_dir={tmp_path}'])
+  command = [os.path.join(ROOT, 'message_catalogs.py'), f'--output={out}']
+  done = _command(*command, '--language=xx', f'--locale_dir={tmp_path}', cwd=tmp_path)
+  assert done.returncode == 0, done.stderr
+  assert done.stdout == f'{out}: 1 English->xx pairs from 1 catalogs\n'
   assert out.read_text(encoding='utf-8') == 'Disk is full\tDisque plein\n'
-  try:
-    message_catalogs.main(['--language=yy', f'--output={out}', f'--locale_dir={tmp_path}'])
-  except SystemExit as e:
-    assert '--language=yy' in str(e)
-  else:
-    raise AssertionError('an empty language was not refused')
+  refused = _command(*command, '--language=yy', f'--locale_dir={tmp_path}', cwd=tmp_path)
+  assert refused.returncode == 1
+  assert refused.stderr == (
+    f'message_catalogs.py: --language=yy: no message catalog under {tmp_path}/yy/LC_MESSAGES '
+    'holds a pair; install translated packages or choose another language.\n'
+  )
   assert out.read_text(encoding='utf-8') == 'Disk is full\tDisque plein\n'  # left as it was
+
+
+def test_the_old_module_command_names_the_new_one(tmp_path):
+  old = _command('-m', 'data.message_catalogs', '--language=xx', '--output=x.tsv', cwd=ROOT)
+  assert old.returncode == 1 and old.stdout == ''
+  assert old.stderr == (
+    'python -m data.message_catalogs is now python message_catalogs.py, with the same flags.\n'
+  )
+  assert not os.path.exists(os.path.join(ROOT, 'x.tsv'))

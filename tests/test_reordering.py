@@ -1,8 +1,15 @@
 """reports/reordering.py and data/word_alignment.py: the stated rule that picks the docs'
-alignment sentence, on hand-made sentences."""
+alignment sentence, on hand-made sentences; reordering.py, the command (tests/test_training.py
+runs the rule on a trained run)."""
+
+import os
+import subprocess
+import sys
 
 from data.word_alignment import aligned_positions, crossings
 from reports import reordering
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TABLE = {'red': 'rouge', 'file': 'fichier', 'the': 'le', 'open': 'ouvrir', 'a': 'un'}
 
@@ -26,3 +33,15 @@ def test_the_rule_takes_most_crossings_then_most_links_then_the_first():
   ]
   chosen = reordering.choose(samples, TABLE, min_words=3, max_words=10)
   assert chosen['position'] == 1 and chosen['crossings'] == 1 and len(chosen['links']) == 3
+
+
+def test_the_command_on_a_run_eval_py_has_not_evaluated_is_one_sentence(tmp_path):
+  command = [os.path.join(ROOT, 'reordering.py'), f'--workdir={tmp_path}', '--min_words=3']
+  done = subprocess.run(
+    [sys.executable, *command], capture_output=True, text=True, check=False, timeout=120
+  )
+  assert done.returncode == 1 and done.stdout == ''
+  assert done.stderr == (
+    f'reordering.py: --workdir={tmp_path}: no {tmp_path}/eval/samples.jsonl; run eval.py '
+    '--workdir first.\n'
+  )

@@ -155,7 +155,7 @@ def test_a_decoder_without_attention_trains_and_evaluates(data_dir, tmp_path):
   after = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'eval', 'metrics.json')).read()
   assert after[0] == sorted(before[0] + ['eval_one']) and after[1] == before[1]
   # The rule that picks the docs' alignment sentence reads this run's test samples and data.
-  chosen = reordering.main([f'--workdir={workdir}', '--min_words=1'])
+  chosen = reordering.report(workdir, min_words=1)
   assert chosen['source'].startswith('It is') and chosen['crossings'] == 0
 
 
