@@ -18,7 +18,7 @@ import ml_collections
 
 import models
 import tasks
-from training import sharding
+from training import profiling, sharding
 from training.optim import SCHEDULES
 
 DTYPES = ('float32', 'bfloat16')
@@ -65,6 +65,9 @@ def _training_fields() -> ml_collections.ConfigDict:
   # Captioning: weight of Show, Attend and Tell's doubly stochastic attention regulariser.
   c.attention_penalty = 0.0
   c.dtype = 'float32'  # compute dtype: float32 | bfloat16
+  # A jax.profiler trace of the train steps FIRST:END (END excluded) into WORKDIR/profile/, for
+  # TensorBoard's profile plugin or Perfetto (training/profiling.py); '' = off.
+  c.profile_steps = ''
   # Devices per mesh axis (data, fsdp, tensor; -1 = the rest): see training/sharding.py.
   c.mesh = sharding.mesh_config()
   return c
@@ -178,6 +181,7 @@ def validate(config) -> None:
     raise ValueError(f'config.top_p={config.top_p!r} must be in (0, 1].')
   if config.grad_clip < 0:
     raise ValueError(f'config.grad_clip={config.grad_clip!r} must be >= 0 (0 = off).')
+  profiling.parse_steps(config.profile_steps)
   sizes = sharding.mesh_shape(config.mesh, jax.device_count(), jax.local_device_count())
   shards = sharding.batch_shards(sizes)
   for field in ('batch_size', 'eval_batch_size'):

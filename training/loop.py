@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tasks
-from training import evaluation, layout, sharding
+from training import evaluation, layout, profiling, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
 from training.config import validate
@@ -141,6 +141,7 @@ def _train(config, workdir: str, task) -> dict:
   progress, pending = Progress(first_step, config.num_train_steps, task.unit), []
   stop = _StopRequest()
   eval_metrics = {}
+  trace = profiling.StepTrace(config.profile_steps, workdir)  # config.profile_steps: '' = off
 
   def flush_train_metrics():
     """Fetches the pending step metrics; raises on the first non-finite step among them."""
@@ -168,6 +169,7 @@ def _train(config, workdir: str, task) -> dict:
         _warn_if_batch_exceeds_split(config, batch)
         logging.info('Compiling the train step...')
         started = time.perf_counter()
+      trace.step(step, state)
       state, metrics = step_fn(state, sharding.shard_batch(batch, mesh), dropout_key)
       if step == first_step:
         jax.block_until_ready(metrics)
@@ -224,6 +226,7 @@ def _train(config, workdir: str, task) -> dict:
       ) from error
     raise
   finally:
+    trace.stop()
     stop.restore()
     for close in (
       best_checkpointer.wait,

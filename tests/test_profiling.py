@@ -1,0 +1,49 @@
+"""config.profile_steps: a jax.profiler trace of the chosen train steps lands in WORKDIR/profile/,
+and a bad range is refused before anything is written."""
+
+import glob
+import gzip
+import json
+import os
+
+import pytest
+from test_training import get_config, tiny
+
+import training
+from training import profiling
+
+
+def test_a_step_range_is_parsed_and_a_bad_one_refused():
+  assert profiling.parse_steps('') is None
+  assert profiling.parse_steps('10:13') == (10, 13)
+  assert profiling.parse_steps(' 0 : 1 ') == (0, 1)
+  for bad in ('13:10', '3:3', '5', '-1:2', 'a:b', '1:2:3'):
+    with pytest.raises(ValueError, match=r"config.profile_steps=.* must be '' \(off\) or a step"):
+      profiling.parse_steps(bad)
+
+
+def test_a_bad_range_is_refused_before_the_workdir_is_written(tfds_dir, tmp_path):
+  config = tiny(get_config('default'), tfds_dir, profile_steps='3:1')
+  with pytest.raises(ValueError, match='config.profile_steps'):
+    training.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
+def test_the_chosen_steps_are_traced_into_the_workdir(tfds_dir, tmp_path):
+  """Steps 1 and 2 of 4: the trace holds two calls of the train step (each recorded twice,
+  nested: its Python call and its dispatch)."""
+  config = tiny(get_config('default'), tfds_dir, profile_steps='1:3')
+  training.train_and_evaluate(config, str(tmp_path))
+  profile = os.path.join(str(tmp_path), profiling.PROFILE_DIR, 'plugins', 'profile')
+  [xplane] = glob.glob(os.path.join(profile, '*', '*.xplane.pb'))
+  assert os.path.getsize(xplane) > 0
+  [chrome] = glob.glob(os.path.join(profile, '*', '*.trace.json.gz'))
+  with gzip.open(chrome, 'rt') as f:
+    events = json.load(f)['traceEvents']
+  spans = sorted(
+    (e['ts'], e['ts'] + e['dur']) for e in events if e.get('name') == 'PjitFunction(train_step)'
+  )
+  calls, end = 0, float('-inf')
+  for start, stop in spans:
+    calls, end = calls + (start >= end), max(end, stop)
+  assert calls == 2
