@@ -4,9 +4,9 @@
 
 A run is a workdir written by train.py (config.json, metrics.jsonl); runs that differ only in
 their seed (or cross-validation fold) are one setting (`reports.runs`), and the table gives
-their mean ± std. It only reads files: no jax, no model is built. The figures label each setting
-only by what tells it apart from the others ('positions=alibi', `reports.runs.legend`) and name
-axes and metrics in words (`reports.runs.metric_words`).
+their mean ± std. It only reads files: no model is built. The figures label each setting only by
+what tells it apart from the others ('positions=alibi') and name axes and metrics in words
+(reports/figure_words.py).
 """
 
 import io
@@ -19,18 +19,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from reports import compare_against
+from reports.figure_words import and_list, format_value, legend, metric_words
 from reports.runs import (
   Setting,
   Stat,
   aggregate,
-  and_list,
   config_keys,
   find_runs,
-  format_value,
   group_settings,
-  legend,
   load_run,
-  metric_words,
   select_metrics,
   summarize_run,
 )

@@ -8,7 +8,7 @@ line per combination of the other fields) or 'metrics' (one panel, the metrics a
 per setting: e.g. bits per character at each evaluated length). Points are means over seeds
 with their std as error bars. Fields that move with `against` (a sequence length set with the
 pairs it holds) label nothing: a line is what stays fixed while `against` changes, and of that
-only what tells the lines apart (`reports.runs.legend`: 'attention=softmax, window=16'). The
+only what tells the lines apart (`reports.figure_words.legend`: 'attention=softmax, window=16'). The
 title, axes and ticks are in words (`against_words`: 'evaluation length (tokens)', 'bits per
 character').
 """
@@ -22,19 +22,17 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from reports.runs import (
+from reports.figure_words import (
   EVAL_LENGTH,
-  Setting,
   and_list,
-  config_keys,
   determines,
   field_words,
   format_value,
   legend,
   metric_words,
   natural_key,
-  summarize_run,
 )
+from reports.runs import Setting, config_keys, summarize_run
 
 METRICS = 'metrics'  # `against` value: the metrics themselves along x
 
@@ -72,7 +70,7 @@ def _legend(settings: list[Setting], against: str) -> tuple[list[str], dict[str,
 
 def lines(settings: list[Setting], against: str) -> dict[str, list[Setting]]:
   """Label -> the settings of one line, in order along x; labels name only what tells the lines
-  apart (`reports.runs.legend`): 'attention=softmax, window=16'.
+  apart (`reports.figure_words.legend`): 'attention=softmax, window=16'.
 
   Raises:
     ValueError: `against` is neither 'metrics' nor a field that differs among the settings.

@@ -6,22 +6,20 @@
 A run is a workdir written by train.py (config.json, metrics.jsonl). The config fields that differ
 among the runs, the replicate fields aside (`REPLICATES`: the seed, and the cross-validation fold
 `dataset.fold`), define a run's setting; runs of one setting are its seeds (or folds). It only
-reads files: no jax, no model is built. The comparison (compare.py) and the figure against one
-field (compare_against.py) both draw on it, and on the words their figures use: `legend` (what
-tells the lines apart), `metric_words` (`METRIC_WORDS`) and `field_words`.
+reads files: no model is built. The comparison (compare.py) and the figure against one field
+(compare_against.py) both draw on it, and on the words their figures use (reports/figure_words.py).
 """
 
 import dataclasses
 import json
 import os
-import re
 import statistics
 from typing import NamedTuple
 
-import models
+from reports.figure_words import MISSING, legend, natural_key
+from training import layout
 from training.config_fields import flatten
 
-_MISSING = object()  # A config field that one run has and another lacks.
 _NOT_METRICS = ('step', 'split')
 # Fields whose runs repeat one setting: the table aggregates over them instead of splitting on them.
 REPLICATES = ('seed', 'dataset.fold')
@@ -54,7 +52,7 @@ class Setting:
   """Runs whose configs agree on every differing field: the seeds of one setting."""
 
   label: str
-  values: dict  # differing field -> this setting's value (or _MISSING)
+  values: dict  # differing field -> this setting's value (or MISSING)
   runs: list
 
 
@@ -76,14 +74,14 @@ def find_runs(paths: list[str]) -> list[str]:
   for path in paths:
     if not os.path.exists(path):
       raise FileNotFoundError(f'{path} does not exist.')
-    if os.path.isfile(os.path.join(path, 'metrics.jsonl')):
+    if os.path.isfile(os.path.join(path, layout.METRICS_FILE)):
       runs.append(path)
       continue
     children = sorted(os.listdir(path)) if os.path.isdir(path) else []
     found = [
       os.path.join(path, child)
       for child in children
-      if os.path.isfile(os.path.join(path, child, 'metrics.jsonl'))
+      if os.path.isfile(os.path.join(path, child, layout.METRICS_FILE))
     ]
     if not found:
       raise FileNotFoundError(
@@ -93,7 +91,7 @@ def find_runs(paths: list[str]) -> list[str]:
   return list(dict.fromkeys(os.path.normpath(run) for run in runs))  # A run given twice: once.
 
 
-def parse_metrics(text: str, source: str = 'metrics.jsonl') -> dict:
+def parse_metrics(text: str, source: str = layout.METRICS_FILE) -> dict:
   """metrics.jsonl text -> split -> lines sorted by step; of repeated steps (a resume) the last.
 
   Raises:
@@ -115,32 +113,31 @@ def parse_metrics(text: str, source: str = 'metrics.jsonl') -> dict:
 
 def load_run(path: str, from_eval: bool = False) -> Run:
   """Reads a workdir's config.json and metrics.jsonl; `from_eval`: its final evaluation is
-  eval.py's instead (eval/metrics.json, with the config evaluated, eval/config.json).
+  eval.py's instead (eval/metrics.json, with the config evaluated, eval/config.json). Fields
+  added to the config since the run was written take their defaults (`layout.read_config`).
 
   Raises:
     FileNotFoundError: the workdir has no config.json, or no eval/metrics.json with `from_eval`.
   """
-  config_path = os.path.join(path, 'config.json')
-  if not os.path.isfile(config_path):
+  if not os.path.isfile(os.path.join(path, layout.CONFIG_FILE)):
     raise FileNotFoundError(
-      f'{path} has metrics.jsonl but no config.json, so its setting is unknown.'
+      f'{path} has {layout.METRICS_FILE} but no {layout.CONFIG_FILE}, so its setting is unknown.'
     )
-  metrics_path = os.path.join(path, 'metrics.jsonl')
+  metrics_path = os.path.join(path, layout.METRICS_FILE)
   with open(metrics_path, encoding='utf-8') as f:
     lines = parse_metrics(f.read(), metrics_path)
+  evaluated = ''
   if from_eval:
-    evaluated = os.path.join(path, 'eval', 'metrics.json')
-    if not os.path.isfile(evaluated):
+    if not os.path.isfile(layout.eval_file(path, layout.EVAL_METRICS_FILE)):
       raise FileNotFoundError(
-        f'{path} has no eval/metrics.json; run python eval.py '
+        f'{path} has no {layout.EVAL_DIR}/{layout.EVAL_METRICS_FILE}; run python eval.py '
         f'--workdir={path} first, or compare without --eval.'
       )
-    with open(evaluated, encoding='utf-8') as f:
+    with open(layout.eval_file(path, layout.EVAL_METRICS_FILE), encoding='utf-8') as f:
       record = json.load(f)
-    if os.path.isfile(os.path.join(path, 'eval', 'config.json')):
-      config_path = os.path.join(path, 'eval', 'config.json')
-  with open(config_path, encoding='utf-8') as f:
-    config = _with_later_model_fields(flatten(json.load(f)))
+    if os.path.isfile(layout.eval_file(path, layout.CONFIG_FILE)):
+      evaluated = layout.EVAL_DIR
+  config = flatten(layout.read_config(path, evaluated).to_dict())
   if from_eval:
     numbers = {
       key: value
@@ -152,17 +149,6 @@ def load_run(path: str, from_eval: bool = False) -> Run:
   return Run(os.path.basename(os.path.normpath(path)), config, lines)
 
 
-def _with_later_model_fields(config: dict) -> dict:
-  """`config` with the model fields added since it was written, at their defaults: a new field
-  defaults to what the code did before it existed, so a run without it ran as its default (and
-  a study whose runs straddle the field's addition does not differ in it)."""
-  name = config.get('model.name')
-  if name not in models.MODELS:
-    return config
-  defaults = flatten({'model': models.default_config(name).to_dict()})
-  return {**defaults, **config}
-
-
 def setting_fields(configs: list[dict]) -> list[str]:
   """The sorted dotted keys whose values differ among the flattened `configs`, except the
   `REPLICATES`."""
@@ -170,145 +156,13 @@ def setting_fields(configs: list[dict]) -> list[str]:
   return [
     key
     for key in keys
-    if len({json.dumps(config.get(key, _MISSING), default=repr) for config in configs}) > 1
+    if len({json.dumps(config.get(key, MISSING), default=repr) for config in configs}) > 1
   ]
-
-
-def format_value(value) -> str:
-  """A config value as written in config.json ('dot', 16, true, [1, 2]); '—' when absent."""
-  if value is _MISSING:
-    return '—'
-  return value if isinstance(value, str) else json.dumps(value)
-
-
-# A metric's name in words, the one mapping the figures' titles, axes and ticks read; a metric not
-# here is written with its underscores as spaces ('sequence_accuracy': 'sequence accuracy').
-METRIC_WORDS = {
-  'bits_per_char': 'bits per character',
-  'bits_per_token': 'bits per token',
-  'exact_match': 'exact match',
-  'teacher_forced_exact_match': 'teacher-forced exact match',
-  'token_accuracy': 'token accuracy',
-  'attention_entropy': 'attention entropy (nats)',
-  'attention_hit_rate': 'attention hit rate',
-  'bleu': 'BLEU',
-  'grad_norm': 'gradient norm',
-}
-# A field along a figure's x axis in words, by its short name (`short_names`); others are written
-# with their underscores as spaces.
-FIELD_WORDS = {
-  'builder_config': 'dataset configuration',
-  'd_k': 'key dimension d_k',
-  'num_kv_heads': 'key/value heads',
-  'warmup_steps': 'warm-up steps',
-  'positions': 'positional encoding',
-}
-EVAL_LENGTH = 'evaluation length (tokens)'  # what the N of 'bits_per_char@N' is
-
-
-def metric_words(metric: str) -> str:
-  """'bits_per_char' -> 'bits per character'; 'loss@128' -> 'loss at 128 tokens'; 'accuracy@init'
-  -> 'accuracy at initialisation'; 'attention_hit_rate/head0' -> 'attention hit rate (head0)'."""
-  name, at, suffix = metric.partition('@')
-  if at:
-    where = (
-      'initialisation' if suffix == 'init' else f'{suffix} tokens' if suffix.isdigit() else suffix
-    )
-    return f'{metric_words(name)} at {where}'
-  name, slash, part = metric.partition('/')
-  if slash:
-    return f'{metric_words(name)} ({part})'
-  return METRIC_WORDS.get(name, name.replace('_', ' '))
-
-
-def short_names(fields: list[str], keys) -> dict[str, str]:
-  """Field -> its shortest dotted suffix that no other of the config `keys` ends with.
-
-  'model.positions' -> 'positions'; 'model.name' stays whole where 'dataset.name' is a key too.
-  """
-  names = {}
-  for field in fields:
-    parts = field.split('.')
-    for start in range(len(parts) - 1, -1, -1):
-      suffix = '.'.join(parts[start:])
-      others = (key for key in keys if key != field)
-      if not any(key == suffix or key.endswith('.' + suffix) for key in others):
-        break
-    names[field] = suffix
-  return names
-
-
-def field_words(field: str, keys=()) -> str:
-  """A field along an axis in words: 'model.num_kv_heads' -> 'key/value heads'."""
-  name = short_names([field], keys)[field]
-  return FIELD_WORDS.get(name, name.replace('_', ' '))
-
-
-def determines(values: list[dict], given: list[str], fields: list[str]) -> bool:
-  """Whether the values of `given` fix those of `fields` across `values` (one dict per setting or
-  line: field -> value)."""
-  seen = {}
-  for value in values:
-    key = json.dumps([value[f] for f in given], default=repr)
-    fixed = json.dumps([value[f] for f in fields], default=repr)
-    if seen.setdefault(key, fixed) != fixed:
-      return False
-  return True
-
-
-def legend(values: list[dict], keys) -> tuple[list[str], list[str]]:
-  """(short names of the fields that tell the lines apart, each line's label).
-
-  `values` holds one dict per line drawn (field -> value). A line is labelled by the fields whose
-  values differ among the lines, written 'name=value' with `short_names` (among the config
-  `keys`): 'positions=alibi'. A field whose value follows from another labelling field's, which
-  its own value does not fix in turn, is left out: a setting that comes with another, as the
-  learned position table's `dataset.eval_lengths=[64]` comes with `model.positions=learned`.
-  Fields that fix each other (a pair count and the sequence length it sets) are all kept. No
-  field differs: the labels are ''.
-  """
-  fields = [
-    field
-    for field in (values[0] if values else {})
-    if len({json.dumps(value[field], default=repr) for value in values}) > 1
-  ]
-  dropped = True
-  while dropped:
-    dropped = False
-    for field in fields:
-      if any(
-        determines(values, [other], [field]) and not determines(values, [field], [other])
-        for other in fields
-        if other != field
-      ):
-        fields.remove(field)
-        dropped = True
-        break
-  names = short_names(fields, keys)
-  labels = [', '.join(f'{names[f]}={format_value(value[f])}' for f in fields) for value in values]
-  return [names[f] for f in fields], labels
 
 
 def config_keys(settings: list[Setting]) -> set:
   """Every config key of the settings' runs (what `short_names` keeps names unambiguous among)."""
   return set().union(*(run.config for setting in settings for run in setting.runs))
-
-
-def and_list(names: list[str]) -> str:
-  """['a'] -> 'a'; ['a', 'b', 'c'] -> 'a, b and c'."""
-  return ' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)
-
-
-def natural_key(value) -> tuple:
-  """Numbers numerically, then strings with their digit runs as numbers, then anything else."""
-  if isinstance(value, (int, float)):
-    return (0, value)
-  if isinstance(value, str):
-    return (
-      1,
-      tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r'(\d+)', value))),
-    )
-  return (2, format_value(value))
 
 
 def group_settings(runs: list[Run]) -> tuple[list[str], list[Setting]]:
@@ -320,7 +174,7 @@ def group_settings(runs: list[Run]) -> tuple[list[str], list[Setting]]:
   fields = setting_fields([run.config for run in runs])
   groups = {}
   for run in runs:
-    values = tuple(run.config.get(field, _MISSING) for field in fields)
+    values = tuple(run.config.get(field, MISSING) for field in fields)
     groups.setdefault(json.dumps(values, default=repr), (values, []))[1].append(run)
   keys = set().union(*(run.config for run in runs))
   _, labels = legend([dict(zip(fields, values)) for values, _ in groups.values()], keys)

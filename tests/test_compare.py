@@ -9,7 +9,7 @@ import sys
 from PIL import Image
 import pytest
 
-from reports import compare, compare_against
+from reports import compare, compare_against, figure_words
 from reports import runs as runs_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -277,7 +277,7 @@ def test_legend_keeps_what_tells_lines_apart_in_short_names():
     {'dataset.eval_lengths': [64], 'model.name': 'gpt', 'model.positions': 'learned'},
   ]
   # Shared (model.name) and dependent (eval_lengths, fixed by positions, not fixing it) fields: out.
-  assert runs_lib.legend(values, keys) == (
+  assert figure_words.legend(values, keys) == (
     ['positions'],
     ['positions=rope', 'positions=alibi', 'positions=learned'],
   )
@@ -288,24 +288,24 @@ def test_legend_keeps_what_tells_lines_apart_in_short_names():
     {'dataset.name': 'pairs_8', 'dataset.seq_length': 32, 'model.window': 0},
     {'dataset.name': 'pairs_8', 'dataset.seq_length': 32, 'model.window': 16},
   ]
-  names, labels = runs_lib.legend(pairs, keys | {'dataset.seq_length', 'model.window'})
+  names, labels = figure_words.legend(pairs, keys | {'dataset.seq_length', 'model.window'})
   assert names == ['dataset.name', 'seq_length', 'window']
   assert labels[2] == 'dataset.name=pairs_8, seq_length=32, window=16'
-  assert runs_lib.legend([{'model.d_k': 16}, {'model.d_k': 16}], keys) == ([], ['', ''])
-  assert runs_lib.short_names(['seed', 'model.seed'], {'seed', 'model.seed'}) == {
+  assert figure_words.legend([{'model.d_k': 16}, {'model.d_k': 16}], keys) == ([], ['', ''])
+  assert figure_words.short_names(['seed', 'model.seed'], {'seed', 'model.seed'}) == {
     'seed': 'seed',
     'model.seed': 'model.seed',
   }
 
 
 def test_metric_words():
-  assert runs_lib.metric_words('bits_per_char') == 'bits per character'
-  assert runs_lib.metric_words('bits_per_char@128') == 'bits per character at 128 tokens'
-  assert runs_lib.metric_words('accuracy@init') == 'accuracy at initialisation'
-  assert runs_lib.metric_words('attention_hit_rate/head0') == 'attention hit rate (head0)'
-  assert runs_lib.metric_words('sequence_accuracy') == 'sequence accuracy'  # not in the mapping
-  assert runs_lib.field_words('model.num_kv_heads') == 'key/value heads'
-  assert runs_lib.field_words('dataset.max_rows') == 'max rows'
+  assert figure_words.metric_words('bits_per_char') == 'bits per character'
+  assert figure_words.metric_words('bits_per_char@128') == 'bits per character at 128 tokens'
+  assert figure_words.metric_words('accuracy@init') == 'accuracy at initialisation'
+  assert figure_words.metric_words('attention_hit_rate/head0') == 'attention hit rate (head0)'
+  assert figure_words.metric_words('sequence_accuracy') == 'sequence accuracy'  # not in the mapping
+  assert figure_words.field_words('model.num_kv_heads') == 'key/value heads'
+  assert figure_words.field_words('dataset.max_rows') == 'max rows'
 
 
 def test_command_line(study, tmp_path):
