@@ -22,9 +22,16 @@ the output layer tied to the target embedding; where Attend's config protects it
 replaced by their sources' items as Attend's are. Where Joey differs: its RNN decoder feeds the
 previous attentional vector into the cell (input feeding) and has no learning-rate warm-up, and
 its loss is summed per sentence (Joey's default normalisation), Attend's averaged per token.
+
+`--joey_set` changes Joey's training fields from these matched settings, by Joey's own names, to
+run Joey as its documentation would (e.g. `normalization=tokens`, `clip_grad_norm=null`, another
+`learning_rate`); each setting keeps its folder (joey_gru_normalization=tokens) and its row in
+results.json beside the matched one. `updates=N` gives Joey a budget of N steps instead of
+Attend's wall time, which a busy machine does not change.
 """
 
 import argparse
+import importlib
 import json
 import os
 from pathlib import Path
@@ -39,6 +46,7 @@ import sentencepiece as spm
 from data.placeholders import protect_pair, restore, source_items
 from data.readers import tsv_parallel
 from tasks.translation import text_scores
+from training import layout
 
 REPO = Path(__file__).resolve().parent.parent
 JOEY_PYTHON = REPO / '.venv-joeynmt' / 'bin' / 'python'
@@ -83,8 +91,17 @@ def joey_model(attend_model: dict) -> dict:
   )
 
 
-def joey_training(attend: dict) -> dict:
-  """Joey's training section with the optimiser settings of Attend's config (`attend`)."""
+# Training fields of Joey's that `--joey_set` may change besides those `joey_training` writes.
+JOEY_EXTRA_FIELDS = ('normalization', 'clip_grad_val', 'updates')
+
+
+def joey_training(attend: dict, changes: dict | None = None) -> dict:
+  """Joey's training section with the optimiser settings of Attend's config (`attend`), then the
+  `changes` (`--joey_set`: Joey's own field names; None removes a field, so Joey's default holds).
+
+  Raises:
+    ValueError: a change names a field this benchmark does not write or know.
+  """
   training = dict(
     optimizer='adam',
     adam_betas=[attend['beta1'], attend['beta2']],
@@ -114,7 +131,29 @@ def joey_training(attend: dict) -> dict:
     training.update(scheduling='exponential', decrease_factor=1.0)
   else:
     raise ValueError(f'config.schedule={attend["schedule"]!r} has no Joey NMT counterpart here.')
-  return training
+  changes = changes or {}
+  if unknown := sorted(set(changes) - set(training) - set(JOEY_EXTRA_FIELDS)):
+    raise ValueError(
+      f'--joey_set: {unknown} are not training fields this benchmark writes; choose among '
+      f'{sorted({*training, *JOEY_EXTRA_FIELDS})}.'
+    )
+  training.update(changes)
+  return {key: value for key, value in training.items() if value is not None}
+
+
+def parse_changes(text: str) -> dict:
+  """'normalization=tokens,learning_rate=0.003,clip_grad_norm=null' -> a dict of Joey training
+  fields, each value read as JSON where it is JSON (numbers, null, true) and as text otherwise."""
+  changes = {}
+  for item in filter(None, text.split(',')):
+    key, equals, value = item.partition('=')
+    if not equals or not key:
+      raise ValueError(f'--joey_set: {item!r} is not FIELD=VALUE.')
+    try:
+      changes[key] = json.loads(value)
+    except ValueError:
+      changes[key] = value
+  return changes
 
 
 def write_joey_inputs(
@@ -145,7 +184,9 @@ def write_joey_inputs(
   return [row[2] for row in splits['test']], items
 
 
-def joey_config(name: str, attend: dict, data: Path, spm_model: Path, model_dir: Path) -> dict:
+def joey_config(
+  name: str, attend: dict, data: Path, spm_model: Path, model_dir: Path, changes: dict | None = None
+) -> dict:
   dataset = attend['dataset']
   side = lambda lang, max_length: dict(  # noqa: E731
     lang=lang,
@@ -168,7 +209,7 @@ def joey_config(name: str, attend: dict, data: Path, spm_model: Path, model_dir:
       src=side('src', dataset['max_input_length']),
       trg=side('trg', dataset['max_target_length']),
     ),
-    training=joey_training(attend),
+    training=joey_training(attend, changes),
     testing=dict(
       beam_size=1, max_output_length=dataset['max_target_length'], eval_metrics=['bleu', 'chrf']
     ),
@@ -210,8 +251,8 @@ def attend_run(name: str, tsv: str, workdir: Path) -> dict:
     wall = timed(train, workdir.parent / f'{workdir.name}.train.log')
     timed([sys.executable, 'eval.py', f'--workdir={workdir}'], workdir / 'peer_eval.log')
     record.write_text(json.dumps({'train_wall_s': wall}))
-  metrics = json.loads((workdir / 'eval' / 'metrics.json').read_text())
-  config = json.loads((workdir / 'config.json').read_text())
+  metrics = json.loads(Path(layout.eval_file(str(workdir), layout.EVAL_METRICS_FILE)).read_text())
+  config = json.loads((workdir / layout.CONFIG_FILE).read_text())
   return dict(
     json.loads(record.read_text()),
     steps=config['num_train_steps'],
@@ -220,17 +261,21 @@ def attend_run(name: str, tsv: str, workdir: Path) -> dict:
   )
 
 
-def joey_run(name: str, tsv: str, attend: dict, workdir: Path, out: Path, python: str) -> dict:
-  """Trains Joey NMT's `name` for Attend's wall time and scores its greedy test translations."""
-  spm_model = workdir / 'vocab' / 'shared.spm.model'
+def joey_run(
+  name: str, tsv: str, attend: dict, workdir: Path, out: Path, python: str, changes: dict
+) -> dict:
+  """Trains Joey NMT's `name` for Attend's wall time (or, where `changes` set Joey's `updates`,
+  for that many steps) and scores its greedy test translations."""
+  spm_model = Path(layout.vocab_dir(str(workdir))) / 'shared.spm.model'
   protected = attend['config']['dataset'].get('protect_items', False)
   references, items = write_joey_inputs(
     tsv, spm_model, out / 'data', attend['config']['num_eval_decode'], protected
   )
   config_path = out / 'config.yaml'  # JSON is YAML
-  config = joey_config(name, attend['config'], out / 'data', spm_model, out / 'model')
+  config = joey_config(name, attend['config'], out / 'data', spm_model, out / 'model', changes)
   config_path.write_text(json.dumps(config, indent=1))
-  budget = attend['train_wall_s']
+  # A step budget does not depend on how busy the machine is; Joey stops itself after it.
+  budget = None if 'updates' in changes else attend['train_wall_s']
   wall = timed(
     [python, '-m', 'joeynmt', 'train', str(config_path), '--skip-test'], out / 'train.log', budget
   )
@@ -259,7 +304,19 @@ def main(argv=None) -> dict:
   parser.add_argument('--workdir', default='runs/peer', help='runs and results go here')
   parser.add_argument('--models', default='transformer,gru', help='comma-separated')
   parser.add_argument('--joey_python', default=str(JOEY_PYTHON), help='its python: make joeynmt')
+  parser.add_argument(
+    '--joey_set',
+    default='',
+    help="Joey's training fields changed from the matched settings, e.g. "
+    "'normalization=tokens,updates=2000' (updates: a step budget instead of Attend's wall time)",
+  )
   args = parser.parse_args(argv)
+  try:
+    changes = parse_changes(args.joey_set)
+  except ValueError as error:
+    sys.exit(str(error))
+  # Each setting of Joey's keeps its own folder and row, beside the matched one.
+  tag = ''.join(f'_{k}={v}' for k, v in changes.items())
   if not Path(args.joey_python).exists():
     sys.exit(f'--joey_python: {args.joey_python} does not exist; run `make joeynmt` first.')
   root = Path(args.workdir)
@@ -268,13 +325,27 @@ def main(argv=None) -> dict:
   names = args.models.split(',')
   if unknown := set(names) - set(ATTEND_CONFIGS):  # refused before anything trains
     sys.exit(f'--models: {sorted(unknown)} not among {sorted(ATTEND_CONFIGS)}.')
+  for name in names:  # so is a --joey_set field Joey's section does not have
+    module = importlib.import_module(ATTEND_CONFIGS[name].removesuffix('.py').replace('/', '.'))
+    try:
+      joey_training(module.get_config().to_dict(), changes)
+    except ValueError as error:
+      sys.exit(str(error))
   for name in names:
     attend = attend_run(name, args.tsv, root / f'attend_{name}')
     print(f'{name}: Attend trained in {attend["train_wall_s"] / 60:.1f} min', flush=True)
     joey = joey_run(
-      name, args.tsv, attend, root / f'attend_{name}', root / f'joey_{name}', args.joey_python
+      name,
+      args.tsv,
+      attend,
+      root / f'attend_{name}',
+      root / f'joey_{name}{tag}',
+      args.joey_python,
+      changes,
     )
-    results[name] = {'attend': {k: v for k, v in attend.items() if k != 'config'}, 'joeynmt': joey}
+    row = results.setdefault(name, {})
+    row['attend'] = {k: v for k, v in attend.items() if k != 'config'}
+    row[f'joeynmt {args.joey_set}'.strip()] = joey
     saved.write_text(json.dumps(results, indent=1))
   print('| model | toolkit | train wall | steps | BLEU | chrF | copy accuracy | exact |')
   print('|---|---|---|---|---|---|---|---|')

@@ -132,3 +132,25 @@ def test_a_run_it_did_not_finish_timing_is_refused_not_resumed(tmp_path):
   with pytest.raises(SystemExit, match='did not finish timing'):
     translation_peer.attend_run('transformer', 'x.tsv', tmp_path / 'attend_transformer')
   assert os.listdir(tmp_path / 'attend_transformer') == []  # left as it was
+
+
+def test_joey_set_changes_joeys_own_fields_and_refuses_others(tmp_path):
+  from configs import tsv_gru
+
+  attend = tsv_gru.get_config().to_dict()
+  changes = translation_peer.parse_changes('normalization=tokens,clip_grad_norm=null,updates=2000')
+  assert changes == {'normalization': 'tokens', 'clip_grad_norm': None, 'updates': 2000}
+  training = translation_peer.joey_config(
+    'gru', attend, tmp_path, tmp_path / 'm.model', tmp_path, changes
+  )['training']
+  assert training['normalization'] == 'tokens' and training['updates'] == 2000
+  assert 'clip_grad_norm' not in training  # null: Joey's default (no clipping)
+  assert training['learning_rate'] == attend['learning_rate']  # the rest stays matched
+  with pytest.raises(ValueError, match='not FIELD=VALUE'):
+    translation_peer.parse_changes('normalization')
+  with pytest.raises(SystemExit, match=r"\['normalisation'\] are not training fields"):
+    translation_peer.main(
+      ['--tsv=x.tsv', '--models=gru', '--joey_set=normalisation=tokens', '--joey_python=/bin/sh']
+      + [f'--workdir={tmp_path / "peer"}']
+    )
+  assert not (tmp_path / 'peer').exists()  # refused before anything was written
