@@ -30,9 +30,9 @@ def test_a_bad_range_is_refused_before_the_workdir_is_written(tfds_dir, tmp_path
 
 
 def test_the_chosen_steps_are_traced_into_the_workdir(tfds_dir, tmp_path):
-  """Steps 1 and 2 of 4: the trace holds two calls of the train step (each recorded twice,
-  nested: its Python call and its dispatch)."""
-  config = tiny(get_config('default'), tfds_dir, profile_steps='1:3')
+  """Steps 2 and 3 of 4: the trace holds two calls of the train step (each recorded twice,
+  nested: its Python call and its dispatch), and none of the evaluation after the last."""
+  config = tiny(get_config('default'), tfds_dir, profile_steps='2:4')
   training.train_and_evaluate(config, str(tmp_path))
   profile = os.path.join(str(tmp_path), profiling.PROFILE_DIR, 'plugins', 'profile')
   [xplane] = glob.glob(os.path.join(profile, '*', '*.xplane.pb'))
@@ -40,6 +40,7 @@ def test_the_chosen_steps_are_traced_into_the_workdir(tfds_dir, tmp_path):
   [chrome] = glob.glob(os.path.join(profile, '*', '*.trace.json.gz'))
   with gzip.open(chrome, 'rt') as f:
     events = json.load(f)['traceEvents']
+  assert not any('eval_step' in event.get('name', '') for event in events)
   spans = sorted(
     (e['ts'], e['ts'] + e['dur']) for e in events if e.get('name') == 'PjitFunction(train_step)'
   )

@@ -169,13 +169,14 @@ def _train(config, workdir: str, task) -> dict:
         _warn_if_batch_exceeds_split(config, batch)
         logging.info('Compiling the train step...')
         started = time.perf_counter()
-      trace.step(step, state)
+      trace.before(step)
       state, metrics = step_fn(state, sharding.shard_batch(batch, mesh), dropout_key)
       if step == first_step:
         jax.block_until_ready(metrics)
         logging.info('Compiled the train step in %.1f s.', time.perf_counter() - started)
       pending.append(metrics)
       step += 1
+      trace.after(step, state)
       if (
         step % config.log_every_steps == 0
         or step == config.num_train_steps

@@ -4,9 +4,11 @@
 
 traces the steps that take the state from step 10 to step 13 into WORKDIR/profile/
 (`plugins/profile/RUN/HOST.xplane.pb` for TensorBoard's profile plugin or XProf, and
-`HOST.trace.json.gz`, which Perfetto opens). The first step a run makes also compiles the step
-function: a range that starts later leaves compilation out. Whatever the loop does between the
-traced steps (an evaluation, a checkpoint) is in the trace too.
+`HOST.trace.json.gz`, which Perfetto opens); what the loop does between them (logging, an
+evaluation, a checkpoint at step 11 or 12) is in it too, what it does after step 13 is not. A
+step whose batch has a shape the run has not met before (the first step, and with bucketed
+batches the first of each bucket) compiles the step function again: the compilation is in the
+trace, on the Python thread, apart from the XLA ops that run the step.
 """
 
 import os
@@ -42,8 +44,10 @@ def parse_steps(spec: str) -> tuple[int, int] | None:
 class StepTrace:
   """Starts and stops `jax.profiler`'s trace around the train steps of `config.profile_steps`.
 
-  The loop calls `step(step, state)` before each train step, with `step` the state's step before
-  it, and `stop()` when it ends (also on an error).
+  The loop calls `before(step)` before each train step, with `step` the state's step before it,
+  `after(step, state)` once the step has counted it, and `stop()` when it ends (also on an
+  error), so that what it does between steps at the range's ends (a final evaluation, a
+  checkpoint) stays out of the trace.
   """
 
   def __init__(self, spec: str, workdir: str):
@@ -51,17 +55,16 @@ class StepTrace:
     self.directory = profile_dir(workdir)
     self.running = False
 
-  def step(self, step: int, state) -> None:
-    """Starts the trace before step FIRST (or the first step after it, for a resumed run), and
-    stops it before step END, once `state`, step END's input, is computed."""
-    if self.steps is None:
-      return
-    first, end = self.steps
-    if not self.running and first <= step < end:
-      logging.info('Tracing steps %d to %d into %s.', step, end, self.directory)
+  def before(self, step: int) -> None:
+    """Starts the trace before step FIRST (or the first step after it, for a resumed run)."""
+    if self.steps and not self.running and self.steps[0] <= step < self.steps[1]:
+      logging.info('Tracing steps %d to %d into %s.', step, self.steps[1], self.directory)
       jax.profiler.start_trace(self.directory)
       self.running = True
-    elif self.running and step >= end:
+
+  def after(self, step: int, state) -> None:
+    """Stops the trace once the state has reached step END and `state` is computed."""
+    if self.running and step >= self.steps[1]:
       jax.block_until_ready(state)
       self.stop()
 
