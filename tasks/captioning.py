@@ -27,8 +27,14 @@ from models import decoding, interventions
 from models.interfaces import ImageCaptioner
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
-from tasks.losses import cross_entropy
-from tasks.translation import shift_right, teacher_forced_metrics, token_counts, until_eos
+from tasks.teacher_forcing import (
+  loss_sum,
+  mean_loss,
+  shift_right,
+  teacher_forced_metrics,
+  token_counts,
+  until_eos,
+)
 
 Array = jax.Array
 
@@ -124,9 +130,8 @@ class Captioning(Task):
     else:
       logits = model.caption_logits(batch['images'], self._decoder_inputs(batch), **run)
     real = targets != pad_id  # [B, T]
-    losses = cross_entropy(logits, targets, self.label_smoothing, where=real)
-    loss = losses.sum() / jnp.maximum(real.sum(), 1)
-    counts = token_counts(logits, targets, pad_id)
+    loss = mean_loss(logits, targets, real, self.label_smoothing)
+    counts = token_counts(logits, targets, real)
     if self.attention_penalty:
       # Per image, so the regulariser's weight does not depend on caption length.
       penalty = attention.doubly_stochastic_penalty(words, real)  # [B]
@@ -135,10 +140,10 @@ class Captioning(Task):
     return loss, counts
 
   def eval_counts(self, model, batch):
-    targets, pad_id = batch['targets'], self.tokenizer.pad_id
+    targets = batch['targets']
+    real = targets != self.tokenizer.pad_id  # [B, T]
     logits = model.caption_logits(batch['images'], self._decoder_inputs(batch), deterministic=True)
-    loss_sum = cross_entropy(logits, targets, where=targets != pad_id).sum()
-    return dict(loss_sum=loss_sum, **token_counts(logits, targets, pad_id))
+    return dict(loss_sum=loss_sum(logits, targets, real), **token_counts(logits, targets, real))
 
   def summarize(self, counts):
     return teacher_forced_metrics(counts)

@@ -32,7 +32,7 @@ from models.embeddings import ATTENTION_POSITIONS
 from models.interfaces import LanguageModel
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
-from tasks.losses import cross_entropy
+from tasks.teacher_forcing import loss_metrics, loss_sum, mean_loss, token_counts, token_scores
 
 Array = jax.Array
 MASK_RATE = 0.15  # BERT: the share of tokens the model must predict
@@ -78,19 +78,6 @@ def bert_mask(
     random_ids = random_ids + (random_ids >= skipped)
   corrupted = jnp.where(kind < 0.8, mask_id, jnp.where(kind < 0.9, random_ids, ids))
   return jnp.where(picked, corrupted, ids), picked
-
-
-def _token_counts(logits: Array, targets: Array, weights: Array) -> dict[str, Array]:
-  """Scored tokens, correct ones, and rows whose scored tokens are all correct."""
-  scored = weights > 0
-  right = (decoding.argmax(logits) == targets) | ~scored  # [B, T]
-  has = scored.any(-1)
-  return dict(
-    tokens=scored.sum(),
-    correct=(right & scored).sum(),
-    rows=has.sum(),
-    exact=(right.all(-1) & has).sum(),
-  )
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -190,8 +177,8 @@ class LanguageModeling(Task):
     mask_rng, dropout_rng = jax.random.split(rng)
     inputs, targets, weights = self._objective(batch, mask_rng)
     logits = model.token_logits(inputs, deterministic=False, rngs=nnx.Rngs(dropout=dropout_rng))
-    losses = cross_entropy(logits, targets, self.label_smoothing, where=weights > 0) * weights
-    return losses.sum() / jnp.maximum(weights.sum(), 1.0), _token_counts(logits, targets, weights)
+    loss = mean_loss(logits, targets, weights, self.label_smoothing)
+    return loss, token_counts(logits, targets, weights)
 
   def _eval_rng(self, batch: Batch) -> Array:
     """A masking key fixed per batch, so every evaluation of a split masks the same tokens."""
@@ -200,21 +187,17 @@ class LanguageModeling(Task):
   def eval_counts(self, model, batch):
     inputs, targets, weights = self._objective(batch, self._eval_rng(batch))
     logits = model.token_logits(inputs, deterministic=True)
-    loss_sum = (cross_entropy(logits, targets, where=weights > 0) * weights).sum()
-    return dict(loss_sum=loss_sum, **_token_counts(logits, targets, weights))
+    return dict(
+      loss_sum=loss_sum(logits, targets, weights), **token_counts(logits, targets, weights)
+    )
 
   def summarize(self, counts):
-    tokens = max(counts['tokens'], 1)
-    metrics = {
-      'accuracy': counts['correct'] / tokens,
-      'exact_match': counts['exact'] / max(counts['rows'], 1),
-    }
-    if 'loss_sum' in counts:  # evaluation: the unsmoothed loss, in nats per token
-      loss = counts['loss_sum'] / tokens
-      metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
+    accuracy, exact = token_scores(counts)
+    metrics = dict(accuracy=accuracy, exact_match=exact, **loss_metrics(counts))
+    if 'loss' in metrics:  # evaluation: the unsmoothed loss, in nats per token
       # Bits per unit of the vocabulary: a character, or a token (word, piece).
       unit = 'char' if self.tokenizer.kind == 'char' else 'token'
-      metrics[f'bits_per_{unit}'] = loss / math.log(2)
+      metrics[f'bits_per_{unit}'] = metrics['loss'] / math.log(2)
     return metrics
 
   def predict(self, model, batch, options: EvalOptions):

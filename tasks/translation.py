@@ -23,7 +23,14 @@ from models.interfaces import EncoderDecoder
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
 from tasks.copy_metric import copy_accuracy
-from tasks.losses import cross_entropy
+from tasks.teacher_forcing import (
+  loss_sum,
+  mean_loss,
+  shift_right,
+  teacher_forced_metrics,
+  token_counts,
+  until_eos,
+)
 
 Array = jax.Array
 
@@ -52,25 +59,11 @@ def text_scores(
   return metrics
 
 
-def shift_right(targets: Array, bos_id: int) -> Array:
-  """Decoder inputs `[BOS, y_1, ..., y_{T-1}]` from targets `[y_1, ..., y_T]` (int32 `[B, T]`)."""
-  bos = jnp.full_like(targets[:, :1], bos_id)
-  return jnp.concatenate([bos, targets[:, :-1]], axis=1)
-
-
-def token_counts(logits: Array, targets: Array, pad_id: int) -> dict[str, Array]:
-  """Tokens, correct tokens, rows and exactly right rows of a batch (padding rows count as none)."""
-  weights = targets != pad_id  # [B, T]
-  correct = (decoding.argmax(logits) == targets) & weights
-  rows = jnp.any(weights, axis=1)  # [B]
-  exact = jnp.all(correct | ~weights, axis=1) & rows
-  return dict(tokens=weights.sum(), correct=correct.sum(), rows=rows.sum(), exact=exact.sum())
-
-
 def teacher_forced_loss(
   model, batch: Batch, rng: Array, *, bos_id: int, pad_id: int, label_smoothing: float = 0.0
 ) -> tuple[Array, dict[str, Array]]:
-  """Mean label-smoothed cross-entropy per target token (dropout on) and `token_counts`.
+  """An encoder-decoder's `teacher_forcing.mean_loss` over the target tokens (dropout on) and
+  their `teacher_forcing.token_counts`.
 
   Args:
     model: an `EncoderDecoder`.
@@ -84,14 +77,13 @@ def teacher_forced_loss(
   logits = model(
     batch['inputs'], shift_right(targets, bos_id), deterministic=False, rngs=nnx.Rngs(dropout=rng)
   )
-  real = targets != pad_id
-  losses = cross_entropy(logits, targets, label_smoothing, where=real)
-  return losses.sum() / jnp.maximum(real.sum(), 1), token_counts(logits, targets, pad_id)
+  real = targets != pad_id  # [B, T]
+  return mean_loss(logits, targets, real, label_smoothing), token_counts(logits, targets, real)
 
 
 def teacher_forced_counts(model, batch: Batch, *, bos_id: int, pad_id: int) -> dict[str, Array]:
-  """The summed unsmoothed loss, `token_counts` and cross-attention entropy of a batch, without
-  dropout.
+  """An encoder-decoder's `teacher_forcing.loss_sum`, `token_counts` and cross-attention entropy
+  of a batch, without dropout.
 
   The entropy (nats, averaged over layers and heads, summed over target tokens) measures how
   sharply the decoder attends: 0 = one source token, log S = uniform over S.
@@ -101,32 +93,13 @@ def teacher_forced_counts(model, batch: Batch, *, bos_id: int, pad_id: int) -> d
   decoder_inputs = shift_right(targets, bos_id)
   if 'cross' not in model.attention_names:  # a decoder without attention (Seq2Seq 'none')
     logits = model(batch['inputs'], decoder_inputs, deterministic=True)
-    loss_sum = cross_entropy(logits, targets, where=real).sum()
-    return dict(loss_sum=loss_sum, **token_counts(logits, targets, pad_id))
+    return dict(loss_sum=loss_sum(logits, targets, real), **token_counts(logits, targets, real))
   logits, cross = read_attention(model, 'cross', batch['inputs'], decoder_inputs)
-  loss_sum = cross_entropy(logits, targets, where=real).sum()
   entropy = attention.attention_entropy(cross).mean(axis=(1, 2))  # [B, T]
   return dict(
-    loss_sum=loss_sum,
+    loss_sum=loss_sum(logits, targets, real),
     entropy_sum=jnp.sum(entropy, where=real),
-    **token_counts(logits, targets, pad_id),
-  )
-
-
-def teacher_forced_metrics(counts: dict[str, float]) -> dict[str, float]:
-  """Token accuracy and exact match from summed `token_counts`; loss and perplexity from the
-  summed unsmoothed loss where the counts have it (evaluation)."""
-  tokens = max(counts['tokens'], 1)
-  metrics = {}
-  if 'loss_sum' in counts:
-    loss = counts['loss_sum'] / tokens
-    metrics.update(loss=loss, perplexity=float(np.exp(min(loss, 50.0))))
-  if 'entropy_sum' in counts:
-    metrics.update(attention_entropy=counts['entropy_sum'] / tokens)
-  return dict(
-    metrics,
-    token_accuracy=counts['correct'] / tokens,
-    teacher_forced_exact_match=counts['exact'] / max(counts['rows'], 1),
+    **token_counts(logits, targets, real),
   )
 
 
@@ -349,9 +322,3 @@ _FORWARDS = {
 }
 # The fields (0: source, 1: decoder inputs) whose lengths the weights' last two axes have.
 _CROPS = {'cross': (1, 0), 'encoder_self': (0, 0), 'decoder_self': (1, 1)}
-
-
-def until_eos(ids, tokenizer) -> list[int]:
-  """Token ids up to and including the first EOS, padding dropped."""
-  ids = [int(i) for i in ids if i != tokenizer.pad_id]
-  return ids[: ids.index(tokenizer.eos_id) + 1] if tokenizer.eos_id in ids else ids
