@@ -64,11 +64,24 @@ def relative_positions(q_positions: Array, k_positions: Array) -> Array:
   return jnp.asarray(k_positions)[..., None, :] - jnp.asarray(q_positions)[..., :, None]
 
 
-def alibi_bias_at(slopes: Array, relative: Array) -> Array:
-  """`-slope · |j - i|` per head for given offsets `relative` `[..., T, S]` (`j - i`, e.g. a
-  decoding cache's own, see `attention.variants.cache_offsets`): float32 `[..., N, T, S]`."""
-  distance = jnp.abs(jnp.asarray(relative)).astype(jnp.float32)[..., None, :, :]
-  return -jnp.asarray(slopes, jnp.float32)[:, None, None] * distance
+def alibi_bias_at(slopes: Array, relative: Array, dtype=jnp.float32) -> Array:
+  """`-slope · |j - i|` per head for given offsets `relative` (`j - i`, e.g. a decoding cache's
+  own, see `attention.variants.cache_offsets`).
+
+  Args:
+    slopes: `[N]`, or `[..., N]` broadcasting against relative's leading dims; a scalar slope
+      gives one bias without a head axis.
+    relative: integer `[..., T, S]`.
+    dtype: of the bias (and of the product `slope · |j - i|`).
+
+  Returns:
+    `[..., N, T, S]` (`[..., T, S]` for a scalar slope) in `dtype`.
+  """
+  slopes = jnp.asarray(slopes, dtype)
+  distance = jnp.abs(jnp.asarray(relative)).astype(dtype)  # [..., T, S]
+  if slopes.ndim:
+    distance = distance[..., None, :, :]  # [..., 1, T, S]: a head axis
+  return -slopes[..., None, None] * distance
 
 
 def t5_buckets(

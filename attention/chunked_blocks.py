@@ -15,6 +15,8 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from attention.biases import alibi_bias_at, relative_positions
+
 Array = jax.Array
 
 
@@ -138,8 +140,8 @@ def block_inputs(st: Static, i, j, bias, mask, rng, lead_shape, slopes=None):
     near = jnp.abs(q_pos[:, None] - k_pos[None, :]) < st.window  # [bq, bk]
     valid = near if valid is None else valid & near
   if slopes is not None:
-    distance = jnp.abs(q_pos[:, None] - k_pos[None, :]).astype(jnp.float32)  # [bq, bk]
-    alibi = -slopes.astype(jnp.float32) * distance  # [..., bq, bk]
+    # slopes[..., 0, 0]: the per-head slopes without their rank alignment, for alibi_bias_at.
+    alibi = alibi_bias_at(slopes[..., 0, 0], relative_positions(q_pos, k_pos))  # [..., bq, bk]
     bias_ij = alibi if bias_ij is None else bias_ij.astype(jnp.float32) + alibi
   if st.num_kv_blocks * bk != st.kv_len:  # keys padded up to whole blocks
     real = k_pos < st.kv_len  # [bk]

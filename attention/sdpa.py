@@ -26,6 +26,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 
+from attention.biases import alibi_bias_at, relative_positions
 from attention.core import attend, check_kv, check_mask, drop_weights, masked_softmax
 from attention.dispatch import FAST_KERNELS, UNSUPPORTED, chosen_implementation, log_choice
 from attention.masks import causal_mask, combine_masks, sliding_window_mask
@@ -118,8 +119,8 @@ def normalize_scores(
   if bias is not None:
     scores = scores + bias.astype(scores.dtype)
   if alibi_slopes is not None:
-    distance = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(s)[None, :])  # [T, S]
-    scores = scores - alibi_slopes.astype(scores.dtype)[..., None, None] * distance
+    relative = relative_positions(jnp.arange(t), jnp.arange(s))  # [T, S]
+    scores = scores + alibi_bias_at(alibi_slopes, relative, scores.dtype)
   if is_causal:
     mask = combine_masks(mask, causal_mask(t, s))
   if window:

@@ -33,6 +33,18 @@ def test_alibi_slopes_are_the_papers():
   np.testing.assert_allclose(bias[0], [[0, -0.5, -1], [-0.5, 0, -0.5], [-1, -0.5, 0]])
 
 
+def test_alibi_bias_at_per_example_slopes_a_scalar_slope_and_a_dtype():
+  """Slopes [B, N] give each example its own heads; a scalar slope gives no head axis."""
+  relative = jnp.asarray([[0, 1, 2], [-1, 0, 1]])  # [T=2, S=3], j - i
+  bias = attention.alibi_bias_at(jnp.asarray([[0.5, 1.0], [0.25, 2.0]]), relative)
+  assert bias.shape == (2, 2, 2, 3)  # [B, N, T, S]
+  np.testing.assert_allclose(bias[0, 0], [[0, -0.5, -1], [-0.5, 0, -0.5]])
+  np.testing.assert_allclose(bias[1, 1], [[0, -2, -4], [-2, 0, -2]])
+  scalar = attention.alibi_bias_at(0.25, relative, jnp.bfloat16)
+  assert scalar.shape == (2, 3) and scalar.dtype == jnp.bfloat16
+  np.testing.assert_allclose(scalar.astype(jnp.float32), [[0, -0.25, -0.5], [-0.25, 0, -0.25]])
+
+
 @pytest.mark.parametrize(
   'bidirectional, relative, bucket',
   [
