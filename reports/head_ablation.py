@@ -16,7 +16,8 @@ import numpy as np
 
 from models import interventions
 from models.attention_layer import MultiHeadAttention
-from tasks import Task, pictures
+from tasks import Task
+from tasks.pictures import new_figure
 from training import sharding
 from training.steps import TrainState, merge_model
 
@@ -88,6 +89,36 @@ def sweep(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -
   )
 
 
+def save_picture(
+  path: str, values: np.ndarray, layers: list[str], *, metric: str, unablated: float
+) -> str:
+  """Writes `values [L, N]`, the metric with each head ablated (rows attention layers, columns
+  heads), as an annotated PNG with a colour bar; returns `path`."""
+  rows, heads = values.shape
+  figure = new_figure(figsize=(max(4.0, 0.7 * heads + 3.5), max(2.5, 0.45 * rows + 1.5)))
+  axes = figure.subplots()
+  image = axes.imshow(values, cmap='viridis', aspect='auto')
+  axes.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=8)
+  axes.set_yticks(range(rows), layers, fontsize=8)
+  axes.set_xlabel('head ablated')
+  middle = (np.nanmin(values) + np.nanmax(values)) / 2
+  for (i, j), value in np.ndenumerate(values):
+    axes.text(
+      j,
+      i,
+      f'{value:.3g}',
+      ha='center',
+      va='center',
+      fontsize=8,
+      color='black' if value > middle else 'white',
+    )
+  axes.set_title(f'{metric} with one head ablated (none: {unablated:.3g})', fontsize=9)
+  figure.colorbar(image, ax=axes, fraction=0.04, label=metric)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  return path
+
+
 def write(result: dict, out_dir: str) -> list[str]:
   """Writes `result` (from `sweep`) as head_ablation.json and its layers x heads PNG."""
   json_path = os.path.join(out_dir, JSON_FILE)
@@ -99,7 +130,7 @@ def write(result: dict, out_dir: str) -> list[str]:
   for row, path in enumerate(paths):
     for head, value in result['layers'][path].items():
       grid[row, int(head)] = value
-  picture = pictures.save_head_ablation(
+  picture = save_picture(
     os.path.join(out_dir, PICTURE_FILE),
     grid,
     paths,

@@ -20,7 +20,7 @@ import optax
 from data import algorithmic
 from models import interventions
 from models.interfaces import SequenceModel
-from tasks import pictures
+from tasks import memory_pictures
 from tasks.base import Batch, EvalOptions, Task
 
 Array = jax.Array
@@ -146,7 +146,7 @@ class Copy(Task):
     paths = []
     for sample in samples[: options.num_pictures]:
       path = os.path.join(out_dir, f'copy_{sample["index"]:04d}.png')
-      pictures.save_time_panels(
+      memory_pictures.save_time_panels(
         path, self.panels(sample), title=f'length {sample["length"]}: {sample["wrong"]} wrong bits'
       )
       paths.append(path)

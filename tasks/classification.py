@@ -21,7 +21,7 @@ import numpy as np
 from data import classification
 from models import interventions
 from models.interfaces import Classifier
-from tasks import picture_weights, pictures
+from tasks import document_pictures, picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, Task
 from tasks.losses import cross_entropy
 
@@ -235,9 +235,9 @@ class Classification(Task):
         sample['key_sentences'],
         title,
       )
-      pictures.save_document_attention(stem + '.png', *args)
+      document_pictures.save_document_attention(stem + '.png', *args)
       with open(stem + '.html', 'w', encoding='utf-8') as f:
-        f.write(pictures.document_attention_html(*args))
+        f.write(document_pictures.document_attention_html(*args))
       paths += [stem + '.png', stem + '.html']
     return paths
 

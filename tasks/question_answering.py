@@ -20,7 +20,7 @@ import numpy as np
 from data import question_answering
 from models import interventions
 from models.interfaces import QuestionAnswerer
-from tasks import pictures
+from tasks import memory_pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
 from tasks.classification import example_counts
 from tasks.losses import cross_entropy
@@ -158,7 +158,7 @@ class QuestionAnswering(Task):
         f.write(
           hop_table(sample['sentences'], sample['hops'], sample['supporting']) + f'\n{title}\n'
         )
-      pictures.save_hop_table(
+      memory_pictures.save_hop_table(
         stem + '.png', sample['sentences'], sample['hops'], sample['supporting'], title=title
       )
       paths += [stem + '.txt', stem + '.png']
