@@ -25,16 +25,8 @@ import attention
 from data import captioning
 from models import decoding, interventions
 from models.interfaces import ImageCaptioner
-from tasks import picture_weights, pictures
+from tasks import picture_weights, pictures, teacher_forcing
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
-from tasks.teacher_forcing import (
-  loss_sum,
-  mean_loss,
-  shift_right,
-  teacher_forced_metrics,
-  token_counts,
-  until_eos,
-)
 
 Array = jax.Array
 
@@ -118,7 +110,7 @@ class Captioning(Task):
     )
 
   def _decoder_inputs(self, batch: Batch) -> Array:
-    return shift_right(batch['targets'], self.tokenizer.bos_id)
+    return teacher_forcing.shift_right(batch['targets'], self.tokenizer.bos_id)
 
   def loss(self, model, batch, rng):
     targets, pad_id = batch['targets'], self.tokenizer.pad_id
@@ -130,8 +122,8 @@ class Captioning(Task):
     else:
       logits = model.caption_logits(batch['images'], self._decoder_inputs(batch), **run)
     real = targets != pad_id  # [B, T]
-    loss = mean_loss(logits, targets, real, self.label_smoothing)
-    counts = token_counts(logits, targets, real)
+    loss = teacher_forcing.mean_loss(logits, targets, real, self.label_smoothing)
+    counts = teacher_forcing.token_counts(logits, targets, real)
     if self.attention_penalty:
       # Per image, so the regulariser's weight does not depend on caption length.
       penalty = attention.doubly_stochastic_penalty(words, real)  # [B]
@@ -143,10 +135,13 @@ class Captioning(Task):
     targets = batch['targets']
     real = targets != self.tokenizer.pad_id  # [B, T]
     logits = model.caption_logits(batch['images'], self._decoder_inputs(batch), deterministic=True)
-    return dict(loss_sum=loss_sum(logits, targets, real), **token_counts(logits, targets, real))
+    return dict(
+      loss_sum=teacher_forcing.loss_sum(logits, targets, real),
+      **teacher_forcing.token_counts(logits, targets, real),
+    )
 
   def summarize(self, counts):
-    return teacher_forced_metrics(counts)
+    return teacher_forcing.teacher_forced_metrics(counts)
 
   def predict(self, model, batch, options: EvalOptions):
     tokenizer = self.tokenizer
@@ -162,14 +157,14 @@ class Captioning(Task):
     )
     # Where each generated word looked: the model reads its own caption once more.
     weights = _word_attention(
-      *nnx.split(model), batch['images'], shift_right(ids, tokenizer.bos_id)
+      *nnx.split(model), batch['images'], teacher_forcing.shift_right(ids, tokenizer.bos_id)
     )  # [B, T, R]
     grid = tuple(model.grid)
     return dict(output_ids=ids, word_attention=weights.reshape(*weights.shape[:2], *grid))
 
   def sample(self, split, row):
     example = self.data.examples(split)[row['index']]
-    ids = until_eos(row['output_ids'], self.tokenizer)
+    ids = teacher_forcing.until_eos(row['output_ids'], self.tokenizer)
     hypothesis = self.tokenizer.decode(ids)
     return dict(
       index=row['index'],
