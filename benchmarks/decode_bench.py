@@ -18,13 +18,13 @@ out (the train bench's medium model), `transformer_base` that of configs/transfo
 random ids.
 Language model, rows greedy and sample: `gpt` is the GPT-style `DecoderLM` of configs/gpt_text.py
 (d_model 128, 4 heads, d_ff 512, 4 layers, RoPE), vocabulary 128, `--batch` prompts of 32 random
-ids, continued as `decoding.continue_prompt` continues them; sampling uses temperature 0.8, top-p
+ids, continued as `generation.continue_prompt` continues them; sampling uses temperature 0.8, top-p
 0.9 and one fixed key (`SAMPLING`, `SAMPLE_SEED`), the same in both variants.
 Random float32 weights; random ids are 3.. (no padding, BOS or EOS), fixed seed.
 
 Variants (`benchmarks/decoding_searches.py` says how each runs, from the same search code):
-- cached: the model's `init_decode_cache` / `decode_step`, as `decoding.generate` and
-  `decoding.continue_prompt` use them.
+- cached: the model's `init_decode_cache` / `decode_step`, as `generation.generate` and
+  `generation.continue_prompt` use them.
 - uncached: the model's full teacher-forced decoder re-run over the prefix at every step.
 - linen (Transformer models, greedy row): `benchmarks/linen_peer.py`, the same Transformer in
   flax.linen blocks with Attend's weights, decoding as flax's examples/wmt does: the decoder's

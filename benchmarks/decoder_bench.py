@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import bandwidth, machine, timing
-from models import decoding, pretrained
+from models import generation, pretrained
 from models.pretrained_decoders import load_decoder
 
 # transformers config fields per size, for a Llama-family model (GPT-2 spells them its way).
@@ -136,7 +136,7 @@ def measure(reference, model, args) -> dict:
   torch_ids, torch_prompt = torch.tensor(ids), torch.tensor(prompt)
 
   def attend_decode():
-    return decoding.continue_prompt(
+    return generation.continue_prompt(
       model, jax_prompt, max_length=args.new_tokens, rng=jax.random.key(0), temperature=0.0
     )
 

@@ -6,8 +6,8 @@ and differ only in the `tokens_to_logits(ids, step, cache)` callback. The decode
 its prompt [B, P] (`decoder_prompt`), are BOS alone (P = 1) for a source -> target model and the
 prompt for a language model; the prompt's last token is the search's first input.
 
-- cached: the model's `init_decode_cache` / `decode_step`, exactly as `decoding.generate` and
-  `decoding.continue_prompt` use them; each step computes one position (a language model's cache
+- cached: the model's `init_decode_cache` / `decode_step`, exactly as `generation.generate` and
+  `generation.continue_prompt` use them; each step computes one position (a language model's cache
   is prefilled with the prompt's first P - 1 tokens in one parallel pass, inside the search).
 - uncached (`uncached_decoder`): the "cache" holds the ids in a [B', P - 1 + max_length] buffer
   initialised with the prompt (beam search reorders it like any cache leaf) plus what is computed
@@ -202,7 +202,7 @@ def search(
     eos_id: the end token; the default never occurs.
 
   Returns:
-    ids int32 [B, max_length], as `decoding.generate` (DecoderLM: `continue_prompt`) returns them.
+    ids int32 [B, max_length], as `generation.generate` (DecoderLM: `continue_prompt`) returns them.
   """
   if method not in METHODS:
     raise ValueError(f'method must be one of {METHODS}; got {method!r}.')

@@ -11,18 +11,17 @@ axis (B' = B * beam_size, beam index fastest) and reorders the cache by gatherin
 Every search takes `(tokens_to_logits, cache)`, the cache holding `batch_size` (B) sequences, and
 the keywords `batch_size`, `max_length` (the most tokens to generate), `bos_id` (the first input),
 `eos_id` (the end token) and `pad_id` (fills each row after its EOS). The special ids are the
-tokenizer's: the searches hard-code none. `bos_id` may also be ids [B], one first token per row: a
-language model continues from each prompt's last token (`continue_prompt`). An `eos_id` that never
-occurs (e.g. -1) generates `max_length` tokens. Outputs hold the generated tokens (no BOS), EOS
-included, padding after EOS.
+tokenizer's: the searches hard-code none. `bos_id` may also be ids [B], one first token per row:
+a language model continues from each prompt's last token (`models.generation.continue_prompt`).
+An `eos_id` that never occurs (e.g. -1) generates `max_length` tokens. Outputs hold the generated
+tokens (no BOS), EOS included, padding after EOS. `models.generation` runs a model's own cache
+through these searches.
 """
 
-import functools
 import math
 import numbers
 from typing import Any, Callable, NamedTuple
 
-from flax import nnx
 import jax
 import jax.numpy as jnp
 
@@ -32,7 +31,7 @@ TokensToLogits = Callable[[Array, Array, Cache], tuple[Array, Cache]]
 NEG_INF = float('-inf')
 
 
-def _check_sizes(batch_size: int, max_length: int, beam_size: int = 1) -> None:
+def check_sizes(batch_size: int, max_length: int, beam_size: int = 1) -> None:
   """Raises ValueError for sizes a search cannot run with."""
   for field, value in (
     ('batch_size', batch_size),
@@ -43,7 +42,7 @@ def _check_sizes(batch_size: int, max_length: int, beam_size: int = 1) -> None:
       raise ValueError(f'Decoding: {field} must be an integer >= 1, got {value!r}.')
 
 
-def _check_sampling(top_k: int, top_p: float, temperature: float = 1.0) -> None:
+def check_sampling(top_k: int, top_p: float, temperature: float = 1.0) -> None:
   """Raises ValueError for sampling settings outside their ranges."""
   if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
     raise ValueError(f'Sampling: top_k must be an integer >= 0 (0 keeps all), got {top_k!r}.')
@@ -103,7 +102,7 @@ def filter_logits(logits: Array, *, top_k: int = 0, top_p: float = 1.0) -> Array
   Returns:
     float32 [..., V]: `logits` with the dropped tokens at -inf.
   """
-  _check_sampling(top_k, top_p)
+  check_sampling(top_k, top_p)
   logits = jnp.asarray(logits, jnp.float32)
   vocab = logits.shape[-1]
   if (top_k == 0 or top_k >= vocab) and top_p == 1:
@@ -139,7 +138,7 @@ def _search(
   pad_id: int,
 ) -> Array:
   """The loop of greedy and sampling search: `choose(logits [B, V], step)` picks the tokens [B]."""
-  _check_sizes(batch_size, max_length)
+  check_sizes(batch_size, max_length)
 
   def cond(carry):
     step, _, _, finished, _ = carry
@@ -219,7 +218,7 @@ def sample_search(
   Returns:
     ids int32 [B, max_length].
   """
-  _check_sampling(top_k, top_p, temperature)
+  check_sampling(top_k, top_p, temperature)
 
   def choose(logits: Array, step: Array) -> Array:
     if temperature == 0:  # the filters always keep the most likely token: greedy is exact
@@ -282,7 +281,7 @@ def beam_search(
   Returns:
     `(ids int32 [B, K, max_length], scores float32 [B, K])`, best first.
   """
-  _check_sizes(batch_size, max_length, beam_size)
+  check_sizes(batch_size, max_length, beam_size)
   b, k, length = batch_size, beam_size, max_length
   # Only beam 0 starts alive; K identical copies would fill the beam with duplicates.
   start_logp = jnp.where(jnp.arange(k) == 0, 0.0, NEG_INF)
@@ -343,172 +342,4 @@ def beam_search(
   return (
     jnp.take_along_axis(ids, order[:, :, None], axis=1),
     jnp.take_along_axis(scores, order, axis=1),
-  )
-
-
-@functools.partial(
-  jax.jit,
-  static_argnums=0,
-  static_argnames=('max_length', 'beam_size', 'alpha', 'bos_id', 'eos_id', 'pad_id'),
-)
-def _generate(
-  graphdef: nnx.GraphDef,
-  state: nnx.State,
-  inputs: Array,
-  *,
-  max_length: int,
-  beam_size: int,
-  alpha: float,
-  bos_id: int,
-  eos_id: int,
-  pad_id: int,
-) -> Array:
-  """The compiled body of `generate`; jax.jit caches it per graphdef and static settings."""
-  model = nnx.merge(graphdef, state)
-  cache = model.init_decode_cache(inputs, max_length)
-  kwargs = dict(
-    batch_size=inputs.shape[0], max_length=max_length, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id
-  )
-  if beam_size == 1:
-    return greedy_search(model.decode_step, cache, **kwargs)
-  ids, _ = beam_search(model.decode_step, cache, beam_size=beam_size, alpha=alpha, **kwargs)
-  return ids[:, 0]
-
-
-def generate(
-  model: nnx.Module,
-  inputs: Array,
-  *,
-  max_length: int,
-  bos_id: int,
-  eos_id: int,
-  pad_id: int,
-  beam_size: int = 1,
-  alpha: float = 0.6,
-) -> Array:
-  """Decodes `inputs` with any model that has `init_decode_cache` and `decode_step`.
-
-  Args:
-    model: an NNX model with the common decoding interface.
-    inputs: what the model's `init_decode_cache` encodes, batch on axis 0: source ids int32
-      [B, S] for translation, images float [B, H, W, C] for captioning. The model checks the rest.
-    max_length: the number of tokens to generate at most.
-    beam_size: 1 = greedy search, otherwise the best hypothesis of a beam search.
-    alpha: length-penalty exponent for beam search.
-    bos_id: the first decoder input (the tokenizer's BOS id).
-    eos_id: the end token (the tokenizer's EOS id).
-    pad_id: fills each row after its EOS (the tokenizer's padding id).
-
-  Returns:
-    ids int32 [B, max_length]: generated tokens, EOS included, `pad_id` after EOS.
-  """
-  inputs = jnp.asarray(inputs)
-  if inputs.ndim < 2:
-    raise ValueError(
-      f'generate: inputs must be a batch of source ids [B, S] or images '
-      f'[B, H, W, C], got shape {inputs.shape}.'
-    )
-  _check_sizes(inputs.shape[0], max_length, beam_size)
-  graphdef, state = nnx.split(model)
-  return _generate(
-    graphdef,
-    state,
-    inputs,
-    max_length=max_length,
-    beam_size=beam_size,
-    alpha=float(alpha),
-    bos_id=bos_id,
-    eos_id=eos_id,
-    pad_id=pad_id,
-  )
-
-
-@functools.partial(
-  jax.jit,
-  static_argnums=0,
-  static_argnames=('max_length', 'temperature', 'top_k', 'top_p', 'eos_id', 'pad_id'),
-)
-def _continue(
-  graphdef: nnx.GraphDef,
-  state: nnx.State,
-  prompt: Array,
-  rng: Array,
-  *,
-  max_length: int,
-  temperature: float,
-  top_k: int,
-  top_p: float,
-  eos_id: int,
-  pad_id: int,
-) -> Array:
-  """The compiled body of `continue_prompt`; jax.jit caches it per graphdef and static settings."""
-  model = nnx.merge(graphdef, state)
-  cache = model.init_decode_cache(prompt, max_length)
-  # The cache holds positions 0..P-2; the prompt's last token is the first input, at step 0.
-  return sample_search(
-    model.decode_step,
-    cache,
-    batch_size=prompt.shape[0],
-    max_length=max_length,
-    bos_id=prompt[:, -1],
-    eos_id=eos_id,
-    pad_id=pad_id,
-    rng=rng,
-    temperature=temperature,
-    top_k=top_k,
-    top_p=top_p,
-  )
-
-
-def continue_prompt(
-  model: nnx.Module,
-  prompt: Array,
-  *,
-  max_length: int,
-  rng: Array,
-  temperature: float = 1.0,
-  top_k: int = 0,
-  top_p: float = 1.0,
-  eos_id: int = -1,
-  pad_id: int = 0,
-) -> Array:
-  """Continues each prompt with a language model by sampling (temperature 0: greedy search).
-
-  The model's `init_decode_cache(prompt, max_length)` reads positions 0..P-2 of the prompt and
-  `decode_step(ids, step, cache)` the token at position P-1+step, so the search starts from the
-  prompt's last token at step 0.
-
-  Args:
-    model: an NNX language model with `init_decode_cache` and `decode_step`.
-    prompt: ids int32 [B, P], P >= 1, every row P tokens long.
-    max_length: the number of tokens to generate at most.
-    rng: a JAX PRNG key; the same key gives the same continuation.
-    temperature: divides the logits; 0 is greedy search (see `sample_search`).
-    top_k: keep only the k most likely tokens; 0 keeps all (see `filter_logits`).
-    top_p: keep only the nucleus of this probability mass; 1 keeps all (see `filter_logits`).
-    eos_id: the end token; the default -1 never occurs, so every row gets `max_length` tokens.
-    pad_id: fills each row after its EOS.
-
-  Returns:
-    ids int32 [B, max_length]: the generated tokens after the prompt, `pad_id` after any EOS.
-  """
-  prompt = jnp.asarray(prompt)
-  if prompt.ndim != 2 or prompt.shape[1] < 1:
-    raise ValueError(
-      f'continue_prompt: prompt must be int ids [B, P] with P >= 1, got shape {prompt.shape}.'
-    )
-  _check_sizes(prompt.shape[0], max_length)
-  _check_sampling(top_k, top_p, temperature)
-  graphdef, state = nnx.split(model)
-  return _continue(
-    graphdef,
-    state,
-    prompt,
-    rng,
-    max_length=max_length,
-    temperature=float(temperature),
-    top_k=int(top_k),
-    top_p=float(top_p),
-    eos_id=eos_id,
-    pad_id=pad_id,
   )

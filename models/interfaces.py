@@ -21,7 +21,7 @@ Array = jax.Array
 class EncoderDecoder(Protocol):
   """Source ids in, target logits out, teacher-forced or one token at a time (translation).
 
-  Both `Transformer` and `Seq2Seq` implement it; `models.decoding.generate` needs nothing more.
+  Both `Transformer` and `Seq2Seq` implement it; `models.generation.generate` needs nothing more.
   """
 
   def __call__(
@@ -117,7 +117,7 @@ class ImageClassifier(Protocol):
 class ImageCaptioner(Protocol):
   """Images in, caption logits out, teacher-forced or one token at a time (captioning).
 
-  `Captioner` implements it; `models.decoding.generate` takes images as its inputs. The model's
+  `Captioner` implements it; `models.generation.generate` takes images as its inputs. The model's
   `grid`, `(gh, gw)`, says where its R = gh*gw regions lie in the image (row-major).
   """
 

@@ -23,7 +23,7 @@ import sacrebleu
 
 import attention
 from data import captioning
-from models import decoding, interventions
+from models import generation, interventions
 from models.interfaces import ImageCaptioner
 from tasks import picture_weights, pictures, teacher_forcing
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
@@ -145,7 +145,7 @@ class Captioning(Task):
 
   def predict(self, model, batch, options: EvalOptions):
     tokenizer = self.tokenizer
-    ids = decoding.generate(
+    ids = generation.generate(
       model,
       batch['images'],
       max_length=self.max_decode_length,

@@ -27,7 +27,7 @@ import numpy as np
 from data import language
 from data.tokenizers import SpecialIds
 import models
-from models import decoding, interventions
+from models import generation, interventions
 from models.embeddings import ATTENTION_POSITIONS
 from models.interfaces import LanguageModel
 from tasks import picture_weights, pictures
@@ -215,7 +215,7 @@ class LanguageModeling(Task):
       prompt = inputs[:, : max(1, inputs.shape[1] // 2)]
       out['continuations'] = jnp.stack(
         [
-          decoding.continue_prompt(
+          generation.continue_prompt(
             model,
             prompt,
             max_length=self.continuation_length,

@@ -18,7 +18,7 @@ import sacrebleu
 
 import attention
 from data import translation
-from models import decoding, interventions
+from models import generation, interventions
 from models.interfaces import EncoderDecoder
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
@@ -158,7 +158,7 @@ class Translation(Task):
 
   def predict(self, model, batch, options: EvalOptions):
     tokenizer = self.target_tokenizer
-    ids = decoding.generate(
+    ids = generation.generate(
       model,
       batch['inputs'],
       max_length=self.max_decode_length,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from configs import tsv
-from models import decoding
+from models import generation
 from models.copy_head import CopyHead
 from models.stack_config import StackConfig
 from models.transformer import Transformer
@@ -131,7 +131,7 @@ def test_cached_decoding_equals_the_full_pass_with_copying(coverage):
   for step in range(4):
     logits, cache = model.decode_step(decoder_inputs[:, step], jnp.int32(step), cache)
     np.testing.assert_allclose(logits, full[:, step], atol=1e-5)
-  ids = decoding.generate(model, source, max_length=5, bos_id=1, eos_id=2, pad_id=0, beam_size=2)
+  ids = generation.generate(model, source, max_length=5, bos_id=1, eos_id=2, pad_id=0, beam_size=2)
   assert ids.shape[0] == 2
 
 

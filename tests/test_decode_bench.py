@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks import decode_bench, decoding_searches, linen_peer
 from configs import default
-from models.decoding import continue_prompt, generate
+from models.generation import continue_prompt, generate
 from models.language import DecoderLM
 from models.seq2seq import Seq2Seq
 

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models.decoding import argmax, beam_search, generate, greedy_search, length_penalty
+from models.decoding import argmax, beam_search, greedy_search, length_penalty
+from models.generation import generate
 from models.seq2seq import Seq2Seq
 
 TOL = dict(atol=1e-5, rtol=1e-5)

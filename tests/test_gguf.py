@@ -26,7 +26,7 @@ import pytest
 import tiny_gguf
 
 from data.pretrained_tokenizer import PretrainedTokenizer
-from models import checkpoint_files, decoding, gguf_checkpoint, interventions
+from models import checkpoint_files, generation, gguf_checkpoint, interventions
 from models.gguf_file import GGUFTensors, read_header
 from models.pretrained_decoders import load_decoder
 from tasks.losses import cross_entropy
@@ -348,7 +348,7 @@ def assert_greedy_texts_are_transformers(converted, model, tokenizer) -> None:
   (the same texts, measured; the smallest lead of a pick over the runner-up is 0.041), for
   0.3 s of CPU instead of 5 s: each generated token reads all the weights."""
   prompts = np.asarray([tokenizer(prompt).input_ids for prompt in PROMPTS])  # [3, 8]
-  ours = decoding.continue_prompt(
+  ours = generation.continue_prompt(
     converted, jnp.asarray(prompts), max_length=32, rng=jax.random.key(0), temperature=0.0
   )
   ours = np.asarray(ours)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tiny_decoders import CONFIGS, VOCAB, greedy, reference, write_checkpoint
 
-from models import decoding, interventions, pretrained
+from models import generation, interventions, pretrained
 from models.pretrained_decoders import decoder_args, load_decoder
 
 pytest.importorskip('transformers', reason='the reference implementation (test extra)')
@@ -67,7 +67,7 @@ def test_greedy_generation_cached_decoding_and_padding_equal_the_reference(folde
   model, _ = _converted(folders[name])
   prompt = IDS[:, :5]
   with float64.model_in_float64(model) as model64:  # no float32 near-tie can flip a token
-    ours = decoding.continue_prompt(
+    ours = generation.continue_prompt(
       model64, jnp.asarray(prompt), max_length=32, rng=jax.random.key(0), temperature=0.0
     )
     ours = np.asarray(ours, np.int32)

@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 from test_decoding import BOS, EOS, IDS, PAD, VOCAB, A, first_order, second_order
 
-from models.decoding import (
-  beam_search,
-  continue_prompt,
-  filter_logits,
-  greedy_search,
-  sample_search,
-)
+from models.decoding import beam_search, filter_logits, greedy_search, sample_search
+from models.generation import continue_prompt
 
 NUCLEUS = np.array([0.5, 0.3, 0.15, 0.05])  # sorted, so the kept sets are easy to read
 

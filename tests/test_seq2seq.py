@@ -12,8 +12,8 @@ import optax
 import pytest
 
 import attention
-from models import decoding, interventions
-from models.decoding import generate
+from models import generation, interventions
+from models.generation import generate
 from models.rnn_attention import make_attention
 from models.seq2seq import Seq2Seq
 
@@ -211,13 +211,13 @@ def test_generate_greedy_and_beam():
   np.testing.assert_array_equal(np.where(ended, 0, np.argmax(logits, -1)), ids)
   beams = generate(model, SRC, max_length=5, beam_size=3, **IDS)
   assert beams.shape == (3, 5) and beams.dtype == jnp.int32
-  compiled = decoding._generate._cache_size()
+  compiled = generation._generate._cache_size()
   model.output.bias[...] = model.output.bias[...].at[2].set(50.0)  # EOS always wins
   for beam_size in (1, 3):
     np.testing.assert_array_equal(
       generate(model, SRC, max_length=5, beam_size=beam_size, **IDS), [[2, 0, 0, 0, 0]] * 3
     )
-  assert decoding._generate._cache_size() == compiled
+  assert generation._generate._cache_size() == compiled
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 
 from attention import attention_rollout, doubly_stochastic_penalty, sinusoidal_positions_2d
 import models
-from models import decoding
+from models import generation
 from models.captioning import Captioner
 from models.interfaces import EncoderDecoder, ImageCaptioner, ImageClassifier
 from models.vision import ViT, interpolate_positions, patchify, unpatchify
@@ -282,7 +282,7 @@ def test_captioner_shapes_and_cached_decoding(name):
 @pytest.mark.parametrize('name, beam_size', [('gru-cnn', 2), ('transformer-cnn', 1)])
 def test_generate_captions_images(name, beam_size):
   model = captioner(**CAPTIONERS[name])
-  out = decoding.generate(
+  out = generation.generate(
     model, images(), max_length=4, bos_id=BOS, eos_id=EOS, pad_id=PAD, beam_size=beam_size
   )
   assert out.shape == (2, 4) and out.dtype == jnp.int32

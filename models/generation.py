@@ -1,0 +1,190 @@
+"""Decoding a model whole: its cache built from the inputs, then one search of `models.decoding`.
+
+`generate` decodes what an encoder-decoder or a captioner reads (source ids, images) with greedy
+or beam search; `continue_prompt` continues a language model's prompts by sampling. Both see the
+model only through its decoding interface (`models.interfaces`):
+
+    init_decode_cache(inputs, max_length) -> cache
+    decode_step(ids [B'], step, cache) -> (logits [B', V], new_cache)
+
+and each is compiled once per model structure (its NNX graphdef) and static settings, so calling
+it again with new parameters or inputs of the same shapes reuses the compiled loop.
+"""
+
+import functools
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+from models.decoding import beam_search, check_sampling, check_sizes, greedy_search, sample_search
+
+Array = jax.Array
+
+
+@functools.partial(
+  jax.jit,
+  static_argnums=0,
+  static_argnames=('max_length', 'beam_size', 'alpha', 'bos_id', 'eos_id', 'pad_id'),
+)
+def _generate(
+  graphdef: nnx.GraphDef,
+  state: nnx.State,
+  inputs: Array,
+  *,
+  max_length: int,
+  beam_size: int,
+  alpha: float,
+  bos_id: int,
+  eos_id: int,
+  pad_id: int,
+) -> Array:
+  """The compiled body of `generate`; jax.jit caches it per graphdef and static settings."""
+  model = nnx.merge(graphdef, state)
+  cache = model.init_decode_cache(inputs, max_length)
+  kwargs = dict(
+    batch_size=inputs.shape[0], max_length=max_length, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id
+  )
+  if beam_size == 1:
+    return greedy_search(model.decode_step, cache, **kwargs)
+  ids, _ = beam_search(model.decode_step, cache, beam_size=beam_size, alpha=alpha, **kwargs)
+  return ids[:, 0]
+
+
+def generate(
+  model: nnx.Module,
+  inputs: Array,
+  *,
+  max_length: int,
+  bos_id: int,
+  eos_id: int,
+  pad_id: int,
+  beam_size: int = 1,
+  alpha: float = 0.6,
+) -> Array:
+  """Decodes `inputs` with any model that has `init_decode_cache` and `decode_step`.
+
+  Args:
+    model: an NNX model with the common decoding interface.
+    inputs: what the model's `init_decode_cache` encodes, batch on axis 0: source ids int32
+      [B, S] for translation, images float [B, H, W, C] for captioning. The model checks the rest.
+    max_length: the number of tokens to generate at most.
+    beam_size: 1 = greedy search, otherwise the best hypothesis of a beam search.
+    alpha: length-penalty exponent for beam search.
+    bos_id: the first decoder input (the tokenizer's BOS id).
+    eos_id: the end token (the tokenizer's EOS id).
+    pad_id: fills each row after its EOS (the tokenizer's padding id).
+
+  Returns:
+    ids int32 [B, max_length]: generated tokens, EOS included, `pad_id` after EOS.
+  """
+  inputs = jnp.asarray(inputs)
+  if inputs.ndim < 2:
+    raise ValueError(
+      f'generate: inputs must be a batch of source ids [B, S] or images '
+      f'[B, H, W, C], got shape {inputs.shape}.'
+    )
+  check_sizes(inputs.shape[0], max_length, beam_size)
+  graphdef, state = nnx.split(model)
+  return _generate(
+    graphdef,
+    state,
+    inputs,
+    max_length=max_length,
+    beam_size=beam_size,
+    alpha=float(alpha),
+    bos_id=bos_id,
+    eos_id=eos_id,
+    pad_id=pad_id,
+  )
+
+
+@functools.partial(
+  jax.jit,
+  static_argnums=0,
+  static_argnames=('max_length', 'temperature', 'top_k', 'top_p', 'eos_id', 'pad_id'),
+)
+def _continue(
+  graphdef: nnx.GraphDef,
+  state: nnx.State,
+  prompt: Array,
+  rng: Array,
+  *,
+  max_length: int,
+  temperature: float,
+  top_k: int,
+  top_p: float,
+  eos_id: int,
+  pad_id: int,
+) -> Array:
+  """The compiled body of `continue_prompt`; jax.jit caches it per graphdef and static settings."""
+  model = nnx.merge(graphdef, state)
+  cache = model.init_decode_cache(prompt, max_length)
+  # The cache holds positions 0..P-2; the prompt's last token is the first input, at step 0.
+  return sample_search(
+    model.decode_step,
+    cache,
+    batch_size=prompt.shape[0],
+    max_length=max_length,
+    bos_id=prompt[:, -1],
+    eos_id=eos_id,
+    pad_id=pad_id,
+    rng=rng,
+    temperature=temperature,
+    top_k=top_k,
+    top_p=top_p,
+  )
+
+
+def continue_prompt(
+  model: nnx.Module,
+  prompt: Array,
+  *,
+  max_length: int,
+  rng: Array,
+  temperature: float = 1.0,
+  top_k: int = 0,
+  top_p: float = 1.0,
+  eos_id: int = -1,
+  pad_id: int = 0,
+) -> Array:
+  """Continues each prompt with a language model by sampling (temperature 0: greedy search).
+
+  The model's `init_decode_cache(prompt, max_length)` reads positions 0..P-2 of the prompt and
+  `decode_step(ids, step, cache)` the token at position P-1+step, so the search starts from the
+  prompt's last token at step 0.
+
+  Args:
+    model: an NNX language model with `init_decode_cache` and `decode_step`.
+    prompt: ids int32 [B, P], P >= 1, every row P tokens long.
+    max_length: the number of tokens to generate at most.
+    rng: a JAX PRNG key; the same key gives the same continuation.
+    temperature: divides the logits; 0 is greedy search (see `sample_search`).
+    top_k: keep only the k most likely tokens; 0 keeps all (see `filter_logits`).
+    top_p: keep only the nucleus of this probability mass; 1 keeps all (see `filter_logits`).
+    eos_id: the end token; the default -1 never occurs, so every row gets `max_length` tokens.
+    pad_id: fills each row after its EOS.
+
+  Returns:
+    ids int32 [B, max_length]: the generated tokens after the prompt, `pad_id` after any EOS.
+  """
+  prompt = jnp.asarray(prompt)
+  if prompt.ndim != 2 or prompt.shape[1] < 1:
+    raise ValueError(
+      f'continue_prompt: prompt must be int ids [B, P] with P >= 1, got shape {prompt.shape}.'
+    )
+  check_sizes(prompt.shape[0], max_length)
+  check_sampling(top_k, top_p, temperature)
+  graphdef, state = nnx.split(model)
+  return _continue(
+    graphdef,
+    state,
+    prompt,
+    rng,
+    max_length=max_length,
+    temperature=float(temperature),
+    top_k=int(top_k),
+    top_p=float(top_p),
+    eos_id=eos_id,
+    pad_id=pad_id,
+  )
