@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 
+from jax.profiler import ProfileData
 import pytest
 from test_training import get_config, tiny
 
@@ -31,12 +32,19 @@ def test_a_bad_range_is_refused_before_the_workdir_is_written(tfds_dir, tmp_path
 
 def test_the_chosen_steps_are_traced_into_the_workdir(tfds_dir, tmp_path):
   """Steps 2 and 3 of 4: the trace holds two calls of the train step (each recorded twice,
-  nested: its Python call and its dispatch), and none of the evaluation after the last."""
+  nested: its Python call and its dispatch) and the XLA ops of two runs of it (not of step 1,
+  still running when the loop reaches step 2), and none of the evaluation after the last."""
   config = tiny(get_config('default'), tfds_dir, profile_steps='2:4')
   training.train_and_evaluate(config, str(tmp_path))
   profile = os.path.join(str(tmp_path), profiling.PROFILE_DIR, 'plugins', 'profile')
   [xplane] = glob.glob(os.path.join(profile, '*', '*.xplane.pb'))
-  assert os.path.getsize(xplane) > 0
+  runs = {
+    dict(event.stats).get('run_id')
+    for line in ProfileData.from_file(xplane).find_plane_with_name('/host:CPU').lines
+    for event in line.events
+    if dict(event.stats).get('hlo_module') == 'jit_train_step'
+  }
+  assert len(runs) == 2
   [chrome] = glob.glob(os.path.join(profile, '*', '*.trace.json.gz'))
   with gzip.open(chrome, 'rt') as f:
     events = json.load(f)['traceEvents']

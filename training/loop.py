@@ -169,7 +169,7 @@ def _train(config, workdir: str, task) -> dict:
         _warn_if_batch_exceeds_split(config, batch)
         logging.info('Compiling the train step...')
         started = time.perf_counter()
-      trace.before(step)
+      trace.before(step, state)
       state, metrics = step_fn(state, sharding.shard_batch(batch, mesh), dropout_key)
       if step == first_step:
         jax.block_until_ready(metrics)

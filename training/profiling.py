@@ -44,9 +44,9 @@ def parse_steps(spec: str) -> tuple[int, int] | None:
 class StepTrace:
   """Starts and stops `jax.profiler`'s trace around the train steps of `config.profile_steps`.
 
-  The loop calls `before(step)` before each train step, with `step` the state's step before it,
-  `after(step, state)` once the step has counted it, and `stop()` when it ends (also on an
-  error), so that what it does between steps at the range's ends (a final evaluation, a
+  The loop calls `before(step, state)` before each train step, with `step` the state's step
+  before it, `after(step, state)` once the step has counted it, and `stop()` when it ends (also
+  on an error), so that what it does between steps at the range's ends (a final evaluation, a
   checkpoint) stays out of the trace.
   """
 
@@ -55,9 +55,11 @@ class StepTrace:
     self.directory = profile_dir(workdir)
     self.running = False
 
-  def before(self, step: int) -> None:
-    """Starts the trace before step FIRST (or the first step after it, for a resumed run)."""
+  def before(self, step: int, state) -> None:
+    """Starts the trace before step FIRST (or the first step after it, for a resumed run), once
+    `state`, its input, is computed: the step before it runs on while the loop goes on."""
     if self.steps and not self.running and self.steps[0] <= step < self.steps[1]:
+      jax.block_until_ready(state)
       logging.info('Tracing steps %d to %d into %s.', step, self.steps[1], self.directory)
       jax.profiler.start_trace(self.directory)
       self.running = True
