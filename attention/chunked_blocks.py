@@ -43,26 +43,15 @@ class Static:
     return -(-self.kv_len // self.kv_block)
 
   def kv_range(self, i):
-    return kv_block_range(
-      i,
-      q_block=self.q_block,
-      kv_block=self.kv_block,
-      q_len=self.q_len,
-      kv_len=self.kv_len,
-      is_causal=self.is_causal,
-      window=self.window,
-    )
+    return kv_block_range(i, **self._layout())
 
   def q_range(self, j):
-    return q_block_range(
-      j,
-      q_block=self.q_block,
-      kv_block=self.kv_block,
-      q_len=self.q_len,
-      kv_len=self.kv_len,
-      is_causal=self.is_causal,
-      window=self.window,
-    )
+    return q_block_range(j, **self._layout())
+
+  def _layout(self) -> dict:
+    """What decides which blocks hold visible scores: the block ranges' keywords."""
+    names = ('q_block', 'kv_block', 'q_len', 'kv_len', 'is_causal', 'window')
+    return {name: getattr(self, name) for name in names}
 
 
 def kv_block_range(

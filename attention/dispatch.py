@@ -30,61 +30,20 @@ Array = jax.Array
 _CHUNKED_MIN_SCORES = 512 * 512
 
 
-def _chunked(
-  q,
-  k,
-  v,
-  *,
-  mask,
-  bias,
-  is_causal,
-  scale,
-  dropout_rate,
-  dropout_rng,
-  window=0,
-  softcap=0.0,
-  sink=None,
-  alibi_slopes=None,
-  groups=1,
-):
+# Every kernel is called as `kernel(q, k, v, *, mask, bias, is_causal, scale, dropout_rate,
+# dropout_rng, window, softcap, sink, alibi_slopes, groups)` (see `attention/sdpa.py`); these
+# adapters pass each library kernel the options it takes.
+
+
+def _chunked(q, k, v, *, groups=1, **options):
   del groups  # chunked_attention repeats grouped keys and values to the query heads itself.
-  return chunked_attention(
-    q,
-    k,
-    v,
-    mask=mask,
-    bias=bias,
-    is_causal=is_causal,
-    scale=scale,
-    dropout_rate=dropout_rate,
-    dropout_rng=dropout_rng,
-    window=window,
-    softcap=softcap,
-    sink=sink,
-    alibi_slopes=alibi_slopes,
-  )
+  return chunked_attention(q, k, v, **options)
 
 
-def _cudnn(
-  q,
-  k,
-  v,
-  *,
-  mask,
-  bias,
-  is_causal,
-  scale,
-  dropout_rate,
-  dropout_rng,
-  window=0,
-  softcap=0.0,
-  sink=None,
-  alibi_slopes=None,
-  groups=1,
-):
+def _cudnn(q, k, v, *, mask, bias, is_causal, scale, window=0, groups=1, **unsupported):
   # jax.nn exposes no cuDNN dropout, soft-capping, sinks or ALiBi slopes: the dispatcher sends
-  # none of them here (see `_cudnn_unsupported`).
-  del dropout_rate, dropout_rng, softcap, sink, alibi_slopes, groups
+  # none of them here (see `cudnn_unsupported`).
+  del groups, unsupported
   # jax.nn wants [B, T, N, H] while Attend keeps heads as a leading dim, [..., N, T, H]: fold all
   # leading dims but the last into B and use the last as N. Keys and values keep their K heads:
   # jax.nn runs grouped-query attention itself.
@@ -108,36 +67,11 @@ def _cudnn(
   return jnp.swapaxes(out, 1, 2).reshape(*lead, t, v.shape[-1])
 
 
-def _pallas(
-  q,
-  k,
-  v,
-  *,
-  mask,
-  bias,
-  is_causal,
-  scale,
-  dropout_rate,
-  dropout_rng,
-  window=0,
-  softcap=0.0,
-  sink=None,
-  alibi_slopes=None,
-  groups=1,
-):
+def _pallas(q, k, v, *, mask, bias, dropout_rate, dropout_rng, groups=1, **options):
   # pallas_unsupported refused masks, biases and dropout; the kernel groups K/V heads itself.
+  # `options`: scale, is_causal, window, softcap, sink, alibi_slopes.
   del mask, bias, dropout_rate, dropout_rng, groups
-  return flash_attention(
-    q,
-    k,
-    v,
-    scale=scale,
-    is_causal=is_causal,
-    window=window,
-    softcap=softcap,
-    sink=sink,
-    alibi_slopes=alibi_slopes,
-  )
+  return flash_attention(q, k, v, **options)
 
 
 FAST_KERNELS = {  # every kernel but the reference one, by name
