@@ -164,11 +164,10 @@ def main(argv: list[str] | None = None) -> dict[str, Spread]:
   for i, rows in enumerate(zip(*runs)):
     if args.field not in rows[0]:
       raise ValueError(f'--field={args.field!r} is not a key of row {i} of {args.files[0]}.')
-    label = ' '.join(str(rows[0][key]) for key in ('model', 'size', 'search') if key in rows[0])
-    spreads[label or str(i)] = across_runs(rows, args.field)
-    print(
-      f'{label or i}: {args.field} {spreads[label or str(i)].text(".3g")} over {len(rows)} runs'
-    )
+    keys = ('checkpoint', 'model', 'size', 'search')
+    label = ' '.join(str(rows[0][key]) for key in keys if key in rows[0]) or str(i)
+    spreads[label] = across_runs(rows, args.field)
+    print(f'{label}: {args.field} {spreads[label].text(".3g")} over {len(rows)} runs')
   return spreads
 
 
