@@ -64,6 +64,12 @@ _OUTPUT = flags.DEFINE_string(
   "The workdir's folder to write: 'eval', or 'eval_NAME' to keep another evaluation (a beam "
   'search, averaged checkpoints, one chosen example) beside it.',
 )
+_PROFILE = flags.DEFINE_bool(
+  'profile',
+  False,
+  "Also write a jax.profiler trace of the evaluation's metrics and predictions into "
+  'OUTPUT/profile/ (TensorBoard, Perfetto; docs/benchmarks.md).',
+)
 _MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Predict at most this many (0 = all).')
 _CACHE = flags.DEFINE_string(
   'compilation_cache',
@@ -99,6 +105,7 @@ def _request() -> run_eval.Request:
     ablate_heads=_ABLATE.value,
     explorer_examples=_EXPLORER.value,
     output=_OUTPUT.value,
+    profile=_PROFILE.value,
   )
 
 

@@ -130,7 +130,7 @@ def breakdown(workdir: str, dump_dir: str) -> tuple[dict[str, float], int]:
   """
   with open(os.path.join(workdir, layout.CONFIG_FILE), encoding='utf-8') as f:
     steps = profiling.parse_steps(json.load(f).get('profile_steps', ''))
-  traces = sorted(glob.glob(os.path.join(profiling.profile_dir(workdir), '*/*/*/*.xplane.pb')))
+  traces = sorted(glob.glob(os.path.join(layout.profile_dir(workdir), '*/*/*/*.xplane.pb')))
   if steps is None or not traces:
     raise ValueError(f'{workdir} holds no trace: train it with --config.profile_steps=FIRST:END.')
   programs = dumped_programs(dump_dir)

@@ -3,10 +3,12 @@ restores the chosen checkpoint (training/restore.py), runs the task's metrics an
 writes the outputs: metrics, samples, pictures, the explorer page and the head ablation.
 """
 
+from contextlib import nullcontext
 import dataclasses
 import json
 import os
 
+import jax
 from ml_collections import ConfigDict
 
 from reports import explorer, head_ablation
@@ -43,6 +45,8 @@ class Request:
       None = `num_heatmaps`.
     output: the workdir's folder written instead of eval/: 'eval' or 'eval_NAME' (a beam-search
       or averaged evaluation kept beside the greedy one).
+    profile: also write a `jax.profiler` trace of the metrics and predictions into
+      OUTPUT/profile/ (TensorBoard's profile plugin, Perfetto).
   """
 
   workdir: str
@@ -59,6 +63,7 @@ class Request:
   ablate_heads: bool = False
   explorer_examples: int | None = None
   output: str = layout.EVAL_DIR
+  profile: bool = False
 
   def __post_init__(self):
     """Raises ValueError naming the first flag whose value eval.py cannot honour."""
@@ -99,7 +104,9 @@ def evaluate(request: Request) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     log.to_file(os.path.join(out_dir, layout.EVAL_LOG_FILE))
     options = _options(request, run.config)
-    metrics, samples = _measure(request, run, options)
+    traced = jax.profiler.trace(layout.profile_dir(out_dir)) if request.profile else nullcontext()
+    with traced:
+      metrics, samples = _measure(request, run, options)
     _write(out_dir, run, metrics, samples)
     model = merge_model(run.state)
     run.task.draw(model, samples, out_dir, options)

@@ -10,8 +10,9 @@ from jax.profiler import ProfileData
 import pytest
 from test_training import get_config, tiny
 
+from reports import run_eval
 import training
-from training import profiling
+from training import layout, profiling
 
 
 def test_a_step_range_is_parsed_and_a_bad_one_refused():
@@ -36,7 +37,7 @@ def test_the_chosen_steps_are_traced_into_the_workdir(tfds_dir, tmp_path):
   still running when the loop reaches step 2), and none of the evaluation after the last."""
   config = tiny(get_config('default'), tfds_dir, profile_steps='2:4')
   training.train_and_evaluate(config, str(tmp_path))
-  profile = os.path.join(str(tmp_path), profiling.PROFILE_DIR, 'plugins', 'profile')
+  profile = os.path.join(str(tmp_path), layout.PROFILE_DIR, 'plugins', 'profile')
   [xplane] = glob.glob(os.path.join(profile, '*', '*.xplane.pb'))
   runs = {
     dict(event.stats).get('run_id')
@@ -56,3 +57,18 @@ def test_the_chosen_steps_are_traced_into_the_workdir(tfds_dir, tmp_path):
   for start, stop in spans:
     calls, end = calls + (start >= end), max(end, stop)
   assert calls == 2
+
+
+def test_eval_profile_traces_the_evaluation_into_its_folder(tfds_dir, tmp_path):
+  """eval.py --profile: the evaluation's trace in eval/profile/, with the eval step's ops."""
+  training.train_and_evaluate(tiny(get_config('default'), tfds_dir), str(tmp_path))
+  assert not os.path.exists(layout.profile_dir(str(tmp_path)))  # no train steps chosen
+  run_eval.evaluate(run_eval.Request(str(tmp_path), profile=True, max_examples=2, num_heatmaps=0))
+  traces = os.path.join(layout.profile_dir(str(tmp_path / layout.EVAL_DIR)), 'plugins', 'profile')
+  [xplane] = glob.glob(os.path.join(traces, '*', '*.xplane.pb'))
+  modules = {
+    dict(event.stats).get('hlo_module')
+    for line in ProfileData.from_file(xplane).find_plane_with_name('/host:CPU').lines
+    for event in line.events
+  }
+  assert 'jit_eval_step' in modules and 'jit_train_step' not in modules

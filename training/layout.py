@@ -11,9 +11,11 @@ back with the fields added since it was written.
     tensorboard/            the same metrics as TensorBoard events
     train.log, train.lock   the run's log; the lock held by the live train.py
     pretrained.json         convert.py's workdirs: what was loaded from the checkpoint
+    profile/                jax.profiler traces of chosen train steps (config.profile_steps)
     eval/                   eval.py's outputs (`EVAL_DIR`): metrics.json, config.json (the config
                             evaluated), samples.jsonl, the task's samples file, eval.log,
-                            pictures, explorer.html; eval_NAME/ keeps another beside it
+                            pictures, explorer.html, profile/ (--profile); eval_NAME/ keeps
+                            another beside it
 
 Which checkpoint a command reads, and how, is training/restore.py's.
 """
@@ -38,6 +40,7 @@ TENSORBOARD_DIR = 'tensorboard'
 LOG_FILE = 'train.log'
 LOCK_FILE = 'train.lock'
 PRETRAINED_FILE = 'pretrained.json'
+PROFILE_DIR = 'profile'  # the traces TensorBoard's profile plugin and Perfetto read
 EVAL_DIR = 'eval'  # --output=eval_NAME keeps another evaluation beside it
 EVAL_METRICS_FILE = 'metrics.json'  # in eval/, with the config evaluated as CONFIG_FILE
 EVAL_LOG_FILE = 'eval.log'  # in eval/, the only log eval.py writes
@@ -54,6 +57,10 @@ def best_dir(workdir: str) -> str:
 
 def vocab_dir(workdir: str) -> str:
   return os.path.join(workdir, VOCAB_DIR)
+
+
+def profile_dir(workdir: str) -> str:
+  return os.path.join(workdir, PROFILE_DIR)
 
 
 def checkpoint_step(path: str) -> tuple[str, int | None]:

@@ -11,17 +11,12 @@ batches the first of each bucket) compiles the step function again: the compilat
 trace, on the Python thread, apart from the XLA ops that run the step.
 """
 
-import os
 import re
 
 from absl import logging
 import jax
 
-PROFILE_DIR = 'profile'  # WORKDIR/profile/: the traces TensorBoard's profile plugin reads
-
-
-def profile_dir(workdir: str) -> str:
-  return os.path.join(workdir, PROFILE_DIR)
+from training import layout
 
 
 def parse_steps(spec: str) -> tuple[int, int] | None:
@@ -52,7 +47,7 @@ class StepTrace:
 
   def __init__(self, spec: str, workdir: str):
     self.steps = parse_steps(spec)
-    self.directory = profile_dir(workdir)
+    self.directory = layout.profile_dir(workdir)
     self.running = False
 
   def before(self, step: int, state) -> None:
