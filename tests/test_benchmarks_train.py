@@ -11,7 +11,7 @@ import pytest
 from benchmarks import linen_peer, linen_peer_train, peers, train_bench
 import models
 from tasks.losses import cross_entropy
-from tasks.translation import shift_right
+from tasks.teacher_forcing import shift_right
 
 # configs/default.py at vocabularies 1000 -> 64, counted by hand (D=128, d_ff=256, tied output):
 #   embeddings (1000 + 64) * 128 = 136,192; one attention 4 * (128 * 128 + 128) = 66,048;
