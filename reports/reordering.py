@@ -20,6 +20,7 @@ import os
 from data.readers import tsv_parallel
 from data.word_alignment import aligned_positions, crossings, word_table
 from training import layout
+from training.config import read_config
 
 
 def training_pairs(config) -> list[tuple[str, str]]:
@@ -56,7 +57,7 @@ def report(workdir: str, min_words: int = 5, max_words: int = 10) -> dict:
     raise FileNotFoundError(f'--workdir={workdir}: no {path}; run eval.py --workdir first.')
   with open(path, encoding='utf-8') as f:
     samples = [json.loads(line) for line in f]
-  table = word_table(training_pairs(layout.read_config(workdir)))
+  table = word_table(training_pairs(read_config(workdir)))
   chosen = choose(samples, table, min_words, max_words)
   i = chosen['position']
   print(f'test example {i}: {chosen["crossings"]} crossings over {len(chosen["links"])} links')

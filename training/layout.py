@@ -1,5 +1,4 @@
-"""What is in a workdir: every folder and file name a run keeps there, once, and its config read
-back with the fields added since it was written.
+"""What is in a workdir: every folder and file name a run keeps there, once.
 
   WORKDIR/
     config.json             the config the run trains with (`CONFIG_FILE`)
@@ -17,19 +16,14 @@ back with the fields added since it was written.
                             pictures, explorer.html, profile/ (--profile); eval_NAME/ keeps
                             another beside it
 
-Which checkpoint a command reads, and how, is training/restore.py's.
+A run's config is read back by `training.config.read_config`; which checkpoint a command reads,
+and how, is training/restore.py's.
 """
 
-import json
 import os
 import re
 
-from absl import logging
-import ml_collections
-
-import models
 from tasks import VOCAB_DIR
-from training.config import add_missing_fields
 
 CONFIG_FILE = 'config.json'
 HISTORY_DIR = 'config_history'
@@ -89,32 +83,3 @@ def check_eval_output(name: str) -> None:
 def eval_file(workdir: str, name: str, output: str = EVAL_DIR) -> str:
   """WORKDIR/OUTPUT/NAME: a file of an evaluation (eval/ unless `output` names another)."""
   return os.path.join(workdir, output, name)
-
-
-def read_config(workdir: str, output: str = '') -> ml_collections.ConfigDict:
-  """The config a run in `workdir` was trained with (its config.json), or with `output` the one
-  an evaluation of it used (WORKDIR/OUTPUT/config.json), with the fields added since it was
-  written at their defaults.
-
-  A new field's default is what the code did before the field existed, so a run without it ran
-  as its default: eval.py rebuilds it so, and a study whose runs straddle the field's addition
-  does not differ in it.
-
-  Raises:
-    FileNotFoundError: there is no such config.json.
-  """
-  path = os.path.join(workdir, output, CONFIG_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'{path} does not exist; is --workdir={workdir} a training workdir?')
-  with open(path, encoding='utf-8') as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  added = add_missing_fields(config)
-  name = config.get('model', {}).get('name')
-  if name in models.MODELS:
-    for field, default in models.default_config(name).items():
-      if field not in config.model:
-        config.model[field] = default
-        added.append(f'model.{field}')
-  if added:
-    logging.info('%s predates the field(s) %s; using their defaults.', path, added)
-  return config

@@ -17,7 +17,7 @@ import tasks
 from training import layout, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
-from training.config import validate
+from training.config import read_config, validate
 from training.setup import build_state
 from training.steps import TrainState
 
@@ -84,7 +84,7 @@ def for_evaluation(
 
   Args:
     workdir: a training workdir.
-    config: the config to build the model with; None = the workdir's (`layout.read_config`).
+    config: the config to build the model with; None = the workdir's (`read_config`).
     checkpoint: 'best', 'latest', a step or '' (see `choose`).
     average_last: how many newest checkpoints to average (1 = none).
     eval_lengths: language models: also evaluate rows of these lengths (see `eval_config`).
@@ -105,7 +105,7 @@ def for_evaluation(
         f'No checkpoint in {checkpoints.directory}; train first with '
         f'python train.py --config=... --workdir={workdir}.'
       )
-    config = eval_config(config or layout.read_config(workdir), eval_lengths)
+    config = eval_config(config or read_config(workdir), eval_lengths)
     with workdir_lib.staging(workdir) as staged:  # eval.py writes into eval/ only
       task = tasks.build(config, staged)
     mesh = sharding.make_mesh(config.mesh)
@@ -183,7 +183,7 @@ def eval_config(config: ml_collections.ConfigDict, eval_lengths=()) -> ml_collec
 
 def newest(workdir: str):
   """`(task, train state, mesh)` of the newest readable checkpoint of a training workdir."""
-  config = layout.read_config(workdir)
+  config = read_config(workdir)
   with workdir_lib.staging(workdir) as staged:
     task = tasks.build(config, staged)
   checkpoints = reader(layout.checkpoints_dir(workdir))
