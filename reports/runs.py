@@ -129,12 +129,13 @@ def load_run(path: str, from_eval: bool = False) -> Run:
     lines = parse_metrics(f.read(), metrics_path)
   evaluated = ''
   if from_eval:
-    if not os.path.isfile(layout.eval_file(path, layout.EVAL_METRICS_FILE)):
+    evaluation = layout.eval_file(path, layout.EVAL_METRICS_FILE)
+    if not os.path.isfile(evaluation):
       raise FileNotFoundError(
         f'{path} has no {layout.EVAL_DIR}/{layout.EVAL_METRICS_FILE}; run python eval.py '
         f'--workdir={path} first, or compare without --eval.'
       )
-    with open(layout.eval_file(path, layout.EVAL_METRICS_FILE), encoding='utf-8') as f:
+    with open(evaluation, encoding='utf-8') as f:
       record = json.load(f)
     if os.path.isfile(layout.eval_file(path, layout.CONFIG_FILE)):
       evaluated = layout.EVAL_DIR
