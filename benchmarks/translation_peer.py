@@ -92,7 +92,39 @@ def joey_model(attend_model: dict) -> dict:
 
 
 # Training fields of Joey's that `--joey_set` may change besides those `joey_training` writes.
-JOEY_EXTRA_FIELDS = ('normalization', 'clip_grad_val', 'updates')
+JOEY_EXTRA_FIELDS = ('normalization', 'clip_grad_val', 'updates', 'patience', 'decrease_factor')
+
+# `--joey_recipe`: the training sections of Joey NMT's own recipes for a real corpus, as changes
+# from the matched settings (None: the field is left out, so Joey's default holds). The shapes,
+# the batch of 64 sentences and selection by chrF stay matched. Joey 2.3.0 ships no RNN recipe
+# for a real corpus; its 1.5 release did: configs/iwslt14_deen_bpe.yaml, a GRU with Bahdanau's
+# attention on IWSLT14 de-en BPE (Adam at 2e-4 with Joey's default betas 0.9/0.999, the loss per
+# token, no clipping, no label smoothing, plateau schedule). The Transformer's is 2.3.0's
+# configs/iwslt14_deen_bpe.yaml (AdamW at 3e-4, betas 0.9/0.999, no warm-up, the loss per token,
+# no clipping, label smoothing 0.1 as matched, plateau schedule).
+JOEY_RECIPES = {
+  'gru': dict(
+    adam_betas=None,
+    learning_rate=2e-4,
+    normalization='tokens',
+    clip_grad_norm=None,
+    label_smoothing=None,
+    scheduling='plateau',
+    patience=8,
+    decrease_factor=0.7,
+  ),
+  'transformer': dict(
+    optimizer='adamw',
+    adam_betas=None,
+    learning_rate=3e-4,
+    normalization='tokens',
+    clip_grad_norm=None,
+    scheduling='plateau',
+    learning_rate_warmup=None,
+    patience=5,
+    decrease_factor=0.7,
+  ),
+}
 
 
 def joey_training(attend: dict, changes: dict | None = None) -> dict:
@@ -237,10 +269,15 @@ def timed(command: list[str], log: Path, budget_s: float | None = None) -> float
   return time.perf_counter() - start
 
 
-def attend_run(name: str, tsv: str, workdir: Path) -> dict:
-  """Trains and evaluates Attend's config for `name` (once: a finished run is read back)."""
+def attend_run(name: str, tsv: str, workdir: Path, budget_is_wall: bool = True) -> dict:
+  """Trains and evaluates Attend's config for `name` (once: a finished run is read back).
+
+  Where Joey's budget is Attend's wall time (`budget_is_wall`), a run this benchmark did not
+  finish timing is refused; where Joey's budget is steps, it is resumed and its wall time, a part
+  only, is not recorded (None)."""
   record = workdir / 'peer_timing.json'
-  if workdir.exists() and not record.exists():  # resumed, its wall time would be a part
+  resumed = workdir.exists() and not record.exists()
+  if resumed and budget_is_wall:  # its wall time would be a part
     sys.exit(
       f'{workdir} holds a run this benchmark did not finish timing; remove it to time a new one.'
     )
@@ -250,7 +287,9 @@ def attend_run(name: str, tsv: str, workdir: Path) -> dict:
     train += [f'--config.dataset.tsv_path={tsv}', f'--workdir={workdir}']
     wall = timed(train, workdir.parent / f'{workdir.name}.train.log')
     timed([sys.executable, 'eval.py', f'--workdir={workdir}'], workdir / 'peer_eval.log')
-    record.write_text(json.dumps({'train_wall_s': wall}))
+    record.write_text(json.dumps({'train_wall_s': None if resumed else wall}))
+  if budget_is_wall and json.loads(record.read_text())['train_wall_s'] is None:
+    sys.exit(f'{workdir} was resumed, so its wall time is unknown: give Joey updates=N steps.')
   metrics = json.loads(Path(layout.eval_file(str(workdir), layout.EVAL_METRICS_FILE)).read_text())
   config = json.loads((workdir / layout.CONFIG_FILE).read_text())
   return dict(
@@ -298,6 +337,10 @@ def joey_run(
   )
 
 
+def minutes(seconds: float | None) -> str:
+  return 'resumed, not timed' if seconds is None else f'{seconds / 60:.1f} min'
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--tsv', required=True, help='english<TAB>other lines (tsv_parallel)')
@@ -310,30 +353,41 @@ def main(argv=None) -> dict:
     help="Joey's training fields changed from the matched settings, e.g. "
     "'normalization=tokens,updates=2000' (updates: a step budget instead of Attend's wall time)",
   )
+  parser.add_argument(
+    '--joey_recipe',
+    action='store_true',
+    help="start Joey from its own recipe's training settings (JOEY_RECIPES) instead of the "
+    'matched ones; --joey_set changes them further',
+  )
   args = parser.parse_args(argv)
   try:
     changes = parse_changes(args.joey_set)
   except ValueError as error:
     sys.exit(str(error))
   # Each setting of Joey's keeps its own folder and row, beside the matched one.
-  tag = ''.join(f'_{k}={v}' for k, v in changes.items())
+  label = ' '.join(['recipe'] * args.joey_recipe + [args.joey_set]).strip()
+  tag = '_recipe' * args.joey_recipe + ''.join(f'_{k}={v}' for k, v in changes.items())
+  changes_for = {
+    name: {**(JOEY_RECIPES[name] if args.joey_recipe else {}), **changes} for name in ATTEND_CONFIGS
+  }
   if not Path(args.joey_python).exists():
     sys.exit(f'--joey_python: {args.joey_python} does not exist; run `make joeynmt` first.')
   root = Path(args.workdir)
   saved = root / 'results.json'  # one file for every model measured here, run by run
-  results = json.loads(saved.read_text()) if saved.exists() else {}
+  read_saved = lambda: json.loads(saved.read_text()) if saved.exists() else {}  # noqa: E731
   names = args.models.split(',')
   if unknown := set(names) - set(ATTEND_CONFIGS):  # refused before anything trains
     sys.exit(f'--models: {sorted(unknown)} not among {sorted(ATTEND_CONFIGS)}.')
   for name in names:  # so is a --joey_set field Joey's section does not have
     module = importlib.import_module(ATTEND_CONFIGS[name].removesuffix('.py').replace('/', '.'))
     try:
-      joey_training(module.get_config().to_dict(), changes)
+      joey_training(module.get_config().to_dict(), changes_for[name])
     except ValueError as error:
       sys.exit(str(error))
   for name in names:
-    attend = attend_run(name, args.tsv, root / f'attend_{name}')
-    print(f'{name}: Attend trained in {attend["train_wall_s"] / 60:.1f} min', flush=True)
+    step_budget = 'updates' in changes_for[name]
+    attend = attend_run(name, args.tsv, root / f'attend_{name}', budget_is_wall=not step_budget)
+    print(f'{name}: Attend trained in {minutes(attend["train_wall_s"])}', flush=True)
     joey = joey_run(
       name,
       args.tsv,
@@ -341,18 +395,19 @@ def main(argv=None) -> dict:
       root / f'attend_{name}',
       root / f'joey_{name}{tag}',
       args.joey_python,
-      changes,
+      changes_for[name],
     )
+    results = read_saved()  # now: other settings of Joey's may have finished meanwhile
     row = results.setdefault(name, {})
     row['attend'] = {k: v for k, v in attend.items() if k != 'config'}
-    row[f'joeynmt {args.joey_set}'.strip()] = joey
+    row[f'joeynmt {label}'.strip()] = joey
     saved.write_text(json.dumps(results, indent=1))
   print('| model | toolkit | train wall | steps | BLEU | chrF | copy accuracy | exact |')
   print('|---|---|---|---|---|---|---|---|')
   for name, row in results.items():
     for toolkit, r in row.items():
       print(
-        f'| {name} | {toolkit} | {r["train_wall_s"] / 60:.1f} min | {r["steps"]} | '
+        f'| {name} | {toolkit} | {minutes(r["train_wall_s"])} | {r["steps"]} | '
         f'{r["bleu"]:.1f} | {r["chrf"]:.1f} | {100 * r["copy_accuracy"]:.1f}% | '
         f'{100 * r["exact_match"]:.1f}% |'
       )

@@ -154,3 +154,36 @@ def test_joey_set_changes_joeys_own_fields_and_refuses_others(tmp_path):
       + [f'--workdir={tmp_path / "peer"}']
     )
   assert not (tmp_path / 'peer').exists()  # refused before anything was written
+
+
+def test_a_resumed_run_is_refused_where_its_wall_time_is_the_budget(tmp_path):
+  workdir = tmp_path / 'attend_gru'
+  workdir.mkdir()
+  (workdir / 'peer_timing.json').write_text(json.dumps({'train_wall_s': None}))
+  with pytest.raises(SystemExit, match='give Joey updates=N'):
+    translation_peer.attend_run('gru', 'x.tsv', workdir)
+
+
+@pytest.mark.parametrize('name', ['gru', 'transformer'])
+def test_joeys_recipe_replaces_the_matched_optimiser_settings(name, tmp_path):
+  from configs import tsv, tsv_gru
+
+  attend = (tsv_gru if name == 'gru' else tsv).get_config().to_dict()
+  changes = {**translation_peer.JOEY_RECIPES[name], 'updates': 2000}
+  training = translation_peer.joey_training(attend, changes)
+  expected = {'gru': (2e-4, 'adam', 0.0), 'transformer': (3e-4, 'adamw', 0.1)}[name]
+  assert training['learning_rate'] == expected[0] and training['optimizer'] == expected[1]
+  assert training.get('label_smoothing', 0.0) == expected[2]  # left out: Joey's default, 0
+  assert training['normalization'] == 'tokens' and training['scheduling'] == 'plateau'
+  for left_out in ('adam_betas', 'clip_grad_norm', 'learning_rate_warmup'):
+    assert left_out not in training  # Joey's defaults: betas 0.9/0.999, no clipping, no warm-up
+  assert training['batch_size'] == attend['dataset']['batch_size']  # the data per step matched
+
+
+def test_a_recipe_run_refuses_a_field_joey_lacks_before_writing(tmp_path):
+  with pytest.raises(SystemExit, match=r"\['normalisation'\] are not training fields"):
+    translation_peer.main(
+      ['--tsv=x.tsv', '--models=gru', '--joey_recipe', '--joey_set=normalisation=tokens']
+      + ['--joey_python=/bin/sh', f'--workdir={tmp_path / "peer"}']
+    )
+  assert not (tmp_path / 'peer').exists()
