@@ -174,7 +174,7 @@ def test_joeys_recipe_replaces_the_matched_optimiser_settings(name, tmp_path):
   expected = {'gru': (2e-4, 'adam', 0.0), 'transformer': (3e-4, 'adamw', 0.1)}[name]
   assert training['learning_rate'] == expected[0] and training['optimizer'] == expected[1]
   assert training.get('label_smoothing', 0.0) == expected[2]  # left out: Joey's default, 0
-  assert training['normalization'] == 'tokens' and training['scheduling'] == 'plateau'
+  assert training['normalization'] == 'tokens' and training['decrease_factor'] == 1.0
   for left_out in ('adam_betas', 'clip_grad_norm', 'learning_rate_warmup'):
     assert left_out not in training  # Joey's defaults: betas 0.9/0.999, no clipping, no warm-up
   assert training['batch_size'] == attend['dataset']['batch_size']  # the data per step matched
