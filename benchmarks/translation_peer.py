@@ -329,13 +329,27 @@ def joey_run(
   hypotheses = (out / 'hyp.test').read_text(encoding='utf-8').split('\n')[: len(references)]
   if protected:  # tags back to the items of their sources, as Attend's outputs are
     hypotheses = [restore(h, i) for h, i in zip(hypotheses, items, strict=True)]
-  logged = re.findall(r'Step:\s+(\d+)', (out / 'train.log').read_text(encoding='utf-8'))
+  log = (out / 'train.log').read_text(encoding='utf-8')
+  logged = re.findall(r'Step:\s+(\d+)', log)
   return dict(
     train_wall_s=wall,
     best_step=int(best.resolve().stem),
     steps=int(logged[-1]),  # the last step Joey logged (every 100) before the budget stopped it
+    validation_chrf=joey_validation_chrf(log),
     **text_scores(hypotheses, references),
   )
+
+
+def joey_validation_chrf(log: str) -> dict[int, float]:
+  """{step: chrF on Joey's validation sentences, 0-100} from Joey's train.log: each validation's
+  result follows the last step logged before it (validations fall on logged steps)."""
+  curve, step = {}, None
+  for line in log.splitlines():
+    if logged := re.search(r'Step:\s+(\d+)', line):
+      step = int(logged[1])
+    elif (result := re.search(r'Evaluation result \(greedy\).*chrf:\s+([\d.]+)', line)) and step:
+      curve[step] = round(100 * float(result[1]), 2)  # Joey prints 0-1 to 2 decimals
+  return curve
 
 
 def minutes(seconds: float | None) -> str:

@@ -187,3 +187,17 @@ def test_a_recipe_run_refuses_a_field_joey_lacks_before_writing(tmp_path):
       + ['--joey_python=/bin/sh', f'--workdir={tmp_path / "peer"}']
     )
   assert not (tmp_path / 'peer').exists()
+
+
+def test_joeys_validation_curve_is_read_from_its_log():
+  head = '2026-11-28 07:52:31,177 - INFO - joeynmt.'  # Joey's log lines, as it writes them
+  log = '\n'.join(
+    [
+      f'{head}training - Epoch   1, Step:      400, Batch Loss:     5.307814',
+      f'{head}training - Epoch   1, Step:      500, Batch Loss:     4.821342',
+      f'{head}prediction - Evaluation result (greedy): bleu:   0.07, chrf:   0.02, loss:   4.89',
+      f'{head}training - Epoch   1, Step:     1000, Batch Loss:     3.100000',
+      f'{head}prediction - Evaluation result (greedy): bleu:   4.51, chrf:   0.14, loss:   3.40',
+    ]
+  )
+  assert translation_peer.joey_validation_chrf(log) == {500: 2.0, 1000: 14.0}
