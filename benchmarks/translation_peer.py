@@ -27,7 +27,12 @@ its loss is summed per sentence (Joey's default normalisation), Attend's average
 run Joey as its documentation would (e.g. `normalization=tokens`, `clip_grad_norm=null`, another
 `learning_rate`); each setting keeps its folder (joey_gru_normalization=tokens) and its row in
 results.json beside the matched one. `updates=N` gives Joey a budget of N steps instead of
-Attend's wall time, which a busy machine does not change.
+Attend's wall time, which a busy machine does not change. `--joey_recipe` starts Joey from the
+training settings of its own recipe for a real corpus instead (`JOEY_RECIPES`, which cites them);
+`--joey_set` then changes those, e.g. a learning rate of a small search:
+
+    python -m benchmarks.translation_peer --tsv=... --models=gru --joey_recipe \
+        --joey_set=learning_rate=0.001,updates=2000
 """
 
 import argparse
