@@ -99,6 +99,9 @@ def joey_model(attend_model: dict) -> dict:
 # Training fields of Joey's that `--joey_set` may change besides those `joey_training` writes.
 JOEY_EXTRA_FIELDS = ('normalization', 'clip_grad_val', 'updates', 'decrease_factor')
 
+# Fields of Joey's model section `--joey_set` may change as model.FIELD: how weights start.
+JOEY_MODEL_FIELDS = ('initializer', 'embed_initializer', 'embed_init_weight', 'init_rnn_orthogonal')
+
 # `--joey_recipe`: the training sections of Joey NMT's own recipes for a real corpus, as changes
 # from the matched settings (None: the field is left out, so Joey's default holds). The shapes,
 # the batch of 64 sentences and selection by chrF stay matched. Joey 2.3.0 ships no RNN recipe
@@ -225,6 +228,18 @@ def write_joey_inputs(
 def joey_config(
   name: str, attend: dict, data: Path, spm_model: Path, model_dir: Path, changes: dict | None = None
 ) -> dict:
+  """Joey NMT's whole config for Attend's config `attend`; `changes` are Joey's training fields,
+  or, prefixed 'model.', its model section's initialisation fields (`JOEY_MODEL_FIELDS`)."""
+  changes = changes or {}
+  model_changes = {
+    k.removeprefix('model.'): v for k, v in changes.items() if k.startswith('model.')
+  }
+  if unknown := sorted(set(model_changes) - set(JOEY_MODEL_FIELDS)):
+    raise ValueError(
+      f'--joey_set: model.{unknown[0]} is not among the model fields it may change, '
+      f'{["model." + field for field in JOEY_MODEL_FIELDS]}.'
+    )
+  training_changes = {k: v for k, v in changes.items() if not k.startswith('model.')}
   dataset = attend['dataset']
   side = lambda lang, max_length: dict(  # noqa: E731
     lang=lang,
@@ -247,7 +262,7 @@ def joey_config(
       src=side('src', dataset['max_input_length']),
       trg=side('trg', dataset['max_target_length']),
     ),
-    training=joey_training(attend, changes),
+    training=joey_training(attend, training_changes),
     testing=dict(
       beam_size=1, max_output_length=dataset['max_target_length'], eval_metrics=['bleu', 'chrf']
     ),
@@ -255,6 +270,7 @@ def joey_config(
       initializer='xavier_uniform',
       embed_initializer='xavier_uniform',
       **joey_model(attend['model']),
+      **model_changes,
     ),
   )
 
@@ -401,7 +417,7 @@ def main(argv=None) -> dict:
   for name in names:  # so is a --joey_set field Joey's section does not have
     module = importlib.import_module(ATTEND_CONFIGS[name].removesuffix('.py').replace('/', '.'))
     try:
-      joey_training(module.get_config().to_dict(), changes_for[name])
+      joey_config(name, module.get_config().to_dict(), Path(), Path(), Path(), changes_for[name])
     except ValueError as error:
       sys.exit(str(error))
   for name in names:

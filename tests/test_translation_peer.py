@@ -4,6 +4,7 @@ environment (`make joeynmt`) and is run by the benchmark, measured in docs/trans
 
 import json
 import os
+from pathlib import Path
 import sys
 import time
 
@@ -201,3 +202,16 @@ def test_joeys_validation_curve_is_read_from_its_log():
     ]
   )
   assert translation_peer.joey_validation_chrf(log) == {500: 2.0, 1000: 14.0}
+
+
+def test_joey_set_changes_how_joeys_weights_start_and_refuses_other_model_fields():
+  from configs import tsv_gru
+
+  attend = tsv_gru.get_config().to_dict()
+  config = translation_peer.joey_config(
+    'gru', attend, Path(), Path(), Path(), {'model.init_rnn_orthogonal': True, 'updates': 500}
+  )
+  assert config['model']['init_rnn_orthogonal'] is True and config['training']['updates'] == 500
+  assert 'model.init_rnn_orthogonal' not in config['training']
+  with pytest.raises(ValueError, match='model.hidden_size is not among'):
+    translation_peer.joey_config('gru', attend, Path(), Path(), Path(), {'model.hidden_size': 8})
