@@ -166,7 +166,7 @@ def test_a_resumed_run_is_refused_where_its_wall_time_is_the_budget(tmp_path):
 
 
 @pytest.mark.parametrize('name', ['gru', 'transformer'])
-def test_joeys_recipe_replaces_the_matched_optimiser_settings(name, tmp_path):
+def test_joeys_recipe_replaces_the_matched_optimiser_settings(name):
   from configs import tsv, tsv_gru
 
   attend = (tsv_gru if name == 'gru' else tsv).get_config().to_dict()
