@@ -102,6 +102,9 @@ JOEY_EXTRA_FIELDS = ('normalization', 'clip_grad_val', 'updates', 'decrease_fact
 # Fields of Joey's model section `--joey_set` may change as model.FIELD: how weights start.
 JOEY_MODEL_FIELDS = ('initializer', 'embed_initializer', 'embed_init_weight', 'init_rnn_orthogonal')
 
+# How Joey's train.log names each step it logs (every `logging_freq` steps).
+JOEY_STEP = re.compile(r'Step:\s+(\d+)')
+
 # `--joey_recipe`: the training sections of Joey NMT's own recipes for a real corpus, as changes
 # from the matched settings (None: the field is left out, so Joey's default holds). The shapes,
 # the batch of 64 sentences and selection by chrF stay matched. Joey 2.3.0 ships no RNN recipe
@@ -310,12 +313,13 @@ def attend_run(name: str, tsv: str, workdir: Path, budget_is_wall: bool = True) 
     wall = timed(train, workdir.parent / f'{workdir.name}.train.log')
     timed([sys.executable, 'eval.py', f'--workdir={workdir}'], workdir / 'peer_eval.log')
     record.write_text(json.dumps({'train_wall_s': None if resumed else wall}))
-  if budget_is_wall and json.loads(record.read_text())['train_wall_s'] is None:
+  timing = json.loads(record.read_text())
+  if budget_is_wall and timing['train_wall_s'] is None:
     sys.exit(f'{workdir} was resumed, so its wall time is unknown: give Joey updates=N steps.')
   metrics = json.loads(Path(layout.eval_file(str(workdir), layout.EVAL_METRICS_FILE)).read_text())
   config = json.loads((workdir / layout.CONFIG_FILE).read_text())
   return dict(
-    json.loads(record.read_text()),
+    timing,
     steps=config['num_train_steps'],
     config=config,
     **{k: metrics[k] for k in ('bleu', 'chrf', 'copy_accuracy', 'exact_match')},
@@ -351,7 +355,7 @@ def joey_run(
   if protected:  # tags back to the items of their sources, as Attend's outputs are
     hypotheses = [restore(h, i) for h, i in zip(hypotheses, items, strict=True)]
   log = (out / 'train.log').read_text(encoding='utf-8')
-  logged = re.findall(r'Step:\s+(\d+)', log)
+  logged = JOEY_STEP.findall(log)
   return dict(
     train_wall_s=wall,
     best_step=int(best.resolve().stem),
@@ -366,7 +370,7 @@ def joey_validation_chrf(log: str) -> dict[int, float]:
   result follows the last step logged before it (validations fall on logged steps)."""
   curve, step = {}, None
   for line in log.splitlines():
-    if logged := re.search(r'Step:\s+(\d+)', line):
+    if logged := JOEY_STEP.search(line):
       step = int(logged[1])
     elif (result := re.search(r'Evaluation result \(greedy\).*chrf:\s+([\d.]+)', line)) and step:
       curve[step] = round(100 * float(result[1]), 2)  # Joey prints 0-1 to 2 decimals
