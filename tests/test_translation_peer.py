@@ -1,6 +1,7 @@
-"""benchmarks/translation_peer.py: what it gives Joey NMT (the split, the pieces, the settings of
-Attend's configs) and how it stops a run at the budget. Joey NMT itself lives in its own
-environment (`make joeynmt`) and is run by the benchmark, measured in docs/translation.md."""
+"""benchmarks/translation_peer.py and joey_config.py: what the benchmark gives Joey NMT (the
+split, the pieces, the settings of Attend's configs) and how it stops a run at the budget. Joey
+NMT itself lives in its own environment (`make joeynmt`) and is run by the benchmark, measured
+in docs/translation.md."""
 
 import json
 import os
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from benchmarks import translation_peer
+from benchmarks import joey_config, translation_peer
 from data.placeholders import restore
 from data.readers import tsv_parallel
 from data.tokenizers import SPECIAL_TOKENS, SentencePieceTokenizer
@@ -73,7 +74,7 @@ def test_joey_config_takes_attends_settings(name, tmp_path):
   from configs import tsv, tsv_gru
 
   attend = {'transformer': tsv, 'gru': tsv_gru}[name].get_config().to_dict()
-  config = translation_peer.joey_config(name, attend, tmp_path, tmp_path / 'm.model', tmp_path)
+  config = joey_config.joey_config(name, attend, tmp_path, tmp_path / 'm.model', tmp_path)
   json.loads(json.dumps(config))  # written as JSON, which is YAML
   training = config['training']
   assert training['batch_size'] == attend['dataset']['batch_size'] == 64
@@ -110,7 +111,7 @@ def test_an_unknown_model_or_schedule_is_refused():
 
   attend = tsv.get_config().to_dict()
   with pytest.raises(ValueError, match='config.schedule'):
-    translation_peer.joey_training(dict(attend, schedule='cosine'))
+    joey_config.joey_training(dict(attend, schedule='cosine'))
 
 
 def test_a_run_is_stopped_at_its_budget_and_a_failure_named(tmp_path):
@@ -139,16 +140,16 @@ def test_joey_set_changes_joeys_own_fields_and_refuses_others(tmp_path):
   from configs import tsv_gru
 
   attend = tsv_gru.get_config().to_dict()
-  changes = translation_peer.parse_changes('normalization=tokens,clip_grad_norm=null,updates=2000')
+  changes = joey_config.parse_changes('normalization=tokens,clip_grad_norm=null,updates=2000')
   assert changes == {'normalization': 'tokens', 'clip_grad_norm': None, 'updates': 2000}
-  training = translation_peer.joey_config(
+  training = joey_config.joey_config(
     'gru', attend, tmp_path, tmp_path / 'm.model', tmp_path, changes
   )['training']
   assert training['normalization'] == 'tokens' and training['updates'] == 2000
   assert 'clip_grad_norm' not in training  # null: Joey's default (no clipping)
   assert training['learning_rate'] == attend['learning_rate']  # the rest stays matched
   with pytest.raises(ValueError, match='not FIELD=VALUE'):
-    translation_peer.parse_changes('normalization')
+    joey_config.parse_changes('normalization')
   with pytest.raises(SystemExit, match=r"\['normalisation'\] are not training fields"):
     translation_peer.main(
       ['--tsv=x.tsv', '--models=gru', '--joey_set=normalisation=tokens', '--joey_python=/bin/sh']
@@ -170,8 +171,8 @@ def test_joeys_recipe_replaces_the_matched_optimiser_settings(name):
   from configs import tsv, tsv_gru
 
   attend = (tsv_gru if name == 'gru' else tsv).get_config().to_dict()
-  changes = {**translation_peer.JOEY_RECIPES[name], 'updates': 2000}
-  training = translation_peer.joey_training(attend, changes)
+  changes = {**joey_config.JOEY_RECIPES[name], 'updates': 2000}
+  training = joey_config.joey_training(attend, changes)
   expected = {'gru': (2e-4, 'adam', 0.0), 'transformer': (3e-4, 'adamw', 0.1)}[name]
   assert training['learning_rate'] == expected[0] and training['optimizer'] == expected[1]
   assert training.get('label_smoothing', 0.0) == expected[2]  # left out: Joey's default, 0
@@ -208,10 +209,10 @@ def test_joey_set_changes_how_joeys_weights_start_and_refuses_other_model_fields
   from configs import tsv_gru
 
   attend = tsv_gru.get_config().to_dict()
-  config = translation_peer.joey_config(
+  config = joey_config.joey_config(
     'gru', attend, Path(), Path(), Path(), {'model.init_rnn_orthogonal': True, 'updates': 500}
   )
   assert config['model']['init_rnn_orthogonal'] is True and config['training']['updates'] == 500
   assert 'model.init_rnn_orthogonal' not in config['training']
   with pytest.raises(ValueError, match='model.hidden_size is not among'):
-    translation_peer.joey_config('gru', attend, Path(), Path(), Path(), {'model.hidden_size': 8})
+    joey_config.joey_config('gru', attend, Path(), Path(), Path(), {'model.hidden_size': 8})
