@@ -18,7 +18,7 @@ from ml_collections import config_flags
 import numpy as np
 from PIL import Image
 import pytest
-from test_training import ROOT, get_config, tiny
+from test_training import ROOT, _final_params, get_config, tiny
 from workdir_faults import truncate_checkpoint
 
 from data import language_sources
@@ -133,6 +133,23 @@ def test_item3_eval_and_init_from_skip_a_truncated_newest_checkpoint(trained, tm
   # item 6: each metric names its examples
   assert metrics['population']['loss'] == 'all of validation'
   assert metrics['population']['exact_match'] == 'the first 1 examples of validation'
+
+
+def test_item3_training_skips_a_truncated_checkpoint_and_resumes_bit_for_bit(
+  trained, tmp_path, caplog
+):
+  """Resumed from step 2 (the truncated step 4 skipped), the tsv run (length buckets, the copy
+  pointer, a shuffled epoch cut mid-way) ends on the very parameters of the straight run."""
+  workdir = _copy(trained, tmp_path)
+  truncate_checkpoint(workdir, 4)
+  with caplog.at_level('INFO', logger='absl'):  # what train.py logs
+    training.train_and_evaluate(trained[1], workdir)
+  assert 'Resumed from step 2' in caplog.text
+  resumed_step, resumed = _final_params(workdir, trained[1])
+  straight_step, straight = _final_params(trained[0], trained[1])
+  assert resumed_step == straight_step == 4
+  for a, b in zip(resumed, straight, strict=True):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_item4_one_train_py_per_workdir(trained, tmp_path):

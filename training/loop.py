@@ -129,6 +129,7 @@ def _train(config, workdir: str, task) -> dict:
       best.metric,
       f'{best.value:.4g} at step {best.step}' if best.step >= 0 else 'none',
     )
+    _drop_skipped_newer(checkpointer, int(state.step))
   elif config.init_from:
     state, _, _ = load_matching_params(state, config.init_from)
   _forget_other_bests(best_checkpointer, best)
@@ -255,6 +256,16 @@ def _forget_other_bests(best_checkpointer: Checkpointer, best: Best) -> None:
         best.step if best.step >= 0 else 'none',
       )
       best_checkpointer.delete(step)
+
+
+def _drop_skipped_newer(checkpointer: Checkpointer, resumed: int) -> None:
+  """Deletes the checkpoints newer than the one resumed from: `restore` skipped them as
+  unreadable, and a step is saved only once, so a damaged one left in place would outlive the
+  run that trains through its step again."""
+  for step in checkpointer.steps():
+    if step > resumed:
+      logging.info('Removing checkpoint %d: it could not be read; this run saves it afresh.', step)
+      checkpointer.delete(step)
 
 
 def _newest(checkpointer: Checkpointer) -> str:
