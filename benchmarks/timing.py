@@ -142,8 +142,11 @@ def compare(
 
 
 def across_runs(rows: list[Any], field: str) -> Spread:
-  """The spread of `field` over the rows of several runs of one benchmark."""
-  return Spread.of(row[field] for row in rows)
+  """The spread of `field` over the rows of several runs of one benchmark; a field that is itself
+  a spread (a ratio's, `{'min', 'median', 'max'}` over one run's rounds) counts its median."""
+  return Spread.of(
+    row[field]['median'] if isinstance(row[field], dict) else row[field] for row in rows
+  )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Spread]:
@@ -162,12 +165,14 @@ def main(argv: list[str] | None = None) -> dict[str, Spread]:
     raise ValueError(f'{", ".join(args.files)}: the runs have different numbers of rows.')
   spreads = {}
   for i, rows in enumerate(zip(*runs)):
-    if args.field not in rows[0]:
-      raise ValueError(f'--field={args.field!r} is not a key of row {i} of {args.files[0]}.')
-    keys = ('checkpoint', 'model', 'size', 'search')
+    if rows[0].get(args.field) is None:  # e.g. the matmul peak's row, or a row without a peer
+      continue
+    keys = ('checkpoint', 'model', 'size', 'search', 'case', 'length', 'mode')
     label = ' '.join(str(rows[0][key]) for key in keys if key in rows[0]) or str(i)
     spreads[label] = across_runs(rows, args.field)
     print(f'{label}: {args.field} {spreads[label].text(".3g")} over {len(rows)} runs')
+  if not spreads:
+    raise ValueError(f'--field={args.field!r} is not a key of any row of {args.files[0]}.')
   return spreads
 
 

@@ -76,10 +76,19 @@ def test_spread_over_the_json_files_of_several_runs(tmp_path, capsys):
   paths = []
   for i, ratio in enumerate((1.1, 0.9, 1.3)):
     path = tmp_path / f'run{i}.json'
-    path.write_text(json.dumps([dict(model='tiny', forward_ratio=ratio)]))
+    rows = [
+      dict(case='float32 matmul peak', gflops=100.0),  # a row without the field is skipped
+      dict(model='tiny', forward_ratio=ratio),
+      dict(model='tiny', search='beam', forward_ratio=None),  # nor is one without a figure
+      dict(case='kernel', length=512, mode='fwd', forward_ratio=dict(min=0, median=ratio, max=9)),
+    ]
+    path.write_text(json.dumps(rows))
     paths.append(str(path))
   spreads = timing.main(['--field=forward_ratio', *paths])
-  assert spreads == {'tiny': (0.9, 1.1, 1.3)}
-  assert capsys.readouterr().out == 'tiny: forward_ratio 1.1 (0.9-1.3) over 3 runs\n'
-  with pytest.raises(ValueError, match="--field='ratio' is not a key of row 0"):
+  assert spreads == {'tiny': (0.9, 1.1, 1.3), 'kernel 512 fwd': (0.9, 1.1, 1.3)}
+  assert capsys.readouterr().out == (
+    'tiny: forward_ratio 1.1 (0.9-1.3) over 3 runs\n'
+    'kernel 512 fwd: forward_ratio 1.1 (0.9-1.3) over 3 runs\n'
+  )
+  with pytest.raises(ValueError, match="--field='ratio' is not a key of any row"):
     timing.main(['--field=ratio', *paths])
