@@ -6,7 +6,8 @@ Pallas flash kernel (`attention/pallas_flash.py`: causal masks, windows, ALiBi, 
 soft-capping and grouped heads computed in the kernel; on an H200 each such variant within 2.5x
 of cuDNN's plain causal time at S=8192, docs/benchmarks.md), then tokamax's fused kernels
 (`attention/fused.py`, for what takes a bias array), then the chunked kernel; on a CPU the chunked
-kernel from `_CHUNKED_MIN_SCORES` score entries per head, below that the reference one
+kernel from `_CHUNKED_MIN_SCORES` score entries per head (from `_MASKED_SMALL_HEAD_MIN_SCORES`
+for a masked call with small heads), below that the reference one
 (`attention/sdpa.py`, the readable definition the others are tested against). The choice, and
 why, is logged once per shape."""
 
@@ -28,6 +29,18 @@ Array = jax.Array
 # reference is 15% faster forward. Under glibc malloc reference's [T, S] buffers fault in afresh
 # at every call: chunked is then 2.5x faster at S=512, 3x at S=384.
 _CHUNKED_MIN_SCORES = 512 * 512
+
+# With a mask (padding or causal) and heads of at most `_SMALL_HEAD` features, from
+# `_MASKED_SMALL_HEAD_MIN_SCORES` on: chunked masks one (batch, head) slice at a time, while
+# reference masks the whole [B, N, T, S] and its small-head matmuls run slowly. Chunked's time /
+# reference's on 2 CPU cores (float32, mimalloc, 28 November 2026), forward and fwd+bwd, S=128:
+# 0.57 / 0.81 (B=8, N=8, H=32, padding), 0.54 / 0.72 (causal), 0.66 / 0.81 (B=32, N=12, H=32,
+# MiniLM's shape: its encoder forward 660 -> 609 ms), 0.99 / 0.68 (B=8, N=12, H=16); S=256
+# 0.68-0.89 / 0.60-0.95; a small call (B=4, N=6, ~1 ms) 0.97-1.08 / 0.98-1.15. At H=64 chunked
+# was faster forward (0.75-0.95) but 2-10% slower fwd+bwd, and without a mask slower in both
+# (1.13-1.38), so those keep `_CHUNKED_MIN_SCORES`.
+_MASKED_SMALL_HEAD_MIN_SCORES = 128 * 128
+_SMALL_HEAD = 32
 
 
 # Every kernel is called as `kernel(q, k, v, *, mask, bias, is_causal, scale, dropout_rate,
@@ -174,7 +187,9 @@ def chosen_implementation(
       return name, '; '.join(declined) or 'cuDNN runs it'
     declined.append(f'{"cuDNN" if name == "cudnn" else repr(name)} declines: {reason}')
   why = '; '.join(declined)
-  if q.shape[-2] * k.shape[-2] >= _CHUNKED_MIN_SCORES:
+  masked_small_heads = (mask is not None or is_causal) and q.shape[-1] <= _SMALL_HEAD
+  threshold = _MASKED_SMALL_HEAD_MIN_SCORES if masked_small_heads else _CHUNKED_MIN_SCORES
+  if q.shape[-2] * k.shape[-2] >= threshold:
     return 'chunked', why
   return 'reference', why
 

@@ -83,3 +83,22 @@ def test_chunked_gradients_and_direct_call_take_numpy_inputs(rng):
   np.testing.assert_allclose(grad_numpy, grad_ref, atol=1e-5, rtol=1e-5)
   direct = attention.chunked_attention(q, k, v, mask=mask, bias=bias, scale=8**-0.5)
   np.testing.assert_allclose(direct, _numpy_attention(q, k, v, mask, bias), atol=1e-5, rtol=1e-5)
+
+
+def test_default_picks_chunked_from_128_for_masked_small_heads(rng):
+  """A masked call with heads of at most 32 features takes 'chunked' from T = S = 128 on CPU; an
+  unmasked one, a larger head, or a smaller length keeps 'reference' (attention/dispatch.py)."""
+  if jax.default_backend() != 'cpu':
+    pytest.skip('the default picks cuDNN on GPU')
+  chosen = lambda t, head, **options: attention.dispatch.chosen_implementation(
+    *(np.zeros((2, 2, t, head), np.float32) for _ in range(3)), **options
+  )[0]
+  mask = np.arange(128) < np.array([128, 64])[:, None, None, None]  # [B, 1, 1, S]
+  assert chosen(128, 32, mask=mask) == chosen(128, 32, is_causal=True) == 'chunked'
+  assert chosen(128, 16, mask=mask) == 'chunked'
+  assert chosen(128, 32) == chosen(128, 64, mask=mask) == chosen(127, 32, is_causal=True)
+  assert chosen(128, 32) == 'reference'
+  q, k, v = (rng.standard_normal((2, 2, 128, 32)).astype(np.float32) for _ in range(3))
+  bias = np.zeros((2, 2, 128, 128), np.float32)
+  out = attention.scaled_dot_product_attention(q, k, v, mask=mask)
+  np.testing.assert_allclose(out, _numpy_attention(q, k, v, mask, bias), atol=1e-5, rtol=1e-5)
