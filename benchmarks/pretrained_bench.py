@@ -12,6 +12,13 @@ alternating, a turn the median of `--calls` calls back to back; a side's time is
 its turns, `ratio` is torch / Attend (> 1: Attend is faster) as the median of the per-round
 ratios, each with its spread (min-max over the turns). The outputs' largest difference on real
 tokens is printed too.
+
+`--trace=FOLDER` then shows where each side's time goes over `--calls` more calls: Attend's XLA ops
+charged to the line of Attend's code that made each (a `jax.profiler` trace in FOLDER/attend,
+which TensorBoard's profile plugin or Perfetto opens, and XLA's dump in FOLDER/hlo; the way
+`benchmarks.step_profile` charges a train step's), and transformers' by torch operator
+(`torch.profiler`). Attend's figures are op self times summed over XLA's threads, torch's the
+calling thread's time in each operator, so compare their shares, not their milliseconds.
 """
 
 from training import allocator
@@ -20,6 +27,7 @@ if __name__ == '__main__':
   allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
 
 import argparse
+import glob
 import json
 import os
 import tempfile
@@ -30,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import machine, timing
+from benchmarks import machine, step_profile, timing
 from models import pretrained
 
 
@@ -83,6 +91,7 @@ def measure(args) -> dict:
 
   fns = {'attend': attend, 'torch': torch_forward}
   times = timing.compare(fns, turns=args.repeats, calls=args.calls)
+  places = trace(fns, args.calls, args.trace) if args.trace else {}
   real = ids != model.pad_id
   outputs = {name: np.asarray(out) for name, out in times.results.items()}
   difference = float(np.abs(outputs['attend'] - outputs['torch'])[real].max())
@@ -101,7 +110,38 @@ def measure(args) -> dict:
     calls=args.calls,
     max_abs_difference=difference,
     torch_threads=torch.get_num_threads(),
+    **places,
   )
+
+
+def trace(fns: dict, calls: int, folder: str) -> dict[str, dict[str, float]]:
+  """Milliseconds per call of each place of Attend's forward (`step_profile.charge`) and of each
+  torch operator of transformers' (self time), largest first, over `calls` calls of each."""
+  import torch  # pylint: disable=import-outside-toplevel
+
+  jax.profiler.start_trace(os.path.join(folder, 'attend'))
+  for _ in range(calls):
+    jax.block_until_ready(fns['attend']())
+  jax.profiler.stop_trace()
+  xplane = sorted(glob.glob(os.path.join(folder, 'attend', '*', '*', '*', '*.xplane.pb')))[-1]
+  attend = step_profile.charge(xplane, os.path.join(folder, 'hlo'), 'jit_encode', calls)
+  with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+    for _ in range(calls):
+      fns['torch']()
+  ops = {e.key: e.self_cpu_time_total / 1e3 / calls for e in profile.key_averages()}
+  return dict(
+    attend_ms_by_place=attend,
+    torch_ms_by_op=dict(sorted(ops.items(), key=lambda item: -item[1])),
+  )
+
+
+def _print_places(row: dict, top: int = 8) -> None:
+  """The largest places of each side and their shares of the side's total."""
+  for key, title in (('attend_ms_by_place', 'Attend, XLA ops'), ('torch_ms_by_op', 'torch ops')):
+    total = sum(row[key].values())
+    print(f'{title}: {total:.1f} ms per call')
+    for name, ms in list(row[key].items())[:top]:
+      print(f'{ms:9.1f} ms  {ms / total:6.1%}  {name}')
 
 
 def _shown(value) -> str:
@@ -119,11 +159,18 @@ def main() -> None:
   parser.add_argument('--repeats', type=int, default=5, help='turns of each side')
   parser.add_argument('--calls', type=int, default=5, help='calls back to back per turn')
   parser.add_argument('--json', default='')
+  parser.add_argument('--trace', default='', help='also trace each side into this folder')
   args = parser.parse_args()
+  if args.trace:  # read when JAX starts its backend, on the first call
+    hlo = f'--xla_dump_to={os.path.join(args.trace, "hlo")} --xla_dump_hlo_module_re=jit_encode'
+    os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {hlo}'.strip()
   row = measure(args)
   facts = machine.facts()
   row.update(device=facts['device'], allocator=facts['allocator'])
-  print('  '.join(f'{key}={_shown(value)}' for key, value in row.items()))
+  shown = {k: v for k, v in row.items() if not k.endswith(('_by_place', '_by_op'))}
+  print('  '.join(f'{key}={_shown(value)}' for key, value in shown.items()))
+  if args.trace:
+    _print_places(row)
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(row, f, indent=1)

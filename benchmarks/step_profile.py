@@ -49,15 +49,15 @@ def self_seconds(spans: list[tuple[int, int, Any]]) -> collections.Counter:
   return totals
 
 
-def op_self_seconds(xplane: str) -> dict[tuple[int, str], float]:
-  """Per `(program id, HLO op)` of the train step, the seconds the trace spent in the op
-  itself, over all calls."""
+def op_self_seconds(xplane: str, module: str = 'jit_train_step') -> dict[tuple[int, str], float]:
+  """Per `(program id, HLO op)` of the jitted function `module`, the seconds the trace spent in
+  the op itself, over all calls."""
   totals = collections.Counter()
   for line in ProfileData.from_file(xplane).find_plane_with_name('/host:CPU').lines:
     spans = []
     for event in line.events:
       stats = dict(event.stats)
-      if stats.get('hlo_module') == 'jit_train_step':
+      if stats.get('hlo_module') == module:
         spans.append((event.start_ns, event.end_ns, (int(stats['program_id']), stats['hlo_op'])))
     totals.update(self_seconds(spans))
   return dict(totals)
@@ -107,11 +107,13 @@ def place(frame: int, frames: dict, repo: str = REPO) -> str:
   return own or library or 'other'
 
 
-def dumped_programs(dump_dir: str, repo: str = REPO) -> list[dict[str, str]]:
-  """Per train-step program XLA dumped, where each of its ops was made (Attend's code in
-  `repo`)."""
+def dumped_programs(
+  dump_dir: str, repo: str = REPO, module: str = 'jit_train_step'
+) -> list[dict[str, str]]:
+  """Per program of the jitted function `module` XLA dumped, where each of its ops was made
+  (Attend's code in `repo`)."""
   programs = []
-  pattern = os.path.join(dump_dir, 'module_*.jit_train_step.*after_optimizations.txt')
+  pattern = os.path.join(dump_dir, f'module_*.{module}.*after_optimizations.txt')
   for path in sorted(glob.glob(pattern)):
     with open(path, encoding='utf-8') as f:
       text = f.read()
@@ -122,32 +124,40 @@ def dumped_programs(dump_dir: str, repo: str = REPO) -> list[dict[str, str]]:
 
 
 def breakdown(workdir: str, dump_dir: str) -> tuple[dict[str, float], int]:
-  """`(milliseconds per traced step of each place, largest first; the traced steps)`.
-
-  A program of the trace is matched to the dumped program that holds every op it ran (the
-  trace's program ids do not number the dump's files); an op the dump keeps no stack for (a
-  copy XLA added) is charged to 'other'.
-  """
+  """`(milliseconds per traced step of each place, largest first; the traced steps)` of the
+  workdir's newest trace (`charge`)."""
   with open(os.path.join(workdir, layout.CONFIG_FILE), encoding='utf-8') as f:
     steps = profiling.parse_steps(json.load(f).get('profile_steps', ''))
   traces = sorted(glob.glob(os.path.join(layout.profile_dir(workdir), '*/*/*/*.xplane.pb')))
   if steps is None or not traces:
     raise ValueError(f'{workdir} holds no trace: train it with --config.profile_steps=FIRST:END.')
-  programs = dumped_programs(dump_dir)
+  per_place = charge(traces[-1], dump_dir, 'jit_train_step', steps[1] - steps[0])  # the newest
+  return per_place, steps[1] - steps[0]
+
+
+def charge(xplane: str, dump_dir: str, module: str, calls: int) -> dict[str, float]:
+  """Milliseconds per call of the jitted function `module` charged to each place (largest
+  first), from a trace of `calls` calls and XLA's dump of the process that ran them.
+
+  A program of the trace is matched to the dumped program that holds every op it ran (the
+  trace's program ids do not number the dump's files); an op the dump keeps no stack for (a
+  copy XLA added) is charged to 'other'.
+  """
+  programs = dumped_programs(dump_dir, module=module)
   ran = collections.defaultdict(dict)  # per program of the trace, the seconds of each op
-  for (program, op), seconds in op_self_seconds(traces[-1]).items():  # the newest trace
+  for (program, op), seconds in op_self_seconds(xplane, module).items():
     ran[program][op] = seconds
   per_place = collections.Counter()
   for program, ops in ran.items():
     holders = [places for places in programs if set(ops) <= set(places)]
     if len(holders) != 1:
       raise ValueError(
-        f'{len(holders)} of the {len(programs)} train-step programs in {dump_dir} hold every op '
+        f'{len(holders)} of the {len(programs)} {module} programs in {dump_dir} hold every op '
         f'of program {program} of the trace (1 needed): dump the run that wrote the trace.'
       )
     for op, seconds in ops.items():
-      per_place[holders[0][op]] += seconds * 1e3 / (steps[1] - steps[0])
-  return dict(per_place.most_common()), steps[1] - steps[0]
+      per_place[holders[0][op]] += seconds * 1e3 / calls
+  return dict(per_place.most_common())
 
 
 def draw(ms: dict[str, float], path: str, title: str, top: int) -> None:

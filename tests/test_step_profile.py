@@ -1,9 +1,16 @@
 """benchmarks/step_profile.py by hand: self times of nested spans, and the line of Attend's code
-an op of an XLA dump is charged to."""
+an op of an XLA dump is charged to; then on a real trace and dump."""
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from benchmarks import step_profile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The tables XLA prints after a dumped module's instructions; a frame without a parent names
 # itself as its parent.
@@ -70,3 +77,43 @@ def test_an_op_is_charged_to_its_innermost_frame_in_attends_code(tmp_path):
     'exp.3': 'attention/core.py attend',
     'add.4': 'optimizer (optax)',
   }
+
+
+CHARGE_SCRIPT = """
+import glob, json, os, sys
+import jax
+import jax.numpy as jnp
+import attention
+from benchmarks import step_profile
+
+@jax.jit
+def encode(q):
+  return jnp.tanh(attention.scaled_dot_product_attention(q, q, q, implementation='reference'))
+
+q = jnp.ones((2, 2, 64, 8))
+encode(q).block_until_ready()
+jax.profiler.start_trace(sys.argv[1] + '/trace')
+for _ in range(3):
+  encode(q).block_until_ready()
+jax.profiler.stop_trace()
+[xplane] = glob.glob(sys.argv[1] + '/trace/*/*/*/*.xplane.pb')
+print(json.dumps(step_profile.charge(xplane, sys.argv[1] + '/hlo', 'jit_encode', calls=3)))
+"""
+
+
+def test_a_real_trace_of_any_jitted_function_is_charged_to_attends_lines(tmp_path):
+  """`charge` on a real jax.profiler trace and XLA dump of a jitted `encode` (any module name,
+  as benchmarks/pretrained_bench.py's --trace uses it): the attention kernel's lines get time."""
+  dump = f'--xla_dump_to={tmp_path}/hlo --xla_dump_hlo_module_re=jit_encode'
+  result = subprocess.run(
+    [sys.executable, '-c', CHARGE_SCRIPT, str(tmp_path)],
+    cwd=ROOT,
+    env={**os.environ, 'XLA_FLAGS': dump},
+    capture_output=True,
+    text=True,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  places = json.loads(result.stdout.strip().splitlines()[-1])
+  assert places and all(ms >= 0 for ms in places.values())
+  assert list(places.values()) == sorted(places.values(), reverse=True)
+  assert any(place.startswith('attention/') for place in places), places
