@@ -108,7 +108,9 @@ def test_a_real_trace_of_any_jitted_function_is_charged_to_attends_lines(tmp_pat
   result = subprocess.run(
     [sys.executable, '-c', CHARGE_SCRIPT, str(tmp_path)],
     cwd=ROOT,
-    env={**os.environ, 'XLA_FLAGS': dump},
+    # Compiled afresh: a program read from the suite's persistent cache keeps the stack frames
+    # of the checkout that compiled it, which may be another folder.
+    env={**os.environ, 'XLA_FLAGS': dump, 'JAX_ENABLE_COMPILATION_CACHE': 'false'},
     capture_output=True,
     text=True,
   )
