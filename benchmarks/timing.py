@@ -6,9 +6,9 @@ benchmark, timing one call per turn, measured a 4 ms forward at 8.4 ms (0.53x) w
 to back gave 3 ms (1.05-1.13x; docs/pretrained.md). `compare` therefore times every side so:
 
 1. `warmup` untimed calls each (compilation, caches, the allocator's first pages);
-2. `turns` rounds in which every side takes one turn, round i starting from side i (`order`),
-   so that over any n rounds of n sides each stands in each place once and a slow spell of a
-   shared machine hits every side;
+2. `turns` rounds in which every side takes one turn (`order`, a Williams design), so that
+   over its rounds each side stands in each place, and follows each other side, equally often,
+   and a slow spell of a shared machine hits every side;
 3. a turn is `calls` calls back to back, each timed; the turn's figure is their median, so a
    first call slowed by the other side's threads does not set it;
 4. a side's figure is the median of its turns' figures, reported with their spread
@@ -31,16 +31,30 @@ import jax
 
 
 def order(names: Iterable[str], rounds: int) -> Iterator[str]:
-  """The order of turns: `rounds` rounds in which every name takes a turn, round i starting from
-  name i (mod the number of names).
+  """The order of turns: `rounds` rounds in which every name takes a turn, in the rounds of a
+  Williams design, repeated.
 
   Where a turn stands in its round biases it: the train bench's medium size timed the row going
-  first 2-3% slower, whichever model it was.
+  first 2-3% slower, whichever model it was. So does the turn before it, when that library's
+  worker threads still spin: with three sides, plain rotations put the first side right after the
+  third twice as often as the second. The design's first round is 0, 1, n-1, 2, n-2, ... and
+  round i adds i to each (mod n); for an odd n its n rounds are followed by the same reversed.
+  Over its n rounds (2n for an odd n) each name stands in each place, and right after each other
+  name within a round, equally often (Williams 1949).
   """
   names = list(names)
+  n = len(names)
+  first, low, high = [0], 1, n - 1
+  while len(first) < n:
+    first.append(low)
+    low += 1
+    if len(first) < n:
+      first.append(high)
+      high -= 1
+  design = [[(k + i) % n for k in first] for i in range(n)]
+  design += [row[::-1] for row in design] if n % 2 else []
   for i in range(rounds if names else 0):
-    start = i % len(names)
-    yield from names[start:] + names[:start]
+    yield from (names[k] for k in design[i % len(design)])
 
 
 class Spread(NamedTuple):

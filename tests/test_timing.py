@@ -26,9 +26,22 @@ class FakeClock:
     return call
 
 
-def test_turns_alternate_and_each_round_starts_from_the_next_side():
-  assert list(timing.order('abc', 4)) == list('abcbcacababc')
+def test_turns_follow_a_williams_design():
+  assert ''.join(timing.order('ab', 3)) == 'abbaab'
+  assert ''.join(timing.order('abc', 7)) == 'abcbcacabcbaacbbacabc'
+  assert ''.join(timing.order('abcd', 4)) == 'abdcbcadcdbadacb'
   assert list(timing.order([], 3)) == []
+  # Over the design's rounds each name stands in each place, and follows each other name within
+  # a round, equally often.
+  for names, rounds in (('abc', 6), ('abcd', 4), ('abcde', 10)):
+    n = len(names)
+    sequence = ''.join(timing.order(names, rounds))
+    turns = [sequence[i : i + n] for i in range(0, len(sequence), n)]
+    assert all(
+      sorted(r[place] for r in turns) == sorted(names * (rounds // n)) for place in range(n)
+    )
+    pairs = [r[i : i + 2] for r in turns for i in range(n - 1)]
+    assert all(pairs.count(a + b) == rounds // n for a in names for b in names if a != b)
 
 
 def test_warmup_then_alternating_turns_of_several_calls_with_their_medians():
