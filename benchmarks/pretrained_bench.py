@@ -27,7 +27,6 @@ if __name__ == '__main__':
   allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
 
 import argparse
-import glob
 import json
 import os
 import tempfile
@@ -123,7 +122,7 @@ def trace(fns: dict, calls: int, folder: str) -> dict[str, dict[str, float]]:
   for _ in range(calls):
     jax.block_until_ready(fns['attend']())
   jax.profiler.stop_trace()
-  xplane = sorted(glob.glob(os.path.join(folder, 'attend', '*', '*', '*', '*.xplane.pb')))[-1]
+  xplane = step_profile.newest_trace(os.path.join(folder, 'attend'))
   attend = step_profile.charge(xplane, os.path.join(folder, 'hlo'), 'jit_encode', calls)
   with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
     for _ in range(calls):
@@ -162,7 +161,7 @@ def main() -> None:
   parser.add_argument('--trace', default='', help='also trace each side into this folder')
   args = parser.parse_args()
   if args.trace:  # read when JAX starts its backend, on the first call
-    hlo = f'--xla_dump_to={os.path.join(args.trace, "hlo")} --xla_dump_hlo_module_re=jit_encode'
+    hlo = step_profile.dump_flags(os.path.join(args.trace, 'hlo'), 'jit_encode')
     os.environ['XLA_FLAGS'] = f'{os.environ.get("XLA_FLAGS", "")} {hlo}'.strip()
   row = measure(args)
   facts = machine.facts()

@@ -123,16 +123,28 @@ def dumped_programs(
   return programs
 
 
+def dump_flags(dump_dir: str, module: str) -> str:
+  """The XLA_FLAGS that make XLA dump the programs of the jitted function `module` into
+  `dump_dir` (with each op's Python stack), as `charge` reads them; set before JAX starts."""
+  return f'--xla_dump_to={dump_dir} --xla_dump_hlo_module_re={module}'
+
+
+def newest_trace(folder: str) -> str | None:
+  """The newest `jax.profiler` trace (`plugins/profile/RUN/HOST.xplane.pb`) written into
+  `folder`, or None."""
+  traces = sorted(glob.glob(os.path.join(folder, '*', '*', '*', '*.xplane.pb')))
+  return traces[-1] if traces else None
+
+
 def breakdown(workdir: str, dump_dir: str) -> tuple[dict[str, float], int]:
   """`(milliseconds per traced step of each place, largest first; the traced steps)` of the
   workdir's newest trace (`charge`)."""
   with open(os.path.join(workdir, layout.CONFIG_FILE), encoding='utf-8') as f:
     steps = profiling.parse_steps(json.load(f).get('profile_steps', ''))
-  traces = sorted(glob.glob(os.path.join(layout.profile_dir(workdir), '*/*/*/*.xplane.pb')))
-  if steps is None or not traces:
+  xplane = newest_trace(layout.profile_dir(workdir))
+  if steps is None or xplane is None:
     raise ValueError(f'{workdir} holds no trace: train it with --config.profile_steps=FIRST:END.')
-  per_place = charge(traces[-1], dump_dir, 'jit_train_step', steps[1] - steps[0])  # the newest
-  return per_place, steps[1] - steps[0]
+  return charge(xplane, dump_dir, 'jit_train_step', steps[1] - steps[0]), steps[1] - steps[0]
 
 
 def charge(xplane: str, dump_dir: str, module: str, calls: int) -> dict[str, float]:

@@ -44,13 +44,7 @@ def order(names: Iterable[str], rounds: int) -> Iterator[str]:
   """
   names = list(names)
   n = len(names)
-  first, low, high = [0], 1, n - 1
-  while len(first) < n:
-    first.append(low)
-    low += 1
-    if len(first) < n:
-      first.append(high)
-      high -= 1
+  first = [0] + [(j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n)]  # 0, 1, n-1, 2, ...
   design = [[(k + i) % n for k in first] for i in range(n)]
   design += [row[::-1] for row in design] if n % 2 else []
   for i in range(rounds if names else 0):

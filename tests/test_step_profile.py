@@ -80,7 +80,7 @@ def test_an_op_is_charged_to_its_innermost_frame_in_attends_code(tmp_path):
 
 
 CHARGE_SCRIPT = """
-import glob, json, os, sys
+import json, sys
 import jax
 import jax.numpy as jnp
 import attention
@@ -96,7 +96,7 @@ jax.profiler.start_trace(sys.argv[1] + '/trace')
 for _ in range(3):
   encode(q).block_until_ready()
 jax.profiler.stop_trace()
-[xplane] = glob.glob(sys.argv[1] + '/trace/*/*/*/*.xplane.pb')
+xplane = step_profile.newest_trace(sys.argv[1] + '/trace')
 print(json.dumps(step_profile.charge(xplane, sys.argv[1] + '/hlo', 'jit_encode', calls=3)))
 """
 
@@ -104,7 +104,7 @@ print(json.dumps(step_profile.charge(xplane, sys.argv[1] + '/hlo', 'jit_encode',
 def test_a_real_trace_of_any_jitted_function_is_charged_to_attends_lines(tmp_path):
   """`charge` on a real jax.profiler trace and XLA dump of a jitted `encode` (any module name,
   as benchmarks/pretrained_bench.py's --trace uses it): the attention kernel's lines get time."""
-  dump = f'--xla_dump_to={tmp_path}/hlo --xla_dump_hlo_module_re=jit_encode'
+  dump = step_profile.dump_flags(f'{tmp_path}/hlo', 'jit_encode')
   result = subprocess.run(
     [sys.executable, '-c', CHARGE_SCRIPT, str(tmp_path)],
     cwd=ROOT,
