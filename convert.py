@@ -1,6 +1,6 @@
 """Writes a pretrained checkpoint as an Attend workdir: a BERT-family encoder as step 0 of
-configs/minilm_mlm.py, a decoder (GPT-2, Llama, Mistral, Qwen2, Gemma 3) as step 0 of
-configs/pretrained_lm.py.
+configs/minilm_mlm.py, a decoder as step 0 of configs/pretrained_lm.py (the architectures:
+`models.pretrained.ARCHITECTURES`).
 
   python convert.py --workdir=runs/minilm                               # all-MiniLM-L6-v2
   python convert.py --checkpoint=SmolLM2-135M-Instruct --workdir=runs/smollm2   # make llm
@@ -8,13 +8,13 @@ configs/pretrained_lm.py.
   python convert.py --checkpoint=my_bert --workdir=runs/my_bert         # a local folder / .zip
   python convert.py --checkpoint=model.gguf --workdir=runs/my_llama     # a GGUF file
 
-A short name is a checkpoint that ships in a registry package (models/checkpoint_files.py
-`PACKAGES`); anything else is a Hugging Face folder (or .zip) or a GGUF file, whose tensors are
-dequantised to float32 one at a time. The workdir holds the config (`init_from=''`), the loaded
+A short name is a checkpoint that ships in a registry package (`models.pretrained.PACKAGES`);
+anything else is a Hugging Face folder (or .zip) or a GGUF file, whose tensors are dequantised
+to float32 one at a time. The workdir holds the config (`init_from=''`), the loaded
 model with that config's optimizer state as checkpoint 0, the checkpoint's tokenizer in vocab/,
 and pretrained.json (what was loaded, initialised and unused). eval.py reads it as the frozen
 model; it is the `config.init_from` of a training run. --workdir must be new or an empty
-directory (docs/pretrained.md).
+directory (docs/pretrained.md, docs/pretrained_decoders.md).
 """
 
 from absl import app, flags, logging
@@ -27,8 +27,8 @@ from training import pretrained_workdir
 _CHECKPOINT = flags.DEFINE_string(
   'checkpoint',
   pretrained.DEFAULT,
-  f'A packaged checkpoint ({", ".join(pretrained.PACKAGES)}), a folder / .zip of a BERT, GPT-2, '
-  'Llama, Mistral, Qwen2 or Gemma 3 checkpoint, or a Llama or Gemma 3 .gguf file.',
+  f'A packaged checkpoint ({", ".join(pretrained.PACKAGES)}), or a Hugging Face folder / .zip '
+  f'or a .gguf file of one of the architectures {", ".join(pretrained.ARCHITECTURES)}.',
 )
 _WORKDIR = flags.DEFINE_string('workdir', None, 'The workdir to write (new or empty).')
 flags.mark_flag_as_required('workdir')
@@ -44,13 +44,13 @@ def main(argv):
 
 def _convert(checkpoint: str, workdir: str) -> None:
   """The checkpoint, read once, as the workdir of its family, decided here once by its
-  config.json's model_type: a BERT encoder is step 0 of configs/minilm_mlm.py, anything else of
-  configs/pretrained_lm.py (whose decoders' table refuses a model_type it does not convert)."""
+  config.json's model_type (`pretrained.family`, which refuses one Attend does not read): an
+  encoder is step 0 of configs/minilm_mlm.py, a decoder of configs/pretrained_lm.py."""
   pretrained_workdir.refuse_used(workdir)  # before the checkpoint is read
   read = pretrained.read(checkpoint)
-  encoder = read.config.get('model_type') == pretrained.MODEL_TYPE
-  family = minilm_mlm if encoder else pretrained_lm
-  pretrained_workdir.write_workdir(workdir, read, family.converted(read))
+  encoder = pretrained.family(read.config).kind == 'encoder'
+  config_module = minilm_mlm if encoder else pretrained_lm
+  pretrained_workdir.write_workdir(workdir, read, config_module.converted(read))
 
 
 if __name__ == '__main__':

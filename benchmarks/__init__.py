@@ -1,2 +1,3 @@
-"""Attend's benchmarks: each times Attend against a peer in the same run (see README.md), the
-same way in all (`benchmarks.timing`)."""
+"""Attend's benchmarks: what times or sizes Attend against a peer or a baseline in the same run
+(see README.md), timed the same way in all (`benchmarks.timing`). What a model does (its heads,
+sinks, attention distance, interventions) is measured in `studies/`."""

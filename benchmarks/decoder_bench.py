@@ -8,7 +8,7 @@ on CPU torch, same run, with the memory-bandwidth bound of decoding.
       --batch=1 --tokens=512 --prompt=8 --new_tokens=64 --repeats=5 --calls=2 --json=smollm2.json
 
 Without `--checkpoint`, for each size a random checkpoint is built with transformers (seeded
-`from_config`; nothing is downloaded), saved, and converted by `models.pretrained_decoders`. With
+`from_config`; nothing is downloaded), saved, and converted by `models.pretrained`. With
 `--checkpoint=PATH`, a real one: any path `models.pretrained.read` accepts that transformers reads
 too, a Hugging Face folder (`from_pretrained(folder)`) or a `.gguf` file (`from_pretrained(its
 folder, gguf_file=its name)`, dequantised). Either way both sides hold the same float32 weights.
@@ -45,7 +45,6 @@ import numpy as np
 
 from benchmarks import bandwidth, machine, timing
 from models import generation, pretrained
-from models.pretrained_decoders import load_decoder
 
 # transformers config fields per size, for a Llama-family model (GPT-2 spells them its way).
 SIZES = {
@@ -91,7 +90,7 @@ def random_pair(model_type: str, size: str):
     reference.save_pretrained(folder)
     with open(os.path.join(folder, 'tokenizer.json'), 'w', encoding='utf-8') as f:
       f.write('{}')  # unused here: the benchmark feeds ids
-    model, _ = load_decoder(pretrained.read(folder))
+    model, _ = pretrained.load_decoder(pretrained.read(folder))
   return reference, model
 
 
@@ -118,7 +117,7 @@ def checkpoint_pair(checkpoint: str):
   reference = transformers.AutoModelForCausalLM.from_pretrained(
     folder, dtype=torch.float32, **options
   ).eval()
-  model, _ = load_decoder(pretrained.read(checkpoint))
+  model, _ = pretrained.load_decoder(pretrained.read(checkpoint))
   return reference, model
 
 

@@ -69,7 +69,7 @@ def measure(args) -> dict:
 
   machine.torch_on_every_core()
   checkpoint = pretrained.read(args.checkpoint)
-  model, _ = pretrained.load_model(checkpoint)
+  model, _ = pretrained.load_encoder(checkpoint)
   reference = torch_reference(args.checkpoint)
   ids = inputs(args.batch, args.tokens, checkpoint.config['vocab_size'], model.pad_id)
   graphdef, state = nnx.split(model)

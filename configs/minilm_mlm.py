@@ -34,7 +34,6 @@ from typing import Any
 
 from configs.minilm_classifier import BERT_ADAMW
 from models import pretrained
-from models.checkpoint_files import Checkpoint, Conversion
 from training.config import default_config
 
 
@@ -44,12 +43,12 @@ def get_config(arg: str | None = None):
   return _config(pretrained.read_config(arg or pretrained.DEFAULT))
 
 
-def converted(checkpoint: Checkpoint) -> Conversion:
-  """A BERT checkpoint, read once (`models.pretrained.read`), as convert.py writes it: step 0 of
+def converted(checkpoint: pretrained.Checkpoint) -> pretrained.Conversion:
+  """A BERT checkpoint, read once (`pretrained.read`), as convert.py writes it: step 0 of
   this config, with the checkpoint's masked-LM head or, if it has none, a new one (seeded by
   `config.seed`) that the printed sentence names."""
   config = _config(checkpoint.config)
-  model, report = pretrained.load_model(checkpoint, seed=config.seed)
+  model, report = pretrained.load_encoder(checkpoint, seed=config.seed)
   if not report['fresh']:
     head = 'its masked-LM head'
   else:
@@ -58,7 +57,7 @@ def converted(checkpoint: Checkpoint) -> Conversion:
       f'{config.seed}, decoder tied to the word embeddings: train it with '
       'configs/minilm_mlm.py before reading its predictions)'
     )
-  return Conversion(config, model, report, head)
+  return pretrained.Conversion(config, model, report, head)
 
 
 def _config(checkpoint_config: dict[str, Any]):

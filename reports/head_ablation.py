@@ -5,6 +5,7 @@ A head is ablated by zeroing its output (`<layer>/heads`, before the output proj
 ablation runs through one compiled step: which heads are kept is an argument of it.
 """
 
+from collections.abc import Mapping
 import functools
 import json
 import os
@@ -18,7 +19,7 @@ from models import interventions
 from models.attention_layer import MultiHeadAttention
 from tasks import Task
 from tasks.pictures import new_figure
-from training import sharding
+from training import evaluation
 from training.steps import TrainState, merge_model
 
 MAIN_METRICS = ('accuracy', 'token_accuracy', 'sequence_accuracy', 'loss')  # the first present
@@ -34,22 +35,24 @@ def attention_layers(model: nnx.Module) -> dict[str, int]:
   }
 
 
+def head_edits(keep: Mapping[str, jax.Array]) -> dict[str, interventions.Edit]:
+  """The edits (`models.interventions`) that scale each layer's heads by `keep[path] [N]` (0
+  zeroes a head, 1 keeps it), `{path: mask}` -> `{'<path>/heads': edit}`."""
+  scale = lambda mask, heads: heads * mask[:, None, None].astype(heads.dtype)  # [B, N, T, H]
+  return {f'{path}/heads': functools.partial(scale, mask) for path, mask in keep.items()}
+
+
 @functools.partial(jax.jit, static_argnames='counts_fn')
 def _counts(state: TrainState, batch, keep: dict[str, jax.Array], *, counts_fn):
   """The task's counts of a batch with each layer's heads scaled by `keep[path] [N]` (0 or 1)."""
   model = merge_model(state)
-  scale = lambda mask, heads: heads * mask[:, None, None].astype(heads.dtype)  # [B, N, T, H]
-  edits = {f'{path}/heads': functools.partial(scale, mask) for path, mask in keep.items()}
-  with interventions.editing(model, edits):
+  with interventions.editing(model, head_edits(keep)):
     return counts_fn(model, batch)
 
 
 def _metrics(state, task: Task, split: str, keep, *, batch_size: int, mesh) -> dict[str, float]:
-  totals: dict[str, float] = {}
-  for batch in task.batches(split, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1):
-    counts = _counts(state, sharding.shard_batch(batch, mesh), keep, counts_fn=task.eval_counts)
-    for key, value in jax.device_get(counts).items():
-      totals[key] = totals.get(key, 0) + value
+  step = functools.partial(_counts, keep=keep, counts_fn=task.eval_counts)
+  totals = evaluation.summed_counts(state, task, split, batch_size=batch_size, mesh=mesh, step=step)
   return {key: float(value) for key, value in task.summarize(totals).items()}
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/attention_distance.py: the distances of hand-built weights, and on a tiny random
+"""studies/attention_distance.py: the distances of hand-built weights, and on a tiny random
 Gemma 3 (a global layer between two local ones of window 6) against transformers' weights, end
 to end as a user runs it."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tiny_decoders import VOCAB, write_checkpoint
 
-from benchmarks import attention_distance
+from studies import attention_distance
 
 pytest.importorskip('transformers', reason='builds the tiny checkpoint (test extra)')
 
@@ -23,7 +23,7 @@ def test_distances_of_hand_built_weights():
     weights[1, i, max(i - 1, 0)] += 0.5
     weights[1, i, i] += 0.5
   weights[2, 2, :3] = weights[2, 3, [0, 1, 3]] = 1 / 3
-  got = attention_distance.distances(weights, 2)
+  got = attention_distance.distances(weights[None], 2)  # one row
   # Head 0: 2 and 3 back; head 1: 0.5 each; head 2: (2 + 1) / 3 and (3 + 2) / 3.
   np.testing.assert_allclose(got['distance'], [2.5, 0.5, (1 + 5 / 3) / 2], rtol=1e-6)
   np.testing.assert_allclose(got['first-token weight'], [1.0, 0.0, 1 / 3], rtol=1e-6)

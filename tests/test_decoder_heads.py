@@ -1,4 +1,4 @@
-"""benchmarks/decoder_heads.py: the head scores by hand, and the study end to end on a tiny
+"""studies/decoder_heads.py: the head scores by hand, and the study end to end on a tiny
 random GPT-2 checkpoint as a user runs it."""
 
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tiny_decoders import write_checkpoint
 
-from benchmarks import decoder_heads
+from studies import decoder_heads
 
 pytest.importorskip('transformers', reason='builds the tiny checkpoint (test extra)')
 

@@ -188,3 +188,66 @@ def test_the_tutorial_pages_turn_latex_into_mathml():
   inline, display = math.values()
   assert inline.startswith('<math') and 'display="inline"' in inline and '<msubsup>' in inline
   assert display.startswith('<math') and 'display="block"' in display and '<munder>' in display
+
+
+# A command as the docs and docstrings spell it: `python -m a.b`, `python name.py`, and the
+# configs it is given (`configs/name.py`). A placeholder in capitals (NAME, MODULE) or a wildcard
+# (`benchmarks.*`) names no module.
+_MODULE_COMMAND = re.compile(r'python3? -m ([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)\b(?!\.?[*\w])')
+_SCRIPT_COMMAND = re.compile(r'python3? ([a-z_]\w*\.py)\b')
+_CONFIG_FILE = re.compile(r'\bconfigs/([a-z_]\w*\.py)\b')
+# The one config path the docs name to show train.py's error for a missing one.
+_MISSING_ON_PURPOSE = ('configs/nope.py',)
+
+
+def _command_texts():
+  """(file, text) of README.md, every docs page and every project Python file but the tests
+  (whose texts are made-up trees), where commands are written for users."""
+  paths = [os.path.join(ROOT, 'README.md'), os.path.join(ROOT, 'Makefile')]
+  paths += glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'), recursive=True)
+  for path in glob.glob(os.path.join(ROOT, '**', '*.py'), recursive=True):
+    relative = os.path.relpath(path, ROOT)
+    if not relative.startswith(('tests', '.venv', 'runs', 'build', 'site')):
+      paths.append(path)
+  for path in sorted(paths):
+    with open(path, encoding='utf-8') as f:
+      yield os.path.relpath(path, ROOT), f.read()
+
+
+def _module_exists(name: str) -> bool:
+  """Whether `python -m name` finds a module: the repository's own by its file, any other
+  (pip, venv, pytest, ...) by the import system."""
+  parts = name.split('.')
+  if os.path.isdir(os.path.join(ROOT, parts[0])):
+    path = os.path.join(ROOT, *parts)
+    return os.path.isfile(path + '.py') or os.path.isfile(os.path.join(path, '__main__.py'))
+  return importlib.util.find_spec(parts[0]) is not None
+
+
+def test_every_command_in_the_docs_names_a_module_that_exists():
+  """A module moved to another folder leaves no command behind that names its old place."""
+  missing, seen = [], 0
+  for where, text in _command_texts():
+    for name in _MODULE_COMMAND.findall(text):
+      seen += 1
+      if not _module_exists(name.rstrip('.')):
+        missing.append(f'{where}: python -m {name}')
+    for script in _SCRIPT_COMMAND.findall(text):
+      seen += 1
+      if not os.path.isfile(os.path.join(ROOT, script)):
+        missing.append(f'{where}: python {script}')
+    for config in _CONFIG_FILE.findall(text):
+      seen += 1
+      if f'configs/{config}' in _MISSING_ON_PURPOSE:
+        continue
+      if not os.path.isfile(os.path.join(ROOT, 'configs', config)):
+        missing.append(f'{where}: configs/{config}')
+  assert seen > 300, seen  # the checker reads the commands at all
+  assert missing == [], '\n'.join(missing)
+
+
+def test_the_command_check_finds_a_moved_module():
+  text = 'Run python -m benchmarks.timing. Then python -m benchmarks.* or python -m studies.NAME.'
+  assert _MODULE_COMMAND.findall(text) == ['benchmarks.timing']  # no wildcard, no placeholder
+  assert _module_exists('benchmarks.timing') and _module_exists('pytest')
+  assert not _module_exists('benchmarks.no_such_bench') and not _module_exists('models.nothing')

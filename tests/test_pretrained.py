@@ -27,7 +27,8 @@ import pytest
 from configs import minilm_mlm
 from data import tokenizers as data_tokenizers
 from data.pretrained_tokenizer import PretrainedTokenizer
-from models import checkpoint_files, interventions, pretrained
+from models import interventions, pretrained
+from models.pretrained import bert, files, tables
 from training import pretrained_workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -153,7 +154,7 @@ def tiny(tmp_path_factory):
 def test_a_tiny_bert_with_its_mlm_head_equals_transformers(tiny):
   folder, torch_model = tiny
   checkpoint = pretrained.read(str(folder))
-  model, report = pretrained.load_model(checkpoint)
+  model, report = pretrained.load_encoder(checkpoint)
   assert report['fresh'] == [] and report['unused'] == []
   tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   ids = padded(tokenizer, SENTENCES)
@@ -172,7 +173,7 @@ def test_load_gives_the_model_and_the_text_of_its_tokenizer(tiny):
   assert tokenizer_json == (tiny[0] / 'tokenizer.json').read_text()
   assert len(model.layers) == 2 and PretrainedTokenizer(tokenizer_json).mask_id == 4
   # models/ reads no data/, so it states data/'s padding id itself: the two must agree.
-  assert pretrained.PAD_ID == data_tokenizers.PAD_ID
+  assert tables.PAD_ID == data_tokenizers.PAD_ID
 
 
 def test_a_checkpoint_gives_the_config_model_fields_of_its_architecture(tiny):
@@ -198,7 +199,7 @@ def test_a_zipped_checkpoint_loads_like_its_folder(tiny, tmp_path):
   folder, _ = tiny
   archive = tmp_path / 'tiny.zip'
   with zipfile.ZipFile(archive, 'w') as z:
-    for name in pretrained.FILES:
+    for name in files.FILES:
       z.write(folder / name, f'tiny/{name}')
   zipped, plain = pretrained.read(str(archive)), pretrained.read(str(folder))
   assert zipped.config == plain.config and zipped.tokenizer_json == plain.tokenizer_json
@@ -250,12 +251,12 @@ def test_a_checkpoint_the_loader_cannot_represent_is_one_sentence_naming_it(
 ):
   checkpoint = _edited(tiny[0], tmp_path, **edit)
   with pytest.raises(ValueError, match='^[^\n]*$') as error:
-    pretrained.load_model(checkpoint)
+    pretrained.load_encoder(checkpoint)
   assert message in str(error.value)
 
 
 def test_a_packaged_checkpoint_whose_package_is_missing_says_how_to_install_it(monkeypatch):
-  missing = checkpoint_files.Package('no-such-dist', 'no_such_module', 'x.gguf', 'make x')
+  missing = files.Package('no-such-dist', 'no_such_module', 'x.gguf', 'make x')
   monkeypatch.setitem(pretrained.PACKAGES, 'Some-LM', missing)
   with pytest.raises(ValueError, match='^[^\n]*$') as error:
     pretrained.read('Some-LM')
@@ -281,7 +282,7 @@ def test_all_minilm_l6_v2_equals_transformers_and_ranks_sentences(tmp_path):
   import transformers  # pylint: disable=import-outside-toplevel
 
   checkpoint = pretrained.read()
-  model, report = pretrained.load_model(checkpoint)
+  model, report = pretrained.load_encoder(checkpoint)
   assert report['unused'] == ['embeddings.position_ids', 'pooler.dense.bias', 'pooler.dense.weight']
   stack = model.layers[0]
   assert (len(model.layers), stack.self_attn.num_heads, model.embed.features) == (6, 12, 384)
@@ -313,7 +314,7 @@ def test_all_minilm_l6_v2_equals_transformers_and_ranks_sentences(tmp_path):
 
 
 def test_the_head_study_counts_the_keys_each_measure_names():
-  from benchmarks.pretrained_heads import key_masks  # pylint: disable=import-outside-toplevel
+  from studies.pretrained_heads import key_masks  # pylint: disable=import-outside-toplevel
 
   # [CLS] play ##ing the [SEP] [PAD]: words 0 (two pieces) and 1; 5 real tokens of 6.
   masks = key_masks([None, 0, 0, 1, None, None], 5)
@@ -457,6 +458,6 @@ def test_all_minilm_l6_v2_converts_with_a_new_mlm_head_into_a_minilm_mlm_workdir
   workdir = str(tmp_path / 'minilm')
   convert(pretrained.DEFAULT, workdir)
   report = json.loads((tmp_path / 'minilm' / 'pretrained.json').read_text())
-  assert report['fresh'] == [ours for ours, _, _ in pretrained.MLM_HEAD]  # no MLM head: new
+  assert report['fresh'] == [ours for ours, _, _ in bert.MLM_HEAD]  # no MLM head: new
   config = load_config(workdir)
   assert (config.dataset.vocab, config.model.d_model, config.init_from) == ('pretrained', 384, '')

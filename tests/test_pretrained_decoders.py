@@ -17,7 +17,8 @@ import pytest
 from tiny_decoders import CONFIGS, VOCAB, greedy, reference, write_checkpoint
 
 from models import generation, interventions, pretrained
-from models.pretrained_decoders import decoder_args, load_decoder
+from models.pretrained import files as checkpoint_files
+from models.pretrained.decoders import decoder_args
 
 pytest.importorskip('transformers', reason='the reference implementation (test extra)')
 ARCHITECTURES = sorted(CONFIGS)
@@ -37,7 +38,7 @@ def folders(tmp_path_factory):
 
 
 def _converted(folder: str):
-  model, report = load_decoder(pretrained.read(folder))
+  model, report = pretrained.load_decoder(pretrained.read(folder))
   return model, report
 
 
@@ -93,9 +94,9 @@ def test_greedy_generation_cached_decoding_and_padding_equal_the_reference(folde
 def test_a_sharded_checkpoint_is_read_tensor_by_tensor_and_converts_the_same(folders, tmp_path):
   sharded = write_checkpoint('llama', str(tmp_path / 'sharded'), shard_size='20KB')
   files = os.listdir(sharded)
-  assert pretrained.INDEX in files and sum(f.endswith('.safetensors') for f in files) > 1
+  assert checkpoint_files.INDEX in files and sum(f.endswith('.safetensors') for f in files) > 1
   tensors = pretrained.read(sharded).tensors
-  assert isinstance(tensors, pretrained.SafetensorFiles)  # lazily, by name
+  assert isinstance(tensors, checkpoint_files.SafetensorFiles)  # lazily, by name
   a, _ = _converted(sharded)
   b, _ = _converted(folders['llama'])
   np.testing.assert_array_equal(a.token_logits(jnp.asarray(IDS)), b.token_logits(jnp.asarray(IDS)))
@@ -108,8 +109,10 @@ def _config(folder: str) -> dict:
 
 def test_what_the_converter_cannot_reproduce_is_one_sentence_naming_it(folders, tmp_path):
   llama = _config(folders['llama'])
-  with pytest.raises(ValueError, match="model_type='gpt_neox'; the converter supports bert, gpt2"):
-    decoder_args({**llama, 'model_type': 'gpt_neox'})
+  with pytest.raises(ValueError, match="model_type='gpt_neox'; Attend reads bert, gpt2, llama"):
+    pretrained.config_fields({**llama, 'model_type': 'gpt_neox'})
+  with pytest.raises(ValueError, match="model_type='bert'; the decoders converted are gpt2, llama"):
+    decoder_args({**llama, 'model_type': 'bert'})
   scaled = {**llama, 'rope_scaling': {'rope_type': 'linear', 'factor': 2.0}}
   with pytest.raises(ValueError, match='rope_scaling=.* changes the computation'):
     decoder_args(scaled)
@@ -157,9 +160,9 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
 ):
   """`python convert.py --checkpoint=FOLDER`, `python eval.py --ablate_heads` on the frozen
   model, `python train.py --config=configs/pretrained_lm.py:FOLDER --config.init_from=...` and
-  `python -m benchmarks.decoder_heads`, on the Llama-family checkpoint (grouped-query heads, rope
+  `python -m studies.decoder_heads`, on the Llama-family checkpoint (grouped-query heads, rope
   base 500,000) and on GPT-2."""
-  from benchmarks import decoder_heads
+  from studies import decoder_heads
   from configs import pretrained_lm
   from reports.run_eval import Request, evaluate
   import training

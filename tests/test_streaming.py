@@ -1,4 +1,4 @@
-"""benchmarks/streaming.py on a tiny random Llama checkpoint: each way's per-token losses against
+"""studies/streaming.py on a tiny random Llama checkpoint: each way's per-token losses against
 cached decoding token by token and against transformers, the first-token mass against
 transformers' attention weights, and the study end to end as a user runs it."""
 
@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from tiny_decoders import VOCAB, write_checkpoint
 
-from benchmarks import streaming
 from models import pretrained
-from models.pretrained_decoders import load_decoder
+from studies import streaming
 
 pytest.importorskip('transformers', reason='builds the tiny checkpoint (test extra)')
 
@@ -30,7 +29,7 @@ def tiny(tmp_path_factory):
   text = os.path.join(folder, 'words.txt')
   with open(text, 'w', encoding='utf-8') as f:
     f.write(' '.join(f'w{i}' for i in words))
-  model, _ = load_decoder(pretrained.read(folder))
+  model, _ = pretrained.load_decoder(pretrained.read(folder))
   return dict(folder=folder, text=text, model=model, ids=words[:TOKENS].astype(np.int32))
 
 

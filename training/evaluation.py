@@ -1,6 +1,7 @@
 """Evaluation over a split, for any task: summed counts, then predictions of chosen examples."""
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import jax
 from jax.experimental import multihost_utils
@@ -21,10 +22,22 @@ def _gather(array) -> np.ndarray:
 _eval_step = jax.jit(eval_step, static_argnames='counts_fn')
 
 
-def _summed_counts(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
+def summed_counts(
+  state: TrainState,
+  task: Task,
+  split: str,
+  *,
+  batch_size: int,
+  mesh,
+  step: Callable[[TrainState, Any], dict] | None = None,
+) -> dict:
+  """The task's counts summed over the split's batches, each batch's from `step(state, batch)`:
+  by default the task's `eval_counts` (no dropout); a caller's own step may edit the model first
+  (`reports.head_ablation` zeroes heads)."""
+  step = step or functools.partial(_eval_step, counts_fn=task.eval_counts)
   totals: dict[str, float] = {}
   for batch in task.batches(split, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1):
-    counts = _eval_step(state, sharding.shard_batch(batch, mesh), counts_fn=task.eval_counts)
+    counts = step(state, sharding.shard_batch(batch, mesh))
     for key, value in jax.device_get(counts).items():
       totals[key] = totals.get(key, 0) + value
   return totals
@@ -33,9 +46,9 @@ def _summed_counts(state: TrainState, task: Task, split: str, *, batch_size: int
 def split_metrics(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
   """The task's metrics of its counts summed over the whole split (no dropout), and those of
   each of the split's views (`Task.split_views`), their names suffixed ('loss@256')."""
-  metrics = task.summarize(_summed_counts(state, task, split, batch_size=batch_size, mesh=mesh))
+  metrics = task.summarize(summed_counts(state, task, split, batch_size=batch_size, mesh=mesh))
   for suffix, view in task.split_views(split).items():
-    totals = _summed_counts(state, task, view, batch_size=batch_size, mesh=mesh)
+    totals = summed_counts(state, task, view, batch_size=batch_size, mesh=mesh)
     metrics.update({f'{key}{suffix}': value for key, value in task.summarize(totals).items()})
   return metrics
 

@@ -14,7 +14,7 @@ import tempfile
 
 from data.pretrained_tokenizer import PretrainedTokenizer
 from data.tokenizers import save_tokenizers
-from models.checkpoint_files import Checkpoint, Conversion
+from models.pretrained import Checkpoint, Conversion
 from training import checkpoints, layout, optim, steps
 from training.workdir import record_config
 

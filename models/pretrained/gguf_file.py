@@ -3,7 +3,7 @@
 `read_header(path)` parses the metadata and the tensor table and checks them against the file's
 size; `GGUFTensors` reads a tensor's bytes only when it is asked for and dequantises them with
 `gguf.quants` to float32 in torch's layout: every type the installed gguf package can
-dequantise (`check_readable` refuses the others). models/gguf_checkpoint.py makes a Hugging Face
+dequantise (`check_readable` refuses the others). gguf_checkpoint.py makes a Hugging Face
 checkpoint of them.
 
 The header is parsed here, not with `gguf.GGUFReader`, which builds a NumPy view per vocabulary

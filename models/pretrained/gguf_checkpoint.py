@@ -1,7 +1,7 @@
 """A GGUF file read as a Hugging Face checkpoint: config.json, tensors, tokenizer.json.
 
 `read_gguf(path)` gives what a Hugging Face folder holds, under its names, so the per-family
-tables of models/pretrained_decoders.py convert it as they convert a folder:
+tables of decoders.py convert it as they convert a folder:
 
 - the config.json transformers builds from the file's metadata (`hf_config`):
   `general.architecture` 'llama' is model_type 'llama', 'gemma3' is 'gemma3_text' with the
@@ -9,19 +9,19 @@ tables of models/pretrained_decoders.py convert it as they convert a folder:
   local rotary base of 10,000, scores scaled by the head size, tanh GELU). float32 metadata is
   given as the decimal it was written from (rms_norm_eps 1e-06, where transformers gives
   9.99999997e-07);
-- the tensors by Hugging Face name (models/gguf_file.py's `GGUFTensors`), with llama.cpp's
+- the tensors by Hugging Face name (gguf_file.py's `GGUFTensors`), with llama.cpp's
   changes undone exactly as transformers undoes them: Llama's query and key rows back from
   rope-interleaved order, 1 subtracted from Gemma's RMSNorm weights (stored as 1 + w). A tensor
   the table does not name keeps its GGUF name (the converter reports it unused);
-- the tokenizer.json of its vocabulary (models/gguf_tokenizer.py).
+- the tokenizer.json of its vocabulary (gguf_tokenizer.py).
 """
 
 from typing import Any, Callable
 
 import numpy as np
 
-from models.gguf_file import GGUFTensors, Header, check_readable, read_header
-from models.gguf_tokenizer import tokenizer_json
+from models.pretrained.gguf_file import GGUFTensors, Header, check_readable, read_header
+from models.pretrained.gguf_tokenizer import tokenizer_json
 
 # GGUF tensor name -> Hugging Face name: the model's own, then each block's (`blk.{i}.` ->
 # `model.layers.{i}.`) per architecture; gguf's tensor_mapping.py read backwards, and

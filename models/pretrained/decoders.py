@@ -1,14 +1,15 @@
-"""Pretrained decoder language models (GPT-2, Llama, Mistral, Qwen2) as Attend `DecoderLM`s.
+"""Pretrained decoder language models as Attend `DecoderLM`s: `load_decoder(checkpoint)`.
 
-A checkpoint is a Hugging Face folder (`models.pretrained.read`): `config.json`, the weights in
-`model.safetensors` or shards with their index, and `tokenizer.json`. Its `model_type` picks one
-`Architecture` below: how config.json becomes `DecoderLM`'s options, the config values Attend
-cannot compute (refused, naming the key), and one table mapping each tensor (`{i}` runs over the
-layers) with the transform it needs. Torch `Linear` weights are `[out, in]` and are transposed;
-GPT-2's `Conv1D` weights are stored input-major and are not, and its fused `c_attn` is split
-into queries, keys and values. Rotary positions keep Hugging Face's layout (`rope_layout=
-'halves'`), so captured queries and keys are Hugging Face's too. Config keys that do not change
-the computation (token ids, dtypes, `initializer_range`, ...) are ignored and reported.
+The checkpoint (files.py's `read`: a folder, a `.zip` or a GGUF file) holds config.json, the
+tensors and tokenizer.json. Its `model_type` picks one `Architecture` of `ARCHITECTURES`, the
+registry of the decoders Attend converts: how config.json becomes `DecoderLM`'s options, the
+config values Attend cannot compute (refused, naming the key), and one table mapping each tensor
+(`{i}` runs over the layers) with the transform it needs. A new architecture is one entry there.
+Torch `Linear` weights are `[out, in]` and are transposed; GPT-2's `Conv1D` weights are stored
+input-major and are not, and its fused `c_attn` is split into queries, keys and values. Rotary
+positions keep Hugging Face's layout (`rope_layout='halves'`), so captured queries and keys are
+Hugging Face's too. Config keys that do not change the computation (token ids, dtypes,
+`initializer_range`, ...) are ignored and reported.
 """
 
 import dataclasses
@@ -20,16 +21,8 @@ import jax
 import numpy as np
 
 from models.language import DecoderLM
-from models.pretrained import (
-  MODEL_TYPE,
-  PAD_ID,
-  SAME,
-  TRANSPOSED,
-  Checkpoint,
-  Row,
-  Transform,
-  assign,
-)
+from models.pretrained.files import Checkpoint
+from models.pretrained.tables import PAD_ID, SAME, TRANSPOSED, Row, Transform, assign
 from models.stack_config import StackConfig
 
 
@@ -344,8 +337,8 @@ def decoder_args(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
   model_type = config.get('model_type')
   if model_type not in ARCHITECTURES:
     raise ValueError(
-      f'config.json has model_type={model_type!r}; the converter supports '
-      f'{", ".join([MODEL_TYPE, *ARCHITECTURES])}.'
+      f'config.json has model_type={model_type!r}; the decoders converted are '
+      f'{", ".join(ARCHITECTURES)}.'
     )
   architecture = ARCHITECTURES[model_type]
   for key, value in architecture.refused.items():
@@ -364,20 +357,10 @@ def decoder_args(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
   return dict(vocab_size=vocab_size, pad_id=PAD_ID, **args), unused
 
 
-def config_fields(config: dict[str, Any], **overrides: Any) -> dict[str, Any]:
-  """`config.model` fields of the architecture of a decoder checkpoint's config.json
-  (`models.pretrained.read_config`, or a read checkpoint's `config`), flat as
-  `models.default_config` takes them."""
-  args, _ = decoder_args(config)
-  stack = dataclasses.asdict(args.pop('stack'))
-  del args['vocab_size'], args['pad_id']  # from the task's data
-  return {**stack, **args, **overrides}
-
-
 def load_decoder(
   checkpoint: Checkpoint, *, seed: int = 0, **overrides: Any
 ) -> tuple[DecoderLM, dict[str, list[str]]]:
-  """The checkpoint (`models.pretrained.read`) as a `DecoderLM`, and what was read:
+  """The checkpoint (files.py's `read`) as a `DecoderLM`, and what was read:
   `{'loaded': Attend paths, 'unused': tensors not converted, 'ignored_config': config keys
   that do not change the computation}`. `overrides`: `StackConfig` fields (dropout, kernel)."""
   args, ignored = decoder_args(checkpoint.config)
