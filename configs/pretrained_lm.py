@@ -3,18 +3,20 @@
 
 `arg` is the checkpoint, as `--checkpoint` of convert.py: a short name of
 `models.pretrained.PACKAGES` (SmolLM2-135M-Instruct, gemma-3-270m: `make llm`), a Hugging Face
-folder or `.zip`, or a `.gguf` file. The model is its architecture, and `config.init_from` the
-workdir convert.py wrote for it. The default text is the Python
+folder or `.zip`, or a `.gguf` file. The model is its architecture and starts from its weights
+(`config.init_from` is the checkpoint itself; a workdir convert.py wrote serves as well). With
+fewer key/value heads (`--config.model.num_kv_heads=1`) `--config.init_kv_pooling=mean` merges
+each group of the checkpoint's heads (models/kv_heads.py). The default text is the Python
 Language Reference's topic pages that every CPython installation ships (`pydoc_data/topics.py`,
 as configs/gpt_text.py); `--config.dataset.text_path` reads another. The text is cut into
 windows of 128 of the checkpoint's pieces, each text closed by the tokenizer's end token; the
 last 10% is held out (validation, then test, 5% each).
 
 Command (make llm installs SmolLM2; CHECKPOINT may also be a folder or a .gguf of yours):
+  python train.py --config=configs/pretrained_lm.py:SmolLM2-135M-Instruct \\
+      --workdir=runs/smollm2_text                             # fine-tunes it
   python convert.py --checkpoint=SmolLM2-135M-Instruct --workdir=runs/smollm2
   python eval.py --workdir=runs/smollm2                       # the frozen model: bits per token
-  python train.py --config=configs/pretrained_lm.py:SmolLM2-135M-Instruct \\
-      --config.init_from=runs/smollm2 --workdir=runs/smollm2_text
 Result: the frozen SmolLM2-135M-Instruct scores 5.38 bits per token on Pride and Prejudice's
 held-out tail in windows of 256 tokens (docs/pretrained_decoders.md gives the eval.py command); a
 training run's result is not recorded yet. tests/test_pretrained_decoders.py runs these commands
@@ -36,7 +38,9 @@ def get_config(arg: str | None = None):
       'configs/pretrained_lm.py needs the checkpoint: '
       '--config=configs/pretrained_lm.py:CHECKPOINT (a short name, a folder or a .gguf file).'
     )
-  return _config(pretrained.read_config(arg))
+  config = _config(pretrained.read_config(arg))
+  config.init_from = arg  # its weights and tokenizer: train.py needs no convert.py step
+  return config
 
 
 def converted(checkpoint: pretrained.Checkpoint) -> pretrained.Conversion:
@@ -62,7 +66,7 @@ def _config(checkpoint_config: dict[str, Any]):
     batch_size=8,
     eval_batch_size=16,
   )
-  config.init_from = ''  # the workdir convert.py wrote: --config.init_from=WORKDIR
+  config.init_from = ''  # get_config: the checkpoint itself; convert.py's workdir: its own step 0
   config.eval_at_start = True  # the converted checkpoint's metrics: the before
   config.num_train_steps = 100
   config.eval_every_steps = 100

@@ -47,7 +47,8 @@ def test_loads_exactly_the_matching_names_and_initialises_the_rest(pretrained, t
   deeper.model.num_decoder_layers = 2
   task = tasks.build(deeper, workdir)
   fresh = build_state(deeper, task)
-  state, loaded, initialised = load_matching_params(fresh, workdir)
+  deeper.init_from = workdir
+  state, loaded, initialised = load_matching_params(fresh, deeper)
 
   saved, _ = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).restore(
     build_state(config, tasks.build(config, workdir))
@@ -71,20 +72,22 @@ def test_loads_exactly_the_matching_names_and_initialises_the_rest(pretrained, t
 def test_a_step_of_the_workdir_loads_that_step(pretrained):
   workdir, config = pretrained
   task = tasks.build(config, workdir)
-  state, loaded, initialised = load_matching_params(
-    build_state(config, task), os.path.join(workdir, 'checkpoints', '4')
-  )
+  step_4 = config.copy_and_resolve_references()
+  step_4.init_from = os.path.join(workdir, 'checkpoints', '4')
+  state, loaded, initialised = load_matching_params(build_state(config, task), step_4)
   assert loaded and not initialised
+  step_4.init_from = os.path.join(workdir, 'checkpoints', '3')
   with pytest.raises(FileNotFoundError, match='holds no checkpoint at step 3'):
-    load_matching_params(state, os.path.join(workdir, 'checkpoints', '3'))
+    load_matching_params(state, step_4)
 
 
 def test_a_shape_that_differs_for_an_existing_name_is_one_clear_error(pretrained):
   workdir, config = pretrained
   wider = config.copy_and_resolve_references()
   wider.model.d_ff = 64
+  wider.init_from = workdir
   with pytest.raises(CheckpointMismatchError, match=r'config.init_from=.*other shapes.*w_1'):
-    load_matching_params(build_state(wider, tasks.build(wider, workdir)), workdir)
+    load_matching_params(build_state(wider, tasks.build(wider, workdir)), wider)
 
 
 def test_a_fine_tuning_run_starts_from_the_weights_and_the_vocabulary(pretrained, tmp_path):

@@ -195,7 +195,7 @@ def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_pat
     saved = json.load(f)
   assert saved['shared']['vocab'][-1] == '<mask>' and saved['labels'][0] == 'sports'
   task = tasks.build(config, workdir)
-  _, loaded, initialised = load_matching_params(build_state(config, task), pretrained)
+  _, loaded, initialised = load_matching_params(build_state(config, task), config)
   assert initialised == [
     'params.classifier.bias',
     'params.classifier.kernel',

@@ -125,11 +125,13 @@ def test_item3_eval_and_init_from_skip_a_truncated_newest_checkpoint(trained, tm
   assert len(skipped) == 1 and len(skipped[0].splitlines()) == 1
   config = trained[1]
   with caplog.at_level('INFO', logger='absl'):
+    tuned = config.copy_and_resolve_references()
+    tuned.init_from = workdir
     state, loaded, _ = load_matching_params(
-      build_state(config, tasks.build(config, workdir)), workdir
+      build_state(config, tasks.build(config, workdir)), tuned
     )
   assert loaded and int(state.step) == 0
-  assert 'init_from' in caplog.text and 'step 2: loaded' in caplog.text
+  assert 'init_from' in caplog.text and '(step 2): loaded' in caplog.text
   # item 6: each metric names its examples
   assert metrics['population']['loss'] == 'all of validation'
   assert metrics['population']['exact_match'] == 'the first 1 examples of validation'

@@ -20,6 +20,7 @@ import jax
 import ml_collections
 
 import models
+from models.kv_heads import POOLINGS
 import tasks
 from training import layout, profiling, sharding
 from training.optim import SCHEDULES
@@ -50,9 +51,13 @@ def _training_fields() -> ml_collections.ConfigDict:
   c.temperatures = (0.0, 0.7, 1.0)  # language models: sampling temperatures (0 = greedy)
   c.top_k = 0  # sampling: only the k most likely tokens (0 = all)
   c.top_p = 1.0  # sampling: the smallest set of tokens with this mass (1 = all)
-  # Fine-tuning: a workdir (its newest checkpoint) or WORKDIR/checkpoints/STEP; a new run starts
-  # from its parameters that match by name and shape, and uses its vocabulary.
+  # Fine-tuning: a workdir (its newest checkpoint), WORKDIR/checkpoints/STEP, or a pretrained
+  # checkpoint (models.pretrained.read: a short name, a folder, a .zip, a .gguf); a new run starts
+  # from its parameters that match by name and shape, and uses its vocabulary (or tokenizer).
   c.init_from = ''
+  # With fewer key/value heads than init_from: how each group becomes one head (models/kv_heads.py:
+  # 'mean' | 'first' | 'random'; '' = refuse the difference).
+  c.init_kv_pooling = ''
   # Optimizer: AdamW with the Transformer paper's betas and epsilon.
   c.schedule = 'rsqrt'  # rsqrt (paper) | cosine | constant
   c.learning_rate = 2e-3  # peak learning rate, reached after warmup_steps
@@ -168,6 +173,10 @@ def validate(config) -> None:
       raise ValueError(f'config.{field}={config[field]!r} must be an integer >= 0.')
   if config.schedule not in SCHEDULES:
     raise ValueError(f'config.schedule={config.schedule!r} is not one of {SCHEDULES}.')
+  if config.init_kv_pooling not in ('', *POOLINGS):
+    raise ValueError(
+      f'config.init_kv_pooling={config.init_kv_pooling!r} is not one of {("", *POOLINGS)}.'
+    )
   if config.dtype not in DTYPES:
     raise ValueError(f'config.dtype={config.dtype!r} is not one of {DTYPES}.')
   if not config.learning_rate > 0:
@@ -224,3 +233,30 @@ def read_config(workdir: str, output: str = '') -> ml_collections.ConfigDict:
   if added:
     logging.info('%s predates the field(s) %s; using their defaults.', path, added)
   return config
+
+
+# config.model fields that change how a model runs, not what its weights compute.
+_FUNCTION_NEUTRAL = ('dropout_rate', 'attention_dropout_rate', 'attention_impl', 'cache_dtype')
+
+
+def swap_notes(trained_model, model, seq_length: int | None) -> list[str]:
+  """One line for each change of `config.model` that the weights were not trained for (against
+  `trained_model`, the fields of the run or checkpoint they come from), and for a window that
+  covers every row of `seq_length` tokens and so changes nothing."""
+  window = model.get('window') or 0
+  covers = bool(window and seq_length and window >= seq_length)
+  notes = [
+    f'config.model.{field}={model[field]!r}, where the weights were trained with '
+    f'{trained_model[field]!r}: they compute something else until trained for it.'
+    for field in sorted(model)
+    if field not in _FUNCTION_NEUTRAL
+    and field in trained_model
+    and model[field] != trained_model[field]
+    and not (field == 'window' and covers)
+  ]
+  if covers:
+    notes.append(
+      f'config.model.window={window} covers every {seq_length}-token row '
+      '(config.dataset.seq_length): the window changes nothing here.'
+    )
+  return notes

@@ -1,14 +1,32 @@
-"""Fine-tuning from another run (`config.init_from`): the parameters of its checkpoint that
-match the new model by name and shape, checked before anything is written.
+"""Fine-tuning from another run or a pretrained checkpoint (`config.init_from`): the parameters
+that match the new model by name and shape, checked before anything is written.
 
-`config.init_from` is a training workdir (its newest readable checkpoint) or one step of it,
-WORKDIR/checkpoints/STEP (`layout.checkpoint_step`).
+`config.init_from` is one of:
+
+- a training workdir (its newest readable checkpoint) or one step of it,
+  WORKDIR/checkpoints/STEP (`layout.checkpoint_step`), a converted one (convert.py) included;
+- a pretrained checkpoint as `models.pretrained.read` reads it: a short name of
+  `models.pretrained.PACKAGES`, a Hugging Face folder or `.zip`, a `.gguf` file. The run starts
+  from its weights and its tokenizer, with no convert.py step.
+
+A model that has fewer key/value heads than the one it starts from gets them merged by
+`config.init_kv_pooling` (models/kv_heads.py: grouped-query conversion); any other difference in
+shape is refused in one sentence naming the parameters.
 """
 
+import contextlib
+import copy
+import os
+import tempfile
+
 from absl import logging
+from flax import nnx
 import jax
 import numpy as np
 
+from data.pretrained_tokenizer import PretrainedTokenizer
+from data.tokenizers import save_tokenizers
+from models import kv_heads, pretrained
 from training import layout
 from training.checkpoints import (
   Checkpointer,
@@ -16,35 +34,129 @@ from training.checkpoints import (
   flat_state,
   from_flat,
 )
+from training.config import read_config
 from training.steps import TrainState
 
 
-def check_init_from(like: TrainState, init_from: str) -> int:
-  """The step of `init_from` a fine-tuning run would load, checked from metadata alone by this
-  process alone.
+def is_workdir(init_from: str) -> bool:
+  """Whether `init_from` names a training workdir or one of its steps (it has checkpoints/)."""
+  return os.path.isdir(layout.checkpoints_dir(layout.checkpoint_step(init_from)[0]))
+
+
+def read_pretrained(init_from: str, reader=pretrained.read):
+  """The pretrained checkpoint `init_from` names, read by `reader` (`pretrained.read`: its
+  tensors read when asked for; `pretrained.read_config`: its config.json alone);
+  FileNotFoundError in one sentence when it is neither that nor a training workdir."""
+  if init_from not in pretrained.PACKAGES and not os.path.exists(os.path.expanduser(init_from)):
+    raise FileNotFoundError(
+      f'config.init_from={init_from!r} is not a training workdir (it has no checkpoints/) nor '
+      f'a pretrained checkpoint ({", ".join(pretrained.PACKAGES)}, a folder, a .zip or a .gguf '
+      'file).'
+    )
+  try:
+    return reader(init_from)
+  except ValueError as error:
+    raise ValueError(f'config.init_from={init_from!r}: {error}') from None
+
+
+@contextlib.contextmanager
+def vocab_source(init_from: str):
+  """A directory whose vocab/ a run starting from `init_from` begins with: the workdir itself, or
+  for a pretrained checkpoint a temporary one holding its tokenizer (a pretrained model's
+  embeddings mean something with its own ids only)."""
+  if is_workdir(init_from):
+    yield layout.checkpoint_step(init_from)[0]
+    return
+  checkpoint = read_pretrained(init_from)
+  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
+  with tempfile.TemporaryDirectory(prefix='attend-init-from-') as directory:
+    save_tokenizers(layout.vocab_dir(directory), tokenizer, tokenizer, dataset=checkpoint.name)
+    yield directory
+
+
+def checkpoint_config(config, init_from: str):
+  """`config` with `config.model` set to the architecture of the pretrained checkpoint
+  `init_from` (what its weights fill), for the shapes `check_init_from` compares."""
+  fields = pretrained.config_fields(read_pretrained(init_from, pretrained.read_config))
+  original = copy.deepcopy(config)
+  unknown = sorted(set(fields) - set(original.model))
+  if unknown:
+    raise CheckpointMismatchError(
+      f'config.init_from={init_from!r}: config.model={config.model.name!r} has no field '
+      f"{unknown[0]} of the checkpoint's architecture; start from its own config "
+      '(configs/pretrained_lm.py:CHECKPOINT, configs/minilm_mlm.py:CHECKPOINT).'
+    )
+  original.model.update(fields)
+  return original
+
+
+def trained_model_fields(init_from: str) -> dict:
+  """The `config.model` fields the weights of `init_from` were trained with."""
+  if is_workdir(init_from):
+    return dict(read_config(layout.checkpoint_step(init_from)[0]).model)
+  return pretrained.config_fields(read_pretrained(init_from, pretrained.read_config))
+
+
+def _shapes(tree) -> dict[str, tuple[int, ...]]:
+  return {key: tuple(np.shape(v)) for key, v in tree.items() if key.startswith('params.')}
+
+
+def _plan(like: TrainState, saved: dict, config, init_from: str) -> dict[str, tuple[int, int]]:
+  """`{key: (K, K')}` of the key/value projections to regroup; CheckpointMismatchError naming
+  the parameters whose shapes differ otherwise, or that need `config.init_kv_pooling`."""
+  wanted = _shapes(flat_state(like))
+  num_kv_heads = config.model.get('num_kv_heads') or config.model.get('num_heads', 0)
+  plan, differ = {}, []
+  for key, shape in wanted.items():
+    if key not in saved or saved[key] == shape:
+      continue
+    found = kv_heads.regroupable(saved[key], shape, num_kv_heads) if num_kv_heads else None
+    if kv_heads.is_kv_projection(key) and isinstance(found, tuple):
+      plan[key] = found
+    else:
+      why = found if kv_heads.is_kv_projection(key) and found else 'another model size?'
+      differ.append(f'{key} is {saved[key]} there but {shape} here ({why})')
+  if differ:
+    raise CheckpointMismatchError(
+      f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
+      f'this config.model: {"; ".join(differ[:3])}.'
+    )
+  if plan and config.init_kv_pooling not in kv_heads.POOLINGS:
+    (heads, target), *_ = plan.values()
+    raise CheckpointMismatchError(
+      f'config.init_from={init_from!r} has {heads} key/value heads where config.model has '
+      f'{target}: set config.init_kv_pooling to one of {kv_heads.POOLINGS} to merge them '
+      "('mean' is Ainslie et al.'s grouped-query conversion)."
+    )
+  return plan
+
+
+def check_init_from(config, like: TrainState, checkpoint_like: TrainState | None = None) -> int:
+  """The step of `config.init_from` a fine-tuning run would load (0 for a pretrained checkpoint),
+  checked from metadata alone by this process alone.
 
   Args:
+    config: the run's config.
     like: the new run's train state, possibly of jax.ShapeDtypeStruct leaves.
-    init_from: `config.init_from`, a training workdir or WORKDIR/checkpoints/STEP.
+    checkpoint_like: for a pretrained checkpoint, the abstract train state of its architecture
+      (`checkpoint_config`), whose parameters its weights fill.
 
   Raises:
     FileNotFoundError, CheckpointMismatchError, UnreadableCheckpointError: as
       `load_matching_params`.
   """
-  return _read_init_from(like, init_from, arrays=False)[0]
+  if checkpoint_like is not None:
+    _plan(like, _shapes(flat_state(checkpoint_like)), config, config.init_from)
+    return 0
+  return _read_workdir(config, like, arrays=False)[0]
 
 
-def load_matching_params(
-  state: TrainState, init_from: str
-) -> tuple[TrainState, list[str], list[str]]:
-  """`state` with the parameters of `init_from`'s checkpoint that match by name and shape.
+def load_matching_params(state: TrainState, config) -> tuple[TrainState, list[str], list[str]]:
+  """`state` with the parameters of `config.init_from` that match by name and shape, key/value
+  projections merged where `check_init_from` planned it.
 
   The optimizer state and step stay fresh: fine-tuning starts a new run from those weights. A
   damaged newest checkpoint of a workdir is skipped for the one before it.
-
-  Args:
-    state: a freshly initialised train state.
-    init_from: `config.init_from`, a training workdir or WORKDIR/checkpoints/STEP.
 
   Returns:
     `(state, loaded names, initialised names)`: the parameter arrays taken from the checkpoint,
@@ -53,54 +165,66 @@ def load_matching_params(
   Raises:
     FileNotFoundError: `init_from` holds no checkpoint (or not that step).
     CheckpointMismatchError: a parameter of both has different shapes (another model size).
-    UnreadableCheckpointError: no checkpoint of `init_from` can be read.
+    UnreadableCheckpointError: no checkpoint of a workdir can be read.
   """
-  step, (saved, restored) = _read_init_from(state, init_from, arrays=True)
+  init_from = config.init_from
+  if is_workdir(init_from):
+    step, (saved, restored) = _read_workdir(config, state, arrays=True)
+  else:
+    step, restored = 0, _pretrained_params(init_from)
+    saved = _shapes(restored)
+  plan = _plan(state, saved, config, init_from)
   flat = flat_state(state)
   wanted = [key for key in flat if key.startswith('params.')]
   loaded = sorted(key for key in wanted if key in saved)
   for key in loaded:
+    value = np.asarray(restored[key])
+    if key in plan:
+      fresh = np.asarray(jax.device_get(flat[key]))
+      value = kv_heads.regroup(value, *plan[key], config.init_kv_pooling, fresh)
     flat[key] = jax.device_put(
-      np.asarray(restored[key], flat[key].dtype), getattr(flat[key], 'sharding', None)
+      np.asarray(value, flat[key].dtype), getattr(flat[key], 'sharding', None)
     )
   initialised = sorted(key for key in wanted if key not in saved)
+  merged = f'; key/value heads merged by {config.init_kv_pooling!r} in {len(plan)}' if plan else ''
   logging.info(
-    'init_from %s step %d: loaded %d parameter arrays: %s; initialised %d: %s',
+    'init_from %s (step %d): loaded %d of %d parameter arrays%s; initialised: %s',
     layout.checkpoint_step(init_from)[0],
     step,
     len(loaded),
-    loaded,
-    len(initialised),
-    initialised or 'none',
+    len(wanted),
+    merged,
+    ', '.join(initialised[:8]) + (f' and {len(initialised) - 8} more' if initialised[8:] else '')
+    if initialised
+    else 'none',
   )
   return from_flat(flat, state), loaded, initialised
 
 
-def _read_init_from(like: TrainState, init_from: str, *, arrays: bool):
-  """`(step, (saved shapes, saved arrays or None))` of the checkpoint `init_from` names (the
-  newest readable one of a workdir), its parameters' shapes checked against `like`'s."""
+def _pretrained_params(init_from: str) -> dict[str, np.ndarray]:
+  """The pretrained checkpoint's parameters as Attend names them, `{'params.PATH': array}`."""
+  checkpoint = read_pretrained(init_from)
+  model, _ = pretrained.family(checkpoint.config).load(checkpoint)
+  params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+  return {
+    'params.' + jax.tree_util.keystr(path, simple=True, separator='.'): leaf
+    for path, leaf in leaves
+  }
+
+
+def _read_workdir(config, like: TrainState, *, arrays: bool):
+  """`(step, (saved shapes, saved arrays or None))` of the checkpoint `config.init_from` names
+  (the newest readable one of a workdir), its parameters' shapes checked against `like`'s."""
+  init_from = config.init_from
   workdir, step = layout.checkpoint_step(init_from)
   checkpointer = Checkpointer(
     layout.checkpoints_dir(workdir), max_to_keep=None, create=False, local=not arrays
   )
-  wanted = {
-    key: tuple(np.shape(value))
-    for key, value in flat_state(like).items()
-    if key.startswith('params.')
-  }
 
   def read(candidate: int):
     saved = checkpointer.shapes(candidate)
-    differ = [
-      f'{key} is {saved[key]} there but {shape} here'
-      for key, shape in wanted.items()
-      if key in saved and saved[key] != shape
-    ]
-    if differ:
-      raise CheckpointMismatchError(
-        f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
-        f'this config.model (another model size?): {"; ".join(differ[:3])}.'
-      )
+    _plan(like, {k: v for k, v in saved.items() if k.startswith('params.')}, config, init_from)
     return saved, checkpointer.read_arrays(candidate) if arrays else None
 
   try:
@@ -109,7 +233,7 @@ def _read_init_from(like: TrainState, init_from: str, *, arrays: bool):
       raise FileNotFoundError(
         f'config.init_from={init_from!r} holds no checkpoint'
         f'{f" at step {step}" if step is not None else ""} (saved steps: {steps or "none"}); '
-        'name a training workdir or WORKDIR/checkpoints/STEP.'
+        'name a training workdir, WORKDIR/checkpoints/STEP or a pretrained checkpoint.'
       )
     return checkpointer.first_readable([step] if step is not None else steps[::-1], read)
   finally:

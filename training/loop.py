@@ -14,10 +14,10 @@ import numpy as np
 
 import tasks
 from training import evaluation, layout, profiling, sharding
+from training import init_from as init_from_lib
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
-from training.config import validate
-from training.init_from import check_init_from, load_matching_params
+from training.config import swap_notes, validate
 from training.metrics import MetricsWriter, Progress
 from training.selection import Best, metric_for
 from training.setup import abstract_state, build_state
@@ -78,16 +78,11 @@ def _accept(config, workdir: str, log: workdir_lib.Log):
   """
   task = None
   if jax.process_index() == 0:
-    sources = [workdir]
-    if config.init_from:
-      source = layout.checkpoint_step(config.init_from)[0]
-      if not os.path.isdir(layout.checkpoints_dir(source)):
-        raise FileNotFoundError(
-          f'config.init_from={config.init_from!r} is not a training workdir '
-          '(it has no checkpoints/); train the model to start from first.'
-        )
-      sources.append(source)  # a pretrained model's embeddings mean something with its ids only
-    with workdir_lib.staging(*sources) as staged:
+    with contextlib.ExitStack() as stack:
+      sources = [workdir]
+      if config.init_from:  # its vocabulary: its embeddings mean something with its ids only
+        sources.append(stack.enter_context(init_from_lib.vocab_source(config.init_from)))
+      staged = stack.enter_context(workdir_lib.staging(*sources))
       task = tasks.build(config, staged)
       like = abstract_state(config, task)
       reader = Checkpointer(
@@ -98,7 +93,14 @@ def _accept(config, workdir: str, log: workdir_lib.Log):
       finally:
         reader.close()
       if step is None and config.init_from:
-        check_init_from(like, config.init_from)
+        pretrained_like = None
+        if not init_from_lib.is_workdir(config.init_from):
+          checkpoint_config = init_from_lib.checkpoint_config(config, config.init_from)
+          pretrained_like = abstract_state(checkpoint_config, task)
+        init_from_lib.check_init_from(config, like, pretrained_like)
+      trained = init_from_lib.trained_model_fields(config.init_from) if config.init_from else {}
+      for note in swap_notes(trained, config.model, config.dataset.get('seq_length')):
+        logging.warning('%s', note)
       workdir_lib.record_config(workdir, config, step or 0)
       workdir_lib.commit_vocab(staged, workdir)
     log.to_file(os.path.join(workdir, layout.LOG_FILE))
@@ -131,7 +133,7 @@ def _train(config, workdir: str, task) -> dict:
     )
     _drop_skipped_newer(checkpointer, int(state.step))
   elif config.init_from:
-    state, _, _ = load_matching_params(state, config.init_from)
+    state, _, _ = init_from_lib.load_matching_params(state, config)
   _forget_other_bests(best_checkpointer, best)
 
   step_fn = jit_train_step(config, task, state, mesh)
@@ -140,14 +142,17 @@ def _train(config, workdir: str, task) -> dict:
   writer = MetricsWriter(workdir)
   first_step = step = int(jax.device_get(state.step))
   progress, pending = Progress(first_step, config.num_train_steps, task.unit), []
+  shown = 0  # how many of `pending` an interim progress line has counted
   stop = _StopRequest()
   eval_metrics = {}
   trace = profiling.StepTrace(config.profile_steps, workdir)  # config.profile_steps: '' = off
 
   def flush_train_metrics():
     """Fetches the pending step metrics; raises on the first non-finite step among them."""
+    nonlocal shown
     fetched = jax.device_get(pending)
     pending.clear()
+    shown = 0
     for offset, metrics in enumerate(fetched):
       if not metrics['finite']:
         bad_step = step - len(fetched) + offset + 1
@@ -161,7 +166,9 @@ def _train(config, workdir: str, task) -> dict:
     if step == 0:
       writer.write(0, 'model', dict(parameters=parameter_count(state.params)))
       if config.eval_at_start:
+        started = time.perf_counter()
         writer.write(0, config.dataset.eval_split, _evaluate(config, state, task, mesh))
+        progress.pause(time.perf_counter() - started)
     while (
       step < config.num_train_steps and stop.signal is None and not best.exhausted(config.patience)
     ):
@@ -174,7 +181,9 @@ def _train(config, workdir: str, task) -> dict:
       state, metrics = step_fn(state, sharding.shard_batch(batch, mesh), dropout_key)
       if step == first_step:
         jax.block_until_ready(metrics)
-        logging.info('Compiled the train step in %.1f s.', time.perf_counter() - started)
+        compiled = time.perf_counter() - started
+        logging.info('Compiled the train step in %.1f s.', compiled)
+        progress.pause(compiled, steps=1)
       pending.append(metrics)
       step += 1
       trace.after(step, state)
@@ -183,15 +192,22 @@ def _train(config, workdir: str, task) -> dict:
         or step == config.num_train_steps
         or (config.eval_at_start and step == 1)
       ):
+        already = shown  # counted by an interim line
         fetched = flush_train_metrics()
         summary = _train_summary(task, fetched)
-        summary.update(progress.update(step, sum(m[task.unit] for m in fetched), summary))
+        counted = sum(m[task.unit] for m in fetched[already:])
+        summary.update(progress.update(step, counted, summary))
         writer.write(step, 'train', summary)
+      elif progress.due():  # a slow run's line between its logged steps: rates and ETA only
+        progress.update(step, sum(m[task.unit] for m in jax.device_get(pending[shown:])), {})
+        shown = len(pending)
       evaluated = (config.eval_every_steps and step % config.eval_every_steps == 0) or (
         step == config.num_train_steps
       )
       if evaluated:  # before the checkpoint of this step, whose metadata holds the best so far
+        started = time.perf_counter()
         eval_metrics = _evaluate(config, state, task, mesh)
+        progress.pause(time.perf_counter() - started)
         best, improved = best.update(step, eval_metrics)
         if improved:
           flush_train_metrics()

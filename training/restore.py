@@ -17,7 +17,7 @@ import tasks
 from training import layout, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
-from training.config import read_config, validate
+from training.config import read_config, swap_notes, validate
 from training.setup import build_state
 from training.steps import TrainState
 
@@ -105,7 +105,10 @@ def for_evaluation(
         f'No checkpoint in {checkpoints.directory}; train first with '
         f'python train.py --config=... --workdir={workdir}.'
       )
-    config = eval_config(config or read_config(workdir), eval_lengths)
+    trained = read_config(workdir)
+    config = eval_config(config or trained, eval_lengths)
+    for note in swap_notes(trained.model, config.model, config.dataset.get('seq_length')):
+      logging.warning('%s', note)
     with workdir_lib.staging(workdir) as staged:  # eval.py writes into eval/ only
       task = tasks.build(config, staged)
     mesh = sharding.make_mesh(config.mesh)
