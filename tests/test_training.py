@@ -541,3 +541,28 @@ def test_compilation_cache_entries_are_renamed_into_place_whole(tmp_path, monkey
   cache.put('key', b'again')  # an entry already there is kept
   assert renamed == [(f'.key-cache.{os.getpid()}.tmp', 'key-cache', b'compiled')]
   assert os.listdir(tmp_path) == ['key-cache'] and cache.get('key') == b'compiled'
+
+
+def test_progress_leaves_compilation_and_evaluation_out_of_its_rates(monkeypatch, caplog):
+  """A first step that compiled for 60 s and an evaluation of 20 s do not make the ETA: 10
+  steps in 130 s, 80 s of them not training, is 5 s a step."""
+  from training import metrics as metrics_lib
+
+  now = [0.0]
+  monkeypatch.setattr(metrics_lib.time, 'perf_counter', lambda: now[0])
+  progress = metrics_lib.Progress(0, 110, 'tokens')
+  now[0] = 60.0
+  progress.pause(60.0, steps=1)  # step 1 ran inside its compilation
+  with caplog.at_level('INFO', logger='absl'):
+    assert progress.update(1, 100, {'loss': 2.0}) == {}  # no timed step yet
+    assert not progress.due()
+    now[0] = 130.0
+    assert progress.due()  # 70 s without a line
+    progress.pause(20.0)
+    rates = progress.update(11, 1000, {})
+  assert rates == {'steps_per_s': pytest.approx(0.2), 'tokens_per_s': pytest.approx(20.0)}
+  lines = [r.getMessage() for r in caplog.records]
+  assert lines == [
+    'step 1/110 | loss 2 | ETA after the next steps',
+    'step 11/110 | 0.20 steps/s | 20 tokens/s | ETA 8m15s',  # 99 steps at 5 s
+  ]

@@ -59,32 +59,47 @@ class MetricsWriter:
 
 
 class Progress:
-  """Logs 'step 120/3000 | loss 1.234 | 12.3 steps/s | 4,567 tokens/s | ETA 3m55s' lines."""
+  """Logs 'step 120/3000 | loss 1.234 | 12.3 steps/s | 4,567 tokens/s | ETA 3m55s' lines.
+
+  Time that is not training (the first step's compilation, evaluations: `pause`) is left out of
+  the rates, so the ETA after the first steps is that of the steps to come. A slow run also gets
+  a line every `EVERY_SECONDS` (`due`) between its `log_every_steps` lines.
+  """
+
+  EVERY_SECONDS = 30.0
 
   def __init__(self, first_step: int, last_step: int, unit: str):
     """Starts the clock; `unit` names what `update` counts (the task's, e.g. 'tokens')."""
     self._last_step, self._unit = last_step, unit
-    self._step, self._time = first_step, time.perf_counter()
+    self._step, self._time, self._paused, self._skipped = first_step, time.perf_counter(), 0.0, 0
+
+  def pause(self, seconds: float, steps: int = 0) -> None:
+    """Leaves `seconds` out of the current interval, with the `steps` they ran (a compiled
+    step runs once inside its compilation's time)."""
+    self._paused, self._skipped = self._paused + seconds, self._skipped + steps
+
+  def due(self) -> bool:
+    """Whether `EVERY_SECONDS` have passed since the last line."""
+    return time.perf_counter() - self._time >= self.EVERY_SECONDS
 
   def update(self, step: int, count: int, values: dict) -> dict:
     """Logs and returns the rates since the last call, given the `count` of units since then."""
     now = time.perf_counter()
-    elapsed = max(now - self._time, 1e-9)
-    steps_per_s = (step - self._step) / elapsed
-    rates = {'steps_per_s': steps_per_s, f'{self._unit}_per_s': count / elapsed}
-    eta = (self._last_step - step) / max(steps_per_s, 1e-9)
-    shown = ' | '.join(f'{key} {value:.4g}' for key, value in values.items())
-    logging.info(
-      'step %d/%d | %s | %.2f steps/s | %s %s/s | ETA %s',
-      step,
-      self._last_step,
-      shown,
-      steps_per_s,
-      f'{count / elapsed:,.0f}',
-      self._unit,
-      _duration(eta),
-    )
-    self._step, self._time = step, now
+    steps = step - self._step - self._skipped
+    elapsed = max(now - self._time - self._paused, 1e-9)
+    timed = count * steps / max(step - self._step, 1)  # the units of the timed steps
+    parts = [f'step {step}/{self._last_step}']
+    parts += [f'{key} {value:.4g}' for key, value in values.items()]
+    rates = {}
+    if steps > 0:
+      rates = {'steps_per_s': steps / elapsed, f'{self._unit}_per_s': timed / elapsed}
+      eta = _duration((self._last_step - step) * elapsed / steps)
+      parts += [f'{steps / elapsed:.2f} steps/s', f'{timed / elapsed:,.0f} {self._unit}/s']
+      parts.append(f'ETA {eta}')
+    else:  # only the compiled step so far: no rate to tell yet
+      parts.append('ETA after the next steps')
+    logging.info('%s', ' | '.join(parts))
+    self._step, self._time, self._paused, self._skipped = step, now, 0.0, 0
     return rates
 
 
