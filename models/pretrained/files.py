@@ -52,20 +52,31 @@ def _safetensors_error(file: str) -> ValueError:
   return ValueError(f'{file} is not a readable safetensors file (truncated or damaged?).')
 
 
+def _safetensors():
+  """The safetensors package, which only a folder's or a .zip's weights need: `make llm`, whose
+  checkpoints are GGUF files, does not install it."""
+  try:
+    import safetensors.numpy  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise ValueError(
+      "Reading a safetensors file needs the safetensors package: pip install '.[pretrained]'."
+    ) from None
+  return safetensors
+
+
 class SafetensorFiles(Mapping):
   """The tensors of a folder's safetensors files by name, each read from disk when asked for, so
   converting holds the model and one tensor, not a second copy of the weights."""
 
   def __init__(self, files: list[str]):
-    from safetensors import SafetensorError, safe_open  # pylint: disable=import-outside-toplevel
-
-    self._open = lambda file: safe_open(file, framework='numpy')
+    safetensors = _safetensors()
+    self._open = lambda file: safetensors.safe_open(file, framework='numpy')
     self._file = {}
     for file in files:
       try:
         with self._open(file) as handle:
           self._file.update(dict.fromkeys(handle.keys(), file))
-      except SafetensorError:
+      except safetensors.SafetensorError:
         raise _safetensors_error(file) from None
 
   def __getitem__(self, name: str) -> np.ndarray:
@@ -140,11 +151,13 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
   """Reads a checkpoint: `DEFAULT`, a folder, a `.zip` holding `FILES` (at any one depth), or a
   GGUF file. A folder's weights may be sharded (`INDEX` and its shards); a folder's and a GGUF's
   tensors are read one by one as they are asked for."""
-  from safetensors import SafetensorError  # pylint: disable=import-outside-toplevel
-  from safetensors.numpy import load as load_safetensors  # pylint: disable=import-outside-toplevel
-
   path = locate(checkpoint)
   if is_gguf(path):
+    if importlib.util.find_spec('tokenizers') is None:  # gguf_tokenizer.py builds tokenizer.json
+      raise ValueError(
+        "Reading a GGUF file's tokenizer needs the tokenizers package: make llm "
+        "(or pip install '.[gguf]')."
+      )
     config, tensors, tokenizer_json = read_gguf(path)
     return Checkpoint(checkpoint, config, tensors, tokenizer_json)
   contents, tensors = {}, None
@@ -169,9 +182,10 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
       }
       contents = {name: archive.read(member) for name, member in found.items()}
     if 'model.safetensors' in contents:  # a zip cannot be read lazily
+      safetensors = _safetensors()
       try:
-        tensors = load_safetensors(contents.pop('model.safetensors'))
-      except SafetensorError:
+        tensors = safetensors.numpy.load(contents.pop('model.safetensors'))
+      except safetensors.SafetensorError:
         raise _safetensors_error(f'{path}:{found["model.safetensors"]}') from None
   else:
     raise ValueError(

@@ -34,7 +34,9 @@ def _gguf():
   try:
     import gguf  # pylint: disable=import-outside-toplevel
   except ImportError:
-    raise ValueError('Reading a GGUF file needs the gguf package: pip install gguf.') from None
+    raise ValueError(
+      "Reading a GGUF file needs the gguf package: make llm (or pip install '.[gguf]')."
+    ) from None
   return gguf
 
 
