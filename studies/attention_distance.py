@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 import numpy as np
 
 from studies.decoder_runs import first_token_weight, load_with_stream, per_head
+from training import failures
 
 MEASURES = ('distance', 'distance without the first token', 'first-token weight')
 
@@ -187,4 +188,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == '__main__':
-  main()
+  failures.run('python -m studies.attention_distance', main)  # a user's error: one sentence

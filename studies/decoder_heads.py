@@ -40,6 +40,7 @@ import numpy as np
 from models import interventions, pretrained
 from reports.head_ablation import attention_layers, head_edits
 from studies.decoder_runs import first_token_weight, integers
+from training import failures
 
 SCORES = ('previous-token', 'induction', 'first-token')
 RANDOM = 'random (control)'
@@ -319,4 +320,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == '__main__':
-  main()
+  failures.run('python -m studies.decoder_heads', main)  # a user's error: one sentence

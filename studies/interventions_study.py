@@ -29,7 +29,7 @@ from models import interventions
 from reports import head_ablation
 from studies import documents_study
 from studies.trained_runs import SPLIT, in_batches, split_arrays
-from training import restore
+from training import failures, restore
 from training.steps import merge_model
 
 
@@ -201,4 +201,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  failures.run('python -m studies.interventions_study', main)  # a user's error: one sentence

@@ -28,6 +28,7 @@ import numpy as np
 
 from data.pretrained_tokenizer import PretrainedTokenizer
 from models import interventions, pretrained
+from training import failures
 
 MEASURES = ('previous', 'next', '[CLS]', '[SEP]', 'same word')
 
@@ -117,4 +118,4 @@ def main() -> None:
 
 
 if __name__ == '__main__':
-  main()
+  failures.run('python -m studies.pretrained_heads', main)  # a user's error: one sentence

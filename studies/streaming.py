@@ -43,6 +43,7 @@ import numpy as np
 
 from models.attention_layer import MultiHeadAttention
 from studies.decoder_runs import first_token_weight, integers, load_with_stream, per_head
+from training import failures
 
 
 def with_cache(model: nnx.Module, window: int, sink_tokens: int) -> nnx.Module:
@@ -282,4 +283,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == '__main__':
-  main()
+  failures.run('python -m studies.streaming', main)  # a user's error: one sentence
