@@ -75,4 +75,8 @@ def _config(checkpoint_config: dict[str, Any]):
   config.max_decode_length = 32
   config.learning_rate = 1e-4
   config.warmup_steps = 10
+  config.log_every_steps = 10
+  # A fine-tune as transformers' Trainer runs one: AdamW's torch defaults (beta2 0.999, eps 1e-8),
+  # clipping at 1, plain cross-entropy (the checkpoint was trained without label smoothing).
+  config.update(schedule='cosine', beta2=0.999, eps=1e-8, label_smoothing=0.0)
   return config
