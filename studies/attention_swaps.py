@@ -30,7 +30,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 from absl import logging
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -83,11 +82,9 @@ def overrides(args, name: str) -> dict[str, object]:
   return fields
 
 
-def run_variant(args, name: str) -> dict:
-  """Trains variant `name` with train.py in a process of its own (unless its workdir is
-  complete), then reads its validation curve and scores the test split with its final weights."""
+def train_variant(args, name: str) -> str:
+  """Variant `name`'s workdir, trained with train.py in a process of its own unless complete."""
   workdir = os.path.join(args.out, re.sub(r'\W+', '_', name).strip('_'))
-  started = time.perf_counter()
   if not restore.reader(os.path.join(workdir, 'checkpoints')).steps():
     print(f'{name}: training {args.steps} steps in {workdir}', flush=True)
     command = [sys.executable, '-m', 'training.allocator', 'train', f'--workdir={workdir}']
@@ -97,6 +94,12 @@ def run_variant(args, name: str) -> dict:
     command += [f'--config.{field}={value}' for field, value in overrides(args, name).items()]
     if subprocess.run(command, cwd=ROOT, check=False).returncode:
       raise ValueError(f'{name}: train.py failed; its log is {workdir}/train.log.')
+  return workdir
+
+
+def score(args, name: str, workdir: str) -> dict:
+  """Variant `name`'s validation curve, and the test split's bits per token of its final
+  weights."""
   final = restore.for_evaluation(workdir, None, checkpoint='latest')
   run = runs.load_run(workdir)
   curve = [
@@ -112,7 +115,6 @@ def run_variant(args, name: str) -> dict:
     before=curve[0][1],
     after=curve[-1][1],
     test_after=test['bits_per_token'],
-    seconds=round(time.perf_counter() - started, 1),
   )
 
 
@@ -180,8 +182,11 @@ def main(argv: list[str] | None = None) -> dict:
     seq_length=args.seq_length,
     window=args.window,
     learning_rate=args.learning_rate,
-    variants=[run_variant(args, name) for name in names],
   )
+  # Every run first, each in its own process; then the scores here, so that this process holds
+  # no model while a run trains.
+  workdirs = [train_variant(args, name) for name in names]
+  result['variants'] = [score(args, name, workdir) for name, workdir in zip(names, workdirs)]
   with open(os.path.join(args.out, 'swaps.json'), 'w', encoding='utf-8') as f:
     json.dump(result, f, indent=1)
   name = os.path.basename(os.path.normpath(args.checkpoint))
