@@ -34,6 +34,7 @@ import sys
 from absl import logging
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
 from reports import runs
 import training
@@ -122,10 +123,15 @@ def save_figure(path: str, result: dict, title: str) -> None:
   """Validation bits per token against fine-tuning steps, one curve per variant."""
   figure = Figure(figsize=(8, 5), dpi=120)
   axes = figure.add_subplot()
+  window = f'sliding window of {result["window"]}'
   for row in result['variants']:
     steps, bits = zip(*row['curve'])
-    axes.plot(steps, bits, marker='o', markersize=3, label=row['name'])
+    label = row['name'].replace('sliding window', window)
+    axes.plot(steps, bits, marker='o', markersize=3, label=label)
   axes.set_yscale('log')
+  axes.yaxis.set_major_locator(FixedLocator([4, 5, 6, 8, 10, 15, 20, 30, 40]))
+  axes.yaxis.set_major_formatter(ScalarFormatter())
+  axes.yaxis.set_minor_formatter(NullFormatter())
   axes.set(xlabel='fine-tuning steps', ylabel='validation bits per token (log scale)', title=title)
   axes.grid(True, which='both', alpha=0.3)
   axes.legend(fontsize=8)
