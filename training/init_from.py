@@ -45,8 +45,12 @@ def is_workdir(init_from: str) -> bool:
 
 def read_pretrained(init_from: str, reader=pretrained.read):
   """The pretrained checkpoint `init_from` names, read by `reader` (`pretrained.read`: its
-  tensors read when asked for; `pretrained.read_config`: its config.json alone);
-  FileNotFoundError in one sentence when it is neither that nor a training workdir."""
+  tensors read when asked for; `pretrained.read_config`: its config.json alone).
+
+  Raises:
+    FileNotFoundError: `init_from` names nothing (neither a workdir nor a checkpoint).
+    ValueError: a checkpoint that cannot be read, in one sentence naming it.
+  """
   if init_from not in pretrained.PACKAGES and not os.path.exists(os.path.expanduser(init_from)):
     raise FileNotFoundError(
       f'config.init_from={init_from!r} is not a training workdir (it has no checkpoints/) nor '
@@ -110,12 +114,14 @@ def _plan(like: TrainState, saved: dict, config, init_from: str) -> dict[str, tu
   for key, shape in wanted.items():
     if key not in saved or saved[key] == shape:
       continue
-    found = kv_heads.regroupable(saved[key], shape, num_kv_heads) if num_kv_heads else None
-    if kv_heads.is_kv_projection(key) and isinstance(found, tuple):
-      plan[key] = found
-    else:
-      why = found if kv_heads.is_kv_projection(key) and found else 'another model size?'
-      differ.append(f'{key} is {saved[key]} there but {shape} here ({why})')
+    why = 'another model size?'
+    if kv_heads.is_kv_projection(key) and num_kv_heads:
+      found = kv_heads.regroupable(saved[key], shape, num_kv_heads)
+      if isinstance(found, tuple):
+        plan[key] = found
+        continue
+      why = found
+    differ.append(f'{key} is {saved[key]} there but {shape} here ({why})')
   if differ:
     raise CheckpointMismatchError(
       f'config.init_from={init_from!r}: {len(differ)} parameter(s) have other shapes than in '
