@@ -85,13 +85,15 @@ def overrides(args, name: str) -> dict[str, object]:
 
 def train_variant(args, name: str) -> str:
   """Variant `name`'s workdir, trained with train.py in a process of its own unless complete."""
-  workdir = os.path.join(args.out, re.sub(r'\W+', '_', name).strip('_'))
+  workdir = os.path.abspath(os.path.join(args.out, re.sub(r'\W+', '_', name).strip('_')))
+  # train.py runs from the repository root: a checkpoint that is a path is given whole.
+  checkpoint = (
+    os.path.abspath(args.checkpoint) if os.path.exists(args.checkpoint) else args.checkpoint
+  )
   if not restore.reader(os.path.join(workdir, 'checkpoints')).steps():
     print(f'{name}: training {args.steps} steps in {workdir}', flush=True)
     command = [sys.executable, '-m', 'training.allocator', 'train', f'--workdir={workdir}']
-    command.append(
-      f'--config={os.path.join(ROOT, "configs", "pretrained_lm.py")}:{args.checkpoint}'
-    )
+    command.append(f'--config={os.path.join(ROOT, "configs", "pretrained_lm.py")}:{checkpoint}')
     command += [f'--config.{field}={value}' for field, value in overrides(args, name).items()]
     if subprocess.run(command, cwd=ROOT, check=False).returncode:
       raise ValueError(f'{name}: train.py failed; its log is {workdir}/train.log.')
