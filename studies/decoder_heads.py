@@ -3,9 +3,9 @@ ablating each kind does to in-context learning.
 
     python -m studies.decoder_heads --checkpoint=CHECKPOINT --out=runs/heads_gpt2
 
-CHECKPOINT is anything `models.pretrained.read` reads of an architecture
-`models.pretrained.load_decoder` converts (a Hugging Face folder of GPT-2, Llama, Mistral, Qwen2:
-config.json, safetensors, tokenizer.json); nothing is downloaded. The study runs on repeated
+CHECKPOINT is anything `models.pretrained.read` reads (a short name, a Hugging Face folder or
+`.zip`, a `.gguf` file) of a decoder architecture of `models.pretrained.ARCHITECTURES`; nothing
+is downloaded. The study runs on repeated
 random tokens, as in Olsson et al. (2022, "In-context Learning and Induction Heads"):
 `--sequences` rows of `--length` tokens drawn uniformly from the vocabulary, each followed by
 itself again. For every layer and head, over those rows:
