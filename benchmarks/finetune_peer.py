@@ -49,13 +49,11 @@ import optax
 from benchmarks import finetune_speed, finetune_torch, machine
 from benchmarks.attention_bench import matmul_peak_gflops
 from configs import pretrained_lm
-from data.pretrained_tokenizer import PretrainedTokenizer
-from data.tokenizers import save_tokenizers
 from models import pretrained
 from models.pretrained import decoders
 import tasks
 from training import config as config_lib
-from training import layout, loop, sharding, steps
+from training import loop, pretrained_workdir, sharding, steps
 from training.optim import learning_rate_schedule, make_optimizer
 
 # The config's fields a flag may change (configs/pretrained_lm.py's values otherwise).
@@ -79,9 +77,7 @@ class Setup:
     self.config.dataset.update(seq_length=tokens, batch_size=batch)
     self.config.update(overrides)
     config_lib.validate(self.config)
-    # The checkpoint's tokenizer where config.init_from would put it (convert.py's workdir).
-    tokenizer = PretrainedTokenizer(read.tokenizer_json)
-    save_tokenizers(layout.vocab_dir(workdir), tokenizer, tokenizer, dataset=read.name)
+    pretrained_workdir.save_vocab(workdir, read)  # where config.init_from would put it
     self.task = tasks.build(self.config, workdir)
     self.rows = decoders.ARCHITECTURES[read.config['model_type']].rows(
       self.config.model.num_layers, read.config

@@ -28,11 +28,15 @@ _REPORTED: set[tuple[str, int]] = set()
 _LEGACY_SUFFIX = '.value'
 
 
-def flat_state(state: TrainState) -> dict:
-  """{'params.encoder...kernel': array, 'opt_state...': array, 'step': array}."""
-  tree = dict(step=state.step, params=state.params, opt_state=state.opt_state)
+def flatten(tree) -> dict:
+  """`{'a.b.0.c': leaf}`: each leaf of a nested tree by its dotted path, as checkpoints name it."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {jax.tree_util.keystr(path, simple=True, separator='.'): leaf for path, leaf in leaves}
+
+
+def flat_state(state: TrainState) -> dict:
+  """{'params.encoder...kernel': array, 'opt_state...': array, 'step': array}."""
+  return flatten(dict(step=state.step, params=state.params, opt_state=state.opt_state))
 
 
 def from_flat(flat: dict, like: TrainState) -> TrainState:

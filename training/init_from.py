@@ -24,17 +24,17 @@ from flax import nnx
 import jax
 import numpy as np
 
-from data.pretrained_tokenizer import PretrainedTokenizer
-from data.tokenizers import save_tokenizers
 from models import kv_heads, pretrained
 from training import layout
 from training.checkpoints import (
   Checkpointer,
   CheckpointMismatchError,
   flat_state,
+  flatten,
   from_flat,
 )
 from training.config import read_config
+from training.pretrained_workdir import save_vocab
 from training.steps import TrainState
 
 
@@ -72,16 +72,15 @@ def vocab_source(init_from: str):
     yield layout.checkpoint_step(init_from)[0]
     return
   checkpoint = read_pretrained(init_from)
-  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   with tempfile.TemporaryDirectory(prefix='attend-init-from-') as directory:
-    save_tokenizers(layout.vocab_dir(directory), tokenizer, tokenizer, dataset=checkpoint.name)
+    save_vocab(directory, checkpoint)
     yield directory
 
 
-def checkpoint_config(config, init_from: str):
-  """`config` with `config.model` set to the architecture of the pretrained checkpoint
-  `init_from` (what its weights fill), for the shapes `check_init_from` compares."""
-  fields = pretrained.config_fields(read_pretrained(init_from, pretrained.read_config))
+def checkpoint_config(config, init_from: str, fields: dict):
+  """`config` with `config.model` set to `fields`, the architecture of the pretrained checkpoint
+  `init_from` (`trained_model_fields`: what its weights fill), for the shapes `check_init_from`
+  compares."""
   original = copy.deepcopy(config)
   unknown = sorted(set(fields) - set(original.model))
   if unknown:
@@ -211,12 +210,7 @@ def _pretrained_params(init_from: str) -> dict[str, np.ndarray]:
   """The pretrained checkpoint's parameters as Attend names them, `{'params.PATH': array}`."""
   checkpoint = read_pretrained(init_from)
   model, _ = pretrained.family(checkpoint.config).load(checkpoint)
-  params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-  leaves = jax.tree_util.tree_flatten_with_path(params)[0]
-  return {
-    'params.' + jax.tree_util.keystr(path, simple=True, separator='.'): leaf
-    for path, leaf in leaves
-  }
+  return flatten(dict(params=nnx.to_pure_dict(nnx.state(model, nnx.Param))))
 
 
 def _read_workdir(config, like: TrainState, *, arrays: bool):

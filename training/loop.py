@@ -92,13 +92,13 @@ def _accept(config, workdir: str, log: workdir_lib.Log):
         step = reader.newest_matching(like)
       finally:
         reader.close()
+      trained = init_from_lib.trained_model_fields(config.init_from) if config.init_from else {}
       if step is None and config.init_from:
         pretrained_like = None
         if not init_from_lib.is_workdir(config.init_from):
-          checkpoint_config = init_from_lib.checkpoint_config(config, config.init_from)
+          checkpoint_config = init_from_lib.checkpoint_config(config, config.init_from, trained)
           pretrained_like = abstract_state(checkpoint_config, task)
         init_from_lib.check_init_from(config, like, pretrained_like)
-      trained = init_from_lib.trained_model_fields(config.init_from) if config.init_from else {}
       for note in swap_notes(trained, config.model, config.dataset.get('seq_length')):
         logging.warning('%s', note)
       workdir_lib.record_config(workdir, config, step or 0)

@@ -28,6 +28,13 @@ def refuse_used(workdir: str) -> None:
     )
 
 
+def save_vocab(workdir: str, checkpoint: Checkpoint) -> None:
+  """The checkpoint's own tokenizer as WORKDIR/vocab/, where a run built in `workdir` reads it
+  (config.dataset.vocab='pretrained')."""
+  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
+  save_tokenizers(layout.vocab_dir(workdir), tokenizer, tokenizer, dataset=checkpoint.name)
+
+
 def write_workdir(workdir: str, checkpoint: Checkpoint, conversion: Conversion) -> None:
   """Writes a converted checkpoint as an Attend workdir and prints one sentence saying what was
   loaded: step 0 of `conversion.config` (its config.json and optimizer), the checkpoint's
@@ -43,13 +50,12 @@ def write_workdir(workdir: str, checkpoint: Checkpoint, conversion: Conversion) 
   refuse_used(workdir)
   config, report = conversion.config, conversion.report
   config.init_from = ''  # its weights are its own step 0
-  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   parent = os.path.dirname(os.path.abspath(workdir))
   os.makedirs(parent, exist_ok=True)
   # Written beside the workdir and moved in whole, so a failure part-way (a full disk, Ctrl-C)
   # leaves no half-written workdir that a second try would refuse.
   with tempfile.TemporaryDirectory(prefix='.attend-convert-', dir=parent) as staged:
-    save_tokenizers(layout.vocab_dir(staged), tokenizer, tokenizer, dataset=checkpoint.name)
+    save_vocab(staged, checkpoint)
     saver = checkpoints.Checkpointer(layout.checkpoints_dir(staged), max_to_keep=None)
     # The first batch's position (data.pipeline), so train.py can also continue this run in place.
     saver.save(
