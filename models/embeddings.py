@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 import attention
-from models.layers import check_choice, sharding_metadata
+from models.layers import check_choice, on_rows, sharding_metadata
 
 Array = jax.Array
 
@@ -59,7 +59,8 @@ class TokenEmbedding(nnx.Module):
 
   def attend(self, x: Array) -> Array:
     """Tied output projection: `[..., D] -> [..., V]` logits `x Eᵀ` in x's dtype (see `lookup`)."""
-    return x @ self.embed.embedding[...].astype(x.dtype).T
+    table = self.embed.embedding[...].astype(x.dtype)  # [V, D]
+    return on_rows(lambda rows: rows @ table.T, x)  # [..., V]
 
 
 class SinusoidalPositions(nnx.Module):

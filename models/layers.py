@@ -7,7 +7,7 @@ kernels take.
 
 import functools
 import numbers
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from flax import nnx
 import jax
@@ -69,6 +69,26 @@ def sharding_metadata(*names: str | None) -> dict[str, Any]:
   return {'out_sharding': names, 'eager_sharding': False}
 
 
+def on_rows(matmul: Callable[[Array], Array], x: Array) -> Array:
+  """`matmul(x)` for x `[..., D]`, computed on its rows as one matrix `[R, D]` and shaped back.
+
+  The result is the same; the backward pass is not. The weight gradient of `[B, T, D] @ [D, F]`
+  contracts two dims (B and T), which XLA:CPU's fast matmul library (YNNPACK) does not take: it
+  falls back to slower dots fed by transposed copies. On rows it contracts one. In a SmolLM2 train
+  step (8 x 128 tokens, 2 cores) the feed-forward and output layers took 25% less time, the step
+  15% less (6.2 -> 5.3 s).
+  """
+  y = matmul(x.reshape(-1, x.shape[-1]))
+  return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+class Dense(nnx.Linear):
+  """`nnx.Linear` (same parameters, same results) applied `on_rows`."""
+
+  def __call__(self, x: Array) -> Array:
+    return on_rows(super().__call__, x)
+
+
 def dense(
   in_features: int,
   out_features: int,
@@ -77,14 +97,14 @@ def dense(
   axes: tuple[str | None, str | None] = (None, None),
   rngs: nnx.Rngs,
 ) -> nnx.Linear:
-  """A Glorot-uniform `nnx.Linear`, the initialisation of the original Transformer code.
+  """A Glorot-uniform `Dense` layer, the initialisation of the original Transformer code.
 
   `axes` names the kernel's input and output dimensions for sharding (the bias takes the
   output's); unnamed dimensions are never split.
   """
   metadata = sharding_metadata(*axes) if any(axes) else {}
   bias_metadata = sharding_metadata(axes[1]) if axes[1] else {}
-  return nnx.Linear(
+  return Dense(
     in_features,
     out_features,
     use_bias=use_bias,

@@ -15,6 +15,7 @@ from models.embeddings import LearnedPositions, SinusoidalPositions, TokenEmbedd
 from models.layers import (
   AttentionPooling,
   FeedForward,
+  dense,
   merge_project_heads,
   project_heads,
   project_heads_together,
@@ -207,6 +208,24 @@ def test_feed_forward_matches_numpy(rng, activation):
   np.testing.assert_allclose(ffn(jnp.asarray(x, jnp.float32)), expected, **TOL)
   with pytest.raises(ValueError, match="activation must be one of 'relu', 'gelu'"):
     FeedForward(8, 10, activation='swish', rngs=rngs(0))
+
+
+def test_dense_on_rows_and_its_gradients_match_numpy(rng):
+  """`dense` flattens the leading dims into rows (models.layers.on_rows): the values and every
+  gradient are the plain `x W + b`'s, for 3-D, 2-D and 1-D inputs."""
+  layer = dense(4, 3, rngs=rngs(0))
+  kernel, bias = _np(layer.kernel), _np(layer.bias)
+  for shape in ((2, 5, 4), (5, 4), (4,)):
+    x = rng.standard_normal(shape)
+    np.testing.assert_allclose(layer(jnp.asarray(x, jnp.float32)), x @ kernel + bias, **TOL)
+  x, upstream = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 3))
+  graphdef, params = nnx.split(layer)
+  loss = lambda params, x: jnp.sum(nnx.merge(graphdef, params)(x) * upstream)
+  grads, dx = jax.grad(loss, argnums=(0, 1))(params, jnp.asarray(x, jnp.float32))
+  rows, up_rows = x.reshape(-1, 4), upstream.reshape(-1, 3)  # d/dW of sum(up * (x W)) = xᵀ up
+  np.testing.assert_allclose(grads['kernel'][...], rows.T @ up_rows, **TOL)
+  np.testing.assert_allclose(grads['bias'][...], up_rows.sum(0), **TOL)
+  np.testing.assert_allclose(dx, upstream @ kernel.T, **TOL)
 
 
 def test_gated_feed_forward_is_swiglu_without_biases(rng):

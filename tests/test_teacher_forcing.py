@@ -3,11 +3,13 @@ share, against NumPy and hand-computed values."""
 
 import types
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tasks import teacher_forcing
+from tasks.losses import cross_entropy
 
 # Two rows of three positions over four classes; the argmax of each position is its largest entry.
 LOGITS = np.array(
@@ -64,6 +66,18 @@ def test_losses_are_the_weighted_cross_entropy():
   soft = np.array([0.1, 0.1, 0.7, 0.1])
   expected = -(soft * log_probs).sum() + (soft * np.log(soft)).sum()
   assert float(smoothed) == pytest.approx(expected, rel=1e-5)
+
+
+def test_float64_logits_keep_float64_losses():
+  """`tasks.losses.cross_entropy` computes in the logits' precision when wider than float32."""
+  with jax.enable_x64():
+    logits = jnp.asarray(LOGITS, jnp.float64) / 3.0  # not a float32 number
+    losses = cross_entropy(logits, jnp.asarray(TARGETS))
+    assert losses.dtype == jnp.float64
+    log_probs = LOGITS.astype(np.float64) / 3.0
+    log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+    expected = -np.take_along_axis(log_probs, TARGETS[..., None], -1)[..., 0]
+    np.testing.assert_allclose(np.asarray(losses), expected, rtol=1e-13)
 
 
 def test_no_scored_token_gives_zero_loss_not_nan():
