@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import decoding
 from tasks.losses import cross_entropy
 
 Array = jax.Array
@@ -45,10 +44,11 @@ def loss_sum(logits: Array, targets: Array, weights: Array) -> Array:
 
 
 def token_counts(logits: Array, targets: Array, weights: Array) -> dict[str, Array]:
-  """Scored tokens, correct ones (the argmax of logits `[B, T, V]`), rows with a scored token,
-  and such rows whose scored tokens are all correct (`exact`)."""
+  """Scored tokens, correct ones (the argmax of logits `[B, T, V]`; `jnp.argmax`, which over a
+  whole batch needs no buffer, unlike `models.decoding.argmax`), rows with a scored token, and
+  such rows whose scored tokens are all correct (`exact`)."""
   scored = weights > 0  # [B, T]
-  right = (decoding.argmax(logits) == targets) | ~scored  # [B, T]
+  right = (jnp.argmax(logits, axis=-1) == targets) | ~scored  # [B, T]
   has = scored.any(-1)  # [B]
   return dict(
     tokens=scored.sum(),
