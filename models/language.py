@@ -164,9 +164,24 @@ class _Stack(nnx.Module):
       deterministic: False turns dropout on.
       rngs: an `nnx.Rngs` with a 'dropout' stream, needed when dropout is on.
     """
+    return self.logits_of(self.token_states(ids, deterministic=deterministic, rngs=rngs))
+
+  def token_states(
+    self,
+    ids: Array,
+    *,
+    deterministic: bool = True,
+    rngs: nnx.Rngs | None = None,
+  ) -> Array:
+    """The final states `[B, T, D]` that `logits_of` maps to `token_logits` (a training loss
+    that never makes all the logits at once, `tasks.losses.summed_cross_entropy`, reads these)."""
     ids = self._check_ids(ids, deterministic, rngs)
     states, _ = self.encode(ids, deterministic=deterministic, rngs=rngs)
-    return self._logits(states)  # [B, T, V]
+    return states
+
+  def logits_of(self, states: Array) -> Array:
+    """The output head: final states `[..., D]` -> logits `[..., V]`, float32 or wider."""
+    return self._logits(states)
 
 
 class DecoderLM(_Stack):

@@ -32,7 +32,8 @@ from models.embeddings import ATTENTION_POSITIONS
 from models.interfaces import LanguageModel
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
-from tasks.teacher_forcing import loss_metrics, loss_sum, mean_loss, token_counts, token_scores
+from tasks.losses import summed_cross_entropy
+from tasks.teacher_forcing import hit_counts, loss_metrics, loss_sum, token_counts, token_scores
 
 Array = jax.Array
 MASK_RATE = 0.15  # BERT: the share of tokens the model must predict
@@ -176,9 +177,14 @@ class LanguageModeling(Task):
   def loss(self, model, batch, rng):
     mask_rng, dropout_rng = jax.random.split(rng)
     inputs, targets, weights = self._objective(batch, mask_rng)
-    logits = model.token_logits(inputs, deterministic=False, rngs=nnx.Rngs(dropout=dropout_rng))
-    loss = mean_loss(logits, targets, weights, self.label_smoothing)
-    return loss, token_counts(logits, targets, weights)
+    states = model.token_states(inputs, deterministic=False, rngs=nnx.Rngs(dropout=dropout_rng))
+    # The mean loss (`mean_loss`) and the hits, a chunk of logits at a time: the logits of a
+    # large vocabulary are the largest activation by far.
+    loss_sum, hits = summed_cross_entropy(
+      model.logits_of, states, targets, weights, self.label_smoothing
+    )
+    loss = loss_sum / jnp.maximum(weights.sum(), 1)
+    return loss, hit_counts(hits.reshape(targets.shape), weights)
 
   def _eval_rng(self, batch: Batch) -> Array:
     """A masking key fixed per batch, so every evaluation of a split masks the same tokens."""

@@ -47,8 +47,13 @@ def token_counts(logits: Array, targets: Array, weights: Array) -> dict[str, Arr
   """Scored tokens, correct ones (the argmax of logits `[B, T, V]`; `jnp.argmax`, which over a
   whole batch needs no buffer, unlike `models.decoding.argmax`), rows with a scored token, and
   such rows whose scored tokens are all correct (`exact`)."""
+  return hit_counts(jnp.argmax(logits, axis=-1) == targets, weights)
+
+
+def hit_counts(hits: Array, weights: Array) -> dict[str, Array]:
+  """`token_counts` of bool `[B, T]` hits (the prediction is the target) and their weights."""
   scored = weights > 0  # [B, T]
-  right = (jnp.argmax(logits, axis=-1) == targets) | ~scored  # [B, T]
+  right = hits | ~scored  # [B, T]
   has = scored.any(-1)  # [B]
   return dict(
     tokens=scored.sum(),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tasks import teacher_forcing
+from tasks import losses
 from tasks.losses import cross_entropy
 
 # Two rows of three positions over four classes; the argmax of each position is its largest entry.
@@ -113,3 +114,38 @@ def test_until_eos_keeps_the_first_eos_and_drops_padding():
   tokenizer = types.SimpleNamespace(pad_id=0, eos_id=2)
   assert teacher_forcing.until_eos(np.array([5, 0, 6, 2, 7, 2, 0]), tokenizer) == [5, 6, 2]
   assert teacher_forcing.until_eos([5, 6, 0, 0], tokenizer) == [5, 6]
+
+
+# 30 rows at most 4 a chunk: 8 chunks of 4, the last with 2 padded rows; at most 7: 5 of 6; one.
+@pytest.mark.parametrize('rows', [4, 7, 1000])
+def test_summed_cross_entropy_equals_autodiff_of_the_logits(monkeypatch, rows):
+  """`summed_cross_entropy` gives the weighted loss sum, the argmax hits and every gradient of
+  plain autodiff through the whole logits, in float64: a bias-free projection closed over (as a
+  model's output layer is), label smoothing on, float weights with zeros."""
+  vocab = 10
+  monkeypatch.setattr(losses, 'CHUNK_LOGITS', rows * vocab)
+  rng = np.random.default_rng(0)
+  with jax.enable_x64():
+    states = jnp.asarray(rng.standard_normal((3, 10, 4)))
+    table = jnp.asarray(rng.standard_normal((vocab, 4)))
+    labels = jnp.asarray(rng.integers(0, vocab, (3, 10)))
+    weights = jnp.asarray(rng.integers(0, 3, (3, 10)) * 0.5)
+
+    def plain(states, table):
+      logits = states @ table.T
+      loss = jnp.sum(weights * cross_entropy(logits, labels, 0.1))
+      return loss, jnp.argmax(logits, -1) == labels
+
+    def chunked(states, table):
+      project = lambda x: x @ table.T  # closes over the table, as a model's layer does
+      return losses.summed_cross_entropy(project, states, labels, weights, 0.1)
+
+    (loss, right), grads = jax.value_and_grad(plain, (0, 1), has_aux=True)(states, table)
+    (loss_c, right_c), grads_c = jax.value_and_grad(chunked, (0, 1), has_aux=True)(states, table)
+    np.testing.assert_allclose(loss_c, loss, rtol=1e-13)
+    np.testing.assert_array_equal(np.asarray(right_c).reshape(3, 10), right)
+    for ours, theirs in zip(grads_c, grads):
+      np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-14)
+    # A second cotangent scales every gradient (the mean loss divides the sum).
+    halved = jax.grad(lambda s, t: chunked(s, t)[0] / 2, (0, 1))(states, table)
+    np.testing.assert_allclose(halved[1], grads[1] / 2, rtol=1e-12)
