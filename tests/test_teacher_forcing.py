@@ -8,8 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tasks import teacher_forcing
-from tasks import losses
+from tasks import losses, teacher_forcing
 from tasks.losses import cross_entropy
 
 # Two rows of three positions over four classes; the argmax of each position is its largest entry.
