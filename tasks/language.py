@@ -33,7 +33,7 @@ from models.interfaces import LanguageModel
 from tasks import picture_weights, pictures
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
 from tasks.losses import summed_cross_entropy
-from tasks.teacher_forcing import hit_counts, loss_metrics, loss_sum, token_counts, token_scores
+from tasks.teacher_forcing import hit_counts, loss_metrics, token_scores
 
 Array = jax.Array
 MASK_RATE = 0.15  # BERT: the share of tokens the model must predict
@@ -192,10 +192,9 @@ class LanguageModeling(Task):
 
   def eval_counts(self, model, batch):
     inputs, targets, weights = self._objective(batch, self._eval_rng(batch))
-    logits = model.token_logits(inputs, deterministic=True)
-    return dict(
-      loss_sum=loss_sum(logits, targets, weights), **token_counts(logits, targets, weights)
-    )
+    states = model.token_states(inputs, deterministic=True)
+    loss_sum, hits = summed_cross_entropy(model.logits_of, states, targets, weights)
+    return dict(loss_sum=loss_sum, **hit_counts(hits.reshape(targets.shape), weights))
 
   def summarize(self, counts):
     accuracy, exact = token_scores(counts)

@@ -60,8 +60,8 @@ def summed_cross_entropy(
   them and their gradient. Here each chunk's loss and its gradient with respect to the states
   and to the output layer's parameters are taken together in the forward pass (its logits are
   then dropped); the backward pass only scales them by the incoming cotangent. Same FLOPs as
-  autodiff, as in Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024). For a training
-  loss: an evaluation needs no gradient, and `cross_entropy` serves it.
+  autodiff, as in Liger-Kernel's fused linear cross-entropy (Hsu et al. 2024). Not
+  differentiated (an evaluation), it computes the chunks' losses only.
 
   Args:
     project: states `[R, D]` -> logits `[R, V]` (a model's output layer; the parameters it reads
@@ -80,12 +80,18 @@ def summed_cross_entropy(
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
 def _summed(project, label_smoothing, rows, x, labels, weights, *params):
-  (loss, right), _ = _summed_and_grads(project, label_smoothing, rows, x, labels, weights, *params)
-  return loss, right
+  # Not differentiated (an evaluation): the chunks' losses only.
+  out, _ = _chunked(project, label_smoothing, rows, x, labels, weights, params, grads=False)
+  return out
 
 
-def _summed_and_grads(project, label_smoothing, rows, x, labels, weights, *params):
-  """`((loss sum, right [N]), (dloss/dx [N, D], dloss/dparams))`, `rows` at a time (`lax.scan`)."""
+def _summed_forward(project, label_smoothing, rows, x, labels, weights, *params):
+  return _chunked(project, label_smoothing, rows, x, labels, weights, params, grads=True)
+
+
+def _chunked(project, label_smoothing, rows, x, labels, weights, params, *, grads: bool):
+  """`((loss sum, right [N]), (dloss/dx [N, D], dloss/dparams) or None)`, `rows` at a time
+  (`lax.scan`), the gradients where `grads`."""
   n = x.shape[0]
   pad = -n % rows  # padded rows weigh 0
   chunks = [
@@ -99,21 +105,19 @@ def _summed_and_grads(project, label_smoothing, rows, x, labels, weights, *param
     losses = cross_entropy(logits, labels, label_smoothing, where=weights > 0)
     return jnp.sum(weights * losses), right
 
-  def step(grads, chunk):
+  def step(sums, chunk):
+    if not grads:
+      return sums, chunk_loss(chunk[0], params, *chunk[1:])
     x, labels, weights = chunk
     (loss, right), (dx, dparams) = jax.value_and_grad(chunk_loss, (0, 1), has_aux=True)(
       x, params, labels, weights
     )
-    return jax.tree.map(jnp.add, grads, dparams), (loss, right, dx)
+    return jax.tree.map(jnp.add, sums, dparams), (loss, right, dx)
 
-  zeros = jax.tree.map(jnp.zeros_like, params)
-  dparams, (losses, right, dx) = jax.lax.scan(step, zeros, chunks)
+  zeros = jax.tree.map(jnp.zeros_like, params) if grads else ()
+  dparams, (losses, right, *dx) = jax.lax.scan(step, zeros, chunks)
   out = (losses.sum(), right.reshape(-1)[:n])
-  return out, (dx.reshape(-1, x.shape[-1])[:n], dparams)
-
-
-def _summed_forward(project, label_smoothing, rows, x, labels, weights, *params):
-  return _summed_and_grads(project, label_smoothing, rows, x, labels, weights, *params)
+  return out, (dx[0].reshape(-1, x.shape[-1])[:n], dparams) if grads else None
 
 
 def _summed_backward(project, label_smoothing, rows, grads, cotangents):
