@@ -9,7 +9,9 @@ from collections.abc import Mapping
 import functools
 import json
 import os
+import time
 
+from absl import logging
 from flax import nnx
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,7 @@ from models.attention_layer import MultiHeadAttention
 from tasks import Task
 from tasks.pictures import new_figure
 from training import evaluation
+from training.metrics import Progress, duration
 from training.steps import TrainState, merge_model
 
 MAIN_METRICS = ('accuracy', 'token_accuracy', 'sequence_accuracy', 'loss')  # the first present
@@ -57,7 +60,8 @@ def _metrics(state, task: Task, split: str, keep, *, batch_size: int, mesh) -> d
 
 
 def sweep(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
-  """The split's metrics with no head ablated and with each head of each layer ablated alone.
+  """The split's metrics with no head ablated and with each head of each layer ablated alone,
+  with a progress line every `Progress.EVERY_SECONDS` (and at the end).
 
   Returns:
     `{'metric': the main one (the first of MAIN_METRICS the task reports), 'unablated': its
@@ -76,10 +80,17 @@ def sweep(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -
   run = functools.partial(_metrics, state, task, split, batch_size=batch_size, mesh=mesh)
   base = run(ones)
   metric = next(name for name in MAIN_METRICS if name in base)
-  every = {
-    path: {str(head): run({**ones, path: ones[path].at[head].set(0.0)}) for head in range(heads)}
-    for path, heads in layers.items()
-  }
+  every, total, started, last = {}, sum(layers.values()), time.perf_counter(), 0.0
+  for path, heads in layers.items():
+    every[path] = {}
+    for head in range(heads):
+      every[path][str(head)] = run({**ones, path: ones[path].at[head].set(0.0)})
+      done, now = sum(map(len, every.values())), time.perf_counter()
+      if now - last >= Progress.EVERY_SECONDS or done == total:  # a real model has 270 heads
+        rate, last = done / (now - started), now
+        eta = duration((total - done) / rate)
+        line = f'Head ablation: {done}/{total} heads ({path}, head {head}) | {rate:.2f} heads/s'
+        logging.info('%s | ETA %s', line, eta)
   return dict(
     metric=metric,
     unablated=base[metric],

@@ -3,6 +3,7 @@
 import functools
 import importlib
 import json
+from unittest import mock
 
 from flax import nnx
 import jax
@@ -18,6 +19,7 @@ from models.stack_config import AttentionConfig, StackConfig
 from reports import head_ablation
 import tasks
 from training import evaluation, sharding
+from training.metrics import Progress
 from training.setup import build_state
 from training.steps import create_train_state, train_step
 
@@ -223,7 +225,9 @@ def test_the_train_step_compiles_to_the_same_program_as_without_the_seams(lm, mo
   assert _lowered_train_step(lm) == with_seams
 
 
-def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projection(tmp_path):
+def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projection(
+  tmp_path, monkeypatch
+):
   # Zeroing head h's rows of W_O removes its contribution as the sweep's edit does.
   config = importlib.import_module('configs.gpt_mqar').get_config()
   config.model = models.default_config(
@@ -232,7 +236,15 @@ def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projectio
   config.dataset.update(data_dir=str(tmp_path / 'tfds'), eval_batch_size=250)
   task, mesh = tasks.build(config, str(tmp_path)), sharding.make_mesh(None)
   state = build_state(config, task, mesh)
-  result = head_ablation.sweep(state, task, 'validation', batch_size=250, mesh=mesh)
+  monkeypatch.setattr(Progress, 'EVERY_SECONDS', 0.0)  # a progress line after every head
+  with mock.patch.object(head_ablation.logging, 'info') as info:
+    result = head_ablation.sweep(state, task, 'validation', batch_size=250, mesh=mesh)
+  lines = [call.args[0] % call.args[1:] for call in info.call_args_list]  # '%s | ETA %s'
+  assert [line.split(' |')[0] for line in lines] == [
+    'Head ablation: 1/2 heads (layers/0/self_attn, head 0)',
+    'Head ablation: 2/2 heads (layers/0/self_attn, head 1)',
+  ]
+  assert lines[-1].endswith('ETA 0m00s') and 'heads/s' in lines[0]
   assert result['metric'] == 'accuracy' and set(result['layers']) == {'layers/0/self_attn'}
   loss = lambda s: evaluation.split_metrics(s, task, 'validation', batch_size=250, mesh=mesh)
   assert result['all_metrics']['unablated']['loss'] == pytest.approx(float(loss(state)['loss']))

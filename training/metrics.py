@@ -93,7 +93,7 @@ class Progress:
     rates = {}
     if steps > 0:
       rates = {'steps_per_s': steps / elapsed, f'{self._unit}_per_s': timed / elapsed}
-      eta = _duration((self._last_step - step) * elapsed / steps)
+      eta = duration((self._last_step - step) * elapsed / steps)
       parts += [f'{steps / elapsed:.2f} steps/s', f'{timed / elapsed:,.0f} {self._unit}/s']
       parts.append(f'ETA {eta}')
     else:  # only the compiled step so far: no rate to tell yet
@@ -103,7 +103,8 @@ class Progress:
     return rates
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+  """'3m55s', or '1h05m' from an hour on."""
   minutes, seconds = divmod(int(seconds), 60)
   hours, minutes = divmod(minutes, 60)
   return f'{hours}h{minutes:02d}m' if hours else f'{minutes}m{seconds:02d}s'
