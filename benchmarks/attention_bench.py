@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
-from benchmarks import timing
+from benchmarks import resident_memory, timing
 
 HEADS, HEAD_DIM = 8, 64
 LONG = 8192  # from this length on, B=--long_batch (the memory runs use B=1)
@@ -171,11 +171,6 @@ def time_cases(names, batch, length, backward, repeats, dtype, calls=1):
   return times, failed
 
 
-def _status_kib(field):
-  with open('/proc/self/status') as f:
-    return next(int(line.split()[1]) for line in f if line.startswith(field + ':'))
-
-
 def _device_peak_added(run, name):
   """Peak device bytes `run` adds over what is in use before it (a fresh process: peak so far is
   the inputs and the compiled program)."""
@@ -197,11 +192,11 @@ def peak_memory_child(name, batch, length, backward, dtype):
   run = _runner(name, batch, length, backward, dtype)  # inputs allocated, program compiled
   if jax.default_backend() == 'gpu':
     return _device_peak_added(run, name)
-  baseline = _status_kib('VmRSS')
-  with open('/proc/self/clear_refs', 'w') as f:
-    f.write('5')  # resets VmHWM to the current RSS
+  baseline = resident_memory.status_kib('VmRSS')
+  if not resident_memory.reset_peak():  # VmHWM to the current RSS
+    raise OSError('The peak resident memory cannot be reset here (/proc/self/clear_refs).')
   run()
-  return (_status_kib('VmHWM') - baseline) * 1024
+  return (resident_memory.status_kib('VmHWM') - baseline) * 1024
 
 
 def peak_memory(name, batch, length, backward, dtype):

@@ -1,8 +1,9 @@
 """The PyTorch side of benchmarks/finetune_peer.py: a Hugging Face decoder fine-tuned as a PyTorch
 user does it, transformers' model and `torch.optim.AdamW`, set to Attend's optimizer and loss.
 
-It imports neither JAX nor Attend's packages, so that the memory of its side is measured in a
-process that holds torch alone (JAX's libraries alone are about 190 MB resident):
+It imports neither JAX nor Attend's packages (benchmarks.resident_memory imports nothing), so
+that the memory of its side is measured in a process that holds torch alone (JAX's libraries
+alone are about 190 MB resident):
 
     python -m benchmarks.finetune_torch --source=FOLDER --batches=BATCHES.npz --settings='{...}'
 
@@ -17,6 +18,8 @@ import os
 from typing import Any, Callable
 
 import numpy as np
+
+from benchmarks import resident_memory
 
 IGNORED = -100  # transformers' label of a position without a target (`ignore_index`)
 KEYS = ('inputs', 'targets', 'weights')  # what the PyTorch side reads of Attend's batches
@@ -148,29 +151,11 @@ class Trainer:
     return {name: p.detach().numpy().copy() for name, p in self.parameters.items()}
 
 
-def reset_peak_memory() -> bool:
-  """Sets the process's peak resident memory to its current one (Linux's clear_refs 5), so that
-  the next `peak_memory_mib` counts what came after; False where the kernel does not allow it."""
-  try:
-    with open('/proc/self/clear_refs', 'w', encoding='ascii') as f:
-      f.write('5')
-  except OSError:
-    return False
-  return True
-
-
 def peak_memory_mib() -> float | None:
   """The peak resident memory (MiB) of this process since it started its program or since
-  `reset_peak_memory` (Linux's VmHWM); None without /proc. Not getrusage's ru_maxrss: Linux
-  carries that over from the parent a subprocess is forked from."""
-  try:
-    with open('/proc/self/status', encoding='ascii') as f:
-      for line in f:
-        if line.startswith('VmHWM:'):
-          return int(line.split()[1]) / 1024
-  except OSError:
-    pass
-  return None
+  `resident_memory.reset_peak`; None without /proc."""
+  peak = resident_memory.status_kib('VmHWM')
+  return None if peak is None else peak / 1024
 
 
 def memory(source: str, batches: dict[str, np.ndarray], settings: Settings) -> dict[str, float]:
@@ -189,7 +174,7 @@ def measured_steps(run: Callable[[], Any]) -> dict[str, float | None]:
   """The peak resident memory (MiB) of the process until now, `process_peak_mib`, and over
   `run()`, `step_peak_mib` (None where it cannot be reset)."""
   process = peak_memory_mib()
-  reset = reset_peak_memory()
+  reset = resident_memory.reset_peak()
   run()
   return dict(
     process_peak_mib=max(process or 0, peak_memory_mib() or 0) or None,
