@@ -28,7 +28,12 @@ from attention.core import (
   split_heads,
 )
 from attention.kv_cache import cache_offsets, kept_rotary_scores, window_mask
-from attention.linear import elu_feature_map, linear_attention, linear_attention_weights
+from attention.linear import (
+  elu_feature_map,
+  hedgehog_feature_map,
+  linear_attention,
+  linear_attention_weights,
+)
 from attention.masks import (
   causal_mask,
   combine_masks,
@@ -118,6 +123,7 @@ __all__ = [
   'get_variant',
   'group_queries',
   'kept_rotary_scores',
+  'hedgehog_feature_map',
   'linear_attention',
   'linear_attention_weights',
   'masked_softmax',

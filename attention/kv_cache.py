@@ -132,6 +132,7 @@ def kv_step(
   window: int,
   sink_tokens: int,
   attend_at: AttendAt,
+  options: dict[str, Any],
 ) -> tuple[Array, State]:
   """Positions `step .. step+T-1`: write their keys/values, attend to every visible one.
 
@@ -139,6 +140,7 @@ def kv_step(
   together with the new block (the block's first rows may be overwritten by its last ones when
   T > window), then keeps the block's first tokens and its last `window` positions.
   """
+  del options  # `attend_at` is the layer's variant with its options
   t = q.shape[-2]
   positions = step + jnp.arange(t)  # [T]
   new = {'k': k.astype(state['k'].dtype), 'v': v.astype(state['v'].dtype)}

@@ -11,9 +11,16 @@ no `[T, S]` matrix exists. Causal attention needs the sums over keys `0..i` only
 For training the causal sums run over chunks of `chunk` positions: inside a chunk a small
 `[chunk, chunk]` masked product, across chunks the state, so memory stays O(T·H + H·Dv) per head.
 
+The feature map can also be learned: Hedgehog's (Zhang et al. 2024, "The Hedgehog & the
+Porcupine"), which LoLCATs trains to mimic a trained model's softmax attention, is
+`φ(x) = [softmax(x W), softmax(-x W)]` over the features, a weight `W [H, F]` per head, so that
+the kernel can be as spiky as `exp(q·k)` (`hedgehog_feature_map`).
+
 Shapes: queries `[..., T, H]`, keys `[..., S, H]`, values `[..., S, Dv]`; leading dims broadcast
 (so grouped key/value heads broadcast against query heads, see `attention.variants`).
 """
+
+from typing import Callable
 
 import jax
 from jax import lax
@@ -21,6 +28,7 @@ import jax.numpy as jnp
 
 Array = jax.Array
 State = dict[str, Array]
+FeatureMap = Callable[[Array], Array]  # `[..., L, H] -> [..., L, F]`, positive features
 
 # Guards the normaliser of a query whose keys are all masked (its output is then zero).
 _EPS = 1e-6
@@ -31,14 +39,26 @@ def elu_feature_map(x: Array) -> Array:
   return jax.nn.elu(x.astype(jnp.float32)) + 1.0
 
 
-def _key_features(k: Array, mask: Array | None) -> Array:
+def hedgehog_feature_map(x: Array, weight: Array) -> Array:
+  """`φ(x) = [softmax(x W), softmax(-x W)]` over the features, in float32: `x [..., L, H]` and a
+  per-head `weight [..., H, F]` (its leading dims broadcast against x's heads) give `[..., L, 2F]`.
+  With `W` the identity, `φ(q)·φ(k)` is already largest for keys along the query."""
+  projected = jnp.einsum('...lh,...hf->...lf', x.astype(jnp.float32), weight.astype(jnp.float32))
+  return jnp.concatenate([jax.nn.softmax(projected), jax.nn.softmax(-projected)], axis=-1)
+
+
+ELU_MAPS = (elu_feature_map, elu_feature_map)  # the default (queries' map, keys' map)
+
+
+def _key_features(k: Array, mask: Array | None, key_map: FeatureMap) -> Array:
   """`φ(k)` with masked keys (`mask [..., S]`, True = real) zeroed, so they add nothing."""
-  phi_k = elu_feature_map(k)  # [..., S, H]
+  phi_k = key_map(k)  # [..., S, F]
   return phi_k if mask is None else phi_k * mask[..., None]
 
 
 def init_linear_state(lead: tuple[int, ...], d_k: int, d_v: int) -> State:
-  """The empty recurrent state: `{'s': [*lead, H, Dv], 'z': [*lead, H]}`, float32 zeros."""
+  """The empty recurrent state: `{'s': [*lead, F, Dv], 'z': [*lead, F]}`, float32 zeros, for
+  `d_k = F` features (H with the elu map, 2F with Hedgehog's)."""
   return {'s': jnp.zeros((*lead, d_k, d_v), jnp.float32), 'z': jnp.zeros((*lead, d_k), jnp.float32)}
 
 
@@ -90,6 +110,7 @@ def linear_attention(
   state: State | None = None,
   chunk: int = 64,
   return_state: bool = False,
+  feature_maps: tuple[FeatureMap, FeatureMap] = ELU_MAPS,
 ) -> Array | tuple[Array, State]:
   """Linear attention of queries `[..., T, H]` over keys `[..., S, H]` and values `[..., S, Dv]`.
 
@@ -103,17 +124,20 @@ def linear_attention(
       then also sees every key the state has summed.
     chunk: positions per chunk of the causal sums.
     return_state: causal only: also return the state after the last key (for decoding).
+    feature_maps: `(φ for the queries, φ for the keys)`, each `[..., L, H] -> [..., L, F]`;
+      default elu + 1 for both.
 
   Returns:
     Output `[..., T, Dv]` in v's dtype, or `(output, state)` with `return_state`.
   """
-  phi_q, phi_k = elu_feature_map(q), _key_features(k, mask)
+  query_map, key_map = feature_maps
+  phi_q, phi_k = query_map(q), _key_features(k, mask, key_map)
   if is_causal:
     if q.shape[-2] != k.shape[-2]:
       raise ValueError(
         f'linear_attention: causal attention needs T == S, got T={q.shape[-2]}, S={k.shape[-2]}.'
       )
-    state = init_linear_state((), q.shape[-1], v.shape[-1]) if state is None else state
+    state = init_linear_state((), phi_q.shape[-1], v.shape[-1]) if state is None else state
     num, den, state = _causal_chunks(phi_q, phi_k, v, state, min(chunk, q.shape[-2]))
   else:
     if state is not None or return_state:
@@ -126,14 +150,20 @@ def linear_attention(
 
 
 def linear_attention_weights(
-  q: Array, k: Array, *, mask: Array | None = None, is_causal: bool = False
+  q: Array,
+  k: Array,
+  *,
+  mask: Array | None = None,
+  is_causal: bool = False,
+  feature_maps: tuple[FeatureMap, FeatureMap] = ELU_MAPS,
 ) -> Array:
   """The weights linear attention puts on each key, `[..., T, S]`, for pictures and tests.
 
   `φ(q_i)·φ(k_j) / Σ_j' φ(q_i)·φ(k_j')` over the keys query i sees: what `linear_attention`
   computes without forming them. Materialises `[T, S]`; the kernel itself never does.
   """
-  scores = jnp.einsum('...th,...sh->...ts', elu_feature_map(q), _key_features(k, mask))
+  query_map, key_map = feature_maps
+  scores = jnp.einsum('...th,...sh->...ts', query_map(q), _key_features(k, mask, key_map))
   if is_causal:
     scores = jnp.where(jnp.tril(jnp.ones(scores.shape[-2:], bool)), scores, 0.0)
   return scores / jnp.maximum(jnp.sum(scores, axis=-1, keepdims=True), _EPS)

@@ -10,8 +10,9 @@ one:
 - `'softmax'`: `softmax(scores + biases)` over the keys, through `scaled_dot_product_attention`'s
   kernels (or any score of `attention.SCORES`). It decodes from a cache of keys and values
   (`attention.kv_cache`: every position, or with a `window` a ring buffer of the latest ones).
-- `'linear'`: `attention.linear_attention` (elu + 1 features); its decoding state is the fixed
-  `[H, Dv]` running sum, O(1) per token. It takes no options: it forms no scores.
+- `'linear'`: `attention.linear_attention` (elu + 1 features, or with `feature_weights` Hedgehog's
+  learned ones); its decoding state is the fixed `[F, Dv]` running sum, O(1) per token. It forms
+  no scores, so it takes no other option.
 - `'sigmoid'`: `attention.sigmoid_attention`, each weight its own sigmoid (no normalisation over
   the keys); it takes a bias, a window and dropout, and decodes with softmax's K/V cache.
 
@@ -30,7 +31,13 @@ import jax.numpy as jnp
 from attention.core import attend as weighted_sum
 from attention.core import drop_weights
 from attention.kv_cache import AttendAt, State, init_kv_cache, kv_step
-from attention.linear import init_linear_state, linear_attention, linear_attention_weights
+from attention.linear import (
+  ELU_MAPS,
+  hedgehog_feature_map,
+  init_linear_state,
+  linear_attention,
+  linear_attention_weights,
+)
 from attention.sdpa import attention_weights, normalize_scores, scaled_dot_product_attention
 from attention.sigmoid import sigmoid_attention, sigmoid_attention_weights
 
@@ -134,19 +141,35 @@ def _key_mask(mask: Array | None) -> Array | None:
   return mask[:, :, None, 0, :]
 
 
-def _linear_attend(q, k, v, *, mask=None, is_causal=False):
+def _feature_maps(feature_weights, num_heads: int, kv_heads: int):
+  """The kernel's `(query map, key map)` over grouped heads (`[B, K, G, T, H]` queries,
+  `[B, K, 1, S, H]` keys): elu + 1, or Hedgehog's with `feature_weights = (W_q [N, H, F],
+  W_k [K, H, F])`, one weight per query head and per key head."""
+  if feature_weights is None:
+    return ELU_MAPS
+  w_q, w_k = feature_weights
+  w_q = w_q.reshape(kv_heads, num_heads // kv_heads, *w_q.shape[-2:])  # [K, G, H, F]
+  w_k = w_k[:, None]  # [K, 1, H, F]
+  return (lambda x: hedgehog_feature_map(x, w_q), lambda x: hedgehog_feature_map(x, w_k))
+
+
+def _linear_attend(q, k, v, *, mask=None, is_causal=False, feature_weights=None):
   """Linear attention with grouped key/value heads; `mask` is a key mask `[B, 1, 1, S]`."""
+  maps = _feature_maps(feature_weights, q.shape[-3], k.shape[-3])
   grouped = group_queries(q, k.shape[-3])  # [B, K, G, T, H]
   k, v = k[..., None, :, :], v[..., None, :, :]  # [B, K, 1, S, H|Dv]
-  out = linear_attention(grouped, k, v, mask=_key_mask(mask), is_causal=is_causal)
+  out = linear_attention(
+    grouped, k, v, mask=_key_mask(mask), is_causal=is_causal, feature_maps=maps
+  )
   return out.reshape(*q.shape[:-1], v.shape[-1])
 
 
-def _linear_weights(q, k, *, mask=None, is_causal=False):
+def _linear_weights(q, k, *, mask=None, is_causal=False, feature_weights=None):
   """The normalised kernel weights linear attention averages with, `[B, N, T, S]`."""
+  maps = _feature_maps(feature_weights, q.shape[-3], k.shape[-3])
   grouped = group_queries(q, k.shape[-3])  # [B, K, G, T, H]
   weights = linear_attention_weights(
-    grouped, k[..., None, :, :], mask=_key_mask(mask), is_causal=is_causal
+    grouped, k[..., None, :, :], mask=_key_mask(mask), is_causal=is_causal, feature_maps=maps
   )
   return weights.reshape(*q.shape[:-1], weights.shape[-1])  # [B, N, T, S]
 
@@ -162,7 +185,8 @@ def _linear_init(
   sink_tokens: int,
   dtype: Any,
 ) -> State:
-  """The running sums `{'s': [B, K, H, Dv], 'z': [B, K, H]}`, whatever the length."""
+  """The running sums `{'s': [B, K, F, Dv], 'z': [B, K, F]}` over `d_k = F` features, whatever
+  the length."""
   del max_length, window, sink_tokens, dtype  # a fixed size; the sums stay float32
   return init_linear_state((batch, kv_heads), d_k, d_v)
 
@@ -177,9 +201,11 @@ def _linear_step(
   window: int,
   sink_tokens: int,
   attend_at: AttendAt,
+  options: dict[str, Any],
 ) -> tuple[Array, State]:
   """Positions `step ..` of `q [B, N, T, H]` from the running sums, which take in k and v."""
   del step, window, sink_tokens, attend_at  # the state holds everything before this block
+  maps = _feature_maps(options.get('feature_weights'), q.shape[-3], k.shape[-3])
   grouped = group_queries(q, k.shape[-3])  # [B, K, G, T, H]
   per_group = {name: value[:, :, None] for name, value in state.items()}  # the G axis
   out, state = linear_attention(
@@ -189,8 +215,9 @@ def _linear_step(
     is_causal=True,
     state=per_group,
     return_state=True,
+    feature_maps=maps,
   )
-  state = {name: value[:, :, 0] for name, value in state.items()}  # [B, K, H, Dv], [B, K, H]
+  state = {name: value[:, :, 0] for name, value in state.items()}  # [B, K, F, Dv], [B, K, F]
   return out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype), state
 
 
@@ -217,8 +244,11 @@ def _sigmoid_weights(q, k, *, mask=None, is_causal=False, bias=None, window=0):
 
 # Every option a variant may take besides `mask` and `is_causal`, as its `attend` and `weights`
 # name them (`scaled_dot_product_attention` documents each; `scores` is a score of
-# `attention.SCORES` replacing the scaled dot product). `weights` takes them all but the last two.
+# `attention.SCORES` replacing the scaled dot product; `feature_weights` is linear attention's
+# learned feature maps, `(W_q [N, H, F], W_k [K, H, F])`). `weights` takes them all but the last
+# two.
 OPTIONS = (
+  'feature_weights',
   'scores',
   'bias',
   'alibi_slopes',
@@ -243,9 +273,10 @@ class Variant:
       replaces (the layer then computes `weights @ values`). Takes the options but RUN_OPTIONS.
     init_state: `(batch, kv_heads, d_k, d_v, *, max_length, window, sink_tokens, dtype) ->
       state`, every leaf leading with B (beam search repeats and gathers states along axis 0).
-    step: `(state, q, k, v, step, *, window, sink_tokens, attend_at) -> (out, state)` for the
-      new positions `step .. step+T-1`; `attend_at(q, keys, values, q_positions, k_positions)`
-      is the layer's own variant over keys at explicit positions.
+    step: `(state, q, k, v, step, *, window, sink_tokens, attend_at, options) -> (out, state)`
+      for the new positions `step .. step+T-1`; `attend_at(q, keys, values, q_positions,
+      k_positions)` is the layer's own variant over keys at explicit positions, and `options`
+      the layer's options as `attend` takes them, for a step that does not go through attend_at.
     options: the names of OPTIONS that `attend` takes (`dropout_rate` with `dropout_rng`); the
       model configuration refuses a setting that needs any other, naming it.
   """
@@ -264,10 +295,18 @@ class Variant:
 
 VARIANTS: dict[str, Variant] = {
   'softmax': Variant(
-    _softmax_attend, _softmax_weights, init_kv_cache, kv_step, options=frozenset(OPTIONS)
+    _softmax_attend,
+    _softmax_weights,
+    init_kv_cache,
+    kv_step,
+    options=frozenset(OPTIONS) - {'feature_weights'},
   ),
   'linear': Variant(
-    _linear_attend, _linear_weights, _linear_init, _linear_step, options=frozenset()
+    _linear_attend,
+    _linear_weights,
+    _linear_init,
+    _linear_step,
+    options=frozenset({'feature_weights'}),
   ),
   # Decodes as softmax does: a K/V cache, read by the layer's own variant over explicit positions.
   'sigmoid': Variant(

@@ -42,7 +42,9 @@ class MultiHeadAttention(nnx.Module):
     `score_v [N, H]`; `'cosine'`: a learned `score_scale [N]` starting at `sqrt(H)`, the size of
     scaled dot-product scores of unit-variance queries and keys). `'dot'` and `'general'` are
     unscaled, as in Luong et al.; their softmax saturates as H grows.
-  - any other variant of `attention.VARIANTS` (`attention/variants.py` describes each).
+  - any other variant of `attention.VARIANTS` (`attention/variants.py` describes each). With
+    `attention='linear'` and `feature_map='hedgehog'` the feature maps are learned:
+    `query_features [N, H, H]` and `key_features [K, H, H]`, starting at the identity.
 
   Around the variant, each optional and off by default:
 
@@ -88,6 +90,11 @@ class MultiHeadAttention(nnx.Module):
     start = jnp.zeros if config.norm_plus_one else jnp.ones
     self.q_norm = nnx.Param(start((h,), jnp.float32)) if config.qk_norm else None
     self.k_norm = nnx.Param(start((h,), jnp.float32)) if config.qk_norm else None
+    # Hedgehog's feature maps: one W [H, H] per query head and per key head, from the identity.
+    hedgehog = config.feature_map == 'hedgehog'
+    eye = jnp.eye(h, dtype=jnp.float32)
+    self.query_features = nnx.Param(jnp.tile(eye, (n, 1, 1))) if hedgehog else None
+    self.key_features = nnx.Param(jnp.tile(eye, (kv, 1, 1))) if hedgehog else None
     # A zero sink starts as "softmax off by one": one extra exp(0) in every denominator.
     self.sink = nnx.Param(jnp.zeros((n,), jnp.float32)) if config.sink else None
     # Small, so training starts close to no position bias.
@@ -270,6 +277,8 @@ class MultiHeadAttention(nnx.Module):
       options['sink'] = self.sink[...]
     if config.window:
       options['window'] = config.window
+    if self.query_features is not None:
+      options['feature_weights'] = (self.query_features[...], self.key_features[...])
     return options
 
   def _position_options(
@@ -361,10 +370,12 @@ class MultiHeadAttention(nnx.Module):
   def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
     """The variant's empty decoding state for `max_length` positions (see `attention.variants`):
     K/V buffers `[B, K, L, H]` in `cache_dtype`, a ring of `window` slots, or running sums."""
+    # Linear attention sums over features: Hedgehog's map has two per column of its W.
+    features = self.d_k if self.query_features is None else 2 * self.d_k
     return self.variant.init_state(
       batch_size,
       self.num_kv_heads,
-      self.d_k,
+      features,
       self.d_v,
       max_length=max_length,
       window=self.config.window,
@@ -397,5 +408,6 @@ class MultiHeadAttention(nnx.Module):
       window=self.config.window,
       sink_tokens=self.config.sink_tokens,
       attend_at=self._attend_at,
+      options=self._options(),
     )
     return merge_project_heads(self.w_o, out.astype(x.dtype)), cache

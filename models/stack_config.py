@@ -22,6 +22,7 @@ from models.layers import ACTIVATIONS, check_choice, check_positive_ints, check_
 NORMS = ('post', 'pre')
 NORM_TYPES = ('layernorm', 'rmsnorm')
 CACHE_DTYPES = ('float32', 'bfloat16')
+FEATURE_MAPS = ('elu', 'hedgehog')  # linear attention's; the first is the default
 POSITION_BIASES = ('alibi', 't5')  # the positions that add a bias to the attention scores
 
 
@@ -57,6 +58,9 @@ class VariantConfig:
     sink: a learned per-head sink logit, a null key every query may attend to instead.
     attention: the variant, a name in `attention.VARIANTS` (self-attention; cross-attention is
       softmax).
+    feature_map: linear attention's feature map, a name in `FEATURE_MAPS`: `'elu'` (elu + 1,
+      fixed) or `'hedgehog'` (learned per head, `[softmax(x W), softmax(-x W)]` with `W [H, H]`
+      starting at the identity: LoLCATs' map, which attention transfer trains).
     cache_dtype: dtype of the decoding K/V cache, `'float32'` or `'bfloat16'`.
   """
 
@@ -67,6 +71,7 @@ class VariantConfig:
   softcap: float = 0.0
   sink: bool = False
   attention: str = 'softmax'
+  feature_map: str = 'elu'
   cache_dtype: str = 'float32'
 
   def __post_init__(self):
@@ -93,6 +98,7 @@ class VariantConfig:
     check_choice('qk_norm', self.qk_norm, (False, True))
     check_choice('sink', self.sink, (False, True))
     check_choice('attention', self.attention, sorted(attention.VARIANTS))
+    check_choice('feature_map', self.feature_map, FEATURE_MAPS)
     check_choice('cache_dtype', self.cache_dtype, CACHE_DTYPES)
 
   def _check_variant_options(self) -> None:
@@ -102,16 +108,20 @@ class VariantConfig:
     for field, option in self.variant_options().items():
       if option not in options:
         takes = ', '.join(sorted(options)) or 'none'
+        takers = [name for name, variant in attention.VARIANTS.items() if option in variant.options]
         raise ValueError(
           f'attention={self.attention!r} cannot take {field}={getattr(self, field)!r}, which '
           f'needs the variant option {option!r} (the options it takes: {takes}); use '
-          f"attention='softmax' or leave {field} at its default."
+          f'attention={" or ".join(map(repr, takers))} or leave {field} at its default.'
         )
 
   def variant_options(self) -> dict[str, str]:
     """`{field: the option of attention.variants.OPTIONS it needs}` for each field that is set."""
     needs = dict(window='window', sink_tokens='window', softcap='softcap', sink='sink')
-    return {field: option for field, option in needs.items() if getattr(self, field)}
+    options = {field: option for field, option in needs.items() if getattr(self, field)}
+    if self.feature_map != FEATURE_MAPS[0]:
+      options['feature_map'] = 'feature_weights'
+    return options
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,11 @@ convert trained models to:
   (Ainslie et al. 2023), and from the group's first head and from a random one, their
   alternatives (`config.init_kv_pooling`, models/kv_heads.py);
 - sigmoid attention (Ramapuram et al. 2025) and linear attention (Katharopoulos et al. 2020),
-  which replace the softmax the weights were trained with.
+  which replace the softmax the weights were trained with;
+- linear attention with Hedgehog's learned feature maps, fine-tuned from the identity maps, and
+  LoLCATs' recipe (Zhang et al. 2024): first `--transfer_steps` of attention transfer
+  (studies/attention_transfer.py, only the maps train, in OUT/NAME_transfer), then the same
+  fine-tune as every other variant.
 
 Writes OUT/swaps.json and OUT/swaps.png (validation bits per token against steps, one curve per
 variant) and prints the table. `--variants` runs some of them; a finished variant's run (its
@@ -53,6 +57,10 @@ VARIANTS = {
   'multi-query (random head)': dict(num_kv_heads=1, pooling='random'),
   'sigmoid': dict(attention='sigmoid'),
   'linear': dict(attention='linear'),
+  'linear (Hedgehog)': dict(attention='linear', feature_map='hedgehog'),
+  'linear (Hedgehog) after attention transfer': dict(
+    attention='linear', feature_map='hedgehog', transfer=True
+  ),
 }
 
 
@@ -61,6 +69,7 @@ def overrides(args, name: str) -> dict[str, object]:
   variant `name`: its `config.model` changes and the study's budget."""
   changes = dict(VARIANTS[name])
   pooling = changes.pop('pooling', '')
+  changes.pop('transfer', None)  # train_variant's first step
   if changes.get('window') == 'window':
     changes['window'] = args.window
   fields = {f'model.{field}': value for field, value in changes.items()}
@@ -83,21 +92,44 @@ def overrides(args, name: str) -> dict[str, object]:
   return fields
 
 
+def _complete(workdir: str) -> bool:
+  return bool(restore.reader(os.path.join(workdir, 'checkpoints')).steps())
+
+
 def train_variant(args, name: str) -> str:
-  """Variant `name`'s workdir, trained with train.py in a process of its own unless complete."""
+  """Variant `name`'s workdir, trained with train.py in a process of its own unless complete
+  (after its attention transfer, in a process of its own too, where the variant has one)."""
   workdir = os.path.abspath(os.path.join(args.out, re.sub(r'\W+', '_', name).strip('_')))
   # train.py runs from the repository root: a checkpoint that is a path is given whole.
   checkpoint = (
     os.path.abspath(args.checkpoint) if os.path.exists(args.checkpoint) else args.checkpoint
   )
-  if not restore.reader(os.path.join(workdir, 'checkpoints')).steps():
+  fields = overrides(args, name)
+  if VARIANTS[name].get('transfer'):
+    fields['init_from'] = transferred = f'{workdir}_transfer'
+    if not _complete(transferred):
+      print(f'{name}: {args.transfer_steps} steps of attention transfer', flush=True)
+      _run(
+        name,
+        ['studies.attention_transfer', f'--checkpoint={checkpoint}', f'--workdir={transferred}']
+        + [f'--text={os.path.abspath(args.text)}', f'--steps={args.transfer_steps}']
+        + [f'--batch={args.batch}', f'--seq_length={args.seq_length}'],
+        'the attention transfer failed',
+      )
+  if not _complete(workdir):
     print(f'{name}: training {args.steps} steps in {workdir}', flush=True)
-    command = [sys.executable, '-m', 'training.allocator', 'train', f'--workdir={workdir}']
+    command = ['train', f'--workdir={workdir}']
     command.append(f'--config={os.path.join(ROOT, "configs", "pretrained_lm.py")}:{checkpoint}')
-    command += [f'--config.{field}={value}' for field, value in overrides(args, name).items()]
-    if subprocess.run(command, cwd=ROOT, check=False).returncode:
-      raise ValueError(f'{name}: train.py failed; its log is {workdir}/train.log.')
+    command += [f'--config.{field}={value}' for field, value in fields.items()]
+    _run(name, command, f'train.py failed; its log is {workdir}/train.log')
   return workdir
+
+
+def _run(name: str, module_and_args: list[str], failed: str) -> None:
+  """`python -m MODULE ARGS` under Attend's allocator, from the repository root."""
+  command = [sys.executable, '-m', 'training.allocator', *module_and_args]
+  if subprocess.run(command, cwd=ROOT, check=False).returncode:
+    raise ValueError(f'{name}: {failed}.')
 
 
 def score(args, name: str, workdir: str) -> dict:
@@ -167,6 +199,9 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument('--seq_length', type=int, default=256, help='tokens per row')
   parser.add_argument('--window', type=int, default=64, help='the sliding window, in tokens')
   parser.add_argument('--learning_rate', type=float, default=1e-4, help='peak, cosine decay')
+  parser.add_argument(
+    '--transfer_steps', type=int, default=100, help='attention transfer steps (LoLCATs)'
+  )
   args = parser.parse_args(argv)
   # Each run's progress lines as train.py shows them, without Orbax's chatter.
   logging.use_absl_handler()
@@ -190,6 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
     seq_length=args.seq_length,
     window=args.window,
     learning_rate=args.learning_rate,
+    transfer_steps=args.transfer_steps,
   )
   # Every run first, each in its own process; then the scores here, so that this process holds
   # no model while a run trains.

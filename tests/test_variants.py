@@ -108,6 +108,53 @@ def test_linear_attention_state_continues_a_sequence(rng):
   )
 
 
+def test_hedgehog_feature_map_by_hand():
+  """`[softmax(x W), softmax(-x W)]`: with W the identity, x = (0, ln 2) gives (1/3, 2/3) and
+  (2/3, 1/3); W's columns are the features (a swap swaps them)."""
+  x = jnp.asarray([[0.0, np.log(2.0)]])
+  np.testing.assert_allclose(
+    attention.hedgehog_feature_map(x, jnp.eye(2)), [[1 / 3, 2 / 3, 2 / 3, 1 / 3]], rtol=1e-6
+  )
+  swap = jnp.asarray([[0.0, 1.0], [1.0, 0.0]])
+  np.testing.assert_allclose(
+    attention.hedgehog_feature_map(x, swap), [[2 / 3, 1 / 3, 1 / 3, 2 / 3]], rtol=1e-6
+  )
+
+
+def test_hedgehog_layer_with_grouped_heads_matches_numpy(rng):
+  """Learned feature maps reach the right heads: each query head its own W, each key/value head
+  its own, under grouped-query attention, in the weights, the output and a decode step."""
+  config = AttentionConfig(
+    d_model=8, num_heads=4, num_kv_heads=2, attention='linear', feature_map='hedgehog'
+  )
+  mha = MultiHeadAttention(config, rngs=nnx.Rngs(0))
+  assert mha.query_features.shape == (4, 2, 2) and mha.key_features.shape == (2, 2, 2)
+  mha.query_features.value = jnp.asarray(rng.standard_normal((4, 2, 2)), jnp.float32)
+  mha.key_features.value = jnp.asarray(rng.standard_normal((2, 2, 2)), jnp.float32)
+  x = jnp.asarray(rng.standard_normal((2, 5, 8)), jnp.float32)
+  out, captured = interventions.capture(mha, x, is_causal=True)
+  q, k, v = (np.asarray(captured[name], np.float64) for name in ('queries', 'keys', 'values'))
+
+  def features(x, w):  # [B, heads, L, H], [heads, H, F]
+    y = np.einsum('bnlh,nhf->bnlf', x, w)
+    e, f = np.exp(y - y.max(-1, keepdims=True)), np.exp(-y - (-y).max(-1, keepdims=True))
+    return np.concatenate([e / e.sum(-1, keepdims=True), f / f.sum(-1, keepdims=True)], -1)
+
+  phi_q = features(q, np.asarray(mha.query_features.value, np.float64))
+  phi_k = np.repeat(features(k, np.asarray(mha.key_features.value, np.float64)), 2, axis=1)
+  scores = np.einsum('bntf,bnsf->bnts', phi_q, phi_k) * np.tril(np.ones((5, 5)))
+  expected = scores / scores.sum(-1, keepdims=True)
+  np.testing.assert_allclose(captured['weights'], expected, atol=1e-6)
+  heads = np.einsum('bnts,bnsv->bntv', expected, np.repeat(v, 2, axis=1))
+  np.testing.assert_allclose(captured['heads'], heads, atol=1e-5)
+  np.testing.assert_allclose(out, mha(x, is_causal=True), atol=1e-6)
+  cache = mha.init_cache(2, 5)  # the running sums over 2 x 2 features
+  assert cache['s'].shape == (2, 2, 4, 2)
+  first, cache = mha.decode_step(x[:, :3], cache, jnp.int32(0))
+  last, _ = mha.decode_step(x[:, 3:], cache, jnp.int32(3))
+  np.testing.assert_allclose(jnp.concatenate([first, last], 1), out, atol=1e-5)
+
+
 def test_window_with_sink_tokens_by_hand():
   """Window 2 with the first token kept: visible keys and the offsets a streaming cache sees."""
   positions = jnp.arange(5)
@@ -138,6 +185,8 @@ def test_registry_error_lists_the_variants():
     (dict(attention='sigmoid', softcap=2.0), "needs the variant option 'softcap'"),
     (dict(attention='linear', positions='alibi'), "cannot take positions='alibi'"),
     (dict(attention='linear', score='dot'), "cannot take score='dot'"),
+    (dict(feature_map='hedgehog'), "feature_map='hedgehog'.*use attention='linear' or leave"),
+    (dict(attention='linear', feature_map='relu'), "feature_map must be one of 'elu', 'hedgehog'"),
     (dict(num_kv_heads=3), 'num_kv_heads must divide num_heads=2'),
     (dict(window=-1), 'window must be a non-negative integer'),
     (dict(softcap=-1.0), 'softcap must be a non-negative number'),
@@ -205,6 +254,7 @@ LM_VARIANTS = [
   dict(num_kv_heads=1, positions='t5', sink=True),
   dict(qk_norm=True, softcap=2.0, window=4),
   dict(attention='linear', num_kv_heads=2),
+  dict(attention='linear', num_kv_heads=1, feature_map='hedgehog'),
   dict(attention='sigmoid', num_kv_heads=2, window=3, sink_tokens=1, positions='alibi'),
 ]
 SEQ_VARIANTS = [
@@ -257,7 +307,9 @@ def test_decoder_lm_cached_decoding_equals_the_full_pass(rng, variant):
   layer = cache['layers'][0]
   kv_heads = variant.get('num_kv_heads', 4)
   if variant.get('attention') == 'linear':
-    assert layer['s'].shape == (2, kv_heads, 4, 4) and layer['z'].shape == (2, kv_heads, 4)
+    features = 8 if variant.get('feature_map') == 'hedgehog' else 4  # [softmax(xW), softmax(-xW)]
+    assert layer['s'].shape == (2, kv_heads, features, 4)
+    assert layer['z'].shape == (2, kv_heads, features)
   else:
     slots = variant.get('window', 0) + variant.get('sink_tokens', 0) or 4 + 10  # or P-1+length
     assert layer['k'].shape == (2, kv_heads, slots, 4)
