@@ -18,12 +18,15 @@ class PretrainedTokenizer:
 
   kind = 'pretrained'
 
-  def __init__(self, tokenizer_json: str, *, max_length: int | None = None):
+  def __init__(
+    self, tokenizer_json: str, *, max_length: int | None = None, chat_template: str = ''
+  ):
     """Reads the tokenizer.
 
     Args:
       tokenizer_json: the text of a `tokenizer.json`.
       max_length: `encode` keeps at most this many ids, the closing special token included.
+      chat_template: the checkpoint's chat template (Jinja), '' for none (`data.chat`).
     """
     try:
       import tokenizers  # pylint: disable=import-outside-toplevel
@@ -34,6 +37,7 @@ class PretrainedTokenizer:
       ) from None
 
     self.tokenizer_json = tokenizer_json
+    self.chat_template = chat_template
     self._tokenizer = tokenizers.Tokenizer.from_str(tokenizer_json)
     self._tokenizer.no_padding()
     self._tokenizer.no_truncation()

@@ -277,6 +277,10 @@ def save_tokenizers(directory: str, source: Tokenizer, target: Tokenizer, **info
       filename = f'{side}.tokenizer.json'
       (directory / filename).write_text(tokenizer.tokenizer_json)
       manifest[side] = {'kind': tokenizer.kind, 'model_file': filename}
+      if tokenizer.chat_template:
+        chat = f'{side}.chat_template.jinja'
+        (directory / chat).write_text(tokenizer.chat_template)
+        manifest[side]['chat_template'] = chat
     else:
       manifest[side] = tokenizer.to_json()
   # Written last and moved into place (over an older one), so a reader never sees a manifest
@@ -302,7 +306,8 @@ def load_tokenizers(directory: str) -> tuple[Tokenizer, Tokenizer] | None:
     if entry['kind'] == 'sentencepiece':
       return SentencePieceTokenizer((directory / entry['model_file']).read_bytes())
     if entry['kind'] == 'pretrained':
-      return PretrainedTokenizer((directory / entry['model_file']).read_text())
+      chat = (directory / entry['chat_template']).read_text() if 'chat_template' in entry else ''
+      return PretrainedTokenizer((directory / entry['model_file']).read_text(), chat_template=chat)
     return _VOCAB_CLASSES[entry['kind']](entry['vocab'])
 
   if manifest['shared']:

@@ -189,6 +189,18 @@ def greedy_search(
   )
 
 
+def sample_tokens(
+  logits: Array, rng: Array, step: Array | int, *, temperature: float, top_k: int, top_p: float
+) -> Array:
+  """Step `step`'s tokens `[B]` drawn from `logits [B, V]` as `sample_search` draws them: from
+  `softmax(filter_logits(logits / temperature))` with the key `fold_in(rng, step)`; temperature
+  0 is the most likely token."""
+  if temperature == 0:  # the filters always keep the most likely token: greedy is exact
+    return argmax(logits)
+  logits = filter_logits(logits.astype(jnp.float32) / temperature, top_k=top_k, top_p=top_p)
+  return jax.random.categorical(jax.random.fold_in(rng, step), logits, axis=-1)
+
+
 def sample_search(
   tokens_to_logits: TokensToLogits,
   cache: Cache,
@@ -222,10 +234,7 @@ def sample_search(
   check_sampling(top_k, top_p, temperature)
 
   def choose(logits: Array, step: Array) -> Array:
-    if temperature == 0:  # the filters always keep the most likely token: greedy is exact
-      return argmax(logits)
-    logits = filter_logits(logits.astype(jnp.float32) / temperature, top_k=top_k, top_p=top_p)
-    return jax.random.categorical(jax.random.fold_in(rng, step), logits, axis=-1)
+    return sample_tokens(logits, rng, step, temperature=temperature, top_k=top_k, top_p=top_p)
 
   return _search(
     tokens_to_logits,

@@ -1,8 +1,10 @@
 """Decoding a model whole: its cache built from the inputs, then one search of `models.decoding`.
 
 `generate` decodes what an encoder-decoder or a captioner reads (source ids, images) with greedy
-or beam search; `continue_prompt` continues a language model's prompts by sampling. Both see the
-model only through its decoding interface (`models.interfaces`):
+or beam search; `continue_prompt` continues a language model's prompts by sampling, and
+`stream_prompt` continues one prompt the same way a token at a time, handing each token out as
+it comes (generate.py prints them). All see the model only through its decoding interface
+(`models.interfaces`):
 
     init_decode_cache(inputs, max_length) -> cache
     decode_step(ids [B'], step, cache) -> (logits [B', V], new_cache)
@@ -12,12 +14,20 @@ it again with new parameters or inputs of the same shapes reuses the compiled lo
 """
 
 import functools
+from typing import Iterator
 
 from flax import nnx
 import jax
 import jax.numpy as jnp
 
-from models.decoding import beam_search, check_sampling, check_sizes, greedy_search, sample_search
+from models.decoding import (
+  beam_search,
+  check_sampling,
+  check_sizes,
+  greedy_search,
+  sample_search,
+  sample_tokens,
+)
 
 Array = jax.Array
 
@@ -188,3 +198,77 @@ def continue_prompt(
     eos_id=eos_id,
     pad_id=pad_id,
   )
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames='max_length')
+def _prefill(graphdef: nnx.GraphDef, state: nnx.State, prompt: Array, *, max_length: int):
+  """`stream_prompt`'s cache: the prompt's positions 0..P-2 read in one pass."""
+  return nnx.merge(graphdef, state).init_decode_cache(prompt, max_length)
+
+
+@functools.partial(
+  jax.jit,
+  static_argnums=0,
+  static_argnames=('temperature', 'top_k', 'top_p'),
+  donate_argnames='cache',  # the K/V buffers are updated in place, not copied every token
+)
+def _next_token(
+  graphdef: nnx.GraphDef,
+  state: nnx.State,
+  token: Array,
+  step: Array,
+  cache,
+  rng: Array,
+  *,
+  temperature: float,
+  top_k: int,
+  top_p: float,
+):
+  """`stream_prompt`'s step: the token after `token [B]` at `step`, and the cache after it."""
+  logits, cache = nnx.merge(graphdef, state).decode_step(token, step, cache)
+  chosen = sample_tokens(logits, rng, step, temperature=temperature, top_k=top_k, top_p=top_p)
+  return chosen.astype(jnp.int32), cache
+
+
+def stream_prompt(
+  model: nnx.Module,
+  prompt: Array,
+  *,
+  max_length: int,
+  rng: Array,
+  temperature: float = 1.0,
+  top_k: int = 0,
+  top_p: float = 1.0,
+  stop_ids: tuple[int, ...] = (),
+) -> Iterator[int]:
+  """Continues one prompt a token at a time, yielding each token id as soon as it is chosen.
+
+  The tokens are `continue_prompt`'s for the same arguments (the same key draws the same
+  tokens); the prompt is read in one pass, then each token is one compiled step. Stops after
+  `max_length` tokens or after yielding one of `stop_ids` (an end of text or of a turn).
+
+  Args:
+    model: an NNX language model with `init_decode_cache` and `decode_step`.
+    prompt: ids int32 `[1, P]`, P >= 1.
+    max_length: the number of tokens to generate at most.
+    rng: a JAX PRNG key.
+    temperature, top_k, top_p: as `continue_prompt`'s.
+    stop_ids: token ids that end the continuation (yielded, then it stops).
+  """
+  prompt = jnp.asarray(prompt, jnp.int32)
+  if prompt.ndim != 2 or prompt.shape[0] != 1 or prompt.shape[1] < 1:
+    raise ValueError(
+      f'stream_prompt: prompt must be int ids [1, P] with P >= 1, got shape {prompt.shape}.'
+    )
+  check_sizes(1, max_length)
+  check_sampling(top_k, top_p, temperature)
+  graphdef, state = nnx.split(model)
+  cache = _prefill(graphdef, state, prompt, max_length=max_length)
+  token = prompt[:, -1]
+  settings = dict(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
+  for step in range(max_length):
+    token, cache = _next_token(graphdef, state, token, jnp.int32(step), cache, rng, **settings)
+    chosen = int(token[0])
+    yield chosen
+    if chosen in stop_ids:
+      return

@@ -31,7 +31,7 @@ def refuse_used(workdir: str) -> None:
 def save_vocab(workdir: str, checkpoint: Checkpoint) -> None:
   """The checkpoint's own tokenizer as WORKDIR/vocab/, where a run built in `workdir` reads it
   (config.dataset.vocab='pretrained')."""
-  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
+  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json, chat_template=checkpoint.chat_template)
   save_tokenizers(layout.vocab_dir(workdir), tokenizer, tokenizer, dataset=checkpoint.name)
 
 

@@ -24,17 +24,20 @@ from models.pretrained.gguf_file import is_gguf
 
 DEFAULT = 'all-MiniLM-L6-v2'  # convert.py's checkpoint: the `pretrained` extra's package
 FILES = ('config.json', 'model.safetensors', 'tokenizer.json')
+CHAT_FILES = ('chat_template.jinja', 'tokenizer_config.json')  # where a chat template may be
 INDEX = 'model.safetensors.index.json'  # a sharded checkpoint's map of tensors to files
 
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
-  """A checkpoint's parsed contents: `config.json`, its tensors and `tokenizer.json` (text)."""
+  """A checkpoint's parsed contents: `config.json`, its tensors, `tokenizer.json` (text) and its
+  chat template (Jinja text; '' when it has none)."""
 
   name: str
   config: dict[str, Any]
   tensors: Mapping[str, np.ndarray]
   tokenizer_json: str
+  chat_template: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,12 +161,11 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
         "Reading a GGUF file's tokenizer needs the tokenizers package: make llm "
         "(or pip install '.[gguf]')."
       )
-    config, tensors, tokenizer_json = read_gguf(path)
-    return Checkpoint(checkpoint, config, tensors, tokenizer_json)
+    return Checkpoint(checkpoint, *read_gguf(path))
   contents, tensors = {}, None
   if os.path.isdir(path):
     names = os.listdir(path)
-    for name in ('config.json', 'tokenizer.json'):
+    for name in ('config.json', 'tokenizer.json', *CHAT_FILES):
       if name in names:
         with open(os.path.join(path, name), 'rb') as f:
           contents[name] = f.read()
@@ -178,7 +180,7 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
       found = {
         os.path.basename(n): n
         for n in archive.namelist()
-        if n.count('/') <= 1 and os.path.basename(n) in FILES
+        if n.count('/') <= 1 and os.path.basename(n) in (*FILES, *CHAT_FILES)
       }
       contents = {name: archive.read(member) for name, member in found.items()}
     if 'model.safetensors' in contents:  # a zip cannot be read lazily
@@ -203,7 +205,24 @@ def read(checkpoint: str = DEFAULT) -> Checkpoint:
     config=_json(contents['config.json'], f'The config.json of {path}'),
     tensors=tensors,
     tokenizer_json=contents['tokenizer.json'].decode('utf-8'),
+    chat_template=_chat_template(contents, path),
   )
+
+
+def _chat_template(contents: dict[str, bytes], path: str) -> str:
+  """A folder's chat template: chat_template.jinja, or tokenizer_config.json's `chat_template`
+  (a string, or a list of named templates whose 'default' is the one); '' without one."""
+  if 'chat_template.jinja' in contents:
+    return contents['chat_template.jinja'].decode('utf-8')
+  if 'tokenizer_config.json' not in contents:
+    return ''
+  template = _json(contents['tokenizer_config.json'], f'The tokenizer_config.json of {path}').get(
+    'chat_template', ''
+  )
+  if isinstance(template, list):
+    named = {entry.get('name'): entry.get('template', '') for entry in template}
+    template = named.get('default', '')
+  return template if isinstance(template, str) else ''
 
 
 def read_config(checkpoint: str = DEFAULT) -> dict[str, Any]:

@@ -13,7 +13,7 @@ tables of decoders.py convert it as they convert a folder:
   changes undone exactly as transformers undoes them: Llama's query and key rows back from
   rope-interleaved order, 1 subtracted from Gemma's RMSNorm weights (stored as 1 + w). A tensor
   the table does not name keeps its GGUF name (the converter reports it unused);
-- the tokenizer.json of its vocabulary (gguf_tokenizer.py).
+- the tokenizer.json of its vocabulary (gguf_tokenizer.py), and its chat template.
 """
 
 from typing import Any, Callable
@@ -154,8 +154,9 @@ def read_gguf_config(path: str) -> dict[str, Any]:
   return hf_config(header, _architecture(header))
 
 
-def read_gguf(path: str) -> tuple[dict[str, Any], GGUFTensors, str]:
-  """`(config, tensors, tokenizer.json text)` of a GGUF file (see the module docstring).
+def read_gguf(path: str) -> tuple[dict[str, Any], GGUFTensors, str, str]:
+  """`(config, tensors, tokenizer.json text, chat template)` of a GGUF file (see the module
+  docstring); the chat template is `tokenizer.chat_template`, '' when the file has none.
 
   Raises:
     ValueError: one sentence naming the file: truncated or damaged, an architecture or
@@ -176,4 +177,5 @@ def read_gguf(path: str) -> tuple[dict[str, Any], GGUFTensors, str]:
   }
   transform = _llama_transform(config) if architecture == 'llama' else _gemma3_transform
   tensors = GGUFTensors(header, names, transform)
-  return config, tensors, tokenizer_json(header.metadata, architecture, path)
+  chat_template = header.metadata.get('tokenizer.chat_template', '')
+  return config, tensors, tokenizer_json(header.metadata, architecture, path), chat_template

@@ -1,0 +1,59 @@
+"""Continues a prompt with a language model's workdir, printing the tokens as they come.
+
+  python generate.py --workdir=runs/smollm2 --prompt="The capital of France is"
+  python generate.py --workdir=runs/smollm2 --chat --prompt="What does an attention head do?"
+  python generate.py --workdir=runs/gpt_text --prompt="To be" --temperature=0.8 --top_p=0.9
+
+Any causal language model's workdir: a converted checkpoint (convert.py) or a trained run. Greedy
+by default (--temperature=0); a temperature samples, filtered by --top_k and --top_p, with
+--seed. --chat frames the prompt as one user turn under the checkpoint's chat template (instruct
+models). It stops at the first special token (an end of text or of a turn) or after
+--max_new_tokens, then prints the time to the first token and the tokens/s after it. Reads the
+workdir only.
+"""
+
+from training import allocator
+
+if __name__ == '__main__':
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
+
+from absl import app, flags, logging
+
+from reports import prompt_continuation
+import training
+
+_WORKDIR = flags.DEFINE_string('workdir', None, "A language model's workdir.")
+_PROMPT = flags.DEFINE_string('prompt', None, 'The text to continue.')
+_CHAT = flags.DEFINE_bool('chat', False, "Frame the prompt with the checkpoint's chat template.")
+_MAX_NEW = flags.DEFINE_integer('max_new_tokens', 64, 'Tokens to generate at most.')
+_TEMPERATURE = flags.DEFINE_float('temperature', 0.0, '0 = greedy; else sample at it.')
+_TOP_K = flags.DEFINE_integer('top_k', 0, 'Sample among the k most likely tokens (0 = all).')
+_TOP_P = flags.DEFINE_float('top_p', 1.0, 'Sample within this probability nucleus (1 = all).')
+_SEED = flags.DEFINE_integer('seed', 0, 'The sampling key; the same seed, the same tokens.')
+_CHECKPOINT = flags.DEFINE_string(
+  'checkpoint', '', "'best', 'latest' or a step (default: the best, else the latest)."
+)
+flags.mark_flags_as_required(['workdir', 'prompt'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)  # the continuation is the output
+  training.quiet_library_logs()
+  request = prompt_continuation.Request(
+    workdir=_WORKDIR.value,
+    prompt=_PROMPT.value,
+    chat=_CHAT.value,
+    max_new_tokens=_MAX_NEW.value,
+    temperature=_TEMPERATURE.value,
+    top_k=_TOP_K.value,
+    top_p=_TOP_P.value,
+    seed=_SEED.value,
+    checkpoint=_CHECKPOINT.value,
+  )
+  training.failures.run('generate.py', lambda: prompt_continuation.continue_prompt(request))
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=training.failures.parse_flags)

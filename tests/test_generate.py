@@ -1,0 +1,146 @@
+"""generate.py: a prompt continued token by token as `continue_prompt` continues it, the chat
+template rendered as transformers renders it, the checkpoint's template carried into the workdir,
+and each fault one sentence."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+from conftest import build_model
+from flax import nnx
+import jax
+import numpy as np
+import pytest
+from tiny_decoders import write_checkpoint
+
+from data import chat
+from models import generation
+from reports import prompt_continuation
+from training import pretrained_workdir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Words of the tiny checkpoint's vocabulary around the turn, and its BOS (which it lacks).
+TEMPLATE = (
+  "{% for message in messages %}w1 {{ message['role'] }} {{ message['content'] }} w2\n"
+  '{% endfor %}{% if add_generation_prompt %}w3 {{ bos_token }}{% endif %}'
+)
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+  """A converted tiny Llama whose folder ships a chat template in tokenizer_config.json."""
+  base = tmp_path_factory.mktemp('generate')
+  folder = write_checkpoint('llama', str(base / 'llama'))
+  with open(os.path.join(folder, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+    json.dump(dict(chat_template=TEMPLATE, tokenizer_class='PreTrainedTokenizerFast'), f)
+  from configs import pretrained_lm
+  from models import pretrained
+
+  read = pretrained.read(folder)
+  assert read.chat_template == TEMPLATE
+  pretrained_workdir.write_workdir(str(base / 'w'), read, pretrained_lm.converted(read))
+  return folder, str(base / 'w')
+
+
+@pytest.mark.parametrize('settings', [dict(temperature=0.0), dict(temperature=0.9, top_p=0.9)])
+def test_streamed_tokens_are_continue_prompts(settings):
+  """Token by token, the tokens of the compiled whole-loop search with the same key; a stop id
+  ends the stream after it is yielded."""
+  model = build_model(
+    'decoder_lm',
+    vocab_size=13,
+    pad_id=0,
+    num_layers=1,
+    d_model=8,
+    num_heads=2,
+    d_ff=8,
+    positions='rope',
+    rngs=nnx.Rngs(0),
+  )
+  prompt = np.asarray([[3, 4, 5, 6]], np.int32)
+  rng = jax.random.key(7)
+  expected = np.asarray(
+    generation.continue_prompt(model, prompt, max_length=12, rng=rng, **settings)
+  )[0].tolist()
+  streamed = list(generation.stream_prompt(model, prompt, max_length=12, rng=rng, **settings))
+  assert streamed == expected
+  assert settings['temperature'] == 0 or len(set(expected)) > 1  # sampling is exercised
+  stop = expected[4]
+  stopped = list(
+    generation.stream_prompt(model, prompt, max_length=12, rng=rng, stop_ids=(stop,), **settings)
+  )
+  assert stopped == expected[: expected.index(stop) + 1]
+
+
+def test_the_chat_template_renders_as_transformers_renders_it(workdir):
+  """The same text as `apply_chat_template` for the same messages, from the workdir's vocab/."""
+  import transformers
+
+  folder, path = workdir
+  assert sorted(os.listdir(os.path.join(path, 'vocab'))) == [
+    'shared.chat_template.jinja',
+    'shared.tokenizer.json',
+    'vocab.json',
+  ]
+  reference = transformers.AutoTokenizer.from_pretrained(folder)
+  messages = [{'role': 'user', 'content': 'w5 w6'}]
+  expected = reference.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+  assert chat.render(TEMPLATE, messages) == expected == 'w1 user w5 w6 w2\nw3 '
+
+
+def test_generate_prints_the_greedy_continuation_and_its_speed(workdir):
+  _, path = workdir
+  out = io.StringIO()
+  request = prompt_continuation.Request(workdir=path, prompt='w5 w6', chat=True, max_new_tokens=6)
+  result = prompt_continuation.continue_prompt(request, out)
+  from training import restore
+
+  run = restore.for_evaluation(path, None)
+  ids = run.task.tokenizer.encode_pieces('w1 user w5 w6 w2\nw3 ')
+  assert result['prompt_tokens'] == len(ids) == 6  # 'user' is not a word of it: w0
+  from training.steps import merge_model
+
+  expected = generation.continue_prompt(
+    merge_model(run.state), np.asarray([ids]), max_length=6, rng=jax.random.key(0), temperature=0
+  )
+  assert result['ids'] == np.asarray(expected)[0].tolist()
+  text = out.getvalue()
+  assert text.startswith(' '.join(f'w{i}' for i in result['ids']))
+  assert '[6 tokens after a prompt of 6: first in' in text and 'tokens/s]' in text
+
+
+@pytest.mark.parametrize(
+  'flags, message',
+  [
+    (['--prompt= '], '--prompt is empty'),
+    (['--prompt=w5', '--max_new_tokens=0'], '--max_new_tokens must be at least 1'),
+    (['--prompt=w5', '--max_new_tokens=100000'], "past the model's context of"),
+    (['--prompt=w5', '--top_p=0'], 'top_p'),
+  ],
+)
+def test_a_bad_request_is_one_sentence(workdir, flags, message):
+  _, path = workdir
+  done = subprocess.run(
+    [sys.executable, os.path.join(ROOT, 'generate.py'), f'--workdir={path}', *flags],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    check=False,
+  )
+  assert done.returncode != 0
+  assert done.stderr.strip().splitlines()[-1].startswith('generate.py: ')
+  assert message in done.stderr and 'Traceback' not in done.stderr
+
+
+def test_chat_without_a_template_says_so(tmp_path):
+  folder = write_checkpoint('llama', str(tmp_path / 'llama'))
+  from models import pretrained
+
+  read = pretrained.read(folder)
+  assert read.chat_template == ''
+  from data.pretrained_tokenizer import PretrainedTokenizer
+
+  with pytest.raises(ValueError, match="--chat: this workdir's tokenizer has no chat template"):
+    chat.chat_ids(PretrainedTokenizer(read.tokenizer_json), 'w5')
