@@ -1,6 +1,6 @@
 """`make llm` installs what the real language models' commands need, and no more: no torch.
 
-The commands for SmolLM2 and Gemma 3 (convert.py, eval.py, train.py with
+The commands for SmolLM2 and Gemma 3 (convert.py, eval.py, generate.py, train.py with
 configs/pretrained_lm.py, the decoder studies) run in an environment holding only what the
 Makefile's llm target installs: Attend's dependencies, the extras it names and the packages it
 names, each with its own dependencies (the installed ones' metadata says which). A fresh process
@@ -34,12 +34,14 @@ from models.pretrained.files import FILES
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What the commands import: the entry points' import statements (importing two of them would
 # define their flags twice), the config and the studies (modules).
-SCRIPTS = ('convert.py', 'eval.py', 'train.py')
+SCRIPTS = ('convert.py', 'eval.py', 'generate.py', 'train.py')
 MODULES = (
   'configs.pretrained_lm',
   'studies.decoder_heads',
   'studies.streaming',
   'studies.attention_distance',
+  'studies.attention_swaps',
+  'studies.attention_transfer',
 )
 FORBIDDEN = {'torch', 'accelerate', 'transformers', 'triton'}  # and nvidia-*
 
@@ -64,6 +66,8 @@ pretrained_lm.get_config(gguf_file)
 checkpoint = pretrained.read(gguf_file)
 pretrained.load_decoder(checkpoint)
 PretrainedTokenizer(checkpoint.tokenizer_json).encode('hello world')
+from data import chat  # generate.py --chat renders the checkpoint's chat template
+chat.render("{{ messages[0]['content'] }}", [{'role': 'user', 'content': 'hello'}])
 holders = importlib.metadata.packages_distributions()
 imported = [name for name in list(sys.modules) if name in holders and name not in startup]
 print(json.dumps({name: holders[name] for name in imported}))
