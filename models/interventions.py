@@ -121,6 +121,29 @@ def module_paths(model: nnx.Module) -> dict[int, str]:
   }
 
 
+def layer_paths(model: nnx.Module, role: str = 'self') -> list[str]:
+  """The paths of the attention layers the model lists under `role` in its `attention_names`, in
+  layer order (`'layers/0/self_attn'`, `'layers/1/self_attn'`, ...): each one's taps are
+  `PATH/queries`, `PATH/heads`, ...
+
+  Raises:
+    KeyError: the model lists no such role.
+  """
+  pattern = model.attention_names[role].rsplit('/', 1)[0].split('/')  # 'layers/*/self_attn'
+  paths = [
+    path
+    for path in module_paths(model).values()
+    if len(path.split('/')) == len(pattern)
+    and all(w in ('*', p) for p, w in zip(path.split('/'), pattern))
+  ]
+  return sorted(paths, key=_natural_order)
+
+
+def _natural_order(name: str) -> list:
+  """Numbers compare as numbers: layers/10 after layers/2, hop_10 after hop_2."""
+  return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name)]
+
+
 @contextlib.contextmanager
 def editing(model: nnx.Module, edits: Mapping[str, Edit] | None = None) -> Iterator[_Run]:
   """Within the block, `model`'s seams record into the yielded run's `captured` and apply
@@ -200,9 +223,7 @@ def stack(captured: Mapping[str, Array], pattern: str) -> Array:
     raise KeyError(
       f'capture: no intermediate matches {pattern!r}; the names are {", ".join(sorted(captured))}.'
     )
-  # Numbers compare as numbers: layers/10 after layers/2, hop_10 after hop_2.
-  order = lambda name: [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name)]
-  return jnp.stack([captured[name] for name in sorted(matched, key=order)], axis=1)
+  return jnp.stack([captured[name] for name in sorted(matched, key=_natural_order)], axis=1)
 
 
 def attention(

@@ -48,32 +48,17 @@ TAPS = ('queries', 'keys', 'values', 'heads')  # what the softmax model gives ea
 PROGRESS_EVERY = 10  # steps between progress lines
 
 
-def layer_paths(model: nnx.Module) -> list[str]:
-  """The paths of the model's self-attention layers in layer order (`'layers/0/self_attn'`),
-  from its `attention_names` (the weights' tap pattern)."""
-  pattern = model.attention_names['self'].rsplit('/', 1)[0]  # 'layers/*/self_attn'
-  paths = [path for path in interventions.module_paths(model).values() if _matches(path, pattern)]
-  return sorted(paths, key=lambda path: [int(p) if p.isdigit() else p for p in path.split('/')])
-
-
-def _matches(path: str, pattern: str) -> bool:
-  parts, wanted = path.split('/'), pattern.split('/')
-  return len(parts) == len(wanted) and all(w in ('*', p) for p, w in zip(parts, wanted))
-
-
 def softmax_taps(teacher: nnx.Module):
   """A compiled `ids [B, T] -> {tap: [L, B, N|K, T, H]}` of the softmax model's queries, keys,
   values and per-head outputs, layer by layer."""
   graphdef, state = nnx.split(teacher)
-  pattern = teacher.attention_names['self'].rsplit('/', 1)[0]
+  paths = interventions.layer_paths(teacher)
 
   @jax.jit
   def run(state, ids):
     model = nnx.merge(graphdef, state)
     _, captured = interventions.capture(model, ids, method='token_states')
-    return {
-      name: jnp.moveaxis(interventions.stack(captured, f'{pattern}/{name}'), 1, 0) for name in TAPS
-    }
+    return {name: jnp.stack([captured[f'{path}/{name}'] for path in paths]) for name in TAPS}
 
   return lambda ids: run(state, ids)
 
@@ -149,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
   teacher = conversion.model
   student = task.build_model(student_config.model, nnx.Rngs(config.seed))
   nnx.update(student, nnx.state(teacher, nnx.Param))  # every weight but the new maps
-  paths = layer_paths(student)
+  paths = interventions.layer_paths(student)
   taps_of = softmax_taps(teacher)
   pad_id = task.tokenizer.pad_id
 
