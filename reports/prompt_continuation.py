@@ -37,6 +37,18 @@ class Request:
   checkpoint: str = ''
 
 
+def language_model(workdir: str, checkpoint: str = '') -> restore.Restored:
+  """The workdir's run restored at `checkpoint`; ValueError unless it is a causal language
+  model's."""
+  run = restore.for_evaluation(workdir, None, checkpoint=checkpoint)
+  if not getattr(run.task, 'causal', False):
+    raise ValueError(
+      f'--workdir={workdir} holds a {run.config.task} run of {run.config.model.name}; this '
+      'command reads a causal language model (configs/pretrained_lm.py, configs/gpt_text.py, ...).'
+    )
+  return run
+
+
 def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
   """The ids the model reads: `prompt` encoded, or framed by the chat template."""
   return chat_ids(tokenizer, prompt) if chat else list(tokenizer.encode(prompt))
@@ -70,13 +82,7 @@ def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
   Raises:
     ValueError: the workdir is not a language model's, or a flag it cannot honour.
   """
-  run = restore.for_evaluation(request.workdir, None, checkpoint=request.checkpoint)
-  if not getattr(run.task, 'causal', False):
-    raise ValueError(
-      f'--workdir={request.workdir} holds a {run.config.task} run of {run.config.model.name}; '
-      'generate.py continues a causal language model (configs/pretrained_lm.py, '
-      'configs/gpt_text.py, ...).'
-    )
+  run = language_model(request.workdir, request.checkpoint)
   tokenizer = run.task.tokenizer
   ids = prompt_ids(tokenizer, request.prompt, request.chat)
   check_request(request, run.config, ids)

@@ -149,11 +149,12 @@ def head_effects(
   ablation: str = 'zero',
   other: Array | None = None,
   heads: list[tuple[int, int]] | None = None,
+  progress: Callable[[str], None] = logging.info,
 ) -> tuple[float, np.ndarray]:
   """`(the clean metric, [L, N] each head's replaced metric less the clean one)`, NaN for the
   heads not asked for (`heads`: `(layer, head)` pairs; default all), a layer's heads a batch,
-  with a progress line every `Progress.EVERY_SECONDS`. `other`: the reference ids (mean) or the
-  source ids (patch)."""
+  with a `progress` line every `Progress.EVERY_SECONDS` and at the end. `other`: the reference
+  ids (mean) or the source ids (patch)."""
   ids = jnp.asarray(ids)
   paths, n = _heads_of(model)
   wanted = heads if heads is not None else [(l, h) for l in range(len(paths)) for h in range(n)]
@@ -179,14 +180,9 @@ def head_effects(
     now = time.perf_counter()
     if now - last >= Progress.EVERY_SECONDS or done == len(wanted):
       rate, last = done / (now - started), now
-      logging.info(
-        'Heads %s: %d/%d (%s) | %.2f heads/s | ETA %s',
-        ablation,
-        done,
-        len(wanted),
-        paths[layer],
-        rate,
-        duration((len(wanted) - done) / rate),
+      progress(
+        f'Heads {ablation}: {done}/{len(wanted)} ({paths[layer]}) | {rate:.2f} heads/s | '
+        f'ETA {duration((len(wanted) - done) / rate)}'
       )
   return clean, effects
 

@@ -109,6 +109,8 @@ def save_head_grid(
   *,
   title: str,
   marks: list[tuple[int, int]] = (),
+  layers: list[int] | None = None,
+  heads: list[int] | None = None,
 ) -> None:
   """Every layer's and head's self-attention over one sequence: a grid of `[T, T]` maps, with
   a colour bar; longer sequences are drawn as the window of their last WINDOW positions.
@@ -119,6 +121,7 @@ def save_head_grid(
     tokens: the T tokens, for the axes.
     title: the figure's title.
     marks: `(query, key)` cells to outline, e.g. where a query should look.
+    layers, heads: the model's numbers of the L layers and N heads drawn (default 0 ..).
   """
   from matplotlib.patches import Rectangle
 
@@ -152,7 +155,8 @@ def save_head_grid(
             linewidth=0.8,
           )
         )
-    ax.set_title(f'layer {layer}, head {head}', fontsize=9)
+    layer_name = layer if layers is None else layers[layer]
+    ax.set_title(f'layer {layer_name}, head {head if heads is None else heads[head]}', fontsize=9)
     ax.set_xticks(range(shown), tokens, rotation=90, fontsize=6)
     ax.set_yticks(range(shown), tokens, fontsize=6)
   figure.suptitle(title, fontsize=10)

@@ -1,10 +1,13 @@
-"""generate.py: a prompt continued token by token as `continue_prompt` continues it, the chat
-template rendered as transformers renders it, the checkpoint's template carried into the workdir,
-and each fault one sentence."""
+"""generate.py and prompt.py on a converted tiny checkpoint. generate.py: a prompt continued
+token by token as `continue_prompt` continues it, the chat template rendered as transformers
+renders it, the checkpoint's template carried into the workdir. prompt.py: its three commands'
+files and numbers (tests/test_prompt_effects.py checks the numbers against transformers). Each
+fault is one sentence, and a refused command writes nothing."""
 
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -17,8 +20,9 @@ from tiny_decoders import write_checkpoint
 
 from data import chat
 from models import generation
-from reports import prompt_continuation
-from training import pretrained_workdir
+from reports import prompt_commands, prompt_continuation, prompt_effects
+from training import pretrained_workdir, restore
+from training.steps import merge_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Words of the tiny checkpoint's vocabulary around the turn, and its BOS (which it lacks).
@@ -112,26 +116,102 @@ def test_generate_prints_the_greedy_continuation_and_its_speed(workdir):
 
 
 @pytest.mark.parametrize(
-  'flags, message',
+  'changes, message',
   [
-    (['--prompt= '], '--prompt is empty'),
-    (['--prompt=w5', '--max_new_tokens=0'], '--max_new_tokens must be at least 1'),
-    (['--prompt=w5', '--max_new_tokens=100000'], "past the model's context of"),
-    (['--prompt=w5', '--top_p=0'], 'top_p'),
+    (dict(prompt=' '), '--prompt is empty'),
+    (dict(max_new_tokens=0), '--max_new_tokens must be at least 1'),
+    (dict(max_new_tokens=100000), "past the model's context of"),
+    (dict(top_p=0.0), 'top_p'),
   ],
 )
-def test_a_bad_request_is_one_sentence(workdir, flags, message):
+def test_a_bad_request_is_refused(workdir, changes, message):
+  _, path = workdir
+  request = prompt_continuation.Request(**{'workdir': path, 'prompt': 'w5', **changes})
+  with pytest.raises(ValueError, match=message):
+    prompt_continuation.continue_prompt(request, io.StringIO())
+
+
+def test_generate_py_says_a_fault_in_one_sentence(workdir):
   _, path = workdir
   done = subprocess.run(
-    [sys.executable, os.path.join(ROOT, 'generate.py'), f'--workdir={path}', *flags],
+    [
+      sys.executable,
+      os.path.join(ROOT, 'generate.py'),
+      f'--workdir={path}',
+      '--prompt=w5',
+      '--max_new_tokens=0',
+    ],
     capture_output=True,
     text=True,
     cwd=ROOT,
     check=False,
   )
-  assert done.returncode != 0
-  assert done.stderr.strip().splitlines()[-1].startswith('generate.py: ')
-  assert message in done.stderr and 'Traceback' not in done.stderr
+  assert done.returncode != 0 and 'Traceback' not in done.stderr
+  assert done.stderr.strip().splitlines()[-1].startswith('generate.py: --max_new_tokens must be')
+
+
+def _request(path, command, out, **flags):
+  return prompt_commands.Request(command=command, workdir=path, out=str(out), **flags)
+
+
+def test_prompt_commands_write_their_files(workdir, tmp_path, capsys):
+  """heads: heads.json's effects are `head_effects`' on the same ids; attribute and attention
+  write their JSON, PNG and page; every picture is a real PNG."""
+  _, path = workdir
+  out = tmp_path / 'out'
+  words = dict(prompt='w5 w9 w12 w30 w7')
+  diff = dict(metric='logit_diff', target='w30', versus='w7')
+  saved = prompt_commands.run_heads(_request(path, 'heads', out, **words, **diff))
+  printed = capsys.readouterr().out
+  assert 'Heads zero: 8/8' in printed and 'Heads by effect (zero):' in printed
+  run = restore.for_evaluation(path, None)
+  ids = np.asarray([run.task.tokenizer.encode('w5 w9 w12 w30 w7')])
+  clean, effects = prompt_effects.head_effects(
+    merge_model(run.state), ids, prompt_effects.Metric('logit_diff', 30, 7)
+  )
+  np.testing.assert_allclose(json.loads((out / 'heads.json').read_text())['effects'], effects)
+  assert saved['clean'] == pytest.approx(clean, abs=1e-6)
+  lens = prompt_commands.run_attribute(_request(path, 'attribute', out, **words, target='w30'))
+  assert len(lens['lens']) == 2
+  shown = prompt_commands.run_attention(_request(path, 'attention', out, **words, layers='1'))
+  assert shown['layers'] == [1]
+  for name in ('heads.png', 'attribute.png', 'attention.png'):
+    assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert (out / 'explorer.html').stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+  'command, flags, message',
+  [
+    ('heads', dict(target='w30 w31'), "--target='w30 w31' is 2 tokens ('w30', 'w31'), not one"),
+    ('heads', dict(target='w30', heads='5.0'), 'layer 5, head 0 is not in the model'),
+    ('heads', dict(target='w30', ablation='patch', source='w1'), '--source encodes to 1'),
+    ('attention', dict(layers='7'), 'layer 7 is not in the model'),
+    ('attribute', {}, 'attribute needs --target'),
+  ],
+)
+def test_a_refused_prompt_command_writes_nothing(workdir, tmp_path, command, flags, message):
+  _, path = workdir
+  out = tmp_path / 'out'
+  request = _request(path, command, out, prompt='w5 w9 w12', **flags)
+  with pytest.raises(ValueError, match=re.escape(message)):
+    prompt_commands.COMMANDS[command](request)
+  assert not out.exists()
+
+
+def test_prompt_py_says_a_fault_in_one_sentence(workdir, tmp_path):
+  _, path = workdir
+  done = subprocess.run(
+    [sys.executable, os.path.join(ROOT, 'prompt.py'), 'heads', f'--workdir={path}']
+    + ['--prompt=w5 w9', '--target=w30 w31', f'--out={tmp_path / "out"}'],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    check=False,
+  )
+  assert done.returncode != 0 and 'Traceback' not in done.stderr
+  assert done.stderr.strip().splitlines()[-1].startswith("prompt.py heads: --target='w30 w31'")
+  assert not (tmp_path / 'out').exists()
 
 
 def test_chat_without_a_template_says_so(tmp_path):

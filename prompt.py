@@ -1,0 +1,72 @@
+"""A researcher's own prompt through a language model's workdir: what each head does to it.
+
+  python prompt.py heads --workdir=runs/smollm2 --metric=logit_diff --target=" Mary" \\
+      --versus=" John" --prompt="When Mary and John went to the store, John gave a drink to"
+  python prompt.py heads ... --ablation=patch \\
+      --source="When Alice and Bob went to the store, Carl gave a drink to"
+  python prompt.py attribute --workdir=runs/smollm2 --prompt="..." --target=" Mary" --versus=" John"
+  python prompt.py attention --workdir=runs/smollm2 --prompt="..." --layers=0,9,18,29
+
+heads: each head's output replaced (--ablation zero, mean over a --reference text, or patched
+from a --source prompt of as many tokens), and the change in --metric: logprob (of --target
+after the prompt), logit_diff (--target's logit less --versus's) or loss (over the prompt);
+--heads=9.6,10.0 for some heads only. attribute: each head's direct share of --target's logit
+(or of the difference with --versus), and the logit lens. attention: the attention pictures and
+the explorer page of some layers (--layers, default 4 evenly spaced; 'all'). Targets are single
+tokens (' Mary', its space included). Files go to --out (default WORKDIR/prompt/); a refused
+command writes nothing. docs/interventions.md has the walk-through.
+"""
+
+from training import allocator
+
+if __name__ == '__main__':
+  allocator.use_mimalloc()  # first: the allocator is chosen at process start, before JAX loads
+
+from absl import app, flags, logging
+
+from reports import prompt_commands, prompt_effects
+import training
+
+_WORKDIR = flags.DEFINE_string('workdir', None, "A language model's workdir.")
+_PROMPT = flags.DEFINE_string('prompt', None, 'The text the model reads.')
+_OUT = flags.DEFINE_string('out', '', 'Where the files go (default WORKDIR/prompt/).')
+_CHECKPOINT = flags.DEFINE_string('checkpoint', '', "'best', 'latest' or a step.")
+_METRIC = flags.DEFINE_enum('metric', 'logprob', prompt_effects.METRICS, 'heads: what changes.')
+_TARGET = flags.DEFINE_string('target', '', 'The token after the prompt (one token).')
+_VERSUS = flags.DEFINE_string('versus', '', 'logit_diff: the token compared with --target.')
+_ABLATION = flags.DEFINE_enum('ablation', 'zero', prompt_effects.ABLATIONS, 'heads: replaced by.')
+_SOURCE = flags.DEFINE_string('source', '', '--ablation=patch: the prompt heads come from.')
+_REFERENCE = flags.DEFINE_string('reference', '', '--ablation=mean: the text of the means.')
+_HEADS = flags.DEFINE_string('heads', '', 'heads: LAYER.HEAD,... (default every head).')
+_LAYERS = flags.DEFINE_string('layers', '', "attention: L,L,... or 'all' (default 4 layers).")
+flags.mark_flags_as_required(['workdir', 'prompt'])
+
+
+def main(argv):
+  commands = ', '.join(prompt_commands.COMMANDS)
+  if len(argv) != 2 or argv[1] not in prompt_commands.COMMANDS:
+    raise app.UsageError(f'Give one command, one of {commands}: python prompt.py heads --workdir=...')
+  logging.set_verbosity(logging.WARNING)  # its output is what it prints
+  training.quiet_library_logs()
+  request = prompt_commands.Request(
+    command=argv[1],
+    workdir=_WORKDIR.value,
+    prompt=_PROMPT.value,
+    out=_OUT.value,
+    checkpoint=_CHECKPOINT.value,
+    metric=_METRIC.value,
+    target=_TARGET.value,
+    versus=_VERSUS.value,
+    ablation=_ABLATION.value,
+    source=_SOURCE.value,
+    reference=_REFERENCE.value,
+    heads=_HEADS.value,
+    layers=_LAYERS.value,
+  )
+  training.failures.run(
+    f'prompt.py {argv[1]}', lambda: prompt_commands.COMMANDS[argv[1]](request)
+  )
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=training.failures.parse_flags)

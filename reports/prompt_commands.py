@@ -1,0 +1,273 @@
+"""prompt.py's commands on a researcher's prompt: `heads` (ablation and patching per head),
+`attribute` (direct logit attribution and the logit lens) and `attention` (the pictures and the
+explorer page). Each checks every flag before it computes, and writes its JSON and PNG files
+into `--out` (default WORKDIR/prompt/) only at the end: a refused command writes nothing.
+"""
+
+import dataclasses
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+
+from models import interventions
+from reports import explorer, prompt_effects
+from reports.prompt_continuation import language_model
+from tasks import pictures
+from training.steps import merge_model
+
+TOP = 10  # heads listed on the terminal
+DEFAULT_LAYERS = 4  # layers drawn by `attention` unless --layers says (evenly spaced)
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+  """prompt.py's flags."""
+
+  command: str
+  workdir: str
+  prompt: str
+  out: str = ''
+  checkpoint: str = ''
+  metric: str = 'logprob'
+  target: str = ''
+  versus: str = ''
+  ablation: str = 'zero'
+  source: str = ''
+  reference: str = ''
+  heads: str = ''  # 'LAYER.HEAD,...' for `heads`; ignored elsewhere
+  layers: str = ''  # 'all' or 'L,L,...' for `attention`
+
+
+class Prompt:
+  """The workdir's model and tokenizer, and the prompt's ids `[1, T]`, checked."""
+
+  def __init__(self, request: Request):
+    run = language_model(request.workdir, request.checkpoint)
+    self.config, self.tokenizer = run.config, run.task.tokenizer
+    self.model = merge_model(run.state)
+    self.ids = self.encode(request.prompt, '--prompt')
+    self.tokens = self.tokenizer.tokens(self.ids[0])
+
+  def encode(self, text: str, flag: str) -> jnp.ndarray:
+    if not text.strip():
+      raise ValueError(f'{flag} is empty.')
+    ids = list(self.tokenizer.encode(text))
+    limit = self.config.model.get('max_length')
+    if limit and len(ids) > limit:
+      raise ValueError(
+        f'{flag} is {len(ids)} tokens, longer than the model\'s context of {limit} '
+        '(config.model.max_length); shorten it.'
+      )
+    return jnp.asarray([ids], jnp.int32)
+
+  def token(self, text: str, flag: str) -> int | None:
+    """The one token `text` is (e.g. ' Mary', its leading space included), or None if empty."""
+    if not text:
+      return None
+    ids = self.tokenizer.encode_pieces(text)
+    if len(ids) != 1:
+      pieces = ', '.join(repr(p) for p in self.tokenizer.tokens(ids))
+      raise ValueError(
+        f'{flag}={text!r} is {len(ids)} tokens ({pieces}), not one; give a single token '
+        '(a leading space is part of a word\'s token in most vocabularies).'
+      )
+    return ids[0]
+
+
+def _heads(text: str) -> list[tuple[int, int]] | None:
+  if not text:
+    return None
+  try:
+    return [tuple(int(n) for n in item.split('.')) for item in text.split(',')]
+  except ValueError:
+    raise ValueError(f'--heads={text!r}: give LAYER.HEAD pairs, e.g. --heads=9.6,10.0') from None
+
+
+def _out(request: Request) -> str:
+  return request.out or os.path.join(request.workdir, 'prompt')
+
+
+def _write_json(out: str, name: str, data: dict) -> str:
+  os.makedirs(out, exist_ok=True)
+  path = os.path.join(out, name)
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(data, f, indent=1)
+  return path
+
+
+def heatmap(path: str, values: np.ndarray, *, title: str, label: str) -> None:
+  """A layers x heads map of `values [L, N]` on a diverging scale centred at 0 (grey: not
+  computed), with its colour bar."""
+  layers, heads = values.shape
+  figure = pictures.new_figure(
+    figsize=(max(6.5, 2.4 + 0.45 * heads), max(3.0, 1.6 + 0.26 * layers)), dpi=120
+  )
+  axes = figure.add_subplot()
+  limit = float(np.nanmax(np.abs(values))) or 1.0
+  from matplotlib import colormaps  # pylint: disable=import-outside-toplevel
+
+  cmap = colormaps['RdBu_r'].with_extremes(bad='#cccccc')
+  image = axes.imshow(values, cmap=cmap, vmin=-limit, vmax=limit, aspect='auto')
+  axes.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=8)
+  axes.set_yticks(range(layers), [str(layer) for layer in range(layers)], fontsize=7)
+  axes.set(xlabel='head', ylabel='layer')
+  axes.set_title(title, fontsize=9, wrap=True)
+  figure.colorbar(image, ax=axes, label=label, fraction=0.08, pad=0.03)
+  figure.tight_layout()
+  figure.savefig(path)
+
+
+def _short(text: str, length: int = 70) -> str:
+  text = ' '.join(text.split())
+  return text if len(text) <= length else text[: length - 1] + '…'
+
+
+def _ranked(values: np.ndarray) -> list[dict]:
+  order = np.argsort(-np.nan_to_num(np.abs(values), nan=-1.0), axis=None)
+  return [
+    dict(layer=int(layer), head=int(head), value=float(values[layer, head]))
+    for layer, head in zip(*np.unravel_index(order[:TOP], values.shape))
+    if not np.isnan(values[layer, head])
+  ]
+
+
+def run_heads(request: Request) -> dict:
+  """Each head's effect on the metric when replaced; heads.json and heads.png."""
+  prompt = Prompt(request)
+  metric = prompt_effects.Metric(
+    request.metric,
+    prompt.token(request.target, '--target'),
+    prompt.token(request.versus, '--versus'),
+  )
+  other_text = request.source if request.ablation == 'patch' else request.reference
+  flag = '--source' if request.ablation == 'patch' else '--reference'
+  other = prompt.encode(other_text, flag) if request.ablation != 'zero' else None
+  clean, effects = prompt_effects.head_effects(
+    prompt.model,
+    prompt.ids,
+    metric,
+    ablation=request.ablation,
+    other=other,
+    heads=_heads(request.heads),
+    progress=lambda line: print(line, flush=True),
+  )
+  out = _out(request)
+  what = f'{request.metric}' + (f' of {request.target!r}' if request.target else '')
+  what += f' - {request.versus!r}' if request.versus else ''
+  result = dict(
+    prompt=request.prompt,
+    metric=dataclasses.asdict(metric),
+    ablation=request.ablation,
+    clean=clean,
+    effects=np.where(np.isnan(effects), None, effects).tolist(),
+    top=_ranked(effects),
+  )
+  _write_json(out, 'heads.json', result)
+  heatmap(
+    os.path.join(out, 'heads.png'),
+    effects,
+    title=f'{request.ablation} ablation of each head: change in {what}\n"{_short(request.prompt)}"',
+    label=f'change (clean {clean:.3g})',
+  )
+  print(f'Clean {what}: {clean:.4g}. Heads by effect ({request.ablation}):')
+  for row in result['top']:
+    print(f'  layer {row["layer"]:2d} head {row["head"]}: {row["value"]:+.4g}')
+  print(f'Wrote {out}/heads.json and heads.png.')
+  return result
+
+
+def run_attribute(request: Request) -> dict:
+  """Direct logit attribution per head and the logit lens; attribute.json and attribute.png."""
+  prompt = Prompt(request)
+  target = prompt.token(request.target, '--target')
+  if target is None:
+    raise ValueError('attribute needs --target, the token after the prompt.')
+  versus = prompt.token(request.versus, '--versus')
+
+  def direction(logits):
+    return logits[..., target] - (0.0 if versus is None else logits[..., versus])
+
+  attributions = prompt_effects.head_attributions(prompt.model, prompt.ids, direction)
+  lens = prompt_effects.logit_lens(prompt.model, prompt.ids, target)
+  for row in lens:
+    row['top_token'] = prompt.tokenizer.tokens([row['top']])[0]
+  out = _out(request)
+  what = f'logit of {request.target!r}' + (f' - {request.versus!r}' if versus is not None else '')
+  result = dict(prompt=request.prompt, direction=what, heads=attributions.tolist(), lens=lens)
+  result['top'] = _ranked(attributions)
+  _write_json(out, 'attribute.json', result)
+  heatmap(
+    os.path.join(out, 'attribute.png'),
+    attributions,
+    title=f'direct logit attribution of each head: {what}\n"{_short(request.prompt)}"',
+    label='direct share of the logit' + (' difference' if versus is not None else ''),
+  )
+  print(f'Direct logit attribution ({what}), the largest heads:')
+  for row in result['top']:
+    print(f'  layer {row["layer"]:2d} head {row["head"]}: {row["value"]:+.4g}')
+  print('Logit lens (the stream after each layer, at the last position):')
+  for row in lens:
+    print(
+      f'  layer {row["layer"]:2d}: log p({request.target!r}) {row["target_logprob"]:8.3f}, '
+      f'rank {row["target_rank"]:6d}, top {row["top_token"]!r}'
+    )
+  print(f'Wrote {out}/attribute.json and attribute.png.')
+  return result
+
+
+def _layers(text: str, num_layers: int) -> list[int]:
+  if text == 'all':
+    return list(range(num_layers))
+  if not text:
+    count = min(DEFAULT_LAYERS, num_layers)
+    return sorted({round(i * (num_layers - 1) / max(count - 1, 1)) for i in range(count)})
+  try:
+    layers = [int(n) for n in text.split(',')]
+  except ValueError:
+    raise ValueError(f"--layers={text!r}: give 'all' or layer numbers, e.g. --layers=0,9") from None
+  bad = [layer for layer in layers if not 0 <= layer < num_layers]
+  if bad:
+    raise ValueError(f'--layers: layer {bad[0]} is not in the model (0 .. {num_layers - 1}).')
+  return layers
+
+
+def run_attention(request: Request) -> dict:
+  """The chosen layers' attention on the prompt: attention.png and explorer.html."""
+  prompt = Prompt(request)
+  weights = np.asarray(
+    interventions.attention(prompt.model, 'self', prompt.ids, method='token_logits')[0]
+  )  # [L, N, T, T]
+  layers = _layers(request.layers, weights.shape[0])
+  out = _out(request)
+  os.makedirs(out, exist_ok=True)
+  picture = os.path.join(out, 'attention.png')
+  pictures.save_head_grid(
+    picture,
+    weights[layers],
+    prompt.tokens,
+    title=f'attention of layers {", ".join(map(str, layers))} on "{_short(request.prompt)}"',
+    layers=layers,
+  )
+  record = dict(
+    index=0,
+    reference=request.prompt,
+    prediction='',
+    correct=None,
+    views=[
+      dict(
+        kind='attention',
+        maps=[
+          dict(name=f'layer {layer}', rows=prompt.tokens, cols=prompt.tokens, weights=w[None])
+          for layer, w in zip(layers, weights[layers])
+        ],
+      )
+    ],
+  )
+  page = explorer.write(out, [record], title=f'attention on "{_short(request.prompt)}"')
+  print(f'Wrote {picture} and {page} (layers {", ".join(map(str, layers))}; --layers=all).')
+  return dict(layers=layers, picture=picture, explorer=page)
+
+
+COMMANDS = {'heads': run_heads, 'attribute': run_attribute, 'attention': run_attention}
