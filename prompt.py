@@ -45,7 +45,7 @@ flags.mark_flags_as_required(['workdir', 'prompt'])
 def main(argv):
   commands = ', '.join(prompt_commands.COMMANDS)
   if len(argv) != 2 or argv[1] not in prompt_commands.COMMANDS:
-    raise app.UsageError(f'Give one command, one of {commands}: python prompt.py heads --workdir=...')
+    raise app.UsageError(f'Give one command, one of {commands}: python prompt.py heads ...')
   logging.set_verbosity(logging.WARNING)  # its output is what it prints
   training.quiet_library_logs()
   request = prompt_commands.Request(
@@ -63,9 +63,7 @@ def main(argv):
     heads=_HEADS.value,
     layers=_LAYERS.value,
   )
-  training.failures.run(
-    f'prompt.py {argv[1]}', lambda: prompt_commands.COMMANDS[argv[1]](request)
-  )
+  training.failures.run(f'prompt.py {argv[1]}', lambda: prompt_commands.COMMANDS[argv[1]](request))
 
 
 if __name__ == '__main__':

@@ -57,7 +57,7 @@ class Prompt:
     limit = self.config.model.get('max_length')
     if limit and len(ids) > limit:
       raise ValueError(
-        f'{flag} is {len(ids)} tokens, longer than the model\'s context of {limit} '
+        f"{flag} is {len(ids)} tokens, longer than the model's context of {limit} "
         '(config.model.max_length); shorten it.'
       )
     return jnp.asarray([ids], jnp.int32)
@@ -71,7 +71,7 @@ class Prompt:
       pieces = ', '.join(repr(p) for p in self.tokenizer.tokens(ids))
       raise ValueError(
         f'{flag}={text!r} is {len(ids)} tokens ({pieces}), not one; give a single token '
-        '(a leading space is part of a word\'s token in most vocabularies).'
+        "(a leading space is part of a word's token in most vocabularies)."
       )
     return ids[0]
 
