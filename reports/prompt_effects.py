@@ -46,8 +46,9 @@ class Metric:
   """A number per row read from logits `[B, T, V]` of ids `[B, T]` (see the module docstring)."""
 
   name: str
-  target: int | None = None  # 'logprob', 'logit_diff': the token after the prompt
-  versus: int | None = None  # 'logit_diff': the token it is compared with
+  # 'logprob', 'logit_diff': the token after the prompt, one for every row or one per row [B].
+  target: int | Array | None = None
+  versus: int | Array | None = None  # 'logit_diff': the token it is compared with
 
   def __post_init__(self):
     if self.name not in METRICS:
@@ -63,10 +64,11 @@ class Metric:
       log_probs = jax.nn.log_softmax(logits[:, :-1])
       taken = jnp.take_along_axis(log_probs, ids[:, 1:, None], axis=-1)[..., 0]
       return -jnp.mean(taken, axis=-1)
-    last = logits[:, -1]
+    last = logits[:, -1]  # [B, V]
+    rows = jnp.arange(last.shape[0])
     if self.name == 'logprob':
-      return jax.nn.log_softmax(last)[:, self.target]
-    return last[:, self.target] - last[:, self.versus]
+      return jax.nn.log_softmax(last)[rows, self.target]
+    return last[rows, self.target] - last[rows, self.versus]
 
 
 def _heads_of(model: nnx.Module) -> tuple[list[str], int]:
