@@ -63,11 +63,18 @@ def test_streamed_tokens_are_continue_prompts(settings):
     positions='rope',
     rngs=nnx.Rngs(0),
   )
+  # Parameters placed on a mesh, as a restored run's are: the step's outputs then carry that
+  # placement, and so must its first inputs, or the second token compiles the step again.
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ('data',))
+  graphdef, state = nnx.split(model)
+  placed = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  model = nnx.merge(graphdef, jax.device_put(state, placed))
   prompt = np.asarray([[3, 4, 5, 6]], np.int32)
   rng = jax.random.key(7)
   expected = np.asarray(
     generation.continue_prompt(model, prompt, max_length=12, rng=rng, **settings)
   )[0].tolist()
+  generation._next_token.clear_cache()
   streamed = list(generation.stream_prompt(model, prompt, max_length=12, rng=rng, **settings))
   assert streamed == expected
   assert settings['temperature'] == 0 or len(set(expected)) > 1  # sampling is exercised
@@ -76,6 +83,8 @@ def test_streamed_tokens_are_continue_prompts(settings):
     generation.stream_prompt(model, prompt, max_length=12, rng=rng, stop_ids=(stop,), **settings)
   )
   assert stopped == expected[: expected.index(stop) + 1]
+  # One compiled step for every token of both streams (the first token's placement included).
+  assert generation._next_token._cache_size() == 1
 
 
 def test_the_chat_template_renders_as_transformers_renders_it(workdir):
