@@ -18,7 +18,6 @@ from tasks import pictures
 from training.steps import merge_model
 
 TOP = 10  # heads listed on the terminal
-DEFAULT_LAYERS = 4  # layers drawn by `attention` unless --layers says (evenly spaced)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,8 +220,7 @@ def _layers(text: str, num_layers: int) -> list[int]:
   if text == 'all':
     return list(range(num_layers))
   if not text:
-    count = min(DEFAULT_LAYERS, num_layers)
-    return sorted({round(i * (num_layers - 1) / max(count - 1, 1)) for i in range(count)})
+    return pictures.spread_layers(num_layers)
   try:
     layers = [int(n) for n in text.split(',')]
   except ValueError:

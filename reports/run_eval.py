@@ -109,7 +109,7 @@ def evaluate(request: Request) -> dict:
       metrics, samples = _measure(request, run, options)
     _write(out_dir, run, metrics, samples)
     model = merge_model(run.state)
-    run.task.draw(model, samples, out_dir, options)
+    drawn = run.task.draw(model, samples, out_dir, options)
     shown = request.num_heatmaps if request.explorer_examples is None else request.explorer_examples
     name = os.path.basename(os.path.abspath(request.workdir))
     explorer.write(
@@ -124,7 +124,7 @@ def evaluate(request: Request) -> dict:
         run.state, run.task, request.split, batch_size=batch_size, mesh=run.mesh
       )
       head_ablation.write(sweep, out_dir)
-    _print_summary(metrics, out_dir, run.task.samples_file)
+    _print_summary(metrics, out_dir, run.task.samples_file, pictures=len(drawn or ()))
   return metrics
 
 
@@ -188,7 +188,7 @@ def _write(out_dir: str, run: restore.Restored, metrics: dict, samples: list[dic
       f.write(json.dumps(fields, ensure_ascii=False) + '\n')
 
 
-def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:
+def _print_summary(metrics: dict, out_dir: str, samples_file: str, *, pictures: int) -> None:
   rows = [
     (key, f'{value:.4f}' if isinstance(value, float) else str(value))
     for key, value in metrics.items()
@@ -202,5 +202,6 @@ def _print_summary(metrics: dict, out_dir: str, samples_file: str) -> None:
     print(f'{", ".join(keys)}: on {subset} (--max_examples); the others on the whole split.')
   for key, signature in metrics.get('signatures', {}).items():
     print(f'{key}: {signature}')
-  written = f'{layout.EVAL_METRICS_FILE}, {samples_file}, attention pictures and explorer.html'
+  drawn = f'{pictures} attention picture{"s" * (pictures != 1)} and ' if pictures else ''
+  written = f'{layout.EVAL_METRICS_FILE}, {samples_file}, {drawn}explorer.html'
   print(f'Wrote {out_dir}/{written}.')

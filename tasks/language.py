@@ -293,19 +293,23 @@ class LanguageModeling(Task):
     return metrics
 
   def draw(self, model, samples, out_dir, options):
-    """Every layer's and head's attention over each drawn sample's sequence, one PNG each."""
+    """Every head's attention over each drawn sample's sequence, one PNG each: every layer, or
+    for a deep model `pictures.spread_layers` of them (prompt.py attention draws any layers)."""
     drawn = samples[: options.num_pictures]
     paths = []
     for sample, weights in zip(drawn, self.attention(model, drawn)):
       queries = [(t, s) for t, s in enumerate(sample['support']) if s >= 0]
       path = os.path.join(out_dir, f'attention_heads_{sample["index"]:04d}.png')
+      layers = pictures.spread_layers(len(weights))
+      which = 'every layer' if len(layers) == len(weights) else f'layers {layers}'
       pictures.save_head_grid(
         path,
-        weights,
+        weights[layers],
         self.tokenizer.tokens(sample['inputs']),
         marks=queries,
-        title=f'example {sample["index"]}: attention of every layer and '
+        title=f'example {sample["index"]}: attention of {which}, every '
         'head' + (' (squares: the matching key)' if queries else ''),
+        layers=layers,
       )
       paths.append(path)
     return paths

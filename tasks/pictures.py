@@ -102,6 +102,17 @@ def save_confusion_matrix(path: str, matrix: np.ndarray, names: list[str]) -> st
   return path
 
 
+GRID_LAYERS = 4  # layers a picture of every head shows at most, unless asked for more
+
+
+def spread_layers(num_layers: int, count: int = GRID_LAYERS) -> list[int]:
+  """`count` layers evenly spaced from the first to the last (all of them if there are fewer):
+  a real model's 30 layers x 9 heads in one grid is a picture of tens of thousands of pixels
+  that takes minutes to draw."""
+  count = min(count, num_layers)
+  return sorted({round(i * (num_layers - 1) / max(count - 1, 1)) for i in range(count)})
+
+
 def save_head_grid(
   path: str,
   weights: np.ndarray,

@@ -78,11 +78,12 @@ def _tiny_lm(config_name, data_dir, **dataset):
   return config
 
 
-def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path, tfds_dir):
+def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path, tfds_dir, capsys):
   config = _tiny_lm('gpt_mqar', tfds_dir)
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
   metrics = evaluate(Request(workdir, max_examples=16, num_heatmaps=1))
+  assert 'samples.txt, 1 attention picture and explorer.html.' in capsys.readouterr().out
   assert metrics['examples'] == 16 and 0 <= metrics['accuracy'] <= 1
   assert 0 <= metrics['attention_hit_rate'] <= 1 and 'attention_hit_rate/head1' in metrics
   assert 'bits_per_char' not in metrics  # a word vocabulary: bits per token
@@ -108,13 +109,14 @@ def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(t
   assert all('-> [T=0] ' in line and ' || [T=1] ' in line for line in lines[1:])
 
 
-def test_bert_pretraining_scores_the_masked_tokens(tmp_path, tfds_dir):
+def test_bert_pretraining_scores_the_masked_tokens(tmp_path, tfds_dir, capsys):
   config = _tiny_lm('bert_pretrain', tfds_dir, builder_config='default', seq_length=32)
   workdir = str(tmp_path / 'run')
   training.train_and_evaluate(config, workdir)
   with open(os.path.join(workdir, 'vocab', 'vocab.json'), encoding='utf-8') as f:
     assert json.load(f)['shared']['vocab'][-1] == '<mask>'
   metrics = evaluate(Request(workdir, max_examples=8, num_heatmaps=0))
+  assert 'samples.txt, explorer.html.' in capsys.readouterr().out  # no picture, none named
   assert 0 <= metrics['accuracy'] <= 1 and metrics['perplexity'] > 1
   lines = open(os.path.join(workdir, 'eval', 'samples.txt'), encoding='utf-8').read().splitlines()
   assert '<mask>' in lines[1] and lines[1].endswith('right')

@@ -41,3 +41,9 @@ def test_image_maps_are_patches_with_sharp_edges_and_a_colour_bar(tmp_path):
   assert len(warm) > 1000 and len({tuple(np.round(p, 2)) for p in warm}) <= 3
   bar = pixels[:, int(pixels.shape[1] * 0.85) :]
   assert len({tuple(np.round(p, 2)) for p in bar.reshape(-1, 3)}) > 30  # the colour bar's ramp
+
+
+def test_a_deep_models_grid_shows_layers_evenly_spaced_first_and_last_included():
+  assert pictures.spread_layers(30) == [0, 10, 19, 29]
+  assert pictures.spread_layers(3) == [0, 1, 2] and pictures.spread_layers(1) == [0]
+  assert pictures.spread_layers(18, count=2) == [0, 17]
