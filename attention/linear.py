@@ -42,7 +42,8 @@ def elu_feature_map(x: Array) -> Array:
 def hedgehog_feature_map(x: Array, weight: Array) -> Array:
   """`φ(x) = [softmax(x W), softmax(-x W)]` over the features, in float32: `x [..., L, H]` and a
   per-head `weight [..., H, F]` (its leading dims broadcast against x's heads) give `[..., L, 2F]`.
-  With `W` the identity, `φ(q)·φ(k)` is already largest for keys along the query."""
+  The second half answers to the most negative projections as the first does to the largest,
+  so a query and a key can match in either direction."""
   projected = jnp.einsum('...lh,...hf->...lf', x.astype(jnp.float32), weight.astype(jnp.float32))
   return jnp.concatenate([jax.nn.softmax(projected), jax.nn.softmax(-projected)], axis=-1)
 

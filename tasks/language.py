@@ -37,6 +37,9 @@ from tasks.teacher_forcing import hit_counts, loss_metrics, token_scores
 
 Array = jax.Array
 MASK_RATE = 0.15  # BERT: the share of tokens the model must predict
+# Layers of a deep model the explorer page holds (evenly spaced): SmolLM2's 30 layers of 256-token
+# rows made a 26 MB page; prompt.py attention --layers=all shows every layer of a prompt.
+EXPLORED_LAYERS = 8
 
 
 def bert_mask(
@@ -315,30 +318,33 @@ class LanguageModeling(Task):
     return paths
 
   def explore(self, model, samples, options):
-    """Per sample, its self-attention of every layer and head over its model inputs."""
+    """Per sample, its self-attention of every head over its model inputs: of every layer, or
+    for a deep model of `EXPLORED_LAYERS` evenly spaced, one map each."""
     del options
-    return [
-      dict(
-        index=sample['index'],
-        reference=sample['reference'],
-        prediction=sample['prediction'],
-        correct=sample['correct'],
-        views=[
-          dict(
-            kind='attention',
-            maps=[
-              dict(
-                name='self-attention',
-                rows=self.tokenizer.tokens(sample['inputs']),
-                cols=self.tokenizer.tokens(sample['inputs']),
-                weights=weights,
-              )
-            ],
-          )
-        ],
+    records = []
+    for sample, weights in zip(samples, self.attention(model, samples)):
+      tokens = self.tokenizer.tokens(sample['inputs'])
+      layers = pictures.spread_layers(len(weights), EXPLORED_LAYERS)
+      maps = (
+        [('self-attention', weights)]
+        if len(layers) == len(weights)
+        else [(f'self-attention, layer {layer}', weights[layer : layer + 1]) for layer in layers]
       )
-      for sample, weights in zip(samples, self.attention(model, samples))
-    ]
+      records.append(
+        dict(
+          index=sample['index'],
+          reference=sample['reference'],
+          prediction=sample['prediction'],
+          correct=sample['correct'],
+          views=[
+            dict(
+              kind='attention',
+              maps=[dict(name=n, rows=tokens, cols=tokens, weights=w) for n, w in maps],
+            )
+          ],
+        )
+      )
+    return records
 
   def attention(self, model, samples):
     """Per sample, in order, its self-attention weights `[L, N, T, T]` (one jitted forward)."""

@@ -205,3 +205,23 @@ def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_pat
     'params.pooler.kernel',
   ]
   assert 'params.embed.embed.embedding' in loaded and 'params.mlm_bias' in loaded
+
+
+def test_a_deep_models_explorer_page_holds_eight_layers_each_named():
+  """12 layers: the page's maps are layers 0, 2, 3, 5, 6, 8, 9, 11, one map each, by name."""
+  import types
+
+  from tasks.language import LanguageModeling
+
+  weights = np.random.default_rng(0).random((12, 2, 3, 3))
+  fake = types.SimpleNamespace(
+    attention=lambda model, samples: [weights],
+    tokenizer=types.SimpleNamespace(tokens=lambda ids: ['a', 'b', 'c']),
+  )
+  sample = dict(index=0, reference='r', prediction='p', correct=None, inputs=[1, 2, 3])
+  (record,) = LanguageModeling.explore(fake, None, [sample], None)
+  maps = record['views'][0]['maps']
+  assert [m['name'] for m in maps] == [
+    f'self-attention, layer {l}' for l in (0, 2, 3, 5, 6, 8, 9, 11)
+  ]
+  np.testing.assert_array_equal(maps[1]['weights'], weights[2:3])
