@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from benchmarks import finetune_torch, timing
+from training import allocator
 
 
 def train_flops(model: Any, vocab: int, batch: int, tokens: int) -> float:
@@ -65,9 +66,11 @@ def time_steps(
 
 
 def attend_memory(state: Any, step: Callable, batches: list[dict]) -> dict[str, float]:
-  """As `finetune_torch.memory` for Attend's `(state, step)`, in this process."""
-  state, metrics = step(state, batches[0])
-  jax.block_until_ready(metrics)
+  """As `finetune_torch.memory` for Attend's `(state, step)`, in this process, the first
+  (compiling) step run as train.py runs it (`allocator.purging`)."""
+  with allocator.purging():
+    state, metrics = step(state, batches[0])
+    jax.block_until_ready(metrics)
 
   def run():
     carry = state

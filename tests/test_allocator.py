@@ -105,3 +105,37 @@ def test_a_bad_choice_stops_the_entry_point_with_one_line():
   assert result.returncode == 1
   assert result.stderr.strip() == "ATTEND_ALLOCATOR='jemalloc' must be one of 'mimalloc', 'system'."
   assert not os.path.exists(os.path.join(ROOT, 'unused'))
+
+
+_PURGING = """
+import ctypes, os
+from training import allocator
+get = ctypes.CDLL(None).mi_option_get
+before = get(allocator.PURGE_DELAY_OPTION)
+with allocator.purging():
+  inside = get(allocator.PURGE_DELAY_OPTION)
+print(allocator.active(), before, inside, get(allocator.PURGE_DELAY_OPTION))
+"""
+
+
+@pytest.mark.skipif(
+  not sys.platform.startswith('linux') or allocator.library_path() is None,
+  reason='mimalloc is preloaded on Linux, with cmeel-mimalloc installed',
+)
+def test_purging_turns_the_purge_delay_to_zero_inside_and_back_after():
+  """The option `purging` sets is the one MIMALLOC_PURGE_DELAY sets (an unusual value, 123, to
+  tell it apart from the others): 0 inside the block, 123 again after it."""
+  path = os.pathsep.join(filter(None, (ROOT, os.environ.get('PYTHONPATH'))))
+  env = dict(os.environ, PYTHONPATH=path, MIMALLOC_PURGE_DELAY='123')
+  env.pop('LD_PRELOAD', None)
+  env = allocator.preload_environment(env, allocator.library_path())
+  done = subprocess.run(
+    [sys.executable, '-c', _PURGING],
+    env=env,
+    cwd=ROOT,
+    text=True,
+    capture_output=True,
+    check=False,
+  )
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.split() == ['True', '123', '0', '123']

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tasks
-from training import evaluation, layout, profiling, sharding
+from training import allocator, evaluation, layout, profiling, sharding
 from training import init_from as init_from_lib
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
@@ -178,9 +178,11 @@ def _train(config, workdir: str, task) -> dict:
         logging.info('Compiling the train step...')
         started = time.perf_counter()
       trace.before(step, state)
-      state, metrics = step_fn(state, sharding.shard_batch(batch, mesh), dropout_key)
-      if step == first_step:
-        jax.block_until_ready(metrics)
+      # The first call compiles: XLA's working memory goes back to the system as it is freed.
+      with allocator.purging() if step == first_step else contextlib.nullcontext():
+        state, metrics = step_fn(state, sharding.shard_batch(batch, mesh), dropout_key)
+        if step == first_step:
+          jax.block_until_ready(metrics)
         compiled = time.perf_counter() - started
         logging.info('Compiled the train step in %.1f s.', compiled)
         progress.pause(compiled, steps=1)
