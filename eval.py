@@ -50,7 +50,8 @@ _ABLATE = flags.DEFINE_bool(
   'ablate_heads',
   False,
   'Also measure the main metric with each attention head ablated in '
-  'turn: eval/head_ablation.json and .png (docs/interventions.md).',
+  'turn: eval/head_ablation.json and .png (docs/interventions.md); with --max_examples, over '
+  'the first batches holding that many examples.',
 )
 _EXPLORER = flags.DEFINE_integer(
   'explorer_examples',

@@ -53,19 +53,28 @@ def _counts(state: TrainState, batch, keep: dict[str, jax.Array], *, counts_fn):
     return counts_fn(model, batch)
 
 
-def _metrics(state, task: Task, split: str, keep, *, batch_size: int, mesh) -> dict[str, float]:
+def _metrics(
+  state, task: Task, split: str, keep, *, batch_size: int, mesh, max_examples: int
+) -> dict[str, float]:
   step = functools.partial(_counts, keep=keep, counts_fn=task.eval_counts)
-  totals = evaluation.summed_counts(state, task, split, batch_size=batch_size, mesh=mesh, step=step)
+  totals = evaluation.summed_counts(
+    state, task, split, batch_size=batch_size, mesh=mesh, step=step, max_examples=max_examples
+  )
   return {key: float(value) for key, value in task.summarize(totals).items()}
 
 
-def sweep(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
+def sweep(
+  state: TrainState, task: Task, split: str, *, batch_size: int, mesh, max_examples: int = 0
+) -> dict:
   """The split's metrics with no head ablated and with each head of each layer ablated alone,
-  with a progress line every `Progress.EVERY_SECONDS` (and at the end).
+  with a progress line every `Progress.EVERY_SECONDS` (and at the end). `max_examples` > 0:
+  over the split's first batches that hold that many examples (each head costs a pass over
+  what is read: a real model's 270 heads over a whole split take hours).
 
   Returns:
     `{'metric': the main one (the first of MAIN_METRICS the task reports), 'unablated': its
-    value, 'layers': {path: {head: value}}, 'all_metrics': the same with every metric}`.
+    value, 'examples': how many the metrics read, 'layers': {path: {head: value}},
+    'all_metrics': the same with every metric}`.
 
   Raises:
     ValueError: the model has no multi-head attention layer.
@@ -77,7 +86,14 @@ def sweep(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -
       'Transformer family); this one has none.'
     )
   ones = {path: jnp.ones((heads,)) for path, heads in layers.items()}
-  run = functools.partial(_metrics, state, task, split, batch_size=batch_size, mesh=mesh)
+  run = functools.partial(
+    _metrics, state, task, split, batch_size=batch_size, mesh=mesh, max_examples=max_examples
+  )
+  read = evaluation.batches_holding(task, split, batch_size, max_examples)
+  examples = sum(int(np.sum(np.asarray(batch['index']) >= 0)) for batch in read)
+  logging.info(
+    'Head ablation: %d heads, each over %d examples of %s.', sum(layers.values()), examples, split
+  )
   base = run(ones)
   metric = next(name for name in MAIN_METRICS if name in base)
   every, total, started, last = {}, sum(layers.values()), time.perf_counter(), 0.0
@@ -95,6 +111,7 @@ def sweep(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -
     metric=metric,
     unablated=base[metric],
     split=split,
+    examples=examples,
     layers={
       path: {head: values[metric] for head, values in heads.items()}
       for path, heads in every.items()

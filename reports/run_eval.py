@@ -36,11 +36,13 @@ class Request:
     num_heatmaps: attention pictures to draw, for the first examples of the split.
     heatmap_layer: layer whose attention is drawn (negative counts from the end).
     heatmap_head: head to draw; -1 = the mean over heads.
-    max_examples: decode only this many examples (0 = all).
+    max_examples: decode only this many examples (0 = all); the head ablation sweep, too, reads
+      only the first batches that hold them.
     eval_lengths: language models: also evaluate on rows of these lengths ('loss@N'); replaces
       the config's `dataset.eval_lengths`.
     ablate_heads: also write the split's main metric with each attention head ablated in turn
-      (eval/head_ablation.json and .png, `reports.head_ablation`).
+      (eval/head_ablation.json and .png, `reports.head_ablation`), over the split or the first
+      batches holding `max_examples`.
     explorer_examples: the first examples shown in eval/explorer.html (`reports.explorer`);
       None = `num_heatmaps`.
     output: the workdir's folder written instead of eval/: 'eval' or 'eval_NAME' (a beam-search
@@ -121,7 +123,12 @@ def evaluate(request: Request) -> dict:
     if request.ablate_heads:
       batch_size = run.config.dataset.eval_batch_size
       sweep = head_ablation.sweep(
-        run.state, run.task, request.split, batch_size=batch_size, mesh=run.mesh
+        run.state,
+        run.task,
+        request.split,
+        batch_size=batch_size,
+        mesh=run.mesh,
+        max_examples=request.max_examples,
       )
       head_ablation.write(sweep, out_dir)
     _print_summary(metrics, out_dir, run.task.samples_file, pictures=len(drawn or ()))

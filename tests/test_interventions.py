@@ -240,11 +240,15 @@ def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projectio
   with mock.patch.object(head_ablation.logging, 'info') as info:
     result = head_ablation.sweep(state, task, 'validation', batch_size=250, mesh=mesh)
   lines = [call.args[0] % call.args[1:] for call in info.call_args_list]  # '%s | ETA %s'
-  assert [line.split(' |')[0] for line in lines] == [
+  batches = task.batches('validation', batch_size=250, shuffle=False, seed=0, num_epochs=1)
+  examples = sum(int((np.asarray(batch['index']) >= 0).sum()) for batch in batches)
+  assert lines[0] == f'Head ablation: 2 heads, each over {examples} examples of validation.'
+  assert result['examples'] == examples > 100
+  assert [line.split(' |')[0] for line in lines[1:]] == [
     'Head ablation: 1/2 heads (layers/0/self_attn, head 0)',
     'Head ablation: 2/2 heads (layers/0/self_attn, head 1)',
   ]
-  assert lines[-1].endswith('ETA 0m00s') and 'heads/s' in lines[0]
+  assert lines[-1].endswith('ETA 0m00s') and 'heads/s' in lines[1]
   assert result['metric'] == 'accuracy' and set(result['layers']) == {'layers/0/self_attn'}
   loss = lambda s: evaluation.split_metrics(s, task, 'validation', batch_size=250, mesh=mesh)
   assert result['all_metrics']['unablated']['loss'] == pytest.approx(float(loss(state)['loss']))
@@ -255,6 +259,9 @@ def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projectio
     ablated = result['all_metrics']['layers']['layers/0/self_attn'][str(head)]['loss']
     assert ablated == pytest.approx(float(loss(state.replace(params=params))['loss']), rel=1e-5)
     assert ablated != pytest.approx(result['all_metrics']['unablated']['loss'], rel=1e-4)
+  # --max_examples: the first batches holding that many (here 2 of 50 rows for 60).
+  first = head_ablation.sweep(state, task, 'validation', batch_size=50, mesh=mesh, max_examples=60)
+  assert first['examples'] == 100
   paths = head_ablation.write(result, str(tmp_path))
   assert json.load(open(paths[0], encoding='utf-8'))['layers'] == result['layers']
 

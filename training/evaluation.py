@@ -30,17 +30,30 @@ def summed_counts(
   batch_size: int,
   mesh,
   step: Callable[[TrainState, Any], dict] | None = None,
+  max_examples: int = 0,
 ) -> dict:
   """The task's counts summed over the split's batches, each batch's from `step(state, batch)`:
   by default the task's `eval_counts` (no dropout); a caller's own step may edit the model first
-  (`reports.head_ablation` zeroes heads)."""
+  (`reports.head_ablation` zeroes heads). `max_examples` > 0: the first batches only, until
+  they hold that many examples (`batches_holding` counts them)."""
   step = step or functools.partial(_eval_step, counts_fn=task.eval_counts)
   totals: dict[str, float] = {}
-  for batch in task.batches(split, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1):
+  for batch in batches_holding(task, split, batch_size, max_examples):
     counts = step(state, sharding.shard_batch(batch, mesh))
     for key, value in jax.device_get(counts).items():
       totals[key] = totals.get(key, 0) + value
   return totals
+
+
+def batches_holding(task: Task, split: str, batch_size: int, max_examples: int = 0):
+  """The split's batches in order, all of them, or with `max_examples` > 0 the first ones until
+  they hold at least that many examples (padding rows, index -1, are none)."""
+  seen = 0
+  for batch in task.batches(split, batch_size=batch_size, shuffle=False, seed=0, num_epochs=1):
+    if max_examples and seen >= max_examples:
+      return
+    seen += int(np.sum(np.asarray(batch['index']) >= 0))
+    yield batch
 
 
 def split_metrics(state: TrainState, task: Task, split: str, *, batch_size: int, mesh) -> dict:
