@@ -13,70 +13,61 @@ import attention
 from studies import attention_swaps, attention_transfer
 from training import restore
 
-
-@pytest.fixture(scope='module')
-def study(tmp_path_factory):
-  base = tmp_path_factory.mktemp('swaps')
-  folder = write_checkpoint('llama', str(base / 'llama'))
-  text = base / 'text.txt'
-  words = np.random.default_rng(0).integers(1, VOCAB, (400, 9))
-  text.write_text('\n'.join(' '.join(f'w{i}' for i in row) for row in words))
-  args = ['--checkpoint', folder, '--text', str(text), '--out', str(base / 'out')]
-  args += ['--steps=2', '--eval_every=1', '--batch=4', '--seq_length=16', '--window=4']
-  args.append('--transfer_steps=10')
-  # The others' conversions: test_init_from_checkpoint; plain linear attention: test_variants.
-  args.append(f'--variants=unchanged,{TRANSFERRED}')
-  return base, args, attention_swaps.main(args)
-
-
 TRANSFERRED = 'linear (Hedgehog) after attention transfer'
 
 
-def test_every_variant_has_a_curve_from_the_trained_weights(study):
-  base, _, result = study
-  names = [row['name'] for row in result['variants']]
-  assert names == ['unchanged', TRANSFERRED]
-  rows = {row['name']: row for row in result['variants']}
-  for row in rows.values():
-    assert [step for step, _ in row['curve']] == [0, 1, 2]
-    assert np.isfinite(row['test_after'])
-  # Only the attention changed at step 0: the linear map computes something else.
-  assert rows[TRANSFERRED]['before'] != rows['unchanged']['before']
-  assert json.loads((base / 'out' / 'swaps.json').read_text())['steps'] == 2
-  assert (base / 'out' / 'swaps.png').stat().st_size > 10_000
+def test_the_study_trains_each_variant_from_the_weights_and_reads_a_finished_one(
+  tmp_path, subtests, capsys
+):
+  """One test, so that one pytest-xdist worker runs the study (a module fixture ran once per
+  worker: 13 s of CPU each)."""
+  folder = write_checkpoint('llama', str(tmp_path / 'llama'))
+  text = tmp_path / 'text.txt'
+  words = np.random.default_rng(0).integers(1, VOCAB, (400, 9))
+  text.write_text('\n'.join(' '.join(f'w{i}' for i in row) for row in words))
+  out = tmp_path / 'out'
+  args = ['--checkpoint', folder, '--text', str(text), '--out', str(out)]
+  args += ['--steps=2', '--eval_every=1', '--batch=4', '--seq_length=16', '--window=4']
+  args.append('--transfer_steps=10')
+  # The others' conversions: test_init_from_checkpoint; plain linear attention: test_variants.
+  result = attention_swaps.main(args + [f'--variants=unchanged,{TRANSFERRED}'])
+  with subtests.test('every variant has a curve from the trained weights'):
+    assert [row['name'] for row in result['variants']] == ['unchanged', TRANSFERRED]
+    rows = {row['name']: row for row in result['variants']}
+    for row in rows.values():
+      assert [step for step, _ in row['curve']] == [0, 1, 2]
+      assert np.isfinite(row['test_after'])
+    # Only the attention changed at step 0: the linear map computes something else.
+    assert rows[TRANSFERRED]['before'] != rows['unchanged']['before']
+    assert json.loads((out / 'swaps.json').read_text())['steps'] == 2
+    assert (out / 'swaps.png').stat().st_size > 10_000
+  with subtests.test('the attention transfer trains the maps the fine-tune starts from'):
+    transferred = out / 'linear_Hedgehog_after_attention_transfer_transfer'
+    report = json.loads((transferred / 'transfer.json').read_text())
+    assert report['steps'] == 10
+    assert report['held_out_loss']['after'] < report['held_out_loss']['before']
+    assert len(report['per_layer']['after']) == 2  # the tiny model's layers
+    config = json.loads((transferred / 'config.json').read_text())
+    assert (config['model']['attention'], config['model']['feature_map']) == ('linear', 'hedgehog')
+    state = restore.for_evaluation(str(transferred), None).state
+    maps = state.params['layers'][0]['self_attn']['query_features']
+    assert maps.shape == (4, 8, 8) and not np.allclose(maps, np.eye(8))
+    tuned = out / 'linear_Hedgehog_after_attention_transfer'
+    assert json.loads((tuned / 'config.json').read_text())['init_from'] == str(transferred)
+    log = (tuned / 'train.log').read_text()
+    assert 'loaded 25 of 25 parameter arrays; initialised: none' in log
+  with subtests.test('a finished variant is read, not trained again'):
+    capsys.readouterr()
+    again = attention_swaps.main(args + ['--variants=unchanged'])
+    assert 'training' not in capsys.readouterr().out
+    assert again['variants'][0]['curve'] == result['variants'][0]['curve']
 
 
-def test_a_finished_variant_is_read_not_trained_again(study, capsys):
-  _, args, result = study
-  again = attention_swaps.main(args[:-1] + ['--variants=unchanged'])
-  assert 'training' not in capsys.readouterr().out
-  assert again['variants'][0]['curve'] == result['variants'][0]['curve']
-
-
-def test_a_window_that_would_not_bind_is_one_sentence(study):
-  _, args, _ = study
+def test_a_window_that_would_not_bind_is_one_sentence(tmp_path):
+  args = ['--checkpoint', 'unread', '--text', 'unread.txt', '--out', str(tmp_path / 'out')]
   with pytest.raises(ValueError, match='--window=16 must be in 1 .. --seq_length - 1 = 15'):
-    attention_swaps.main(args + ['--window=16'])
-
-
-def test_attention_transfer_trains_the_maps_the_fine_tune_starts_from(study):
-  """The transfer lowers its held-out loss, writes a linear workdir whose maps left the identity,
-  and the fine-tune's init_from is that workdir, all of whose parameters it loads."""
-  base, _, _ = study
-  transferred = base / 'out' / 'linear_Hedgehog_after_attention_transfer_transfer'
-  report = json.loads((transferred / 'transfer.json').read_text())
-  assert report['steps'] == 10
-  assert report['held_out_loss']['after'] < report['held_out_loss']['before']
-  assert len(report['per_layer']['after']) == 2  # the tiny model's layers
-  config = json.loads((transferred / 'config.json').read_text())
-  assert (config['model']['attention'], config['model']['feature_map']) == ('linear', 'hedgehog')
-  state = restore.for_evaluation(str(transferred), None).state
-  maps = state.params['layers'][0]['self_attn']['query_features']
-  assert maps.shape == (4, 8, 8) and not np.allclose(maps, np.eye(8))
-  tuned = base / 'out' / 'linear_Hedgehog_after_attention_transfer'
-  assert json.loads((tuned / 'config.json').read_text())['init_from'] == str(transferred)
-  log = (tuned / 'train.log').read_text()
-  assert 'loaded 25 of 25 parameter arrays; initialised: none' in log
+    attention_swaps.main(args + ['--seq_length=16', '--window=16'])
+  assert not (tmp_path / 'out').exists()
 
 
 def test_transfer_loss_is_the_squared_error_of_linear_against_softmax_outputs(rng):
