@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import tiny_gguf
 
+from data import chat
 from data.pretrained_tokenizer import PretrainedTokenizer
 from models import generation, interventions, pretrained
 from models.pretrained import gguf_checkpoint
@@ -382,6 +383,14 @@ def test_smollm2_equals_transformers(smollm2, subtests):
     assert_cached_decoding_is_the_full_pass(converted, ids, ours[0])
   with subtests.test('greedy texts'):
     assert_greedy_texts_are_transformers(converted, model, tokenizer)
+  with subtests.test("the file's chat template, rendered as apply_chat_template renders it"):
+    ours = chat.chat_ids(
+      PretrainedTokenizer(checkpoint.tokenizer_json, chat_template=checkpoint.chat_template),
+      'What is the capital of France?',
+    )
+    messages = [{'role': 'user', 'content': 'What is the capital of France?'}]
+    theirs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    assert ours == list(getattr(theirs, 'input_ids', theirs)) and len(ours) == 37
 
 
 def _transformers_gemma3_config(path: str):
