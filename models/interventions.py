@@ -157,14 +157,15 @@ def editing(model: nnx.Module, edits: Mapping[str, Edit] | None = None) -> Itera
   paths, outer = module_paths(model), _ACTIVE.get()
   # A capture opened inside another of the same model (a task's picture or metric read while
   # head ablation edits the model) applies the outer edits too and reports back to it.
-  inherited = dict(outer.edits) if outer is not None and outer.paths == paths else {}
+  nested = outer is not None and outer.paths == paths
+  inherited = dict(outer.edits) if nested else {}
   run = _Run(paths, {**inherited, **edits})
   token = _ACTIVE.set(run)
   try:
     yield run
   finally:
     _ACTIVE.reset(token)
-  if inherited:
+  if nested:
     outer.captured.update(run.captured)
     outer.used.update(run.used & set(inherited))
   if not run.captured:
