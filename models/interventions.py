@@ -121,6 +121,12 @@ def module_paths(model: nnx.Module) -> dict[int, str]:
   }
 
 
+def modules_by_path(model: nnx.Module) -> dict[str, nnx.Module]:
+  """`{'a/0/b': module}` for the model and every module inside it, by the paths taps are named
+  with (`module_paths` the other way round)."""
+  return {'/'.join(str(part) for part in path): module for path, module in nnx.iter_modules(model)}
+
+
 def layer_paths(model: nnx.Module, role: str = 'self') -> list[str]:
   """The paths of the attention layers the model lists under `role` in its `attention_names`, in
   layer order (`'layers/0/self_attn'`, `'layers/1/self_attn'`, ...): each one's taps are

@@ -81,11 +81,6 @@ def _below(path: str, residuals: Mapping[str, jax.Array]) -> tuple[str, ...]:
   return names if all(name in residuals for name in names) else ()
 
 
-def _add(totals: dict, counts: dict) -> None:
-  for key, value in jax.device_get(counts).items():
-    totals[key] = totals.get(key, 0) + value
-
-
 def sweep(
   state: TrainState, task: Task, split: str, *, batch_size: int, mesh, max_examples: int = 0
 ) -> dict:
@@ -123,14 +118,14 @@ def sweep(
   for number, batch in enumerate(batches, 1):
     batch = sharding.shard_batch(batch, mesh)
     counts, residuals = _clean(state, batch, counts_fn=task.eval_counts)
-    _add(base_totals, counts)
+    evaluation.add_counts(base_totals, counts)
     for path, heads in layers.items():
       below = _below(path, residuals)
       kept = {name: residuals[name] for name in below}
       for head in range(heads):
         keep = {**ones, path: ones[path].at[head].set(0.0)}
         counts = _counts(state, batch, keep, kept, counts_fn=task.eval_counts, below=below)
-        _add(totals[path][head], counts)
+        evaluation.add_counts(totals[path][head], counts)
         done, now = done + 1, time.perf_counter()
         if now - last >= Progress.EVERY_SECONDS or done == total:  # a real model has 270 heads
           rate, last = done / (now - started), now

@@ -73,14 +73,7 @@ class Metric:
 
 def _heads_of(model: nnx.Module) -> tuple[list[str], int]:
   paths = interventions.layer_paths(model)
-  return paths, _module(model, paths[0]).num_heads
-
-
-def _module(model: nnx.Module, path: str) -> nnx.Module:
-  for parts, module in nnx.iter_modules(model):
-    if '/'.join(map(str, parts)) == path:
-      return module
-  raise KeyError(path)
+  return paths, interventions.modules_by_path(model)[paths[0]].num_heads
 
 
 def replacements(model: nnx.Module, ids: Array, ablation: str, other: Array | None) -> Array:
@@ -232,11 +225,12 @@ def head_attributions(model: nnx.Module, ids: Array, direction: Callable[[Array]
     raise ValueError('Direct logit attribution reads a pre-norm model (its final norm).')
   _, captured = interventions.capture(model, ids, method='token_logits')
   blocks = [path.rsplit('/', 1)[0] for path in paths]  # 'layers/3'
+  modules = interventions.modules_by_path(model)
   final = captured[f'{blocks[-1]}/residual'][:, -1]  # [B, D], before the final norm
   unembed = lambda x: direction(model.logits_of(x)) - direction(model.logits_of(jnp.zeros_like(x)))
   rows = []
   for path, block_path in zip(paths, blocks):
-    attention, block = _module(model, path), _module(model, block_path)
+    attention, block = modules[path], modules[block_path]
     heads = captured[f'{path}/heads'][:, :, -1:]  # [B, N, 1, H]
     no_bias = merge_project_heads(attention.w_o, jnp.zeros_like(heads))
     one = lambda h, heads=heads, attention=attention, no_bias=no_bias: (

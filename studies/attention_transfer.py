@@ -85,19 +85,15 @@ def transfer_loss(maps: dict[str, jax.Array], taps: dict[str, jax.Array], key_ma
 
 def _student_maps(student: nnx.Module, paths: list[str]) -> dict[str, jax.Array]:
   """Each layer's feature maps stacked, `{'query_features': [L, N, H, H], 'key_features': ...}`."""
-  modules = {path: module for path, module in _modules(student).items() if path in paths}
+  modules = interventions.modules_by_path(student)
   return {
     name: jnp.stack([getattr(modules[path], name)[...] for path in paths])
     for name in ('query_features', 'key_features')
   }
 
 
-def _modules(model: nnx.Module) -> dict[str, nnx.Module]:
-  return {'/'.join(map(str, path)): module for path, module in nnx.iter_modules(model)}
-
-
 def _set_maps(student: nnx.Module, paths: list[str], maps: dict[str, jax.Array]) -> None:
-  modules = _modules(student)
+  modules = interventions.modules_by_path(student)
   for i, path in enumerate(paths):
     for name, stacked in maps.items():
       getattr(modules[path], name).value = stacked[i]

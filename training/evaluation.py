@@ -39,10 +39,14 @@ def summed_counts(
   step = step or functools.partial(_eval_step, counts_fn=task.eval_counts)
   totals: dict[str, float] = {}
   for batch in batches_holding(task, split, batch_size, max_examples):
-    counts = step(state, sharding.shard_batch(batch, mesh))
-    for key, value in jax.device_get(counts).items():
-      totals[key] = totals.get(key, 0) + value
+    add_counts(totals, step(state, sharding.shard_batch(batch, mesh)))
   return totals
+
+
+def add_counts(totals: dict, counts: dict) -> None:
+  """Adds a batch's counts (device arrays) into `totals`, key by key."""
+  for key, value in jax.device_get(counts).items():
+    totals[key] = totals.get(key, 0) + value
 
 
 def batches_holding(task: Task, split: str, batch_size: int, max_examples: int = 0):
