@@ -183,6 +183,7 @@ def _train(config, workdir: str, task) -> dict:
         state, metrics = step_fn(state, sharding.shard_batch(batch, mesh), dropout_key)
         if step == first_step:
           jax.block_until_ready(metrics)
+      if step == first_step:
         compiled = time.perf_counter() - started
         logging.info('Compiled the train step in %.1f s.', compiled)
         progress.pause(compiled, steps=1)
