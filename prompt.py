@@ -1,4 +1,4 @@
-"""A researcher's own prompt through a language model's workdir: what each head does to it.
+"""A researcher's own prompt through a workdir: what each head does to it, and its attention.
 
   python prompt.py heads --workdir=runs/smollm2 --metric=logit_diff --target=" Mary" \\
       --versus=" John" --prompt="When Mary and John went to the store, John gave a drink to"
@@ -6,14 +6,19 @@
       --source="When Alice and Bob went to the store, Carl gave a drink to"
   python prompt.py attribute --workdir=runs/smollm2 --prompt="..." --target=" Mary" --versus=" John"
   python prompt.py attention --workdir=runs/smollm2 --prompt="..." --layers=0,9,18,29
+  python prompt.py attention --workdir=runs/default --prompt="three hundred and twelve"
 
 heads: each head's output replaced (--ablation zero, mean over a --reference text, or patched
 from a --source prompt of as many tokens), and the change in --metric: logprob (of --target
 after the prompt), logit_diff (--target's logit less --versus's) or loss (over the prompt);
 --heads=9.6,10.0 for some heads only. attribute: each head's direct share of --target's logit
-(or of the difference with --versus), and the logit lens. attention: the attention pictures and
-the explorer page of some layers (--layers, default 4 evenly spaced; 'all'). Targets are single
-tokens (' Mary', its space included). Files go to --out (default WORKDIR/prompt/); a refused
+(or of the difference with --versus), and the logit lens. heads and attribute read causal
+language models. attention: the attention pictures and the explorer page of some layers
+(--layers, default 4 evenly spaced; 'all') of a language model; on a run of translation,
+classification or question answering, the prompt read as one of its examples (a source
+sentence; a text; a story whose last sentence is the question), predicted, and drawn as eval.py
+draws an example (--layers: the one layer drawn). Targets are single tokens (' Mary', its space
+included). Files go to --out (default WORKDIR/prompt/); a refused
 command writes nothing. docs/interventions.md has the walk-through.
 """
 
@@ -27,7 +32,7 @@ from absl import app, flags, logging
 from reports import prompt_commands, prompt_effects
 import training
 
-_WORKDIR = flags.DEFINE_string('workdir', None, "A language model's workdir.")
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A training or converted workdir.')
 _PROMPT = flags.DEFINE_string('prompt', None, 'The text the model reads.')
 _OUT = flags.DEFINE_string('out', '', 'Where the files go (default WORKDIR/prompt/).')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', '', "'best', 'latest' or a step.")
@@ -38,7 +43,9 @@ _ABLATION = flags.DEFINE_enum('ablation', 'zero', prompt_effects.ABLATIONS, 'hea
 _SOURCE = flags.DEFINE_string('source', '', '--ablation=patch: the prompt heads come from.')
 _REFERENCE = flags.DEFINE_string('reference', '', '--ablation=mean: the text of the means.')
 _HEADS = flags.DEFINE_string('heads', '', 'heads: LAYER.HEAD,... (default every head).')
-_LAYERS = flags.DEFINE_string('layers', '', "attention: L,L,... or 'all' (default 4 layers).")
+_LAYERS = flags.DEFINE_string(
+  'layers', '', "attention: L,L,... or 'all' (default: 4, or the last)."
+)
 flags.mark_flags_as_required(['workdir', 'prompt'])
 
 

@@ -148,7 +148,7 @@ class Example:
 
   Attributes:
     text: the text as stored in the dataset.
-    label: index into `LabeledText.label_names`.
+    label: index into `LabeledText.label_names`; None for a new text (`unlabeled`).
     sentences: the preprocessed pieces that are tokenized: `split_sentences(text)`, each
       preprocessed, for the document layout; `(preprocessed text,)` for the sentence layout.
     key_sentences: positions in `split_sentences(text)` of the sentences that carry the label;
@@ -156,7 +156,7 @@ class Example:
   """
 
   text: str
-  label: int
+  label: int | None
   sentences: tuple[str, ...]
   key_sentences: tuple[int, ...]
 
@@ -222,15 +222,12 @@ class LabeledText(BatchSource):
       c = self.config
       out = []
       for record in read_split(self._builder, split, self.name):
-        text = as_text(record[c.text_key])
-        pieces = split_sentences(text) if self.layout == 'document' else [text]
         keys = record[self._key_sentences_key] if self._key_sentences_key else ()
         out.append(
-          Example(
-            text,
-            self._label(record[c.label_key], split),
-            tuple(self.preprocess(p) for p in pieces),
-            tuple(int(k) for k in keys),
+          dataclasses.replace(
+            self.unlabeled(as_text(record[c.text_key])),
+            label=self._label(record[c.label_key], split),
+            key_sentences=tuple(int(k) for k in keys),
           )
         )
       self._examples[split] = out
@@ -256,10 +253,27 @@ class LabeledText(BatchSource):
     counts[:3] += [dropped > 0 or cut > 0, dropped, cut]
     return out
 
+  def unlabeled(self, text: str) -> Example:
+    """A text as an example of this dataset reads it (split into sentences for the document
+    layout, each preprocessed), with no label and no key sentences."""
+    pieces = split_sentences(text) if self.layout == 'document' else [text]
+    return Example(text, None, tuple(self.preprocess(p) for p in pieces), ())
+
   def encode(self, text: str) -> np.ndarray:
     """Ids of a new text, as a row of `encoded`: int32 `[max_sentences, max_words]` or `[T]`."""
-    pieces = split_sentences(text) if self.layout == 'document' else [text]
-    return self._encode(tuple(self.preprocess(p) for p in pieces), np.zeros(4, np.int64))
+    return self._encode(self.unlabeled(text).sentences, np.zeros(4, np.int64))
+
+  def text_batch(self, text: str) -> dict[str, np.ndarray]:
+    """A new text as a batch of its own (`batches` with one row): `encode(text)` trimmed to
+    its extents rounded up to `bucket_step`. A Transformer reads a document's sentences as one
+    row of `S * W` positions, so what it predicts depends on that width."""
+    rows = ClassificationBatches(
+      self.encode(text)[None],
+      np.zeros(1, np.int32),
+      bucket_step=self.config.bucket_step,
+      **BatchPlan(1, False, 0, 1, 0, 1).iterator_args(),
+    )
+    return next(iter(rows))
 
   def encoded(self, split: str) -> np.ndarray:
     """Ids of every example of `split`, PAD_ID-padded and truncated to the limits, cached.

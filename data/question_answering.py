@@ -27,6 +27,7 @@ from data.builders import babi
 from data.pipeline import DenseBatches
 from data.readers import babi_files
 from data.schema import checked_fields
+from data.sentences import split_sentences
 from data.text import TextOptions
 from data.tfds_reading import as_text, make_builder, read_split
 from data.tokenizers import PAD_ID, UNK_ID, WordTokenizer, load_tokenizers, save_tokenizers
@@ -88,7 +89,7 @@ class QAExample:
   Attributes:
     story: the story's sentences before the question, oldest first, not truncated.
     question: the question.
-    answer: the answer, one word.
+    answer: the answer, one word; '' for a researcher's own question (`typed_example`).
     supporting: indices into `story` of the sentences the answer follows from.
   """
 
@@ -192,18 +193,9 @@ class QAData(BatchSource):
       ValueError: if an answer is not one word of the vocabulary.
     """
     if split not in self._arrays:
-      examples, m = self.examples(split), self.memory_size
-      story = np.full((len(examples), m, self.sentence_length), PAD_ID, np.int32)
-      query = np.full((len(examples), self.sentence_length), PAD_ID, np.int32)
-      support = np.zeros((len(examples), m), np.int32)
-      truncated = 0
-      for n, e in enumerate(examples):
-        query[n] = self._encode(e.question)
-        first = max(0, len(e.story) - m)  # The oldest sentence kept.
-        truncated += first > 0
-        for slot, sentence in enumerate(e.story[first:]):
-          story[n, slot] = self._encode(sentence)
-        support[n, [i - first for i in e.supporting if i >= first]] = 1
+      examples, m, length = self.examples(split), self.memory_size, self.sentence_length
+      encoded = [self.encode_example(e) for e in examples]
+      truncated = sum(len(e.story) > m for e in examples)
       if truncated:
         logging.warning(
           '%s %s: %d of %d examples have stories of more than memory_size=%d '
@@ -216,12 +208,41 @@ class QAData(BatchSource):
           m,
         )
       self._arrays[split] = {
-        'story': story,
-        'query': query,
+        **{
+          key: np.asarray([e[key] for e in encoded], np.int32).reshape(len(examples), *shape)
+          for key, shape in (('story', (m, length)), ('query', (length,)), ('support', (m,)))
+        },
         'answer': self._answer_ids(split, examples),
-        'support': support,
       }
     return self._arrays[split]
+
+  def encode_example(self, example: QAExample) -> dict[str, np.ndarray]:
+    """One example's rows of `arrays` but its answer: 'story' `[M, L]` (its most recent M
+    sentences, oldest first), 'query' `[L]` and 'support' `[M]`."""
+    m = self.memory_size
+    story = np.full((m, self.sentence_length), PAD_ID, np.int32)
+    support = np.zeros(m, np.int32)
+    first = max(0, len(example.story) - m)  # The oldest sentence kept.
+    for slot, sentence in enumerate(example.story[first:]):
+      story[slot] = self._encode(sentence)
+    support[[i - first for i in example.supporting if i >= first]] = 1
+    return dict(story=story, query=self._encode(example.question), support=support)
+
+  @staticmethod
+  def typed_example(text: str) -> QAExample:
+    """A researcher's story and question as one example, with no answer: the sentences of
+    `text`, the last of them the question.
+
+    Raises:
+      ValueError: unless `text` has a story and ends with a question.
+    """
+    sentences = split_sentences(text)
+    if len(sentences) < 2 or not sentences[-1].endswith('?'):
+      raise ValueError(
+        'Give a story and then its question, ending with "?", e.g. "Mary went to the '
+        'kitchen. John went to the garden. Where is Mary?".'
+      )
+    return QAExample(story=tuple(sentences[:-1]), question=sentences[-1], answer='', supporting=())
 
   def _answer_ids(self, split: str, examples: list[QAExample]) -> np.ndarray:
     ids = np.zeros(len(examples), np.int32)

@@ -21,12 +21,13 @@ from data.batch_source import BatchPlan, BatchSource
 from data.builders.dates import Dates
 from data.builders.number_words import NumberWords
 from data.pipeline import EncodedSplit, PaddedBatches, encode_split
-from data.placeholders import TAGS, label_tags, protect_pair, restore, source_items
+from data.placeholders import TAGS, label_tags, protect, protect_pair, restore, source_items
 from data.readers import tsv_parallel
 from data.schema import checked_fields
 from data.text import TextOptions
 from data.tfds_reading import as_text, make_builder, read_split
 from data.tokenizers import (
+  EOS_ID,
   VOCAB_KINDS,
   Tokenizer,
   build_tokenizer,
@@ -241,6 +242,26 @@ class TranslationData(BatchSource):
       return tokens
     items = source_items(self.preprocess(source))
     return [label_tags(token, items) for token in tokens]
+
+  def source_ids(self, text: str) -> list[int]:
+    """The ids a new source `text` is read as, the same as a split's example of that text:
+    preprocessed, its items protected, tokenized, cut to `max_input_length` with `truncate`,
+    then EOS.
+
+    Raises:
+      ValueError: if `text` is longer than `max_input_length` without `truncate`.
+    """
+    source = self.preprocess(text)
+    if self.config.protect_items:
+      source = protect(source, source_items(source))
+    ids = list(self.source_tokenizer.encode(source))
+    limit = self.config.max_input_length
+    if len(ids) > limit and not self.config.truncate:
+      raise ValueError(
+        f'The text is {len(ids)} source tokens, more than config.dataset.max_input_length='
+        f'{limit} that the model was trained on; shorten it.'
+      )
+    return ids[:limit] + [EOS_ID]
 
   def encoded(self, split: str) -> EncodedSplit:
     """Token ids of the examples of `split` that fit the length limits (tokenized once)."""

@@ -14,7 +14,10 @@ import numpy as np
 from models import interventions
 from reports import explorer, prompt_effects
 from reports.prompt_continuation import language_model
+import tasks
 from tasks import pictures
+from tasks.language import LanguageModeling
+from training import restore
 from training.steps import merge_model
 
 TOP = 10  # heads listed on the terminal
@@ -40,10 +43,11 @@ class Request:
 
 
 class Prompt:
-  """The workdir's model and tokenizer, and the prompt's ids `[1, T]`, checked."""
+  """The workdir's model and tokenizer, and the prompt's ids `[1, T]`, checked: of `run`, or of
+  the workdir's causal language model."""
 
-  def __init__(self, request: Request):
-    run = language_model(request.workdir, request.checkpoint)
+  def __init__(self, request: Request, run: restore.Restored | None = None):
+    run = run or language_model(request.workdir, request.checkpoint)
     self.config, self.tokenizer = run.config, run.task.tokenizer
     self.model = merge_model(run.state)
     self.ids = self.encode(request.prompt, '--prompt')
@@ -216,7 +220,8 @@ def run_attribute(request: Request) -> dict:
   return result
 
 
-def _layers(text: str, num_layers: int) -> list[int]:
+def _layers(text: str, num_layers: int, negative: bool = False) -> list[int]:
+  """The layers `--layers` names; `negative`: counting from the end is allowed (-1 the last)."""
   if text == 'all':
     return list(range(num_layers))
   if not text:
@@ -225,15 +230,57 @@ def _layers(text: str, num_layers: int) -> list[int]:
     layers = [int(n) for n in text.split(',')]
   except ValueError:
     raise ValueError(f"--layers={text!r}: give 'all' or layer numbers, e.g. --layers=0,9") from None
-  bad = [layer for layer in layers if not 0 <= layer < num_layers]
+  bad = [layer for layer in layers if not (-num_layers if negative else 0) <= layer < num_layers]
   if bad:
     raise ValueError(f'--layers: layer {bad[0]} is not in the model (0 .. {num_layers - 1}).')
   return layers
 
 
+def _reads_prompts(task: type[tasks.Task]) -> bool:
+  return issubclass(task, LanguageModeling) or task.has_text_samples()
+
+
 def run_attention(request: Request) -> dict:
+  """The attention of a run of any task that reads text on the prompt: a language model's
+  chosen layers, or what the task draws and explores for an example (`Task.text_sample`)."""
+  run = restore.for_evaluation(request.workdir, None, checkpoint=request.checkpoint)
+  if not _reads_prompts(type(run.task)):
+    readers = ', '.join(name for name, task in tasks.TASKS.items() if _reads_prompts(task))
+    raise ValueError(
+      f'--workdir={request.workdir} holds a {run.config.task} run, whose examples are not '
+      f'text; prompt.py attention reads runs of {readers}.'
+    )
+  if isinstance(run.task, LanguageModeling):
+    return _token_attention(request, run)
+  return _example_attention(request, run)
+
+
+def _example_attention(request: Request, run: restore.Restored) -> dict:
+  """The prompt read as one of the task's examples, predicted, drawn as eval.py draws an example
+  (its --layers one layer, default the last; the mean over heads), and its explorer page."""
+  if not request.prompt.strip():
+    raise ValueError('--prompt is empty.')
+  layers = _layers(request.layers or '-1', run.config.model.get('num_layers', 1), negative=True)
+  if len(layers) != 1:
+    raise ValueError(
+      f'--layers={request.layers!r}: a {run.config.task} run draws one layer; give one number.'
+    )
+  options = tasks.EvalOptions(num_pictures=1, layer=layers[0])
+  model = merge_model(run.state)
+  sample = run.task.text_sample(model, request.prompt, options)
+  records = run.task.explore(model, [sample], options)
+  out = _out(request)
+  os.makedirs(out, exist_ok=True)
+  drawn = run.task.draw(model, [sample], out, options)
+  page = explorer.write(out, records, title=f'{run.config.task} on "{_short(request.prompt)}"')
+  print(f'Prediction: {records[0]["prediction"] if records else sample["line"]}')
+  print(f'Wrote {", ".join([*drawn, page])}.')
+  return dict(sample=sample, pictures=drawn, explorer=page)
+
+
+def _token_attention(request: Request, run: restore.Restored) -> dict:
   """The chosen layers' attention on the prompt: attention.png and explorer.html."""
-  prompt = Prompt(request)
+  prompt = Prompt(request, run)
   weights = np.asarray(
     interventions.attention(prompt.model, 'self', prompt.ids, method='token_logits')[0]
   )  # [L, N, T, T]

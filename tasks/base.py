@@ -172,3 +172,26 @@ class Task(abc.ABC):
     fields). The default shows none; every task of Attend overrides it."""
     del model, options
     return [dict(index=s['index'], views=[], correct=None) for s in samples]
+
+  def text_sample(self, model: nnx.Module, text: str, options: EvalOptions) -> dict[str, Any]:
+    """`sample`'s record of a researcher's own `text`, read as this task reads an example of
+    its data, predicted, with no reference (its fields None): what `draw` and `explore` take
+    (prompt.py attention). The default refuses: tasks of images or symbols read no text.
+
+    Raises:
+      ValueError: one sentence, if this task reads no text or `text` does not fit it.
+    """
+    del model, text, options
+    raise ValueError(f'{type(self).__name__} reads no text, so it has no prompt to read.')
+
+  @classmethod
+  def has_text_samples(cls) -> bool:
+    """Whether `text_sample` takes a researcher's text (the task overrides it)."""
+    return cls.text_sample is not Task.text_sample
+
+
+def one_row(task: Task, model: nnx.Module, batch: Batch, options: EvalOptions) -> dict[str, Any]:
+  """A one-example batch's fields and `task.predict`'s, as `Task.sample` receives a row (NumPy,
+  the batch axis dropped, index 0)."""
+  predictions = jax.device_get(task.predict(model, batch, options))
+  return {key: value[0] for key, value in {**batch, **predictions}.items()} | {'index': 0}

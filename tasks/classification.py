@@ -22,7 +22,7 @@ from data import classification
 from models import interventions
 from models.interfaces import Classifier
 from tasks import document_pictures, picture_weights, pictures
-from tasks.base import VOCAB_DIR, Batch, Task
+from tasks.base import VOCAB_DIR, Batch, Task, one_row
 from tasks.losses import cross_entropy
 
 Array = jax.Array
@@ -156,10 +156,19 @@ class Classification(Task):
     )
 
   def sample(self, split, row):
-    example = self.data.examples(split)[row['index']]
+    return self._record(row, self.data.examples(split)[row['index']])
+
+  def text_sample(self, model, text, options):
+    batch = self.data.text_batch(text)
+    return self._record(one_row(self, model, batch, options), self.data.unlabeled(text))
+
+  def _label_name(self, label: int | None) -> str:
+    return '' if label is None else self.label_names[label]
+
+  def _record(self, row: dict[str, Any], example) -> dict[str, Any]:
     probabilities = np.asarray(row['probabilities'])
     prediction = int(probabilities.argmax())
-    label, predicted = self.label_names[example.label], self.label_names[prediction]
+    label, predicted = self._label_name(example.label), self.label_names[prediction]
     inputs = np.asarray(row['inputs'])
     units = inputs if inputs.ndim == 2 else inputs[None]  # [S, W]
     # The example's sentences that made it into the batch (documents may have been truncated);
@@ -217,15 +226,14 @@ class Classification(Task):
     """The confusion matrix (PNG and JSON) and, per drawn example, its attention as the HAN
     paper shows it: sentence weights as bars, words shaded by their weights (PNG and HTML)."""
     del model  # the weights were computed with the predictions
-    if not samples:
-      return []
-    paths = self.save_confusion(samples, out_dir)
+    labelled = [sample for sample in samples if sample['label'] is not None]
+    paths = self.save_confusion(labelled, out_dir) if labelled else []
     for sample in samples[: options.num_pictures]:
       if 'word_weights' not in sample:  # mean pooling has no attention to show
         break
+      label = '' if sample['label'] is None else f'label {self.label_names[sample["label"]]}, '
       title = (
-        f'label {self.label_names[sample["label"]]}, predicted '
-        f'{self.label_names[sample["prediction"]]} ({sample["confidence"]:.2f})'
+        f'{label}predicted {self.label_names[sample["prediction"]]} ({sample["confidence"]:.2f})'
       )
       stem = os.path.join(out_dir, f'attention_{sample["index"]:04d}')
       args = (
@@ -277,9 +285,9 @@ class Classification(Task):
       records.append(
         dict(
           index=s['index'],
-          reference=self.label_names[s['label']],
+          reference=self._label_name(s['label']),
           prediction=f'{self.label_names[s["prediction"]]} ({s["confidence"]:.2f})',
-          correct=s['label'] == s['prediction'],
+          correct=None if s['label'] is None else s['label'] == s['prediction'],
           views=views,
         )
       )

@@ -22,7 +22,7 @@ from data import image_classification
 from models import interventions
 from models.interfaces import ImageClassifier
 from tasks import pictures
-from tasks.base import Batch
+from tasks.base import Batch, Task
 from tasks.classification import Classification
 
 Array = jax.Array
@@ -67,6 +67,8 @@ class ImageClassification(Classification):
 
   def model_args(self) -> dict[str, Any]:
     return dict(image_shape=tuple(self.data.image_shape), num_classes=len(self.label_names))
+
+  text_sample = Task.text_sample  # an image is not text: refused, not Classification's reading
 
   def logits(self, model, batch: Batch, **kwargs):
     return model.classify_image(batch['images'], **kwargs)

@@ -21,7 +21,7 @@ from data import question_answering
 from models import interventions
 from models.interfaces import QuestionAnswerer
 from tasks import memory_pictures
-from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
+from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task, one_row
 from tasks.classification import example_counts
 from tasks.losses import cross_entropy
 
@@ -117,7 +117,14 @@ class QuestionAnswering(Task):
     return dict(probabilities=probabilities, hops=hops)
 
   def sample(self, split, row):
-    example = self.data.examples(split)[row['index']]
+    return self._record(row, self.data.examples(split)[row['index']])
+
+  def text_sample(self, model, text, options):
+    example = self.data.typed_example(text)
+    batch = {key: value[None] for key, value in self.data.encode_example(example).items()}
+    return self._record(one_row(self, model, batch, options), example)
+
+  def _record(self, row: dict[str, Any], example) -> dict[str, Any]:
     kept = list(example.story[-self.data.memory_size :])  # memory slot order
     first = len(example.story) - len(kept)
     supporting = [i - first for i in example.supporting if i >= first]
@@ -153,7 +160,8 @@ class QuestionAnswering(Task):
     paths = []
     for sample in samples[: options.num_pictures]:
       stem = os.path.join(out_dir, f'hops_{sample["index"]:04d}')
-      title = f'{sample["question"]} Answer: {sample["answer"]} Prediction: {sample["prediction"]}'
+      answer = f' Answer: {sample["answer"]}' if sample['answer'] else ''
+      title = f'{sample["question"]}{answer} Prediction: {sample["prediction"]}'
       with open(stem + '.txt', 'w', encoding='utf-8') as f:
         f.write(
           hop_table(sample['sentences'], sample['hops'], sample['supporting']) + f'\n{title}\n'
@@ -170,9 +178,9 @@ class QuestionAnswering(Task):
     return [
       dict(
         index=s['index'],
-        reference=f'{s["question"]} {s["answer"]}',
+        reference=f'{s["question"]} {s["answer"]}'.strip(),  # a typed question has no answer
         prediction=s['prediction'],
-        correct=s['prediction'] == s['answer'],
+        correct=s['prediction'] == s['answer'] if s['answer'] else None,
         views=[
           dict(kind='hops', sentences=s['sentences'], weights=s['hops'], supporting=s['supporting'])
         ],

@@ -21,7 +21,7 @@ from data import translation
 from models import generation, interventions
 from models.interfaces import EncoderDecoder
 from tasks import picture_weights, pictures
-from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
+from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task, one_row
 from tasks.copy_metric import copy_accuracy
 from tasks.teacher_forcing import (
   loss_sum,
@@ -174,6 +174,13 @@ class Translation(Task):
     # The text as the corpus holds it: outputs are scored against the raw reference, whatever
     # preprocessing the model was trained on.
     source, reference = self.data.raw_examples(split)[row['index']]
+    return self._record(row, source, reference)
+
+  def text_sample(self, model, text, options):
+    inputs = np.asarray([self.data.source_ids(text)], np.int32)
+    return self._record(one_row(self, model, dict(inputs=inputs), options), text, None)
+
+  def _record(self, row: dict[str, Any], source: str, reference: str | None) -> dict[str, Any]:
     output = until_eos(row['output_ids'], self.target_tokenizer)
     hypothesis = self.data.output_text(self.target_tokenizer.decode(output), source)
     return dict(
@@ -183,7 +190,7 @@ class Translation(Task):
       hypothesis=hypothesis,
       inputs=until_eos(row['inputs'], self.source_tokenizer),
       output_ids=output,
-      line=f'{source} | {reference} | {hypothesis}',
+      line=f'{source} | {reference or ""} | {hypothesis}',
     )
 
   def _scorers(self) -> dict[str, Any]:
@@ -262,9 +269,11 @@ class Translation(Task):
       records.append(
         dict(
           index=sample['index'],
-          reference=sample['reference'],
+          reference=sample['reference'] or '',
           prediction=sample['hypothesis'],
-          correct=sample['hypothesis'] == sample['reference'],
+          correct=None
+          if sample['reference'] is None
+          else sample['hypothesis'] == sample['reference'],
           views=[dict(kind='attention', maps=maps)],
         )
       )

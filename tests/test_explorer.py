@@ -365,6 +365,33 @@ def test_a_1024_token_gpt_map_stays_small_and_draws_few_lines(tmp_path):
   print(f'1024-token map: {len(page)} bytes; head view and hover in {out["ms"]:.0f} ms')
 
 
+def test_prompt_attention_reads_a_typed_source_through_a_translation_run(
+  translation_run, tmp_path, capsys
+):
+  """prompt.py attention on a run of translation: the typed source is decoded, drawn and
+  explored as an example is, with no reference; a refused request writes nothing."""
+  from reports import prompt_commands
+
+  out = tmp_path / 'prompt'
+  typed = f'{XSS[0]} go 7'
+  request = prompt_commands.Request('attention', translation_run, prompt=typed, out=str(out))
+  result = prompt_commands.run_attention(request)
+  assert sorted(os.listdir(out)) == ['attention_0000.png', 'explorer.html']
+  [example] = page_data((out / 'explorer.html').read_text(encoding='utf-8'))['examples']
+  assert example['correct'] is None and example['reference'] == ''
+  assert example['prediction'] == result['sample']['hypothesis']
+  maps = {m['name']: m for m in example['views'][0]['maps']}
+  assert set(maps) == {'cross-attention', 'encoder self-attention', 'decoder self-attention'}
+  assert maps['encoder self-attention']['rows'][0] == '<img'  # the typed source, as a token
+  assert f'Prediction: {result["sample"]["hypothesis"]}' in capsys.readouterr().out
+  refused = tmp_path / 'refused'
+  with pytest.raises(ValueError, match='draws one layer'):
+    prompt_commands.run_attention(
+      prompt_commands.Request('attention', translation_run, typed, out=str(refused), layers='0,-1')
+    )
+  assert not refused.exists()
+
+
 def test_the_page_to_open_is_one_file_in_the_eval_folder(translation_run, tmp_path):
   # What a user opens in a browser (docs/explorer.md): WORKDIR/eval/explorer.html, which loads no
   # file or URL beside it.
