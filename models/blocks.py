@@ -14,7 +14,7 @@ import jax
 
 from models import interventions
 from models.attention_layer import MultiHeadAttention
-from models.layers import FeedForward, PlusOneRMSNorm
+from models.layers import FeedForward, RMSNorm
 from models.stack_config import StackConfig
 
 Array = jax.Array
@@ -113,10 +113,8 @@ def final_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module | None:
 def make_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module:
   """One of the stack's norms over D: a LayerNorm, or an RMSNorm (`norm_type='rmsnorm'`; scaling
   by 1 + w with `norm_plus_one`)."""
-  if stack.norm_plus_one:
-    return PlusOneRMSNorm(stack.d_model, epsilon=stack.norm_eps)
-  if stack.norm_type == 'rmsnorm':
-    return nnx.RMSNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs)
+  if stack.norm_type == 'rmsnorm':  # norm_plus_one needs it (StackConfig checks)
+    return RMSNorm(stack.d_model, epsilon=stack.norm_eps, plus_one=stack.norm_plus_one)
   return nnx.LayerNorm(stack.d_model, epsilon=stack.norm_eps, rngs=rngs)
 
 

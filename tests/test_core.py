@@ -67,7 +67,8 @@ def test_masked_softmax_without_mask_and_broadcast_mask(rng):
 
 
 def test_masked_softmax_grad_finite_and_correct(rng):
-  """Grad of sum(c * softmax) is p (c - p.c) on live rows and 0 on masked entries, never NaN."""
+  """Grad of sum(c * softmax) is p (c - p.c) on live rows and 0 on masked entries, never NaN;
+  so is the JVP along c (the Jacobian is symmetric)."""
   scores, mask = _scores_and_mask(rng)
   c = rng.standard_normal(scores.shape).astype(np.float32)
   grad = np.asarray(jax.grad(lambda s: jnp.sum(c * masked_softmax(s, mask)))(scores))
@@ -76,6 +77,9 @@ def test_masked_softmax_grad_finite_and_correct(rng):
   p = _softmax_ref(scores, mask)
   expected = p * (c - np.sum(p * c, axis=-1, keepdims=True))
   np.testing.assert_allclose(grad, expected, **TOL)
+  # Forward mode too (the derivative is a custom JVP from the weights): the same product.
+  _, tangent = jax.jvp(lambda s: masked_softmax(s, mask), (scores,), (c,))
+  np.testing.assert_allclose(tangent, expected, **TOL)
 
 
 def test_masked_softmax_bfloat16(rng):

@@ -14,7 +14,7 @@ import models
 from models import interventions
 from models.attention_layer import MultiHeadAttention
 from models.blocks import EncoderLayer
-from models.layers import PlusOneRMSNorm
+from models.layers import RMSNorm
 from models.stack_config import AttentionConfig, StackConfig
 
 
@@ -23,7 +23,7 @@ def _rms(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
 
 def test_plus_one_rmsnorm_matches_numpy_and_starts_as_the_identity_scale(rng):
-  norm = PlusOneRMSNorm(6, epsilon=1e-5)
+  norm = RMSNorm(6, epsilon=1e-5, plus_one=True)
   x = rng.standard_normal((2, 3, 6)).astype(np.float32)
   np.testing.assert_allclose(norm(jnp.asarray(x)), _rms(x, 1e-5), rtol=1e-6)  # w = 0: scale 1
   w = rng.standard_normal(6).astype(np.float32)
