@@ -100,9 +100,9 @@ def test_item1_an_accepted_change_keeps_the_previous_config(trained, tmp_path, c
     json.load(open(os.path.join(workdir, 'config.json'), encoding='utf-8'))['num_train_steps'] == 6
   )
   log = open(os.path.join(workdir, layout.LOG_FILE), encoding='utf-8').read()
-  assert 'Resumed from step 4' in log
+  resumed = log[log.index('Resumed from step 4') :]  # the fixture's own run may be logged above
   # Once for the 2 steps resumed, not once a step: the steps after the first are timed.
-  assert log.count('Compiled the train step in') == 1
+  assert resumed.count('Compiled the train step in') == 1
 
 
 def test_item2_a_refused_init_from_leaves_no_vocabulary(trained, tmp_path):
