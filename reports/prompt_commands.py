@@ -247,7 +247,7 @@ def run_attention(request: Request) -> dict:
   if not _reads_prompts(type(run.task)):
     readers = ', '.join(name for name, task in tasks.TASKS.items() if _reads_prompts(task))
     raise ValueError(
-      f'--workdir={request.workdir} holds a {run.config.task} run, whose examples are not '
+      f'--workdir={request.workdir} holds a run of {run.config.task}, whose examples are not '
       f'text; prompt.py attention reads runs of {readers}.'
     )
   if isinstance(run.task, LanguageModeling):
