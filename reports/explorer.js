@@ -75,8 +75,9 @@ function render() {
   if (!ex) { main.appendChild(el('p', {}, 'No examples were evaluated.')); return; }
   const meta = el('table', {class: 'meta'});
   const verdict = ex.correct === null ? 'not scored' : ex.correct ? 'correct' : 'wrong';
+  const tone = ex.correct === null ? '' : ex.correct ? 'good' : 'bad';  // as the sidebar marks it
   for (const [k, v] of [['example', ex.index], ['reference', ex.reference], ['prediction', ex.prediction], ['', verdict]])
-    add(meta, add(el('tr'), el('td', {}, k), el('td', {class: k === '' ? (ex.correct ? 'good' : 'bad') : ''}, v)));
+    add(meta, add(el('tr'), el('td', {}, k), el('td', {class: k === '' ? tone : ''}, v)));
   main.appendChild(meta);
   if (!ex.views.length) main.appendChild(el('p', {}, 'This model has no attention to show.'));
   for (const view of ex.views) main.appendChild(VIEWS[view.kind](view));
