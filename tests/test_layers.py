@@ -282,9 +282,8 @@ def test_positional_embeddings():
 
 @pytest.mark.parametrize('length', (1, 5))  # a decoding step's single row and a sequence
 def test_head_projections_and_their_gradients_match_numpy(rng, length):
-  """`project_heads` and `merge_project_heads` run a custom VJP (forward as `x @ W`, gradients of
-  the [D, N, H] contraction); values and both gradients of `sum(g * out)` against NumPy, for
-  B=2, D=8, N=2, H=3."""
+  """`project_heads` and `merge_project_heads` (`x @ W` on rows, then the heads' transpose):
+  values and both gradients of `sum(g * out)` against NumPy, for B=2, D=8, N=2, H=3."""
   b, d, n, h = 2, 8, 2, 3
   x = rng.standard_normal((b, length, d)).astype(np.float32)
   heads = rng.standard_normal((b, n, length, h)).astype(np.float32)
