@@ -41,7 +41,8 @@ def test_an_unknown_choice_is_one_sentence():
 
 
 # A jitted program whose XLA:CPU temporaries (16 MB arrays) are freed after every call: minor page
-# faults per call after the warm-up, and whether mimalloc is loaded.
+# faults per call after the warm-up, whether mimalloc is loaded and whether XLA:CPU dispatches
+# computations to another thread.
 _FAULTS = """
 import resource
 from training import allocator
@@ -53,7 +54,8 @@ f(x).block_until_ready(); f(x).block_until_ready()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(5):
   f(x).block_until_ready()
-print(allocator.active(), (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5)
+faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
+print(allocator.active(), faults, jax.config.values['jax_cpu_enable_async_dispatch'])
 """
 
 
@@ -78,15 +80,17 @@ def _run(choice):
   reason='mimalloc is preloaded on Linux, with cmeel-mimalloc installed',
 )
 @pytest.mark.slow
-def test_under_mimalloc_the_temporaries_stop_faulting():
+def test_under_mimalloc_the_temporaries_stop_faulting_and_run_inline():
   runs = {choice: _run(choice) for choice in ('mimalloc', 'system')}
   results = {}
   for choice, process in runs.items():
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
-    active, faults = out.split()
-    results[choice] = (active == 'True', float(faults))
+    active, faults, dispatched = out.split()
+    results[choice] = (active == 'True', float(faults), dispatched == 'True')
   assert results['mimalloc'][0] and not results['system'][0]
+  # Under mimalloc computations run on the calling thread (`allocator.run_inline`).
+  assert not results['mimalloc'][2] and results['system'][2]
   # glibc gives the 16 MB buffers back and faults them in again (thousands per call); mimalloc
   # keeps them (a handful).
   assert results['system'][1] > 1000 and results['mimalloc'][1] < results['system'][1] / 20
