@@ -95,9 +95,9 @@ def use_mimalloc() -> None:
 def run_inline() -> None:
   """XLA:CPU runs each computation on the thread that calls it, not dispatched to another.
 
-  Dispatched, a program's temporary buffer is allocated on one thread and freed on another, and
-  mimalloc does not always take a block freed so back before the next call allocates: in 2 of
-  5 processes SmolLM2's train step (8 x 128 tokens) kept its 1.96 GB buffer twice, a 6.5 GB
+  Dispatched, a program's temporary buffer was not always taken back by mimalloc before the next
+  call allocated one (freed, it seems, on a thread other than the one that allocated it): in 2
+  of 5 processes SmolLM2's train step (8 x 128 tokens) kept its 1.96 GB buffer twice, a 6.5 GB
   peak instead of 4.5 (`benchmarks.finetune_peer --memory`). Inline, 4 processes of 4 peaked
   at 4.41-4.43 GB. Call it before JAX's CPU backend starts.
   """
