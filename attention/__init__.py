@@ -24,6 +24,7 @@ from attention.core import (
   drop_weights,
   masked_softmax,
   merge_heads,
+  repeat_kv,
   rms_normalize,
   split_heads,
 )
@@ -80,7 +81,6 @@ from attention.variants import (
   Variant,
   get_variant,
   group_queries,
-  repeat_kv,
 )
 
 __all__ = [

@@ -97,6 +97,11 @@ def drop_weights(weights: Array, rate: float, rng: Array | None) -> Array:
   return jnp.where(keep, weights / (1.0 - rate), 0.0).astype(weights.dtype)
 
 
+def repeat_kv(x: Array, num_heads: int) -> Array:
+  """`[B, K, S, H] -> [B, N, S, H]`, each key/value head repeated for its N/K query heads."""
+  return jnp.repeat(x, num_heads // x.shape[-3], axis=-3)
+
+
 def attend(weights: Array, values: Array) -> Array:
   """Weighted sum of values: `[..., T, S] x [..., S, Dv] -> [..., T, Dv]`."""
   if weights.shape[-1] != values.shape[-2]:

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from attention.biases import alibi_bias_at, relative_positions
-from attention.core import attend, check_kv, check_mask, drop_weights, masked_softmax
+from attention.core import attend, check_kv, check_mask, drop_weights, masked_softmax, repeat_kv
 from attention.dispatch import FAST_KERNELS, UNSUPPORTED, chosen_implementation, log_choice
 from attention.masks import causal_mask, combine_masks, sliding_window_mask
 from attention.scores import check_qk
@@ -83,7 +83,7 @@ def _reference(q, k, v, *, dropout_rate, dropout_rng, groups=1, **options):
     # the softmax made. Meeting the values by group, [..., K, G*T, S], XLA:CPU formed the
     # weights a second time in that shape and kept both for the backward pass (SmolLM2's train
     # step at 8 x 128 tokens: 90 MB more, and no faster).
-    return attend(dropped, jnp.repeat(v, groups, axis=-3))
+    return attend(dropped, repeat_kv(v, q.shape[-3]))
   return attend(dropped, v)
 
 

@@ -26,10 +26,9 @@ import dataclasses
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 
 from attention.core import attend as weighted_sum
-from attention.core import drop_weights
+from attention.core import drop_weights, repeat_kv
 from attention.kv_cache import AttendAt, State, init_kv_cache, kv_step
 from attention.linear import (
   ELU_MAPS,
@@ -47,11 +46,6 @@ Array = jax.Array
 def group_queries(q: Array, kv_heads: int) -> Array:
   """`[B, N, T, H] -> [B, K, N/K, T, H]`: the query heads that share each key/value head."""
   return q.reshape(*q.shape[:-3], kv_heads, q.shape[-3] // kv_heads, *q.shape[-2:])
-
-
-def repeat_kv(x: Array, num_heads: int) -> Array:
-  """`[B, K, S, H] -> [B, N, S, H]`, each key/value head repeated for its N/K query heads."""
-  return jnp.repeat(x, num_heads // x.shape[-3], axis=-3)
 
 
 def _softmax_attend(
