@@ -1,6 +1,7 @@
 """The documentation: the config reference matches the schema, the site builds strictly with a
 page per tutorial showing what the tutorial printed and drew, lists and tables are written so
-that they render, and the README stays short with every link pointing at a file that exists."""
+that they render, and the README stays short with every link pointing at a file that exists and
+every figure it reports stated on a docs page."""
 
 import glob
 import html
@@ -251,3 +252,112 @@ def test_the_command_check_finds_a_moved_module():
   assert _MODULE_COMMAND.findall(text) == ['benchmarks.timing']  # no wildcard, no placeholder
   assert _module_exists('benchmarks.timing') and _module_exists('pytest')
   assert not _module_exists('benchmarks.no_such_bench') and not _module_exists('models.nothing')
+
+
+# A figure as the README reports a measurement: a number with a decimal point, an exponent or
+# thousands separators (99.6, 2.4e-5, 9,200), a number or range with a unit (30 min, 1.01-1.08x,
+# 87.0%, 4,219-4,252 MiB), or a bold headline number (**797-921**). A sign belongs to it
+# (-2.00); a number glued to a word (SmolLM2, Llama-2-7B, qa16), a flag's value (-9, =0.5) or a
+# version (0.1.2, Python 3.11) is none, and neither is anything in code, in a link's target or in
+# an HTML tag.
+_NUMBER = r'\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:e-?\d+)?'
+_UNIT = r'%|[x×](?!\w)|\s?(?:ms|s|min|h|MiB|GiB|GB|MB|tokens/s|GFLOP/s|bits/char)(?![\w/])'
+_FIGURE = re.compile(
+  rf'(?<![\w.,/=+\-−])(?P<figure>(?P<number>[-−]?(?:{_NUMBER})(?:-(?:{_NUMBER}))?)(?P<unit>{_UNIT})?)'
+  r'(?!\d|[.,]\d)'
+)
+_NOT_PROSE = (
+  re.compile(r'^(```|~~~).*?^\1', flags=re.M | re.S),  # fenced code
+  re.compile(r'`[^`\n]*`'),  # code spans: commands and their flags' values
+  re.compile(r'\]\([^)\n]*\)'),  # a link's or an image's target
+  re.compile(r'<[^>\n]*>'),  # HTML tags (an image's width="49%")
+  re.compile(r'https?://\S+'),
+)
+_VERSIONED = re.compile(r'(?:Python|torch|transformers|jax|version|v)\s?$')
+
+
+def _readme_figures(text: str) -> list[tuple[int, str]]:
+  """(line, figure) of every measured figure in a README's Markdown `text`, in order."""
+  for pattern in _NOT_PROSE:  # blanked, not removed: the line numbers stay
+    text = pattern.sub(lambda m: re.sub(r'[^\n]', ' ', m.group()), text)
+  bold = [m.span() for m in re.finditer(r'\*\*[^*\n]+\*\*', text)]
+  found = []
+  for m in _FIGURE.finditer(text):
+    number = m.group('number')
+    if re.fullmatch(r'\d+\.\d+\.\d+', number) or _VERSIONED.search(
+      text[max(0, m.start() - 14) : m.start()]
+    ):
+      continue
+    in_bold = any(start < m.start() < end for start, end in bold)
+    if re.search(r'[.e,]', number) or m.group('unit') or in_bold:
+      found.append((text.count('\n', 0, m.start()) + 1, re.sub(r'\s+', ' ', m.group('figure'))))
+  return found
+
+
+def _docs_prose() -> str:
+  """Every docs page (docs/ and the folders in it) as one text: bold marks off, runs of
+  whitespace (a wrapped line) one space."""
+  texts = []
+  for path in sorted(glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'), recursive=True)):
+    with open(path, encoding='utf-8') as f:
+      texts.append(f.read())
+  return re.sub(r'\s+', ' ', '\n'.join(texts).replace('**', ''))
+
+
+def _stated(figure: str, prose: str) -> bool:
+  """Whether `prose` states `figure` as a whole number with its unit (1.0 is not in 1.08, nor
+  4.3 GB in 4.3 GiB)."""
+  whole = re.compile(rf'(?<![\w.,]){re.escape(figure)}(?!\w|[.,]\d)')
+  start = prose.find(figure)
+  while start >= 0:  # str.find first: a regex search through every page is much slower
+    if whole.match(prose, start):  # the lookbehind still sees the character before `start`
+      return True
+    start = prose.find(figure, start + 1)
+  return False
+
+
+def test_every_figure_in_the_readme_is_stated_on_a_docs_page():
+  """The README only repeats what a page reports with its command, shape and machine: a figure
+  no page states was measured nowhere the reader can check."""
+  with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+    figures = _readme_figures(f.read())
+  assert len(figures) > 80, figures  # the check reads the README's results at all
+  prose = _docs_prose()
+  missing = [
+    f'README.md:{line}: {figure}' for line, figure in figures if not _stated(figure, prose)
+  ]
+  assert missing == [], (
+    'no docs page states these: give each its page entry (with the command, the shape and the '
+    'machine) or take it out of the README\n' + '\n'.join(missing)
+  )
+
+
+def test_the_figure_check_tells_measurements_from_settings():
+  text = (
+    'BLEU **45.5** in 30 min; 1.01-1.08x its speed (4.2 against 4.3 GB), 27-29 tokens/s,\n'
+    'from 5.07 to -2.00 (−0.5), within 2.4e-5, **797-921** tokens back,\n'
+    '9,200 against 8,683 ms, 87.0%;\n'
+    'SmolLM2 on Llama-2-7B, Python 3.11, torch 2.13, version 0.1.2, Kim 2014, 4 x 256 tokens,\n'
+    'layers 17-18, xz -9e, `--config.dropout=0.5` [a page](docs/a.md#v1.5) <img width="49%">\n'
+    '```bash\npython train.py --config.learning_rate=3.5e-4   # 1.5 s\n```\n'
+  )
+  assert _readme_figures(text) == [
+    (1, '45.5'),
+    (1, '30 min'),
+    (1, '1.01-1.08x'),
+    (1, '4.2'),
+    (1, '4.3 GB'),
+    (1, '27-29 tokens/s'),
+    (2, '5.07'),
+    (2, '-2.00'),
+    (2, '−0.5'),
+    (2, '2.4e-5'),
+    (2, '797-921'),
+    (3, '9,200'),
+    (3, '8,683 ms'),
+    (3, '87.0%'),
+  ]
+  prose = 'peaks at 4.3 GiB; ratio 1.08, 19.0 and 4.3 GB; from 5.07 to -2.00.'
+  assert _stated('4.3 GB', prose) and _stated('-2.00', prose) and _stated('5.07', prose)
+  assert not _stated('1.0', prose) and not _stated('9.0', prose) and not _stated('4.3 MiB', prose)
+  assert not _stated('1.01-1.08x', prose)
