@@ -4,6 +4,18 @@ Every Transformer-family model (the encoder-decoder Transformer, the classifier,
 models, the ViT, the captioner's decoder) builds on these. Shapes: `x`/`y` `[B, T, D]`, memory
 `[B, S, D]`. Each attention layer's weights, `[B, N, T, S]`, are read by capture
 (`models.interventions`) as `<layer path>/self_attn/weights` and `.../cross_attn/weights`.
+
+Each layer also taps its residual stream, `[B, T, D]`, under TransformerLens's names (its
+`TransformerBlock` and, for the decoder layer's three sublayers, its `T5Block`): `resid_pre`
+(the stream the layer reads), `attn_out` (what self-attention adds to it), `resid_mid` (the
+stream after self-attention), in a `DecoderLayer` `cross_attn_out` and `resid_mid_cross` (the
+same for cross-attention), `mlp_out` (what the feed-forward sublayer adds), and `residual` (the
+stream the layer passes on: TransformerLens's `resid_post`). A sublayer's output is tapped as it
+is added: after a sandwich norm's post-norm (as TransformerLens's Gemma 2 block takes
+`hook_attn_out`, "that which is added to the residual stream") and after dropout. In a post-norm
+layer the streams are taken after the norm that ends each sublayer, i.e. what the next sublayer
+reads (TransformerLens's BERT block hooks `resid_mid` and `resid_post` before that norm). The
+decoding steps tap nothing.
 """
 
 from collections.abc import Sequence
@@ -40,6 +52,7 @@ class _Block(nnx.Module):
     x: Array,
     fn: Callable[[Array], tuple[Array, Any]],
     *,
+    tap: str | None = None,
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
   ) -> tuple[Array, Any]:
@@ -48,15 +61,19 @@ class _Block(nnx.Module):
     Post-norm is the paper's `LayerNorm(x + Dropout(fn(x)))`; pre-norm is
     `x + Dropout(fn(LayerNorm(x)))`, which keeps an identity path from input to output and trains
     stably without learning-rate warm-up (Xiong et al. 2020). A sandwich norm normalises `fn`'s
-    output too, `x + Dropout(post_norm(fn(LayerNorm(x))))` (Gemma 2 and 3).
+    output too, `x + Dropout(post_norm(fn(LayerNorm(x))))` (Gemma 2 and 3). `tap` names what is
+    added to the stream, `Dropout(...)` (None: no tap, for the decoding steps).
     """
     if self.norm == 'pre':
       out, aux = fn(self.norms[i](x))
       if self.post_norms is not None:
         out = self.post_norms[i](out)
-      return x + self.dropout(out, deterministic=deterministic, rngs=rngs), aux
-    out, aux = fn(x)
-    return self.norms[i](x + self.dropout(out, deterministic=deterministic, rngs=rngs)), aux
+    else:
+      out, aux = fn(x)
+    out = self.dropout(out, deterministic=deterministic, rngs=rngs)  # [B, T, D]
+    if tap is not None:
+      out = interventions.tap(self, tap, out)
+    return (x + out if self.norm == 'pre' else self.norms[i](x + out)), aux
 
 
 class EncoderLayer(_Block):
@@ -82,10 +99,12 @@ class EncoderLayer(_Block):
   ) -> Array:
     """`x [B, S, D]`, key mask `[B, 1, 1, S]` or None -> `x`."""
     run = dict(deterministic=deterministic, rngs=rngs)
+    x = interventions.tap(self, 'resid_pre', x)
     attend = lambda h: (self.self_attn(h, mask=mask, is_causal=is_causal, **run), None)
-    x, _ = self.residual(0, x, attend, **run)
-    x, _ = self.residual(1, x, lambda h: (self.ffn(h), None), **run)
-    return interventions.tap(self, 'residual', x)  # the stream after it
+    x, _ = self.residual(0, x, attend, tap='attn_out', **run)
+    x = interventions.tap(self, 'resid_mid', x)
+    x, _ = self.residual(1, x, lambda h: (self.ffn(h), None), tap='mlp_out', **run)
+    return interventions.tap(self, 'residual', x)  # the stream after it: resid_post
 
   def decode_step(
     self, x: Array, cache: dict[str, Array], step: Array
@@ -154,11 +173,15 @@ class DecoderLayer(_Block):
     and `decode_step`, which cannot know future padding, then computes exactly the same function.
     """
     run = dict(deterministic=deterministic, rngs=rngs)
-    y, _ = self.residual(0, y, lambda h: (self.self_attn(h, is_causal=True, **run), None), **run)
+    y = interventions.tap(self, 'resid_pre', y)
+    attend = lambda h: (self.self_attn(h, is_causal=True, **run), None)
+    y, _ = self.residual(0, y, attend, tap='attn_out', **run)
+    y = interventions.tap(self, 'resid_mid', y)
     cross = lambda h: (self.cross_attn(h, memory, mask=source_mask, **run), None)
-    y, _ = self.residual(1, y, cross, **run)
-    y, _ = self.residual(2, y, lambda h: (self.ffn(h), None), **run)
-    return interventions.tap(self, 'residual', y)  # the stream after it
+    y, _ = self.residual(1, y, cross, tap='cross_attn_out', **run)
+    y = interventions.tap(self, 'resid_mid_cross', y)
+    y, _ = self.residual(2, y, lambda h: (self.ffn(h), None), tap='mlp_out', **run)
+    return interventions.tap(self, 'residual', y)  # the stream after it: resid_post
 
   def decode_step(
     self, y: Array, cache: dict[str, Any], step: Array, source_mask: Array

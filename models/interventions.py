@@ -3,11 +3,12 @@
 Every attention seam of the models calls `tap(module, name, value)` with what it computed: the
 multi-head layer its `queries`, `keys`, `values` `[B, N|K, T|S, H]`, `weights` `[B, N, T, S]` and
 per-head outputs `heads` `[B, N, T, H]` (before the output projection), each Transformer block its
-`residual` stream after it `[B, T, D]`, the RNN attention its `weights` and `context`, the
-attention pooling its `weights` and `pooled` vector, MemN2N `hop_<k>/weights` and the NTM its
-`read_weights` and `write_weights`. A name is the module's path in the model (the path of its
-parameters in a checkpoint, e.g. `decoder_layers/1/self_attn/weights`), so names are as stable as
-checkpoints.
+residual stream `[B, T, D]` under TransformerLens's names (`resid_pre`, `attn_out`, `resid_mid`,
+`mlp_out` and `residual`, the stream after it; `models.blocks`), a language model its
+`embeddings`, the RNN attention its `weights` and `context`, the attention pooling its `weights`
+and `pooled` vector, MemN2N `hop_<k>/weights` and the NTM its `read_weights` and
+`write_weights`. A name is the module's path in the model (the path of its parameters in a
+checkpoint, e.g. `decoder_layers/1/self_attn/weights`), so names are as stable as checkpoints.
 
 Outside `capture`, `tap` returns its value untouched and adds nothing to the traced program: the
 compiled train step is the one without the seams (`tests/test_interventions.py` checks the HLO).

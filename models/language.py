@@ -8,6 +8,13 @@ N heads). Both stacks are the Transformer's
 self-attention instead (rotated queries and keys, or a bias on the scores), so scores see relative
 positions only.
 Both implement `models.interfaces.LanguageModel`; `EncoderMLM` also `Classifier`.
+
+Besides each layer's taps (`models.blocks`: `layers/<i>/resid_pre`, ..., `layers/<i>/residual`),
+a teacher-forced pass taps `embeddings` `[B, T, D]`, the token embeddings after the sqrt(D)
+scaling of `scale_embeddings` (Gemma's; TransformerLens's `hook_embed`), and, where a table adds
+positions to them (learned or sinusoidal), `position_embeddings` `[T, D]`, the same rows for
+every sequence (`hook_pos_embed`). Their sum (with BERT's token types and embedding norm, then
+dropout) is `layers/0/resid_pre`.
 """
 
 import math
@@ -109,12 +116,17 @@ class _Stack(nnx.Module):
     deterministic: bool = True,
     rngs: nnx.Rngs | None = None,
     token_types: Array | None = None,
+    *,
+    tapped: bool = False,
   ) -> Array:
     """Token embeddings plus positions `start ..` (plus token types, LayerNorm where built),
-    then dropout: `[B, T] -> [B, T, D]`. `token_types` `[B, T]`: None = all type 0."""
-    x = self.embed(ids)  # [B, T, D]
+    then dropout: `[B, T] -> [B, T, D]`. `token_types` `[B, T]`: None = all type 0. `tapped`:
+    through the taps `embeddings` and `position_embeddings` (the decoding steps tap nothing)."""
+    tap = interventions.tap if tapped else lambda module, name, value: value
+    x = tap(self, 'embeddings', self.embed(ids))  # [B, T, D]
     if self.positions is not None:
-      x = x + self.positions(start + jnp.arange(ids.shape[1])).astype(x.dtype)  # float32 table
+      rows = self.positions(start + jnp.arange(ids.shape[1])).astype(x.dtype)  # float32 table
+      x = x + tap(self, 'position_embeddings', rows)  # [T, D]
     if self.token_types is not None:
       types = jnp.zeros_like(ids) if token_types is None else token_types
       x = x + lookup(self.token_types, types).astype(x.dtype)
@@ -139,7 +151,7 @@ class _Stack(nnx.Module):
     mask = None if self.causal else ids != self.pad_id  # [B, T]
     key_mask = None if mask is None else mask[:, None, None, :]
     run = dict(deterministic=deterministic, rngs=rngs)
-    x = self._embed(ids, 0, token_types=token_types, **run)
+    x = self._embed(ids, 0, token_types=token_types, tapped=True, **run)
     for layer in self.layers:
       x = layer(x, key_mask, is_causal=self.causal, **run)
     if self.final_norm is not None:

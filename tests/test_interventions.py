@@ -34,7 +34,11 @@ def lm():
 
 
 def _transformer_names(stack: str, layers: int, attentions: tuple[str, ...]) -> set[str]:
-  return {f'{stack}/{i}/residual' for i in range(layers)} | {
+  # The stream between sublayers: TransformerLens's names, T5's for the decoder's cross-attention.
+  stream = ('resid_pre', 'attn_out', 'resid_mid', 'mlp_out', 'residual')
+  if 'cross_attn' in attentions:
+    stream += ('cross_attn_out', 'resid_mid_cross')
+  return {f'{stack}/{i}/{name}' for i in range(layers) for name in stream} | {
     f'{stack}/{i}/{attn}/{part}' for i in range(layers) for attn in attentions for part in ATTENTION
   }
 
@@ -42,7 +46,9 @@ def _transformer_names(stack: str, layers: int, attentions: tuple[str, ...]) -> 
 def test_every_family_taps_its_attention_under_stable_names(lm):
   rngs = nnx.Rngs(0)
   lm_names = interventions.names(lm, IDS, method='token_logits')
-  assert set(lm_names) == _transformer_names('layers', 2, ('self_attn',))
+  embeddings = {'embeddings', 'position_embeddings'}
+  assert set(lm_names) == _transformer_names('layers', 2, ('self_attn',)) | embeddings
+  assert lm_names['embeddings'] == (2, 5, 8) and lm_names['position_embeddings'] == (5, 8)
   vit = ViT(image_shape=(8, 8, 1), num_classes=3, patch_size=4, stack=STACK, rngs=rngs)
   vit_names = interventions.names(vit, jnp.ones((2, 8, 8, 1)))
   assert set(vit_names) == _transformer_names('encoder/layers', 2, ('self_attn',))
@@ -168,6 +174,45 @@ def test_patching_the_last_residual_from_a_into_b_gives_a_s_output_under_jit(lm)
   )
   np.testing.assert_allclose(run(other, captured['layers/1/residual']), a, atol=1e-5)
   assert not np.allclose(lm.token_logits(other), a, atol=1e-3)
+
+
+def _patched_reads(model, a_args, b_args, cases, method='__call__') -> None:
+  """For each `(patched names, reader)`: with those names patched from run A into run B, the
+  value `reader` is A's, where B's own differs: what the reader computes from is what was
+  patched."""
+  run = functools.partial(interventions.capture, model, method=method)
+  _, a = run(*a_args)
+  _, b = run(*b_args)
+  for patched, reader in cases:
+    _, got = run(*b_args, edits={name: a[name] for name in patched})
+    assert not np.allclose(b[reader], a[reader], atol=1e-3), reader
+    np.testing.assert_allclose(got[reader], a[reader], atol=1e-5, err_msg=reader)
+
+
+def test_each_stream_tap_drives_the_sublayer_or_the_sum_that_reads_it(lm):
+  # A decoder-only LM's blocks: the embeddings make the stream, each sublayer reads the stream
+  # before it, and the stream after it is made of that stream and what the sublayer added (their
+  # normalised sum in these post-norm blocks).
+  cases = [
+    (('embeddings', 'position_embeddings'), 'layers/0/resid_pre'),
+    (('layers/1/resid_pre',), 'layers/1/attn_out'),
+    (('layers/1/resid_pre', 'layers/1/attn_out'), 'layers/1/resid_mid'),
+    (('layers/1/resid_mid',), 'layers/1/mlp_out'),
+    (('layers/1/resid_mid', 'layers/1/mlp_out'), 'layers/1/residual'),
+  ]
+  _patched_reads(lm, (IDS,), (IDS[::-1],), cases, method='token_logits')
+  # The encoder-decoder Transformer's decoder layer: cross-attention between the two (the same
+  # source, so the same memory, and two target prefixes).
+  translation = Transformer(
+    input_vocab_size=9, output_vocab_size=9, pad_id=0, stack=STACK, rngs=nnx.Rngs(0)
+  )
+  path = 'decoder_layers/1'
+  cross = [
+    ((f'{path}/resid_mid',), f'{path}/cross_attn_out'),
+    ((f'{path}/resid_mid', f'{path}/cross_attn_out'), f'{path}/resid_mid_cross'),
+    ((f'{path}/resid_mid_cross',), f'{path}/mlp_out'),
+  ]
+  _patched_reads(translation, (IDS, IDS[:, :4]), (IDS, IDS[::-1, :4]), cross)
 
 
 def test_forced_rnn_attention_drives_the_chosen_steps_contexts_inside_the_scan():
