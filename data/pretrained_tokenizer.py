@@ -92,5 +92,15 @@ class PretrainedTokenizer:
     return self._tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
 
   def tokens(self, ids: Iterable[int]) -> list[str]:
-    """The piece of each id (`##` marks a word's continuation), for attention axes."""
-    return [self._tokenizer.id_to_token(int(i)) or '[UNK]' for i in ids]
+    """The text of each id as a reader expects it on an attention axis or in a list of tokens:
+    a byte-level or SentencePiece piece decoded (' the', not 'Ġthe' or '▁the'), a WordPiece one
+    as the vocabulary writes it (`##` marks a word's continuation). A piece that is part of one
+    character (a byte of its UTF-8) and a special token stay as the vocabulary writes them."""
+    ids = [int(i) for i in ids]
+    pieces = [self._tokenizer.id_to_token(i) or '[UNK]' for i in ids]
+    decoder = self._tokenizer.decoder
+    if decoder is None or type(decoder).__name__ == 'WordPiece':
+      return pieces
+    special = set(self.special_ids)
+    texts = [piece if i in special else decoder.decode([piece]) for i, piece in zip(ids, pieces)]
+    return [text if text and '\ufffd' not in text else p for text, p in zip(texts, pieces)]

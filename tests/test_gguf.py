@@ -383,6 +383,11 @@ def test_smollm2_equals_transformers(smollm2, subtests):
     assert_cached_decoding_is_the_full_pass(converted, ids, ours[0])
   with subtests.test('greedy texts'):
     assert_greedy_texts_are_transformers(converted, model, tokenizer)
+  with subtests.test('tokens read as text: no byte-level marks, a partial character kept'):
+    ours = PretrainedTokenizer(checkpoint.tokenizer_json)
+    pieces = ours.tokens(ours.encode('When Mary went to the store\u00a0café 日'))
+    assert pieces[:6] == ['When', ' Mary', ' went', ' to', ' the', ' store']
+    assert pieces[6:] == ['\u00a0', 'c', 'af', 'é', 'Ġæ', 'Ĺ', '¥']  # 日: three bytes, as written
   with subtests.test("the file's chat template, rendered as apply_chat_template renders it"):
     ours = chat.chat_ids(
       PretrainedTokenizer(checkpoint.tokenizer_json, chat_template=checkpoint.chat_template),
