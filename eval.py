@@ -75,7 +75,7 @@ _MAX_EXAMPLES = flags.DEFINE_integer('max_examples', 0, 'Predict at most this ma
 _CACHE = flags.DEFINE_string(
   'compilation_cache',
   training.DEFAULT_COMPILATION_CACHE,
-  "Directory of XLA's persistent compilation cache ('' = off).",
+  training.COMPILATION_CACHE_HELP,
 )
 flags.mark_flag_as_required('workdir')
 

@@ -33,6 +33,9 @@ _SEED = flags.DEFINE_integer('seed', 0, 'The sampling key; the same seed, the sa
 _CHECKPOINT = flags.DEFINE_string(
   'checkpoint', '', "'best', 'latest' or a step (default: the best, else the latest)."
 )
+_CACHE = flags.DEFINE_string(
+  'compilation_cache', training.DEFAULT_COMPILATION_CACHE, training.COMPILATION_CACHE_HELP
+)
 flags.mark_flags_as_required(['workdir', 'prompt'])
 
 
@@ -41,6 +44,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)  # the continuation is the output
   training.quiet_library_logs()
+  training.enable_compilation_cache(_CACHE.value)
   request = prompt_continuation.Request(
     workdir=_WORKDIR.value,
     prompt=_PROMPT.value,

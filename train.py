@@ -31,7 +31,7 @@ with training.failures.flag_errors('train.py'):  # the config file is read here
 _CACHE = flags.DEFINE_string(
   'compilation_cache',
   training.DEFAULT_COMPILATION_CACHE,
-  "Directory of XLA's persistent compilation cache ('' = off).",
+  training.COMPILATION_CACHE_HELP,
 )
 _COORDINATOR = flags.DEFINE_string(
   'coordinator_address',

@@ -6,7 +6,7 @@
 folder or `.zip`, or a `.gguf` file. The model is its architecture and starts from its weights
 (`config.init_from` is the checkpoint itself; a workdir convert.py wrote serves as well). With
 fewer key/value heads (`--config.model.num_kv_heads=1`) `--config.init_kv_pooling=mean` merges
-each group of the checkpoint's heads (models/kv_heads.py). The default text is the Python
+each group of the checkpoint's heads (training/kv_heads.py). The default text is the Python
 Language Reference's topic pages that every CPython installation ships (`pydoc_data/topics.py`,
 as configs/gpt_text.py); `--config.dataset.text_path` reads another. The text is cut into
 windows of 128 of the checkpoint's pieces, each text closed by the tokenizer's end token; the

@@ -15,7 +15,7 @@ convert trained models to:
   attention sinks, Xiao et al. 2024), binding when the window is shorter than `--seq_length`;
 - multi-query attention (one key/value head) made by mean-pooling each group of key/value heads
   (Ainslie et al. 2023), and from the group's first head and from a random one, their
-  alternatives (`config.init_kv_pooling`, models/kv_heads.py);
+  alternatives (`config.init_kv_pooling`, training/kv_heads.py);
 - sigmoid attention (Ramapuram et al. 2025) and linear attention (Katharopoulos et al. 2020),
   which replace the softmax the weights were trained with;
 - linear attention with Hedgehog's learned feature maps, fine-tuned from the identity maps, and

@@ -11,6 +11,7 @@ _EXPORTS = {
   'train_and_evaluate': 'training.loop',
   'quiet_library_logs': 'training.metrics',
   'DEFAULT_COMPILATION_CACHE': 'training.setup',
+  'COMPILATION_CACHE_HELP': 'training.setup',
   'enable_compilation_cache': 'training.setup',
   'initialize_distributed': 'training.sharding',
 }

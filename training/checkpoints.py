@@ -69,7 +69,9 @@ class Checkpointer:
           create=create,
           **dict(multiprocessing_options=alone) if local else {},
         ),
-        item_handlers=dict(state=ocp.StandardCheckpointHandler(), meta=ocp.JsonCheckpointHandler()),
+        # The PyTree handler (what Orbax's standard one wraps, the same files) reads a part of
+        # a checkpoint: the parameters without the optimizer's moments (`restore`).
+        item_handlers=dict(state=ocp.PyTreeCheckpointHandler(), meta=ocp.JsonCheckpointHandler()),
       )
 
   def steps(self) -> list[int]:
@@ -87,7 +89,7 @@ class Checkpointer:
     self._manager.save(
       step,
       args=ocp.args.Composite(
-        state=ocp.args.StandardSave(flat_state(state)), meta=ocp.args.JsonSave(meta)
+        state=ocp.args.PyTreeSave(flat_state(state)), meta=ocp.args.JsonSave(meta)
       ),
       force=True,
     )
@@ -99,7 +101,9 @@ class Checkpointer:
     checkpoint whose arrays do not match `like` (another model config) is an error.
 
     Args:
-      like: a train state, possibly of jax.ShapeDtypeStruct leaves, giving structure and shapes.
+      like: a train state, possibly of jax.ShapeDtypeStruct leaves, giving structure and shapes;
+        with `opt_state` None (`training.setup.readable_state`) the step and parameters alone
+        are read, and the optimizer's moments stay on disk.
       step: the step to restore; None = the newest readable one.
 
     Returns:
@@ -118,13 +122,19 @@ class Checkpointer:
         f'--checkpoint_step={step} is not in {self.directory}; saved steps: {steps}.'
       )
     wanted = _abstract(flat_state(like))
+    partial = like.opt_state is None
 
     def read(candidate: int):
-      stored = self._check(candidate, wanted)
+      stored = self._check(candidate, wanted, partial=partial)
+      item = {stored[k]: v for k, v in wanted.items()}
       restored = self._manager.restore(
         candidate,
         args=ocp.args.Composite(
-          state=ocp.args.StandardRestore({stored[k]: v for k, v in wanted.items()}),
+          state=ocp.args.PyTreeRestore(
+            item,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+            partial_restore=partial,
+          ),
           meta=ocp.args.JsonRestore(),
         ),
       )
@@ -172,9 +182,12 @@ class Checkpointer:
       'names the reason for each.'
     )
 
-  def _check(self, step: int, wanted: dict) -> dict[str, str]:
-    """{name: the name it is stored under} at `step`, after checking the shapes match."""
+  def _check(self, step: int, wanted: dict, partial: bool = False) -> dict[str, str]:
+    """{name: the name it is stored under} at `step`, after checking the shapes match; `partial`:
+    the optimizer's moments are not wanted."""
     saved = self._saved(step)
+    if partial:
+      saved = {key: value for key, value in saved.items() if not key.startswith('opt_state')}
     _check_matches({key: tuple(meta.shape) for key, (_, meta) in saved.items()}, wanted, step)
     return {key: name for key, (name, _) in saved.items()}
 
@@ -199,7 +212,12 @@ class Checkpointer:
     metadata = self._manager.item_metadata(step)['state']
     target = {key: jax.ShapeDtypeStruct(meta.shape, meta.dtype) for key, meta in metadata.items()}
     restored = self._manager.restore(
-      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
+      step,
+      args=ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(
+          target, restore_args=ocp.checkpoint_utils.construct_restore_args(target)
+        )
+      ),
     )
     return {key.removesuffix(_LEGACY_SUFFIX): value for key, value in restored['state'].items()}
 

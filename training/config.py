@@ -20,9 +20,9 @@ import jax
 import ml_collections
 
 import models
-from models.kv_heads import POOLINGS
 import tasks
 from training import layout, profiling, sharding
+from training.kv_heads import POOLINGS
 from training.optim import SCHEDULES
 
 DTYPES = ('float32', 'bfloat16')
@@ -55,8 +55,8 @@ def _training_fields() -> ml_collections.ConfigDict:
   # checkpoint (models.pretrained.read: a short name, a folder, a .zip, a .gguf); a new run starts
   # from its parameters that match by name and shape, and uses its vocabulary (or tokenizer).
   c.init_from = ''
-  # With fewer key/value heads than init_from: how each group becomes one head (models/kv_heads.py:
-  # 'mean' | 'first' | 'random'; '' = refuse the difference).
+  # With fewer key/value heads than init_from: how each group becomes one head
+  # (training/kv_heads.py: 'mean' | 'first' | 'random'; '' = refuse the difference).
   c.init_kv_pooling = ''
   # Optimizer: AdamW with the Transformer paper's betas and epsilon.
   c.schedule = 'rsqrt'  # rsqrt (paper) | cosine | constant

@@ -34,7 +34,7 @@ def summed_counts(
 ) -> dict:
   """The task's counts summed over the split's batches, each batch's from `step(state, batch)`:
   by default the task's `eval_counts` (no dropout); a caller's own step may edit the model first
-  (`reports.head_ablation` zeroes heads). `max_examples` > 0: the first batches only, until
+  (`interpret.split_sweep` zeroes heads). `max_examples` > 0: the first batches only, until
   they hold that many examples (`batches_holding` counts them)."""
   step = step or functools.partial(_eval_step, counts_fn=task.eval_counts)
   totals: dict[str, float] = {}

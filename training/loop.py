@@ -20,7 +20,7 @@ from training.checkpoints import Checkpointer
 from training.config import swap_notes, validate
 from training.metrics import MetricsWriter, Progress
 from training.selection import Best, metric_for
-from training.setup import abstract_state, build_state
+from training.setup import abstract_state, build_state, shaped_state
 from training.steps import parameter_count, train_step
 
 
@@ -112,14 +112,15 @@ def _accept(config, workdir: str, log: workdir_lib.Log):
 def _train(config, workdir: str, task) -> dict:
   """The training loop of an accepted run: restore or initialise, train, checkpoint, evaluate."""
   mesh = sharding.make_mesh(config.mesh)
-  state = build_state(config, task, mesh)
   checkpointer = Checkpointer(layout.checkpoints_dir(workdir), max_to_keep=config.keep_checkpoints)
   batches = task.batches(
     config.dataset.train_split, batch_size=config.dataset.batch_size, shuffle=True, seed=config.seed
   )
   best_checkpointer = Checkpointer(layout.best_dir(workdir), max_to_keep=1)
   best = Best(metric_for(config, task))
-  restored = checkpointer.restore(state)
+  # A resumed run reads its checkpoint straight into the state's shapes, a fine-tune its
+  # init_from's parameters (init_from.initial_state): neither is initialised at random first.
+  restored = checkpointer.restore(shaped_state(config, task, mesh))
   if restored:
     state, meta = restored
     batches.set_state(meta['data'])
@@ -133,7 +134,9 @@ def _train(config, workdir: str, task) -> dict:
     )
     _drop_skipped_newer(checkpointer, int(state.step))
   elif config.init_from:
-    state, _, _ = init_from_lib.load_matching_params(state, config)
+    state = init_from_lib.initial_state(config, task, mesh)
+  else:
+    state = build_state(config, task, mesh)
   _forget_other_bests(best_checkpointer, best)
 
   step_fn = jit_train_step(config, task, state, mesh)

@@ -1,7 +1,9 @@
 """Which checkpoint of a workdir a command reads, and the train state restored from it.
 
 eval.py asks for 'best' (WORKDIR/best/, chosen on validation), 'latest' or a step, possibly
-averaging the newest few (`for_evaluation`); the studies read the newest (`newest`). A damaged
+averaging the newest few (`for_evaluation`): the choice and the run's config and task are
+resolved first (`resolve`, a `Source` a command checks its request against), then its
+parameters are read (`restored`); the studies read the newest (`newest`). A damaged
 newest checkpoint is skipped for the one before it (`Checkpointer.first_readable`). Fine-tuning
 from another run (`config.init_from`) is in training/init_from.py.
 """
@@ -18,7 +20,7 @@ from training import layout, sharding
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
 from training.config import read_config, swap_notes, validate
-from training.setup import build_state
+from training.setup import readable_state
 from training.steps import TrainState
 
 CHOICES = ('best', 'latest')  # or a step number
@@ -27,7 +29,8 @@ CHOICES = ('best', 'latest')  # or a step number
 @dataclasses.dataclass(frozen=True)
 class Restored:
   """A workdir's run rebuilt for evaluation: its config (as evaluated), task, device mesh, and
-  the train state of the chosen checkpoint (`checkpoint`: 'best', 'latest' or a step)."""
+  the train state of the chosen checkpoint (`checkpoint`: 'best', 'latest' or a step): its
+  parameters, restored straight into the model's shapes, and no optimizer state."""
 
   config: ml_collections.ConfigDict
   task: tasks.Task
@@ -70,17 +73,29 @@ def choose(workdir: str, checkpoint: str, average_last: int = 1) -> str:
   return checkpoint
 
 
-def for_evaluation(
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """A workdir's checkpoint chosen and its run's config and task built, no array read yet: what
+  a command checks a request against (a prompt's tokens, a head's number) before the slow load
+  (`restored`)."""
+
+  workdir: str
+  config: ml_collections.ConfigDict
+  task: tasks.Task
+  checkpoint: str  # 'best', 'latest' or a step, as `choose` resolved it
+  average_last: int = 1
+
+
+def resolve(
   workdir: str,
-  config: ml_collections.ConfigDict | None,
+  config: ml_collections.ConfigDict | None = None,
   *,
   checkpoint: str = '',
   average_last: int = 1,
   eval_lengths=(),
-) -> Restored:
-  """The run of `workdir` rebuilt and restored at `checkpoint` (see `choose`), its parameters
-  averaged over the `average_last` newest checkpoints up to it. Nothing is written to the
-  workdir: the task is built in a staging copy of its vocabulary.
+) -> Source:
+  """The checkpoint of `workdir` a command reads (see `choose`) and the run's config and task.
+  Nothing is written to the workdir: the task is built in a staging copy of its vocabulary.
 
   Args:
     workdir: a training workdir.
@@ -91,42 +106,80 @@ def for_evaluation(
 
   Raises:
     FileNotFoundError: `workdir` is not a directory or holds no checkpoint.
-    ValueError: a bad choice, a config that does not validate, too few checkpoints to average.
+    ValueError: a bad choice, a config that does not validate.
   """
-  checkpoints = reader(layout.checkpoints_dir(workdir))
-  try:
-    if not os.path.isdir(workdir):
-      raise FileNotFoundError(f'--workdir={workdir} does not exist; give a training workdir.')
-    chosen = choose(workdir, checkpoint, average_last)
-    # Before anything is built, so nothing is written; a run stopped before its first regular
-    # checkpoint may have a best one only.
-    if chosen != 'best' and not checkpoints.steps():
-      raise FileNotFoundError(
-        f'No checkpoint in {checkpoints.directory}; train first with '
-        f'python train.py --config=... --workdir={workdir}.'
-      )
-    trained = read_config(workdir)
-    config = eval_config(config or trained, eval_lengths)
-    for note in swap_notes(trained.model, config.model, config.dataset.get('seq_length')):
-      logging.warning('%s', note)
-    with workdir_lib.staging(workdir) as staged:  # eval.py writes into eval/ only
-      task = tasks.build(config, staged)
-    mesh = sharding.make_mesh(config.mesh)
-    like = build_state(config, task, mesh)
-    if chosen == 'best':
-      best = reader(layout.best_dir(workdir))
-      try:
-        state, _ = best.restore(like)
-      finally:
-        best.close()
-      step = int(jax.device_get(state.step))
-    else:
+  if not os.path.isdir(workdir):
+    raise FileNotFoundError(f'--workdir={workdir} does not exist; give a training workdir.')
+  chosen = choose(workdir, checkpoint, average_last)
+  # A run stopped before its first regular checkpoint may have a best one only.
+  if chosen != 'best':
+    checkpoints = reader(layout.checkpoints_dir(workdir))
+    try:
+      if not checkpoints.steps():
+        raise FileNotFoundError(
+          f'No checkpoint in {checkpoints.directory}; train first with '
+          f'python train.py --config=... --workdir={workdir}.'
+        )
+    finally:
+      checkpoints.close()
+  trained = read_config(workdir)
+  config = eval_config(config or trained, eval_lengths)
+  for note in swap_notes(trained.model, config.model, config.dataset.get('seq_length')):
+    logging.warning('%s', note)
+  with workdir_lib.staging(workdir) as staged:  # eval.py writes into eval/ only
+    task = tasks.build(config, staged)
+  return Source(workdir, config, task, chosen, average_last)
+
+
+def restored(source: Source) -> Restored:
+  """`source`'s checkpoint read straight into the model's shapes (`readable_state`: no random
+  init, no optimizer state), its parameters averaged over the `average_last` newest checkpoints
+  up to it.
+
+  Raises:
+    ValueError: too few checkpoints to average.
+    CheckpointMismatchError: the checkpoint is of another model than the config's.
+  """
+  config, chosen = source.config, source.checkpoint
+  mesh = sharding.make_mesh(config.mesh)
+  like = readable_state(config, source.task, mesh)
+  if chosen == 'best':
+    best = reader(layout.best_dir(source.workdir))
+    try:
+      state, _ = best.restore(like)
+    finally:
+      best.close()
+    step = int(jax.device_get(state.step))
+  else:
+    checkpoints = reader(layout.checkpoints_dir(source.workdir))
+    try:
       step = None if chosen == 'latest' else int(chosen)
-      state, step = averaged(like, checkpoints, step, average_last)
-    logging.info('Evaluating step %d (--checkpoint=%s).', step, chosen)
-  finally:
-    checkpoints.close()
-  return Restored(config, task, mesh, state, step, chosen)
+      state, step = averaged(like, checkpoints, step, source.average_last)
+    finally:
+      checkpoints.close()
+  logging.info('Evaluating step %d (--checkpoint=%s).', step, chosen)
+  return Restored(config, source.task, mesh, state, step, chosen)
+
+
+def for_evaluation(
+  workdir: str,
+  config: ml_collections.ConfigDict | None,
+  *,
+  checkpoint: str = '',
+  average_last: int = 1,
+  eval_lengths=(),
+) -> Restored:
+  """The run of `workdir` rebuilt and restored at `checkpoint`: `restored(resolve(...))`, for a
+  command with nothing to check in between."""
+  return restored(
+    resolve(
+      workdir,
+      config,
+      checkpoint=checkpoint,
+      average_last=average_last,
+      eval_lengths=eval_lengths,
+    )
+  )
 
 
 def averaged(like, checkpoints: Checkpointer, step: int | None, average_last: int):
@@ -185,13 +238,15 @@ def eval_config(config: ml_collections.ConfigDict, eval_lengths=()) -> ml_collec
 
 
 def newest(workdir: str):
-  """`(task, train state, mesh)` of the newest readable checkpoint of a training workdir."""
+  """`(task, train state, mesh)` of the newest readable checkpoint of a training workdir (its
+  parameters: no optimizer state)."""
   config = read_config(workdir)
   with workdir_lib.staging(workdir) as staged:
     task = tasks.build(config, staged)
+  mesh = sharding.make_mesh(config.mesh)
   checkpoints = reader(layout.checkpoints_dir(workdir))
   try:
-    state, _ = checkpoints.restore(build_state(config, task))
+    state, _ = checkpoints.restore(readable_state(config, task, mesh))
   finally:
     checkpoints.close()
-  return task, state, sharding.make_mesh(config.mesh)
+  return task, state, mesh

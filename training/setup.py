@@ -1,12 +1,15 @@
-"""Builds the train state an experiment config describes, for the task's data; the compilation
-cache."""
+"""Builds the train state an experiment config describes, for the task's data (fresh, for
+training; or the shapes a checkpoint is read into, for a command that only reads); the
+compilation cache."""
 
 import functools
 import os
 
 from flax import nnx
 import jax
+import jax.numpy as jnp
 from jax.sharding import Mesh
+import optax
 
 from training import sharding
 from training.optim import make_optimizer
@@ -39,6 +42,54 @@ def abstract_state(config, task) -> TrainState:
   return plain(jax.eval_shape(functools.partial(_annotated, config, task, make_optimizer(config))))
 
 
+def shaped_state(config, task, mesh: Mesh | None = None, *, optimizer: bool = True) -> TrainState:
+  """The state a checkpoint is restored straight into: its step, parameters and (with
+  `optimizer`) optimizer moments abstract (shapes, dtypes and, with a `mesh`, the shardings
+  `build_state` would give them); the model's other state built. Without `optimizer`,
+  `opt_state` is None: `Checkpointer.restore` then reads the parameters alone (a command that
+  only reads: evaluation, prompts, studies).
+
+  Nothing is initialised at random: for a pretrained model the random init and the AdamW moments
+  took longer than reading the checkpoint (SmolLM2: 41 s of a 61 s prompt.py command) and twice
+  its memory.
+  """
+  tx = make_optimizer(config) if optimizer else optax.identity()
+  annotated = functools.partial(_annotated, config, task, tx)
+  abstract = jax.eval_shape(annotated)
+  shardings = plain(sharding.state_shardings(abstract, mesh)) if mesh is not None else None
+  abstract = plain(abstract)
+  if jax.tree.leaves(abstract.other):  # built for real: no checkpoint holds it
+    # Only `other` leaves the jitted function, so XLA drops the parameters' initialisers.
+    other = jax.jit(lambda: plain(annotated()).other)()
+  else:
+    other = abstract.other
+  if shardings is not None:
+    place = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+    abstract = abstract.replace(
+      step=place(abstract.step, shardings.step),
+      params=jax.tree.map(place, abstract.params, shardings.params),
+      opt_state=jax.tree.map(place, abstract.opt_state, shardings.opt_state),
+    )
+  if not optimizer:
+    return abstract.replace(opt_state=None, other=other, tx=None)
+  return abstract.replace(other=other)
+
+
+def fresh_moments(state: TrainState) -> TrainState:
+  """`state` (its parameters arrays, its moments possibly abstract) with the optimizer's initial
+  moments, made where `state.opt_state`'s shardings (if any) put them."""
+  leaves, treedef = jax.tree.flatten(state.opt_state)
+  shardings = [getattr(x, 'sharding', None) for x in leaves]
+  placed = dict(out_shardings=treedef.unflatten(shardings)) if all(shardings) else {}
+  init = jax.jit(state.tx.init, **placed)
+  return state.replace(step=jnp.zeros((), jnp.int32), opt_state=init(state.params))
+
+
+def readable_state(config, task, mesh: Mesh | None = None) -> TrainState:
+  """`shaped_state` without the optimizer: what a command that only reads restores into."""
+  return shaped_state(config, task, mesh, optimizer=False)
+
+
 def _annotated(config, task, tx) -> TrainState:
   model = task.build_model(config.model, nnx.Rngs(config.seed))
   return annotated_train_state(model, tx)
@@ -49,6 +100,8 @@ def _annotated(config, task, tx) -> TrainState:
 DEFAULT_COMPILATION_CACHE = os.environ.get('JAX_COMPILATION_CACHE_DIR') or os.path.join(
   os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'), 'attend', 'jax'
 )
+# Every entry point's --compilation_cache flag says this.
+COMPILATION_CACHE_HELP = "Directory of XLA's persistent compilation cache ('' = off)."
 # Programs that compile faster than this are not worth a disk entry.
 _MIN_COMPILE_SECONDS = 0.2
 
