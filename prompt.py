@@ -29,22 +29,26 @@ if __name__ == '__main__':
 
 from absl import app, flags, logging
 
-from reports import prompt_commands, prompt_effects
+from interpret import effects
+from reports import prompt_commands
 import training
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training or converted workdir.')
 _PROMPT = flags.DEFINE_string('prompt', None, 'The text the model reads.')
 _OUT = flags.DEFINE_string('out', '', 'Where the files go (default WORKDIR/prompt/).')
 _CHECKPOINT = flags.DEFINE_string('checkpoint', '', "'best', 'latest' or a step.")
-_METRIC = flags.DEFINE_enum('metric', 'logprob', prompt_effects.METRICS, 'heads: what changes.')
+_METRIC = flags.DEFINE_enum('metric', 'logprob', effects.METRICS, 'heads: what changes.')
 _TARGET = flags.DEFINE_string('target', '', 'The token after the prompt (one token).')
 _VERSUS = flags.DEFINE_string('versus', '', 'logit_diff: the token compared with --target.')
-_ABLATION = flags.DEFINE_enum('ablation', 'zero', prompt_effects.ABLATIONS, 'heads: replaced by.')
+_ABLATION = flags.DEFINE_enum('ablation', 'zero', effects.ABLATIONS, 'heads: replaced by.')
 _SOURCE = flags.DEFINE_string('source', '', '--ablation=patch: the prompt heads come from.')
 _REFERENCE = flags.DEFINE_string('reference', '', '--ablation=mean: the text of the means.')
 _HEADS = flags.DEFINE_string('heads', '', 'heads: LAYER.HEAD,... (default every head).')
 _LAYERS = flags.DEFINE_string(
   'layers', '', "attention: L,L,... or 'all' (default: 4, or the last)."
+)
+_CACHE = flags.DEFINE_string(
+  'compilation_cache', training.DEFAULT_COMPILATION_CACHE, training.COMPILATION_CACHE_HELP
 )
 flags.mark_flags_as_required(['workdir', 'prompt'])
 
@@ -55,6 +59,7 @@ def main(argv):
     raise app.UsageError(f'Give one command, one of {commands}: python prompt.py heads ...')
   logging.set_verbosity(logging.WARNING)  # its output is what it prints
   training.quiet_library_logs()
+  training.enable_compilation_cache(_CACHE.value)
   request = prompt_commands.Request(
     command=argv[1],
     workdir=_WORKDIR.value,

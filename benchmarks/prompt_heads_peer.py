@@ -6,7 +6,7 @@ transformers with a forward hook per head, the same weights, the same effects.
 
 The prompt is the text's first `--tokens` tokens. The metric is the mean next-token loss over
 the prompt; a head's effect is the loss with its output zeroed (its slice of the output
-projection's input) less the clean loss. Attend runs `reports.prompt_effects.head_effects` (a
+projection's input) less the clean loss. Attend runs `interpret.effects.head_effects` (a
 layer's heads one vmapped batch); transformers runs one forward pass per head with a
 `forward_pre_hook` on that layer's `o_proj` (the TransformerLens recipe, without the library).
 Both sweeps are timed with `benchmarks.timing.compare` (one warm-up each, then alternating
@@ -24,8 +24,8 @@ import numpy as np
 
 from benchmarks import finetune_torch, timing
 from data.pretrained_tokenizer import PretrainedTokenizer
+from interpret import effects
 from models import pretrained
-from reports import prompt_effects
 from training import failures
 
 
@@ -73,13 +73,11 @@ def main(argv: list[str] | None = None) -> dict:
   ids = np.asarray([ids], np.int32)
   model, _ = pretrained.load_decoder(checkpoint)
   reference = finetune_torch.load(pretrained.locate(args.checkpoint), attention='eager').eval()
-  metric = prompt_effects.Metric('loss')
+  metric = effects.Metric('loss')
   quiet = lambda line: None
   measured = timing.compare(
     {
-      'attend': lambda: prompt_effects.head_effects(
-        model, jnp.asarray(ids), metric, progress=quiet
-      ),
+      'attend': lambda: effects.head_effects(model, jnp.asarray(ids), metric, progress=quiet),
       'transformers': lambda: torch_sweep(reference, ids),
     },
     turns=args.rounds,

@@ -5,15 +5,18 @@ into `--out` (default WORKDIR/prompt/) only at the end: a refused command writes
 """
 
 import dataclasses
+import functools
 import json
 import os
 
+from flax import nnx
 import jax.numpy as jnp
 import numpy as np
 
+from interpret import attribution, effects, figures, loading
+from interpret import heads as heads_lib
 from models import interventions
-from reports import explorer, prompt_effects
-from reports.prompt_continuation import language_model
+from reports import explorer
 import tasks
 from tasks import pictures
 from tasks.language import LanguageModeling
@@ -43,15 +46,19 @@ class Request:
 
 
 class Prompt:
-  """The workdir's model and tokenizer, and the prompt's ids `[1, T]`, checked: of `run`, or of
-  the workdir's causal language model."""
+  """The workdir's tokenizer and the prompt's ids `[1, T]`, checked, then its model: of
+  `source`, or of the workdir's causal language model. The parameters are read when `model` is
+  first asked for, so that every flag is checked against the config and the tokenizer first."""
 
-  def __init__(self, request: Request, run: restore.Restored | None = None):
-    run = run or language_model(request.workdir, request.checkpoint)
-    self.config, self.tokenizer = run.config, run.task.tokenizer
-    self.model = merge_model(run.state)
+  def __init__(self, request: Request, source: restore.Source | None = None):
+    self.source = source or loading.language_source(request.workdir, request.checkpoint)
+    self.config, self.tokenizer = self.source.config, self.source.task.tokenizer
     self.ids = self.encode(request.prompt, '--prompt')
     self.tokens = self.tokenizer.tokens(self.ids[0])
+
+  @functools.cached_property
+  def model(self) -> nnx.Module:
+    return merge_model(restore.restored(self.source).state)
 
   def encode(self, text: str, flag: str) -> jnp.ndarray:
     if not text.strip():
@@ -100,28 +107,6 @@ def _write_json(out: str, name: str, data: dict) -> str:
   return path
 
 
-def heatmap(path: str, values: np.ndarray, *, title: str, label: str) -> None:
-  """A layers x heads map of `values [L, N]` on a diverging scale centred at 0 (grey: not
-  computed), with its colour bar."""
-  layers, heads = values.shape
-  figure = pictures.new_figure(
-    figsize=(max(6.5, 2.4 + 0.45 * heads), max(3.0, 1.6 + 0.26 * layers)), dpi=120
-  )
-  axes = figure.add_subplot()
-  limit = float(np.nanmax(np.abs(values))) or 1.0
-  from matplotlib import colormaps  # pylint: disable=import-outside-toplevel
-
-  cmap = colormaps['RdBu_r'].with_extremes(bad='#cccccc')
-  image = axes.imshow(values, cmap=cmap, vmin=-limit, vmax=limit, aspect='auto')
-  axes.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=8)
-  axes.set_yticks(range(layers), [str(layer) for layer in range(layers)], fontsize=7)
-  axes.set(xlabel='head', ylabel='layer')
-  axes.set_title(title, fontsize=9, wrap=True)
-  figure.colorbar(image, ax=axes, label=label, fraction=0.08, pad=0.03)
-  figure.tight_layout()
-  figure.savefig(path)
-
-
 def _short(text: str, length: int = 70) -> str:
   text = ' '.join(text.split())
   return text if len(text) <= length else text[: length - 1] + '…'
@@ -139,7 +124,7 @@ def _ranked(values: np.ndarray) -> list[dict]:
 def run_heads(request: Request) -> dict:
   """Each head's effect on the metric when replaced; heads.json and heads.png."""
   prompt = Prompt(request)
-  metric = prompt_effects.Metric(
+  metric = effects.Metric(
     request.metric,
     prompt.token(request.target, '--target'),
     prompt.token(request.versus, '--versus'),
@@ -147,13 +132,19 @@ def run_heads(request: Request) -> dict:
   other_text = request.source if request.ablation == 'patch' else request.reference
   flag = '--source' if request.ablation == 'patch' else '--reference'
   other = prompt.encode(other_text, flag) if request.ablation != 'zero' else None
-  clean, effects = prompt_effects.head_effects(
+  heads = _heads(request.heads)
+  if heads is not None:
+    model_config = prompt.config.model
+    heads_lib.check_heads(model_config.num_layers, model_config.num_heads, heads)
+  if request.ablation == 'patch' and other.shape != prompt.ids.shape:
+    raise ValueError(effects.patch_lengths_differ(other.shape[1], prompt.ids.shape[1]))
+  clean, changes = effects.head_effects(
     prompt.model,
     prompt.ids,
     metric,
     ablation=request.ablation,
     other=other,
-    heads=_heads(request.heads),
+    heads=heads,
     progress=lambda line: print(line, flush=True),
   )
   out = _out(request)
@@ -164,13 +155,13 @@ def run_heads(request: Request) -> dict:
     metric=dataclasses.asdict(metric),
     ablation=request.ablation,
     clean=clean,
-    effects=np.where(np.isnan(effects), None, effects).tolist(),
-    top=_ranked(effects),
+    effects=np.where(np.isnan(changes), None, changes).tolist(),
+    top=_ranked(changes),
   )
   _write_json(out, 'heads.json', result)
-  heatmap(
+  figures.save_head_map(
     os.path.join(out, 'heads.png'),
-    effects,
+    changes,
     title=f'{request.ablation} ablation of each head: change in {what}\n"{_short(request.prompt)}"',
     label=f'change (clean {clean:.3g})',
   )
@@ -192,8 +183,8 @@ def run_attribute(request: Request) -> dict:
   def direction(logits):
     return logits[..., target] - (0.0 if versus is None else logits[..., versus])
 
-  attributions = prompt_effects.head_attributions(prompt.model, prompt.ids, direction)
-  lens = prompt_effects.logit_lens(prompt.model, prompt.ids, target)
+  attributions = attribution.head_attributions(prompt.model, prompt.ids, direction)
+  lens = attribution.logit_lens(prompt.model, prompt.ids, target)
   for row in lens:
     row['top_token'] = prompt.tokenizer.tokens([row['top']])[0]
   out = _out(request)
@@ -201,7 +192,7 @@ def run_attribute(request: Request) -> dict:
   result = dict(prompt=request.prompt, direction=what, heads=attributions.tolist(), lens=lens)
   result['top'] = _ranked(attributions)
   _write_json(out, 'attribute.json', result)
-  heatmap(
+  figures.save_head_map(
     os.path.join(out, 'attribute.png'),
     attributions,
     title=f'direct logit attribution of each head: {what}\n"{_short(request.prompt)}"',
@@ -243,29 +234,30 @@ def _reads_prompts(task: type[tasks.Task]) -> bool:
 def run_attention(request: Request) -> dict:
   """The attention of a run of any task that reads text on the prompt: a language model's
   chosen layers, or what the task draws and explores for an example (`Task.text_sample`)."""
-  run = restore.for_evaluation(request.workdir, None, checkpoint=request.checkpoint)
-  if not _reads_prompts(type(run.task)):
+  source = restore.resolve(request.workdir, checkpoint=request.checkpoint)
+  if not _reads_prompts(type(source.task)):
     readers = ', '.join(name for name, task in tasks.TASKS.items() if _reads_prompts(task))
     raise ValueError(
-      f'--workdir={request.workdir} holds a run of {run.config.task}, whose examples are not '
+      f'--workdir={request.workdir} holds a run of {source.config.task}, whose examples are not '
       f'text; prompt.py attention reads runs of {readers}.'
     )
-  if isinstance(run.task, LanguageModeling):
-    return _token_attention(request, run)
-  return _example_attention(request, run)
+  if isinstance(source.task, LanguageModeling):
+    return _token_attention(request, source)
+  return _example_attention(request, source)
 
 
-def _example_attention(request: Request, run: restore.Restored) -> dict:
+def _example_attention(request: Request, source: restore.Source) -> dict:
   """The prompt read as one of the task's examples, predicted, drawn as eval.py draws an example
   (its --layers one layer, default the last; the mean over heads), and its explorer page."""
   if not request.prompt.strip():
     raise ValueError('--prompt is empty.')
-  layers = _layers(request.layers or '-1', run.config.model.get('num_layers', 1), negative=True)
+  layers = _layers(request.layers or '-1', source.config.model.get('num_layers', 1), negative=True)
   if len(layers) != 1:
     raise ValueError(
-      f'--layers={request.layers!r}: a {run.config.task} run draws one layer; give one number.'
+      f'--layers={request.layers!r}: a {source.config.task} run draws one layer; give one number.'
     )
   options = tasks.EvalOptions(num_pictures=1, layer=layers[0])
+  run = restore.restored(source)
   model = merge_model(run.state)
   sample = run.task.text_sample(model, request.prompt, options)
   records = run.task.explore(model, [sample], options)
@@ -278,13 +270,13 @@ def _example_attention(request: Request, run: restore.Restored) -> dict:
   return dict(sample=sample, pictures=drawn, explorer=page)
 
 
-def _token_attention(request: Request, run: restore.Restored) -> dict:
+def _token_attention(request: Request, source: restore.Source) -> dict:
   """The chosen layers' attention on the prompt: attention.png and explorer.html."""
-  prompt = Prompt(request, run)
+  prompt = Prompt(request, source)
+  layers = _layers(request.layers, prompt.config.model.num_layers)
   weights = np.asarray(
     interventions.attention(prompt.model, 'self', prompt.ids, method='token_logits')[0]
   )  # [L, N, T, T]
-  layers = _layers(request.layers, weights.shape[0])
   out = _out(request)
   os.makedirs(out, exist_ok=True)
   picture = os.path.join(out, 'attention.png')

@@ -17,6 +17,7 @@ from typing import TextIO
 import jax
 
 from data.chat import chat_ids
+from interpret import loading
 from models import generation
 from training import restore
 from training.steps import merge_model
@@ -35,18 +36,6 @@ class Request:
   top_p: float = 1.0
   seed: int = 0
   checkpoint: str = ''
-
-
-def language_model(workdir: str, checkpoint: str = '') -> restore.Restored:
-  """The workdir's run restored at `checkpoint`; ValueError unless it is a causal language
-  model's."""
-  run = restore.for_evaluation(workdir, None, checkpoint=checkpoint)
-  if not getattr(run.task, 'causal', False):
-    raise ValueError(
-      f'--workdir={workdir} holds a {run.config.task} run of {run.config.model.name}; this '
-      'command reads a causal language model (configs/pretrained_lm.py, configs/gpt_text.py, ...).'
-    )
-  return run
 
 
 def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
@@ -82,12 +71,12 @@ def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
   Raises:
     ValueError: the workdir is not a language model's, or a flag it cannot honour.
   """
-  run = language_model(request.workdir, request.checkpoint)
-  tokenizer = run.task.tokenizer
+  source = loading.language_source(request.workdir, request.checkpoint)
+  tokenizer = source.task.tokenizer
   ids = prompt_ids(tokenizer, request.prompt, request.chat)
-  check_request(request, run.config, ids)
+  check_request(request, source.config, ids)  # before the parameters are read
   stream = generation.stream_prompt(
-    merge_model(run.state),
+    merge_model(restore.restored(source).state),
     [ids],
     max_length=request.max_new_tokens,
     rng=jax.random.key(request.seed),

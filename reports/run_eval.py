@@ -11,7 +11,8 @@ import os
 import jax
 from ml_collections import ConfigDict
 
-from reports import explorer, head_ablation
+from interpret import split_sweep
+from reports import explorer
 import tasks
 from training import evaluation, layout, restore
 from training import workdir as workdir_lib
@@ -41,7 +42,7 @@ class Request:
     eval_lengths: language models: also evaluate on rows of these lengths ('loss@N'); replaces
       the config's `dataset.eval_lengths`.
     ablate_heads: also write the split's main metric with each attention head ablated in turn
-      (eval/head_ablation.json and .png, `reports.head_ablation`), over the split or the first
+      (eval/head_ablation.json and .png, `interpret.split_sweep`), over the split or the first
       batches holding `max_examples`.
     explorer_examples: the first examples shown in eval/explorer.html (`reports.explorer`);
       None = `num_heatmaps`.
@@ -122,7 +123,7 @@ def evaluate(request: Request) -> dict:
     )
     if request.ablate_heads:
       batch_size = run.config.dataset.eval_batch_size
-      sweep = head_ablation.sweep(
+      sweep = split_sweep.sweep(
         run.state,
         run.task,
         request.split,
@@ -130,7 +131,7 @@ def evaluate(request: Request) -> dict:
         mesh=run.mesh,
         max_examples=request.max_examples,
       )
-      head_ablation.write(sweep, out_dir)
+      split_sweep.write(sweep, out_dir)
     _print_summary(metrics, out_dir, run.task.samples_file, pictures=len(drawn or ()))
   return metrics
 

@@ -37,8 +37,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
-from models import interventions, pretrained
-from reports.head_ablation import attention_layers, head_edits
+from interpret import figures, loading
+from interpret import heads as heads_lib
+from models import interventions
 from studies.decoder_runs import first_token_weight, integers
 from training import failures
 
@@ -97,35 +98,36 @@ def study(
   """Scores per head, the losses, and the losses with the top k heads of each score and k random
   heads (`draws` times) zeroed, for each k in `ablate`. See the module docstring."""
   graphdef, state = nnx.split(model)
-  layers = list(attention_layers(model).items())  # [(path, heads)]
+  layers = heads_lib.attention_layers(model)
+  shape = (len(layers), max(layers.values()))
 
   @jax.jit
-  def run(state, ids, keep):
-    model = nnx.merge(graphdef, state)
-    edits = head_edits({path: mask for (path, _), mask in zip(layers, keep)})
-    logits, captured = interventions.capture(model, ids, method='token_logits', edits=edits)
+  def measure(state, ids):
+    logits, captured = interventions.capture(nnx.merge(graphdef, state), ids, method='token_logits')
     weights = interventions.stack(captured, model.attention_names['self'])  # [B, L, N, T, T]
     return _losses(logits, ids, length), head_scores(weights, length)
 
-  shape = (len(layers), layers[0][1])
+  ablated_losses = heads_lib.program(
+    model, lambda model, ids: _losses(model.token_logits(ids), ids, length)
+  )
+  zeros = [jnp.zeros((1, 1, 1, 1))] * len(layers)
   start = time.perf_counter()
-  losses, scores = run(state, jnp.asarray(ids), [jnp.ones((heads,)) for _, heads in layers])
+  losses, scores = measure(state, jnp.asarray(ids))
   scores = {kind: np.asarray(scores[kind]) for kind in SCORES}  # jit returns keys sorted
   log(f'scores and losses: {time.perf_counter() - start:.1f} s (with compilation)')
   rows = []
   chosen = chosen_heads(scores, list(ablate), draws, seed)
   for i, (kind, k, flat) in enumerate(chosen):
-    keep = np.ones(shape, np.float32)
-    keep[np.unravel_index(flat, shape)] = 0.0
-    ablated, _ = run(state, jnp.asarray(ids), [jnp.asarray(row) for row in keep])
-    heads = [[int(i) for i in np.unravel_index(f, shape)] for f in flat]
+    zeroed = [tuple(int(i) for i in np.unravel_index(f, shape)) for f in flat]
+    ablated = ablated_losses(jnp.asarray(ids), heads_lib.masks([zeroed], *shape), zeros)
+    heads = [list(head) for head in zeroed]
     rows.append(
       dict(
         kind=kind,
         k=k,
         heads=heads,
-        first_half_loss=float(ablated['first half']),
-        repeat_loss=float(ablated['repeat']),
+        first_half_loss=float(ablated['first half'][0]),
+        repeat_loss=float(ablated['repeat'][0]),
       )
     )
     log(f'ablation {i + 1}/{len(chosen)}: {kind}, k={k}: repeat loss {rows[-1]["repeat_loss"]:.3f}')
@@ -153,23 +155,6 @@ def random_summary(rows: list[dict]) -> dict[str, dict[str, float]]:
       draws=len(losses),
     )
   return summary
-
-
-def _grid(figure: Figure, axes, kind: str, grid: np.ndarray) -> None:
-  """One annotated (when small) layers x heads grid, 0 to 1, with a colour bar."""
-  layers, heads = grid.shape
-  image = axes.imshow(grid, cmap='viridis', vmin=0.0, vmax=1.0, aspect='auto')
-  axes.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=8)
-  step = max(1, layers // 15)
-  axes.set_yticks(range(0, layers, step), [str(i) for i in range(0, layers, step)], fontsize=8)
-  axes.set_xlabel('head')
-  axes.set_ylabel('layer')
-  axes.set_title(f'{kind} score', fontsize=10)
-  if layers * heads <= 64:  # numbers stay legible in small grids only
-    for (i, j), value in np.ndenumerate(grid):
-      color = 'black' if value > 0.5 else 'white'
-      axes.text(j, i, f'{value:.2f}', ha='center', va='center', fontsize=7, color=color)
-  figure.colorbar(image, ax=axes, fraction=0.08, label='mean attention weight')
 
 
 def _ablation_plot(axes, result: dict) -> None:
@@ -224,7 +209,15 @@ def save_figure(path: str, result: dict, title: str) -> str:
   FigureCanvasAgg(figure)
   panels = figure.subplots(1, len(grids) + 1, width_ratios=[width] * len(grids) + [5.5])
   for axes, (kind, grid) in zip(panels, grids.items()):
-    _grid(figure, axes, kind, grid)
+    figures.draw_head_map(
+      figure,
+      axes,
+      grid,
+      title=f'{kind} score',
+      label='mean attention weight',
+      diverging=False,
+      limits=(0.0, 1.0),
+    )
   _ablation_plot(panels[-1], result)
   figure.suptitle(title, fontsize=11)
   figure.tight_layout()
@@ -293,13 +286,11 @@ def main(argv: list[str] | None = None) -> dict:
   if args.draws < 1:
     raise ValueError(f'--draws must be at least 1, got {args.draws}.')
   start = time.perf_counter()
-  checkpoint = pretrained.read(args.checkpoint)
-  model, _ = pretrained.load_decoder(checkpoint)
-  print(f'loaded {args.checkpoint}: {time.perf_counter() - start:.1f} s')
-  heads = sum(attention_layers(model).values())
+  decoder = loading.load_decoder(args.checkpoint)
+  model, vocab = decoder.model, decoder.tokenizer.vocab_size
+  heads = sum(heads_lib.attention_layers(model).values())
   if max(sizes) > heads:
     raise ValueError(f'--ablate={args.ablate} asks for more heads than the model has ({heads}).')
-  vocab = checkpoint.config['vocab_size']
   ids = repeated_tokens(vocab, args.sequences, args.length, args.seed)
   result = study(model, ids, args.length, ablate=sizes, draws=args.draws, seed=args.seed)
   result.update(

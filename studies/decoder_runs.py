@@ -4,7 +4,6 @@ pass, the first-token weight, and their flags' comma-separated integers.
 """
 
 import os
-import time
 from typing import Callable
 
 from flax import nnx
@@ -12,11 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from data.pretrained_tokenizer import PretrainedTokenizer
-from models import interventions, pretrained
+from interpret import loading
+from models import interventions
 
 
-def read_stream(path: str, tokenizer: PretrainedTokenizer, tokens: int) -> np.ndarray:
+def read_stream(path: str, tokenizer, tokens: int) -> np.ndarray:
   """The first `tokens` ids of the text file at `path`, `[tokens]` int32."""
   if not os.path.isfile(path):
     raise ValueError(
@@ -31,14 +30,10 @@ def read_stream(path: str, tokenizer: PretrainedTokenizer, tokens: int) -> np.nd
 
 
 def load_with_stream(checkpoint: str, text: str, tokens: int):
-  """The checkpoint (anything `models.pretrained.read` reads) as a `DecoderLM`, and the first
-  `tokens` ids of the `text` file in its own tokenizer (`read_stream`); prints the time taken."""
-  start = time.perf_counter()
-  read_checkpoint = pretrained.read(checkpoint)
-  ids = read_stream(text, PretrainedTokenizer(read_checkpoint.tokenizer_json), tokens)
-  model, _ = pretrained.load_decoder(read_checkpoint)
-  print(f'loaded {checkpoint} and {len(ids)} tokens: {time.perf_counter() - start:.1f} s')
-  return model, ids
+  """The checkpoint or workdir (`interpret.loading.load_decoder`) as a causal language model, and
+  the first `tokens` ids of the `text` file in its own tokenizer (`read_stream`)."""
+  decoder = loading.load_decoder(checkpoint)
+  return decoder.model, read_stream(text, decoder.tokenizer, tokens)
 
 
 def first_token_weight(weights, first_query: int = 1):

@@ -7,7 +7,7 @@
 
 Each prints its measurements as JSON (`--out` also writes them). All use the test split.
 
-- `mqar`: the answer accuracy with each head ablated (`reports.head_ablation`), then activation
+- `mqar`: the answer accuracy with each head ablated (`interpret.split_sweep`), then activation
   patching: a context key is replaced by a key the example does not hold, so its query no longer
   finds it; the layer-1 heads' outputs at the query position, taken from the clean prompt, are
   patched into the corrupted run. Reported: the fraction of the broken answers restored.
@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from interpret import split_sweep
 from models import interventions
-from reports import head_ablation
 from studies import documents_study
 from studies.trained_runs import SPLIT, in_batches, split_arrays
 from training import failures, restore
@@ -35,7 +35,7 @@ from training.steps import merge_model
 
 def mqar(workdir: str) -> dict:
   task, state, mesh = restore.newest(workdir)
-  ablation = head_ablation.sweep(state, task, SPLIT, batch_size=250, mesh=mesh)
+  ablation = split_sweep.sweep(state, task, SPLIT, batch_size=250, mesh=mesh)
   data = split_arrays(task)
   inputs, targets, support = data['inputs'], data['targets'], data['support']
   n = len(inputs)

@@ -8,7 +8,7 @@ templates (the indirect object first, ABBA, or second, BABA), random single-toke
 and objects; the model should continue with the indirect object (IO, Mary), not the subject
 (S, John). The metric is the logit difference IO - S at the last position. Each prompt has a
 corrupted twin with the three names replaced by three others (the paper's ABC distribution), of
-the same tokens' length. Then, with `reports.prompt_effects`:
+the same tokens' length. Then, with `interpret`:
 
 - per-head activation patching: each head's output taken from the corrupted twin, the change in
   the logit difference, as a fraction of the clean one (-1: the head carries all of it);
@@ -34,9 +34,8 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
-from data.pretrained_tokenizer import PretrainedTokenizer
-from models import interventions, pretrained
-from reports import prompt_effects
+from interpret import attribution, effects, figures, loading
+from models import interventions
 from tasks import pictures
 from training import failures
 
@@ -132,24 +131,22 @@ def classes(patched: np.ndarray, dla: np.ndarray, scores: dict, clean: float) ->
 
 def study(model, data: dict, *, top: int, draws: int, seed: int) -> dict:
   """The numbers of the module docstring for the prompts `data` (`prompts`)."""
-  metric = prompt_effects.Metric('logit_diff', jnp.asarray(data['io']), jnp.asarray(data['s']))
+  metric = effects.Metric('logit_diff', jnp.asarray(data['io']), jnp.asarray(data['s']))
   ids, corrupted = jnp.asarray(data['ids']), jnp.asarray(data['corrupted'])
   per_prompt = np.asarray(metric(model.token_logits(ids), ids))
-  clean, patched = prompt_effects.head_effects(
-    model, ids, metric, ablation='patch', other=corrupted
-  )
+  clean, patched = effects.head_effects(model, ids, metric, ablation='patch', other=corrupted)
   rows = jnp.arange(len(data['ids']))
 
   def direction(logits):  # [..., B, V] -> [..., B]
     return logits[..., rows, data['io']] - logits[..., rows, data['s']]
 
-  dla = prompt_effects.head_attributions(model, ids, direction)
+  dla = attribution.head_attributions(model, ids, direction)
   scores = attention_scores(model, data)
   found = classes(patched, dla, scores, clean)
   # The most negative fractions: the heads whose patching takes the most of the difference.
   order = np.argsort(patched / clean, axis=None)[:top]
   circuit = [tuple(int(i) for i in np.unravel_index(k, patched.shape)) for k in order]
-  mean_ablated = lambda heads: prompt_effects.ablated_metric(
+  mean_ablated = lambda heads: effects.ablated_metric(
     model, ids, metric, heads, ablation='mean', other=corrupted
   )
   rng = np.random.default_rng(seed)
@@ -181,24 +178,20 @@ def save_figure(path: str, result: dict, title: str) -> None:
   dla = np.asarray(result['direct_logit_attribution'])
   layers, heads = patched.shape
   figure = pictures.new_figure(figsize=(4.0 + 0.9 * heads, 1.8 + 0.24 * layers), dpi=120)
+  marks = {
+    (layer, head): CLASS_MARKS[cls]
+    for cls, heads_of in result['classes'].items()
+    for layer, head in heads_of
+  }
   panels = [
     ('patched from the corrupted prompt:\nchange / clean logit difference', patched),
     ('direct logit attribution\n(logit IO - logit S)', dla),
   ]
   for index, (name, values) in enumerate(panels):
     axes = figure.add_subplot(1, 2, index + 1)
-    limit = float(np.max(np.abs(values))) or 1.0
-    image = axes.imshow(values, cmap='RdBu_r', vmin=-limit, vmax=limit, aspect='auto')
-    for cls, heads_of in result['classes'].items():
-      for layer, head in heads_of:
-        axes.text(head, layer, CLASS_MARKS[cls], ha='center', va='center', fontsize=7)
-    axes.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=7)
-    axes.set_yticks(range(layers), [str(layer) for layer in range(layers)], fontsize=6)
-    axes.set(xlabel='head', ylabel='layer')
-    axes.set_title(name, fontsize=9)
-    figure.colorbar(image, ax=axes, fraction=0.08, pad=0.03)
-  marks = ', '.join(f'{mark} {name}' for name, mark in CLASS_MARKS.items())
-  figure.suptitle(f'{title}\n{marks}', fontsize=9)
+    figures.draw_head_map(figure, axes, values, title=name, label='', marks=marks)
+  legend = ', '.join(f'{mark} {name}' for name, mark in CLASS_MARKS.items())
+  figure.suptitle(f'{title}\n{legend}', fontsize=9)
   figure.tight_layout()
   figure.savefig(path)
 
@@ -215,9 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
   if args.prompts < 2 or args.top < 1 or args.draws < 1:
     raise ValueError('--prompts must be at least 2, --top and --draws at least 1.')
   started = time.perf_counter()
-  checkpoint = pretrained.read(args.checkpoint)
-  model, _ = pretrained.load_decoder(checkpoint)
-  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
+  decoder = loading.load_decoder(args.checkpoint)
+  model, tokenizer = decoder.model, decoder.tokenizer
   data = prompts(tokenizer, args.prompts, args.seed)
   result = study(model, data, top=args.top, draws=args.draws, seed=args.seed)
   result.update(

@@ -68,7 +68,7 @@ def _state(config, task, params_file: str, *, write: bool):
 
 def readings(task_name: str, model: str, tfds_dir, *, write: bool = False) -> dict:
   """The pinned readings of the tiny `(task_name, model)`; see the module docstring."""
-  from reports import head_ablation
+  from interpret import split_sweep
   import tasks
   from training import evaluation, sharding
   from training.steps import merge_model
@@ -86,7 +86,7 @@ def readings(task_name: str, model: str, tfds_dir, *, write: bool = False) -> di
     explorer=task.explore(merge_model(state), samples, options),
   )
   if model in ABLATED:
-    found['head_ablation'] = head_ablation.sweep(state, task, split, batch_size=4, mesh=mesh)
+    found['head_ablation'] = split_sweep.sweep(state, task, split, batch_size=4, mesh=mesh)
   return _plain(found)
 
 

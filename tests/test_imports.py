@@ -8,7 +8,17 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ('attention', 'benchmarks', 'configs', 'data', 'models', 'reports', 'tasks', 'training')
+PACKAGES = (
+  'attention',
+  'benchmarks',
+  'configs',
+  'data',
+  'interpret',
+  'models',
+  'reports',
+  'tasks',
+  'training',
+)
 
 
 def test_nothing_of_ours_is_installed_into_site_packages():

@@ -12,11 +12,11 @@ import numpy as np
 import optax
 import pytest
 
+from interpret import split_sweep
 import models
 from models import HAN, NTM, DecoderLM, MemN2N, Seq2Seq, Transformer, ViT, interventions
 from models.attention_layer import MultiHeadAttention
 from models.stack_config import AttentionConfig, StackConfig
-from reports import head_ablation
 import tasks
 from training import evaluation, sharding
 from training.metrics import Progress
@@ -281,18 +281,18 @@ def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projectio
   config.dataset.update(data_dir=str(tmp_path / 'tfds'), eval_batch_size=250)
   task, mesh = tasks.build(config, str(tmp_path)), sharding.make_mesh(None)
   state = build_state(config, task, mesh)
-  monkeypatch.setattr(Progress, 'EVERY_SECONDS', 0.0)  # a progress line after every head
-  with mock.patch.object(head_ablation.logging, 'info') as info:
-    result = head_ablation.sweep(state, task, 'validation', batch_size=250, mesh=mesh)
+  monkeypatch.setattr(Progress, 'EVERY_SECONDS', 0.0)  # a progress line after every layer
+  with mock.patch.object(split_sweep.logging, 'info') as info:
+    result = split_sweep.sweep(state, task, 'validation', batch_size=250, mesh=mesh)
   lines = [call.args[0] % call.args[1:] for call in info.call_args_list]  # '%s | ETA %s'
   batches = task.batches('validation', batch_size=250, shuffle=False, seed=0, num_epochs=1)
   examples = sum(int((np.asarray(batch['index']) >= 0).sum()) for batch in batches)
   assert lines[0] == f'Head ablation: 4 heads, each over {examples} examples of validation.'
   assert result['examples'] == examples > 100
-  # A line after every head of every batch (4 batches of 250), the rate in whole heads.
-  assert len(lines) == 1 + 4 * 4
-  assert lines[1].startswith('Head ablation: batch 1/4, layers/0/self_attn head 0 | ')
-  assert lines[-1].startswith('Head ablation: batch 4/4, layers/1/self_attn head 1 | ')
+  # A line after every layer's heads (one call) of every batch (4 batches of 250).
+  assert len(lines) == 1 + 4 * 2
+  assert lines[1].startswith('Head ablation: batch 1/4, layers/0/self_attn | ')
+  assert lines[-1].startswith('Head ablation: batch 4/4, layers/1/self_attn | ')
   assert lines[-1].endswith('ETA 0m00s') and 'heads/s' in lines[1]
   assert result['metric'] == 'accuracy'
   assert set(result['layers']) == {'layers/0/self_attn', 'layers/1/self_attn'}
@@ -314,9 +314,9 @@ def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projectio
   ]
   assert max(changes) > 1e-3 * unablated  # the ablations change the loss: the check can fail
   # --max_examples: the first batches holding that many (here 2 of 50 rows for 60).
-  first = head_ablation.sweep(state, task, 'validation', batch_size=50, mesh=mesh, max_examples=60)
+  first = split_sweep.sweep(state, task, 'validation', batch_size=50, mesh=mesh, max_examples=60)
   assert first['examples'] == 100
-  paths = head_ablation.write(result, str(tmp_path))
+  paths = split_sweep.write(result, str(tmp_path))
   assert json.load(open(paths[0], encoding='utf-8'))['layers'] == result['layers']
 
 

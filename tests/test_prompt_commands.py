@@ -1,7 +1,7 @@
 """generate.py and prompt.py on a converted tiny checkpoint. generate.py: a prompt continued
 token by token as `continue_prompt` continues it, the chat template rendered as transformers
 renders it, the checkpoint's template carried into the workdir. prompt.py: its three commands'
-files and numbers (tests/test_prompt_effects.py checks the numbers against transformers). Each
+files and numbers (tests/test_head_effects.py checks the numbers against transformers). Each
 fault is one sentence, and a refused command writes nothing."""
 
 import io
@@ -19,8 +19,9 @@ import pytest
 from tiny_decoders import write_checkpoint
 
 from data import chat
+from interpret import effects as effects_lib
 from models import generation
-from reports import prompt_commands, prompt_continuation, prompt_effects
+from reports import prompt_commands, prompt_continuation
 from training import pretrained_workdir, restore
 from training.steps import merge_model
 
@@ -175,8 +176,8 @@ def test_prompt_commands_write_their_files(workdir, tmp_path, capsys):
   assert 'Heads zero: 8/8' in printed and 'Heads by effect (zero):' in printed
   run = restore.for_evaluation(path, None)
   ids = np.asarray([run.task.tokenizer.encode('w5 w9 w12 w30 w7')])
-  clean, effects = prompt_effects.head_effects(
-    merge_model(run.state), ids, prompt_effects.Metric('logit_diff', 30, 7)
+  clean, effects = effects_lib.head_effects(
+    merge_model(run.state), ids, effects_lib.Metric('logit_diff', 30, 7)
   )
   np.testing.assert_allclose(json.loads((out / 'heads.json').read_text())['effects'], effects)
   assert saved['clean'] == pytest.approx(clean, abs=1e-6)

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from tiny_decoders import VOCAB, _model, write_checkpoint
 
+from interpret import attribution
+from interpret import effects as effects_lib
 from models import interventions, pretrained
-from reports import prompt_effects
 
 pytest.importorskip('transformers', reason='the reference implementation (test extra)')
 IDS = np.random.default_rng(1).integers(1, VOCAB, (1, 12))
@@ -97,12 +98,12 @@ def _reference(folder: str, source: np.ndarray | None):
 
 def test_ablation_patching_and_attribution_equal_transformers_hooks(checkpoint):
   folder, model = checkpoint
-  metric = prompt_effects.Metric('logit_diff', TARGET, VERSUS)
+  metric = effects_lib.Metric('logit_diff', TARGET, VERSUS)
   direction = lambda logits: logits[..., TARGET] - logits[..., VERSUS]
   with float64.model_in_float64(model) as model64:
-    clean, zeroed = prompt_effects.head_effects(model64, IDS, metric)
-    _, patched = prompt_effects.head_effects(model64, IDS, metric, ablation='patch', other=SOURCE)
-    dla = prompt_effects.head_attributions(model64, IDS, direction)
+    clean, zeroed = effects_lib.head_effects(model64, IDS, metric)
+    _, patched = effects_lib.head_effects(model64, IDS, metric, ablation='patch', other=SOURCE)
+    dla = attribution.head_attributions(model64, IDS, direction)
   ref_clean, ref_zeroed, ref_dla = _reference(folder, None)
   _, ref_patched, _ = _reference(folder, SOURCE)
   np.testing.assert_allclose(clean, ref_clean, atol=TOLERANCE)
@@ -116,9 +117,9 @@ def test_the_batched_sweep_is_one_edit_at_a_time_and_sets_add_up(checkpoint):
   """Each head's effect as `interventions.zero_head` gives it alone; mean ablation uses the
   reference's mean output; replacing every head of a set at once is `ablated_metric`."""
   _, model = checkpoint
-  metric = prompt_effects.Metric('loss')
+  metric = effects_lib.Metric('loss')
   ids = jnp.asarray(IDS)
-  clean, effects = prompt_effects.head_effects(model, ids, metric, heads=[(0, 1), (1, 0)])
+  clean, effects = effects_lib.head_effects(model, ids, metric, heads=[(0, 1), (1, 0)])
   paths = interventions.layer_paths(model)
   for layer, head in [(0, 1), (1, 0)]:
     edits = {f'{paths[layer]}/heads': interventions.zero_head(head)}
@@ -129,19 +130,30 @@ def test_the_batched_sweep_is_one_edit_at_a_time_and_sets_add_up(checkpoint):
   reference = captured[f'{paths[0]}/heads']
   edits = {f'{paths[0]}/heads': lambda v: v.at[:, 1].set(reference[:, 1].mean(axis=(0, 1)))}
   logits, _ = interventions.capture(model, ids, edits=edits, method='token_logits')
-  _, mean = prompt_effects.head_effects(
+  _, mean = effects_lib.head_effects(
     model, ids, metric, ablation='mean', other=SOURCE, heads=[(0, 1)]
   )
   np.testing.assert_allclose(mean[0, 1], metric(logits, ids)[0] - clean, atol=1e-5)
+  # Per position: the mean over a batch of reference prompts of the prompt's length.
+  batch = np.concatenate([SOURCE, IDS[:, ::-1]])
+  _, captured = interventions.capture(model, jnp.asarray(batch), method='token_logits')
+  by_position = captured[f'{paths[1]}/heads'][:, 0].mean(axis=0)  # [T, H]
+  edits = {f'{paths[1]}/heads': lambda v: v.at[:, 0].set(by_position)}
+  logits, _ = interventions.capture(model, ids, edits=edits, method='token_logits')
+  _, mean = effects_lib.head_effects(
+    model, ids, metric, ablation='mean', other=batch, per_position=True, heads=[(1, 0)]
+  )
+  np.testing.assert_allclose(mean[1, 0], metric(logits, ids)[0] - clean, atol=1e-5)
+  assert abs(mean[1, 0] - effects[1, 0]) > 1e-4  # not the zero ablation
   both = {f'{path}/heads': interventions.zero_head(0) for path in paths}
   logits, _ = interventions.capture(model, ids, edits=both, method='token_logits')
-  together = prompt_effects.ablated_metric(model, ids, metric, [(l, 0) for l in range(len(paths))])
+  together = effects_lib.ablated_metric(model, ids, metric, [(l, 0) for l in range(len(paths))])
   np.testing.assert_allclose(together, metric(logits, ids)[0], atol=1e-5)
 
 
 def test_the_logit_lens_ends_at_the_models_own_output(checkpoint):
   _, model = checkpoint
-  lens = prompt_effects.logit_lens(model, IDS, TARGET)
+  lens = attribution.logit_lens(model, IDS, TARGET)
   logits = np.asarray(model.token_logits(jnp.asarray(IDS)))[0, -1]
   log_probs = logits - np.log(np.sum(np.exp(logits - logits.max()))) - logits.max()
   assert [row['layer'] for row in lens] == list(range(len(lens)))
@@ -153,21 +165,21 @@ def test_the_logit_lens_ends_at_the_models_own_output(checkpoint):
 @pytest.mark.parametrize(
   'call, message',
   [
-    (lambda m: prompt_effects.Metric('logprob'), '--metric=logprob needs --target'),
-    (lambda m: prompt_effects.Metric('logit_diff', 3), 'needs --versus'),
-    (lambda m: prompt_effects.Metric('accuracy'), '--metric must be one of'),
+    (lambda m: effects_lib.Metric('logprob'), '--metric=logprob needs --target'),
+    (lambda m: effects_lib.Metric('logit_diff', 3), 'needs --versus'),
+    (lambda m: effects_lib.Metric('accuracy'), '--metric must be one of'),
     (
-      lambda m: prompt_effects.head_effects(m, IDS, prompt_effects.Metric('loss'), heads=[(9, 0)]),
+      lambda m: effects_lib.head_effects(m, IDS, effects_lib.Metric('loss'), heads=[(9, 0)]),
       'layer 9, head 0 is not in the model',
     ),
     (
-      lambda m: prompt_effects.head_effects(
-        m, IDS, prompt_effects.Metric('loss'), ablation='patch', other=SOURCE[:, :5]
+      lambda m: effects_lib.head_effects(
+        m, IDS, effects_lib.Metric('loss'), ablation='patch', other=SOURCE[:, :5]
       ),
       '--source encodes to 5 tokens and --prompt to 12',
     ),
     (
-      lambda m: prompt_effects.head_effects(m, IDS, prompt_effects.Metric('loss'), ablation='mean'),
+      lambda m: effects_lib.head_effects(m, IDS, effects_lib.Metric('loss'), ablation='mean'),
       '--ablation=mean needs --reference',
     ),
   ],

@@ -1,0 +1,112 @@
+"""A model's attention heads, and the one engine that replaces them.
+
+`attention_layers(model)` lists the multi-head attention layers, `{path: heads}` in the model's
+order: the rows of every layers x heads map (`[L, N]`, N the most heads of a layer), and the
+numbering `--heads=LAYER.HEAD` uses.
+
+`program(model, read)` compiles `read(model, inputs)` (a metric of the logits, a task's counts)
+with heads replaced, once per row of masks `[P, L, N]` (vmapped: P edited passes in one call,
+one compile per shape). A masked head's output (`PATH/heads`, before the output projection, as
+TransformerLens's `hook_z`) becomes `replaced[layer]`: zeros, a mean output, or the head's
+output on another input. Taps in `kept` are replaced by the given values (a block's clean
+`residual`): what only they read is then computed by nobody, and XLA drops it, so a batch of
+masks that touches layers i and later costs the layers from i on.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models import interventions
+from models.attention_layer import MultiHeadAttention
+
+Array = jax.Array
+Head = tuple[int, int]  # (layer, head)
+
+
+def attention_layers(model: nnx.Module) -> dict[str, int]:
+  """`{path: heads}` of the model's multi-head attention layers, in the model's order."""
+  paths = interventions.module_paths(model)
+  return {
+    paths[id(module)]: module.num_heads
+    for _, module in nnx.iter_modules(model)
+    if isinstance(module, MultiHeadAttention)
+  }
+
+
+def check_heads(num_layers: int, num_heads: int, heads: Sequence[Head]) -> None:
+  """ValueError naming the first (layer, head) a model of `num_layers` x `num_heads` does not
+  have (checked from the config, before the model is read, or from the model)."""
+  for layer, head in heads:
+    if not (0 <= layer < num_layers and 0 <= head < num_heads):
+      raise ValueError(
+        f'--heads: layer {layer}, head {head} is not in the model ({num_layers} layers 0 .. '
+        f'{num_layers - 1} of {num_heads} heads 0 .. {num_heads - 1}).'
+      )
+
+
+def masks(rows: Sequence[Sequence[Head]], num_layers: int, num_heads: int) -> np.ndarray:
+  """`[P, L, N]` bool: row p replaces the heads `rows[p]` (an empty row: the clean pass)."""
+  out = np.zeros((len(rows), num_layers, num_heads), bool)
+  for p, heads in enumerate(rows):
+    for layer, head in heads:
+      out[p, layer, head] = True
+  return out
+
+
+def residuals_below(path: str, residuals: Mapping[str, Array]) -> dict[str, Array]:
+  """The clean `residual` taps of the blocks before attention layer `path` in its stack
+  ('layers/3/self_attn' -> 'layers/0/residual' .. 'layers/2/residual'); none where the model has
+  no such taps (then the whole model runs)."""
+  parts = path.split('/')
+  if len(parts) < 3 or not parts[-2].isdigit():
+    return {}
+  stack = '/'.join(parts[:-2])
+  names = [f'{stack}/{j}/residual' for j in range(int(parts[-2]))]
+  return {name: residuals[name] for name in names} if all(n in residuals for n in names) else {}
+
+
+def program(
+  model: nnx.Module, read: Callable[[nnx.Module, Any], Any]
+) -> Callable[[Any, np.ndarray, Sequence[Array], Mapping[str, Array]], Any]:
+  """`run(inputs, masks [P, L, N], replaced, kept) -> read's outputs, each [P, ...]`, compiled.
+
+  Args:
+    model: the model whose heads are replaced.
+    read: `read(model, inputs)`, what is measured of an edited pass (called inside the edits, so
+      a task's counts work as they are).
+
+  `replaced[layer]` broadcasts to that layer's per-head outputs `[B, N, T, H]` (e.g. zeros
+  `[1, 1, 1, 1]`, a mean `[1, N, T|1, H]`, a patch `[B, N, T, H]`); `kept` maps tap names to
+  the values they take in every row (see the module docstring); `unmasked[layer]`, where given,
+  is what the heads a row does not mask output instead of what they compute (frozen at a
+  clean run's, for path patching). Each structure of `kept` and `unmasked` compiles once.
+  """
+  graphdef, state = nnx.split(model)
+  layers = attention_layers(model)
+
+  @jax.jit
+  def run(state, inputs, masks, replaced, kept, unmasked):
+    def one(mask):  # [L, N]
+      model = nnx.merge(graphdef, state)
+      edits = dict(kept)
+      for layer, (path, heads) in enumerate(layers.items()):
+        hit = mask[layer, :heads][None, :, None, None]  # [1, N, 1, 1]
+        other = None if unmasked is None else unmasked[layer]
+        edits[f'{path}/heads'] = lambda v, hit=hit, new=replaced[layer], other=other: jnp.where(
+          hit, new.astype(v.dtype), v if other is None else other.astype(v.dtype)
+        )
+      with interventions.editing(model, edits):
+        return read(model, inputs)
+
+    return jax.vmap(one)(masks)
+
+  def call(inputs, masks, replaced, kept=None, unmasked=None):
+    unmasked = None if unmasked is None else list(unmasked)
+    return run(state, inputs, jnp.asarray(masks), list(replaced), dict(kept or {}), unmasked)
+
+  return call

@@ -1,0 +1,156 @@
+"""Path patching (Wang et al. 2022, "Interpretability in the Wild", section 3.1): how much of a
+metric flows from sender heads to receiver heads' queries, keys or values, and no other way.
+
+For each sender head, in three passes over the prompt `ids` (the clean run) and `other` (the
+corrupted one, e.g. the same template with three other names):
+
+1. the clean and corrupted runs' per-head outputs (`PATH/heads`, TransformerLens's `hook_z`);
+2. the clean prompt again, the sender's output taken from the corrupted run and every other
+   head's frozen at its clean output (the MLPs and norms recomputed): the receivers' inputs
+   (their `queries`, `keys` or `values` taps) are recorded;
+3. the clean prompt once more, only the receivers' inputs replaced by those records: the metric
+   less the clean one is the sender's effect through that path.
+
+With no receivers, step 2's metric is the sender's direct effect on the logits (the path through
+the residual stream alone). Under grouped-query attention (N query heads, K key/value heads) a
+receiver head i reads key/value head i // (N/K), which the other query heads of its group read
+too: patching a receiver's keys or values patches its group's.
+
+Senders run N a call (vmapped), as every head engine of `interpret.heads`.
+"""
+
+from collections.abc import Sequence
+import time
+from typing import Callable
+
+from absl import logging
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from interpret import heads as heads_lib
+from interpret.effects import Metric, patch_lengths_differ
+from models import interventions
+from training.metrics import Progress, duration
+
+Array = jax.Array
+INPUTS = ('queries', 'keys', 'values')
+
+
+def _outputs(model: nnx.Module, ids: Array, paths: list[str]) -> list[Array]:
+  _, captured = interventions.capture(model, ids, method='token_logits')
+  return [captured[f'{path}/heads'] for path in paths]  # each [B, N, T, H]
+
+
+def _receiver_masks(model, receivers, into) -> dict[str, np.ndarray]:
+  """`{tap name: [N|K] bool}`: which heads of each receiver layer's input taps are replaced."""
+  layers = heads_lib.attention_layers(model)
+  paths, modules = list(layers), interventions.modules_by_path(model)
+  out = {}
+  for layer, head in receivers:
+    attention = modules[paths[layer]]
+    for tap in into:
+      groups = attention.num_heads // attention.num_kv_heads if tap != 'queries' else 1
+      width = attention.num_heads if tap == 'queries' else attention.num_kv_heads
+      mask = out.setdefault(f'{paths[layer]}/{tap}', np.zeros(width, bool))
+      mask[head // groups] = True
+  return out
+
+
+def path_patching(
+  model: nnx.Module,
+  ids: Array,
+  other: Array,
+  metric: Metric,
+  receivers: Sequence[tuple[int, int]] = (),
+  *,
+  into: Sequence[str] = ('queries',),
+  senders: Sequence[tuple[int, int]] | None = None,
+  progress: Callable[[str], None] = logging.info,
+) -> tuple[float, np.ndarray]:
+  """`(the clean metric, [L, N] each sender's path-patched metric less the clean one)`, NaN for
+  heads not sent from (see the module docstring).
+
+  Args:
+    model: a causal language model.
+    ids: the clean prompts `[B, T]`.
+    other: the corrupted prompts, as many tokens as `ids`.
+    metric: what is measured of the logits on `ids`.
+    receivers: `(layer, head)` pairs whose inputs the senders reach; none = the logits directly.
+    into: which inputs of the receivers: some of `INPUTS`.
+    senders: `(layer, head)` pairs, one at a time (default: every head of the layers before the
+      first receiver's, or every head without receivers).
+    progress: called with a line every `Progress.EVERY_SECONDS` and at the end.
+
+  Raises:
+    ValueError: `other` has another length, a head or input that is not the model's, or a
+      sender that is not before every receiver.
+  """
+  ids, other = jnp.asarray(ids), jnp.asarray(other)
+  if other.shape != ids.shape:
+    raise ValueError(patch_lengths_differ(other.shape[1], ids.shape[1]))
+  layers = heads_lib.attention_layers(model)
+  paths, n = list(layers), max(layers.values())
+  unknown = sorted(set(into) - set(INPUTS))
+  if receivers and (unknown or not into):
+    raise ValueError(f'into={tuple(into)}: give some of {", ".join(INPUTS)}.')
+  first = min((layer for layer, _ in receivers), default=len(paths))
+  if senders is None:
+    senders = [(layer, head) for layer in range(first) for head in range(layers[paths[layer]])]
+  heads_lib.check_heads(len(paths), n, [*senders, *receivers])
+  late = [sender for sender in senders if sender[0] >= first]
+  if late:
+    raise ValueError(
+      f'sender layer {late[0][0]}, head {late[0][1]} is not before the receivers (layer '
+      f'{first}): a head reaches only the layers after its own.'
+    )
+  clean_outputs = _outputs(model, ids, paths)
+  corrupted = _outputs(model, other, paths)
+  wanted = _receiver_masks(model, receivers, into) if receivers else {}
+
+  def record(model, ids):  # step 2: the receivers' inputs, or the metric itself
+    logits, captured = interventions.capture(model, ids, method='token_logits')
+    return {name: captured[name] for name in wanted} if wanted else metric(logits, ids)
+
+  sent = heads_lib.program(model, record)
+  graphdef, state = nnx.split(model)
+
+  @jax.jit
+  def received(state, ids, records):  # step 3, one row per record
+    def one(record):
+      edits = {
+        name: lambda v, mask=mask, new=record[name]: jnp.where(
+          jnp.asarray(mask)[None, :, None, None], new.astype(v.dtype), v
+        )
+        for name, mask in wanted.items()
+      }
+      logits, _ = interventions.capture(
+        nnx.merge(graphdef, state), ids, edits=edits, method='token_logits'
+      )
+      return metric(logits, ids)
+
+    return jax.vmap(one)(records)
+
+  # The clean run first (nothing sent: every head frozen at its clean output), then padding.
+  rows = [(), *[(sender,) for sender in senders]]
+  rows += [()] * (-len(rows) % n)
+  values = np.full(len(rows), np.nan)
+  started = last = time.perf_counter()
+  for start in range(0, len(rows), n):
+    masks = heads_lib.masks(rows[start : start + n], len(paths), n)
+    out = sent(ids, masks, corrupted, unmasked=clean_outputs)
+    out = received(state, ids, out) if wanted else out
+    values[start : start + n] = np.asarray(out).mean(axis=-1)
+    done, now = min(start + n - 1, len(senders)), time.perf_counter()
+    if now - last >= Progress.EVERY_SECONDS or done == len(senders):
+      rate, last = done / (now - started), now
+      progress(
+        f'Path patching: {done}/{len(senders)} senders | {rate:.2f} heads/s | '
+        f'ETA {duration((len(senders) - done) / rate)}'
+      )
+  clean = float(values[0])
+  effects = np.full((len(paths), n), np.nan)
+  for (layer, head), value in zip(senders, values[1:]):
+    effects[layer, head] = value - clean
+  return clean, effects

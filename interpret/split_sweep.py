@@ -1,0 +1,137 @@
+"""A task's metrics over a split with each attention head zeroed in turn (eval.py --ablate_heads).
+
+A head is ablated by zeroing its output (`<layer>/heads`, before the output projection), so the
+layer goes on with the other heads' contributions only. Batch by batch, a clean pass keeps what
+each block passes on (its `residual` tap); then each layer's heads run as one call of the
+engine (`interpret.heads.program`: a mask per head, vmapped), the blocks below the layer's
+segment given their clean outputs, which XLA then does not compute. A segment is a quarter of
+the layers: one compile each, where a program per layer would trace the model once per layer.
+"""
+
+import functools
+import json
+import math
+import os
+import time
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from interpret import figures
+from interpret import heads as heads_lib
+from models import interventions
+from tasks import Task
+from training import evaluation, sharding
+from training.metrics import Progress, duration
+from training.steps import TrainState, merge_model
+
+MAIN_METRICS = ('accuracy', 'token_accuracy', 'sequence_accuracy', 'loss')  # the first present
+JSON_FILE, PICTURE_FILE = 'head_ablation.json', 'head_ablation.png'
+SEGMENTS = 4  # programs per sweep: the layers below a segment's first are not computed
+
+
+@functools.partial(jax.jit, static_argnames='counts_fn')
+def _clean(state: TrainState, batch, *, counts_fn):
+  """The task's counts of a batch with no head ablated, and what each block passed on (its
+  `residual` taps)."""
+  model = merge_model(state)
+  with interventions.editing(model) as run:
+    counts = counts_fn(model, batch)
+  return counts, {name: v for name, v in run.captured.items() if name.endswith('/residual')}
+
+
+def sweep(
+  state: TrainState, task: Task, split: str, *, batch_size: int, mesh, max_examples: int = 0
+) -> dict:
+  """The split's metrics with no head ablated and with each head of each layer ablated alone,
+  with a progress line every `Progress.EVERY_SECONDS` (and at the end). `max_examples` > 0:
+  over the split's first batches that hold that many examples.
+
+  Returns:
+    `{'metric': the main one (the first of MAIN_METRICS the task reports), 'unablated': its
+    value, 'examples': how many the metrics read, 'layers': {path: {head: value}},
+    'all_metrics': the same with every metric}`.
+
+  Raises:
+    ValueError: the model has no multi-head attention layer.
+  """
+  model = merge_model(state)
+  layers = heads_lib.attention_layers(model)
+  if not layers:
+    raise ValueError(
+      '--ablate_heads needs a model with multi-head attention layers (the '
+      'Transformer family); this one has none.'
+    )
+  paths, n = list(layers), max(layers.values())
+  batches = list(evaluation.batches_holding(task, split, batch_size, max_examples))
+  examples = sum(int(np.sum(np.asarray(batch['index']) >= 0)) for batch in batches)
+  heads_total = sum(layers.values())
+  logging.info(
+    'Head ablation: %d heads, each over %d examples of %s.', heads_total, examples, split
+  )
+  run = heads_lib.program(model, task.eval_counts)
+  zeros = [jnp.zeros((1, 1, 1, 1))] * len(paths)
+  every = math.ceil(len(paths) / SEGMENTS)
+  base_totals, totals = {}, {path: [{} for _ in range(heads)] for path, heads in layers.items()}
+  total, done, started, last = heads_total * len(batches), 0, time.perf_counter(), 0.0
+  for number, batch in enumerate(batches, 1):
+    batch = sharding.shard_batch(batch, mesh)
+    counts, residuals = _clean(state, batch, counts_fn=task.eval_counts)
+    evaluation.add_counts(base_totals, counts)
+    for layer, (path, heads) in enumerate(layers.items()):
+      kept = heads_lib.residuals_below(paths[layer - layer % every], residuals)
+      rows = [[(layer, head)] for head in range(heads)] + [[]] * (n - heads)
+      counts = jax.device_get(run(batch, heads_lib.masks(rows, len(paths), n), zeros, kept))
+      for head in range(heads):
+        evaluation.add_counts(totals[path][head], {k: v[head] for k, v in counts.items()})
+      done, now = done + heads, time.perf_counter()
+      if now - last >= Progress.EVERY_SECONDS or done == total:  # a real model has 270 heads
+        rate, last = done / (now - started), now
+        line = (
+          f'Head ablation: batch {number}/{len(batches)}, {path} | '
+          f'{rate / len(batches):.2f} heads/s'
+        )
+        logging.info('%s | ETA %s', line, duration((total - done) / rate))
+  summarize = lambda counts: {k: float(v) for k, v in task.summarize(counts).items()}
+  base = summarize(base_totals)
+  metric = next(name for name in MAIN_METRICS if name in base)
+  every_metric = {
+    path: {str(head): summarize(counts) for head, counts in enumerate(heads)}
+    for path, heads in totals.items()
+  }
+  return dict(
+    metric=metric,
+    unablated=base[metric],
+    split=split,
+    examples=examples,
+    layers={
+      path: {head: values[metric] for head, values in heads.items()}
+      for path, heads in every_metric.items()
+    },
+    all_metrics=dict(unablated=base, layers=every_metric),
+  )
+
+
+def write(result: dict, out_dir: str) -> list[str]:
+  """Writes `result` (from `sweep`) as head_ablation.json and its layers x heads PNG."""
+  json_path = os.path.join(out_dir, JSON_FILE)
+  with open(json_path, 'w', encoding='utf-8') as f:
+    json.dump(result, f, indent=2)
+  paths = list(result['layers'])
+  width = max(len(heads) for heads in result['layers'].values())
+  grid = np.full((len(paths), width), np.nan)
+  for row, path in enumerate(paths):
+    for head, value in result['layers'][path].items():
+      grid[row, int(head)] = value
+  picture = figures.save_head_map(
+    os.path.join(out_dir, PICTURE_FILE),
+    grid,
+    title=f'{result["metric"]} with one head ablated (none: {result["unablated"]:.3g})',
+    label=result['metric'],
+    rows=paths,
+    xlabel='head ablated',
+    diverging=False,
+  )
+  return [json_path, picture]
