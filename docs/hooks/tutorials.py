@@ -323,7 +323,7 @@ def _title(path: str) -> str:
   import jupytext
 
   heading = jupytext.read(path).cells[0].source.splitlines()[0].lstrip('# ')
-  return re.sub(r'^Lecture (\d+):\s*(.)', lambda m: f'{m[1]} {m[2].upper()}', heading)
+  return re.sub(r'^(?:Lecture|Tutorial) (\d+):\s*(.)', lambda m: f'{m[1]} {m[2].upper()}', heading)
 
 
 _PAGE_MATH: dict[str, dict[str, str]] = {}
