@@ -47,7 +47,8 @@ def sweep(
 ) -> dict:
   """The split's metrics with no head ablated and with each head of each layer ablated alone,
   with a progress line every `Progress.EVERY_SECONDS` (and at the end). `max_examples` > 0:
-  over the split's first batches that hold that many examples.
+  over the split's first batches that hold that many examples, in batches of no more rows than
+  that (rounded up to the data shards).
 
   Returns:
     `{'metric': the main one (the first of MAIN_METRICS the task reports), 'unablated': its
@@ -65,6 +66,9 @@ def sweep(
       'Transformer family); this one has none.'
     )
   paths, n = list(layers), max(layers.values())
+  if max_examples:  # no rows past them: a head costs a pass over every row of a batch
+    shards = sharding.batch_shards(dict(mesh.shape)) if mesh is not None else 1
+    batch_size = min(batch_size, -(-max_examples // shards) * shards)
   batches = list(evaluation.batches_holding(task, split, batch_size, max_examples))
   examples = sum(int(np.sum(np.asarray(batch['index']) >= 0)) for batch in batches)
   heads_total = sum(layers.values())

@@ -316,6 +316,9 @@ def test_the_head_ablation_sweep_matches_heads_removed_from_the_output_projectio
   # --max_examples: the first batches holding that many (here 2 of 50 rows for 60).
   first = split_sweep.sweep(state, task, 'validation', batch_size=50, mesh=mesh, max_examples=60)
   assert first['examples'] == 100
+  # Fewer than a batch: batches of that many rows, no more.
+  few = split_sweep.sweep(state, task, 'validation', batch_size=50, mesh=mesh, max_examples=30)
+  assert few['examples'] == 30
   paths = split_sweep.write(result, str(tmp_path))
   assert json.load(open(paths[0], encoding='utf-8'))['layers'] == result['layers']
 
