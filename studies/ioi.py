@@ -1,29 +1,32 @@
 """The indirect object identification circuit (Wang et al. 2022, "Interpretability in the
-Wild") looked for in a pretrained decoder.
+Wild") looked for in a pretrained decoder, on the paper's templates.
 
     python -m studies.ioi --checkpoint=SmolLM2-135M-Instruct --out=runs/ioi_smollm2
 
-`--prompts` sentences "When Mary and John went to the store, John gave a drink to" from two
-templates (the indirect object first, ABBA, or second, BABA), random single-token names, places
-and objects; the model should continue with the indirect object (IO, Mary), not the subject
-(S, John). The metric is the logit difference IO - S at the last position. Each prompt has a
-corrupted twin with the three names replaced by three others (the paper's ABC distribution), of
-the same tokens' length. Then, with `interpret`:
+Prompts: the paper's 16 templates (`TEMPLATES`), each in both name orders, the indirect object
+IO first (ABBA: "When Mary and John went to the store, John gave a drink to") or second (BABA:
+"When John and Mary ..."); the subject S comes twice (S1, S2). A *draw* gives every template two
+names, a place and an object, in both orders: `--draws` draws make 32 x draws prompts. Names,
+places and objects are the paper's lists, kept where they are one token after a space, so the
+prompts of a template share one length; a batch is the prompts of one length (nothing is
+padded). Each prompt has an ABC twin, its IO, S1 and S2 replaced by three other names. The
+metric is the logit difference IO - S after the prompt; a head's effect is a fraction of it.
 
-- per-head activation patching: each head's output taken from the corrupted twin, the change in
-  the logit difference, as a fraction of the clean one (-1: the head carries all of it);
-- per-head direct logit attribution of the logit difference;
-- each head's attention from the last position to IO, S1 and S2, from S2 to S1 (duplicate
-  token) and to the token after S1 (induction);
-- the heads classed where the evidence supports a class: name movers (a positive direct effect,
-  attending to IO over S), negative name movers (a negative one, the same attention),
-  S-inhibition (patching costs, little direct effect, attending to S2), duplicate-token and
-  induction heads (S2 to S1, S2 to S1 + 1);
-- the `--top` heads of the largest patching effect mean-ablated together (their mean output over
-  the corrupted prompts), against as many random heads over `--draws` draws.
+Heads are chosen on the even draws (the selection half) and tested on the odd ones (held out):
 
-Writes `ioi.json` and `ioi.png` (patching and attribution maps, classes marked) into `--out`
-and prints the tables.
+1. Selection half: activation patching of every head (its output from the ABC twin), direct
+   logit attribution, attention from the last position (END) to IO, S1, S2 and from S2 to S1
+   and S1 + 1; then path patching (`interpret.patching`) from the heads costing at least `COST`
+   into the name movers' queries (Wang et al.'s Figure 4), and from the heads attending S2 -> S1
+   or S1 + 1 into the S-inhibition heads' values (how the paper found duplicate-token and
+   induction heads). `classes` states the rules, with the thresholds below.
+2. Held-out half: the circuit (every classed head), the `--top` heads of the largest patching
+   cost, `--random` sets of as many other heads, and each chosen head alone, mean-ablated: a
+   head's output replaced by its mean over `--abc` ABC sentences of the prompt's template,
+   position by position (the paper's mean over the ABC distribution).
+
+Prints its tables (markdown), writes them and every number into `ioi.json`, and the maps into
+`ioi.png`, in `--out`.
 """
 
 import argparse
@@ -34,19 +37,53 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
-from interpret import attribution, effects, figures, loading
+from interpret import attribution, effects, figures, loading, patching
+from interpret import heads as heads_lib
 from models import interventions
 from tasks import pictures
 from training import failures
 
+# Wang et al.'s templates in their BABA form, cut before the answer, from their code
+# (redwoodresearch/Easy-Transformer, easy_transformer/ioi_dataset.py, BABA_TEMPLATES; the first
+# is the paper's running example, commented out there). ABBA swaps the first {A} and {B}.
+TEMPLATES = (
+  'When {B} and {A} went to the {place}, {B} gave a {object} to',
+  'Then, {B} and {A} went to the {place}. {B} gave a {object} to',
+  'Then, {B} and {A} had a lot of fun at the {place}. {B} gave a {object} to',
+  'Then, {B} and {A} were working at the {place}. {B} decided to give a {object} to',
+  'Then, {B} and {A} were thinking about going to the {place}. {B} wanted to give a {object} to',
+  'Then, {B} and {A} had a long argument, and afterwards {B} said to',
+  'After {B} and {A} went to the {place}, {B} gave a {object} to',
+  'When {B} and {A} got a {object} at the {place}, {B} decided to give it to',
+  'When {B} and {A} got a {object} at the {place}, {B} decided to give the {object} to',
+  'While {B} and {A} were working at the {place}, {B} gave a {object} to',
+  'While {B} and {A} were commuting to the {place}, {B} gave a {object} to',
+  'After the lunch, {B} and {A} went to the {place}. {B} gave a {object} to',
+  'Afterwards, {B} and {A} went to the {place}. {B} gave a {object} to',
+  'Then, {B} and {A} had a long argument. Afterwards {B} said to',
+  'The {place} {B} and {A} went to had a {object}. {B} gave it to',
+  'Friends {B} and {A} found a {object} at the {place}. {B} gave it to',
+)
+# The same file's names (as copied into ArthurConmy/Automatic-Circuit-Discovery), places, objects.
 NAMES = (
-  'Mary John Tom James Sarah Anna Paul Mark Lisa David Emma Kate Peter Jack Alice Bob Sam Ben '
-  'Luke Jane Rose Adam Eric Amy Dan Max Ryan Laura Mike Kevin Steve Chris Michael Daniel Andrew '
-  'George Henry Lucy Grace'
+  'Michael Christopher Jessica Matthew Ashley Jennifer Joshua Amanda Daniel David James Robert '
+  'John Joseph Andrew Ryan Brandon Jason Justin Sarah William Jonathan Stephanie Brian Nicole '
+  'Nicholas Anthony Heather Eric Elizabeth Adam Megan Melissa Kevin Steven Thomas Timothy '
+  'Christina Kyle Rachel Laura Lauren Amber Brittany Danielle Richard Kimberly Jeffrey Amy '
+  'Crystal Michelle Tiffany Jeremy Benjamin Mark Emily Aaron Charles Rebecca Jacob Stephen '
+  'Patrick Sean Erin Jamie Kelly Samantha Nathan Sara Dustin Paul Angela Tyler Scott Katherine '
+  'Andrea Gregory Erica Mary Travis Lisa Kenneth Bryan Lindsey Kristen Jose Alexander Jesse '
+  'Katie Lindsay Shannon Vanessa Courtney Christine Alicia Cody Allison Bradley Samuel'
 ).split()
-PLACES = 'store park school garden office beach shop house'.split()
-OBJECTS = 'drink book ring ball bone computer snack letter gift'.split()
-TEMPLATE = 'When {0} and {1} went to the {place}, {2} gave a {thing} to'
+PLACES = 'store garden restaurant school hospital office house station'.split()
+OBJECTS = 'ring kiss bone basketball computer necklace drink snack'.split()
+
+# The class rules' thresholds, fixed before any run (fractions of the clean IO - S; weights).
+DIRECT = 0.10  # a name mover's direct effect on IO - S, at least
+COST = 0.05  # a head costs IO - S when patched from the ABC twin: at least this much
+PATH = 0.05  # a path carries IO - S when path patching it costs at least this much
+ATTENDS = 0.3  # an attention weight this large on one token counts as attending to it
+INDIRECT = 0.5  # an S-inhibition head's |direct effect| stays under this share of its cost
 CLASS_MARKS = {
   'name mover': 'N',
   'negative name mover': '-',
@@ -54,144 +91,329 @@ CLASS_MARKS = {
   'duplicate token': 'D',
   'induction': 'I',
 }
-ATTENDS = 0.3  # a weight this large on one token counts as attending to it
+Head = tuple[int, int]
 
 
-def prompts(tokenizer, count: int, seed: int) -> dict:
-  """Clean and corrupted ids `[count, T]`, the IO and S token ids and their positions."""
-  single = [n for n in NAMES if len(tokenizer.encode_pieces(' ' + n)) == 1]
-  rng = np.random.default_rng(seed)
-  clean, corrupted, io, s, where = [], [], [], [], []
-  for i in range(count):
-    a, b, c, d, e = rng.choice(single, 5, replace=False)
-    place, thing = rng.choice(PLACES), rng.choice(OBJECTS)
-    first, second = (a, b) if i % 2 == 0 else (b, a)  # ABBA: IO first; BABA: IO second
-    clean.append(TEMPLATE.format(first, second, b, place=place, thing=thing))
-    corrupted.append(TEMPLATE.format(c, d, e, place=place, thing=thing))
-    io.append(tokenizer.encode_pieces(' ' + a)[0])
-    s.append(tokenizer.encode_pieces(' ' + b)[0])
-  ids = np.asarray([tokenizer.encode(text) for text in clean], np.int32)
-  other = np.asarray([tokenizer.encode(text) for text in corrupted], np.int32)
-  for row, (io_id, s_id) in zip(ids, zip(io, s)):
-    s_positions = np.flatnonzero(row == s_id)
-    where.append((int(np.flatnonzero(row == io_id)[0]), int(s_positions[0]), int(s_positions[1])))
-  return dict(
-    texts=clean,
-    ids=ids,
-    corrupted=other,
-    io=np.asarray(io),
-    s=np.asarray(s),
-    positions=np.asarray(where),  # [count, 3]: IO, S1, S2
-  )
+def slots(template: str) -> str:
+  """`{B} and {A} ... {B}` -> `{0} and {1} ... {2}`: the three names in their order."""
+  return template.replace('{B}', '{0}', 1).replace('{A}', '{1}', 1).replace('{B}', '{2}', 1)
 
 
-def attention_scores(model, data: dict) -> dict[str, np.ndarray]:
-  """Each head's mean attention `[L, N]` from the last position to IO, S1, S2, and from S2 to
-  S1 and to the token after S1."""
-  ids = jnp.asarray(data['ids'])
-  weights = np.asarray(interventions.attention(model, 'self', ids, method='token_logits'))
-  rows = np.arange(len(data['ids']))
-  io, s1, s2 = data['positions'].T
-  last = np.full_like(io, weights.shape[-1] - 1)
-  at = lambda query, key: weights[rows, :, :, query, key].mean(0)  # [L, N]
-  return dict(
-    end_to_io=at(last, io),
-    end_to_s1=at(last, s1),
-    end_to_s2=at(last, s2),
-    s2_to_s1=at(s2, s1),
-    s2_to_after_s1=at(s2, s1 + 1),
-  )
+def prompts(tokenizer, draws: int, seed: int, abc: int) -> dict:
+  """`items`: per draw, template and order, the prompt's `text`, `ids`, its ABC twin `abc`, the
+  `io` and `s` ids and `positions` (IO, S1, S2); `reference`: per template, `abc` ABC sentences'
+  ids `[abc, T]`."""
+  one = lambda words: [w for w in words if len(tokenizer.encode_pieces(' ' + w)) == 1]
+  names, places, objects = one(NAMES), one(PLACES), one(OBJECTS)
+  if len(names) < 5 or not places or not objects:
+    raise ValueError('The tokenizer makes one token of fewer than 5 names, or of no place/object.')
+  rng, token = np.random.default_rng(seed), lambda name: tokenizer.encode_pieces(' ' + name)[0]
+  nouns = lambda: dict(place=rng.choice(places), object=rng.choice(objects))
+  encode = lambda form, three, words: np.asarray(tokenizer.encode(form.format(*three, **words)))
+  items = []
+  for draw in range(draws):
+    for index, form in enumerate(map(slots, TEMPLATES)):
+      (io, s, *others), words = rng.choice(names, 5, replace=False), nouns()
+      twin = encode(form, others, words)
+      for order, three in (('ABBA', (io, s, s)), ('BABA', (s, io, s))):
+        ids = encode(form, three, words)
+        at_io, at_s = np.flatnonzero(ids == token(io)), np.flatnonzero(ids == token(s))
+        if len(at_s) != 2 or len(at_io) != 1 or len(twin) != len(ids):
+          raise ValueError(f'Template {index} with {io} and {s} does not encode name by name.')
+        text, where = form.format(*three, **words), (int(at_io[0]), int(at_s[0]), int(at_s[1]))
+        items.append(dict(draw=draw, template=index, order=order, text=text, positions=where))
+        items[-1].update(ids=ids, abc=twin, io=token(io), s=token(s))
+  sentence = lambda form: encode(form, rng.choice(names, 3, replace=False), nouns())
+  forms = enumerate(map(slots, TEMPLATES))
+  reference = {index: np.stack([sentence(form) for _ in range(abc)]) for index, form in forms}
+  return dict(items=items, reference=reference)
 
 
-def classes(patched: np.ndarray, dla: np.ndarray, scores: dict, clean: float) -> dict:
-  """`{class: [(layer, head), ...]}` by the criteria of the module docstring, in fractions of
-  the clean logit difference: a direct effect of at least 10% of it, a patching cost of at
-  least 5%."""
-  direct, cost = dla / clean, -patched / clean
-  to_io = scores['end_to_io'] > np.maximum(scores['end_to_s1'], scores['end_to_s2'])
-  out = {name: [] for name in CLASS_MARKS}
-  for layer, head in np.ndindex(dla.shape):
-    key = (int(layer), int(head))
-    if direct[key] >= 0.1 and to_io[key]:
-      out['name mover'].append(key)
-    elif direct[key] <= -0.1 and to_io[key]:
-      out['negative name mover'].append(key)
-    elif (
-      cost[key] >= 0.05
-      and abs(direct[key]) < 0.5 * cost[key]
-      and scores['end_to_s2'][key] >= ATTENDS
-    ):
-      out['S-inhibition'].append(key)
-    if scores['s2_to_s1'][key] >= ATTENDS:
-      out['duplicate token'].append(key)
-    if scores['s2_to_after_s1'][key] >= ATTENDS:
-      out['induction'].append(key)
+def batches(items: list[dict]) -> list[list[int]]:
+  """Indices of `items` grouped by token length: one batch per length, nothing padded."""
+  lengths = sorted({len(item['ids']) for item in items})
+  return [[i for i, item in enumerate(items) if len(item['ids']) == n] for n in lengths]
+
+
+def batch(items: list[dict], rows: list[int]) -> dict:
+  """The arrays of `items[rows]` (one length): `ids`, `abc` `[B, T]`, `io`, `s` `[B]`, `metric`."""
+  out = {k: jnp.asarray(np.stack([items[i][k] for i in rows])) for k in ('ids', 'abc', 'io', 's')}
+  out['metric'] = effects.Metric('logit_diff', out['io'], out['s'])
   return out
 
 
-def study(model, data: dict, *, top: int, draws: int, seed: int) -> dict:
-  """The numbers of the module docstring for the prompts `data` (`prompts`)."""
-  metric = effects.Metric('logit_diff', jnp.asarray(data['io']), jnp.asarray(data['s']))
-  ids, corrupted = jnp.asarray(data['ids']), jnp.asarray(data['corrupted'])
-  per_prompt = np.asarray(metric(model.token_logits(ids), ids))
-  clean, patched = effects.head_effects(model, ids, metric, ablation='patch', other=corrupted)
-  rows = jnp.arange(len(data['ids']))
+def pooled(items: list[dict], measure, say, what: str) -> tuple:
+  """`measure(batch)` (a tuple of numbers or arrays) over the batches of `items`, averaged
+  weighted by their prompts; a line to `say` per batch."""
+  parts, groups = [], batches(items)
+  for k, rows in enumerate(groups):
+    say(f'{what}: batch {k + 1}/{len(groups)}, {len(rows)} prompts of {len(items[rows[0]]["ids"])}')
+    parts.append((len(rows), measure(batch(items, rows))))
+  weigh = lambda k: sum(n * np.asarray(part[k]) for n, part in parts) / len(items)
+  return tuple(weigh(k) for k in range(len(parts[0][1])))
 
-  def direction(logits):  # [..., B, V] -> [..., B]
-    return logits[..., rows, data['io']] - logits[..., rows, data['s']]
 
-  dla = attribution.head_attributions(model, ids, direction)
-  scores = attention_scores(model, data)
-  found = classes(patched, dla, scores, clean)
-  # The most negative fractions: the heads whose patching takes the most of the difference.
-  order = np.argsort(patched / clean, axis=None)[:top]
-  circuit = [tuple(int(i) for i in np.unravel_index(k, patched.shape)) for k in order]
-  mean_ablated = lambda heads: effects.ablated_metric(
-    model, ids, metric, heads, ablation='mean', other=corrupted
+def readings(model, items: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+  """Each prompt's IO - S `[P]`, and its heads' attention `{name: [P, L, N]}` from END to IO,
+  S1, S2 and from S2 to S1 and to S1 + 1."""
+  diffs, scores = np.zeros(len(items)), {}
+  for rows in batches(items):
+    b = batch(items, rows)
+    logits, captured = interventions.capture(model, b['ids'], method='token_logits')
+    diffs[rows] = np.asarray(b['metric'](logits, b['ids']))
+    weights = np.asarray(interventions.stack(captured, model.attention_names['self']))
+    io, s1, s2 = np.asarray([items[i]['positions'] for i in rows]).T  # [B] each
+    end, r = np.full_like(io, weights.shape[-1] - 1), np.arange(len(rows))
+    pairs = dict(zip(['END->IO', 'END->S1', 'END->S2', 'S2->S1', 'S2->S1+1'], [
+      (end, io), (end, s1), (end, s2), (s2, s1), (s2, s1 + 1)]))  # fmt: skip
+    for name, (query, key) in pairs.items():
+      scores.setdefault(name, np.zeros((len(items), *weights.shape[1:3])))
+      scores[name][rows] = weights[r, :, :, query, key]  # [B, L, N]
+  return diffs, scores
+
+
+def classes(maps: dict[str, np.ndarray]) -> dict[str, list[Head]]:
+  """`{class: [(layer, head), ...]}` by the rules (fractions of the clean IO - S: `patching` and
+  `direct`; path patching `via queries` and `via values`, NaN where not measured; the mean
+  attention maps of `readings`):
+
+  - name mover: direct >= DIRECT, END->IO >= ATTENDS and above END->S1 and END->S2;
+  - negative name mover: direct <= -DIRECT, the same attention;
+  - S-inhibition: cost (-patching) >= COST, |direct| < INDIRECT x cost, END->S2 >= ATTENDS,
+    and path patching it into the name movers' queries costs >= PATH;
+  - duplicate token: S2->S1 >= ATTENDS; induction: S2->S1+1 >= ATTENDS; each also costing >= PATH
+    by path patching into the S-inhibition heads' values.
+  """
+  direct, cost = maps['direct'], -maps['patching']
+  nan = np.full(direct.shape, np.nan)
+  via_queries, via_values = -maps.get('via queries', nan), -maps.get('via values', nan)
+  to_io = (maps['END->IO'] >= ATTENDS) & (
+    maps['END->IO'] > np.maximum(maps['END->S1'], maps['END->S2'])
   )
-  rng = np.random.default_rng(seed)
-  everyone = list(np.ndindex(patched.shape))
-  random_values = [
-    mean_ablated([tuple(map(int, everyone[i])) for i in rng.choice(len(everyone), top, False)])
-    for _ in range(draws)
-  ]
+  rules = {
+    'name mover': (direct >= DIRECT) & to_io,
+    'negative name mover': (direct <= -DIRECT) & to_io,
+    'S-inhibition': (cost >= COST)
+    & (np.abs(direct) < INDIRECT * cost)
+    & (maps['END->S2'] >= ATTENDS)
+    & (via_queries >= PATH),
+    'duplicate token': (maps['S2->S1'] >= ATTENDS) & (via_values >= PATH),
+    'induction': (maps['S2->S1+1'] >= ATTENDS) & (via_values >= PATH),
+  }
+  return {name: [(int(l), int(h)) for l, h in np.argwhere(rule)] for name, rule in rules.items()}
+
+
+def path(model, items, receivers, into, senders, shape, say) -> np.ndarray:
+  """`shape` `[L, N]`: path patching of each of `senders` into the `into` inputs of `receivers`,
+  over `items`, as a fraction of their clean IO - S (NaN where not a sender)."""
+  if not senders:
+    say(f'path patching into {into[0]}: no receivers, or no senders before them')
+    return np.full(shape, np.nan)
+  measure = lambda b: patching.path_patching(
+    model, b['ids'], b['abc'], b['metric'], receivers, into=into, senders=senders, progress=say
+  )
+  clean, effect = pooled(items, measure, say, f'path patching into {into[0]}')
+  return effect / clean
+
+
+def choose(model, items: list[dict], scores: dict, *, top: int, say) -> dict:
+  """On the selection half `items` (their mean attention `scores`): the maps `classes` reads,
+  the classes, and the `top` heads of the largest patching cost."""
+  sweep = lambda b: effects.head_effects(
+    model, b['ids'], b['metric'], ablation='patch', other=b['abc'], progress=say
+  )
+  clean, patched = pooled(items, sweep, say, 'activation patching of every head')
+
+  def direct(b):
+    rows = jnp.arange(len(b['io']))
+    return attribution.head_attributions(
+      model, b['ids'], lambda logits: logits[..., rows, b['io']] - logits[..., rows, b['s']]
+    )
+
+  (dla,) = pooled(items, lambda b: (direct(b),), say, 'direct logit attribution')
+  maps = dict(patching=patched / clean, direct=dla / clean, **scores)
+  heads = list(np.ndindex(patched.shape))
+  before = lambda receivers: [h for h in heads if receivers and h[0] < min(l for l, _ in receivers)]
+  movers = classes(maps)['name mover']
+  costly = [h for h in before(movers) if -maps['patching'][h] >= COST]
+  maps['via queries'] = path(model, items, movers, ('queries',), costly, patched.shape, say)
+  inhibitors = classes(maps)['S-inhibition']
+  attends = (maps['S2->S1'] >= ATTENDS) | (maps['S2->S1+1'] >= ATTENDS)
+  senders = [h for h in before(inhibitors) if attends[h]]
+  maps['via values'] = path(model, items, inhibitors, ('values',), senders, patched.shape, say)
+  order = np.argsort(maps['patching'], axis=None)[:top]  # the most negative: the largest cost
   return dict(
-    clean_logit_diff=clean,
-    io_preferred=float(np.mean(per_prompt > 0)),
-    patched_fraction=(patched / clean).tolist(),
-    direct_logit_attribution=dla.tolist(),
-    attention={name: value.tolist() for name, value in scores.items()},
-    classes={name: [list(h) for h in heads] for name, heads in found.items()},
-    top_heads=[list(h) for h in circuit],
-    top_ablated=mean_ablated(circuit),
-    random_ablated=dict(
-      mean=float(np.mean(random_values)),
-      std=float(np.std(random_values)),
-      values=[float(v) for v in random_values],
-    ),
+    maps=maps,
+    classes=classes(maps),
+    top=[tuple(int(i) for i in np.unravel_index(k, patched.shape)) for k in order],
   )
+
+
+def ablated(model, items, reference, head_sets: list[list[Head]]) -> np.ndarray:
+  """`[1 + S, P]`: each prompt's IO - S with no head replaced (row 0) and with each set of
+  `head_sets` mean-ablated together, a head's output replaced position by position by its mean
+  over the ABC sentences of the prompt's template (`reference`)."""
+  layers = heads_lib.attention_layers(model)
+  n = max(layers.values())
+  mean_of = lambda ids: effects.replacements(model, ids, 'mean', ids, per_position=True)
+  means = {t: mean_of(jnp.asarray(ids)) for t, ids in reference.items()}  # per layer [1, N, T, H]
+  rows_of_masks = [(), *head_sets]
+  rows_of_masks += [()] * (-len(rows_of_masks) % n)  # N a call, as the engine's sweeps
+  out = np.zeros((len(rows_of_masks), len(items)))
+  for rows in batches(items):
+    b = batch(items, rows)
+    replaced = [
+      jnp.concatenate([means[items[i]['template']][layer] for i in rows])  # [B, N, T, H]
+      for layer in range(len(layers))
+    ]
+    run = effects.metric_program(model, b['metric'])
+    for start in range(0, len(rows_of_masks), n):
+      masks = heads_lib.masks(rows_of_masks[start : start + n], len(layers), n)
+      out[start : start + n, rows] = np.asarray(run(b['ids'], masks, replaced))
+  return out[: 1 + len(head_sets)]
+
+
+def split(items: list[dict]) -> dict[str, list[int]]:
+  """Indices of the selection half (even draws) and of the held-out half (odd draws)."""
+  even = [i for i, item in enumerate(items) if item['draw'] % 2 == 0]
+  return {'selection': even, 'held-out': [i for i in range(len(items)) if i not in even]}
+
+
+def study(model, data: dict, *, top: int, random_sets: int, seed: int, say) -> dict:
+  """The numbers of the module docstring for `prompts`' `data`, JSON-ready."""
+  items, part = data['items'], split(data['items'])
+  pick = lambda rows: [items[i] for i in rows]
+  say(f'IO - S and attention of all {len(items)} prompts')
+  diffs, scores = readings(model, items)
+  selection = {name: values[part['selection']].mean(0) for name, values in scores.items()}
+  chosen = choose(model, pick(part['selection']), selection, top=top, say=say)
+  circuit = sorted({head for heads in chosen['classes'].values() for head in heads})
+  compared = {'circuit (every classed head)': circuit, f'top {top} by patching cost': chosen['top']}
+  compared = {name: heads for name, heads in compared.items() if heads}
+  rng, everyone = np.random.default_rng(seed), list(np.ndindex(chosen['maps']['patching'].shape))
+  draw = lambda others, k: [others[i] for i in rng.choice(len(others), k, replace=False)]
+  others = lambda heads: [h for h in everyone if h not in heads]  # random sets avoid the set
+  randoms = {n: [draw(others(h), len(h)) for _ in range(random_sets)] for n, h in compared.items()}
+  alone = sorted({head for heads in compared.values() for head in heads})
+  sets = [*compared.values(), *sum(randoms.values(), []), *[[head] for head in alone]]
+  say(f'held-out half: mean-ablating {len(sets)} sets of heads')
+  values = ablated(model, pick(part['held-out']), data['reference'], sets)  # row 0: clean
+  mean = lambda row: float(values[row].mean())
+  error = lambda row: float(values[row].std(ddof=1) / len(values[row]) ** 0.5)
+  ablation = {'none': dict(heads=[], held_out=[mean(0), error(0)], random=[])}
+  for j, (name, heads) in enumerate(compared.items()):
+    first = 1 + len(compared) + j * random_sets
+    ablation[name] = dict(
+      heads=heads,
+      held_out=[mean(1 + j), error(1 + j)],
+      random=[mean(row) for row in range(first, first + random_sets)],
+      random_heads=randoms[name],
+    )
+  first = 1 + len(compared) * (1 + random_sets)
+  return dict(
+    thresholds=dict(DIRECT=DIRECT, COST=COST, PATH=PATH, ATTENDS=ATTENDS, INDIRECT=INDIRECT),
+    templates=list(TEMPLATES),
+    prompts=[
+      {k: item[k] for k in ('text', 'draw', 'template', 'order')} | dict(logit_diff=float(diffs[i]))
+      for i, item in enumerate(items)
+    ],
+    selection=dict(
+      maps={name: values.tolist() for name, values in chosen['maps'].items()},
+      classes=chosen['classes'],
+      top=chosen['top'],
+    ),
+    held_out_attention={k: v[part['held-out']].mean(0).tolist() for k, v in scores.items()},
+    ablation=ablation,
+    alone={'%d.%d' % head: mean(first + k) / mean(0) - 1 for k, head in enumerate(alone)},
+  )
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  return '\n'.join(lines + ['| ' + ' | '.join(row) + ' |' for row in rows])
+
+
+def tables(result: dict) -> dict[str, str]:
+  """The markdown tables of `study`'s (or `ioi.json`'s) result: the task, the heads, the
+  ablations."""
+  diffs = lambda **match: np.asarray(
+    [p['logit_diff'] for p in result['prompts'] if all(p[k] == v for k, v in match.items())]
+  )
+  task = _table(
+    ['template (BABA form), IO - S averaged over the draws', 'ABBA', 'BABA'],
+    [
+      [t, *[f'{diffs(template=i, order=o).mean():.2f}' for o in ('ABBA', 'BABA')]]
+      for i, t in enumerate(result['templates'])
+    ],
+  )
+  for half, first in (('selection', 0), ('held-out', 1)):
+    d = np.concatenate([diffs(draw=k) for k in range(first, result['draws'], 2)])
+    task += (
+      f'\n\n{half} half: IO - S {d.mean():.2f} ± {d.std(ddof=1) / len(d) ** 0.5:.2f} (s.e.), '
+      f'IO preferred in {np.mean(d > 0):.0%} of {len(d)} prompts.'
+    )
+  chosen, held = result['selection'], result['held_out_attention']
+  maps = {name: np.asarray(values, float) for name, values in chosen['maps'].items()}
+  labels = {}
+  for name, heads in chosen['classes'].items():
+    for l, h in heads:
+      labels.setdefault((l, h), []).append(name)
+  measured = np.isfinite(maps['via queries']) | np.isfinite(maps['via values'])
+  shown = {*labels, *map(tuple, chosen['top'])}
+  shown |= set(map(tuple, np.argwhere((np.abs(maps['patching']) >= COST) | measured).tolist()))
+  signed = lambda v: f'{v:+.2f}' if np.isfinite(v) else ''
+  attention = ('END->IO', 'END->S2', 'S2->S1', 'S2->S1+1')
+  header = ['head', 'class', 'patching', 'direct', *[f'{a} (held-out)' for a in attention]]
+  header += ["via name movers' queries", 'via S-inhibition values', 'mean-ablated alone, held-out']
+  rows = []
+  for l, h in sorted(shown):
+    alone = result['alone'].get(f'{l}.{h}')
+    rows.append(
+      [f'{l}.{h}', ', '.join(labels.get((l, h), ['none']))]
+      + [signed(maps[name][l, h]) for name in ('patching', 'direct')]
+      + [f'{maps[a][l, h]:.2f} ({held[a][l][h]:.2f})' for a in attention]
+      + [signed(maps[name][l, h]) for name in ('via queries', 'via values')]
+      + [signed(alone) if alone is not None else '']
+    )
+  heads = _table(header, rows)
+  for name, score in (('duplicate token', 'S2->S1'), ('induction', 'S2->S1+1')):
+    only = [
+      f'{l}.{h}'
+      for l, h in np.argwhere(maps[score] >= ATTENDS)
+      if name not in labels.get((l, h), [])
+    ]
+    heads += f'\n\n{score} >= {ATTENDS} but no class (no {name} path effect): '
+    heads += ', '.join(only) or 'none'
+  rows = []
+  for name, entry in result['ablation'].items():
+    random = entry['random']
+    rows.append(
+      [name, str(len(entry['heads'])), '%.2f ± %.2f' % tuple(entry['held_out'])]
+      + [f'{np.mean(random):.2f} ± {np.std(random):.2f} ({len(random)} sets)' if random else '']
+    )
+  header = ['mean-ablated (chosen on the selection half)', 'heads', 'IO - S, held-out (± s.e.)']
+  header += ['as many random heads, held-out (± s.d. over sets)']
+  return dict(task=task, heads=heads, ablation=_table(header, rows))
 
 
 def save_figure(path: str, result: dict, title: str) -> None:
-  """The patching and attribution maps, each head's class marked."""
-  patched = np.asarray(result['patched_fraction'])
-  dla = np.asarray(result['direct_logit_attribution'])
-  layers, heads = patched.shape
-  figure = pictures.new_figure(figsize=(4.0 + 0.9 * heads, 1.8 + 0.24 * layers), dpi=120)
-  marks = {
-    (layer, head): CLASS_MARKS[cls]
-    for cls, heads_of in result['classes'].items()
-    for layer, head in heads_of
+  """The selection half's patching, direct effect and path patching maps, classes marked."""
+  chosen = result['selection']
+  marks = {tuple(h): CLASS_MARKS[name] for name, heads in chosen['classes'].items() for h in heads}
+  panels = {
+    'patched from the ABC twin': 'patching',
+    'direct logit attribution': 'direct',
+    "path patched into the name movers' queries": 'via queries',
+    "path patched into the S-inhibition heads' values": 'via values',
   }
-  panels = [
-    ('patched from the corrupted prompt:\nchange / clean logit difference', patched),
-    ('direct logit attribution\n(logit IO - logit S)', dla),
-  ]
-  for index, (name, values) in enumerate(panels):
-    axes = figure.add_subplot(1, 2, index + 1)
-    figures.draw_head_map(figure, axes, values, title=name, label='', marks=marks)
+  width, height = figures.size(*np.shape(chosen['maps']['patching']))
+  figure = pictures.new_figure(figsize=(4 * width, height + 0.6), dpi=80)
+  for index, (name, key) in enumerate(panels.items()):
+    axes, values = figure.add_subplot(1, 4, index + 1), np.asarray(chosen['maps'][key], float)
+    label = 'change / clean IO - S'
+    figures.draw_head_map(figure, axes, values, title=name, label=label, marks=marks)
   legend = ', '.join(f'{mark} {name}' for name, mark in CLASS_MARKS.items())
-  figure.suptitle(f'{title}\n{legend}', fontsize=9)
+  figure.suptitle(f'{title}, selection half (grey: not a sender)\n{legend}', fontsize=10)
   figure.tight_layout()
   figure.savefig(path)
 
@@ -200,41 +422,31 @@ def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--checkpoint', required=True, help='what models.pretrained.read reads')
   parser.add_argument('--out', required=True, help='the folder for ioi.json and ioi.png')
-  parser.add_argument('--prompts', type=int, default=16, help='sentences (half of each order)')
-  parser.add_argument('--top', type=int, default=8, help='heads of the circuit ablated')
-  parser.add_argument('--draws', type=int, default=5, help='random sets of as many heads')
+  parser.add_argument('--draws', type=int, default=2, help='draws of names, even (2 halves)')
+  parser.add_argument('--top', type=int, default=8, help='heads of the largest patching cost')
+  parser.add_argument('--random', type=int, default=5, help='random sets per ablated set')
+  parser.add_argument('--abc', type=int, default=16, help='ABC sentences per template (means)')
   parser.add_argument('--seed', type=int, default=0)
   args = parser.parse_args(argv)
-  if args.prompts < 2 or args.top < 1 or args.draws < 1:
-    raise ValueError('--prompts must be at least 2, --top and --draws at least 1.')
+  if args.draws < 2 or args.draws % 2 or min(args.top, args.random, args.abc) < 1:
+    raise ValueError('--draws must be even and at least 2; --top, --random, --abc at least 1.')
   started = time.perf_counter()
-  decoder = loading.load_decoder(args.checkpoint)
-  model, tokenizer = decoder.model, decoder.tokenizer
-  data = prompts(tokenizer, args.prompts, args.seed)
-  result = study(model, data, top=args.top, draws=args.draws, seed=args.seed)
-  result.update(
-    checkpoint=args.checkpoint,
-    prompts=data['texts'],
-    seconds=round(time.perf_counter() - started, 1),
+  say = lambda line: print(f'[{time.perf_counter() - started:4.0f} s] {line}', flush=True)
+  decoder = loading.load_decoder(args.checkpoint, log=say)
+  data = prompts(decoder.tokenizer, args.draws, args.seed, args.abc)
+  result = study(
+    decoder.model, data, top=args.top, random_sets=args.random, seed=args.seed, say=say
   )
+  result.update(checkpoint=args.checkpoint, draws=args.draws, seed=args.seed)
+  result['tables'] = tables(result)
+  result['seconds'] = round(time.perf_counter() - started, 1)
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, 'ioi.json'), 'w', encoding='utf-8') as f:
     json.dump(result, f, indent=1)
-  name = os.path.basename(os.path.normpath(args.checkpoint))
-  save_figure(os.path.join(args.out, 'ioi.png'), result, f'{name}: indirect object identification')
-  print(
-    f'Clean logit difference IO - S: {result["clean_logit_diff"]:.3f} '
-    f'(IO preferred in {result["io_preferred"]:.0%} of {args.prompts} prompts).'
-  )
-  for cls, heads in result['classes'].items():
-    print(f'  {cls}: {", ".join(f"{l}.{h}" for l, h in heads) or "none"}')
-  random = result['random_ablated']
-  print(
-    f'Mean-ablating the top {args.top} patched heads: logit difference '
-    f'{result["top_ablated"]:.3f}; '
-    f'{args.top} random heads: {random["mean"]:.3f} ± {random["std"]:.3f} ({args.draws} draws).'
-  )
-  print(f'Wrote {args.out}/ioi.json and ioi.png ({result["seconds"]:.0f} s).')
+  name = f'{decoder.name}: indirect object identification'
+  save_figure(os.path.join(args.out, 'ioi.png'), result, name)
+  done = f'Wrote {args.out}/ioi.json and ioi.png ({result["seconds"]:.0f} s).'
+  print('\n\n'.join(['', *result['tables'].values(), done]))
   return result
 
 
