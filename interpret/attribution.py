@@ -48,7 +48,11 @@ def head_attributions(model: nnx.Module, ids: Array, direction: Callable[[Array]
   blocks = [path.rsplit('/', 1)[0] for path in paths]  # 'layers/3'
   modules = interventions.modules_by_path(model)
   final = captured[f'{blocks[-1]}/residual'][:, -1]  # [B, D], before the final norm
-  unembed = lambda x: direction(model.logits_of(x)) - direction(model.logits_of(jnp.zeros_like(x)))
+  # The unembedding and `direction` are linear (a bias cancels between shares), so each share's
+  # part is its dot product with one vector per row, the gradient at 0: the vocabulary's logits
+  # are formed once, not once per head.
+  along = jax.grad(lambda x: jnp.sum(direction(model.logits_of(x))))(jnp.zeros_like(final))
+  unembed = lambda shares: jnp.einsum('nbd,bd->nb', shares, along)  # [N, B, D] -> [N, B]
   rows = []
   for path, block_path in zip(paths, blocks):
     attention, block = modules[path], modules[block_path]

@@ -179,7 +179,7 @@ def initial_state(config, task, mesh) -> TrainState:
   if any(key not in saved for key in wanted) or (plan and config.init_kv_pooling == 'random'):
     return load_matching_params(build_state(config, task, mesh), config, found)[0]
   for key in wanted:
-    value = np.asarray(restored[key])
+    value = np.asarray(restored.pop(key))  # each array freed once placed: never two models held
     if key in plan:
       value = kv_heads.regroup(value, *plan[key], config.init_kv_pooling, fresh=None)
     flat[key] = jax.device_put(np.asarray(value, flat[key].dtype), flat[key].sharding)
