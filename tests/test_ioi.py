@@ -15,7 +15,7 @@ from tiny_decoders import write_checkpoint
 from data.pretrained_tokenizer import PretrainedTokenizer
 from interpret import effects, loading
 from models import pretrained
-from studies import ioi
+from studies import ioi, ioi_report
 
 TINY_WORDS = dict(
   NAMES=[f'w{i}' for i in range(20, 40)], PLACES=['w41', 'w42'], OBJECTS=['w43', 'w44']
@@ -98,7 +98,7 @@ def study(llama, tmp_path_factory):
   step runs on a 2-layer model: a name mover in layer 1, an S-inhibition head in layer 0."""
 
   def fixed(maps):
-    return {name: [] for name in ioi.CLASS_MARKS} | {
+    return {name: [] for name in ioi_report.CLASS_MARKS} | {
       'name mover': [(1, 0)],
       'S-inhibition': [(0, 2)],
     }
