@@ -18,7 +18,6 @@ next-token loss over the prompt (`'loss'`).
 """
 
 import dataclasses
-import time
 from typing import Callable
 
 from absl import logging
@@ -29,7 +28,6 @@ import numpy as np
 
 from interpret import heads as heads_lib
 from models import interventions
-from training.metrics import Progress, duration
 
 Array = jax.Array
 METRICS = ('logprob', 'logit_diff', 'loss')
@@ -139,31 +137,13 @@ def head_effects(
   other = None if other is None else jnp.asarray(other)
   replaced = replacements(model, ids, ablation, other, per_position=per_position)
   run = metric_program(model, metric)
-  # Rows of N masks, each replacing one head or none (the clean run first, then padding): one
-  # compiled shape for every call, the clean run included.
-  rows = [(), *[(head,) for head in wanted]]
-  rows += [()] * (-len(rows) % n)
-  values = np.full(len(rows), np.nan)
-  started = last = time.perf_counter()
-  for start in range(0, len(rows), n):
-    chunk = rows[start : start + n]
-    values[start : start + n] = np.asarray(
-      run(ids, heads_lib.masks(chunk, len(paths), n), replaced)
-    ).mean(axis=-1)
-    done = min(start + n - 1, len(wanted))
-    now = time.perf_counter()
-    if now - last >= Progress.EVERY_SECONDS or done == len(wanted):
-      rate, last = done / (now - started), now
-      layer = max((row[0][0] for row in chunk if row), default=0)
-      progress(
-        f'Heads {ablation}: {done}/{len(wanted)} ({paths[layer]}) | {rate:.2f} heads/s | '
-        f'ETA {duration((len(wanted) - done) / rate)}'
-      )
-  clean = float(values[0])
-  effects = np.full((len(paths), n), np.nan)
-  for (layer, head), value in zip(wanted, values[1:]):
-    effects[layer, head] = value - clean
-  return clean, effects
+  return heads_lib.one_at_a_time(
+    wanted,
+    (len(paths), n),
+    lambda masks: run(ids, masks, replaced),
+    what=f'Heads {ablation}',
+    progress=progress,
+  )
 
 
 def ablated_metric(

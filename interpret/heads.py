@@ -11,9 +11,13 @@ TransformerLens's `hook_z`) becomes `replaced[layer]`: zeros, a mean output, or 
 output on another input. Taps in `kept` are replaced by the given values (a block's clean
 `residual`): what only they read is then computed by nobody, and XLA drops it, so a batch of
 masks that touches layers i and later costs the layers from i on.
+
+`one_at_a_time` drives a program head by head, N heads a call, the clean run in the first call,
+with progress lines: the loop of every per-head map (ablation, patching, path patching).
 """
 
 from collections.abc import Callable, Mapping, Sequence
+import time
 from typing import Any
 
 from flax import nnx
@@ -23,6 +27,7 @@ import numpy as np
 
 from models import interventions
 from models.attention_layer import MultiHeadAttention
+from training.metrics import Progress, duration
 
 Array = jax.Array
 Head = tuple[int, int]  # (layer, head)
@@ -110,3 +115,42 @@ def program(
     return run(state, inputs, jnp.asarray(masks), list(replaced), dict(kept or {}), unmasked)
 
   return call
+
+
+def one_at_a_time(
+  heads: Sequence[Head],
+  shape: tuple[int, int],
+  measure: Callable[[np.ndarray], Array],
+  *,
+  what: str,
+  progress: Callable[[str], None],
+) -> tuple[float, np.ndarray]:
+  """`(the clean value, [L, N] each head's value less it)`, NaN for heads not in `heads`.
+
+  `measure(masks [P, L, N]) -> [P, B]` is called with N rows of masks a call (N = `shape[1]`),
+  each replacing one head of `heads` or none: the clean run first, then padding to N, so every
+  call has one compiled shape. The values are means over B; a `progress` line (`what`: what
+  is counted) comes every `Progress.EVERY_SECONDS` and at the end.
+  """
+  layers, n = shape
+  rows = [(), *[(head,) for head in heads]]
+  rows += [()] * (-len(rows) % n)
+  values = np.full(len(rows), np.nan)
+  started = last = time.perf_counter()
+  for start in range(0, len(rows), n):
+    values[start : start + n] = np.asarray(measure(masks(rows[start : start + n], layers, n))).mean(
+      axis=-1
+    )
+    done, now = min(start + n - 1, len(heads)), time.perf_counter()
+    if now - last >= Progress.EVERY_SECONDS or done == len(heads):
+      rate, last = done / (now - started), now
+      reached = max((row[0][0] for row in rows[start : start + n] if row), default=0)
+      progress(
+        f'{what}: {done}/{len(heads)} (layer {reached}) | {rate:.2f} heads/s | '
+        f'ETA {duration((len(heads) - done) / rate)}'
+      )
+  clean = float(values[0])
+  effects = np.full(shape, np.nan)
+  for (layer, head), value in zip(heads, values[1:]):
+    effects[layer, head] = value - clean
+  return clean, effects

@@ -20,7 +20,6 @@ Senders run N a call (vmapped), as every head engine of `interpret.heads`.
 """
 
 from collections.abc import Sequence
-import time
 from typing import Callable
 
 from absl import logging
@@ -32,7 +31,6 @@ import numpy as np
 from interpret import heads as heads_lib
 from interpret.effects import Metric, patch_lengths_differ
 from models import interventions
-from training.metrics import Progress, duration
 
 Array = jax.Array
 INPUTS = ('queries', 'keys', 'values')
@@ -132,25 +130,10 @@ def path_patching(
 
     return jax.vmap(one)(records)
 
-  # The clean run first (nothing sent: every head frozen at its clean output), then padding.
-  rows = [(), *[(sender,) for sender in senders]]
-  rows += [()] * (-len(rows) % n)
-  values = np.full(len(rows), np.nan)
-  started = last = time.perf_counter()
-  for start in range(0, len(rows), n):
-    masks = heads_lib.masks(rows[start : start + n], len(paths), n)
+  def measure(masks):  # the clean run (nothing sent: every head frozen clean), then senders
     out = sent(ids, masks, corrupted, unmasked=clean_outputs)
-    out = received(state, ids, out) if wanted else out
-    values[start : start + n] = np.asarray(out).mean(axis=-1)
-    done, now = min(start + n - 1, len(senders)), time.perf_counter()
-    if now - last >= Progress.EVERY_SECONDS or done == len(senders):
-      rate, last = done / (now - started), now
-      progress(
-        f'Path patching: {done}/{len(senders)} senders | {rate:.2f} heads/s | '
-        f'ETA {duration((len(senders) - done) / rate)}'
-      )
-  clean = float(values[0])
-  effects = np.full((len(paths), n), np.nan)
-  for (layer, head), value in zip(senders, values[1:]):
-    effects[layer, head] = value - clean
-  return clean, effects
+    return received(state, ids, out) if wanted else out
+
+  return heads_lib.one_at_a_time(
+    senders, (len(paths), n), measure, what='Path patching', progress=progress
+  )

@@ -7,27 +7,22 @@ import float64
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tiny_decoders import VOCAB, _model, write_checkpoint
+from tiny_decoders import HOOKED_TOLERANCE, VOCAB, _model, written_and_converted
 
 from interpret import attribution
 from interpret import effects as effects_lib
-from models import interventions, pretrained
+from models import interventions
 
 pytest.importorskip('transformers', reason='the reference implementation (test extra)')
 IDS = np.random.default_rng(1).integers(1, VOCAB, (1, 12))
 SOURCE = np.random.default_rng(2).integers(1, VOCAB, (1, 12))
 TARGET, VERSUS = 5, 17
-# transformers computes the Llama family's RMSNorm and rotary angles in float32 even in a float64
-# model (tests/test_pretrained_decoders.py), so its logits carry float32 rounding: 1e-5 allowed,
-# against effects of order 0.1-1.
-TOLERANCE = 1e-5
+TOLERANCE = HOOKED_TOLERANCE  # tests/tiny_decoders.py says why
 
 
 @pytest.fixture(scope='module', params=['llama', 'gemma3_text'])
 def checkpoint(request, tmp_path_factory):
-  folder = write_checkpoint(request.param, str(tmp_path_factory.mktemp(request.param)))
-  model, _ = pretrained.load_decoder(pretrained.read(folder))
-  return folder, model
+  return written_and_converted(request.param, tmp_path_factory)
 
 
 def _reference(folder: str, source: np.ndarray | None):

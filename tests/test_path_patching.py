@@ -6,26 +6,20 @@ output, the receivers' queries, keys or values recorded, then put into a clean r
 import float64
 import numpy as np
 import pytest
-from tiny_decoders import VOCAB, _model, write_checkpoint
+from tiny_decoders import HOOKED_TOLERANCE, VOCAB, _model, written_and_converted
 
 from interpret import effects, patching
-from models import pretrained
 
 pytest.importorskip('transformers', reason='the reference implementation (test extra)')
 IDS = np.random.default_rng(3).integers(1, VOCAB, (2, 10))
 OTHER = np.random.default_rng(4).integers(1, VOCAB, (2, 10))
 TARGET, VERSUS = 5, 17
-# As tests/test_head_effects.py: transformers computes RMSNorm and the rotary angles in float32
-# even in a float64 model, so its logits carry float32 rounding (about 1e-6 here) against path
-# effects of order 0.01-1.
-TOLERANCE = 1e-5
+TOLERANCE = HOOKED_TOLERANCE  # tests/tiny_decoders.py says why
 
 
 @pytest.fixture(scope='module', params=['llama', 'gemma3_text'])
 def checkpoint(request, tmp_path_factory):
-  folder = write_checkpoint(request.param, str(tmp_path_factory.mktemp(request.param)))
-  model, _ = pretrained.load_decoder(pretrained.read(folder))
-  return folder, model
+  return written_and_converted(request.param, tmp_path_factory)
 
 
 def _reference(folder, senders, receiver_layer, receiver_head, tap):

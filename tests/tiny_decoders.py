@@ -11,6 +11,11 @@ import os
 import numpy as np
 
 VOCAB = 97
+# transformers computes the Llama family's RMSNorm and rotary angles in float32 even in a float64
+# model (tests/test_pretrained_decoders.py), so logits compared with Attend's in float64 carry
+# float32 rounding: this much is allowed in a metric read from them, against head effects of
+# order 0.01-1 (tests/test_head_effects.py, tests/test_path_patching.py).
+HOOKED_TOLERANCE = 1e-5
 # Weights ten times the default scale: at 0.02 a tied model's greedy text repeats one token, and
 # generation equal token for token would prove little.
 _SIZES = dict(
@@ -129,3 +134,12 @@ def greedy(folder: str, prompt: np.ndarray, new_tokens: int) -> np.ndarray:
       pad_token_id=0,
     )
   return out[:, prompt.shape[1] :].numpy()
+
+
+def written_and_converted(model_type: str, tmp_path_factory) -> tuple[str, object]:
+  """A seeded random `model_type` checkpoint written in a fresh folder, and Attend's model of it
+  (`models.pretrained.load_decoder`): a module fixture's value in the tests that compare the two."""
+  from models import pretrained
+
+  folder = write_checkpoint(model_type, str(tmp_path_factory.mktemp(model_type)))
+  return folder, pretrained.load_decoder(pretrained.read(folder))[0]
