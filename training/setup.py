@@ -56,7 +56,10 @@ def shaped_state(config, task, mesh: Mesh | None = None, *, optimizer: bool = Tr
   tx = make_optimizer(config) if optimizer else optax.identity()
   annotated = functools.partial(_annotated, config, task, tx)
   abstract = jax.eval_shape(annotated)
-  shardings = plain(sharding.state_shardings(abstract, mesh)) if mesh is not None else None
+  shardings = None
+  if mesh is not None:  # as `build_state` checks and places it
+    sharding.check_axes_used(abstract, dict(mesh.shape), config.model.name)
+    shardings = plain(sharding.state_shardings(abstract, mesh))
   abstract = plain(abstract)
   if jax.tree.leaves(abstract.other):  # built for real: no checkpoint holds it
     # Only `other` leaves the jitted function, so XLA drops the parameters' initialisers.
