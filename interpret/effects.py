@@ -51,6 +51,18 @@ class Metric:
     if self.name == 'logit_diff' and self.versus is None:
       raise ValueError('--metric=logit_diff needs --versus, the token compared with --target.')
 
+  def inputs(self, ids: Array) -> tuple[Array, Array, Array]:
+    """`(ids, target, versus)` as arrays: what a compiled program takes, so that the targets are
+    data in it (another target, the same program; unused ones are 0)."""
+    fill = lambda token: jnp.asarray(0 if token is None else token, jnp.int32)
+    return jnp.asarray(ids), fill(self.target), fill(self.versus)
+
+  def read(self, model: nnx.Module, inputs: tuple[Array, Array, Array]) -> Array:
+    """The metric of `model`'s logits on `inputs` (`Metric.inputs`), its targets taken from
+    them."""
+    ids, target, versus = inputs
+    return dataclasses.replace(self, target=target, versus=versus)(model.token_logits(ids), ids)
+
   def __call__(self, logits: Array, ids: Array) -> Array:
     logits = logits.astype(jnp.float32)
     if self.name == 'loss':
@@ -106,8 +118,11 @@ def patch_lengths_differ(source_tokens: int, prompt_tokens: int) -> str:
 
 
 def metric_program(model: nnx.Module, metric: Metric):
-  """`interpret.heads.program` reading `metric` of the model's logits on its ids: `[P, B]`."""
-  return heads_lib.program(model, lambda model, ids: metric(model.token_logits(ids), ids))
+  """`run(ids, masks, replaced, ...)`: `interpret.heads.program` reading `metric` of the model's
+  logits on `ids`, `[P, B]`. The targets are data in the compiled program: another target of the
+  same shape compiles nothing new (the persistent cache holds it)."""
+  run = heads_lib.program(model, metric.read)
+  return lambda ids, *args, **options: run(metric.inputs(ids), *args, **options)
 
 
 def _shape(model: nnx.Module) -> tuple[list[str], int]:

@@ -107,15 +107,17 @@ def path_patching(
   corrupted = _outputs(model, other, paths)
   wanted = _receiver_masks(model, receivers, into) if receivers else {}
 
-  def record(model, ids):  # step 2: the receivers' inputs, or the metric itself
-    logits, captured = interventions.capture(model, ids, method='token_logits')
-    return {name: captured[name] for name in wanted} if wanted else metric(logits, ids)
+  def record(model, inputs):  # step 2: the receivers' inputs, or the metric itself
+    if not wanted:
+      return metric.read(model, inputs)
+    _, captured = interventions.capture(model, inputs[0], method='token_logits')
+    return {name: captured[name] for name in wanted}
 
   sent = heads_lib.program(model, record)
   graphdef, state = nnx.split(model)
 
   @jax.jit
-  def received(state, ids, records):  # step 3, one row per record
+  def received(state, inputs, records):  # step 3, one row per record
     def one(record):
       edits = {
         name: lambda v, mask=mask, new=record[name]: jnp.where(
@@ -123,16 +125,17 @@ def path_patching(
         )
         for name, mask in wanted.items()
       }
-      logits, _ = interventions.capture(
-        nnx.merge(graphdef, state), ids, edits=edits, method='token_logits'
-      )
-      return metric(logits, ids)
+      model = nnx.merge(graphdef, state)
+      with interventions.editing(model, edits):
+        return metric.read(model, inputs)
 
     return jax.vmap(one)(records)
 
+  inputs = metric.inputs(ids)  # the targets as data: another target, the same programs
+
   def measure(masks):  # the clean run (nothing sent: every head frozen clean), then senders
-    out = sent(ids, masks, corrupted, unmasked=clean_outputs)
-    return received(state, ids, out) if wanted else out
+    out = sent(inputs, masks, corrupted, unmasked=clean_outputs)
+    return received(state, inputs, out) if wanted else out
 
   return heads_lib.one_at_a_time(
     senders, (len(paths), n), measure, what='Path patching', progress=progress
