@@ -78,7 +78,8 @@ def _config(checkpoint_config: dict[str, Any]):
   config.learning_rate = 1e-4
   config.warmup_steps = 10
   config.log_every_steps = 10
-  # A fine-tune as transformers' Trainer runs one: AdamW's torch defaults (beta2 0.999, eps 1e-8),
-  # clipping at 1, plain cross-entropy (the checkpoint was trained without label smoothing).
+  # A fine-tune as transformers' Trainer runs one: AdamW with torch's betas and epsilon (beta2
+  # 0.999, eps 1e-8) but the schema's weight decay of 0 (torch's AdamW defaults to 0.01), clipping
+  # at 1, plain cross-entropy (the checkpoint was trained without label smoothing).
   config.update(schedule='cosine', beta2=0.999, eps=1e-8, label_smoothing=0.0)
   return config
