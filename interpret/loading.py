@@ -43,10 +43,6 @@ class Decoder:
   name: str
 
 
-def is_workdir(path: str) -> bool:
-  return os.path.isdir(layout.checkpoints_dir(path))
-
-
 def load_decoder(checkpoint: str, *, log=print) -> Decoder:
   """The causal language model `checkpoint` names (see the module docstring), and a line with
   the time it took.
@@ -56,7 +52,7 @@ def load_decoder(checkpoint: str, *, log=print) -> Decoder:
     FileNotFoundError: nothing of that name.
   """
   started = time.perf_counter()
-  if is_workdir(checkpoint):
+  if layout.holds_checkpoints(checkpoint):
     source = language_source(checkpoint)
     model = merge_model(restore.restored(source).state)
     decoder = Decoder(model, source.task.tokenizer, os.path.basename(checkpoint.rstrip('/')))

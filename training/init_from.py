@@ -41,7 +41,7 @@ from training.steps import TrainState
 
 def is_workdir(init_from: str) -> bool:
   """Whether `init_from` names a training workdir or one of its steps (it has checkpoints/)."""
-  return os.path.isdir(layout.checkpoints_dir(layout.checkpoint_step(init_from)[0]))
+  return layout.holds_checkpoints(layout.checkpoint_step(init_from)[0])
 
 
 def read_pretrained(init_from: str, reader=pretrained.read):
@@ -172,19 +172,12 @@ def initial_state(config, task, mesh) -> TrainState:
   """
   like = shaped_state(config, task, mesh)
   found = _read_source(config, like)
-  step, saved, restored = found
+  saved = found[1]
   plan = _plan(like, saved, config, config.init_from)
-  flat = flat_state(like)
-  wanted = [key for key in flat if key.startswith('params.')]
-  if any(key not in saved for key in wanted) or (plan and config.init_kv_pooling == 'random'):
+  lacking = [key for key in flat_state(like) if key.startswith('params.') and key not in saved]
+  if lacking or (plan and config.init_kv_pooling == 'random'):
     return load_matching_params(build_state(config, task, mesh), config, found)[0]
-  for key in wanted:
-    value = np.asarray(restored.pop(key))  # each array freed once placed: never two models held
-    if key in plan:
-      value = kv_heads.regroup(value, *plan[key], config.init_kv_pooling, fresh=None)
-    flat[key] = jax.device_put(np.asarray(value, flat[key].dtype), flat[key].sharding)
-  _log_loaded(config, step, len(wanted), len(wanted), plan, [])
-  return fresh_moments(from_flat(flat, like))
+  return fresh_moments(load_matching_params(like, config, found)[0])
 
 
 def load_matching_params(
@@ -194,8 +187,9 @@ def load_matching_params(
   projections merged where `check_init_from` planned it.
 
   The optimizer state and step stay fresh: fine-tuning starts a new run from those weights. A
-  damaged newest checkpoint of a workdir is skipped for the one before it. `found`: what
-  `_read_source` read already.
+  damaged newest checkpoint of a workdir is skipped for the one before it. `state` may be
+  abstract (`setup.shaped_state`) where the checkpoint fills every parameter. `found`: what
+  `_read_source` read already (its arrays are taken from it as they are placed).
 
   Returns:
     `(state, loaded names, initialised names)`: the parameter arrays taken from the checkpoint,
@@ -211,16 +205,29 @@ def load_matching_params(
   flat = flat_state(state)
   wanted = [key for key in flat if key.startswith('params.')]
   loaded = sorted(key for key in wanted if key in saved)
+  pooling = config.init_kv_pooling
   for key in loaded:
-    value = np.asarray(restored[key])
+    value = np.asarray(restored.pop(key))  # each array freed once placed: never two models held
     if key in plan:
-      fresh = np.asarray(jax.device_get(flat[key]))
-      value = kv_heads.regroup(value, *plan[key], config.init_kv_pooling, fresh)
+      # Only 'random' pooling takes the new model's own initial value (`state` may be abstract).
+      fresh = np.asarray(jax.device_get(flat[key])) if pooling == 'random' else None
+      value = kv_heads.regroup(value, *plan[key], pooling, fresh)
     flat[key] = jax.device_put(
       np.asarray(value, flat[key].dtype), getattr(flat[key], 'sharding', None)
     )
   initialised = sorted(key for key in wanted if key not in saved)
-  _log_loaded(config, step, len(loaded), len(wanted), plan, initialised)
+  merged = f'; key/value heads merged by {pooling!r} in {len(plan)}' if plan else ''
+  logging.info(
+    'init_from %s (step %d): loaded %d of %d parameter arrays%s; initialised: %s',
+    layout.checkpoint_step(config.init_from)[0],
+    step,
+    len(loaded),
+    len(wanted),
+    merged,
+    ', '.join(initialised[:8]) + (f' and {len(initialised) - 8} more' if initialised[8:] else '')
+    if initialised
+    else 'none',
+  )
   return from_flat(flat, state), loaded, initialised
 
 
@@ -232,21 +239,6 @@ def _read_source(config, like: TrainState) -> tuple[int, dict, dict]:
     return step, saved, restored
   restored = _pretrained_params(config.init_from)
   return 0, _shapes(restored), restored
-
-
-def _log_loaded(config, step: int, loaded: int, wanted: int, plan: dict, initialised: list):
-  merged = f'; key/value heads merged by {config.init_kv_pooling!r} in {len(plan)}' if plan else ''
-  logging.info(
-    'init_from %s (step %d): loaded %d of %d parameter arrays%s; initialised: %s',
-    layout.checkpoint_step(config.init_from)[0],
-    step,
-    loaded,
-    wanted,
-    merged,
-    ', '.join(initialised[:8]) + (f' and {len(initialised) - 8} more' if initialised[8:] else '')
-    if initialised
-    else 'none',
-  )
 
 
 def _pretrained_params(init_from: str) -> dict[str, np.ndarray]:

@@ -45,6 +45,11 @@ def checkpoints_dir(workdir: str) -> str:
   return os.path.join(workdir, CHECKPOINTS_DIR)
 
 
+def holds_checkpoints(path: str) -> bool:
+  """Whether `path` is a training workdir (it has checkpoints/), not a pretrained checkpoint."""
+  return os.path.isdir(checkpoints_dir(path))
+
+
 def best_dir(workdir: str) -> str:
   return os.path.join(workdir, BEST_DIR)
 
