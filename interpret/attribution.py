@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from interpret.heads import attention_layers
+from interpret.heads import attention_layers, grid
 from models import interventions
 from models.layers import merge_project_heads
 
@@ -40,8 +40,7 @@ def head_attributions(model: nnx.Module, ids: Array, direction: Callable[[Array]
   docstring), averaged over the rows; `direction(logits [..., V]) -> [...]` picks the logit or
   logit difference (it must be linear in the logits). Needs a pre-norm model."""
   ids = jnp.asarray(ids)
-  layers = attention_layers(model)
-  paths, n = list(layers), max(layers.values())
+  paths, n = grid(model)
   if model.final_norm is None:
     raise ValueError('Direct logit attribution reads a pre-norm model (its final norm).')
   _, captured = interventions.capture(model, ids, method='token_logits')

@@ -125,11 +125,6 @@ def metric_program(model: nnx.Module, metric: Metric):
   return lambda ids, *args, **options: run(metric.inputs(ids), *args, **options)
 
 
-def _shape(model: nnx.Module) -> tuple[list[str], int]:
-  layers = heads_lib.attention_layers(model)
-  return list(layers), max(layers.values())
-
-
 def head_effects(
   model: nnx.Module,
   ids: Array,
@@ -146,7 +141,7 @@ def head_effects(
   `progress` line every `Progress.EVERY_SECONDS` and at the end. `other`: the reference ids
   (mean) or the source ids (patch); `per_position`: see `replacements`."""
   ids = jnp.asarray(ids)
-  paths, n = _shape(model)
+  paths, n = heads_lib.grid(model)
   wanted = heads if heads is not None else [(l, h) for l in range(len(paths)) for h in range(n)]
   heads_lib.check_heads(len(paths), n, wanted)
   other = None if other is None else jnp.asarray(other)
@@ -173,7 +168,7 @@ def ablated_metric(
 ) -> float:
   """The metric with every head of `heads` replaced at once (`head_effects`' replacements)."""
   ids = jnp.asarray(ids)
-  paths, n = _shape(model)
+  paths, n = heads_lib.grid(model)
   heads_lib.check_heads(len(paths), n, heads)
   other = None if other is None else jnp.asarray(other)
   replaced = replacements(model, ids, ablation, other, per_position=per_position)

@@ -34,13 +34,20 @@ Head = tuple[int, int]  # (layer, head)
 
 
 def attention_layers(model: nnx.Module) -> dict[str, int]:
-  """`{path: heads}` of the model's multi-head attention layers, in the model's order."""
-  paths = interventions.module_paths(model)
+  """`{path: heads}` of the model's multi-head attention layers, in the model's order (the paths
+  `interventions.module_paths` names, read in one walk of the model)."""
   return {
-    paths[id(module)]: module.num_heads
-    for _, module in nnx.iter_modules(model)
+    '/'.join(str(part) for part in path): module.num_heads
+    for path, module in nnx.iter_modules(model)
     if isinstance(module, MultiHeadAttention)
   }
+
+
+def grid(model: nnx.Module) -> tuple[list[str], int]:
+  """`(the attention layers' paths, N)`: the rows of a layers x heads map and its width, the
+  most heads a layer has."""
+  layers = attention_layers(model)
+  return list(layers), max(layers.values())
 
 
 def check_heads(num_layers: int, num_heads: int, heads: Sequence[Head]) -> None:

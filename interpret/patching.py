@@ -41,10 +41,10 @@ def _outputs(model: nnx.Module, ids: Array, paths: list[str]) -> list[Array]:
   return [captured[f'{path}/heads'] for path in paths]  # each [B, N, T, H]
 
 
-def _receiver_masks(model, receivers, into) -> dict[str, np.ndarray]:
-  """`{tap name: [N|K] bool}`: which heads of each receiver layer's input taps are replaced."""
-  layers = heads_lib.attention_layers(model)
-  paths, modules = list(layers), interventions.modules_by_path(model)
+def _receiver_masks(model, paths, receivers, into) -> dict[str, np.ndarray]:
+  """`{tap name: [N|K] bool}`: which heads of each receiver layer's input taps are replaced
+  (`paths`: the attention layers, `interpret.heads.grid`'s)."""
+  modules = interventions.modules_by_path(model)
   out = {}
   for layer, head in receivers:
     attention = modules[paths[layer]]
@@ -105,7 +105,7 @@ def path_patching(
     )
   clean_outputs = _outputs(model, ids, paths)
   corrupted = _outputs(model, other, paths)
-  wanted = _receiver_masks(model, receivers, into) if receivers else {}
+  wanted = _receiver_masks(model, paths, receivers, into) if receivers else {}
 
   def record(model, inputs):  # step 2: the receivers' inputs, or the metric itself
     if not wanted:

@@ -98,8 +98,8 @@ def study(
   """Scores per head, the losses, and the losses with the top k heads of each score and k random
   heads (`draws` times) zeroed, for each k in `ablate`. See the module docstring."""
   graphdef, state = nnx.split(model)
-  layers = heads_lib.attention_layers(model)
-  shape = (len(layers), max(layers.values()))
+  paths, n = heads_lib.grid(model)
+  shape = (len(paths), n)
 
   @jax.jit
   def measure(state, ids):
@@ -110,7 +110,7 @@ def study(
   ablated_losses = heads_lib.program(
     model, lambda model, ids: _losses(model.token_logits(ids), ids, length)
   )
-  zeros = [jnp.zeros((1, 1, 1, 1))] * len(layers)
+  zeros = [jnp.zeros((1, 1, 1, 1))] * len(paths)
   start = time.perf_counter()
   losses, scores = measure(state, jnp.asarray(ids))
   scores = {kind: np.asarray(scores[kind]) for kind in SCORES}  # jit returns keys sorted
