@@ -28,7 +28,14 @@ from attention.core import (
   rms_normalize,
   split_heads,
 )
-from attention.kv_cache import cache_offsets, kept_rotary_scores, window_mask
+from attention.kv_cache import (
+  cache_offsets,
+  evict,
+  kept_mask,
+  kept_rotary_scores,
+  kept_step,
+  window_mask,
+)
 from attention.linear import (
   elu_feature_map,
   hedgehog_feature_map,
@@ -117,12 +124,15 @@ __all__ = [
   'doubly_stochastic_penalty',
   'drop_weights',
   'elu_feature_map',
+  'evict',
   'general_scores',
   'get_score',
   'get_score_fn',
   'get_variant',
   'group_queries',
+  'kept_mask',
   'kept_rotary_scores',
+  'kept_step',
   'hedgehog_feature_map',
   'linear_attention',
   'linear_attention_weights',

@@ -170,3 +170,82 @@ def kv_step(
     return padded[:, :, :past]
 
   return out, {name: write(state[name], new[name]) for name in ('k', 'v')}
+
+
+def evict(state: State, entries: Array, *, length: int, room: int) -> State:
+  """The cache of a prefilled `length`-token context keeping only `entries`, with `room` more
+  positions to decode: the press's eviction, which really frees what it drops.
+
+  `entries [B, K', M]` index the context's slots flattened head-major, `[K * length]` (entry e is
+  key/value head `e // length` at position `e % length`): K' = K rows of M = the positions each
+  head keeps (a uniform budget), or K' = 1 row of a layer's kept entries over all its heads (a
+  budget per head, AdaKV's). Each new position then takes W = K / K' slots, one per head.
+
+  Returns:
+    `{'k': [B, K', M + room * W, H], 'v': [..., Dv], 'positions': [B, K', M + room * W] int32,
+    'heads': [...] int32, 'first': [B], 'base': [B]}`: every slot's position and key/value
+    head, set here for the slots still to be written (position `length + j // W` in slot M + j),
+    so a decoding step writes keys and values only; `first` = length, `base` = M.
+  """
+  b, k = state['k'].shape[:2]
+  rows, kept = entries.shape[1], entries.shape[2]
+  per_position = k // rows
+
+  def gather(buffer: Array) -> Array:
+    flat = buffer[:, :, :length].reshape(b, 1, k * length, buffer.shape[-1])
+    kept_rows = jnp.take_along_axis(flat, entries[..., None], axis=2)  # [B, K', M, X]
+    return jnp.pad(kept_rows, ((0, 0), (0, 0), (0, room * per_position), (0, 0)))
+
+  j = jnp.arange(room * per_position)
+  new_heads = jnp.arange(rows)[:, None] * per_position + j % per_position  # [K', room * W]
+  lead = (b, rows, room * per_position)
+  return {
+    'k': gather(state['k']),
+    'v': gather(state['v']),
+    'positions': jnp.concatenate(
+      [entries % length, jnp.broadcast_to(length + j // per_position, lead)], axis=2
+    ).astype(jnp.int32),
+    'heads': jnp.concatenate([entries // length, jnp.broadcast_to(new_heads, lead)], axis=2).astype(
+      jnp.int32
+    ),
+    'first': jnp.full((b,), length, jnp.int32),
+    'base': jnp.full((b,), kept, jnp.int32),
+  }
+
+
+def kept_mask(q_positions: Array, state: State, num_heads: int, kv_heads: int) -> Array:
+  """Which slots of an evicted cache each query may read, `[B, N, T, L]`: a slot written at a
+  position not after the query's, holding the key/value head the query head reads."""
+  positions, heads = state['positions'], state['heads']  # [B, K', L]
+  rows = positions.shape[1]
+  seen = (positions[:, :, None, :] <= q_positions[:, None]) & (positions[:, :, None, :] >= 0)
+  seen = jnp.repeat(seen, num_heads // rows, axis=1)  # [B, N, T, L]
+  own = (
+    jnp.repeat(heads, num_heads // rows, axis=1)
+    == (jnp.arange(num_heads) // (num_heads // kv_heads))[None, :, None]
+  )  # [B, N, L]
+  return seen & own[:, :, None, :]
+
+
+def kept_step(
+  state: State, q: Array, k: Array, v: Array, step: Array, *, attend: Callable[..., Array]
+) -> tuple[Array, State]:
+  """Positions `step .. step+T-1` on an evicted cache (`evict`): their keys and values go to
+  their slots (one per head), then the queries attend to every visible slot.
+
+  `attend(q, keys, values, mask)` is the layer's variant with an explicit mask `[B, N, T, L]`.
+  """
+  b, kv_heads, t, _ = k.shape
+  rows = state['k'].shape[1]
+  slot = state['base'][0] + (step - state['first'][0]) * (kv_heads // rows)
+
+  def write(buffer: Array, new: Array) -> Array:
+    # [B, K, T, X] -> [B, K', T * W, X]: a position's W heads side by side, as `evict` laid out.
+    grouped = new.reshape(b, rows, kv_heads // rows, t, new.shape[-1]).swapaxes(2, 3)
+    grouped = grouped.reshape(b, rows, t * (kv_heads // rows), new.shape[-1])
+    return jax.lax.dynamic_update_slice_in_dim(buffer, grouped.astype(buffer.dtype), slot, axis=2)
+
+  state = {**state, 'k': write(state['k'], k), 'v': write(state['v'], v)}
+  positions = step + jnp.arange(t)
+  mask = kept_mask(positions, state, q.shape[1], kv_heads)
+  return attend(q, state['k'], state['v'], mask), state

@@ -367,6 +367,15 @@ class MultiHeadAttention(nnx.Module):
       **options,
     )
 
+  def _attend_kept(self, q: Array, keys: Array, values: Array, mask: Array) -> Array:
+    """The variant over an evicted cache's slots, visibility given whole by `mask [B, N, T, L]`
+    (a press runs only on layers with no window and no position bias: `models.presses`)."""
+    options = self._options()
+    options.pop('window', None)
+    return self.variant.attend(
+      q, keys.astype(q.dtype), values.astype(q.dtype), mask=mask, **options
+    )
+
   def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
     """The variant's empty decoding state for `max_length` positions (see `attention.variants`):
     K/V buffers `[B, K, L, H]` in `cache_dtype`, a ring of `window` slots, or running sums."""
@@ -399,6 +408,11 @@ class MultiHeadAttention(nnx.Module):
     """
     positions = step + jnp.arange(x.shape[1])  # [T]
     q, new = self._project_self(x, positions)  # [B, N|K, T, H]
+    # What a press scores a prefill by (`models.presses`); a no-op outside a capture.
+    q = interventions.tap(self, 'queries', q)
+    if 'positions' in cache:  # a cache a press evicted from: slots at explicit positions
+      out, cache = attention.kept_step(cache, q, new['k'], new['v'], step, attend=self._attend_kept)
+      return merge_project_heads(self.w_o, out.astype(x.dtype)), cache
     out, cache = self.variant.step(
       cache,
       q,

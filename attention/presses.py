@@ -1,0 +1,243 @@
+"""KV-cache compression ("presses"): which keys and values a decoder keeps after its prefill.
+
+A press scores every cached position of one layer from what the prefill computed there, and the
+cache then keeps the best-scored positions of each key/value head (`kv_cache.evict`), at their
+original positions: the kept keys stay rotated where they were (kvpress's default). Scores are
+`[B, K, S]`, higher = keep; every function here is pure and takes one layer's arrays:
+
+- `queries` `[B, N, S, H]` as the layer scored them (rotary positions applied, not scaled),
+- `keys` `[B, K, S, H]` as cached (rotated), `values` `[B, K, S, Dv]`,
+- `scale`, the layer's query scale, and `rope`, its rotary `(base, layout)` or None.
+
+`PRESSES` maps a name to a `Press`: its score, whether it forms attention weights (a kernel that
+forms none cannot serve it), and how the budget is split: `'uniform'` (every head of every layer
+keeps `int(S * (1 - ratio))` positions, kvpress's rule), `'pyramid'` (PyramidKV: more in lower
+layers, `pyramid_budget`) or `'adaptive'` (AdaKV: one ranking over a layer's heads, each head
+keeping at least a share, `adaptive_entries`). The formulas follow kvpress 0.5 (NVIDIA), each
+press's paper cited on its function. Ties keep the lower position (`jax.lax.top_k` order).
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from attention.positions import rotary_embedding
+
+Array = jax.Array
+
+
+def _group_mean(scores: Array, kv_heads: int) -> Array:
+  """`[B, N, S] -> [B, K, S]`: the mean over the query heads that share each key/value head."""
+  b, n, s = scores.shape
+  return scores.reshape(b, kv_heads, n // kv_heads, s).mean(axis=2)
+
+
+def _window_weights(queries: Array, keys: Array, scale: float, window: int) -> Array:
+  """Softmax weights of the last `window` queries over every key, causal, `[B, N, w, S]`."""
+  s, n, k = keys.shape[-2], queries.shape[1], keys.shape[1]
+  q = queries[:, :, s - window :].astype(jnp.float32)
+  keys = jnp.repeat(keys.astype(jnp.float32), n // k, axis=1)
+  logits = jnp.einsum('bnth,bnsh->bnts', q, keys) * scale
+  visible = jnp.arange(s)[None, :] <= (s - window + jnp.arange(window))[:, None]
+  return jax.nn.softmax(jnp.where(visible, logits, -jnp.inf), axis=-1)
+
+
+def _keep_last(scores: Array, last: int) -> Array:
+  """`scores [B, K, S']` padded with `last` columns scored above every other: kept for good."""
+  return jnp.pad(scores, ((0, 0), (0, 0), (0, last)), constant_values=jnp.max(scores) + 1)
+
+
+def random_scores(queries, keys, values, *, seed: int = 0, layer: int = 0, **unused) -> Array:
+  """Uniform random scores, a baseline: one key per `(seed, layer)`."""
+  rng = jax.random.fold_in(jax.random.key(seed), layer)
+  return jax.random.uniform(rng, keys.shape[:-1])
+
+
+def streaming_scores(queries, keys, values, *, ratio: float, sink: int = 4, **unused) -> Array:
+  """StreamingLLM (Xiao et al. 2023): the first `sink` positions and the latest ones are kept,
+  the pruned ones are those right after the sink."""
+  s = keys.shape[-2]
+  pruned = s - int(s * (1 - ratio))
+  position = jnp.arange(s)
+  dropped = (position >= sink) & (position < sink + pruned)
+  return jnp.broadcast_to(jnp.where(dropped, 0.0, 1.0), keys.shape[:-1])
+
+
+def knorm_scores(queries, keys, values, **unused) -> Array:
+  """Knorm (Devoto et al. 2024): keys with a small L2 norm draw more attention; keep them."""
+  return -jnp.linalg.norm(keys.astype(jnp.float32), axis=-1)
+
+
+def snapkv_scores(
+  queries, keys, values, *, scale: float, window: int = 64, kernel: int = 5, **unused
+) -> Array:
+  """SnapKV (Li et al. 2024): the mean weight the last `window` queries give each earlier key,
+  smoothed by an average pool of `kernel` positions (zeros past the ends count in the mean, as
+  torch's avg_pool1d), averaged over a key/value head's query heads; the window is kept."""
+  s = keys.shape[-2]
+  if s <= window:
+    raise ValueError(f'snapkv: the context ({s} tokens) must be longer than its window ({window}).')
+  weights = _window_weights(queries, keys, scale, window)[..., : s - window].mean(axis=2)
+  pad = kernel // 2
+  padded = jnp.pad(weights, ((0, 0), (0, 0), (pad, pad)))
+  pooled = jax.lax.reduce_window(padded, 0.0, jax.lax.add, (1, 1, kernel), (1, 1, 1), 'VALID')
+  return _keep_last(_group_mean(pooled / kernel, keys.shape[1]), window)
+
+
+def tova_scores(queries, keys, values, *, scale: float, **unused) -> Array:
+  """TOVA (Oren et al. 2024): the last query's weights, averaged over every query head, one
+  ranking for all key/value heads; the last position is kept."""
+  s = keys.shape[-2]
+  weights = _window_weights(queries, keys, scale, 1)[:, :, 0, : s - 1].mean(axis=1)  # [B, S-1]
+  return _keep_last(jnp.broadcast_to(weights[:, None], (*keys.shape[:2], s - 1)), 1)
+
+
+def observed_scores(queries, keys, values, *, scale: float, **unused) -> Array:
+  """Observed attention (H2O-like, Zhang et al. 2023): the weight each key draws from every
+  query, divided by the number of queries that see it, averaged over a head's query heads."""
+  s = keys.shape[-2]
+  weights = _window_weights(queries, keys, scale, s)  # [B, N, S, S]
+  return _group_mean(weights.sum(axis=2) / jnp.arange(s, 0, -1), keys.shape[1])
+
+
+def expected_scores(
+  queries,
+  keys,
+  values,
+  *,
+  scale: float,
+  rope: tuple[float, str] | None,
+  future: int = 512,
+  sink: int = 4,
+  covariance: bool = True,
+  value_norm: bool = True,
+  epsilon: float = 0.0,
+  **unused,
+) -> Array:
+  """Expected attention (Devoto et al. 2025): the softmax, over keys, of what queries at the next
+  `future` positions are expected to score, from the mean and covariance of the context's
+  queries before rotation (past the first `sink`), rotated by the mean rotation over those
+  positions: `k.mu * scale + k.Sigma.k * scale**2 / 2`, a head's query heads averaged, times the
+  value's norm. The first `sink` positions are kept."""
+  s, h = keys.shape[-2], keys.shape[-1]
+  if s <= sink:
+    raise ValueError(f'expected_attention: the context ({s} tokens) must exceed sink={sink}.')
+  q = queries.astype(jnp.float32)
+  if rope is not None:  # back to the queries before rotation
+    q = rotary_embedding(q, -jnp.arange(s), base=rope[0], layout=rope[1])
+  q = q[:, :, sink:]
+  mean = q.mean(axis=2)  # [B, N, H]
+  # The mean rotation R over the future positions, as a matrix: row i is where feature i goes.
+  rotation = jnp.eye(h, dtype=jnp.float32)
+  if rope is not None:
+    positions = jnp.arange(s, s + future)
+    rotation = rotary_embedding(jnp.broadcast_to(rotation, (future, h, h)), positions[:, None])
+    rotation = rotation.mean(axis=0)  # [H, H]: x @ rotation = mean of rotary(x)
+  mean = mean @ rotation
+  n, kv = queries.shape[1], keys.shape[1]
+  k = jnp.repeat(keys[:, :, sink:].astype(jnp.float32), n // kv, axis=1)  # [B, N, S', H]
+  logits = jnp.einsum('bnsh,bnh->bns', k, mean) * scale
+  if covariance:
+    centred = q - q.mean(axis=2, keepdims=True)
+    cov = jnp.einsum('bnsi,bnsj->bnij', centred, centred) / q.shape[2]
+    cov = rotation.T @ cov @ rotation
+    logits = logits + jnp.einsum('bnsi,bnij,bnsj->bns', k, cov, k) * scale**2 / 2
+  scores = _group_mean(jax.nn.softmax(logits, axis=-1), kv)
+  if value_norm:
+    scores = (scores + epsilon) * jnp.linalg.norm(values[:, :, sink:].astype(jnp.float32), axis=-1)
+  return jnp.pad(scores, ((0, 0), (0, 0), (sink, 0)), constant_values=jnp.max(scores) + 1)
+
+
+def pyramid_budget(
+  length: int, ratio: float, layer: int, num_layers: int, *, window: int = 64, beta: int = 20
+) -> int:
+  """PyramidKV's (Cai et al. 2024) positions kept in `layer`: falling linearly from the first
+  layer to the last, the mean over layers `length * (1 - ratio)` (kvpress's form of
+  KVCache-Factory's rule); a context too short for the pyramid keeps the uniform budget."""
+  if beta < 1:
+    raise ValueError(f'pyramidkv: beta must be at least 1, got {beta}.')
+  top = window + length * (1 - ratio)
+  low = (top - window) / beta
+  high = (top - window) * 2 - low
+  if high >= length - window:
+    high = length - window
+    low = (top - window) * 2 - high
+  if not length >= high >= low >= window:
+    return round(length * (1 - ratio))
+  return round(high - layer * (high - low) / (num_layers - 1))
+
+
+def top_positions(scores: Array, count: int) -> Array:
+  """The `count` best positions of each head, `[B, K, count]` in increasing order."""
+  return jnp.sort(jax.lax.top_k(scores, count)[1], axis=-1)
+
+
+def adaptive_entries(scores: Array, count: int, floor: float = 0.2) -> Array:
+  """AdaKV (Feng et al. 2024): a layer keeps `K * count` entries ranked over all its heads at
+  once, each head at least its best `int(count * floor)`. Returns the kept entries as indices
+  into the layer's `[K * S]` (head-major) flattened cache, `[B, K * count]`, increasing."""
+  b, k, s = scores.shape
+  safe = jax.lax.top_k(scores, int(count * floor))[1]  # [B, K, count * floor]
+  top = jnp.finfo(scores.dtype).max
+  scores = jax.vmap(jax.vmap(lambda row, idx: row.at[idx].set(top)))(scores, safe)
+  return jnp.sort(jax.lax.top_k(scores.reshape(b, k * s), k * count)[1], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Press:
+  """A registered press.
+
+  Attributes:
+    score: `(queries, keys, values, *, scale, rope, ratio, layer, **settings) -> [B, K, S]`.
+    weights: whether it forms attention weights from the queries (softmax attention only).
+    budget: `'uniform'`, `'pyramid'` or `'adaptive'` (see the module docstring).
+    settings: its options and their defaults, each a keyword of `score`.
+  """
+
+  score: Callable[..., Array]
+  weights: bool = False
+  budget: str = 'uniform'
+  settings: tuple[tuple[str, Any], ...] = ()
+
+
+PRESSES: dict[str, Press] = {
+  'random': Press(random_scores, settings=(('seed', 0),)),
+  'streaming_llm': Press(streaming_scores, settings=(('sink', 4),)),
+  'knorm': Press(knorm_scores),
+  'snapkv': Press(snapkv_scores, weights=True, settings=(('window', 64), ('kernel', 5))),
+  'tova': Press(tova_scores, weights=True),
+  'observed_attention': Press(observed_scores, weights=True),
+  'expected_attention': Press(
+    expected_scores, settings=(('future', 512), ('sink', 4), ('covariance', True))
+  ),
+  'pyramidkv': Press(
+    snapkv_scores,
+    weights=True,
+    budget='pyramid',
+    settings=(('window', 64), ('kernel', 5), ('beta', 20)),
+  ),
+  # AdaKV's budgets over SnapKV's scores (Ada-SnapKV, the paper's main pairing).
+  'adakv': Press(
+    snapkv_scores,
+    weights=True,
+    budget='adaptive',
+    settings=(('window', 64), ('kernel', 5), ('floor', 0.2)),
+  ),
+}
+
+
+def get_press(name: str) -> Press:
+  """`PRESSES[name]`; an unknown name raises ValueError listing the presses there are."""
+  if name not in PRESSES:
+    raise ValueError(f'Unknown press {name!r}; the presses are {", ".join(sorted(PRESSES))}.')
+  return PRESSES[name]
+
+
+def kept_count(length: int, ratio: float) -> int:
+  """Positions each head keeps of a `length`-token context at `ratio`: kvpress's
+  `int(length * (1 - ratio))`; ValueError for a ratio outside [0, 1)."""
+  if not 0 <= ratio < 1:
+    raise ValueError(f'press ratio must be in [0, 1), got {ratio}.')
+  return int(length * (1 - ratio))

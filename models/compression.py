@@ -1,0 +1,198 @@
+"""KV-cache compression of a decoder's prefill: a press (`attention.PRESSES`) on every layer.
+
+kvpress's protocol, for any decoder with `init_decode_cache` / `decode_step` (`DecoderLM`): the
+context is prefilled as usual, each layer's queries read through the `queries` tap, then every
+layer whose cache keeps every position is scored by the press and evicted to its budget
+(`attention.evict`); decoding goes on from the smaller cache, the context's kept keys at their
+original positions. A layer with a window (Gemma 3's local layers, a StreamingLLM window) already
+holds a bounded ring and is left as it is; its budget is its window.
+
+One prefill serves any number of presses: `prefill` returns the cache and the queries,
+`layer_scores` scores them, `compress` builds each press's cache (`tasks`-free, pure functions of
+arrays).
+"""
+
+from typing import Any
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+
+import attention
+from attention.presses import adaptive_entries, get_press, kept_count, pyramid_budget, top_positions
+from models import interventions
+from models.decoding import greedy_search
+
+Array = jax.Array
+
+
+def _attention_layers(model: nnx.Module) -> list[nnx.Module]:
+  """The decoder's self-attention modules, first layer first."""
+  return [layer.self_attn for layer in model.layers]
+
+
+def pressed(layer: nnx.Module) -> bool:
+  """Whether a press evicts from this layer's cache: one that keeps every position."""
+  return not layer.config.window
+
+
+def check_press(model: nnx.Module, name: str, ratio: float, context: int) -> None:
+  """One sentence before any work for what no press can do here.
+
+  Raises:
+    ValueError: an unknown press (naming those there are), a ratio outside [0, 1), a context of
+      fewer than 2 tokens, a variant with no key/value cache (linear attention), a press that
+      reads attention weights on a variant that forms no softmax weights, a position bias (ALiBi,
+      T5: a kept key's bias would need its offset per head), or no layer to press.
+  """
+  press = get_press(name)
+  kept_count(context, ratio)
+  if context < 2:
+    raise ValueError(f'press: the context must hold at least 2 tokens, got {context}.')
+  layers = _attention_layers(model)
+  for layer in layers:
+    config = layer.config
+    if config.attention == 'linear':
+      raise ValueError(
+        "press: config.model.attention='linear' keeps running sums, not keys and values; a press "
+        'needs a key/value cache (softmax or sigmoid attention).'
+      )
+    if press.weights and config.attention != 'softmax':
+      raise ValueError(
+        f'press {name!r} reads softmax attention weights, which attention={config.attention!r} '
+        'does not form; choose a press that scores keys alone (knorm, expected_attention, random, '
+        'streaming_llm).'
+      )
+    if config.position_bias is not None:
+      raise ValueError(
+        f'press: position_bias={config.position_bias!r} is not supported on an evicted cache '
+        "(rotary positions are: positions='rope')."
+      )
+  if not any(pressed(layer) for layer in layers):
+    raise ValueError('press: every layer has a window, so no cache holds the whole context.')
+
+
+def prefill(model: nnx.Module, prompt: Array, room: int) -> tuple[dict[str, Any], list[Array]]:
+  """The cache of `prompt[:, :-1]` (the context; the last token is decoding's first input, as
+  `init_decode_cache` reads a prompt) with room for `room` steps, and each layer's queries
+  `[B, N, S, H]` from the prefill (None for a layer that no press touches)."""
+  layers = _attention_layers(model)
+  with interventions.editing(model) as run:
+    cache = model.init_decode_cache(prompt, room)
+  paths = interventions.module_paths(model)
+  queries = [
+    run.captured[f'{paths[id(layer)]}/queries'] if pressed(layer) else None for layer in layers
+  ]
+  return cache, queries
+
+
+def layer_scores(
+  model: nnx.Module,
+  cache: dict[str, Any],
+  queries: list[Array],
+  name: str,
+  ratio: float,
+  **settings,
+) -> list[Array | None]:
+  """The press's scores `[B, K, S]` of every pressed layer (None elsewhere), S the context."""
+  press = get_press(name)
+  options = {**dict(press.settings), **settings}
+  scores = []
+  for index, (layer, q) in enumerate(zip(_attention_layers(model), queries)):
+    if q is None:
+      scores.append(None)
+      continue
+    config, s = layer.config, q.shape[2]
+    layer_cache = cache['layers'][index]
+    scores.append(
+      press.score(
+        q,
+        layer_cache['k'][:, :, :s],
+        layer_cache['v'][:, :, :s],
+        scale=config.query_scale or layer.d_k**-0.5,
+        rope=(config.rope_base, config.rope_layout) if config.positions == 'rope' else None,
+        ratio=ratio,
+        layer=index,
+        **options,
+      )
+    )
+  return scores
+
+
+def kept_entries(scores: list[Array | None], name: str, ratio: float, **settings) -> list:
+  """Each pressed layer's kept entries for `attention.evict`, `[B, K', M]` (see there)."""
+  press = get_press(name)
+  options = {**dict(press.settings), **settings}
+  num_layers = len(scores)
+  entries = []
+  for index, layer_scores in enumerate(scores):
+    if layer_scores is None:
+      entries.append(None)
+      continue
+    b, k, s = layer_scores.shape
+    count = kept_count(s, ratio)
+    if press.budget == 'pyramid':
+      count = pyramid_budget(
+        s, ratio, index, num_layers, window=options['window'], beta=options['beta']
+      )
+    if press.budget == 'adaptive':
+      entries.append(adaptive_entries(layer_scores, count, options['floor'])[:, None])
+    else:
+      entries.append(top_positions(layer_scores, count) + (jnp.arange(k) * s)[:, None])
+  return entries
+
+
+def compress(cache: dict[str, Any], entries: list, length: int, room: int) -> dict[str, Any]:
+  """The cache of a `length`-token context with each pressed layer evicted to its entries, and
+  room for `room` more positions."""
+  layers = [
+    layer_cache if kept is None else attention.evict(layer_cache, kept, length=length, room=room)
+    for layer_cache, kept in zip(cache['layers'], entries)
+  ]
+  return {**cache, 'layers': layers}
+
+
+def answer(
+  model: nnx.Module, cache: dict[str, Any], question: Array, *, max_length: int, eos_id: int = -1
+) -> Array:
+  """Greedy tokens after `question [B, Q]` read on top of `cache` (a context's, pressed or not,
+  whose offset is the question's first position): kvpress's question after the context.
+  Returns ids `[B, max_length]`, `pad_id` 0 after an EOS."""
+
+  def read(cache, step_and_ids):
+    step, ids = step_and_ids
+    return model.decode_step(ids, step, cache)[1], None
+
+  q = question.shape[1]
+  steps = jnp.arange(q - 1, dtype=jnp.int32)
+  cache, _ = jax.lax.scan(read, cache, (steps, question[:, :-1].T))
+  # The search counts its steps from 0: it starts at the question's last token.
+  cache = {**cache, 'offset': cache['offset'] + q - 1}
+  return greedy_search(
+    model.decode_step,
+    cache,
+    batch_size=question.shape[0],
+    max_length=max_length,
+    bos_id=question[:, -1],
+    eos_id=eos_id,
+    pad_id=0,
+  )
+
+
+def kept_positions(model: nnx.Module, context: Array, name: str, ratio: float, **settings) -> list:
+  """What the press keeps of `context [B, S]`: per layer a boolean `[B, K, S]` (True: kept), or
+  None for a layer it leaves whole. For inspection: the explorer, tests against kvpress."""
+  context = jnp.asarray(context)
+  check_press(model, name, ratio, context.shape[1])
+  prompt = jnp.pad(context, ((0, 0), (0, 1)))  # a last token that is never read
+  cache, queries = prefill(model, prompt, 1)
+  scores = layer_scores(model, cache, queries, name, ratio, **settings)
+  masks = []
+  for layer_scores_, kept in zip(scores, kept_entries(scores, name, ratio, **settings)):
+    if kept is None:
+      masks.append(None)
+      continue
+    b, k, s = layer_scores_.shape
+    flat = jnp.zeros((b, k * s), bool).at[jnp.arange(b)[:, None], kept.reshape(b, -1)].set(True)
+    masks.append(flat.reshape(b, k, s))
+  return masks
