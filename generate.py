@@ -3,13 +3,15 @@
   python generate.py --workdir=runs/smollm2 --prompt="The capital of France is"
   python generate.py --workdir=runs/smollm2 --chat --prompt="What does an attention head do?"
   python generate.py --workdir=runs/gpt_text --prompt="To be" --temperature=0.8 --top_p=0.9
+  python generate.py --workdir=runs/smollm2 --prompt="$(cat notes.txt) Summary:" --press=snapkv
 
 Any causal language model's workdir: a converted checkpoint (convert.py) or a trained run. Greedy
 by default (--temperature=0); a temperature samples, filtered by --top_k and --top_p, with
 --seed. --chat frames the prompt as one user turn under the checkpoint's chat template (instruct
 models). It stops at the first special token (an end of text or of a turn) or after
---max_new_tokens, then prints the time to the first token and the tokens/s after it. Reads the
-workdir only.
+--max_new_tokens, then prints the time to the first token and the tokens/s after it. --press
+compresses the prompt's key/value cache before the first token (KV-cache compression: a press of
+attention.PRESSES drops --press_ratio of each head's cached positions). Reads the workdir only.
 """
 
 from training import allocator
@@ -30,6 +32,12 @@ _TEMPERATURE = flags.DEFINE_float('temperature', 0.0, '0 = greedy; else sample a
 _TOP_K = flags.DEFINE_integer('top_k', 0, 'Sample among the k most likely tokens (0 = all).')
 _TOP_P = flags.DEFINE_float('top_p', 1.0, 'Sample within this probability nucleus (1 = all).')
 _SEED = flags.DEFINE_integer('seed', 0, 'The sampling key; the same seed, the same tokens.')
+_PRESS = flags.DEFINE_string(
+  'press', '', "Compress the prompt's key/value cache with this press (attention.PRESSES)."
+)
+_PRESS_RATIO = flags.DEFINE_float(
+  'press_ratio', 0.5, 'With --press: the share of cached positions dropped, in [0, 1).'
+)
 _CHECKPOINT = flags.DEFINE_string(
   'checkpoint', '', "'best', 'latest' or a step (default: the best, else the latest)."
 )
@@ -55,6 +63,8 @@ def main(argv):
     top_p=_TOP_P.value,
     seed=_SEED.value,
     checkpoint=_CHECKPOINT.value,
+    press=_PRESS.value,
+    press_ratio=_PRESS_RATIO.value,
   )
   training.failures.run('generate.py', lambda: prompt_continuation.continue_prompt(request))
 

@@ -20,6 +20,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
+from models import compression
 from models.decoding import (
   beam_search,
   check_sampling,
@@ -200,13 +201,27 @@ def continue_prompt(
   )
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames='max_length')
-def _prefill(graphdef: nnx.GraphDef, state: nnx.State, prompt: Array, *, max_length: int):
-  """`stream_prompt`'s cache, the prompt's positions 0..P-2 read in one pass, and its last token:
-  both placed as `_next_token` places its outputs, so that its first call compiles the program
-  every later call runs (an eager slice of the prompt would be placed otherwise: a second
-  compilation, 2.4 s for SmolLM2)."""
-  return nnx.merge(graphdef, state).init_decode_cache(prompt, max_length), prompt[:, -1]
+@functools.partial(jax.jit, static_argnums=0, static_argnames=('max_length', 'press'))
+def _prefill(
+  graphdef: nnx.GraphDef,
+  state: nnx.State,
+  prompt: Array,
+  *,
+  max_length: int,
+  press: tuple[str, float] | None = None,
+):
+  """`stream_prompt`'s cache, the prompt's positions 0..P-2 read in one pass (then pressed to a
+  budget: `models.compression`), and its last token: both placed as `_next_token` places its
+  outputs, so that its first call compiles the program every later call runs (an eager slice of
+  the prompt would be placed otherwise: a second compilation, 2.4 s for SmolLM2)."""
+  model = nnx.merge(graphdef, state)
+  if press is None:
+    return model.init_decode_cache(prompt, max_length), prompt[:, -1]
+  name, ratio = press
+  cache, queries = compression.prefill(model, prompt, max_length)
+  scores = compression.layer_scores(model, cache, queries, name, ratio)
+  entries = compression.kept_entries(scores, name, ratio)
+  return compression.compress(cache, entries, prompt.shape[1] - 1, max_length), prompt[:, -1]
 
 
 @functools.partial(
@@ -243,6 +258,7 @@ def stream_prompt(
   top_k: int = 0,
   top_p: float = 1.0,
   stop_ids: tuple[int, ...] = (),
+  press: tuple[str, float] | None = None,
 ) -> Iterator[int]:
   """Continues one prompt a token at a time, yielding each token id as soon as it is chosen.
 
@@ -257,6 +273,9 @@ def stream_prompt(
     rng: a JAX PRNG key.
     temperature, top_k, top_p: as `continue_prompt`'s.
     stop_ids: token ids that end the continuation (yielded, then it stops).
+    press: `(name, ratio)` of a press in `attention.PRESSES`: the prompt's cache is compressed
+      to `int(P' * (1 - ratio))` positions per head (P' = P - 1, what the prefill read) before
+      the first token (`models.compression`); None keeps every position.
   """
   prompt = jnp.asarray(prompt, jnp.int32)
   if prompt.ndim != 2 or prompt.shape[0] != 1 or prompt.shape[1] < 1:
@@ -265,8 +284,10 @@ def stream_prompt(
     )
   check_sizes(1, max_length)
   check_sampling(top_k, top_p, temperature)
+  if press is not None:
+    compression.check_press(model, press[0], press[1], prompt.shape[1] - 1)
   graphdef, state = nnx.split(model)
-  cache, token = _prefill(graphdef, state, prompt, max_length=max_length)
+  cache, token = _prefill(graphdef, state, prompt, max_length=max_length, press=press)
   settings = dict(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
   for step in range(max_length):
     token, cache = _next_token(graphdef, state, token, jnp.int32(step), cache, rng, **settings)

@@ -16,6 +16,7 @@ from typing import TextIO
 
 import jax
 
+from attention import presses
 from data.chat import chat_ids
 from interpret import loading
 from models import generation
@@ -36,6 +37,8 @@ class Request:
   top_p: float = 1.0
   seed: int = 0
   checkpoint: str = ''
+  press: str = ''
+  press_ratio: float = 0.5
 
 
 def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
@@ -49,6 +52,9 @@ def check_request(request: Request, config, ids: list[int]) -> None:
     raise ValueError('--prompt is empty; give the text to continue.')
   if not ids:
     raise ValueError(f'--prompt={request.prompt!r} encodes to no tokens.')
+  if request.press:  # the press's name and ratio alone; the model's own limits once it is built
+    presses.get_press(request.press)
+    presses.kept_count(len(ids), request.press_ratio)
   if request.max_new_tokens < 1:
     raise ValueError(f'--max_new_tokens must be at least 1, got {request.max_new_tokens}.')
   limit = config.model.get('max_length')
@@ -84,6 +90,7 @@ def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
     top_k=request.top_k,
     top_p=request.top_p,
     stop_ids=tuple(tokenizer.special_ids),
+    press=(request.press, request.press_ratio) if request.press else None,
   )
   out.write(request.prompt if not request.chat else '')
   out.flush()
@@ -105,9 +112,13 @@ def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
   total = time.perf_counter() - started
   rest = len(generated) - 1
   rate = rest / (total - first) if rest and total > first else float('nan')
+  pressed = ''
+  if request.press:
+    kept = presses.kept_count(len(ids) - 1, request.press_ratio)
+    pressed = f'; {request.press} kept {kept} of its {len(ids) - 1} cached positions per head'
   out.write(
-    f'\n[{len(generated)} tokens after a prompt of {len(ids)}: first in {first:.2f} s (reading '
-    f'the prompt and compiling), then {rate:.1f} tokens/s]\n'
+    f'\n[{len(generated)} tokens after a prompt of {len(ids)}{pressed}: first in {first:.2f} s '
+    f'(reading the prompt and compiling), then {rate:.1f} tokens/s]\n'
   )
   return dict(
     ids=generated,
