@@ -4,16 +4,16 @@
     count_tokens = lambda text: len(tokenizer.encode(text))
     for name in retrieval_tasks.TASKS:
       for sample in retrieval_tasks.samples(name, count_tokens, 4096, n=50, seed=0, book_path=BOOK):
-        prediction = answer(sample.context, sample.question)  # a press compresses the context
+        prediction = answer(sample.context, sample.tail)  # a press compresses the context
         correct = retrieval_tasks.is_correct(prediction, sample)
 
 The tasks follow NVIDIA's RULER (Hsieh et al., 2024): `needle_noise` is its niah_single_1,
 `needle_book` its niah_single_2 and `multikey` its niah_multikey_1 with a book in place of the Paul
 Graham essays (which cannot be read offline), `variable_tracking` its vt (one chain of four hops).
 A prompt is split as kvpress splits RULER's: `context` is the instruction and the haystack (what a
-press compresses), `question` is read after it and ends with RULER's answer prefix.
+press compresses), `question` is read after it, then RULER's `answer_prefix`.
 
-Length: the haystack grows while `count_tokens(context) <= length - count_tokens(question)`, so
+Length: the haystack grows while `count_tokens(context) <= length - count_tokens(tail)`, so
 context and question together fit in `length` tokens of the caller's tokenizer (the question's
 own count is the reserve). Unlike RULER, no room is kept for the answer (RULER subtracts the tokens
 to generate from its length): here `length` is the prompt a press compresses. The search calls
@@ -38,15 +38,13 @@ NIAH_INSTRUCTION = (
   'A special magic number is hidden within the following text. Make sure to memorize it. '
   'I will quiz you about the number afterwards.\n'
 )
-NIAH_QUESTION = (
-  'What is the special magic number for {key} mentioned in the provided text? '
-  'The special magic number for {key} mentioned in the provided text is'
-)
+NIAH_QUESTION = 'What is the special magic number for {key} mentioned in the provided text?'
+NIAH_PREFIX = 'The special magic number for {key} mentioned in the provided text is'
 VT_INSTRUCTION = (
   'Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n'
 )
-VT_QUESTION = (
-  'Question: Find all variables that are assigned the value {value} in the text above. '
+VT_QUESTION = 'Question: Find all variables that are assigned the value {value} in the text above.'
+VT_PREFIX = (
   'Answer: According to the chain(s) of variable assignment in the text above, {count} '
   'variables are assigned the value {value}, they are:'
 )
@@ -71,12 +69,20 @@ _CONTROL = re.compile(r'[\x00-\x1f]')
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-  """One prompt: `context` then `question`; a prediction is right if it contains `answers`."""
+  """One prompt: `context`, then `question` and the start of the answer, `answer_prefix` (apart,
+  so that a chat template can frame the question as a user turn and the prefix as the model's);
+  a prediction is right if it contains `answers`."""
 
   task: str
   context: str
   question: str
+  answer_prefix: str
   answers: tuple[str, ...]
+
+  @property
+  def tail(self) -> str:
+    """What follows the context when no chat template frames it: question, then prefix."""
+    return f'{self.question} {self.answer_prefix}'
 
 
 def _key(rng: random.Random) -> str:
@@ -184,10 +190,12 @@ def _fitted(
   length: int,
   build: Callable[[int], str],
   question: str,
+  prefix: str,
   answers: tuple[str, ...],
 ) -> Sample:
-  """The sample whose context is the longest `build(n)` that leaves room for `question`."""
-  reserve = count_tokens(question)
+  """The sample whose context is the longest `build(n)` that leaves room for the question and
+  the answer's prefix."""
+  reserve = count_tokens(f'{question} {prefix}')
   context = _fill(count_tokens, build, length - reserve)
   if context is None:
     needed = reserve + count_tokens(build(0))
@@ -195,7 +203,7 @@ def _fitted(
       f'length={length} is too short for {task}: its instruction, needles and question alone '
       f'take {needed} tokens.'
     )
-  return Sample(task=task, context=context, question=question, answers=answers)
+  return Sample(task, context, question, prefix, answers)
 
 
 def needle_noise(count_tokens: Callable[[str], int], length: int, seed: int) -> Sample:
@@ -208,8 +216,8 @@ def needle_noise(count_tokens: Callable[[str], int], length: int, seed: int) -> 
   key, value = _key(rng), _number(rng)
   inserts = [(rng.choice(DEPTHS), NEEDLE.format(key=key, value=value))]
   build = lambda n: NIAH_INSTRUCTION + _noise(n, inserts) + '\n'
-  question = NIAH_QUESTION.format(key=key)
-  return _fitted('needle_noise', count_tokens, length, build, question, (value,))
+  question, prefix = NIAH_QUESTION.format(key=key), NIAH_PREFIX.format(key=key)
+  return _fitted('needle_noise', count_tokens, length, build, question, prefix, (value,))
 
 
 def needle_book(
@@ -233,8 +241,8 @@ def needle_book(
   words, starts = _read_book(book_path)
   start = rng.choice(starts)
   build = lambda n: NIAH_INSTRUCTION + _book(words, start, n, inserts) + '\n'
-  question = NIAH_QUESTION.format(key=key)
-  return _fitted('needle_book', count_tokens, length, build, question, (value,))
+  question, prefix = NIAH_QUESTION.format(key=key), NIAH_PREFIX.format(key=key)
+  return _fitted('needle_book', count_tokens, length, build, question, prefix, (value,))
 
 
 def multikey(count_tokens: Callable[[str], int], length: int, seed: int, book_path: str) -> Sample:
@@ -254,8 +262,8 @@ def multikey(count_tokens: Callable[[str], int], length: int, seed: int, book_pa
   words, starts = _read_book(book_path)
   start = rng.choice(starts)
   build = lambda n: NIAH_INSTRUCTION + _book(words, start, n, inserts) + '\n'
-  question = NIAH_QUESTION.format(key=keys[0])
-  return _fitted('multikey', count_tokens, length, build, question, (values[0],))
+  question, prefix = NIAH_QUESTION.format(key=keys[0]), NIAH_PREFIX.format(key=keys[0])
+  return _fitted('multikey', count_tokens, length, build, question, prefix, (values[0],))
 
 
 def _chain(names: list[str], value: int) -> list[str]:
@@ -288,12 +296,13 @@ def variable_tracking(count_tokens: Callable[[str], int], length: int, seed: int
   while demo_value == value:
     demo_value = rng.randint(10000, 99998)
   demo_lines = _noise(DEMO_NOISE, _chain_inserts(rng, demo_names, demo_value))
-  demo_question = VT_QUESTION.format(value=demo_value, count=len(demo_names))
+  demo_question = f'{VT_QUESTION} {VT_PREFIX}'.format(value=demo_value, count=len(demo_names))
   demo = f'{VT_INSTRUCTION}{demo_lines}\n{demo_question} {" ".join(demo_names)}\n'
   inserts = _chain_inserts(rng, names, value)
   build = lambda n: demo + VT_INSTRUCTION + _noise(n, inserts) + '\n'
-  question = VT_QUESTION.format(value=value, count=len(names))
-  return _fitted('variable_tracking', count_tokens, length, build, question, tuple(names))
+  question = VT_QUESTION.format(value=value)
+  prefix = VT_PREFIX.format(value=value, count=len(names))
+  return _fitted('variable_tracking', count_tokens, length, build, question, prefix, tuple(names))
 
 
 TASKS: dict[str, Callable[..., Sample]] = {

@@ -78,7 +78,7 @@ def test_context_and_question_fill_the_length_to_within_one_unit(task, count, bo
     unit = max(count(' ' + word) for word in pathlib.Path(book).read_text().split())
   for length, seed in ((600, 0), (1500, 1)) if count is words else ((5000, 2),):
     sample = make(task, book, length, seed, count)
-    used = count(sample.context) + count(sample.question)
+    used = count(sample.context) + count(sample.tail)
     assert length - unit < used <= length
 
 
@@ -87,7 +87,7 @@ def test_a_4k_context_counts_tokens_a_logarithmic_number_of_times(task, book):
   calls = []
   count = lambda text: calls.append(text) or words(text)
   sample = make(task, book, 4096, 5, count)
-  assert words(sample.context) + words(sample.question) > 4096 - 19
+  assert words(sample.context) + words(sample.tail) > 4096 - 19
   assert len(calls) <= 2 * math.log2(4096)
 
 
@@ -101,7 +101,7 @@ def test_the_asked_needle_is_in_the_context_once_and_its_value_is_the_answer(tas
     assert sample.context.count(key) == 1
     assert sample.context.count(value) == 1
     assert sample.context.count(NEEDLE.format(key=key, value=value)) == 1
-    assert sample.question.endswith(
+    assert sample.answer_prefix == (
       'The special magic number for ' + key + ' mentioned in the provided text is'
     )
 
@@ -167,7 +167,7 @@ def test_variable_tracking_answers_are_exactly_the_variables_holding_the_value()
     assert len(sample.answers) == 5
     assert {name for name, held in values.items() if held == value} == set(sample.answers)
     assert len(values) == 10  # The worked example's chain holds another value.
-    assert sample.question.endswith(f'5 variables are assigned the value {value}, they are:')
+    assert sample.answer_prefix.endswith(f'5 variables are assigned the value {value}, they are:')
 
 
 def test_samples_are_n_reproducible_different_samples():
@@ -187,10 +187,10 @@ def test_samples_pass_the_book_to_the_tasks_that_read_one(book):
 
 
 def test_is_correct_matches_substrings_ignoring_case():
-  needle = Sample('needle_noise', '', '', ('1234567',))
+  needle = Sample('needle_noise', '', '', '', ('1234567',))
   assert is_correct(' 1234567.', needle)
   assert not is_correct(' 1234568.', needle)
-  chain = Sample('variable_tracking', '', '', ('ABCDE', 'FGHIJ'))
+  chain = Sample('variable_tracking', '', '', '', ('ABCDE', 'FGHIJ'))
   assert is_correct('abcde, fghij', chain)
   assert is_correct('ABC\nDE FGHIJ', chain)  # Control characters are dropped, as kvpress does.
   assert not is_correct('ABCDE and more', chain)
@@ -214,7 +214,7 @@ def test_the_real_book_makes_a_4k_needle_sample():
   count = lambda text: calls.append(text) or words(text)
   sample = retrieval_tasks.needle_book(count, 4096, 0, REAL_BOOK)
   haystack = sample.context.split('\n')[1]
-  assert words(sample.context) + words(sample.question) == 4096
+  assert words(sample.context) + words(sample.tail) == 4096
   assert len(calls) <= 2 * math.log2(4096)
   assert haystack.count(NEEDLE[:30]) == 1
   with open(REAL_BOOK, encoding='utf-8') as f:
