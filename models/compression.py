@@ -65,8 +65,8 @@ def check_press(model: nnx.Module, name: str, ratio: float, context: int) -> Non
       )
     if config.position_bias is not None:
       raise ValueError(
-        f'press: position_bias={config.position_bias!r} is not supported on an evicted cache '
-        "(rotary positions are: positions='rope')."
+        f'press: positions={config.positions!r} adds a position bias, which an evicted cache '
+        "does not support (rotary positions do: positions='rope')."
       )
   if not any(pressed(layer) for layer in layers):
     raise ValueError('press: every layer has a window, so no cache holds the whole context.')
@@ -159,13 +159,9 @@ def answer(
   whose offset is the question's first position): kvpress's question after the context.
   Returns ids `[B, max_length]`, `pad_id` 0 after an EOS."""
 
-  def read(cache, step_and_ids):
-    step, ids = step_and_ids
-    return model.decode_step(ids, step, cache)[1], None
-
   q = question.shape[1]
-  steps = jnp.arange(q - 1, dtype=jnp.int32)
-  cache, _ = jax.lax.scan(read, cache, (steps, question[:, :-1].T))
+  if q > 1:  # the question but its last token, in one pass
+    cache = model.decode_step(question[:, :-1], jnp.int32(0), cache)[1]
   # The search counts its steps from 0: it starts at the question's last token.
   cache = {**cache, 'offset': cache['offset'] + q - 1}
   return greedy_search(

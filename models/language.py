@@ -297,22 +297,24 @@ class DecoderLM(_Stack):
     """Logits for the token after `ids [B]`, the token at absolute position offset + step.
 
     The `tokens_to_logits` callback of `models.decoding`; at step 0 `ids` is the prompt's last
-    token. Reads parameters only, so it can be closed over inside `jax.jit` + `lax.while_loop`.
-    `step` (int32 scalar, may be traced) must stay below the cache's max_length: past the end the
-    buffer write would clamp to the last slot.
+    token. `ids [B, T]` reads a block at positions offset + step .. + T-1 in one pass (a question
+    after a compressed context) and returns the logits after its last token. Reads parameters
+    only, so it can be closed over inside `jax.jit` + `lax.while_loop`. `step` (int32 scalar,
+    may be traced) must stay below the cache's max_length: past the end the buffer write would
+    clamp to the last slot.
 
     Returns:
       `(logits [B, V] float32, the cache with that position written)`.
     """
     position = cache['offset'][0] + step  # all rows share it
-    y = self._embed(ids[:, None], position)  # [B, 1, D]
+    y = self._embed(ids if ids.ndim == 2 else ids[:, None], position)  # [B, T, D]
     layers = []
     for layer, layer_cache in zip(self.layers, cache['layers']):
       y, layer_cache = layer.decode_step(y, layer_cache, position)
       layers.append(layer_cache)
     if self.final_norm is not None:
       y = self.final_norm(y)
-    return self._logits(y)[:, 0], {'offset': cache['offset'], 'layers': layers}
+    return self._logits(y[:, -1]), {'offset': cache['offset'], 'layers': layers}
 
 
 class EncoderMLM(_Stack):
