@@ -27,7 +27,6 @@ import ml_collections
 import numpy as np
 
 from data.batch_source import BatchPlan, BatchSource
-from data.builders import key_sentence, mqar
 from data.language_sources import (
   TEXT_FILE,
   Example,
@@ -50,7 +49,6 @@ from data.tokenizers import (
   save_tokenizers,
 )
 
-OWN_BUILDERS = {'key_sentence_docs': key_sentence.KeySentenceDocs, 'mqar': mqar.Mqar}
 PACKINGS = ('example', 'stream')
 MASK_TOKEN = '<mask>'
 PRETRAINED = 'pretrained'  # vocab: the tokenizer.json of a converted checkpoint's workdir
@@ -322,6 +320,15 @@ class LanguageBatches(PaddedBatches):
     return batch
 
 
+def _own_builders() -> dict[str, type]:
+  """Attend's own text datasets' builders, by name. Their modules import TFDS (about a second of
+  CPU), so they are imported only for a dataset TFDS reads: a text file or a converted
+  checkpoint's workdir (prompt.py, generate.py) never needs them."""
+  from data.builders import key_sentence, mqar  # pylint: disable=g-import-not-at-top
+
+  return {'key_sentence_docs': key_sentence.KeySentenceDocs, 'mqar': mqar.Mqar}
+
+
 def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> LanguageData:
   """Prepares the dataset and its tokenizer.
 
@@ -357,7 +364,7 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
   else:
     builder = make_builder(
       config,
-      OWN_BUILDERS,
+      _own_builders(),
       kind='text',
       extra_names=[TEXT_FILE],
       examples=('lm1b', 'tiny_shakespeare'),

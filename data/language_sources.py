@@ -6,13 +6,15 @@ Readers return `Example`s; `data.language` tokenizes them into rows.
 
 from collections.abc import Mapping
 import os
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from etils import epath
 import ml_collections
-import tensorflow_datasets as tfds
 
 from data.tfds_reading import as_text, read_split
+
+if TYPE_CHECKING:  # TFDS loads only for a dataset it reads (data.tfds_reading says why)
+  import tensorflow_datasets as tfds
 
 TEXT_FILE = 'text_file'
 
@@ -27,7 +29,7 @@ class Example(NamedTuple):
 
 
 def read_tfds(
-  builder: tfds.core.DatasetBuilder, text_key: str, answers_key: str, support_key: str, split: str
+  builder: 'tfds.core.DatasetBuilder', text_key: str, answers_key: str, support_key: str, split: str
 ) -> list[Example]:
   """Every example of a TFDS `split`, with the positions of the answers and support features
   ('' = the dataset has none)."""

@@ -6,10 +6,15 @@ registry), checking its builder config; `read_split` reads a prepared split whol
 
 from collections.abc import Callable, Iterable, Mapping
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_collections
-import tensorflow_datasets as tfds
+
+# TFDS is imported where a builder is made, not here: the language models' data imports this
+# module, and a text file or a converted checkpoint's workdir (prompt.py, generate.py) never
+# reads a TFDS dataset (its import is about a second of CPU).
+if TYPE_CHECKING:
+  import tensorflow_datasets as tfds
 
 _READ_CHUNK = 4096
 
@@ -32,7 +37,7 @@ def read_all(source: Any) -> list[dict[str, Any]]:
     return [source[i] for i in range(n)]
 
 
-def read_split(builder: tfds.core.DatasetBuilder, split: str, name: str) -> list[dict[str, Any]]:
+def read_split(builder: 'tfds.core.DatasetBuilder', split: str, name: str) -> list[dict[str, Any]]:
   """Every record of `split` of a prepared builder, in order (`read_all`), after checking it.
 
   Args:
@@ -52,13 +57,13 @@ def read_split(builder: tfds.core.DatasetBuilder, split: str, name: str) -> list
 
 def make_builder(
   config: ml_collections.FrozenConfigDict,
-  own_builders: Mapping[str, type[tfds.core.DatasetBuilder]],
+  own_builders: Mapping[str, type['tfds.core.DatasetBuilder']],
   *,
   kind: str,
   examples: Iterable[str] | Callable[[], Iterable[str]],
   extra_names: Iterable[str] = (),
-  builder_config: tfds.core.BuilderConfig | None = None,
-) -> tfds.core.DatasetBuilder:
+  builder_config: 'tfds.core.BuilderConfig | None' = None,
+) -> 'tfds.core.DatasetBuilder':
   """The builder `config.dataset` names, reading array_record files, its builder config checked.
 
   Shared by translation, classification and language modelling, whose datasets differ only in
@@ -81,6 +86,8 @@ def make_builder(
   Raises:
     ValueError: for an unknown dataset name or a builder config the dataset does not have.
   """
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top,redefined-outer-name
+
   if config.name in own_builders:
     cls = own_builders[config.name]
   else:

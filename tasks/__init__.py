@@ -4,27 +4,42 @@
 subclass, one entry below, and a config (see docs/extending.md, "Adding a task").
 """
 
+from collections.abc import Iterator, Mapping
+import importlib
 from typing import Any
 
 import models
-from tasks.algorithmic import Copy
 from tasks.base import VOCAB_DIR, BatchIterator, EvalOptions, Task
-from tasks.captioning import Captioning
-from tasks.classification import Classification
-from tasks.image_classification import ImageClassification
-from tasks.language import LanguageModeling
-from tasks.question_answering import QuestionAnswering
-from tasks.translation import Translation
 
-TASKS: dict[str, type[Task]] = {
-  'captioning': Captioning,
-  'classification': Classification,
-  'copy': Copy,
-  'image_classification': ImageClassification,
-  'language_modeling': LanguageModeling,
-  'question_answering': QuestionAnswering,
-  'translation': Translation,
+# Each task's class and the module that defines it, imported when the task is first asked for:
+# a task's module imports its data's (TFDS, sacrebleu, image readers), which a command that
+# runs one task never needs (importing them all cost prompt.py about a second on 2 CPU cores).
+_CLASSES = {
+  'captioning': ('tasks.captioning', 'Captioning'),
+  'classification': ('tasks.classification', 'Classification'),
+  'copy': ('tasks.algorithmic', 'Copy'),
+  'image_classification': ('tasks.image_classification', 'ImageClassification'),
+  'language_modeling': ('tasks.language', 'LanguageModeling'),
+  'question_answering': ('tasks.question_answering', 'QuestionAnswering'),
+  'translation': ('tasks.translation', 'Translation'),
 }
+
+
+class _Tasks(Mapping[str, type[Task]]):
+  """`config.task` names -> Task classes; a class's module is imported on first lookup."""
+
+  def __getitem__(self, name: str) -> type[Task]:
+    module, cls = _CLASSES[name]
+    return getattr(importlib.import_module(module), cls)
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(_CLASSES)
+
+  def __len__(self) -> int:
+    return len(_CLASSES)
+
+
+TASKS: Mapping[str, type[Task]] = _Tasks()
 
 
 def task_class(name: Any) -> type[Task]:
@@ -55,16 +70,9 @@ def build(config, workdir: str) -> Task:
 __all__ = [
   'VOCAB_DIR',
   'BatchIterator',
-  'Captioning',
-  'Classification',
-  'Copy',
   'EvalOptions',
-  'ImageClassification',
-  'LanguageModeling',
-  'QuestionAnswering',
   'TASKS',
   'Task',
-  'Translation',
   'build',
   'check_fits',
   'task_class',

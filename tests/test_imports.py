@@ -64,3 +64,15 @@ def test_entry_points_ignore_a_users_own_packages_of_the_same_names(tmp_path):
     )
     # Attend's own one-sentence error, so every import (config file included) was Attend's.
     assert result.stderr.strip().splitlines()[-1] == expected[script], result.stderr[-2000:]
+
+
+@pytest.mark.parametrize('command', ['prompt', 'generate', 'eval'])
+def test_commands_that_read_a_language_model_import_no_dataset_library(command):
+  """Importing a command imports no task's data until its config names one: TFDS, sacrebleu and
+  the image readers (about a second on 2 CPU cores) load only for a dataset they read."""
+  heavy = ('tensorflow_datasets', 'sacrebleu', 'PIL')
+  code = f'import sys, {command}\nprint(*[name for name in {heavy!r} if name in sys.modules])'
+  result = subprocess.run(
+    [sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True, check=True
+  )
+  assert result.stdout.strip() == '', result.stdout
