@@ -58,6 +58,7 @@ from attention.positions import (
   sinusoidal_positions,
   sinusoidal_positions_2d,
 )
+from attention.presses import PRESSES, Press, get_press
 from attention.rollout import attention_rollout
 from attention.scores import (
   SCORES,
@@ -94,6 +95,8 @@ __all__ = [
   'KERNELS',
   'KeyPrep',
   'OPTIONS',
+  'PRESSES',
+  'Press',
   'RUN_OPTIONS',
   'SCORES',
   'Score',
@@ -126,6 +129,7 @@ __all__ = [
   'elu_feature_map',
   'evict',
   'general_scores',
+  'get_press',
   'get_score',
   'get_score_fn',
   'get_variant',

@@ -1,0 +1,206 @@
+"""KV-cache compression on long-context retrieval: every press at every ratio, kvpress's protocol.
+
+    python -m studies.presses --checkpoint=SmolLM2-135M-Instruct --lengths=1024 --samples=4 \
+        --out=runs/presses_smollm2
+
+For each RULER-style task (`data.retrieval_tasks`) and context length: `--samples` prompts,
+framed as kvpress frames them for an instruct model (the context as the user's turn, under the
+chat template; the question and its answer prefix after it, not compressed). One prefill per
+prompt serves every press (`models.compression`): each press scores the same queries, keys and
+values, the cache is evicted to `int(S * (1 - ratio))` positions per head (AdaKV: per layer,
+PyramidKV: per layer), the question is read, and the answer is greedy, scored by RULER's
+substring match. A task the uncompressed model scores below `--floor` on is dropped (named in
+the output): a press cannot be judged where the model fails without one.
+
+Writes `presses.json` (every answer and score, the times, the dropped tasks), `presses.md` (rows:
+presses; columns: ratios; the mean score over the kept tasks) and `presses.png` (score against
+ratio, one curve per press) into `--out`, and prints the table.
+"""
+
+import argparse
+import functools
+import json
+import os
+import time
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention import PRESSES
+from data import retrieval_tasks
+from data.chat import render
+from interpret import loading
+from models import compression
+
+BOOK = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data', 'books')
+BOOK = os.path.join(BOOK, 'pride_and_prejudice.txt')
+MAX_NEW = {'variable_tracking': 30}  # tokens to generate; the needles' 7 digits need fewer
+MAX_NEW_DEFAULT = 16
+
+
+def framed(tokenizer, sample: retrieval_tasks.Sample) -> tuple[list[int], list[int], int]:
+  """kvpress's framing: `(context ids, question ids, the id that ends the answer)`, the chat
+  template split after the context (what the press compresses) so that the question closes the
+  user's turn; the answer ends where the template ends a turn (else at the end of text)."""
+  template = getattr(tokenizer, 'chat_template', '')
+  if not template:
+    tail = tokenizer.encode_pieces(f'{sample.question}\n{sample.answer_prefix}')
+    return tokenizer.encode(sample.context), tail, tokenizer.eos_id
+  marker = '#' * 16
+  named = {'bos_token': tokenizer.tokens([tokenizer.bos_id])[0]} if tokenizer.bos_id else {}
+  text = render(template, [{'role': 'user', 'content': sample.context + marker}], **named)
+  context, suffix = text.split(marker)
+  first = tokenizer.encode_pieces(suffix)[0]
+  turn_end = first if first in tokenizer.special_ids else tokenizer.eos_id
+  question = sample.question + suffix + sample.answer_prefix
+  return tokenizer.encode_pieces(context), tokenizer.encode_pieces(question), turn_end
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames='room')
+def _prefill(graphdef, state, prompt, *, room):
+  return compression.prefill(nnx.merge(graphdef, state), prompt, room)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=('name', 'ratio'))
+def _entries(graphdef, state, cache, queries, *, name, ratio):
+  model = nnx.merge(graphdef, state)
+  scores = compression.layer_scores(model, cache, queries, name, ratio)
+  return compression.kept_entries(scores, name, ratio)
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=('length', 'room', 'max_new', 'eos'))
+def _answer(graphdef, state, cache, entries, question, *, length, room, max_new, eos):
+  model = nnx.merge(graphdef, state)
+  if entries is not None:
+    cache = compression.compress(cache, entries, length, room)
+  return compression.answer(model, cache, question, max_length=max_new, eos_id=eos)
+
+
+def run(args) -> dict:
+  decoder = loading.load_decoder(args.checkpoint)
+  model, tokenizer = decoder.model, decoder.tokenizer
+  graphdef, state = nnx.split(model)
+  count = lambda text: len(tokenizer.encode(text))
+  presses = args.presses.split(',') if args.presses else list(PRESSES)
+  ratios = [float(r) for r in args.ratios.split(',')]
+  lengths = [int(n) for n in args.lengths.split(',')]
+  for name in presses:  # every refusal before the first prefill
+    compression.check_press(model, name, max(ratios), min(lengths))
+  results, started = [], time.perf_counter()
+  for length in lengths:
+    for task in retrieval_tasks.TASKS:
+      samples = retrieval_tasks.samples(task, count, length, args.samples, args.seed, BOOK)
+      for index, sample in enumerate(samples):
+        context, question, turn_end = framed(tokenizer, sample)
+        max_new = MAX_NEW.get(task, MAX_NEW_DEFAULT)
+        room = len(question) + max_new
+        prompt = jnp.asarray([context + question[:1]], jnp.int32)
+        cache, queries = _prefill(graphdef, state, prompt, room=room)
+        question_ids = jnp.asarray([question], jnp.int32)
+        settings = dict(length=len(context), room=room, max_new=max_new, eos=turn_end)
+        full = _answer(graphdef, state, cache, None, question_ids, **settings)
+        row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
+        row['answers'] = {'none': tokenizer.decode([int(i) for i in full[0] if i])}
+        for name in presses:
+          for ratio in ratios:
+            kept = _entries(graphdef, state, cache, queries, name=name, ratio=ratio)
+            ids = _answer(graphdef, state, cache, kept, question_ids, **settings)
+            row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in ids[0] if i])
+        row['correct'] = {
+          key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
+        }
+        results.append(row)
+        print(
+          f'[{time.perf_counter() - started:.0f} s] {task} {length} #{index}: '
+          f'{sum(row["correct"].values())}/{len(row["correct"])} right; '
+          f'uncompressed {row["answers"]["none"]!r}',
+          flush=True,
+        )
+  return dict(
+    checkpoint=args.checkpoint,
+    presses=presses,
+    ratios=ratios,
+    results=results,
+    seconds=time.perf_counter() - started,
+  )
+
+
+def table(report: dict, floor: float) -> tuple[str, dict]:
+  """Markdown rows of presses, columns of ratios: the mean score over the tasks the uncompressed
+  model scores at least `floor` on; and `{press: [score per ratio]}`."""
+  rows = report['results']
+  kept_tasks, dropped = [], {}
+  for task in retrieval_tasks.TASKS:
+    score = float(np.mean([row['correct']['none'] for row in rows if row['task'] == task]))
+    if score >= floor:
+      kept_tasks.append(task)
+    else:
+      dropped[task] = score
+  report['kept_tasks'], report['dropped_tasks'] = kept_tasks, dropped
+  chosen = [row for row in rows if row['task'] in kept_tasks]
+  curves = {}
+  lines = ['| press | ' + ' | '.join(f'{r:g}' for r in report['ratios']) + ' |']
+  lines.append('|---' * (len(report['ratios']) + 1) + '|')
+  for name in report['presses']:
+    curve = [
+      float(np.mean([row['correct'][f'{name}@{ratio}'] for row in chosen])) if chosen else 0.0
+      for ratio in report['ratios']
+    ]
+    curves[name] = curve
+    lines.append(f'| {name} | ' + ' | '.join(f'{100 * c:.0f}' for c in curve) + ' |')
+  base = float(np.mean([row['correct']['none'] for row in chosen])) if chosen else 0.0
+  lines.append(f'\nUncompressed: {100 * base:.0f}% on {", ".join(kept_tasks) or "no task"}')
+  if dropped:
+    lines.append(
+      'Dropped (uncompressed below the floor): '
+      + ', '.join(f'{t} ({100 * s:.0f}%)' for t, s in dropped.items())
+    )
+  return '\n'.join(lines), curves
+
+
+def figure(report: dict, curves: dict, path: str) -> None:
+  import matplotlib  # pylint: disable=import-outside-toplevel
+
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+  for name, curve in curves.items():
+    ax.plot(report['ratios'], [100 * c for c in curve], marker='o', label=name)
+  ax.set_xlabel('compression ratio (share of cached positions dropped)')
+  ax.set_ylabel('answers right (%)')
+  ax.set_ylim(-5, 105)
+  ax.set_title(f'{report["checkpoint"]}: {", ".join(report["kept_tasks"])}', fontsize=9)
+  ax.legend(fontsize=8, ncol=2)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--checkpoint', required=True, help='what interpret.loading reads')
+  parser.add_argument('--out', required=True, help='the folder for presses.json, .md, .png')
+  parser.add_argument('--lengths', default='1024', help='context lengths in tokens, commas')
+  parser.add_argument('--samples', type=int, default=4, help='prompts per task and length')
+  parser.add_argument('--presses', default='', help='names in attention.PRESSES (default all)')
+  parser.add_argument('--ratios', default='0.25,0.5,0.75,0.875')
+  parser.add_argument('--floor', type=float, default=0.7, help='uncompressed score to keep a task')
+  parser.add_argument('--seed', type=int, default=0)
+  args = parser.parse_args()
+  os.makedirs(args.out, exist_ok=True)
+  report = run(args)
+  text, curves = table(report, args.floor)
+  print(text)
+  with open(os.path.join(args.out, 'presses.md'), 'w', encoding='utf-8') as f:
+    f.write(text + '\n')
+  with open(os.path.join(args.out, 'presses.json'), 'w', encoding='utf-8') as f:
+    json.dump(report, f, indent=1)
+  figure(report, curves, os.path.join(args.out, 'presses.png'))
+
+
+if __name__ == '__main__':
+  main()
