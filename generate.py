@@ -11,7 +11,8 @@ by default (--temperature=0); a temperature samples, filtered by --top_k and --t
 models). It stops at the first special token (an end of text or of a turn) or after
 --max_new_tokens, then prints the time to the first token and the tokens/s after it. --press
 compresses the prompt's key/value cache before the first token (KV-cache compression: a press of
-attention.PRESSES drops --press_ratio of each head's cached positions). Reads the workdir only.
+attention.PRESSES drops --press_ratio of each head's cached positions), and with --press_every=N
+again every N tokens. Reads the workdir only.
 """
 
 from training import allocator
@@ -37,6 +38,12 @@ _PRESS = flags.DEFINE_string(
 )
 _PRESS_RATIO = flags.DEFINE_float(
   'press_ratio', 0.5, 'With --press: the share of cached positions dropped, in [0, 1).'
+)
+_PRESS_EVERY = flags.DEFINE_integer(
+  'press_every',
+  0,
+  'With --press (one that scores keys alone): compress again every this many tokens, so a long '
+  'continuation runs in fixed memory; 0 = only the prompt.',
 )
 _CHECKPOINT = flags.DEFINE_string(
   'checkpoint', '', "'best', 'latest' or a step (default: the best, else the latest)."
@@ -65,6 +72,7 @@ def main(argv):
     checkpoint=_CHECKPOINT.value,
     press=_PRESS.value,
     press_ratio=_PRESS_RATIO.value,
+    press_every=_PRESS_EVERY.value,
   )
   training.failures.run('generate.py', lambda: prompt_continuation.continue_prompt(request))
 

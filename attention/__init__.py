@@ -31,6 +31,7 @@ from attention.core import (
 from attention.kv_cache import (
   cache_offsets,
   evict,
+  evict_again,
   kept_mask,
   kept_rotary_scores,
   kept_step,
@@ -128,6 +129,7 @@ __all__ = [
   'drop_weights',
   'elu_feature_map',
   'evict',
+  'evict_again',
   'general_scores',
   'get_press',
   'get_score',

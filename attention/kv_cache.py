@@ -172,6 +172,27 @@ def kv_step(
   return out, {name: write(state[name], new[name]) for name in ('k', 'v')}
 
 
+def _with_room(kept: State, first: Array, room: int, kv_heads: int) -> State:
+  """An evicted cache: `kept` slots (`k`, `v` `[B, K', M, X]`, `positions`, `heads` `[B, K', M]`)
+  then `room` positions from `first [B]` on, W = K / K' slots each (one per head), whose
+  positions and heads are set here: a decoding step writes keys and values only."""
+  b, rows, count = kept['positions'].shape
+  per_position = kv_heads // rows
+  j = jnp.arange(room * per_position)
+  lead = (b, rows, room * per_position)
+  new_positions = first[:, None, None] + j // per_position
+  new_heads = jnp.arange(rows)[:, None] * per_position + j % per_position  # [K', room * W]
+  pad = ((0, 0), (0, 0), (0, room * per_position), (0, 0))
+  return {
+    'k': jnp.pad(kept['k'], pad),
+    'v': jnp.pad(kept['v'], pad),
+    'positions': jnp.concatenate([kept['positions'], jnp.broadcast_to(new_positions, lead)], 2),
+    'heads': jnp.concatenate([kept['heads'], jnp.broadcast_to(new_heads, lead)], 2),
+    'first': first.astype(jnp.int32),
+    'base': jnp.full((b,), count, jnp.int32),
+  }
+
+
 def evict(state: State, entries: Array, *, length: int, room: int) -> State:
   """The cache of a prefilled `length`-token context keeping only `entries`, with `room` more
   positions to decode: the press's eviction, which really frees what it drops.
@@ -188,29 +209,28 @@ def evict(state: State, entries: Array, *, length: int, room: int) -> State:
     so a decoding step writes keys and values only; `first` = length, `base` = M.
   """
   b, k = state['k'].shape[:2]
-  rows, kept = entries.shape[1], entries.shape[2]
-  per_position = k // rows
 
   def gather(buffer: Array) -> Array:
     flat = buffer[:, :, :length].reshape(b, 1, k * length, buffer.shape[-1])
-    kept_rows = jnp.take_along_axis(flat, entries[..., None], axis=2)  # [B, K', M, X]
-    return jnp.pad(kept_rows, ((0, 0), (0, 0), (0, room * per_position), (0, 0)))
+    return jnp.take_along_axis(flat, entries[..., None], axis=2)  # [B, K', M, X]
 
-  j = jnp.arange(room * per_position)
-  new_heads = jnp.arange(rows)[:, None] * per_position + j % per_position  # [K', room * W]
-  lead = (b, rows, room * per_position)
-  return {
+  kept = {
     'k': gather(state['k']),
     'v': gather(state['v']),
-    'positions': jnp.concatenate(
-      [entries % length, jnp.broadcast_to(length + j // per_position, lead)], axis=2
-    ).astype(jnp.int32),
-    'heads': jnp.concatenate([entries // length, jnp.broadcast_to(new_heads, lead)], axis=2).astype(
-      jnp.int32
-    ),
-    'first': jnp.full((b,), length, jnp.int32),
-    'base': jnp.full((b,), kept, jnp.int32),
+    'positions': (entries % length).astype(jnp.int32),
+    'heads': (entries // length).astype(jnp.int32),
   }
+  return _with_room(kept, jnp.full((b,), length, jnp.int32), room, k)
+
+
+def evict_again(state: State, slots: Array, *, room: int, kv_heads: int) -> State:
+  """An evicted cache (`evict`) whose room is full, keeping only `slots [B, K', M]` of each row
+  (increasing, so the slots stay in position order), with room for `room` more positions:
+  compression while decoding, so that a long generation runs in fixed memory."""
+  take = lambda x: jnp.take_along_axis(x, slots if x.ndim == 3 else slots[..., None], axis=2)
+  kept = {name: take(state[name]) for name in ('k', 'v', 'positions', 'heads')}
+  written = jnp.max(state['positions'], axis=(1, 2))  # [B]: the last position decoded
+  return _with_room(kept, written + 1, room, kv_heads)
 
 
 def kept_mask(q_positions: Array, state: State, num_heads: int, kv_heads: int) -> Array:

@@ -28,6 +28,12 @@ from attention.positions import rotary_embedding
 Array = jax.Array
 
 
+def _wide(x: Array) -> jnp.dtype:
+  """The dtype a press computes in: float32, or float64 for float64 inputs (`rotary_embedding`'s
+  rule), so that a float64 comparison with a reference is not float32 rounding."""
+  return jnp.promote_types(x.dtype, jnp.float32)
+
+
 def _group_mean(scores: Array, kv_heads: int) -> Array:
   """`[B, N, S] -> [B, K, S]`: the mean over the query heads that share each key/value head."""
   b, n, s = scores.shape
@@ -37,8 +43,8 @@ def _group_mean(scores: Array, kv_heads: int) -> Array:
 def _window_weights(queries: Array, keys: Array, scale: float, window: int) -> Array:
   """Softmax weights of the last `window` queries over every key, causal, `[B, N, w, S]`."""
   s, n, k = keys.shape[-2], queries.shape[1], keys.shape[1]
-  q = queries[:, :, s - window :].astype(jnp.float32)
-  keys = jnp.repeat(keys.astype(jnp.float32), n // k, axis=1)
+  q = queries[:, :, s - window :].astype(_wide(queries))
+  keys = jnp.repeat(keys.astype(_wide(keys)), n // k, axis=1)
   logits = jnp.einsum('bnth,bnsh->bnts', q, keys) * scale
   visible = jnp.arange(s)[None, :] <= (s - window + jnp.arange(window))[:, None]
   return jax.nn.softmax(jnp.where(visible, logits, -jnp.inf), axis=-1)
@@ -67,7 +73,7 @@ def streaming_scores(queries, keys, values, *, ratio: float, sink: int = 4, **un
 
 def knorm_scores(queries, keys, values, **unused) -> Array:
   """Knorm (Devoto et al. 2024): keys with a small L2 norm draw more attention; keep them."""
-  return -jnp.linalg.norm(keys.astype(jnp.float32), axis=-1)
+  return -jnp.linalg.norm(keys.astype(_wide(keys)), axis=-1)
 
 
 def snapkv_scores(
@@ -124,20 +130,22 @@ def expected_scores(
   s, h = keys.shape[-2], keys.shape[-1]
   if s <= sink:
     raise ValueError(f'expected_attention: the context ({s} tokens) must exceed sink={sink}.')
-  q = queries.astype(jnp.float32)
+  q = queries.astype(_wide(queries))
   if rope is not None:  # back to the queries before rotation
     q = rotary_embedding(q, -jnp.arange(s), base=rope[0], layout=rope[1])
   q = q[:, :, sink:]
   mean = q.mean(axis=2)  # [B, N, H]
   # The mean rotation R over the future positions, as a matrix: row i is where feature i goes.
-  rotation = jnp.eye(h, dtype=jnp.float32)
+  rotation = jnp.eye(h, dtype=q.dtype)
   if rope is not None:
     positions = jnp.arange(s, s + future)
-    rotation = rotary_embedding(jnp.broadcast_to(rotation, (future, h, h)), positions[:, None])
+    rotation = rotary_embedding(
+      jnp.broadcast_to(rotation, (future, h, h)), positions[:, None], base=rope[0], layout=rope[1]
+    )
     rotation = rotation.mean(axis=0)  # [H, H]: x @ rotation = mean of rotary(x)
   mean = mean @ rotation
   n, kv = queries.shape[1], keys.shape[1]
-  k = jnp.repeat(keys[:, :, sink:].astype(jnp.float32), n // kv, axis=1)  # [B, N, S', H]
+  k = jnp.repeat(keys[:, :, sink:].astype(q.dtype), n // kv, axis=1)  # [B, N, S', H]
   logits = jnp.einsum('bnsh,bnh->bns', k, mean) * scale
   if covariance:
     centred = q - q.mean(axis=2, keepdims=True)
@@ -146,7 +154,7 @@ def expected_scores(
     logits = logits + jnp.einsum('bnsi,bnij,bnsj->bns', k, cov, k) * scale**2 / 2
   scores = _group_mean(jax.nn.softmax(logits, axis=-1), kv)
   if value_norm:
-    scores = (scores + epsilon) * jnp.linalg.norm(values[:, :, sink:].astype(jnp.float32), axis=-1)
+    scores = (scores + epsilon) * jnp.linalg.norm(values[:, :, sink:].astype(q.dtype), axis=-1)
   return jnp.pad(scores, ((0, 0), (0, 0), (sink, 0)), constant_values=jnp.max(scores) + 1)
 
 
@@ -155,7 +163,8 @@ def pyramid_budget(
 ) -> int:
   """PyramidKV's (Cai et al. 2024) positions kept in `layer`: falling linearly from the first
   layer to the last, the mean over layers `length * (1 - ratio)` (kvpress's form of
-  KVCache-Factory's rule); a context too short for the pyramid keeps the uniform budget."""
+  KVCache-Factory's rule); a context too short for the pyramid, or a single layer (where
+  kvpress divides by zero), keeps the uniform budget."""
   if beta < 1:
     raise ValueError(f'pyramidkv: beta must be at least 1, got {beta}.')
   top = window + length * (1 - ratio)
@@ -164,7 +173,7 @@ def pyramid_budget(
   if high >= length - window:
     high = length - window
     low = (top - window) * 2 - high
-  if not length >= high >= low >= window:
+  if num_layers == 1 or not length >= high >= low >= window:
     return round(length * (1 - ratio))
   return round(high - layer * (high - low) / (num_layers - 1))
 
@@ -192,20 +201,23 @@ class Press:
   Attributes:
     score: `(queries, keys, values, *, scale, rope, ratio, layer, **settings) -> [B, K, S]`.
     weights: whether it forms attention weights from the queries (softmax attention only).
+    queries: whether it reads the prompt's queries at all (not: it scores keys and values
+      alone, so it can also compress while decoding, `compression.press_again`).
     budget: `'uniform'`, `'pyramid'` or `'adaptive'` (see the module docstring).
     settings: its options and their defaults, each a keyword of `score`.
   """
 
   score: Callable[..., Array]
   weights: bool = False
+  queries: bool = True
   budget: str = 'uniform'
   settings: tuple[tuple[str, Any], ...] = ()
 
 
 PRESSES: dict[str, Press] = {
-  'random': Press(random_scores, settings=(('seed', 0),)),
-  'streaming_llm': Press(streaming_scores, settings=(('sink', 4),)),
-  'knorm': Press(knorm_scores),
+  'random': Press(random_scores, queries=False, settings=(('seed', 0),)),
+  'streaming_llm': Press(streaming_scores, queries=False, settings=(('sink', 4),)),
+  'knorm': Press(knorm_scores, queries=False),
   'snapkv': Press(snapkv_scores, weights=True, settings=(('window', 64), ('kernel', 5))),
   'tova': Press(tova_scores, weights=True),
   'observed_attention': Press(observed_scores, weights=True),

@@ -19,7 +19,14 @@ import jax
 import jax.numpy as jnp
 
 import attention
-from attention.presses import adaptive_entries, get_press, kept_count, pyramid_budget, top_positions
+from attention.presses import (
+  PRESSES,
+  adaptive_entries,
+  get_press,
+  kept_count,
+  pyramid_budget,
+  top_positions,
+)
 from models import interventions
 from models.decoding import greedy_search
 
@@ -36,8 +43,9 @@ def pressed(layer: nnx.Module) -> bool:
   return not layer.config.window
 
 
-def check_press(model: nnx.Module, name: str, ratio: float, context: int) -> None:
-  """One sentence before any work for what no press can do here.
+def check_press(model: nnx.Module, name: str, ratio: float, context: int, every: int = 0) -> None:
+  """One sentence before any work for what no press can do here (`every`: compressing again
+  every that many decoded tokens, `press_again`).
 
   Raises:
     ValueError: an unknown press (naming those there are), a ratio outside [0, 1), a context of
@@ -49,6 +57,12 @@ def check_press(model: nnx.Module, name: str, ratio: float, context: int) -> Non
   kept_count(context, ratio)
   if context < 2:
     raise ValueError(f'press: the context must hold at least 2 tokens, got {context}.')
+  if every and (press.queries or press.budget != 'uniform'):
+    keys_alone = ', '.join(sorted(n for n, p in PRESSES.items() if not p.queries))
+    raise ValueError(
+      f"press {name!r} reads the prompt's queries or splits its budget unevenly; compressing "
+      f'while decoding (every {every} tokens) takes a press that scores keys alone: {keys_alone}.'
+    )
   layers = _attention_layers(model)
   for layer in layers:
     config = layer.config
@@ -149,6 +163,34 @@ def compress(cache: dict[str, Any], entries: list, length: int, room: int) -> di
     layer_cache if kept is None else attention.evict(layer_cache, kept, length=length, room=room)
     for layer_cache, kept in zip(cache['layers'], entries)
   ]
+  return {**cache, 'layers': layers}
+
+
+def press_again(
+  model: nnx.Module, cache: dict[str, Any], name: str, count: int, room: int, **settings
+) -> dict[str, Any]:
+  """Every evicted layer of `cache`, its room full, back to `count` positions per head with room
+  for `room` more: compression while decoding (kvpress's DecodingPress), every `room` tokens, so
+  that a long generation runs in `count + room` slots per head. For a press that scores keys and
+  values alone (`Press.queries` False) on uniform budgets (`check_press(..., every=room)`)."""
+  press = get_press(name)
+  options = {**dict(press.settings), **settings}
+  layers = []
+  for index, (layer, layer_cache) in enumerate(zip(_attention_layers(model), cache['layers'])):
+    if 'positions' not in layer_cache:
+      layers.append(layer_cache)
+      continue
+    total = layer_cache['positions'].shape[-1]
+    scores = press.score(
+      None,
+      layer_cache['k'],
+      layer_cache['v'],
+      ratio=1 - (count + 0.5) / total,  # int(total * (1 - ratio)) == count, rounding aside
+      layer=index,
+      **options,
+    )
+    slots = top_positions(scores, count)
+    layers.append(attention.evict_again(layer_cache, slots, room=room, kv_heads=layer.num_kv_heads))
   return {**cache, 'layers': layers}
 
 

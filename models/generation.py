@@ -20,6 +20,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
+from attention.presses import kept_count
 from models import compression
 from models.decoding import (
   beam_search,
@@ -225,6 +226,14 @@ def _prefill(
 
 
 @functools.partial(
+  jax.jit, static_argnums=0, static_argnames=('name', 'count', 'room'), donate_argnames='cache'
+)
+def _press_again(graphdef: nnx.GraphDef, state: nnx.State, cache, *, name, count, room):
+  """`stream_prompt`'s compression while decoding (`compression.press_again`)."""
+  return compression.press_again(nnx.merge(graphdef, state), cache, name, count, room)
+
+
+@functools.partial(
   jax.jit,
   static_argnums=0,
   static_argnames=('temperature', 'top_k', 'top_p'),
@@ -259,6 +268,7 @@ def stream_prompt(
   top_p: float = 1.0,
   stop_ids: tuple[int, ...] = (),
   press: tuple[str, float] | None = None,
+  press_every: int = 0,
 ) -> Iterator[int]:
   """Continues one prompt a token at a time, yielding each token id as soon as it is chosen.
 
@@ -276,6 +286,9 @@ def stream_prompt(
     press: `(name, ratio)` of a press in `attention.PRESSES`: the prompt's cache is compressed
       to `int(P' * (1 - ratio))` positions per head (P' = P - 1, what the prefill read) before
       the first token (`models.compression`); None keeps every position.
+    press_every: with a press that scores keys alone, compress back to that budget every this
+      many tokens (`compression.press_again`): the cache then holds `budget + press_every` slots
+      per head however long the continuation. 0: only after the prompt.
   """
   prompt = jnp.asarray(prompt, jnp.int32)
   if prompt.ndim != 2 or prompt.shape[0] != 1 or prompt.shape[1] < 1:
@@ -285,11 +298,15 @@ def stream_prompt(
   check_sizes(1, max_length)
   check_sampling(top_k, top_p, temperature)
   if press is not None:
-    compression.check_press(model, press[0], press[1], prompt.shape[1] - 1)
+    compression.check_press(model, press[0], press[1], prompt.shape[1] - 1, press_every)
+  room = press_every if press is not None and press_every else max_length
   graphdef, state = nnx.split(model)
-  cache, token = _prefill(graphdef, state, prompt, max_length=max_length, press=press)
+  cache, token = _prefill(graphdef, state, prompt, max_length=room, press=press)
   settings = dict(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
   for step in range(max_length):
+    if step and room < max_length and step % room == 0:  # the room is full: press again
+      count = kept_count(prompt.shape[1] - 1, press[1])
+      cache = _press_again(graphdef, state, cache, name=press[0], count=count, room=room)
     token, cache = _next_token(graphdef, state, token, jnp.int32(step), cache, rng, **settings)
     chosen = int(token[0])
     yield chosen

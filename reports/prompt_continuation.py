@@ -39,6 +39,7 @@ class Request:
   checkpoint: str = ''
   press: str = ''
   press_ratio: float = 0.5
+  press_every: int = 0
 
 
 def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
@@ -55,6 +56,8 @@ def check_request(request: Request, config, ids: list[int]) -> None:
   if request.press:  # the press's name and ratio alone; the model's own limits once it is built
     presses.get_press(request.press)
     presses.kept_count(len(ids), request.press_ratio)
+    if request.press_every < 0:
+      raise ValueError(f'--press_every must be 0 or more, got {request.press_every}.')
   if request.max_new_tokens < 1:
     raise ValueError(f'--max_new_tokens must be at least 1, got {request.max_new_tokens}.')
   limit = config.model.get('max_length')
@@ -91,6 +94,7 @@ def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
     top_p=request.top_p,
     stop_ids=tuple(tokenizer.special_ids),
     press=(request.press, request.press_ratio) if request.press else None,
+    press_every=request.press_every,
   )
   out.write(request.prompt if not request.chat else '')
   out.flush()

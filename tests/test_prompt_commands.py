@@ -125,6 +125,18 @@ def test_generate_prints_the_greedy_continuation_and_its_speed(workdir):
   assert '[6 tokens after a prompt of 6: first in' in text and 'tokens/s]' in text
 
 
+def test_a_press_that_keeps_everything_changes_nothing(workdir):
+  _, path = workdir
+  plain = dict(workdir=path, prompt='w5 w6 w7 w8', max_new_tokens=5)
+  expected = prompt_continuation.continue_prompt(
+    prompt_continuation.Request(**plain), io.StringIO()
+  )
+  out = io.StringIO()
+  request = prompt_continuation.Request(**plain, press='knorm', press_ratio=0.0)
+  assert prompt_continuation.continue_prompt(request, out)['ids'] == expected['ids']
+  assert 'knorm kept 3 of its 3 cached positions per head' in out.getvalue()
+
+
 @pytest.mark.parametrize(
   'changes, message',
   [
@@ -132,6 +144,10 @@ def test_generate_prints_the_greedy_continuation_and_its_speed(workdir):
     (dict(max_new_tokens=0), '--max_new_tokens must be at least 1'),
     (dict(max_new_tokens=100000), "past the model's context of"),
     (dict(top_p=0.0), 'top_p'),
+    (dict(press='h2o'), "Unknown press 'h2o'; the presses are adakv, "),
+    (dict(press='knorm', press_ratio=1.0), r'press ratio must be in \[0, 1\), got 1.0'),
+    (dict(press='knorm', press_every=-1), '--press_every must be 0 or more'),
+    (dict(prompt='w5 w6 w7', press='snapkv', press_every=2), 'takes a press that scores keys'),
   ],
 )
 def test_a_bad_request_is_refused(workdir, changes, message):
