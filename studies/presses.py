@@ -33,6 +33,7 @@ from data import retrieval_tasks
 from data.chat import render
 from interpret import loading
 from models import compression
+import training
 
 BOOK = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data', 'books')
 BOOK = os.path.join(BOOK, 'pride_and_prejudice.txt')
@@ -192,6 +193,7 @@ def main() -> None:
   parser.add_argument('--seed', type=int, default=0)
   args = parser.parse_args()
   os.makedirs(args.out, exist_ok=True)
+  training.enable_compilation_cache(training.DEFAULT_COMPILATION_CACHE)  # a rerun compiles nothing
   report = run(args)
   text, curves = table(report, args.floor)
   print(text)
