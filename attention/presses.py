@@ -158,6 +158,33 @@ def expected_scores(
   return jnp.pad(scores, ((0, 0), (0, 0), (sink, 0)), constant_values=jnp.max(scores) + 1)
 
 
+def kvzip_scores(
+  queries, keys, values, *, scale: float, context: int, prefix: int = 0, sink: int = 4, **unused
+) -> Array:
+  """KVzip (Kim et al. 2025): how much the model attends to each context pair while it repeats
+  the context. `queries [B, N, R, H]` are those of a repeat block read right after the context
+  (a request to repeat it, then the context's text from `prefix` on, the chat template's own
+  opening before it left out), `keys [B, K, context + R, H]` the context's then the block's.
+  Each repeating query's softmax runs over the first `min(sink, prefix)` keys, the context's from
+  `prefix` and the block's own (causal); a pair's score is the largest weight any query of its
+  key/value head gives it. The first `sink` positions score 1 and the rest of the opening 0,
+  as kvpress scores them."""
+  r, n, kv = queries.shape[2], queries.shape[1], keys.shape[1]
+  first = min(sink, prefix)
+  chosen = jnp.concatenate(
+    [keys[:, :, :first], keys[:, :, prefix:context], keys[:, :, context : context + r]], axis=2
+  )
+  q = queries.astype(_wide(queries))
+  logits = jnp.einsum('bnth,bnsh->bnts', q, jnp.repeat(chosen.astype(q.dtype), n // kv, axis=1))
+  column = jnp.arange(chosen.shape[2]) - (chosen.shape[2] - r)  # the block's own keys: 0 .. R-1
+  visible = column[None, :] <= jnp.arange(r)[:, None]
+  weights = jax.nn.softmax(jnp.where(visible, logits * scale, -jnp.inf), axis=-1)
+  drawn = weights[..., first : first + context - prefix].max(axis=2)  # [B, N, context - prefix]
+  drawn = drawn.reshape(drawn.shape[0], kv, n // kv, -1).max(axis=2)
+  opening = jnp.where(jnp.arange(prefix) < sink, 1.0, 0.0).astype(drawn.dtype)
+  return jnp.concatenate([jnp.broadcast_to(opening, (*drawn.shape[:2], prefix)), drawn], axis=2)
+
+
 def pyramid_budget(
   length: int, ratio: float, layer: int, num_layers: int, *, window: int = 64, beta: int = 20
 ) -> int:
@@ -188,9 +215,10 @@ def adaptive_entries(scores: Array, count: int, floor: float = 0.2) -> Array:
   once, each head at least its best `int(count * floor)`. Returns the kept entries as indices
   into the layer's `[K * S]` (head-major) flattened cache, `[B, K * count]`, increasing."""
   b, k, s = scores.shape
-  safe = jax.lax.top_k(scores, int(count * floor))[1]  # [B, K, count * floor]
-  top = jnp.finfo(scores.dtype).max
-  scores = jax.vmap(jax.vmap(lambda row, idx: row.at[idx].set(top)))(scores, safe)
+  if int(count * floor):
+    safe = jax.lax.top_k(scores, int(count * floor))[1]  # [B, K, count * floor]
+    top = jnp.finfo(scores.dtype).max
+    scores = jax.vmap(jax.vmap(lambda row, idx: row.at[idx].set(top)))(scores, safe)
   return jnp.sort(jax.lax.top_k(scores.reshape(b, k * s), k * count)[1], axis=-1)
 
 
@@ -201,6 +229,8 @@ class Press:
   Attributes:
     score: `(queries, keys, values, *, scale, rope, ratio, layer, **settings) -> [B, K, S]`.
     weights: whether it forms attention weights from the queries (softmax attention only).
+    repeat: whether it reads the queries of a block that repeats the context (KVzip), read on
+      top of the context's cache, where the others read the context's own.
     queries: whether it reads the prompt's queries at all (not: it scores keys and values
       alone, so it can also compress while decoding, `compression.press_again`).
     budget: `'uniform'`, `'pyramid'` or `'adaptive'` (see the module docstring).
@@ -209,6 +239,7 @@ class Press:
 
   score: Callable[..., Array]
   weights: bool = False
+  repeat: bool = False
   queries: bool = True
   budget: str = 'uniform'
   settings: tuple[tuple[str, Any], ...] = ()
@@ -236,6 +267,15 @@ PRESSES: dict[str, Press] = {
     weights=True,
     budget='adaptive',
     settings=(('window', 64), ('kernel', 5), ('floor', 0.2)),
+  ),
+  # kvpress's KVzipPress(layerwise=True): a layer keeps K x the per-head budget, ranked over all
+  # its heads (its default ranks over every layer at once; a budget per layer keeps shapes fixed).
+  'kvzip': Press(
+    kvzip_scores,
+    weights=True,
+    repeat=True,
+    budget='adaptive',
+    settings=(('sink', 4), ('floor', 0.0)),
   ),
 }
 

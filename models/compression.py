@@ -43,9 +43,11 @@ def pressed(layer: nnx.Module) -> bool:
   return not layer.config.window
 
 
-def check_press(model: nnx.Module, name: str, ratio: float, context: int, every: int = 0) -> None:
+def check_press(
+  model: nnx.Module, name: str, ratio: float, context: int, every: int = 0, repeat: bool = False
+) -> None:
   """One sentence before any work for what no press can do here (`every`: compressing again
-  every that many decoded tokens, `press_again`).
+  every that many decoded tokens, `press_again`; `repeat`: the caller forms KVzip's block).
 
   Raises:
     ValueError: an unknown press (naming those there are), a ratio outside [0, 1), a context of
@@ -57,6 +59,11 @@ def check_press(model: nnx.Module, name: str, ratio: float, context: int, every:
   kept_count(context, ratio)
   if context < 2:
     raise ValueError(f'press: the context must hold at least 2 tokens, got {context}.')
+  if press.repeat and not repeat:
+    raise ValueError(
+      f'press {name!r} scores the context by how the model repeats it; it needs that repeat '
+      'block (studies.presses forms it; in Python, compression.kept_positions(repeat=...)).'
+    )
   if every and (press.queries or press.budget != 'uniform'):
     keys_alone = ', '.join(sorted(n for n, p in PRESSES.items() if not p.queries))
     raise ValueError(
@@ -100,15 +107,33 @@ def prefill(model: nnx.Module, prompt: Array, room: int) -> tuple[dict[str, Any]
   return cache, queries
 
 
+def repeated(model: nnx.Module, cache: dict[str, Any], repeat: Array) -> tuple[list, dict]:
+  """The queries `[B, N, R, H]` of `repeat [B, R]` read on top of a context's cache (KVzip's
+  repeat block), per pressed layer (None elsewhere), and the cache with the block in its room
+  (a copy: `compress` reads the context's slots only)."""
+  with interventions.editing(model) as run:
+    _, extended = model.decode_step(repeat, jnp.int32(0), cache)
+  paths = interventions.module_paths(model)
+  layers = _attention_layers(model)
+  queries = [
+    run.captured[f'{paths[id(layer)]}/queries'] if pressed(layer) else None for layer in layers
+  ]
+  return queries, extended
+
+
 def layer_scores(
   model: nnx.Module,
   cache: dict[str, Any],
   queries: list[Array],
   name: str,
   ratio: float,
+  *,
+  context: int = 0,
   **settings,
 ) -> list[Array | None]:
-  """The press's scores `[B, K, S]` of every pressed layer (None elsewhere), S the context."""
+  """The press's scores `[B, K, S]` of every pressed layer (None elsewhere), S the `context`
+  (default: as many positions as the queries). A press on a repeat block (KVzip) takes the
+  block's queries and the cache it extended (`repeated`), and `context`."""
   press = get_press(name)
   options = {**dict(press.settings), **settings}
   scores = []
@@ -116,17 +141,19 @@ def layer_scores(
     if q is None:
       scores.append(None)
       continue
-    config, s = layer.config, q.shape[2]
+    config, s = layer.config, context or q.shape[2]
+    read = s + q.shape[2] if press.repeat else s  # a repeat block's own keys after the context's
     layer_cache = cache['layers'][index]
     scores.append(
       press.score(
         q,
-        layer_cache['k'][:, :, :s],
-        layer_cache['v'][:, :, :s],
+        layer_cache['k'][:, :, :read],
+        layer_cache['v'][:, :, :read],
         scale=config.query_scale or layer.d_k**-0.5,
         rope=(config.rope_base, config.rope_layout) if config.positions == 'rope' else None,
         ratio=ratio,
         layer=index,
+        context=s,
         **options,
       )
     )
@@ -217,20 +244,36 @@ def answer(
   )
 
 
-def kept_positions(model: nnx.Module, context: Array, name: str, ratio: float, **settings) -> list:
+def kept_positions(
+  model: nnx.Module,
+  context: Array,
+  name: str,
+  ratio: float,
+  *,
+  repeat: Array | None = None,
+  **settings,
+) -> list:
   """What the press keeps of `context [B, S]`: per layer a boolean `[B, K, S]` (True: kept), or
-  None for a layer it leaves whole. For inspection: the explorer, tests against kvpress."""
+  None for a layer it leaves whole. KVzip also takes its `repeat [B, R]` block (and `prefix`,
+  see `attention.presses.kvzip_scores`). For inspection: the explorer, tests against kvpress."""
   context = jnp.asarray(context)
-  check_press(model, name, ratio, context.shape[1])
+  s = context.shape[1]
+  check_press(model, name, ratio, s, repeat=repeat is not None)
   prompt = jnp.pad(context, ((0, 0), (0, 1)))  # a last token that is never read
-  cache, queries = prefill(model, prompt, 1)
-  scores = layer_scores(model, cache, queries, name, ratio, **settings)
+  if get_press(name).repeat:
+    if repeat is None:
+      raise ValueError(f'press {name!r} reads a block that repeats the context: pass repeat=.')
+    cache, _ = prefill(model, prompt, jnp.shape(repeat)[1])
+    queries, cache = repeated(model, cache, jnp.asarray(repeat))
+  else:
+    cache, queries = prefill(model, prompt, 1)
+  scores = layer_scores(model, cache, queries, name, ratio, context=s, **settings)
   masks = []
-  for layer_scores_, kept in zip(scores, kept_entries(scores, name, ratio, **settings)):
+  for kept in kept_entries(scores, name, ratio, **settings):
     if kept is None:
       masks.append(None)
       continue
-    b, k, s = layer_scores_.shape
+    b, k = kept.shape[0], cache['layers'][0]['k'].shape[1]
     flat = jnp.zeros((b, k * s), bool).at[jnp.arange(b)[:, None], kept.reshape(b, -1)].set(True)
     masks.append(flat.reshape(b, k, s))
   return masks

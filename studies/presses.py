@@ -41,22 +41,39 @@ MAX_NEW = {'variable_tracking': 30}  # tokens to generate; the needles' 7 digits
 MAX_NEW_DEFAULT = 16
 
 
-def framed(tokenizer, sample: retrieval_tasks.Sample) -> tuple[list[int], list[int], int]:
-  """kvpress's framing: `(context ids, question ids, the id that ends the answer)`, the chat
-  template split after the context (what the press compresses) so that the question closes the
-  user's turn; the answer ends where the template ends a turn (else at the end of text)."""
+REPEAT = '\n\nRepeat the previous context exactly.'  # KVzip's request, as kvpress words it
+
+
+def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
+  """kvpress's framing of a sample: `context` ids (what a press compresses), `question` ids (the
+  question closing the user's turn, then the answer prefix), `turn_end` (the id that ends the
+  answer: the template's end of turn, else the end of text), and KVzip's `repeat` block (its
+  request, the turn's end, then the context again without the template's opening, `prefix`
+  tokens long)."""
   template = getattr(tokenizer, 'chat_template', '')
   if not template:
-    tail = tokenizer.encode_pieces(f'{sample.question}\n{sample.answer_prefix}')
-    return tokenizer.encode(sample.context), tail, tokenizer.eos_id
+    context = tokenizer.encode(sample.context)
+    return dict(
+      context=context,
+      question=tokenizer.encode_pieces(f'{sample.question}\n{sample.answer_prefix}'),
+      turn_end=tokenizer.eos_id,
+      prefix=0,
+      repeat=tokenizer.encode_pieces(REPEAT + '\n') + context,
+    )
   marker = '#' * 16
   named = {'bos_token': tokenizer.tokens([tokenizer.bos_id])[0]} if tokenizer.bos_id else {}
   text = render(template, [{'role': 'user', 'content': sample.context + marker}], **named)
-  context, suffix = text.split(marker)
+  opened, suffix = text.split(marker)
+  opening = opened[: len(opened) - len(sample.context)]
+  context, prefix = tokenizer.encode_pieces(opened), len(tokenizer.encode_pieces(opening))
   first = tokenizer.encode_pieces(suffix)[0]
-  turn_end = first if first in tokenizer.special_ids else tokenizer.eos_id
-  question = sample.question + suffix + sample.answer_prefix
-  return tokenizer.encode_pieces(context), tokenizer.encode_pieces(question), turn_end
+  return dict(
+    context=context,
+    question=tokenizer.encode_pieces(sample.question + suffix + sample.answer_prefix),
+    turn_end=first if first in tokenizer.special_ids else tokenizer.eos_id,
+    prefix=prefix,
+    repeat=tokenizer.encode_pieces(REPEAT + suffix) + context[prefix:],
+  )
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames='room')
@@ -64,10 +81,19 @@ def _prefill(graphdef, state, prompt, *, room):
   return compression.prefill(nnx.merge(graphdef, state), prompt, room)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=('name', 'ratio'))
-def _entries(graphdef, state, cache, queries, *, name, ratio):
+@functools.partial(jax.jit, static_argnums=0, static_argnames=('name', 'ratio', 'prefix'))
+def _entries(graphdef, state, cache, queries, repeat, *, name, ratio, prefix):
+  """A press's kept entries per layer; KVzip first reads its repeat block on the cache."""
   model = nnx.merge(graphdef, state)
-  scores = compression.layer_scores(model, cache, queries, name, ratio)
+  if not PRESSES[name].repeat:
+    return compression.kept_entries(
+      compression.layer_scores(model, cache, queries, name, ratio), name, ratio
+    )
+  context = next(q.shape[2] for q in queries if q is not None)
+  queries, cache = compression.repeated(model, cache, repeat)
+  scores = compression.layer_scores(
+    model, cache, queries, name, ratio, context=context, prefix=prefix
+  )
   return compression.kept_entries(scores, name, ratio)
 
 
@@ -88,25 +114,30 @@ def run(args) -> dict:
   ratios = [float(r) for r in args.ratios.split(',')]
   lengths = [int(n) for n in args.lengths.split(',')]
   for name in presses:  # every refusal before the first prefill
-    compression.check_press(model, name, max(ratios), min(lengths))
+    compression.check_press(model, name, max(ratios), min(lengths), repeat=True)
   results, started = [], time.perf_counter()
   for length in lengths:
     for task in retrieval_tasks.TASKS:
       samples = retrieval_tasks.samples(task, count, length, args.samples, args.seed, BOOK)
       for index, sample in enumerate(samples):
-        context, question, turn_end = framed(tokenizer, sample)
+        ids = framed(tokenizer, sample)
+        context, question = ids['context'], ids['question']
         max_new = MAX_NEW.get(task, MAX_NEW_DEFAULT)
         room = len(question) + max_new
         prompt = jnp.asarray([context + question[:1]], jnp.int32)
-        cache, queries = _prefill(graphdef, state, prompt, room=room)
+        # Room in the full cache for the answer, and for KVzip's repeat block.
+        cache, queries = _prefill(graphdef, state, prompt, room=max(room, len(ids['repeat'])))
         question_ids = jnp.asarray([question], jnp.int32)
-        settings = dict(length=len(context), room=room, max_new=max_new, eos=turn_end)
+        repeat = jnp.asarray([ids['repeat']], jnp.int32)
+        settings = dict(length=len(context), room=room, max_new=max_new, eos=ids['turn_end'])
         full = _answer(graphdef, state, cache, None, question_ids, **settings)
         row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
         row['answers'] = {'none': tokenizer.decode([int(i) for i in full[0] if i])}
         for name in presses:
           for ratio in ratios:
-            kept = _entries(graphdef, state, cache, queries, name=name, ratio=ratio)
+            kept = _entries(
+              graphdef, state, cache, queries, repeat, name=name, ratio=ratio, prefix=ids['prefix']
+            )
             ids = _answer(graphdef, state, cache, kept, question_ids, **settings)
             row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in ids[0] if i])
         row['correct'] = {
