@@ -5,12 +5,12 @@ compilation cache."""
 import functools
 import os
 
-from flax import nnx
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 import optax
 
+import models
 from training import sharding
 from training.optim import make_optimizer
 from training.steps import TrainState, annotated_train_state, plain
@@ -94,7 +94,7 @@ def readable_state(config, task, mesh: Mesh | None = None) -> TrainState:
 
 
 def _annotated(config, task, tx) -> TrainState:
-  model = task.build_model(config.model, nnx.Rngs(config.seed))
+  model = task.build_model(config.model, models.traced_rngs(config.seed))
   return annotated_train_state(model, tx)
 
 

@@ -20,6 +20,7 @@ from flax import nnx
 import jax
 import numpy as np
 
+from models import traced_rngs
 from models.language import DecoderLM
 from models.pretrained.files import Checkpoint
 from models.pretrained.tables import PAD_ID, SAME, TRANSPOSED, Row, Transform, assign
@@ -368,7 +369,7 @@ def load_decoder(
   # Every parameter is the checkpoint's: the model is built as shapes alone and each tensor fills
   # its variable, with no random initialisation drawn first (SmolLM2's 135 M parameters: about
   # 28 s -> 6 s of CPU under the test suite's XLA flags).
-  model = nnx.eval_shape(lambda: DecoderLM(**args, rngs=nnx.Rngs(seed)))
+  model = nnx.eval_shape(lambda: DecoderLM(**args, rngs=traced_rngs(seed)))
   architecture = ARCHITECTURES[checkpoint.config['model_type']]
   rows = architecture.rows(args['stack'].num_layers, checkpoint.config)
   assign(model, checkpoint.tensors, rows, checkpoint.name)
