@@ -157,6 +157,15 @@ def _mask_of(indices: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
   return mask
 
 
+def entries_mask(entries, shape: tuple[int, ...]) -> np.ndarray:
+  """Kept entries (flat head-major indices into `[K * S]`, any shape `[B, ...]`) as a boolean
+  `shape` `[B, K, S]`: what `kv_cache.evict` takes, as the masks here."""
+  entries = np.asarray(entries).reshape(shape[0], -1)
+  mask = np.zeros((shape[0], int(np.prod(shape[1:]))), bool)
+  np.put_along_axis(mask, entries, True, axis=1)
+  return mask.reshape(shape)
+
+
 def budget_kept(scores, count: int) -> np.ndarray:
   """`scores.topk(count)` of ScorerPress.compress (PyramidKVPress's with its layer budget): each
   head keeps its `count` best positions, a tie keeping the lower position."""

@@ -31,18 +31,6 @@ SETTINGS = dict(window=4, kernel=3, sink=2, future=5)
 # formula's difference (a rope base ignored, a window off by one, a missing 1/2) moves scores
 # by 1e-3 or more, seven orders above this tolerance.
 TOL = dict(rtol=1e-10, atol=1e-12)
-# The presses with a reference here, each scoring one layer's prefill; random has none (kvpress
-# draws torch.rand), so it is checked for its seeding.
-REFERENCED = (
-  'adakv',
-  'expected_attention',
-  'knorm',
-  'observed_attention',
-  'pyramidkv',
-  'snapkv',
-  'streaming_llm',
-  'tova',
-)
 
 
 def _layer(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -51,42 +39,33 @@ def _layer(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   return tuple(rng.standard_normal(shape) for shape in ((B, N, S, H), (B, K, S, H), (B, K, S, DV)))
 
 
-def _reference(name: str, q, k, v, rope, settings) -> np.ndarray:
-  """kvpress's score of press `name` (the budgeted presses score as SnapKV)."""
-  window = dict(scale=SCALE, window=settings['window'], kernel=settings['kernel'])
-  return {
-    'streaming_llm': lambda: ref.streaming_llm(k, ratio=RATIO, sink=settings['sink']),
-    'knorm': lambda: ref.knorm(k),
-    'snapkv': lambda: ref.snapkv(q, k, **window),
-    'pyramidkv': lambda: ref.snapkv(q, k, **window),
-    'adakv': lambda: ref.snapkv(q, k, **window),
-    'tova': lambda: ref.tova(q, k, scale=SCALE),
-    'observed_attention': lambda: ref.observed_attention(q, k, scale=SCALE),
-    'expected_attention': lambda: ref.expected_attention(
-      q,
-      k,
-      v,
-      scale=SCALE,
-      rope=rope,
-      future=settings['future'],
-      sink=settings['sink'],
-      covariance=settings['covariance'],
-    ),
-  }[name]()
+# kvpress's score of each press with a reference here, from `(q, k, v, rope, settings)`; random
+# has none (kvpress draws torch.rand), so it is checked for its seeding.
+_SNAPKV = lambda q, k, v, rope, o: ref.snapkv(
+  q, k, scale=SCALE, window=o['window'], kernel=o['kernel']
+)
+REFERENCES = {
+  'streaming_llm': lambda q, k, v, rope, o: ref.streaming_llm(k, ratio=RATIO, sink=o['sink']),
+  'knorm': lambda q, k, v, rope, o: ref.knorm(k),
+  'snapkv': _SNAPKV,
+  'pyramidkv': _SNAPKV,  # the budgeted presses score as SnapKV
+  'adakv': _SNAPKV,
+  'tova': lambda q, k, v, rope, o: ref.tova(q, k, scale=SCALE),
+  'observed_attention': lambda q, k, v, rope, o: ref.observed_attention(q, k, scale=SCALE),
+  'expected_attention': lambda q, k, v, rope, o: ref.expected_attention(
+    q, k, v, scale=SCALE, rope=rope, **{key: o[key] for key in ('future', 'sink', 'covariance')}
+  ),
+}
 
 
 @pytest.mark.parametrize(
   'name, layout, covariance',
-  [(name, 'pairs', True) for name in REFERENCED]
-  + [
-    ('expected_attention', 'halves', True),
-    ('expected_attention', None, True),
-    ('expected_attention', 'halves', False),
-  ],
+  [(name, 'pairs', True) for name in REFERENCES]
+  + [('expected_attention', *case) for case in (('halves', True), (None, True), ('halves', False))],
 )
 def test_scores_equal_the_numpy_reference(name, layout, covariance):
-  """Each press as `layer_scores` calls it, in float64; the rope layout
-  matters to expected attention only (the others read rotated queries and keys)."""
+  """Each press as `layer_scores` calls it, in float64; the rope layout matters to expected
+  attention only (the others read rotated queries and keys)."""
   q, k, v = _layer()
   rope = None if layout is None else (BASE, layout)
   press = presses.PRESSES[name]
@@ -98,7 +77,7 @@ def test_scores_equal_the_numpy_reference(name, layout, covariance):
     )
     scores = score(q, k, v)
     assert scores.dtype == jnp.float64 and scores.shape == (B, K, S)
-    np.testing.assert_allclose(scores, _reference(name, q, k, v, rope, settings), **TOL)
+    np.testing.assert_allclose(scores, REFERENCES[name](q, k, v, rope, settings), **TOL)
 
 
 @pytest.mark.parametrize('layout', ('pairs', 'halves'))
@@ -123,14 +102,6 @@ def test_random_scores_are_uniform_and_drawn_per_seed_and_layer():
     assert not np.allclose(presses.random_scores(q, k, v, **other), first)
 
 
-def _kept_mask(entries, shape) -> np.ndarray:
-  """Kept entries (flat head-major indices, any leading shape [B, ...]) as a boolean `shape`."""
-  entries = np.asarray(entries).reshape(shape[0], -1)
-  mask = np.zeros((shape[0], int(np.prod(shape[1:]))), bool)
-  np.put_along_axis(mask, entries, True, axis=1)
-  return mask.reshape(shape)
-
-
 def test_top_positions_is_kvpress_topk():
   q, k, _ = _layer()
   # SnapKV's scores: their padded window ties at max + 1 in every head.
@@ -140,7 +111,7 @@ def test_top_positions_is_kvpress_topk():
     kept = np.asarray(presses.top_positions(jnp.asarray(scores), count))
     assert kept.shape == (B, K, count) and (np.diff(kept, axis=-1) > 0).all()
     np.testing.assert_array_equal(
-      _kept_mask(kept + np.arange(K)[:, None] * S, (B, K, S)), ref.scorer_kept(scores, ratio)
+      ref.entries_mask(kept + np.arange(K)[:, None] * S, (B, K, S)), ref.scorer_kept(scores, ratio)
     )
 
 
@@ -171,7 +142,7 @@ def test_adaptive_entries_are_adakvs_safeguard_and_global_pruning():
     count = presses.kept_count(S, ratio)
     entries = presses.adaptive_entries(jnp.asarray(scores), count, floor)
     assert entries.shape == (B, K * count) and (np.diff(entries, axis=-1) > 0).all()
-    kept = _kept_mask(entries, (B, K, S))
+    kept = ref.entries_mask(entries, (B, K, S))
     np.testing.assert_array_equal(kept, ref.adakv_kept(scores, ratio, floor))
     per_head = kept.sum(-1)  # [B, K]
     assert (per_head >= int(count * floor)).all() and len(np.unique(per_head)) > 1
@@ -180,16 +151,11 @@ def test_adaptive_entries_are_adakvs_safeguard_and_global_pruning():
 
 
 def test_pyramid_budget_is_kvpress_rule():
-  grid = itertools.product((10, 100, 1000, 4096), (0.0, 0.1, 0.5, 0.9), (4, 64), (1, 2, 20))
-  for length, ratio, window, beta in grid:
-    for layers in (1, 2, 32):
-      budgets = [
-        presses.pyramid_budget(length, ratio, i, layers, window=window, beta=beta)
-        for i in range(layers)
-      ]
-      assert budgets == [
-        ref.pyramid_budget(length, ratio, i, layers, window, beta) for i in range(layers)
-      ]
+  grid = ((10, 100, 1000, 4096), (0.0, 0.1, 0.5, 0.9), (4, 64), (1, 2, 20), (1, 2, 32))
+  for length, ratio, window, beta, layers in itertools.product(*grid):
+    for i in range(layers):
+      want = ref.pyramid_budget(length, ratio, i, layers, window, beta)
+      assert presses.pyramid_budget(length, ratio, i, layers, window=window, beta=beta) == want
   # A pyramid, not the uniform fallback: decreasing, about the uniform budget on average.
   budgets = [presses.pyramid_budget(1000, 0.5, i, 4, window=64, beta=20) for i in range(4)]
   assert budgets == sorted(budgets, reverse=True) and budgets[0] > 500 > budgets[-1]
@@ -208,6 +174,9 @@ def _attend_at(q, keys, values, q_positions, k_positions):
   return _attend(q, keys, values, attention.window_mask(q_positions, k_positions, 0))
 
 
+WHOLE = dict(window=0, sink_tokens=0, attend_at=_attend_at, options={})  # `kv_step`'s full cache
+
+
 @functools.partial(jax.jit, static_argnames='evicted')
 def _decode(cache, entries, queries, keys, values, *, evicted: bool):
   """Positions C .. C+T-1, then C+T .. C+2T-1 (`queries [2, B, N, T, H]`, `keys`, `values`
@@ -216,21 +185,10 @@ def _decode(cache, entries, queries, keys, values, *, evicted: bool):
     cache = attention.evict(cache, entries, length=C, room=ROOM)
   outputs = []
   for i in range(2):
-    step = jnp.int32(C + i * T)
-    if evicted:
-      out, cache = attention.kept_step(cache, queries[i], keys[i], values[i], step, attend=_attend)
-    else:
-      out, cache = kv_step(
-        cache,
-        queries[i],
-        keys[i],
-        values[i],
-        step,
-        window=0,
-        sink_tokens=0,
-        attend_at=_attend_at,
-        options={},
-      )
+    block = (cache, queries[i], keys[i], values[i], jnp.int32(C + i * T))
+    out, cache = (
+      attention.kept_step(*block, attend=_attend) if evicted else kv_step(*block, **WHOLE)
+    )
     outputs.append(out)
   return jnp.stack(outputs)  # [2, B, N, T, Dv]
 
@@ -243,12 +201,9 @@ def _decode_evicted(entries, kept: np.ndarray):
   keys = rng.standard_normal((B, K, C + ROOM, H))
   values = rng.standard_normal((B, K, C + ROOM, DV))
   queries = rng.standard_normal((2, B, N, T, H))
-  cache = {'k': keys.copy(), 'v': values.copy()}
-  for buffer in cache.values():
-    buffer[:, :, C:] = 0  # the room not yet written
-  blocks = [
-    np.stack([x[:, :, C + i * T : C + (i + 1) * T] for i in range(2)]) for x in (keys, values)
-  ]
+  written = np.arange(C + ROOM)[:, None] < C  # the room is not written yet
+  cache = {'k': np.where(written, keys, 0), 'v': np.where(written, values, 0)}
+  blocks = [np.moveaxis(x[:, :, C:].reshape(B, K, 2, T, -1), 2, 0) for x in (keys, values)]
   outputs = _decode(cache, entries, queries, *blocks, evicted=True)
   own = np.concatenate([kept, np.ones((B, K, ROOM), bool)], axis=-1)  # [B, K, C + ROOM]
   own = np.repeat(own, N // K, axis=1)[:, :, None]  # [B, N, 1, C + ROOM]
@@ -275,7 +230,7 @@ def test_evicted_cache_attends_to_each_heads_own_positions():
   )
   with jax.enable_x64(True):
     for entries in (uniform + np.arange(K)[:, None] * C, flat[:, None]):
-      _decode_evicted(entries, _kept_mask(entries, (B, K, C)))
+      _decode_evicted(entries, ref.entries_mask(entries, (B, K, C)))
 
 
 def test_evicted_cache_bytes_drop_by_the_ratio():
@@ -414,7 +369,7 @@ def test_check_press_refuses_in_one_sentence(overrides, name, ratio, field):
 
 def test_check_press_accepts_what_it_can_press():
   """The refusals above are each for their reason: the same models pass a press they can serve."""
-  for name in (*REFERENCED, 'random'):
+  for name in (*REFERENCES, 'random'):
     compression.check_press(_decoder(), name, 0.5, 10)
   compression.check_press(_decoder(attention='sigmoid'), 'knorm', 0.5, 10)
   compression.check_press(_decoder(window=4, global_every=2), 'knorm', 0.5, 10)
