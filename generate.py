@@ -45,6 +45,12 @@ _PRESS_EVERY = flags.DEFINE_integer(
   'With --press (one that scores keys alone): compress again every this many tokens, so a long '
   'continuation runs in fixed memory; 0 = only the prompt.',
 )
+_PRESS_REROTATE = flags.DEFINE_bool(
+  'press_rerotate',
+  False,
+  "With --press: move the kept keys to positions 0..M-1 and go on from M (kvpress's "
+  'KeyRerotationPress); by default they stay at their positions.',
+)
 _CHECKPOINT = flags.DEFINE_string(
   'checkpoint', '', "'best', 'latest' or a step (default: the best, else the latest)."
 )
@@ -73,6 +79,7 @@ def main(argv):
     press=_PRESS.value,
     press_ratio=_PRESS_RATIO.value,
     press_every=_PRESS_EVERY.value,
+    press_rerotate=_PRESS_REROTATE.value,
   )
   training.failures.run('generate.py', lambda: prompt_continuation.continue_prompt(request))
 

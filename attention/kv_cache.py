@@ -193,7 +193,14 @@ def _with_room(kept: State, first: Array, room: int, kv_heads: int) -> State:
   }
 
 
-def evict(state: State, entries: Array, *, length: int, room: int) -> State:
+def evict(
+  state: State,
+  entries: Array,
+  *,
+  length: int,
+  room: int,
+  rerotate: tuple[float, str] | None = None,
+) -> State:
   """The cache of a prefilled `length`-token context keeping only `entries`, with `room` more
   positions to decode: the press's eviction, which really frees what it drops.
 
@@ -207,6 +214,10 @@ def evict(state: State, entries: Array, *, length: int, room: int) -> State:
     'heads': [...] int32, 'first': [B], 'base': [B]}`: every slot's position and key/value
     head, set here for the slots still to be written (position `length + j // W` in slot M + j),
     so a decoding step writes keys and values only; `first` = length, `base` = M.
+
+  With `rerotate` (the rotary `(base, layout)` the keys were rotated with), every head's kept
+  keys move to positions 0 .. M-1 in their order, rotated on by the difference (rotations
+  compose), and new positions start at M: kvpress's KeyRerotationPress. Every head keeps M.
   """
   b, k = state['k'].shape[:2]
 
@@ -220,7 +231,15 @@ def evict(state: State, entries: Array, *, length: int, room: int) -> State:
     'positions': (entries % length).astype(jnp.int32),
     'heads': (entries // length).astype(jnp.int32),
   }
-  return _with_room(kept, jnp.full((b,), length, jnp.int32), room, k)
+  if rerotate is None:
+    return _with_room(kept, jnp.full((b,), length, jnp.int32), room, k)
+  if entries.shape[1] != k:
+    raise ValueError('rerotate: every key/value head must keep as many positions (one budget).')
+  count = entries.shape[2]
+  moved = jnp.arange(count) - kept['positions']  # [B, K, M]: how far each kept key moves
+  kept['k'] = rotary_embedding(kept['k'], moved, base=rerotate[0], layout=rerotate[1])
+  kept['positions'] = jnp.broadcast_to(jnp.arange(count, dtype=jnp.int32), moved.shape)
+  return _with_room(kept, jnp.full((b,), count, jnp.int32), room, k)
 
 
 def evict_again(state: State, slots: Array, *, room: int, kv_heads: int) -> State:

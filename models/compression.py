@@ -183,14 +183,51 @@ def kept_entries(scores: list[Array | None], name: str, ratio: float, **settings
   return entries
 
 
-def compress(cache: dict[str, Any], entries: list, length: int, room: int) -> dict[str, Any]:
+def compress(
+  cache: dict[str, Any],
+  entries: list,
+  length: int,
+  room: int,
+  rerotate: list[tuple[float, str] | None] | None = None,
+) -> dict[str, Any]:
   """The cache of a `length`-token context with each pressed layer evicted to its entries, and
-  room for `room` more positions."""
+  room for `room` more positions. `rerotate` (per layer, `rerotation(model, name)`) moves every
+  head's kept keys to positions 0 .. M-1 and decoding on from M (`attention.evict`)."""
+  rerotate = rerotate or [None] * len(entries)
   layers = [
-    layer_cache if kept is None else attention.evict(layer_cache, kept, length=length, room=room)
-    for layer_cache, kept in zip(cache['layers'], entries)
+    layer_cache
+    if kept is None
+    else attention.evict(layer_cache, kept, length=length, room=room, rerotate=rope)
+    for layer_cache, kept, rope in zip(cache['layers'], entries, rerotate)
   ]
-  return {**cache, 'layers': layers}
+  if not any(rerotate):
+    return {**cache, 'layers': layers}
+  count = next(kept.shape[2] for kept in entries if kept is not None)
+  return {'offset': jnp.full_like(cache['offset'], count), 'layers': layers}
+
+
+def rerotation(model: nnx.Module, name: str) -> list[tuple[float, str] | None]:
+  """Per layer, the rotary `(base, layout)` that `compress` re-rotates the kept keys with.
+
+  Raises:
+    ValueError: the press splits its budget unevenly (heads or layers would sit at different
+      positions), a layer keeps a window (its ring stays at true positions), or a layer's
+      positions are not rotary.
+  """
+  press, layers = get_press(name), _attention_layers(model)
+  if press.budget != 'uniform':
+    raise ValueError(
+      f'rerotate: press {name!r} gives heads or layers different budgets, so their kept keys '
+      'could not share positions; re-rotation takes a uniform budget.'
+    )
+  if not all(pressed(layer) for layer in layers):
+    raise ValueError(
+      'rerotate: a layer with a window keeps its ring at true positions; re-rotation takes a '
+      'model whose every layer is pressed.'
+    )
+  if any(layer.config.positions != 'rope' for layer in layers):
+    raise ValueError("rerotate: only rotary keys can be moved (positions='rope').")
+  return [(layer.config.rope_base, layer.config.rope_layout) for layer in layers]
 
 
 def press_again(

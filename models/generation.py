@@ -202,7 +202,7 @@ def continue_prompt(
   )
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=('max_length', 'press'))
+@functools.partial(jax.jit, static_argnums=0, static_argnames=('max_length', 'press', 'rerotate'))
 def _prefill(
   graphdef: nnx.GraphDef,
   state: nnx.State,
@@ -210,6 +210,7 @@ def _prefill(
   *,
   max_length: int,
   press: tuple[str, float] | None = None,
+  rerotate: bool = False,
 ):
   """`stream_prompt`'s cache, the prompt's positions 0..P-2 read in one pass (then pressed to a
   budget: `models.compression`), and its last token: both placed as `_next_token` places its
@@ -222,7 +223,9 @@ def _prefill(
   cache, queries = compression.prefill(model, prompt, max_length)
   scores = compression.layer_scores(model, cache, queries, name, ratio)
   entries = compression.kept_entries(scores, name, ratio)
-  return compression.compress(cache, entries, prompt.shape[1] - 1, max_length), prompt[:, -1]
+  rotary = compression.rerotation(model, name) if rerotate else None
+  cache = compression.compress(cache, entries, prompt.shape[1] - 1, max_length, rotary)
+  return cache, prompt[:, -1]
 
 
 @functools.partial(
@@ -269,6 +272,7 @@ def stream_prompt(
   stop_ids: tuple[int, ...] = (),
   press: tuple[str, float] | None = None,
   press_every: int = 0,
+  press_rerotate: bool = False,
 ) -> Iterator[int]:
   """Continues one prompt a token at a time, yielding each token id as soon as it is chosen.
 
@@ -289,6 +293,8 @@ def stream_prompt(
     press_every: with a press that scores keys alone, compress back to that budget every this
       many tokens (`compression.press_again`): the cache then holds `budget + press_every` slots
       per head however long the continuation. 0: only after the prompt.
+    press_rerotate: move the kept keys to positions 0 .. M-1 and decode on from M
+      (`compression.rerotation`); False keeps them where they were, as kvpress does by default.
   """
   prompt = jnp.asarray(prompt, jnp.int32)
   if prompt.ndim != 2 or prompt.shape[0] != 1 or prompt.shape[1] < 1:
@@ -299,9 +305,15 @@ def stream_prompt(
   check_sampling(top_k, top_p, temperature)
   if press is not None:
     compression.check_press(model, press[0], press[1], prompt.shape[1] - 1, press_every)
+    if press_rerotate:
+      if press_every:
+        raise ValueError("press_rerotate moves the prompt's kept keys once; not with press_every.")
+      compression.rerotation(model, press[0])  # its refusals, before the prefill
   room = press_every if press is not None and press_every else max_length
   graphdef, state = nnx.split(model)
-  cache, token = _prefill(graphdef, state, prompt, max_length=room, press=press)
+  cache, token = _prefill(
+    graphdef, state, prompt, max_length=room, press=press, rerotate=press_rerotate
+  )
   settings = dict(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p))
   for step in range(max_length):
     if step and room < max_length and step % room == 0:  # the room is full: press again

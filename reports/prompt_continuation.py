@@ -40,6 +40,7 @@ class Request:
   press: str = ''
   press_ratio: float = 0.5
   press_every: int = 0
+  press_rerotate: bool = False
 
 
 def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
@@ -95,6 +96,7 @@ def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
     stop_ids=tuple(tokenizer.special_ids),
     press=(request.press, request.press_ratio) if request.press else None,
     press_every=request.press_every,
+    press_rerotate=request.press_rerotate,
   )
   out.write(request.prompt if not request.chat else '')
   out.flush()

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import attention
 from models import compression, generation
 
 CONTEXT, ROOM, KEPT = 40, 4, 20
@@ -79,3 +80,25 @@ def test_a_continuation_pressed_every_few_tokens_runs_in_fixed_memory(model):
   assert len(tokens) == 11 and all(0 <= t < 50 for t in tokens)
   with pytest.raises(ValueError, match="press 'tova' reads the prompt's queries"):
     next(generation.stream_prompt(model, prompt, **settings, press=('tova', 0.5), press_every=3))
+
+
+def test_rerotated_keys_sit_at_positions_0_to_m_and_decoding_goes_on_from_m(model):
+  prompt = jnp.asarray(np.random.default_rng(2).integers(1, 50, (1, CONTEXT + 1)), jnp.int32)
+  cache, queries = compression.prefill(model, prompt, ROOM)
+  scores = compression.layer_scores(model, cache, queries, 'knorm', 0.5)
+  entries = compression.kept_entries(scores, 'knorm', 0.5)
+  plain = compression.compress(cache, entries, CONTEXT, ROOM)
+  rotary = compression.rerotation(model, 'knorm')
+  moved = compression.compress(cache, entries, CONTEXT, ROOM, rotary)
+  assert moved['offset'].tolist() == [KEPT]
+  layer, before = moved['layers'][1], plain['layers'][1]
+  assert layer['positions'][0, 0].tolist() == [*range(KEPT), *range(KEPT, KEPT + ROOM)]
+  # Rotated back by where each key was, a moved key is the key the prefill cached.
+  back = attention.rotary_embedding(
+    layer['k'][:, :, :KEPT], before['positions'][:, :, :KEPT] - jnp.arange(KEPT), base=10000.0
+  )
+  np.testing.assert_allclose(back, before['k'][:, :, :KEPT], atol=1e-5)
+  settings = dict(max_length=5, rng=jax.random.key(0), temperature=0.0, press=('knorm', 0.5))
+  assert len(list(generation.stream_prompt(model, prompt, **settings, press_rerotate=True))) == 5
+  with pytest.raises(ValueError, match='re-rotation takes a uniform budget'):
+    compression.rerotation(model, 'adakv')
