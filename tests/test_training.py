@@ -566,3 +566,20 @@ def test_progress_leaves_compilation_and_evaluation_out_of_its_rates(monkeypatch
     'step 1/110 | loss 2 | ETA after the next steps',
     'step 11/110 | 0.20 steps/s | 20 tokens/s | ETA 8m15s',  # 99 steps at 5 s
   ]
+
+
+def test_a_model_traced_with_traced_rngs_gets_the_keys_of_nnx_rngs():
+  """`models.traced_rngs`' ref-held counters draw nnx.Rngs' keys: a model initialised under jit
+  with either has the same parameters, and `jax.eval_shape` gives their shapes."""
+  config = models.default_config('decoder_lm', d_model=8, num_heads=2, num_layers=1, d_ff=16)
+
+  def params(rngs):
+    return nnx.state(models.build(config, rngs=rngs(5), vocab_size=11, pad_id=0), nnx.Param)
+
+  plain = jax.tree.leaves(jax.jit(lambda: params(nnx.Rngs))())
+  traced = jax.tree.leaves(jax.jit(lambda: params(models.traced_rngs))())
+  shapes = jax.tree.leaves(jax.eval_shape(lambda: params(models.traced_rngs)))
+  assert len(plain) > 3 and len(plain) == len(traced) == len(shapes)
+  for want, got, shape in zip(plain, traced, shapes):
+    np.testing.assert_array_equal(got, want)
+    assert (shape.shape, shape.dtype) == (want.shape, want.dtype)
