@@ -34,13 +34,8 @@ PRESSES = ('knorm', 'snapkv', 'tova', 'expected_attention', 'adakv', 'pyramidkv'
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('room', 'name', 'ratio'))
 def _prefill(graphdef, state, prompt, *, room, name, ratio):
-  model = nnx.merge(graphdef, state)
-  if name is None:
-    return model.init_decode_cache(prompt, room)
-  cache, queries = compression.prefill(model, prompt, room)
-  scores = compression.layer_scores(model, cache, queries, name, ratio)
-  entries = compression.kept_entries(scores, name, ratio)
-  return compression.compress(cache, entries, prompt.shape[1] - 1, room)
+  press = None if name is None else (name, ratio)
+  return compression.pressed_prefill(nnx.merge(graphdef, state), prompt, room, press)
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnames='cache')

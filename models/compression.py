@@ -44,16 +44,25 @@ def pressed(layer: nnx.Module) -> bool:
 
 
 def check_press(
-  model: nnx.Module, name: str, ratio: float, context: int, every: int = 0, repeat: bool = False
+  model: nnx.Module,
+  name: str,
+  ratio: float,
+  context: int,
+  every: int = 0,
+  repeat: bool = False,
+  **settings,
 ) -> None:
   """One sentence before any work for what no press can do here (`every`: compressing again
-  every that many decoded tokens, `press_again`; `repeat`: the caller forms KVzip's block).
+  every that many decoded tokens, `press_again`; `repeat`: the caller forms KVzip's block;
+  `settings`: the press's, e.g. SnapKV's `window`, which the context must exceed).
 
   Raises:
     ValueError: an unknown press (naming those there are), a ratio outside [0, 1), a context of
       fewer than 2 tokens, a variant with no key/value cache (linear attention), a press that
       reads attention weights on a variant that forms no softmax weights, a position bias (ALiBi,
-      T5: a kept key's bias would need its offset per head), or no layer to press.
+      T5: a kept key's bias would need its offset per head), no layer to press, a context no
+      longer than the press's window, KVzip without its repeat block, or compressing while
+      decoding with a press that reads queries.
   """
   press = get_press(name)
   kept_count(context, ratio)
@@ -91,6 +100,12 @@ def check_press(
       )
   if not any(pressed(layer) for layer in layers):
     raise ValueError('press: every layer has a window, so no cache holds the whole context.')
+  window = {**dict(press.settings), **settings}.get('window', 0)
+  if context <= window:
+    raise ValueError(
+      f'press {name!r} scores by the last {window} queries; the context ({context} tokens) must '
+      'be longer.'
+    )
 
 
 def prefill(model: nnx.Module, prompt: Array, room: int) -> tuple[dict[str, Any], list[Array]]:
@@ -105,6 +120,25 @@ def prefill(model: nnx.Module, prompt: Array, room: int) -> tuple[dict[str, Any]
     run.captured[f'{paths[id(layer)]}/queries'] if pressed(layer) else None for layer in layers
   ]
   return cache, queries
+
+
+def pressed_prefill(
+  model: nnx.Module,
+  prompt: Array,
+  room: int,
+  press: tuple[str, float] | None,
+  rerotate: bool = False,
+) -> dict[str, Any]:
+  """`init_decode_cache(prompt, room)`, the prompt's cache then pressed by `press` =
+  `(name, ratio)` (None: kept whole); `rerotate`: its kept keys moved to 0 .. M-1 (`compress`).
+  What generation reads a prompt with (`models.generation`)."""
+  if press is None:
+    return model.init_decode_cache(prompt, room)
+  name, ratio = press
+  cache, queries = prefill(model, prompt, room)
+  entries = kept_entries(layer_scores(model, cache, queries, name, ratio), name, ratio)
+  rotary = rerotation(model, name) if rerotate else None
+  return compress(cache, entries, prompt.shape[1] - 1, room, rotary)
 
 
 def repeated(model: nnx.Module, cache: dict[str, Any], repeat: Array) -> tuple[list, dict]:
@@ -295,7 +329,7 @@ def kept_positions(
   see `attention.presses.kvzip_scores`). For inspection: the explorer, tests against kvpress."""
   context = jnp.asarray(context)
   s = context.shape[1]
-  check_press(model, name, ratio, s, repeat=repeat is not None)
+  check_press(model, name, ratio, s, repeat=repeat is not None, **settings)
   prompt = jnp.pad(context, ((0, 0), (0, 1)))  # a last token that is never read
   if get_press(name).repeat:
     if repeat is None:

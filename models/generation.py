@@ -114,7 +114,7 @@ def generate(
 @functools.partial(
   jax.jit,
   static_argnums=0,
-  static_argnames=('max_length', 'temperature', 'top_k', 'top_p', 'eos_id', 'pad_id'),
+  static_argnames=('max_length', 'temperature', 'top_k', 'top_p', 'eos_id', 'pad_id', 'press'),
 )
 def _continue(
   graphdef: nnx.GraphDef,
@@ -128,10 +128,11 @@ def _continue(
   top_p: float,
   eos_id: int,
   pad_id: int,
+  press: tuple[str, float] | None = None,
 ) -> Array:
   """The compiled body of `continue_prompt`; jax.jit caches it per graphdef and static settings."""
   model = nnx.merge(graphdef, state)
-  cache = model.init_decode_cache(prompt, max_length)
+  cache = compression.pressed_prefill(model, prompt, max_length, press)
   # The cache holds positions 0..P-2; the prompt's last token is the first input, at step 0.
   return sample_search(
     model.decode_step,
@@ -159,6 +160,7 @@ def continue_prompt(
   top_p: float = 1.0,
   eos_id: int = -1,
   pad_id: int = 0,
+  press: tuple[str, float] | None = None,
 ) -> Array:
   """Continues each prompt with a language model by sampling (temperature 0: greedy search).
 
@@ -176,6 +178,7 @@ def continue_prompt(
     top_p: keep only the nucleus of this probability mass; 1 keeps all (see `filter_logits`).
     eos_id: the end token; the default -1 never occurs, so every row gets `max_length` tokens.
     pad_id: fills each row after its EOS.
+    press: `(name, ratio)`: the prompts' cache compressed by that press first (`stream_prompt`).
 
   Returns:
     ids int32 [B, max_length]: the generated tokens after the prompt, `pad_id` after any EOS.
@@ -187,6 +190,8 @@ def continue_prompt(
     )
   check_sizes(prompt.shape[0], max_length)
   check_sampling(top_k, top_p, temperature)
+  if press is not None:
+    compression.check_press(model, press[0], press[1], prompt.shape[1] - 1)
   graphdef, state = nnx.split(model)
   return _continue(
     graphdef,
@@ -199,6 +204,7 @@ def continue_prompt(
     top_p=float(top_p),
     eos_id=eos_id,
     pad_id=pad_id,
+    press=press,
   )
 
 
@@ -217,14 +223,7 @@ def _prefill(
   outputs, so that its first call compiles the program every later call runs (an eager slice of
   the prompt would be placed otherwise: a second compilation, 2.4 s for SmolLM2)."""
   model = nnx.merge(graphdef, state)
-  if press is None:
-    return model.init_decode_cache(prompt, max_length), prompt[:, -1]
-  name, ratio = press
-  cache, queries = compression.prefill(model, prompt, max_length)
-  scores = compression.layer_scores(model, cache, queries, name, ratio)
-  entries = compression.kept_entries(scores, name, ratio)
-  rotary = compression.rerotation(model, name) if rerotate else None
-  cache = compression.compress(cache, entries, prompt.shape[1] - 1, max_length, rotary)
+  cache = compression.pressed_prefill(model, prompt, max_length, press, rerotate)
   return cache, prompt[:, -1]
 
 

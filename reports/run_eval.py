@@ -148,6 +148,7 @@ def _options(request: Request, config) -> tasks.EvalOptions:
     top_k=config.top_k,
     top_p=config.top_p,
     seed=config.seed,
+    press=(config.press, config.press_ratio) if config.get('press') else None,
   )
 
 

@@ -234,6 +234,7 @@ class LanguageModeling(Task):
             # A tokenizer without an end token: -1, which never occurs, never ends a row.
             eos_id=-1 if self.tokenizer.eos_id is None else self.tokenizer.eos_id,
             pad_id=self.tokenizer.pad_id,
+            press=options.press,
           )
           for t in options.temperatures
         ],

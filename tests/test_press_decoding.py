@@ -102,3 +102,15 @@ def test_rerotated_keys_sit_at_positions_0_to_m_and_decoding_goes_on_from_m(mode
   assert len(list(generation.stream_prompt(model, prompt, **settings, press_rerotate=True))) == 5
   with pytest.raises(ValueError, match='re-rotation takes a uniform budget'):
     compression.rerotation(model, 'adakv')
+
+
+def test_continue_prompt_with_a_press_that_keeps_everything_changes_nothing(model):
+  prompt = jnp.asarray(np.random.default_rng(3).integers(1, 50, (2, 21)), jnp.int32)
+  settings = dict(max_length=6, rng=jax.random.key(0), temperature=0.0)
+  plain = generation.continue_prompt(model, prompt, **settings)
+  pressed = generation.continue_prompt(model, prompt, **settings, press=('tova', 0.0))
+  np.testing.assert_array_equal(pressed, plain)
+  with pytest.raises(
+    ValueError, match=r"press 'snapkv' scores by the last 64 queries; the context \(20"
+  ):
+    generation.continue_prompt(model, prompt, **settings, press=('snapkv', 0.5))

@@ -411,6 +411,7 @@ def test_non_finite_loss_stops_without_saving_the_bad_state(data_dir, tmp_path, 
     ('dtype', 'float16', "config.dtype='float16' is not one of"),
     ('label_smoothing', 1.0, 'config.label_smoothing=1.0 must be in'),
     ('learning_rate', -1.0, 'config.learning_rate=-1.0 must be > 0'),
+    ('press', 'h2o', "config.press='h2o' is not one of ['adakv', "),
   ],
 )
 def test_bad_config_values_name_the_field(field, value, message):

@@ -19,6 +19,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from attention.presses import PRESSES
 import models
 import tasks
 from training import layout, profiling, sharding
@@ -51,6 +52,8 @@ def _training_fields() -> ml_collections.ConfigDict:
   c.temperatures = (0.0, 0.7, 1.0)  # language models: sampling temperatures (0 = greedy)
   c.top_k = 0  # sampling: only the k most likely tokens (0 = all)
   c.top_p = 1.0  # sampling: the smallest set of tokens with this mass (1 = all)
+  c.press = ''  # language models' continuations: a KV-cache press of attention.PRESSES ('' = none)
+  c.press_ratio = 0.5  # with a press: the share of the prompt's cached positions dropped
   # Fine-tuning: a workdir (its newest checkpoint), WORKDIR/checkpoints/STEP, or a pretrained
   # checkpoint (models.pretrained.read: a short name, a folder, a .zip, a .gguf); a new run starts
   # from its parameters that match by name and shape, and uses its vocabulary (or tokenizer).
@@ -191,6 +194,11 @@ def validate(config) -> None:
     raise ValueError(f'config.top_k={config.top_k!r} must be an integer >= 0 (0 = all tokens).')
   if not 0 < config.top_p <= 1:
     raise ValueError(f'config.top_p={config.top_p!r} must be in (0, 1].')
+  if config.get('press'):  # workdirs written before the field have none
+    if config.press not in PRESSES:
+      raise ValueError(f"config.press={config.press!r} is not one of {sorted(PRESSES)} ('': none).")
+    if not 0 <= config.press_ratio < 1:
+      raise ValueError(f'config.press_ratio={config.press_ratio!r} must be in [0, 1).')
   if config.grad_clip < 0:
     raise ValueError(f'config.grad_clip={config.grad_clip!r} must be >= 0 (0 = off).')
   profiling.parse_steps(config.profile_steps)
