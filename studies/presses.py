@@ -13,8 +13,9 @@ substring match. A task the uncompressed model scores below `--floor` on is drop
 the output): a press cannot be judged where the model fails without one.
 
 Writes `presses.json` (every answer and score, the times, the dropped tasks), `presses.md` (rows:
-presses; columns: ratios; the mean score over the kept tasks) and `presses.png` (score against
-ratio, one curve per press) into `--out`, and prints the table.
+presses; columns: ratios; the mean score over the kept tasks), `presses.png` (score against
+ratio, one curve per press) and `kept.png` (which positions each head kept at the largest ratio,
+the needle marked) into `--out`, and prints the table.
 """
 
 import argparse
@@ -48,7 +49,7 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
   """kvpress's framing of a sample: `context` ids (what a press compresses), `question` ids (the
   question closing the user's turn, then the answer prefix), `turn_end` (the id that ends the
   answer: the template's end of turn, else the end of text), and KVzip's `repeat` block (its
-  request, the turn's end, then the context again without the template's opening, `prefix`
+  request, the turn's end, then the context again without the template's `opening`, `prefix`
   tokens long)."""
   template = getattr(tokenizer, 'chat_template', '')
   if not template:
@@ -58,6 +59,7 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
       question=tokenizer.encode_pieces(f'{sample.question}\n{sample.answer_prefix}'),
       turn_end=tokenizer.eos_id,
       prefix=0,
+      opening='',
       repeat=tokenizer.encode_pieces(REPEAT + '\n') + context,
     )
   marker = '#' * 16
@@ -72,6 +74,7 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
     question=tokenizer.encode_pieces(sample.question + suffix + sample.answer_prefix),
     turn_end=first if first in tokenizer.special_ids else tokenizer.eos_id,
     prefix=prefix,
+    opening=opening,
     repeat=tokenizer.encode_pieces(REPEAT + suffix) + context[prefix:],
   )
 
@@ -105,10 +108,65 @@ def _answer(graphdef, state, cache, entries, question, *, length, room, max_new,
   return compression.answer(model, cache, question, max_length=max_new, eos_id=eos)
 
 
+def _kept_masks(entries: list, length: int, kv_heads: int) -> list[list[list[bool]]]:
+  """Per pressed layer, which context positions each key/value head kept, `[K][S]` (entries
+  index the layer's head-major `[K * S]` cache: `attention.evict`)."""
+  masks = []
+  for kept in entries:
+    if kept is not None:
+      flat = np.zeros(kv_heads * length, bool)
+      flat[np.asarray(kept[0]).ravel()] = True
+      masks.append(flat.reshape(kv_heads, length).tolist())
+  return masks
+
+
+def _needle_position(tokenizer, sample: retrieval_tasks.Sample, ids: dict) -> int | None:
+  """The context token where the answer's value first appears (None where it does not)."""
+  where = sample.context.find(sample.answers[0])
+  if where < 0:
+    return None
+  return len(tokenizer.encode_pieces(ids['opening'] + sample.context[:where]))
+
+
+def kept_figure(report: dict, path: str) -> bool:
+  """Which positions each head kept at the largest ratio, per press (one panel each; rows:
+  layers x key/value heads, columns: context positions), the needle marked, for the first
+  needle sample. False when no sample recorded them."""
+  row = next((r for r in report['results'] if r.get('kept') and r.get('needle')), None)
+  if row is None:
+    return False
+  import matplotlib  # pylint: disable=import-outside-toplevel
+
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  names = list(row['kept'])
+  fig, axes = plt.subplots(
+    len(names), 1, figsize=(9, 1.6 * len(names) + 0.6), dpi=120, squeeze=False
+  )
+  for ax, name in zip(axes[:, 0], names):
+    grid = np.concatenate([np.asarray(layer, float) for layer in row['kept'][name]], axis=0)
+    ax.imshow(grid, aspect='auto', cmap='Greys', interpolation='nearest', vmin=0, vmax=1)
+    ax.axvline(row['needle'], color='tab:red', lw=1.2, label='needle')
+    ax.set_ylabel(f'{name}\nlayer x head', fontsize=8)
+    ax.tick_params(labelsize=7)
+  axes[0, 0].legend(fontsize=7, loc='upper right')
+  axes[-1, 0].set_xlabel('context position (black: kept)')
+  fig.suptitle(
+    f'{report["checkpoint"]}: kept at ratio {max(report["ratios"])}, {row["task"]} sample 0',
+    fontsize=9,
+  )
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+  return True
+
+
 def run(args) -> dict:
   decoder = loading.load_decoder(args.checkpoint)
   model, tokenizer = decoder.model, decoder.tokenizer
   graphdef, state = nnx.split(model)
+  kv_heads = model.layers[0].self_attn.num_kv_heads
   count = lambda text: len(tokenizer.encode(text))
   presses = args.presses.split(',') if args.presses else list(PRESSES)
   ratios = [float(r) for r in args.ratios.split(',')]
@@ -138,11 +196,15 @@ def run(args) -> dict:
             kept = _entries(
               graphdef, state, cache, queries, repeat, name=name, ratio=ratio, prefix=ids['prefix']
             )
-            ids = _answer(graphdef, state, cache, kept, question_ids, **settings)
-            row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in ids[0] if i])
+            answer = _answer(graphdef, state, cache, kept, question_ids, **settings)
+            row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer[0] if i])
+            if index == 0 and ratio == max(ratios):  # what each head kept, for the figure
+              row.setdefault('kept', {})[name] = _kept_masks(kept, len(context), kv_heads)
         row['correct'] = {
           key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
         }
+        if index == 0:
+          row['needle'] = _needle_position(tokenizer, sample, ids)
         results.append(row)
         print(
           f'[{time.perf_counter() - started:.0f} s] {task} {length} #{index}: '
@@ -212,7 +274,7 @@ def figure(report: dict, curves: dict, path: str) -> None:
   plt.close(fig)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--checkpoint', required=True, help='what interpret.loading reads')
   parser.add_argument('--out', required=True, help='the folder for presses.json, .md, .png')
@@ -222,7 +284,7 @@ def main() -> None:
   parser.add_argument('--ratios', default='0.25,0.5,0.75,0.875')
   parser.add_argument('--floor', type=float, default=0.7, help='uncompressed score to keep a task')
   parser.add_argument('--seed', type=int, default=0)
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
   training.enable_compilation_cache(training.DEFAULT_COMPILATION_CACHE)  # a rerun compiles nothing
   report = run(args)
@@ -233,6 +295,8 @@ def main() -> None:
   with open(os.path.join(args.out, 'presses.json'), 'w', encoding='utf-8') as f:
     json.dump(report, f, indent=1)
   figure(report, curves, os.path.join(args.out, 'presses.png'))
+  kept_figure(report, os.path.join(args.out, 'kept.png'))
+  return report
 
 
 if __name__ == '__main__':

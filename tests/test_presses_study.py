@@ -1,0 +1,56 @@
+"""studies/presses.py end to end on a tiny random Llama with a chat template (word-level: every
+RULER word is the unknown `w0`, so its answers are wrong and the task is dropped, which the table
+says): the framing, one prefill for every press, the JSON, table and figures."""
+
+import contextlib
+from io import StringIO
+import json
+import os
+
+import pytest
+from tiny_decoders import write_checkpoint
+
+from data import retrieval_tasks
+from studies import presses
+
+TEMPLATE = "{% for m in messages %}w1 {{ m['role'] }} {{ m['content'] }} w2\n{% endfor %}w3 "
+
+
+@pytest.fixture(scope='module')
+def study(tmp_path_factory):
+  folder = write_checkpoint('llama', str(tmp_path_factory.mktemp('llama')))
+  with open(os.path.join(folder, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+    json.dump(dict(chat_template=TEMPLATE, tokenizer_class='PreTrainedTokenizerFast'), f)
+  out = tmp_path_factory.mktemp('presses')
+  with pytest.MonkeyPatch.context() as patch:  # 128 positions: one short needle task
+    patch.setattr(retrieval_tasks, 'TASKS', {'needle_noise': retrieval_tasks.needle_noise})
+    args = ['--checkpoint', folder, '--out', str(out), '--lengths=100', '--samples=1']
+    args += ['--presses=knorm,adakv', '--ratios=0.5']
+    with contextlib.redirect_stdout(StringIO()) as printed:
+      report = presses.main(args)
+  return out, report, printed.getvalue()
+
+
+def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
+  out, report, printed = study
+  (row,) = report['results']
+  assert set(row['answers']) == {'none', 'knorm@0.5', 'adakv@0.5'}
+  assert row['tokens'] <= 100 + 40  # the context, then the question under the template
+  saved = json.loads((out / 'presses.json').read_text())
+  assert saved['dropped_tasks'] == {'needle_noise': 0.0} and saved['kept_tasks'] == []
+  table = (out / 'presses.md').read_text()
+  assert (
+    '| knorm | 0 |' in table
+    and 'Dropped (uncompressed below the floor): needle_noise (0%)' in table
+  )
+  assert table.strip() in printed
+  # What each head kept at the ratio, per layer: half of each head's (knorm), half of the
+  # layer's over its heads (adakv), and the figures drawn.
+  knorm, adakv = row['kept']['knorm'], row['kept']['adakv']
+  length = len(knorm[0][0])
+  assert all(sum(head) == length // 2 for layer in knorm for head in layer)
+  assert all(sum(map(sum, layer)) == 2 * (length // 2) for layer in adakv)
+  assert row['needle'] is not None and 0 < row['needle'] < length
+  assert (out / 'presses.png').stat().st_size > 10_000 and (
+    out / 'kept.png'
+  ).stat().st_size > 10_000
