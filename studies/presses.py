@@ -245,6 +245,7 @@ def table(report: dict, floor: float) -> tuple[str, dict]:
     curves[name] = curve
     lines.append(f'| {name} | ' + ' | '.join(f'{100 * c:.0f}' for c in curve) + ' |')
   base = float(np.mean([row['correct']['none'] for row in chosen])) if chosen else 0.0
+  report['uncompressed'] = base
   lines.append(f'\nUncompressed: {100 * base:.0f}% on {", ".join(kept_tasks) or "no task"}')
   if dropped:
     lines.append(
@@ -261,8 +262,16 @@ def figure(report: dict, curves: dict, path: str) -> None:
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
   fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-  for name, curve in curves.items():
-    ax.plot(report['ratios'], [100 * c for c in curve], marker='o', label=name)
+  base = report['uncompressed']  # every curve starts at ratio 0, the cache kept whole
+  for index, (name, curve) in enumerate(curves.items()):
+    # Curves that coincide stay visible: each marker a little smaller than the one before.
+    ax.plot(
+      [0.0, *report['ratios']],
+      [100 * base, *(100 * c for c in curve)],
+      marker='o',
+      markersize=9 - 0.8 * index,
+      label=name,
+    )
   ax.set_xlabel('compression ratio (share of cached positions dropped)')
   ax.set_ylabel('answers right (%)')
   ax.set_ylim(-5, 105)
