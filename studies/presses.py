@@ -171,11 +171,17 @@ def run(args) -> dict:
   presses = args.presses.split(',') if args.presses else list(PRESSES)
   ratios = [float(r) for r in args.ratios.split(',')]
   lengths = [int(n) for n in args.lengths.split(',')]
+  tasks = args.tasks.split(',') if args.tasks else list(retrieval_tasks.TASKS)
+  for task in tasks:
+    if task not in retrieval_tasks.TASKS:
+      raise SystemExit(
+        f'--tasks: no task {task!r}; the tasks are {", ".join(retrieval_tasks.TASKS)}.'
+      )
   for name in presses:  # every refusal before the first prefill
     compression.check_press(model, name, max(ratios), min(lengths), repeat=True)
   results, started = [], time.perf_counter()
   for length in lengths:
-    for task in retrieval_tasks.TASKS:
+    for task in tasks:
       samples = retrieval_tasks.samples(task, count, length, args.samples, args.seed, BOOK)
       for index, sample in enumerate(samples):
         ids = framed(tokenizer, sample)
@@ -226,7 +232,7 @@ def table(report: dict, floor: float) -> tuple[str, dict]:
   model scores at least `floor` on; and `{press: [score per ratio]}`."""
   rows = report['results']
   kept_tasks, dropped = [], {}
-  for task in retrieval_tasks.TASKS:
+  for task in dict.fromkeys(row['task'] for row in rows):
     score = float(np.mean([row['correct']['none'] for row in rows if row['task'] == task]))
     if score >= floor:
       kept_tasks.append(task)
@@ -288,6 +294,7 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument('--checkpoint', required=True, help='what interpret.loading reads')
   parser.add_argument('--out', required=True, help='the folder for presses.json, .md, .png')
   parser.add_argument('--lengths', default='1024', help='context lengths in tokens, commas')
+  parser.add_argument('--tasks', default='', help='names in data.retrieval_tasks (default all)')
   parser.add_argument('--samples', type=int, default=4, help='prompts per task and length')
   parser.add_argument('--presses', default='', help='names in attention.PRESSES (default all)')
   parser.add_argument('--ratios', default='0.25,0.5,0.75,0.875')
