@@ -108,15 +108,16 @@ def _answer(graphdef, state, cache, entries, question, *, length, room, max_new,
   return compression.answer(model, cache, question, max_length=max_new, eos_id=eos)
 
 
-def _kept_masks(entries: list, length: int, kv_heads: int) -> list[list[list[bool]]]:
-  """Per pressed layer, which context positions each key/value head kept, `[K][S]` (entries
-  index the layer's head-major `[K * S]` cache: `attention.evict`)."""
+def _kept_masks(entries: list, length: int, kv_heads: int) -> list[list[str]]:
+  """Per pressed layer, which context positions each key/value head kept: a string per head,
+  `'1'` kept and `'0'` dropped, position by position (entries index the layer's head-major
+  `[K * S]` cache: `attention.evict`)."""
   masks = []
   for kept in entries:
     if kept is not None:
-      flat = np.zeros(kv_heads * length, bool)
-      flat[np.asarray(kept[0]).ravel()] = True
-      masks.append(flat.reshape(kv_heads, length).tolist())
+      flat = np.zeros(kv_heads * length, np.uint8)
+      flat[np.asarray(kept[0]).ravel()] = 1
+      masks.append([''.join(map(str, head)) for head in flat.reshape(kv_heads, length)])
   return masks
 
 
@@ -145,7 +146,7 @@ def kept_figure(report: dict, path: str) -> bool:
     len(names), 1, figsize=(9, 1.6 * len(names) + 0.6), dpi=120, squeeze=False
   )
   for ax, name in zip(axes[:, 0], names):
-    grid = np.concatenate([np.asarray(layer, float) for layer in row['kept'][name]], axis=0)
+    grid = np.asarray([[c == '1' for c in head] for layer in row['kept'][name] for head in layer])
     ax.imshow(grid, aspect='auto', cmap='Greys', interpolation='nearest', vmin=0, vmax=1)
     ax.axvline(row['needle'], color='tab:red', lw=1.2, label='needle')
     ax.set_ylabel(f'{name}\nlayer x head', fontsize=8)

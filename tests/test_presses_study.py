@@ -48,8 +48,8 @@ def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
   # layer's over its heads (adakv), and the figures drawn.
   knorm, adakv = row['kept']['knorm'], row['kept']['adakv']
   length = len(knorm[0][0])
-  assert all(sum(head) == length // 2 for layer in knorm for head in layer)
-  assert all(sum(map(sum, layer)) == 2 * (length // 2) for layer in adakv)
+  assert all(head.count('1') == length // 2 for layer in knorm for head in layer)
+  assert all(sum(head.count('1') for head in layer) == 2 * (length // 2) for layer in adakv)
   assert row['needle'] is not None and 0 < row['needle'] < length
   assert (out / 'presses.png').stat().st_size > 10_000 and (
     out / 'kept.png'
