@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test bench llm joeynmt clean
+.PHONY: run test bench llm joeynmt kvpress clean
 
 # Installs the dependencies pyproject.toml declares (no packages: the repository root is the
 # import root). Re-installs only when it changed; each stamp records the last install.
@@ -80,5 +80,16 @@ $(JOEY)/.installed:
 	$(JOEY)/bin/pip install --quiet joeynmt==2.3.0 importlib_metadata sentencepiece==0.2.0
 	touch $@
 
+# kvpress 0.5.5 (NVIDIA), the KV-cache compression peer of benchmarks/press_agreement.py, in its own
+# environment: it pins transformers < 5.3; torch 2.13.0 is its CPU build; gguf lets transformers read
+# SmolLM2's GGUF, the same weights as Attend's side.
+KVPRESS := .venv-kvpress
+kvpress: $(KVPRESS)/.installed
+$(KVPRESS)/.installed:
+	$(PYTHON) -m venv $(KVPRESS)
+	$(KVPRESS)/bin/pip install --quiet torch==2.13.0
+	$(KVPRESS)/bin/pip install --quiet kvpress==0.5.5 gguf
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(JOEY) .pytest_cache
+	rm -rf $(VENV) $(JOEY) $(KVPRESS) .pytest_cache
