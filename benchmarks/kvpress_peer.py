@@ -1,0 +1,246 @@
+"""The kvpress side of benchmarks/press_agreement.py: NVIDIA's kvpress presses on transformers'
+SmolLM2, what each keeps of a context and the greedy answer after it.
+
+It runs in kvpress's own environment (`make kvpress`: kvpress pins transformers < 5.3) and imports
+neither JAX nor Attend's packages, only the standard library, torch, transformers and kvpress:
+
+    .venv-kvpress/bin/python -m benchmarks.kvpress_peer --job=JOB.json --out=PEER.json
+
+(`press_agreement` writes the job and starts it.) The job names the GGUF file both sides read,
+a folder to save transformers' float32 copy of it in (made once), the samples (context and
+question texts, and Attend's token ids of each, to check both tokenizers agree), the presses, the
+ratios and the answer length.
+
+kvpress's protocol is its pipeline's (`KVPressTextGenerationPipeline`): `preprocess` wraps the
+context in the chat template as the user's turn, whose end, the assistant's turn and the answer
+prefix follow the question; the context is prefilled under the press, then the question is read
+and the answer decoded greedily (`_forward`, `generate_answer`, until the generation config's
+EOS). The token ids the pipeline builds are recorded, so that Attend reads exactly the same;
+PyramidKV's question is read one token at a time (see `run`). What a press keeps is read from
+the press itself: a score press's `score` is wrapped and its kept positions are
+`scores.topk(n_kept).indices` as `ScorerPress.compress` takes them (PyramidKV's `n_kept` from its
+`get_layer_budget`), checked against the keys `compress` returns; AdaKV's from the
+`masked_key_indices` it leaves on each attention module.
+"""
+
+import argparse
+from importlib import metadata
+import json
+import os
+import sys
+import time
+
+from kvpress import (
+  AdaKVPress,
+  ExpectedAttentionPress,
+  KnormPress,
+  KVPressTextGenerationPipeline,
+  ObservedAttentionPress,
+  PyramidKVPress,
+  SnapKVPress,
+  StreamingLLMPress,
+  TOVAPress,
+)
+import torch
+import transformers
+
+# Attend's press name -> (kvpress's press at a ratio, the attention implementation it needs):
+# observed attention reads the weights only eager attention returns; AdaKV refuses eager (its
+# masked keys are patched into the other implementations).
+PRESSES = {
+  'knorm': (lambda r: KnormPress(compression_ratio=r), 'sdpa'),
+  'streaming_llm': (lambda r: StreamingLLMPress(compression_ratio=r), 'sdpa'),
+  'snapkv': (lambda r: SnapKVPress(compression_ratio=r), 'sdpa'),
+  'tova': (lambda r: TOVAPress(compression_ratio=r), 'sdpa'),
+  'observed_attention': (lambda r: ObservedAttentionPress(compression_ratio=r), 'eager'),
+  'expected_attention': (lambda r: ExpectedAttentionPress(compression_ratio=r), 'sdpa'),
+  'pyramidkv': (lambda r: PyramidKVPress(compression_ratio=r), 'sdpa'),
+  'adakv': (
+    lambda r: AdaKVPress(SnapKVPress(compression_ratio=r), alpha_safeguard=0.2),
+    'sdpa',
+  ),
+}
+
+
+def saved_model(gguf: str, folder: str) -> None:
+  """transformers' float32 model and tokenizer of `gguf`, saved once as a folder."""
+  if os.path.exists(os.path.join(folder, 'config.json')):
+    return
+  where, name = os.path.split(os.path.abspath(gguf))
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+    where, gguf_file=name, dtype=torch.float32
+  )
+  tokenizer = transformers.AutoTokenizer.from_pretrained(where, gguf_file=name)
+  model.save_pretrained(folder)
+  tokenizer.save_pretrained(folder)
+
+
+def bits(mask: torch.Tensor) -> list[str]:
+  """A `[K, S]` kept mask as one '0'/'1' string per key/value head ('1' = kept)."""
+  return [''.join('1' if kept else '0' for kept in row.tolist()) for row in mask]
+
+
+def instrument(press, kept: dict[int, list[str]]) -> None:
+  """Wraps the press's `score` and `compress` so that every layer's kept positions land in
+  `kept[layer]` (batch 1), as the press itself chose them."""
+  scorer = press.press if isinstance(press, AdaKVPress) else press
+  score, compress = scorer.score, press.compress
+  scores = {}
+
+  def recorded_score(module, hidden_states, keys, values, attentions, kwargs):
+    result = score(module, hidden_states, keys, values, attentions, kwargs)
+    scores[module.layer_idx] = result.clone()  # AdaKV overwrites its safeguarded entries
+    return result
+
+  def recorded_compress(module, hidden_states, keys, values, attentions, kwargs):
+    new_keys, new_values = compress(module, hidden_states, keys, values, attentions, kwargs)
+    b, k, s, _ = keys.shape
+    mask = torch.ones((b, k, s), dtype=torch.bool)
+    if isinstance(press, AdaKVPress):
+      batch, head, position = module.masked_key_indices
+      mask[batch, head, position] = False
+    else:
+      n_kept = int(s * (1 - press.compression_ratio))
+      if isinstance(press, PyramidKVPress):
+        n_kept = press.get_layer_budget(module, s)
+      indices = scores[module.layer_idx].topk(n_kept, dim=-1).indices  # ScorerPress.compress's
+      gathered = keys.gather(2, indices.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1]))
+      if not torch.equal(gathered, new_keys):
+        raise RuntimeError(f'layer {module.layer_idx}: the recomputed top-k is not what was kept.')
+      mask[:] = False
+      mask.scatter_(-1, indices, True)
+    kept[module.layer_idx] = bits(mask[0])
+    return new_keys, new_values
+
+  scorer.score = recorded_score
+  press.compress = recorded_compress
+
+
+class RecordingPipeline(KVPressTextGenerationPipeline):
+  """kvpress's pipeline, keeping the token ids of each answer (it returns only their text)."""
+
+  answers: list[list[int]]
+  one_by_one = False  # read the question one token at a time (see `run`)
+
+  def generate_answer(self, question_ids, cache, context_length, max_new_tokens):
+    if self.one_by_one:
+      for i in range(question_ids.shape[1] - 1):
+        position = torch.tensor([[context_length + i]])
+        self.model(
+          input_ids=question_ids[:, i : i + 1], past_key_values=cache, position_ids=position
+        )
+      context_length += question_ids.shape[1] - 1
+      question_ids = question_ids[:, -1:]
+    decode = self.tokenizer.decode
+    captured = []
+    self.tokenizer.decode = lambda ids, **options: (
+      captured.append(ids.tolist()) or decode(ids, **options)
+    )
+    try:
+      text = super().generate_answer(question_ids, cache, context_length, max_new_tokens)
+    finally:
+      del self.tokenizer.decode
+    self.answers.append(captured[0])
+    return text
+
+
+def run(job: dict) -> dict:
+  """Every sample x press x ratio of `job` (see the module docstring) -> the peer's results."""
+  torch.manual_seed(0)
+  transformers.logging.set_verbosity_error()
+  transformers.logging.disable_progress_bar()
+  saved_model(job['gguf'], job['folder'])
+  tokenizer = transformers.AutoTokenizer.from_pretrained(job['folder'])
+  pipelines = {}
+
+  def pipeline(attention: str) -> RecordingPipeline:
+    if attention not in pipelines:
+      model = transformers.AutoModelForCausalLM.from_pretrained(
+        job['folder'], dtype=torch.float32, attn_implementation=attention
+      ).eval()
+      pipelines[attention] = RecordingPipeline(model=model, tokenizer=tokenizer, device='cpu')
+    return pipelines[attention]
+
+  samples, runs = [], []
+  for index, sample in enumerate(job['samples']):
+    pipe = pipeline('sdpa')
+    inputs = pipe.preprocess(
+      sample['context'],
+      questions=[sample['question']],
+      answer_prefix=sample['answer_prefix'],
+      max_context_length=int(1e10),
+    )
+    plain = [
+      tokenizer.encode(sample[key], add_special_tokens=False) for key in ('context', 'question')
+    ]
+    pipe.answers = []
+    with torch.no_grad():
+      pipe._forward(inputs, max_new_tokens=job['max_new_tokens'], press=None)
+    samples.append(
+      dict(
+        context_ids=inputs['context_ids'][0].tolist(),
+        question_ids=inputs['questions_ids'][0][0].tolist(),
+        tokenizers_agree=plain == [sample['context_ids'], sample['question_ids']],
+        answer=pipe.answers[0],
+      )
+    )
+    for name in job['presses']:
+      make, attention = PRESSES[name]
+      pipe = pipeline(attention)
+      for ratio in job['ratios']:
+        press, kept = make(ratio), {}
+        instrument(press, kept)
+        pipe.answers = []
+        # PyramidKV leaves layers of different lengths; a question of several tokens then gets
+        # transformers' causal mask sized by the first layer, which the shorter layers do not
+        # fit (sdpa: a size error; eager would let a question token see later ones). One token
+        # at a time needs no mask: the same causal reading.
+        pipe.one_by_one = isinstance(press, PyramidKVPress)
+        start = time.perf_counter()
+        with torch.no_grad():
+          pipe._forward(inputs, max_new_tokens=job['max_new_tokens'], press=press)
+        runs.append(
+          dict(
+            sample=index,
+            press=name,
+            ratio=ratio,
+            attention=attention,
+            question_one_by_one=pipe.one_by_one,
+            kept=[kept[layer] for layer in sorted(kept)],
+            answer=pipe.answers[0],
+            seconds=time.perf_counter() - start,
+          )
+        )
+        print(
+          f'kvpress: sample {index} {name} {ratio} {runs[-1]["seconds"]:.1f} s',
+          file=sys.stderr,
+          flush=True,
+        )
+  return dict(
+    versions=dict(
+      kvpress=metadata.version('kvpress'),
+      transformers=transformers.__version__,
+      torch=torch.__version__,
+    ),
+    chat_template=tokenizer.chat_template is not None,
+    eos_ids=pipeline('sdpa').model.generation_config.eos_token_id,
+    threads=torch.get_num_threads(),
+    samples=samples,
+    runs=runs,
+  )
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--job', required=True, help='the JSON press_agreement writes')
+  parser.add_argument('--out', required=True, help='where the results go (JSON)')
+  args = parser.parse_args(argv)
+  with open(args.job, encoding='utf-8') as f:
+    job = json.load(f)
+  result = run(job)
+  with open(args.out, 'w', encoding='utf-8') as f:
+    json.dump(result, f)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,335 @@
+"""Attend's KV-cache presses against NVIDIA's kvpress: the same weights, the same contexts, which
+positions each keeps and whether the greedy answers after them are the same.
+
+    make llm kvpress   # SmolLM2's GGUF for Attend; kvpress 0.5 in its own environment
+    python -m benchmarks.press_agreement --lengths=512 --out=runs/press_agreement.json
+
+Contexts are RULER's retrieval prompts (`data.retrieval_tasks`, `--tasks`, one sample each per
+length and seed), sized in SmolLM2's tokens. kvpress's side (benchmarks/kvpress_peer.py, started
+in `.venv-kvpress` with transformers reading the same GGUF file, float32) runs its pipeline's
+protocol: chat template, context prefilled under the press, question, greedy answer; it records
+the token ids it built, and Attend reads exactly those: `models.compression.kept_positions` for
+what each press keeps, then prefill -> layer_scores -> kept_entries -> compress -> answer.
+
+Per press x ratio the result gives, over samples and layers: the share of `(head, position)`
+kept flags that agree (mean and min over layers), the share of layers kept identically, the
+first heads that differ (the positions only Attend keeps, those only kvpress keeps), the heads
+whose scores tie at their budget's boundary on Attend's side (where the tie rules may differ:
+Attend keeps the lower position, `jax.lax.top_k`; torch.topk's order among equal scores is
+unspecified) and the share of answers identical up to EOS. `random` is left out: the two draw
+from different generators, so no agreement is expected.
+
+Measured (kvpress 0.5.5, transformers 5.2.0, torch 2.13.0; a 2-core CPU; `--tasks=needle_book`,
+502 tokens at ratios 0.25/0.5/0.75 and 1,014 at 0.5): every press keeps the same positions in
+every layer and head, and every answer is the same, except Knorm's first layer: there the keys of
+one token at different positions differ by their rotation alone, so their norms are equal or one
+float32 ulp apart, and the two sides order those (near-)ties differently (2 to 4 positions of a
+head swapped between copies of the same token; the answers agree).
+"""
+
+import argparse
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax.numpy as jnp
+import numpy as np
+
+from attention.presses import get_press, kept_count, pyramid_budget
+from benchmarks import machine
+from data import retrieval_tasks
+from data.pretrained_tokenizer import PretrainedTokenizer
+from models import compression, pretrained
+
+REPO = Path(__file__).resolve().parent.parent
+KVPRESS_PYTHON = REPO / '.venv-kvpress' / 'bin' / 'python'
+CHECKPOINT = 'SmolLM2-135M-Instruct'
+PRESSES = (
+  'knorm',
+  'streaming_llm',
+  'snapkv',
+  'tova',
+  'observed_attention',
+  'expected_attention',
+  'pyramidkv',
+  'adakv',
+)
+RATIOS = (0.25, 0.5, 0.75)
+SHOWN = 6  # differing heads listed per press x ratio
+
+
+def bits(mask: np.ndarray) -> list[str]:
+  """A `[K, S]` kept mask as one '0'/'1' string per head, as the peer writes them."""
+  return [''.join('1' if kept else '0' for kept in row) for row in np.asarray(mask, bool)]
+
+
+def compare_kept(ours: list[list[str]], theirs: list[list[str]]) -> dict:
+  """Two sides' kept sets of one context (per layer, per head a '0'/'1' string): per layer the
+  share of `(head, position)` flags that agree, and per differing layer and head the positions
+  only Attend keeps and those only kvpress keeps."""
+  if len(ours) != len(theirs):
+    raise ValueError(f'The sides pressed {len(ours)} and {len(theirs)} layers.')
+  shares, differ = [], {}
+  for layer, (a, b) in enumerate(zip(ours, theirs)):
+    a, b = np.array([list(h) for h in a]) == '1', np.array([list(h) for h in b]) == '1'
+    if a.shape != b.shape:
+      raise ValueError(f'layer {layer}: kept masks of shapes {a.shape} and {b.shape}.')
+    shares.append(float(np.mean(a == b)))
+    for head in np.flatnonzero((a != b).any(axis=1)):
+      differ.setdefault(layer, {})[int(head)] = (
+        np.flatnonzero(a[head] & ~b[head]).tolist(),
+        np.flatnonzero(b[head] & ~a[head]).tolist(),
+      )
+  return dict(shares=shares, differ=differ)
+
+
+def same_answer(ours: list[int], theirs: list[int], eos_ids: list[int]) -> bool:
+  """Whether two greedy answers are the same tokens up to the first EOS (included); Attend's
+  answer is padded after its EOS, kvpress's stops there."""
+
+  def cut(ids: list[int]) -> list[int]:
+    for i, token in enumerate(ids):
+      if token in eos_ids:
+        return ids[: i + 1]
+    return ids
+
+  return cut(list(ours)) == cut(list(theirs))
+
+
+def boundary_ties(scores: np.ndarray, counts: list[int]) -> int:
+  """Heads of one layer `[K, S]` whose `count`-th and `count+1`-th best scores are equal: where
+  which position is kept depends on the tie rule. `counts` per head."""
+  ordered = -np.sort(-scores, axis=-1)
+  return int(sum(c < s.size and s[c - 1] == s[c] for s, c in zip(ordered, counts)))
+
+
+def summarise(results: list[dict], eos_ids: list[int]) -> dict:
+  """`results` (one per sample x press x ratio: ours, theirs, answers, ties) -> the table."""
+  table = {}
+  for row in results:
+    key = f'{row["press"]}@{row["ratio"]}'
+    entry = table.setdefault(key, dict(press=row['press'], ratio=row['ratio'], rows=[]))
+    entry['rows'].append(row)
+  out = {}
+  for key, entry in table.items():
+    shares, identical, differ, ties, answers = [], [], [], 0, []
+    for row in entry['rows']:
+      kept = compare_kept(row['ours'], row['theirs'])
+      shares += kept['shares']
+      identical += [share == 1.0 for share in kept['shares']]
+      differ += [
+        f'sample {row["sample"]} layer {layer} head {head}: only Attend keeps {mine[:4]}, '
+        f'only kvpress {yours[:4]}'
+        for layer, heads in kept['differ'].items()
+        for head, (mine, yours) in heads.items()
+      ]
+      ties += row.get('boundary_ties', 0)
+      answers.append(same_answer(row['answer'], row['peer_answer'], eos_ids))
+    out[key] = dict(
+      press=entry['press'],
+      ratio=entry['ratio'],
+      equal_share_mean=float(np.mean(shares)),
+      equal_share_min=float(np.min(shares)),
+      layers_identical=float(np.mean(identical)),
+      differ=differ[:SHOWN],
+      differing_heads=len(differ),
+      boundary_ties=ties,
+      answers_identical=float(np.mean(answers)),
+    )
+  return out
+
+
+def make_samples(tokenizer, lengths: list[int], tasks: list[str], seed: int, book: str) -> list:
+  """RULER prompts of each task and length, with Attend's ids of their context and question."""
+  count = lambda text: len(tokenizer.encode(text))
+  samples = []
+  for length in lengths:
+    for task in tasks:
+      (sample,) = retrieval_tasks.samples(task, count, length, n=1, seed=seed, book_path=book)
+      samples.append(
+        dict(
+          task=task,
+          length=length,
+          context=sample.context,
+          question=sample.question,
+          answer_prefix=sample.answer_prefix,
+          answers=list(sample.answers),
+          context_ids=tokenizer.encode(sample.context),
+          question_ids=tokenizer.encode(sample.question),
+        )
+      )
+  return samples
+
+
+def run_peer(job: dict, saved: str) -> tuple[dict, float]:
+  """kvpress's side in its own environment, its results and its wall time; saved to `saved`,
+  and read back from there instead when it holds the results of the same job."""
+  if os.path.exists(saved):
+    with open(saved, encoding='utf-8') as f:
+      peer = json.load(f)
+    if peer.get('job') == job:
+      return peer, peer['seconds']
+  if not KVPRESS_PYTHON.exists():
+    raise SystemExit(f'{KVPRESS_PYTHON} is missing: make kvpress')
+  with tempfile.TemporaryDirectory() as folder:
+    job_path, out_path = os.path.join(folder, 'job.json'), os.path.join(folder, 'peer.json')
+    with open(job_path, 'w', encoding='utf-8') as f:
+      json.dump(job, f)
+    start = time.perf_counter()
+    subprocess.run(
+      [str(KVPRESS_PYTHON), '-m', 'benchmarks.kvpress_peer', '--job', job_path, '--out', out_path],
+      cwd=REPO,
+      check=True,
+    )
+    with open(out_path, encoding='utf-8') as f:
+      peer = {**json.load(f), 'job': job, 'seconds': time.perf_counter() - start}
+  with open(saved, 'w', encoding='utf-8') as f:
+    json.dump(peer, f)
+  return peer, peer['seconds']
+
+
+def attend_side(model, context_ids, question_ids, press_names, ratios, max_new, eos_id) -> list:
+  """Attend's kept sets, boundary ties and answers for one context, per press x ratio."""
+  context = jnp.asarray([context_ids], jnp.int32)
+  question = jnp.asarray([question_ids], jnp.int32)
+  s, room = context.shape[1], question.shape[1] + max_new
+  cache, queries = compression.prefill(model, jnp.pad(context, ((0, 0), (0, 1))), room)
+  rows = []
+  for name in press_names:
+    for ratio in ratios:
+      start = time.perf_counter()
+      masks = compression.kept_positions(model, context, name, ratio)
+      scores = compression.layer_scores(model, cache, queries, name, ratio)
+      entries = compression.kept_entries(scores, name, ratio)
+      pressed = compression.compress(cache, entries, s, room)
+      answer = compression.answer(model, pressed, question, max_length=max_new, eos_id=eos_id)
+      press, ties = get_press(name), 0
+      for layer, layer_scores in enumerate(scores):
+        if press.budget == 'adaptive':
+          continue  # one ranking over a layer's heads: no per-head boundary
+        count = kept_count(s, ratio)
+        if press.budget == 'pyramid':
+          count = pyramid_budget(s, ratio, layer, len(scores))
+        layer_scores = np.asarray(layer_scores[0])
+        ties += boundary_ties(layer_scores, [count] * layer_scores.shape[0])
+      rows.append(
+        dict(
+          press=name,
+          ratio=ratio,
+          ours=[bits(mask[0]) for mask in masks],
+          answer=np.asarray(answer[0]).tolist(),
+          boundary_ties=ties,
+          seconds=time.perf_counter() - start,
+        )
+      )
+      print(f'attend: {name} {ratio}', file=sys.stderr, flush=True)
+  return rows
+
+
+def main(argv: list[str] | None = None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--lengths', default='512', help='prompt lengths in tokens, comma-separated')
+  parser.add_argument('--tasks', default='needle_book,needle_noise', help='retrieval_tasks names')
+  parser.add_argument('--presses', default=','.join(PRESSES))
+  parser.add_argument('--ratios', default=','.join(map(str, RATIOS)))
+  parser.add_argument('--max_new_tokens', type=int, default=16)
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument(
+    '--book', default=str(REPO.parent / 'shared/data/books/pride_and_prejudice.txt')
+  )
+  parser.add_argument(
+    '--folder',
+    default='~/.cache/attend/kvpress/SmolLM2-135M-Instruct-float32',
+    help="transformers' float32 copy of the GGUF (made once)",
+  )
+  parser.add_argument(
+    '--out',
+    default='runs/press_agreement.json',
+    help="the table; kvpress's side is kept beside it (OUT.kvpress.json), reused for one job",
+  )
+  args = parser.parse_args(argv)
+  presses, ratios = args.presses.split(','), [float(r) for r in args.ratios.split(',')]
+  for name in presses:
+    get_press(name)
+  checkpoint = pretrained.read(CHECKPOINT)
+  tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
+  samples = make_samples(
+    tokenizer,
+    [int(n) for n in args.lengths.split(',')],
+    args.tasks.split(','),
+    args.seed,
+    args.book,
+  )
+  job = dict(
+    gguf=pretrained.locate(CHECKPOINT),
+    folder=os.path.expanduser(args.folder),
+    samples=samples,
+    presses=presses,
+    ratios=ratios,
+    max_new_tokens=args.max_new_tokens,
+  )
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  peer, peer_seconds = run_peer(job, os.path.splitext(args.out)[0] + '.kvpress.json')
+  eos_ids = peer['eos_ids'] if isinstance(peer['eos_ids'], list) else [peer['eos_ids']]
+  model, _ = pretrained.load_decoder(checkpoint)
+  start, results, baselines = time.perf_counter(), [], []
+  for index, (sample, theirs) in enumerate(zip(samples, peer['samples'])):
+    context, question = theirs['context_ids'], theirs['question_ids']
+    full = compression.answer(
+      model,
+      compression.prefill(
+        model, jnp.asarray([context + question[:1]]), len(question) + args.max_new_tokens
+      )[0],
+      jnp.asarray([question]),
+      max_length=args.max_new_tokens,
+      eos_id=eos_ids[0],
+    )
+    baselines.append(
+      dict(
+        task=sample['task'],
+        length=len(context),
+        tokenizers_agree=theirs['tokenizers_agree'],
+        answers_identical=same_answer(np.asarray(full[0]).tolist(), theirs['answer'], eos_ids),
+        answer=tokenizer.decode([t for t in theirs['answer'] if t not in eos_ids]),
+      )
+    )
+    peer_runs = {(r['press'], r['ratio']): r for r in peer['runs'] if r['sample'] == index}
+    for row in attend_side(
+      model, context, question, presses, ratios, args.max_new_tokens, eos_ids[0]
+    ):
+      their = peer_runs[(row['press'], row['ratio'])]
+      results.append(
+        {**row, 'sample': index, 'theirs': their['kept'], 'peer_answer': their['answer']}
+      )
+  attend_seconds = time.perf_counter() - start
+  table = summarise(results, eos_ids)
+  for entry in table.values():
+    print(
+      f'{entry["press"]:>20} {entry["ratio"]:.2f}  equal {entry["equal_share_mean"]:.4f} '
+      f'(min {entry["equal_share_min"]:.4f})  layers identical {entry["layers_identical"]:.3f}  '
+      f'ties {entry["boundary_ties"]:3d}  answers {entry["answers_identical"]:.2f}'
+    )
+  result = dict(
+    checkpoint=CHECKPOINT,
+    samples=baselines,
+    presses=table,
+    tie_rule=(
+      'Attend keeps the lower position among equal scores (jax.lax.top_k); kvpress keeps what '
+      "torch.topk returns, whose order among equal scores is unspecified; 'random' is not "
+      'compared: the sides draw from different generators.'
+    ),
+    peer=dict(versions=peer['versions'], chat_template=peer['chat_template'], seconds=peer_seconds),
+    attend_seconds=attend_seconds,
+    machine=machine.facts('float32'),
+  )
+  with open(args.out, 'w', encoding='utf-8') as f:
+    json.dump(result, f, indent=1)
+  return result
+
+
+if __name__ == '__main__':
+  main()
