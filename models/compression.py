@@ -112,14 +112,18 @@ def prefill(model: nnx.Module, prompt: Array, room: int) -> tuple[dict[str, Any]
   """The cache of `prompt[:, :-1]` (the context; the last token is decoding's first input, as
   `init_decode_cache` reads a prompt) with room for `room` steps, and each layer's queries
   `[B, N, S, H]` from the prefill (None for a layer that no press touches)."""
-  layers = _attention_layers(model)
   with interventions.editing(model) as run:
     cache = model.init_decode_cache(prompt, room)
+  return cache, _tapped_queries(model, run.captured)
+
+
+def _tapped_queries(model: nnx.Module, captured: dict[str, Array]) -> list[Array | None]:
+  """Each pressed layer's `queries` tap from a capture of `model`, None for the others."""
   paths = interventions.module_paths(model)
-  queries = [
-    run.captured[f'{paths[id(layer)]}/queries'] if pressed(layer) else None for layer in layers
+  return [
+    captured[f'{paths[id(layer)]}/queries'] if pressed(layer) else None
+    for layer in _attention_layers(model)
   ]
-  return cache, queries
 
 
 def pressed_prefill(
@@ -147,12 +151,7 @@ def repeated(model: nnx.Module, cache: dict[str, Any], repeat: Array) -> tuple[l
   (a copy: `compress` reads the context's slots only)."""
   with interventions.editing(model) as run:
     _, extended = model.decode_step(repeat, jnp.int32(0), cache)
-  paths = interventions.module_paths(model)
-  layers = _attention_layers(model)
-  queries = [
-    run.captured[f'{paths[id(layer)]}/queries'] if pressed(layer) else None for layer in layers
-  ]
-  return queries, extended
+  return _tapped_queries(model, run.captured), extended
 
 
 def layer_scores(
