@@ -6,6 +6,12 @@ windowed decoder's memory does not grow with its length. `kv_step` writes new po
 the layer's own variant attend over the cache by explicit positions (`window_mask`,
 `cache_offsets`; with rotary positions, `kept_rotary_scores`). Shapes: keys and values
 `[B, K, L, H|Dv]` for K key/value heads.
+
+A press (`attention.presses`) then drops what a trained model can do without: `evict` keeps
+chosen slots of each head at their original positions (or re-rotated to 0 .. M-1), each slot's
+position and head stored beside it, so that heads may hold different positions and the memory
+really shrinks; `kept_step` decodes on such a cache and `evict_again` presses it again while
+decoding.
 """
 
 from typing import Any, Callable

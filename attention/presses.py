@@ -13,8 +13,10 @@ original positions: the kept keys stay rotated where they were (kvpress's defaul
 forms none cannot serve it), and how the budget is split: `'uniform'` (every head of every layer
 keeps `int(S * (1 - ratio))` positions, kvpress's rule), `'pyramid'` (PyramidKV: more in lower
 layers, `pyramid_budget`) or `'adaptive'` (AdaKV: one ranking over a layer's heads, each head
-keeping at least a share, `adaptive_entries`). The formulas follow kvpress 0.5 (NVIDIA), each
-press's paper cited on its function. Ties keep the lower position (`jax.lax.top_k` order).
+keeping at least a share, `adaptive_entries`; KVzip's too, with no floor). KVzip alone reads
+other queries: those of a block that repeats the context, read after it (`kvzip_scores`). The
+formulas follow kvpress 0.5 (NVIDIA), each press's paper cited on its function. Ties keep the
+lower position (`jax.lax.top_k` order).
 """
 
 import dataclasses
