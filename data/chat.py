@@ -56,8 +56,13 @@ def chat_ids(tokenizer: PretrainedTokenizer, prompt: str) -> list[int]:
       "--chat: this workdir's tokenizer has no chat template (a base model, or a checkpoint "
       'that ships none); give the prompt without --chat.'
     )
+  return tokenizer.encode_pieces(chat_text(tokenizer, prompt))
+
+
+def chat_text(tokenizer: PretrainedTokenizer, prompt: str) -> str:
+  """One user turn `prompt` rendered by the tokenizer's chat template, the model's turn opened,
+  with the tokenizer's own BOS and EOS pieces (the template must exist)."""
   # Only the tokens the tokenizer has: a missing one stays undefined, and renders as ''.
   tokens = dict(bos_token=tokenizer.bos_id, eos_token=tokenizer.eos_id)
   named = {name: tokenizer.tokens([i])[0] for name, i in tokens.items() if i is not None}
-  text = render(tokenizer.chat_template, [{'role': 'user', 'content': prompt}], **named)
-  return tokenizer.encode_pieces(text)
+  return render(tokenizer.chat_template, [{'role': 'user', 'content': prompt}], **named)

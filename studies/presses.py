@@ -31,7 +31,7 @@ import numpy as np
 
 from attention import PRESSES
 from data import retrieval_tasks
-from data.chat import render
+from data.chat import chat_text
 from interpret import loading
 from models import compression
 import training
@@ -51,8 +51,7 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
   answer: the template's end of turn, else the end of text), and KVzip's `repeat` block (its
   request, the turn's end, then the context again without the template's `opening`, `prefix`
   tokens long)."""
-  template = getattr(tokenizer, 'chat_template', '')
-  if not template:
+  if not getattr(tokenizer, 'chat_template', ''):
     context = tokenizer.encode(sample.context)
     return dict(
       context=context,
@@ -63,9 +62,7 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
       repeat=tokenizer.encode_pieces(REPEAT + '\n') + context,
     )
   marker = '#' * 16
-  named = {'bos_token': tokenizer.tokens([tokenizer.bos_id])[0]} if tokenizer.bos_id else {}
-  text = render(template, [{'role': 'user', 'content': sample.context + marker}], **named)
-  opened, suffix = text.split(marker)
+  opened, suffix = chat_text(tokenizer, sample.context + marker).split(marker)
   opening = opened[: len(opened) - len(sample.context)]
   context, prefix = tokenizer.encode_pieces(opened), len(tokenizer.encode_pieces(opening))
   first = tokenizer.encode_pieces(suffix)[0]
