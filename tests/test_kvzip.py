@@ -1,14 +1,11 @@
-"""KVzip's scores against NumPy, written from kvpress's `KVzipPress.score_kvzip` (one chunk), and
-its kept sets on a tiny decoder."""
+"""KVzip's scores against NumPy, written from kvpress's `KVzipPress.score_kvzip` (one chunk); its
+kept sets on a tiny decoder are in tests/test_press_decoding.py."""
 
-from conftest import build_model
-from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from attention import presses
-from models import compression
 
 
 def kvzip_reference(queries, keys, *, scale, context, prefix, sink):
@@ -47,26 +44,3 @@ def test_kvzip_scores_equal_kvpress_formula():
       )
       expected = kvzip_reference(queries, keys, scale=0.3, context=context, prefix=prefix, sink=4)
       np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10, atol=1e-12)
-
-
-def test_kvzip_keeps_a_layers_budget_over_its_heads_and_the_sink():
-  model = build_model(
-    'decoder_lm',
-    vocab_size=50,
-    pad_id=0,
-    num_layers=2,
-    d_model=24,
-    num_heads=6,
-    num_kv_heads=2,
-    d_ff=32,
-    dropout_rate=0.0,
-    max_length=256,
-    positions='rope',
-    rngs=nnx.Rngs(0),
-  )
-  context = jnp.asarray(np.random.default_rng(0).integers(1, 50, (1, 60)), jnp.int32)
-  repeat = jnp.concatenate([jnp.asarray([[7, 8, 9]]), context[:, 5:]], axis=1)
-  masks = compression.kept_positions(model, context, 'kvzip', 0.5, repeat=repeat, prefix=5)
-  for mask in masks:
-    assert int(mask.sum()) == 2 * 30  # K x the per-head budget, split as the scores fall
-    assert bool(mask[0, :, :4].all()) and not bool(mask[0, :, 4].any())  # sink kept, opening 0

@@ -1,5 +1,7 @@
-"""Compression while decoding (`compression.press_again`, `generate.py --press_every`): the
-evicted cache keeps the slots the press chose, in position order, and stays the same size."""
+"""Presses on a tiny decoder beyond one prefill's eviction: compression while decoding
+(`compression.press_again`, `generate.py --press_every`: the evicted cache keeps the slots the
+press chose, in position order, and stays the same size), re-rotation, a press in
+`continue_prompt`, and KVzip's kept sets from its repeat block."""
 
 from conftest import build_model
 from flax import nnx
@@ -114,3 +116,12 @@ def test_continue_prompt_with_a_press_that_keeps_everything_changes_nothing(mode
     ValueError, match=r"press 'snapkv' scores by the last 64 queries; the context \(20"
   ):
     generation.continue_prompt(model, prompt, **settings, press=('snapkv', 0.5))
+
+
+def test_kvzip_keeps_a_layers_budget_over_its_heads_and_the_sink(model):
+  context = jnp.asarray(np.random.default_rng(0).integers(1, 50, (1, 60)), jnp.int32)
+  repeat = jnp.concatenate([jnp.asarray([[7, 8, 9]]), context[:, 5:]], axis=1)
+  masks = compression.kept_positions(model, context, 'kvzip', 0.5, repeat=repeat, prefix=5)
+  for mask in masks:
+    assert int(mask.sum()) == 2 * 30  # K x the per-head budget, split as the scores fall
+    assert bool(mask[0, :, :4].all()) and not bool(mask[0, :, 4].any())  # sink kept, opening 0
