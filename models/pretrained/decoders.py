@@ -18,19 +18,13 @@ from typing import Any, Callable
 
 from flax import nnx
 import jax
-import numpy as np
 
 from models import traced_rngs
 from models.language import DecoderLM
+from models.pretrained import decoder_configs
 from models.pretrained.files import Checkpoint
-from models.pretrained.tables import PAD_ID, SAME, TRANSPOSED, Row, Transform, assign
+from models.pretrained.tables import PAD_ID, SAME, TRANSPOSED, Part, Row, assign
 from models.stack_config import StackConfig
-
-
-def _third(k: int) -> Transform:
-  """Part k of GPT-2's fused `c_attn` (queries, keys, values along the last axis)."""
-  return lambda w: np.split(w, 3, axis=-1)[k]
-
 
 # config.json's hidden activation -> Attend's (transformers' 'gelu' is the erf form).
 ACTIVATIONS = {
@@ -45,11 +39,14 @@ ACTIVATIONS = {
 class Architecture:
   """One `model_type`: `args(config)` -> DecoderLM's arguments but the vocabulary; `refused`:
   config keys whose value, when it differs from the given one, changes the computation; `rows`:
-  the tensor table for a number of layers and the config (GPT-2 ties its head, Llama may not)."""
+  the tensor table for a number of layers and the config (GPT-2 ties its head, Llama may not),
+  read both ways; `config(args)`: the way back, DecoderLM's arguments -> the config.json
+  (decoder_configs.py), which `args` must read back as the same model."""
 
   args: Callable[[dict[str, Any]], dict[str, Any]]
   refused: dict[str, Any]
   rows: Callable[[int, dict[str, Any]], list[Row]]
+  config: Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _activation(config: dict[str, Any], key: str, default: str) -> str:
@@ -84,7 +81,7 @@ def _gpt2_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
     ('norms.0.scale', 'ln_1.weight', SAME),
     ('norms.0.bias', 'ln_1.bias', SAME),
     *[
-      (f'self_attn.w_{part}.{kind}', f'attn.c_attn.{name}', _third(k))
+      (f'self_attn.w_{part}.{kind}', f'attn.c_attn.{name}', Part(k, 3))
       for k, part in enumerate('qkv')
       for kind, name in (('kernel', 'weight'), ('bias', 'bias'))
     ],
@@ -224,7 +221,8 @@ def _gemma3_rope_bases(config: dict[str, Any]) -> tuple[float, float]:
 
 def _gemma3_args(config: dict[str, Any]) -> dict[str, Any]:
   """Gemma 3's text decoder: Llama's with (1 + w) RMSNorms before and after each sublayer,
-  qk-norm, GeGLU, scores scaled by `query_pre_attn_scalar^-1/2`, sliding-window layers with
+  qk-norm, GeGLU, scores scaled by `query_pre_attn_scalar^-1/2` (and soft-capped by
+  `attn_logit_softcapping`, which Gemma 3's configs set to None), sliding-window layers with
   every k-th one global and its own rotary base, and embeddings scaled by sqrt(D)."""
   head_dim, bias = config.get('head_dim', 256), bool(config.get('attention_bias', False))
   window, every = _gemma3_layers(config)
@@ -250,6 +248,8 @@ def _gemma3_args(config: dict[str, Any]) -> dict[str, Any]:
     qkv_bias=bias,
     out_bias=bias,
     qk_norm=True,
+    # transformers caps the scaled scores before the mask, as Attend's softcap does.
+    softcap=float(config.get('attn_logit_softcapping') or 0.0),
     query_scale=float(config.get('query_pre_attn_scalar', 256)) ** -0.5,
     positions='rope',
     rope_base=local if window else full,
@@ -285,7 +285,6 @@ _LLAMA_REFUSED = {'rope_scaling': None, 'pretraining_tp': 1}
 # qk-norm's epsilon is attention.rms_normalize's 1e-6.
 _GEMMA3_REFUSED = {
   'rope_scaling': None,
-  'attn_logit_softcapping': None,
   'final_logit_softcapping': None,
   'use_bidirectional_attention': False,
   'rms_norm_eps': 1e-6,
@@ -300,15 +299,19 @@ ARCHITECTURES = {
       'tie_word_embeddings': True,
     },
     _gpt2_rows,
+    decoder_configs.gpt2,
   ),
-  'llama': Architecture(_llama_args, _LLAMA_REFUSED, _llama_rows),
-  'mistral': Architecture(_llama_args, _LLAMA_REFUSED, _llama_rows),
+  'llama': Architecture(_llama_args, _LLAMA_REFUSED, _llama_rows, decoder_configs.llama),
+  'mistral': Architecture(_llama_args, _LLAMA_REFUSED, _llama_rows, decoder_configs.mistral),
   'qwen2': Architecture(
     lambda config: _llama_args(config, qkv_bias=True),
     {**_LLAMA_REFUSED, 'use_sliding_window': False},
     functools.partial(_llama_rows, qkv_bias=True),
+    decoder_configs.qwen2,
   ),
-  'gemma3_text': Architecture(_gemma3_args, _GEMMA3_REFUSED, _gemma3_rows),
+  'gemma3_text': Architecture(
+    _gemma3_args, _GEMMA3_REFUSED, _gemma3_rows, decoder_configs.gemma3_text
+  ),
 }
 
 

@@ -1,9 +1,12 @@
-"""What every family's table of tensors shares: a row's shape, its transforms, and `assign`.
+"""What every family's table of tensors shares: a row's shape, its transforms, `assign` and
+`Gathered`.
 
 A family (bert.py, decoders.py) maps each checkpoint tensor to an Attend parameter by a table of
 `Row`s: (Attend's dotted parameter path, the checkpoint's tensor name, the transform it needs).
-`assign` copies a table's tensors into a built model; `config_fields` turns a family's model
-arguments into flat `config.model` fields. The families import this module, never each other.
+`assign` copies a table's tensors into a built model; `Gathered` reads them back out of a model
+under the checkpoint's names, undoing each transform (`INVERSES`, and `Part`s joined), so one
+table serves reading and writing. `config_fields` turns a family's model arguments into flat
+`config.model` fields. The families import this module, never each other.
 """
 
 from collections.abc import Mapping
@@ -22,6 +25,20 @@ Transform = Callable[[np.ndarray], np.ndarray]
 Row = tuple[str, str, Transform]  # (Attend path, checkpoint tensor name, its transform)
 SAME: Transform = lambda w: w
 TRANSPOSED: Transform = lambda w: w.T  # a torch Linear weight, [out, in] -> kernel [in, out]
+# Each plain transform's inverse, for `Gathered` (a transpose undoes itself).
+INVERSES: dict[Transform, Transform] = {SAME: SAME, TRANSPOSED: TRANSPOSED}
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """Part `k` of `n` equal parts along the last axis of a fused tensor (GPT-2's `c_attn`:
+  queries, keys, values); `Gathered` joins a tensor's parts back in order."""
+
+  k: int
+  n: int
+
+  def __call__(self, w: np.ndarray) -> np.ndarray:
+    return np.split(w, self.n, axis=-1)[self.k]
 
 
 def _variable(model: nnx.Module, path: str) -> nnx.Variable:
@@ -47,6 +64,46 @@ def assign(model: nnx.Module, tensors: Mapping[str, np.ndarray], rows: list[Row]
         f"does not fit Attend's {ours} {shape} as its config.json builds it."
       )
     variable.set_value(jnp.asarray(value, jnp.float32))
+
+
+class Gathered(Mapping):
+  """A model's tensors under a table's checkpoint names, each computed when asked for (float32
+  NumPy, torch's layout): its row's Attend parameter with the transform undone (`INVERSES`; a
+  fused tensor's `Part`s joined in order), the inverse of `assign`, so writing holds the model
+  and one tensor, not a second copy of the weights. `shape(name)` reads no values."""
+
+  def __init__(self, model: nnx.Module, rows: list[Row]):
+    self._model = model
+    self._rows: dict[str, list[Row]] = {}
+    for row in rows:
+      self._rows.setdefault(row[1], []).append(row)
+
+  def _undone(self, theirs: str, value: Callable[[str], np.ndarray]) -> np.ndarray:
+    rows = self._rows[theirs]
+    if isinstance(rows[0][2], Part):
+      by_k = sorted(rows, key=lambda row: row[2].k)
+      return np.concatenate([value(ours) for ours, _, _ in by_k], axis=-1)
+    (ours, _, transform), *more = rows
+    if more:  # a table that maps two parameters to one tensor that is not fused: a table's bug
+      raise ValueError(f'The table maps {ours} and {more[0][0]} both to {theirs!r}.')
+    return INVERSES[transform](value(ours))
+
+  def __getitem__(self, theirs: str) -> np.ndarray:
+    read = lambda ours: np.asarray(_variable(self._model, ours).get_value(), np.float32)
+    return np.ascontiguousarray(self._undone(theirs, read))
+
+  def shape(self, theirs: str) -> tuple[int, ...]:
+    """The tensor's shape, from the parameters' shapes alone (zero-stride views)."""
+    empty = lambda ours: np.broadcast_to(
+      np.float32(0), _variable(self._model, ours).get_value().shape
+    )
+    return self._undone(theirs, empty).shape
+
+  def __iter__(self):
+    return iter(self._rows)
+
+  def __len__(self) -> int:
+    return len(self._rows)
 
 
 def config_fields(model_args: dict[str, Any], **overrides: Any) -> dict[str, Any]:
