@@ -58,6 +58,13 @@ def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
   return per_head.swapaxes(1, 2).reshape(weight.shape)  # [N, 2, H/2, ...] -> [N * H, ...]
 
 
+def permute(weight: np.ndarray, heads: int) -> np.ndarray:
+  """GGUF's rows of a query or key projection (or bias) from Hugging Face's: the inverse of
+  `unpermute`, as llama.cpp's converter writes them."""
+  per_head = weight.reshape(heads, 2, -1, *weight.shape[1:])  # [N, 2, H/2, ...]
+  return per_head.swapaxes(1, 2).reshape(weight.shape)  # [N, H/2, 2, ...] -> [N * H, ...]
+
+
 def _llama_transform(config: dict[str, Any]) -> Callable[[str, np.ndarray], np.ndarray]:
   heads = {'q_proj': config['num_attention_heads'], 'k_proj': config['num_key_value_heads']}
 
@@ -66,6 +73,11 @@ def _llama_transform(config: dict[str, Any]) -> Callable[[str, np.ndarray], np.n
     return unpermute(values, heads[projection]) if projection in heads else values
 
   return transform
+
+
+def gemma3_norm_stored(name: str, values: np.ndarray) -> np.ndarray:
+  """The inverse of `_gemma3_transform`: a Gemma RMSNorm weight w as llama.cpp stores it, 1 + w."""
+  return values + np.float32(1) if name.endswith('norm.weight') else values
 
 
 def _gemma3_transform(name: str, values: np.ndarray) -> np.ndarray:

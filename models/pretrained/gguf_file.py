@@ -53,11 +53,13 @@ class Tensor:
 @dataclasses.dataclass(frozen=True)
 class Header:
   """A GGUF file's metadata (`{key: value}`; arrays of numbers as NumPy arrays, of strings as
-  lists) and its tensors by GGUF name."""
+  lists), its tensors by GGUF name, and each metadata value's GGUF type (a scalar's width,
+  which a Python int loses; gguf_writer.py copies metadata with it)."""
 
   path: str
   metadata: dict[str, Any]
   tensors: dict[str, Tensor]
+  types: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class _Cursor:
@@ -143,10 +145,11 @@ def read_header(path: str) -> Header:
       raise damaged(path, f'it has GGUF version {version}; readable versions are 2 and 3')
     tensor_count, key_count = cursor.scalar(10), cursor.scalar(10)
     try:
-      metadata = {}
+      metadata, types = {}, {}
       for _ in range(key_count):
         key = cursor.strings(1)[0]
-        metadata[key] = cursor.value(cursor.scalar(4))
+        types[key] = cursor.scalar(4)
+        metadata[key] = cursor.value(types[key])
       table = []
       for _ in range(tensor_count):
         name = cursor.strings(1)[0]
@@ -167,7 +170,7 @@ def read_header(path: str) -> Header:
     tensors[name] = Tensor(shape, qtype, data_start + offset, nbytes)
     if data_start + offset + nbytes > size:
       raise damaged(path, f'tensor {name!r} ends past the end of the file, at byte {size}')
-  return Header(path, metadata, tensors)
+  return Header(path, metadata, tensors, types)
 
 
 @functools.cache
