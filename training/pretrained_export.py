@@ -15,6 +15,7 @@ import os
 
 from data.tokenizers import load_tokenizers
 import models
+from models import pretrained
 from models.pretrained import fitting, gguf_writer, locate, writer
 from models.pretrained.gguf_file import is_gguf
 from training import layout, restore
@@ -85,19 +86,8 @@ def _source(request: Request) -> restore.Source:
   return restore.Source(workdir, read_config(workdir), _Vocabulary(tokenizers[0]), chosen)
 
 
-def _vocabulary(tokenizer) -> writer.Vocabulary:
-  """The writer's view of a data.pretrained_tokenizer.PretrainedTokenizer."""
-  return writer.Vocabulary(
-    tokenizer.tokenizer_json,
-    tokenizer.chat_template,
-    tokenizer.bos_id,
-    tokenizer.eos_id,
-    tokenizer.pad_id if tokenizer.has_pad else None,
-  )
-
-
-def _source_gguf(workdir: str) -> str | None:
-  """The GGUF file convert.py read the workdir from (pretrained.json), if it is still there."""
+def _origin(workdir: str) -> str | None:
+  """The checkpoint convert.py read the workdir from (pretrained.json), if it is still there."""
   path = os.path.join(workdir, layout.PRETRAINED_FILE)
   if not os.path.isfile(path):
     return None
@@ -105,9 +95,27 @@ def _source_gguf(workdir: str) -> str | None:
     name = json.load(f).get('checkpoint', '')
   try:
     located = locate(name)  # a short name's packaged file, or the path itself
-  except ValueError:
+  except ValueError:  # its package is no longer installed
     return None
-  return located if is_gguf(located) else None
+  return located if os.path.exists(located) else None
+
+
+def _vocabulary(tokenizer, origin: str | None) -> writer.Vocabulary:
+  """The writer's view of a data.pretrained_tokenizer.PretrainedTokenizer, its special ids
+  those of the origin's config.json where it is readable (a GGUF's metadata names them; the
+  tokenizer's own guess is by the tokens' spelling)."""
+  ids = dict(
+    bos=tokenizer.bos_id, eos=tokenizer.eos_id, pad=tokenizer.pad_id if tokenizer.has_pad else None
+  )
+  if origin is not None:
+    try:
+      config = pretrained.read_config(origin)
+    except (ValueError, OSError):
+      config = {}
+    ids |= {k: config[f'{k}_token_id'] for k in ids if config.get(f'{k}_token_id') is not None}
+  return writer.Vocabulary(
+    tokenizer.tokenizer_json, tokenizer.chat_template, ids['bos'], ids['eos'], ids['pad']
+  )
 
 
 def export(request: Request) -> str:
@@ -126,9 +134,11 @@ def export(request: Request) -> str:
   tokenizer = source.task.tokenizer
   args = fitting.decoder_arguments(source.config.model, tokenizer.vocab_size)
   fit = fitting.fit(args)
-  vocabulary = _vocabulary(tokenizer)
+  origin = _origin(source.workdir)
+  vocabulary = _vocabulary(tokenizer, origin)
+  if origin is not None and not is_gguf(origin):
+    origin = None  # only a GGUF origin's metadata is copied
   if request.format == 'gguf':
-    origin = _source_gguf(source.workdir)
     gguf_writer.check(fit, vocabulary, origin)
   restored = restore.restored(source)
   model = merge_model(restored.state)

@@ -108,13 +108,20 @@ def _tokenizer_metadata(vocabulary: Vocabulary) -> dict[str, Any]:
     'tokenizer.ggml.token_type': types,
     'tokenizer.ggml.merges': merges,
   }
-  single = json.dumps((spec.get('post_processor') or {}).get('single', []))
-  for kind, gguf_kind in (('bos', 'bos'), ('eos', 'eos'), ('pad', 'padding')):
-    token_id = getattr(vocabulary, f'{kind}_id')
+  # The special tokens the post-processor puts around a text: the ones the file adds.
+  single = (spec.get('post_processor') or {}).get('single') or [{}]
+  ends = {
+    end: vocab[single[k]['SpecialToken']['id']]
+    for end, k in (('bos', 0), ('eos', -1))
+    if 'SpecialToken' in single[k]
+  }
+  ids = dict(bos=vocabulary.bos_id, eos=vocabulary.eos_id, padding=vocabulary.pad_id)
+  ids |= {end: ends.get(end, ids[end]) for end in ('bos', 'eos') if end in ends}
+  for kind, token_id in ids.items():
     if token_id is not None:
-      meta[f'tokenizer.ggml.{gguf_kind}_token_id'] = token_id
-      if kind != 'pad':
-        meta[f'tokenizer.ggml.add_{kind}_token'] = json.dumps(tokens[token_id]) in single
+      meta[f'tokenizer.ggml.{kind}_token_id'] = token_id
+  for end in ('bos', 'eos'):
+    meta[f'tokenizer.ggml.add_{end}_token'] = end in ends
   if vocabulary.chat_template:
     meta['tokenizer.chat_template'] = vocabulary.chat_template
   return meta
