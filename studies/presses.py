@@ -12,6 +12,13 @@ PyramidKV: per layer), the question is read, and the answer is greedy, scored by
 substring match. A task the uncompressed model scores below `--floor` on is dropped (named in
 the output): a press cannot be judged where the model fails without one.
 
+Every prompt of a length has one shape, so XLA compiles each program once per length, not once
+per prompt: contexts shorter than the length's longest end in newline tokens, and questions
+shorter than the longest start with them (a few dozen at most: the tasks fit their haystacks
+sentence by sentence, and their questions differ). The presses whose caches have one shape at a
+ratio (the uniform budgets; the per-head ones, AdaKV's and KVzip's) answer as one batch, and
+KVzip's repeat block is read once per prompt for every ratio.
+
 Writes `presses.json` (every answer and score, the times, the dropped tasks), `presses.md` (rows:
 presses; columns: ratios; the mean score over the kept tasks), `presses.png` (score against
 ratio, one curve per press) and `kept.png` (which positions each head kept at the largest ratio,
@@ -48,8 +55,8 @@ REPEAT = '\n\nRepeat the previous context exactly.'  # KVzip's request, as kvpre
 def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
   """kvpress's framing of a sample: `context` ids (what a press compresses), `question` ids (the
   question closing the user's turn, then the answer prefix), `turn_end` (the id that ends the
-  answer: the template's end of turn, else the end of text), and KVzip's `repeat` block (its
-  request, the turn's end, then the context again without the template's `opening`, `prefix`
+  answer: the template's end of turn, else the end of text), and KVzip's `request` (the turn's
+  end after it; `padded` appends the context again, without the template's `opening`, `prefix`
   tokens long)."""
   if not getattr(tokenizer, 'chat_template', ''):
     context = tokenizer.encode(sample.context)
@@ -59,7 +66,7 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
       turn_end=tokenizer.eos_id,
       prefix=0,
       opening='',
-      repeat=tokenizer.encode_pieces(REPEAT + '\n') + context,
+      request=tokenizer.encode_pieces(REPEAT + '\n'),
     )
   marker = '#' * 16
   opened, suffix = chat_text(tokenizer, sample.context + marker).split(marker)
@@ -72,7 +79,20 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
     turn_end=first if first in tokenizer.special_ids else tokenizer.eos_id,
     prefix=prefix,
     opening=opening,
-    repeat=tokenizer.encode_pieces(REPEAT + suffix) + context[prefix:],
+    request=tokenizer.encode_pieces(REPEAT + suffix),
+  )
+
+
+def padded(ids: dict, context: int, question: int, filler: int) -> dict:
+  """`framed`'s ids with the context ending in `filler` tokens up to `context` ids and the
+  question starting with them up to `question` ids (one shape per length: one compile), and
+  KVzip's `repeat` block: its request, then the padded context without the template's opening."""
+  body = ids['context'] + [filler] * (context - len(ids['context']))
+  return dict(
+    ids,
+    context=body,
+    question=[filler] * (question - len(ids['question'])) + ids['question'],
+    repeat=ids['request'] + body[ids['prefix'] :],
   )
 
 
@@ -81,28 +101,44 @@ def _prefill(graphdef, state, prompt, *, room):
   return compression.prefill(nnx.merge(graphdef, state), prompt, room)
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=('name', 'ratio', 'prefix'))
-def _entries(graphdef, state, cache, queries, repeat, *, name, ratio, prefix):
-  """A press's kept entries per layer; KVzip first reads its repeat block on the cache."""
+@functools.partial(jax.jit, static_argnums=0)
+def _repeated(graphdef, state, cache, repeat):
+  """KVzip's queries and cache after its repeat block: read once per prompt, for every ratio."""
+  return compression.repeated(nnx.merge(graphdef, state), cache, repeat)
+
+
+@functools.partial(
+  jax.jit, static_argnums=0, static_argnames=('name', 'ratio', 'context', 'prefix')
+)
+def _entries(graphdef, state, cache, queries, *, name, ratio, context, prefix):
+  """A press's kept entries per layer (`cache` and `queries` after the repeat block for KVzip,
+  whose scores read the `context` positions after the template's `prefix`)."""
   model = nnx.merge(graphdef, state)
-  if not PRESSES[name].repeat:
-    return compression.kept_entries(
-      compression.layer_scores(model, cache, queries, name, ratio), name, ratio
-    )
-  context = next(q.shape[2] for q in queries if q is not None)
-  queries, cache = compression.repeated(model, cache, repeat)
-  scores = compression.layer_scores(
-    model, cache, queries, name, ratio, context=context, prefix=prefix
-  )
+  where = dict(context=context, prefix=prefix) if PRESSES[name].repeat else {}
+  scores = compression.layer_scores(model, cache, queries, name, ratio, **where)
   return compression.kept_entries(scores, name, ratio)
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('length', 'room', 'max_new', 'eos'))
 def _answer(graphdef, state, cache, entries, question, *, length, room, max_new, eos):
+  """Greedy answers after `question [1, Q]` on the prompt's cache, whole (`entries` None) or
+  evicted to `entries` (per layer `[B, K', M]`: B presses at once, each a row of one batch)."""
   model = nnx.merge(graphdef, state)
   if entries is not None:
+    rows = next(kept.shape[0] for kept in entries if kept is not None)
+    cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows, *x.shape[1:])), cache)
+    question = jnp.broadcast_to(question, (rows, question.shape[1]))
     cache = compression.compress(cache, entries, length, room)
   return compression.answer(model, cache, question, max_length=max_new, eos_id=eos)
+
+
+def _batches(presses: list[str]) -> list[list[str]]:
+  """The presses in groups whose evicted caches have one shape at a ratio: each budget rule's
+  (uniform, per layer, per head), KVzip's with AdaKV's."""
+  groups = {}
+  for name in presses:
+    groups.setdefault(PRESSES[name].budget, []).append(name)
+  return list(groups.values())
 
 
 def _kept_masks(entries: list, length: int, kv_heads: int) -> list[list[str]]:
@@ -160,12 +196,35 @@ def kept_figure(report: dict, path: str) -> bool:
   return True
 
 
+def _prompts(tokenizer, tasks: list[str], length: int, args) -> list[tuple]:
+  """Every (task, index, sample, ids) of a length, ids padded to the length's one shape."""
+  count = lambda text: len(tokenizer.encode(text))
+  prompts = [
+    (task, index, sample, framed(tokenizer, sample))
+    for task in tasks
+    for index, sample in enumerate(
+      retrieval_tasks.samples(task, count, length, args.samples, args.seed, BOOK)
+    )
+  ]
+  context = max(len(ids['context']) for *_, ids in prompts)
+  question = max(len(ids['question']) for *_, ids in prompts)
+  newline = tokenizer.encode_pieces('\n')  # none in a word-level vocabulary: its last word
+  return [
+    (t, i, sample, padded(ids, context, question, (newline or ids['context'])[-1]))
+    for t, i, sample, ids in prompts
+  ]
+
+
+def _stacked(entries: list[list]) -> list:
+  """Several presses' entries per layer as one batch, a press per row."""
+  return [None if layer[0] is None else jnp.concatenate(layer, axis=0) for layer in zip(*entries)]
+
+
 def run(args) -> dict:
   decoder = loading.load_decoder(args.checkpoint)
   model, tokenizer = decoder.model, decoder.tokenizer
   graphdef, state = nnx.split(model)
   kv_heads = model.layers[0].self_attn.num_kv_heads
-  count = lambda text: len(tokenizer.encode(text))
   presses = args.presses.split(',') if args.presses else list(PRESSES)
   ratios = [float(r) for r in args.ratios.split(',')]
   lengths = [int(n) for n in args.lengths.split(',')]
@@ -177,45 +236,55 @@ def run(args) -> dict:
       )
   for name in presses:  # every refusal before the first prefill
     compression.check_press(model, name, max(ratios), min(lengths), repeat=True)
+  max_new = max(MAX_NEW.get(task, MAX_NEW_DEFAULT) for task in tasks)  # greedy stops at the end
   results, started = [], time.perf_counter()
   for length in lengths:
-    for task in tasks:
-      samples = retrieval_tasks.samples(task, count, length, args.samples, args.seed, BOOK)
-      for index, sample in enumerate(samples):
-        ids = framed(tokenizer, sample)
-        context, question = ids['context'], ids['question']
-        max_new = MAX_NEW.get(task, MAX_NEW_DEFAULT)
-        room = len(question) + max_new
-        prompt = jnp.asarray([context + question[:1]], jnp.int32)
-        # Room in the full cache for the answer, and for KVzip's repeat block.
-        cache, queries = _prefill(graphdef, state, prompt, room=max(room, len(ids['repeat'])))
-        question_ids = jnp.asarray([question], jnp.int32)
-        repeat = jnp.asarray([ids['repeat']], jnp.int32)
-        settings = dict(length=len(context), room=room, max_new=max_new, eos=ids['turn_end'])
-        full = _answer(graphdef, state, cache, None, question_ids, **settings)
-        row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
-        row['answers'] = {'none': tokenizer.decode([int(i) for i in full[0] if i])}
-        for name in presses:
-          for ratio in ratios:
-            kept = _entries(
-              graphdef, state, cache, queries, repeat, name=name, ratio=ratio, prefix=ids['prefix']
-            )
-            answer = _answer(graphdef, state, cache, kept, question_ids, **settings)
-            row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer[0] if i])
-            if index == 0 and ratio == max(ratios):  # what each head kept, for the figure
-              row.setdefault('kept', {})[name] = _kept_masks(kept, len(context), kv_heads)
-        row['correct'] = {
-          key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
-        }
-        if index == 0:
-          row['needle'] = _needle_position(tokenizer, sample, ids)
-        results.append(row)
-        print(
-          f'[{time.perf_counter() - started:.0f} s] {task} {length} #{index}: '
-          f'{sum(row["correct"].values())}/{len(row["correct"])} right; '
-          f'uncompressed {row["answers"]["none"]!r}',
-          flush=True,
+    for task, index, sample, ids in _prompts(tokenizer, tasks, length, args):
+      context, question = ids['context'], ids['question']
+      room = len(question) + max_new
+      prompt = jnp.asarray([context + question[:1]], jnp.int32)
+      # Room in the full cache for the answer, and for KVzip's repeat block.
+      cache, queries = _prefill(graphdef, state, prompt, room=max(room, len(ids['repeat'])))
+      if any(PRESSES[name].repeat for name in presses):
+        repeat_queries, repeat_cache = _repeated(
+          graphdef, state, cache, jnp.asarray([ids['repeat']], jnp.int32)
         )
+      question_ids = jnp.asarray([question], jnp.int32)
+      settings = dict(length=len(context), room=room, max_new=max_new, eos=ids['turn_end'])
+      full = _answer(graphdef, state, cache, None, question_ids, **settings)
+      row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
+      row['answers'] = {'none': tokenizer.decode([int(i) for i in full[0] if i])}
+      for ratio in ratios:
+        for batch in _batches(presses):
+          kept = [
+            _entries(
+              graphdef,
+              state,
+              *((repeat_cache, repeat_queries) if PRESSES[name].repeat else (cache, queries)),
+              name=name,
+              ratio=ratio,
+              context=len(context),
+              prefix=ids['prefix'],
+            )
+            for name in batch
+          ]
+          answers = _answer(graphdef, state, cache, _stacked(kept), question_ids, **settings)
+          for name, entries, answer in zip(batch, kept, answers):
+            row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer if i])
+            if index == 0 and ratio == max(ratios):  # what each head kept, for the figure
+              row.setdefault('kept', {})[name] = _kept_masks(entries, len(context), kv_heads)
+      row['correct'] = {
+        key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
+      }
+      if index == 0:
+        row['needle'] = _needle_position(tokenizer, sample, ids)
+      results.append(row)
+      print(
+        f'[{time.perf_counter() - started:.0f} s] {task} {length} #{index}: '
+        f'{sum(row["correct"].values())}/{len(row["correct"])} right; '
+        f'uncompressed {row["answers"]["none"]!r}',
+        flush=True,
+      )
   return dict(
     checkpoint=args.checkpoint,
     presses=presses,

@@ -7,10 +7,14 @@ from io import StringIO
 import json
 import os
 
+from flax import nnx
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from tiny_decoders import write_checkpoint
 
 from data import retrieval_tasks
+from interpret import loading
 from studies import presses
 
 TEMPLATE = "{% for m in messages %}w1 {{ m['role'] }} {{ m['content'] }} w2\n{% endfor %}w3 "
@@ -28,11 +32,11 @@ def study(tmp_path_factory):
     args += ['--presses=knorm,adakv', '--ratios=0.5']
     with contextlib.redirect_stdout(StringIO()) as printed:
       report = presses.main(args)
-  return out, report, printed.getvalue()
+  return out, report, printed.getvalue(), folder
 
 
 def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
-  out, report, printed = study
+  out, report, printed, _ = study
   (row,) = report['results']
   assert set(row['answers']) == {'none', 'knorm@0.5', 'adakv@0.5'}
   assert row['tokens'] <= 100 + 40  # the context, then the question under the template
@@ -54,3 +58,22 @@ def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
   assert (out / 'presses.png').stat().st_size > 10_000 and (
     out / 'kept.png'
   ).stat().st_size > 10_000
+
+
+def test_presses_answer_as_one_batch_as_each_would_alone(study):
+  """The study answers the presses of one cache shape as rows of one batch: each row's greedy
+  ids equal that press's answer on its own cache."""
+  model = loading.load_decoder(study[3]).model
+  graphdef, state = nnx.split(model)
+  prompt = jnp.asarray([np.arange(3, 103) % 50], jnp.int32)  # a 99-token context
+  question = jnp.asarray([[5, 6, 7]], jnp.int32)
+  settings = dict(length=99, room=12, max_new=8, eos=-1)
+  cache, queries = presses._prefill(graphdef, state, prompt, room=12)
+  kept = [
+    presses._entries(graphdef, state, cache, queries, name=name, ratio=0.5, context=99, prefix=0)
+    for name in ('knorm', 'snapkv', 'streaming_llm')
+  ]
+  together = presses._answer(graphdef, state, cache, presses._stacked(kept), question, **settings)
+  alone = [presses._answer(graphdef, state, cache, k, question, **settings)[0] for k in kept]
+  np.testing.assert_array_equal(together, np.stack(alone))
+  assert len({tuple(map(int, row)) for row in alone}) > 1  # the presses' caches do differ
