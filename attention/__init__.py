@@ -36,6 +36,7 @@ from attention.kv_cache import (
   kept_rotary_scores,
   kept_step,
   window_mask,
+  with_empty_slots,
 )
 from attention.linear import (
   elu_feature_map,
@@ -166,4 +167,5 @@ __all__ = [
   't5_bias_at',
   't5_buckets',
   'window_mask',
+  'with_empty_slots',
 ]

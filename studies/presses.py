@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import attention
 from attention import PRESSES
 from data import retrieval_tasks
 from data.chat import chat_text
@@ -108,27 +109,40 @@ def _repeated(graphdef, state, cache, repeat):
 
 
 @functools.partial(
-  jax.jit, static_argnums=0, static_argnames=('name', 'ratio', 'context', 'prefix')
+  jax.jit, static_argnums=0, static_argnames=('name', 'ratios', 'context', 'prefix')
 )
-def _entries(graphdef, state, cache, queries, *, name, ratio, context, prefix):
-  """A press's kept entries per layer (`cache` and `queries` after the repeat block for KVzip,
-  whose scores read the `context` positions after the template's `prefix`)."""
+def _entries(graphdef, state, cache, queries, *, name, ratios, context, prefix):
+  """A press's kept entries per layer at each of `ratios` (`cache` and `queries` after the
+  repeat block for KVzip, whose scores read the `context` positions after the template's
+  `prefix`): one program per press, whatever the ratios."""
   model = nnx.merge(graphdef, state)
   where = dict(context=context, prefix=prefix) if PRESSES[name].repeat else {}
-  scores = compression.layer_scores(model, cache, queries, name, ratio, **where)
-  return compression.kept_entries(scores, name, ratio)
+  return [
+    compression.kept_entries(
+      compression.layer_scores(model, cache, queries, name, ratio, **where), name, ratio
+    )
+    for ratio in ratios
+  ]
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('length', 'room', 'max_new', 'eos'))
 def _answer(graphdef, state, cache, entries, question, *, length, room, max_new, eos):
   """Greedy answers after `question [1, Q]` on the prompt's cache, whole (`entries` None) or
-  evicted to `entries` (per layer `[B, K', M]`: B presses at once, each a row of one batch)."""
+  evicted to `entries` (per layer `[B, K', M]`: B presses at once, each a row of one batch).
+  An evicted layer is grown with empty slots to the whole cache's size, so that one program
+  answers at every ratio (slots that no query reads change no answer)."""
   model = nnx.merge(graphdef, state)
   if entries is not None:
     rows = next(kept.shape[0] for kept in entries if kept is not None)
     cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows, *x.shape[1:])), cache)
     question = jnp.broadcast_to(question, (rows, question.shape[1]))
+    whole = [layer['k'].shape[1] * (length + room) for layer in cache['layers']]  # K heads'
     cache = compression.compress(cache, entries, length, room)
+    layers = [  # K' rows of the whole cache's slots over K'
+      layer if kept is None else attention.with_empty_slots(layer, slots // kept.shape[1])
+      for layer, kept, slots in zip(cache['layers'], entries, whole)
+    ]
+    cache = {**cache, 'layers': layers}
   return compression.answer(model, cache, question, max_length=max_new, eos_id=eos)
 
 
@@ -254,25 +268,27 @@ def run(args) -> dict:
       full = _answer(graphdef, state, cache, None, question_ids, **settings)
       row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
       row['answers'] = {'none': tokenizer.decode([int(i) for i in full[0] if i])}
-      for ratio in ratios:
+      kept = {  # a press: its entries at each ratio
+        name: _entries(
+          graphdef,
+          state,
+          *((repeat_cache, repeat_queries) if PRESSES[name].repeat else (cache, queries)),
+          name=name,
+          ratios=tuple(ratios),
+          context=len(context),
+          prefix=ids['prefix'],
+        )
+        for name in presses
+      }
+      for at, ratio in enumerate(ratios):
         for batch in _batches(presses):
-          kept = [
-            _entries(
-              graphdef,
-              state,
-              *((repeat_cache, repeat_queries) if PRESSES[name].repeat else (cache, queries)),
-              name=name,
-              ratio=ratio,
-              context=len(context),
-              prefix=ids['prefix'],
-            )
-            for name in batch
-          ]
-          answers = _answer(graphdef, state, cache, _stacked(kept), question_ids, **settings)
-          for name, entries, answer in zip(batch, kept, answers):
+          entries = _stacked([kept[name][at] for name in batch])
+          answers = _answer(graphdef, state, cache, entries, question_ids, **settings)
+          for name, answer in zip(batch, answers):
             row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer if i])
             if index == 0 and ratio == max(ratios):  # what each head kept, for the figure
-              row.setdefault('kept', {})[name] = _kept_masks(entries, len(context), kv_heads)
+              masks = _kept_masks(kept[name][at], len(context), kv_heads)
+              row.setdefault('kept', {})[name] = masks
       row['correct'] = {
         key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
       }

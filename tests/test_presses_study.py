@@ -70,7 +70,9 @@ def test_presses_answer_as_one_batch_as_each_would_alone(study):
   settings = dict(length=99, room=12, max_new=8, eos=-1)
   cache, queries = presses._prefill(graphdef, state, prompt, room=12)
   kept = [
-    presses._entries(graphdef, state, cache, queries, name=name, ratio=0.5, context=99, prefix=0)
+    presses._entries(
+      graphdef, state, cache, queries, name=name, ratios=(0.5,), context=99, prefix=0
+    )[0]
     for name in ('knorm', 'snapkv', 'streaming_llm')
   ]
   together = presses._answer(graphdef, state, cache, presses._stacked(kept), question, **settings)
