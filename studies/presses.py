@@ -42,6 +42,7 @@ from data import retrieval_tasks
 from data.chat import chat_text
 from interpret import loading
 from models import compression
+from studies import presses_report
 import training
 
 BOOK = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data', 'books')
@@ -176,40 +177,6 @@ def _needle_position(tokenizer, sample: retrieval_tasks.Sample, ids: dict) -> in
   return len(tokenizer.encode_pieces(ids['opening'] + sample.context[:where]))
 
 
-def kept_figure(report: dict, path: str) -> bool:
-  """Which positions each head kept at the largest ratio, per press (one panel each; rows:
-  layers x key/value heads, columns: context positions), the needle marked, for the first
-  needle sample. False when no sample recorded them."""
-  row = next((r for r in report['results'] if r.get('kept') and r.get('needle')), None)
-  if row is None:
-    return False
-  import matplotlib  # pylint: disable=import-outside-toplevel
-
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-  names = list(row['kept'])
-  fig, axes = plt.subplots(
-    len(names), 1, figsize=(9, 1.6 * len(names) + 0.6), dpi=120, squeeze=False
-  )
-  for ax, name in zip(axes[:, 0], names):
-    grid = np.asarray([[c == '1' for c in head] for layer in row['kept'][name] for head in layer])
-    ax.imshow(grid, aspect='auto', cmap='Greys', interpolation='nearest', vmin=0, vmax=1)
-    ax.axvline(row['needle'], color='tab:red', lw=1.2, label='needle')
-    ax.set_ylabel(f'{name}\nlayer x head', fontsize=8)
-    ax.tick_params(labelsize=7)
-  axes[0, 0].legend(fontsize=7, loc='upper right')
-  axes[-1, 0].set_xlabel('context position (black: kept)')
-  fig.suptitle(
-    f'{report["checkpoint"]}: kept at ratio {max(report["ratios"])}, {row["task"]} sample 0',
-    fontsize=9,
-  )
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
-  return True
-
-
 def _prompts(tokenizer, tasks: list[str], length: int, args) -> list[tuple]:
   """Every (task, index, sample, ids) of a length, ids padded to the length's one shape."""
   count = lambda text: len(tokenizer.encode(text))
@@ -310,68 +277,6 @@ def run(args) -> dict:
   )
 
 
-def table(report: dict, floor: float) -> tuple[str, dict]:
-  """Markdown rows of presses, columns of ratios: the mean score over the tasks the uncompressed
-  model scores at least `floor` on; and `{press: [score per ratio]}`."""
-  rows = report['results']
-  kept_tasks, dropped = [], {}
-  for task in dict.fromkeys(row['task'] for row in rows):
-    score = float(np.mean([row['correct']['none'] for row in rows if row['task'] == task]))
-    if score >= floor:
-      kept_tasks.append(task)
-    else:
-      dropped[task] = score
-  report['kept_tasks'], report['dropped_tasks'] = kept_tasks, dropped
-  chosen = [row for row in rows if row['task'] in kept_tasks]
-  curves = {}
-  lines = ['| press | ' + ' | '.join(f'{r:g}' for r in report['ratios']) + ' |']
-  lines.append('|---' * (len(report['ratios']) + 1) + '|')
-  for name in report['presses']:
-    curve = [
-      float(np.mean([row['correct'][f'{name}@{ratio}'] for row in chosen])) if chosen else 0.0
-      for ratio in report['ratios']
-    ]
-    curves[name] = curve
-    lines.append(f'| {name} | ' + ' | '.join(f'{100 * c:.0f}' for c in curve) + ' |')
-  base = float(np.mean([row['correct']['none'] for row in chosen])) if chosen else 0.0
-  report['uncompressed'] = base
-  lines.append(f'\nUncompressed: {100 * base:.0f}% on {", ".join(kept_tasks) or "no task"}')
-  if dropped:
-    lines.append(
-      'Dropped (uncompressed below the floor): '
-      + ', '.join(f'{t} ({100 * s:.0f}%)' for t, s in dropped.items())
-    )
-  return '\n'.join(lines), curves
-
-
-def figure(report: dict, curves: dict, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-  base = report['uncompressed']  # every curve starts at ratio 0, the cache kept whole
-  for index, (name, curve) in enumerate(curves.items()):
-    # Curves that coincide stay visible: each marker a little smaller than the one before.
-    ax.plot(
-      [0.0, *report['ratios']],
-      [100 * base, *(100 * c for c in curve)],
-      marker='o',
-      markersize=9 - 0.8 * index,
-      label=name,
-    )
-  ax.set_xlabel('compression ratio (share of cached positions dropped)')
-  ax.set_ylabel('answers right (%)')
-  ax.set_ylim(-5, 105)
-  ax.set_title(f'{report["checkpoint"]}: {", ".join(report["kept_tasks"])}', fontsize=9)
-  ax.legend(fontsize=8, ncol=2)
-  ax.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path)
-  plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--checkpoint', required=True, help='what interpret.loading reads')
@@ -387,14 +292,14 @@ def main(argv: list[str] | None = None) -> dict:
   os.makedirs(args.out, exist_ok=True)
   training.enable_compilation_cache(training.DEFAULT_COMPILATION_CACHE)  # a rerun compiles nothing
   report = run(args)
-  text, curves = table(report, args.floor)
+  text, curves = presses_report.table(report, args.floor)
   print(text)
   with open(os.path.join(args.out, 'presses.md'), 'w', encoding='utf-8') as f:
     f.write(text + '\n')
   with open(os.path.join(args.out, 'presses.json'), 'w', encoding='utf-8') as f:
     json.dump(report, f, indent=1)
-  figure(report, curves, os.path.join(args.out, 'presses.png'))
-  kept_figure(report, os.path.join(args.out, 'kept.png'))
+  presses_report.figure(report, curves, os.path.join(args.out, 'presses.png'))
+  presses_report.kept_figure(report, os.path.join(args.out, 'kept.png'))
   return report
 
 
