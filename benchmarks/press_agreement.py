@@ -61,6 +61,7 @@ PRESSES = (
 )
 RATIOS = (0.25, 0.5, 0.75)
 SHOWN = 6  # differing heads listed per press x ratio
+FOLDER = '~/.cache/attend/kvpress/SmolLM2-135M-Instruct-float32'  # transformers' copy of the GGUF
 
 
 def bits(mask: np.ndarray) -> list[str]:
@@ -166,6 +167,21 @@ def make_samples(tokenizer, lengths: list[int], tasks: list[str], seed: int, boo
   return samples
 
 
+def kvpress_run(module: str, job: dict) -> dict:
+  """`python -m module --job=JOB --out=OUT` in kvpress's environment (`make kvpress`) on `job`,
+  and the JSON it writes to OUT."""
+  if not KVPRESS_PYTHON.exists():
+    raise SystemExit(f'{KVPRESS_PYTHON} is missing: make kvpress')
+  with tempfile.TemporaryDirectory() as folder:
+    job_path, out_path = os.path.join(folder, 'job.json'), os.path.join(folder, 'peer.json')
+    with open(job_path, 'w', encoding='utf-8') as f:
+      json.dump(job, f)
+    command = [str(KVPRESS_PYTHON), '-m', module, '--job', job_path, '--out', out_path]
+    subprocess.run(command, cwd=REPO, check=True)
+    with open(out_path, encoding='utf-8') as f:
+      return json.load(f)
+
+
 def run_peer(job: dict, saved: str) -> tuple[dict, float]:
   """kvpress's side in its own environment, its results and its wall time; saved to `saved`,
   and read back from there instead when it holds the results of the same job."""
@@ -174,20 +190,9 @@ def run_peer(job: dict, saved: str) -> tuple[dict, float]:
       peer = json.load(f)
     if peer.get('job') == job:
       return peer, peer['seconds']
-  if not KVPRESS_PYTHON.exists():
-    raise SystemExit(f'{KVPRESS_PYTHON} is missing: make kvpress')
-  with tempfile.TemporaryDirectory() as folder:
-    job_path, out_path = os.path.join(folder, 'job.json'), os.path.join(folder, 'peer.json')
-    with open(job_path, 'w', encoding='utf-8') as f:
-      json.dump(job, f)
-    start = time.perf_counter()
-    subprocess.run(
-      [str(KVPRESS_PYTHON), '-m', 'benchmarks.kvpress_peer', '--job', job_path, '--out', out_path],
-      cwd=REPO,
-      check=True,
-    )
-    with open(out_path, encoding='utf-8') as f:
-      peer = {**json.load(f), 'job': job, 'seconds': time.perf_counter() - start}
+  start = time.perf_counter()
+  peer = {**kvpress_run('benchmarks.kvpress_peer', job), 'job': job}
+  peer['seconds'] = time.perf_counter() - start
   with open(saved, 'w', encoding='utf-8') as f:
     json.dump(peer, f)
   return peer, peer['seconds']
@@ -244,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
   )
   parser.add_argument(
     '--folder',
-    default='~/.cache/attend/kvpress/SmolLM2-135M-Instruct-float32',
+    default=FOLDER,
     help="transformers' float32 copy of the GGUF (made once)",
   )
   parser.add_argument(
