@@ -11,6 +11,15 @@ round. Decoding: `--tokens` greedy steps (`decode_step`, one compiled step each,
 decodes) on the full cache and on the cache pressed at `--ratio` by `--decode`, in alternating
 turns from a fresh cache each (its prefill not timed), tokens/s per side. Bytes: every
 leaf of each cache (keys, values, and the pressed cache's positions and heads).
+
+`--peer` measures the same on transformers + kvpress in the same run (benchmarks/kvpress_cost.py
+in `.venv-kvpress`, `make kvpress`; the GGUF --checkpoint names, or `--peer_gguf`): the same
+token ids, presses and order of turns, passed in a job file. The JSON then holds kvpress's side
+under 'kvpress' in the same shape, and 'attend_over_kvpress': Attend's medians over kvpress's,
+and on each side the pressed cache's bytes and decoding speed over the full cache's:
+
+    python -m benchmarks.press_bench --checkpoint=SmolLM2-135M-Instruct --length=2048 \
+        --ratio=0.75 --peer --out=runs/bench/press_smollm2_kvpress.json
 """
 
 import argparse
@@ -23,9 +32,10 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
-from benchmarks import machine, timing
+from benchmarks import machine, press_agreement, timing
 from interpret import loading
-from models import compression
+from models import compression, pretrained
+from training import layout
 
 BOOK = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data', 'books')
 BOOK = os.path.join(BOOK, 'pride_and_prejudice.txt')
@@ -55,6 +65,69 @@ def _bytes(cache) -> int:
   return int(sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(cache)))
 
 
+def summary(turns: dict, cache_bytes: dict, rates: dict, decode: str) -> dict:
+  """One side's figures: per-turn prefill seconds of 'prefill' and each press, each cache's
+  bytes, and per-turn decoding tokens/s of 'full' and 'pressed' -> spreads and ratios."""
+  timed = timing.Timing(turns, {}, {})
+  presses = [name for name in turns if name != 'prefill']
+  return dict(
+    prefill_s=timed.spread('prefill')._asdict(),
+    presses={
+      name: dict(
+        seconds=timed.spread(name)._asdict(),
+        over_prefill=timed.ratio(name, 'prefill')._asdict(),
+        cache_bytes=cache_bytes[name],
+      )
+      for name in presses
+    },
+    full_cache_bytes=cache_bytes['prefill'],
+    decode={
+      side: dict(tokens_per_s=timing.Spread.of(values)._asdict(), press=decode)
+      for side, values in rates.items()
+    },
+  )
+
+
+def peer_job(ids: list[int], args, presses: list[str], gguf: str) -> dict:
+  """What benchmarks/kvpress_cost.py reads: the same ids, presses and order of turns."""
+  return dict(
+    gguf=gguf,
+    folder=os.path.expanduser(args.peer_folder),
+    context_ids=ids[:-1],
+    token=ids[-1],
+    presses=presses,
+    ratio=args.ratio,
+    decode=args.decode,
+    tokens=args.tokens,
+    prefill_order=list(timing.order(['prefill', *presses], args.turns)),
+    decode_order=list(timing.order(['full', 'pressed'], args.turns)),
+  )
+
+
+def attend_over_kvpress(attend: dict, peer: dict) -> dict:
+  """Attend's medians over kvpress's (seconds: < 1, Attend faster; tokens/s: > 1, Attend faster),
+  and on each side the pressed cache's bytes and decoding speed over the full cache's."""
+  median = lambda side, *keys: functools.reduce(dict.get, keys, side)['median']
+  out = dict(prefill_s=median(attend, 'prefill_s') / median(peer, 'prefill_s'))
+  out['press_s'] = {
+    name: median(attend['presses'][name], 'seconds') / median(entry, 'seconds')
+    for name, entry in peer['presses'].items()
+  }
+  out['decode_tokens_per_s'] = {
+    side: median(attend['decode'][side], 'tokens_per_s') / median(entry, 'tokens_per_s')
+    for side, entry in peer['decode'].items()
+  }
+  press = attend['decode']['pressed']['press']
+  for name, side in (('attend', attend), ('kvpress', peer)):
+    out[name] = dict(
+      cache_fraction=side['presses'][press]['cache_bytes'] / side['full_cache_bytes'],
+      decode_speedup=median(side['decode']['pressed'], 'tokens_per_s')
+      / median(side['decode']['full'], 'tokens_per_s'),
+      press=press,
+    )
+  return out
+
+
 def run(args) -> dict:
   decoder = loading.load_decoder(args.checkpoint)
   graphdef, state = nnx.split(decoder.model)
@@ -65,27 +138,11 @@ def run(args) -> dict:
   prompt = jnp.asarray([ids], jnp.int32)
   room = args.tokens + 1
   prefill = functools.partial(_prefill, graphdef, state, prompt, room=room)
+  presses = args.presses.split(',')
   sides = {'prefill': lambda: prefill(name=None, ratio=0.0)}
-  for name in args.presses.split(','):
+  for name in presses:
     sides[name] = functools.partial(prefill, name=name, ratio=args.ratio)
   timed = timing.compare(sides, turns=args.turns, warmup=1)
-  report = dict(
-    machine=machine.facts(),
-    checkpoint=args.checkpoint,
-    length=args.length,
-    ratio=args.ratio,
-    prefill_s=timed.spread('prefill')._asdict(),
-    presses={
-      name: dict(
-        seconds=timed.spread(name)._asdict(),
-        over_prefill=timed.ratio(name, 'prefill')._asdict(),
-        cache_bytes=_bytes(timed.results[name]),
-      )
-      for name in sides
-      if name != 'prefill'
-    },
-    full_cache_bytes=_bytes(timed.results['prefill']),
-  )
   token = prompt[:, -1]
   caches = {'full': lambda: prefill(name=None, ratio=0.0), 'pressed': sides[args.decode]}
   rates = {side: [] for side in caches}
@@ -96,10 +153,29 @@ def run(args) -> dict:
     started = time.perf_counter()
     jax.block_until_ready(_decode(graphdef, state, cache, token, args.tokens))
     rates[side].append(args.tokens / (time.perf_counter() - started))
-  report['decode'] = {
-    side: dict(tokens_per_s=timing.Spread.of(values)._asdict(), press=args.decode)
-    for side, values in rates.items()
-  }
+  cache_bytes = {name: _bytes(cache) for name, cache in timed.results.items()}
+  report = dict(
+    machine=machine.facts(),
+    checkpoint=args.checkpoint,
+    length=args.length,
+    ratio=args.ratio,
+    **summary(timed.turns, cache_bytes, rates, args.decode),
+  )
+  if args.peer:
+    if args.peer_gguf is None and layout.holds_checkpoints(args.checkpoint):
+      raise SystemExit('--peer reads a GGUF file: name the one --checkpoint holds, --peer_gguf.')
+    gguf = args.peer_gguf or pretrained.locate(args.checkpoint)
+    peer = press_agreement.kvpress_run(
+      'benchmarks.kvpress_cost', peer_job(ids, args, presses, gguf)
+    )
+    report['kvpress'] = dict(
+      versions=peer['versions'],
+      threads=peer['threads'],
+      attention=peer['attention'],
+      kept_per_layer=peer['kept_per_layer'],
+      **summary(peer['turns'], peer['cache_bytes'], peer['tokens_per_s'], args.decode),
+    )
+    report['attend_over_kvpress'] = attend_over_kvpress(report, report['kvpress'])
   return report
 
 
@@ -113,13 +189,21 @@ def main() -> None:
   parser.add_argument('--decode', default='snapkv', help='the press whose cache decoding reads')
   parser.add_argument('--tokens', type=int, default=32, help='greedy steps per decoding call')
   parser.add_argument('--turns', type=int, default=3)
+  parser.add_argument(
+    '--peer', action='store_true', help='kvpress on transformers too (.venv-kvpress), same ids'
+  )
+  parser.add_argument('--peer_gguf', help="the peer's GGUF (default: --checkpoint's file)")
+  parser.add_argument('--peer_folder', default=press_agreement.FOLDER, help="transformers' copy")
   parser.add_argument('--out', required=True)
   args = parser.parse_args()
   report = run(args)
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   with open(args.out, 'w', encoding='utf-8') as f:
     json.dump(report, f, indent=1)
-  print(json.dumps({k: v for k, v in report.items() if k != 'machine'}, indent=1))
+  shown = {k: v for k, v in report.items() if k != 'machine'}
+  if 'kvpress' in shown:
+    shown['kvpress'] = {k: v for k, v in shown['kvpress'].items() if k != 'kept_per_layer'}
+  print(json.dumps(shown, indent=1))
 
 
 if __name__ == '__main__':
