@@ -59,6 +59,7 @@ def load_decoder(checkpoint: str, *, log=print) -> Decoder:
   else:
     read = pretrained.read(checkpoint)
     model, _ = pretrained.load_decoder(read)
-    decoder = Decoder(model, PretrainedTokenizer(read.tokenizer_json), read.name)
+    tokenizer = PretrainedTokenizer(read.tokenizer_json, chat_template=read.chat_template)
+    decoder = Decoder(model, tokenizer, read.name)
   log(f'loaded {checkpoint}: {time.perf_counter() - started:.1f} s')
   return decoder

@@ -217,12 +217,12 @@ def run(args) -> dict:
       )
   for name in presses:  # every refusal before the first prefill
     compression.check_press(model, name, max(ratios), min(lengths), repeat=True)
-  max_new = max(MAX_NEW.get(task, MAX_NEW_DEFAULT) for task in tasks)  # greedy stops at the end
   results, started = [], time.perf_counter()
   for length in lengths:
     for task, index, sample, ids in _prompts(tokenizer, tasks, length, args):
       context, question = ids['context'], ids['question']
-      room = len(question) + max_new
+      max_new = MAX_NEW.get(task, MAX_NEW_DEFAULT)
+      room = len(question) + max(MAX_NEW.get(t, MAX_NEW_DEFAULT) for t in tasks)  # one shape
       prompt = jnp.asarray([context + question[:1]], jnp.int32)
       # Room in the full cache for the answer, and for KVzip's repeat block.
       cache, queries = _prefill(graphdef, state, prompt, room=max(room, len(ids['repeat'])))

@@ -63,7 +63,9 @@ def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
 def test_presses_answer_as_one_batch_as_each_would_alone(study):
   """The study answers the presses of one cache shape as rows of one batch: each row's greedy
   ids equal that press's answer on its own cache."""
-  model = loading.load_decoder(study[3]).model
+  decoder = loading.load_decoder(study[3])
+  assert decoder.tokenizer.chat_template == TEMPLATE  # the study frames prompts with it
+  model = decoder.model
   graphdef, state = nnx.split(model)
   prompt = jnp.asarray([np.arange(3, 103) % 50], jnp.int32)  # a 99-token context
   question = jnp.asarray([[5, 6, 7]], jnp.int32)
