@@ -217,57 +217,86 @@ def run(args) -> dict:
       )
   for name in presses:  # every refusal before the first prefill
     compression.check_press(model, name, max(ratios), min(lengths), repeat=True)
+  room = max(MAX_NEW.get(task, MAX_NEW_DEFAULT) for task in tasks)  # one shape for all tasks
   results, started = [], time.perf_counter()
-  for length in lengths:
-    for task, index, sample, ids in _prompts(tokenizer, tasks, length, args):
-      context, question = ids['context'], ids['question']
-      max_new = MAX_NEW.get(task, MAX_NEW_DEFAULT)
-      room = len(question) + max(MAX_NEW.get(t, MAX_NEW_DEFAULT) for t in tasks)  # one shape
-      prompt = jnp.asarray([context + question[:1]], jnp.int32)
-      # Room in the full cache for the answer, and for KVzip's repeat block.
-      cache, queries = _prefill(graphdef, state, prompt, room=max(room, len(ids['repeat'])))
-      if any(PRESSES[name].repeat for name in presses):
-        repeat_queries, repeat_cache = _repeated(
-          graphdef, state, cache, jnp.asarray([ids['repeat']], jnp.int32)
-        )
-      question_ids = jnp.asarray([question], jnp.int32)
-      settings = dict(length=len(context), room=room, max_new=max_new, eos=ids['turn_end'])
-      full = _answer(graphdef, state, cache, None, question_ids, **settings)
-      row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
-      row['answers'] = {'none': tokenizer.decode([int(i) for i in full[0] if i])}
-      kept = {  # a press: its entries at each ratio
-        name: _entries(
-          graphdef,
-          state,
-          *((repeat_cache, repeat_queries) if PRESSES[name].repeat else (cache, queries)),
-          name=name,
-          ratios=tuple(ratios),
-          context=len(context),
-          prefix=ids['prefix'],
-        )
-        for name in presses
-      }
-      for at, ratio in enumerate(ratios):
-        for batch in _batches(presses):
-          entries = _stacked([kept[name][at] for name in batch])
-          answers = _answer(graphdef, state, cache, entries, question_ids, **settings)
-          for name, answer in zip(batch, answers):
-            row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer if i])
-            if index == 0 and ratio == max(ratios):  # what each head kept, for the figure
-              masks = _kept_masks(kept[name][at], len(context), kv_heads)
-              row.setdefault('kept', {})[name] = masks
-      row['correct'] = {
-        key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
-      }
-      if index == 0:
-        row['needle'] = _needle_position(tokenizer, sample, ids)
-      results.append(row)
-      print(
-        f'[{time.perf_counter() - started:.0f} s] {task} {length} #{index}: '
-        f'{sum(row["correct"].values())}/{len(row["correct"])} right; '
-        f'uncompressed {row["answers"]["none"]!r}',
-        flush=True,
+
+  def read(task, index, sample, ids):
+    """A prompt's prefill (one for every press) and its uncompressed answer."""
+    context, question = ids['context'], ids['question']
+    prompt = jnp.asarray([context + question[:1]], jnp.int32)
+    settings = dict(
+      length=len(context),
+      room=len(question) + room,
+      max_new=MAX_NEW.get(task, MAX_NEW_DEFAULT),
+      eos=ids['turn_end'],
+    )
+    # Room in the full cache for the answer, and for KVzip's repeat block.
+    prefilled = _prefill(graphdef, state, prompt, room=max(settings['room'], len(ids['repeat'])))
+    question_ids = jnp.asarray([question], jnp.int32)
+    full = _answer(graphdef, state, prefilled[0], None, question_ids, **settings)
+    row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
+    row['answers'] = {'none': tokenizer.decode([int(i) for i in full[0] if i])}
+    row['correct'] = {'none': retrieval_tasks.is_correct(row['answers']['none'], sample)}
+    return row, prefilled, question_ids, settings
+
+  def press(row, sample, ids, prefilled, question_ids, settings):
+    """Every press's answers at every ratio on the prompt's prefill, into `row`."""
+    cache, queries = prefilled
+    if any(PRESSES[name].repeat for name in presses):
+      repeat_queries, repeat_cache = _repeated(
+        graphdef, state, cache, jnp.asarray([ids['repeat']], jnp.int32)
       )
+    kept = {  # a press: its entries at each ratio
+      name: _entries(
+        graphdef,
+        state,
+        *((repeat_cache, repeat_queries) if PRESSES[name].repeat else (cache, queries)),
+        name=name,
+        ratios=tuple(ratios),
+        context=settings['length'],
+        prefix=ids['prefix'],
+      )
+      for name in presses
+    }
+    for at, ratio in enumerate(ratios):
+      for batch in _batches(presses):
+        entries = _stacked([kept[name][at] for name in batch])
+        answers = _answer(graphdef, state, cache, entries, question_ids, **settings)
+        for name, answer in zip(batch, answers):
+          row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer if i])
+          if row['sample'] == 0 and ratio == max(ratios):  # what each head kept: the figure
+            masks = _kept_masks(kept[name][at], settings['length'], kv_heads)
+            row.setdefault('kept', {})[name] = masks
+    row['correct'] = {
+      key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
+    }
+    if row['sample'] == 0:
+      row['needle'] = _needle_position(tokenizer, sample, ids)
+
+  for length in lengths:
+    prompts = _prompts(tokenizer, tasks, length, args)
+    for task in tasks:
+      mine = [
+        (sample, ids, *read(task, i, sample, ids)) for t, i, sample, ids in prompts if t == task
+      ]
+      score = float(np.mean([row['correct']['none'] for _, _, row, *_ in mine]))
+      if score < args.floor:  # no press is judged where the model fails without one
+        results += [row for _, _, row, *_ in mine]
+        print(
+          f'[{time.perf_counter() - started:.0f} s] {task} {length}: uncompressed '
+          f'{100 * score:.0f}% < --floor={args.floor:g}, dropped',
+          flush=True,
+        )
+        continue
+      for sample, ids, row, *prefill in mine:
+        press(row, sample, ids, *prefill)
+        results.append(row)
+        print(
+          f'[{time.perf_counter() - started:.0f} s] {task} {length} #{row["sample"]}: '
+          f'{sum(row["correct"].values())}/{len(row["correct"])} right; '
+          f'uncompressed {row["answers"]["none"]!r}',
+          flush=True,
+        )
   return dict(
     checkpoint=args.checkpoint,
     presses=presses,

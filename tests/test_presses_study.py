@@ -20,19 +20,28 @@ from studies import presses
 TEMPLATE = "{% for m in messages %}w1 {{ m['role'] }} {{ m['content'] }} w2\n{% endfor %}w3 "
 
 
-@pytest.fixture(scope='module')
-def study(tmp_path_factory):
-  folder = write_checkpoint('llama', str(tmp_path_factory.mktemp('llama')))
-  with open(os.path.join(folder, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
-    json.dump(dict(chat_template=TEMPLATE, tokenizer_class='PreTrainedTokenizerFast'), f)
-  out = tmp_path_factory.mktemp('presses')
+def _study(folder: str, out, *options: str):
   with pytest.MonkeyPatch.context() as patch:  # 128 positions: one short needle task
     patch.setattr(retrieval_tasks, 'TASKS', {'needle_noise': retrieval_tasks.needle_noise})
-    args = ['--checkpoint', folder, '--out', str(out), '--lengths=100', '--samples=1']
-    args += ['--presses=knorm,adakv', '--ratios=0.5']
+    args = ['--checkpoint', folder, '--out', str(out), '--lengths=100', '--samples=1', *options]
     with contextlib.redirect_stdout(StringIO()) as printed:
       report = presses.main(args)
   return out, report, printed.getvalue(), folder
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tmp_path_factory):
+  folder = write_checkpoint('llama', str(tmp_path_factory.mktemp('llama')))
+  with open(os.path.join(folder, 'tokenizer_config.json'), 'w', encoding='utf-8') as f:
+    json.dump(dict(chat_template=TEMPLATE, tokenizer_class='PreTrainedTokenizerFast'), f)
+  return folder
+
+
+@pytest.fixture(scope='module')
+def study(checkpoint, tmp_path_factory):
+  """Every press judged (`--floor=0`), though the model answers nothing right."""
+  out = tmp_path_factory.mktemp('presses')
+  return _study(checkpoint, out, '--presses=knorm,adakv', '--ratios=0.5', '--floor=0')
 
 
 def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
@@ -41,12 +50,9 @@ def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
   assert set(row['answers']) == {'none', 'knorm@0.5', 'adakv@0.5'}
   assert row['tokens'] <= 100 + 40  # the context, then the question under the template
   saved = json.loads((out / 'presses.json').read_text())
-  assert saved['dropped_tasks'] == {'needle_noise': 0.0} and saved['kept_tasks'] == []
+  assert saved['dropped_tasks'] == {} and saved['kept_tasks'] == ['needle_noise']
   table = (out / 'presses.md').read_text()
-  assert (
-    '| knorm | 0 |' in table
-    and 'Dropped (uncompressed below the floor): needle_noise (0%)' in table
-  )
+  assert '| knorm | 0 |' in table and 'Uncompressed: 0% on needle_noise' in table
   assert table.strip() in printed
   # What each head kept at the ratio, per layer: half of each head's (knorm), half of the
   # layer's over its heads (adakv), and the figures drawn.
@@ -58,6 +64,15 @@ def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
   assert (out / 'presses.png').stat().st_size > 10_000 and (
     out / 'kept.png'
   ).stat().st_size > 10_000
+
+
+def test_a_task_the_model_fails_uncompressed_is_dropped_before_any_press(checkpoint, tmp_path):
+  out, report, printed, _ = _study(checkpoint, tmp_path, '--presses=knorm', '--ratios=0.5')
+  (row,) = report['results']
+  assert row['answers'].keys() == {'none'} and row['correct'] == {'none': False}
+  assert 'needle_noise 100: uncompressed 0% < --floor=0.7, dropped' in printed
+  table = (out / 'presses.md').read_text()
+  assert 'Dropped (uncompressed below the floor): needle_noise (0%)' in table
 
 
 def test_presses_answer_as_one_batch_as_each_would_alone(study):
