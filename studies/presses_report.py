@@ -44,7 +44,7 @@ def figure(report: dict, curves: dict, path: str) -> None:
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
-  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+  fig, ax = plt.subplots(figsize=(8.5, 4.5), dpi=120)
   base = report['uncompressed']  # every curve starts at ratio 0, the cache kept whole
   for index, (name, curve) in enumerate(curves.items()):
     # Curves that coincide stay visible: each marker a little smaller than the one before.
@@ -58,8 +58,14 @@ def figure(report: dict, curves: dict, path: str) -> None:
   ax.set_xlabel('compression ratio (share of cached positions dropped)')
   ax.set_ylabel('answers right (%)')
   ax.set_ylim(-5, 105)
-  ax.set_title(f'{report["checkpoint"]}: {", ".join(report["kept_tasks"])}', fontsize=9)
-  ax.legend(fontsize=8, ncol=2)
+  chosen = [row for row in report['results'] if row['task'] in report['kept_tasks']]
+  lengths = ', '.join(str(n) for n in sorted({row['length'] for row in chosen}))
+  ax.set_title(
+    f'{report["checkpoint"]}, {lengths or "no"} tokens: {len(chosen)} prompts of '
+    f'{", ".join(report["kept_tasks"]) or "no task"}',
+    fontsize=9,
+  )
+  ax.legend(fontsize=8, loc='center left', bbox_to_anchor=(1.01, 0.5))  # beside the curves
   ax.grid(alpha=0.3)
   fig.tight_layout()
   fig.savefig(path)
