@@ -168,8 +168,8 @@ def make_samples(tokenizer, lengths: list[int], tasks: list[str], seed: int, boo
 
 
 def kvpress_run(module: str, job: dict) -> dict:
-  """`python -m module --job=JOB --out=OUT` in kvpress's environment (`make kvpress`) on `job`,
-  and the JSON it writes to OUT."""
+  """Runs the script `module` (a dotted name) with `--job=JOB --out=OUT` in kvpress's
+  environment (`make kvpress`) on `job`, and returns the JSON it writes to OUT."""
   if not KVPRESS_PYTHON.exists():
     raise SystemExit(f'{KVPRESS_PYTHON} is missing: make kvpress')
   with tempfile.TemporaryDirectory() as folder:
