@@ -217,16 +217,16 @@ def run(args) -> dict:
       )
   for name in presses:  # every refusal before the first prefill
     compression.check_press(model, name, max(ratios), min(lengths), repeat=True)
-  room = max(MAX_NEW.get(task, MAX_NEW_DEFAULT) for task in tasks)  # one shape for all tasks
+  longest = max(MAX_NEW.get(task, MAX_NEW_DEFAULT) for task in tasks)  # one shape: any task's
   results, started = [], time.perf_counter()
 
-  def read(task, index, sample, ids):
+  def read(length, task, index, sample, ids):
     """A prompt's prefill (one for every press) and its uncompressed answer."""
     context, question = ids['context'], ids['question']
     prompt = jnp.asarray([context + question[:1]], jnp.int32)
     settings = dict(
       length=len(context),
-      room=len(question) + room,
+      room=len(question) + longest,
       max_new=MAX_NEW.get(task, MAX_NEW_DEFAULT),
       eos=ids['turn_end'],
     )
@@ -277,7 +277,9 @@ def run(args) -> dict:
     prompts = _prompts(tokenizer, tasks, length, args)
     for task in tasks:
       mine = [
-        (sample, ids, *read(task, i, sample, ids)) for t, i, sample, ids in prompts if t == task
+        (sample, ids, *read(length, task, i, sample, ids))
+        for t, i, sample, ids in prompts
+        if t == task
       ]
       score = float(np.mean([row['correct']['none'] for _, _, row, *_ in mine]))
       if score < args.floor:  # no press is judged where the model fails without one
