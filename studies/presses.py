@@ -61,12 +61,14 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
   end after it; `padded` appends the context again, without the template's `opening`, `prefix`
   tokens long)."""
   if not getattr(tokenizer, 'chat_template', ''):
-    context = tokenizer.encode(sample.context)
+    # What the tokenizer puts before any text (Gemma's BOS) opens the context, and is left out
+    # of KVzip's repeat block as a template's opening is: a BOS inside a text derails it.
+    opening, context = tokenizer.encode(''), tokenizer.encode(sample.context)
     return dict(
       context=context,
       question=tokenizer.encode_pieces(f'{sample.question}\n{sample.answer_prefix}'),
       turn_end=tokenizer.eos_id,
-      prefix=0,
+      prefix=len(opening) if context[: len(opening)] == opening else 0,
       opening='',
       request=tokenizer.encode_pieces(REPEAT + '\n'),
     )
@@ -174,6 +176,8 @@ def _needle_position(tokenizer, sample: retrieval_tasks.Sample, ids: dict) -> in
   where = sample.context.find(sample.answers[0])
   if where < 0:
     return None
+  if not ids['opening']:  # no template: the tokenizer's own opening (a BOS), then the text
+    return ids['prefix'] + len(tokenizer.encode_pieces(sample.context[:where]))
   return len(tokenizer.encode_pieces(ids['opening'] + sample.context[:where]))
 
 

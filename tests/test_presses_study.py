@@ -96,3 +96,25 @@ def test_presses_answer_as_one_batch_as_each_would_alone(study):
   alone = [presses._answer(graphdef, state, cache, k, question, **settings)[0] for k in kept]
   np.testing.assert_array_equal(together, np.stack(alone))
   assert len({tuple(map(int, row)) for row in alone}) > 1  # the presses' caches do differ
+
+
+class _WordsWithBos:
+  """A tokenizer with no chat template that opens every text with a BOS (id 2), as Gemma's."""
+
+  chat_template, eos_id = '', 1
+
+  def encode_pieces(self, text: str) -> list[int]:
+    return [10 + len(word) for word in text.split()]
+
+  def encode(self, text: str) -> list[int]:
+    return [2, *self.encode_pieces(text)]
+
+
+def test_kvzips_repeat_block_leaves_out_the_tokenizers_bos():
+  """Without a template, the BOS the tokenizer opens the context with is its opening (KVzip's
+  `prefix`): the repeat block repeats the text after it, never a BOS in mid-sequence."""
+  sample = retrieval_tasks.Sample('needle_noise', 'one two three', 'Which?', 'It is', ('7',))
+  ids = presses.framed(_WordsWithBos(), sample)
+  assert ids['context'] == [2, 13, 13, 15] and ids['prefix'] == 1
+  full = presses.padded(ids, 6, len(ids['question']), filler=0)
+  assert full['repeat'] == ids['request'] + [13, 13, 15, 0, 0] and 2 not in full['repeat']
