@@ -20,10 +20,8 @@ its position, the logits' argmax; no EOS stop) for `tokens` steps on a fresh ful
 fresh pressed one, its prefill not timed. Bytes: every key and value tensor the cache holds.
 """
 
-import argparse
 import contextlib
 from importlib import metadata
-import json
 import os
 import time
 
@@ -125,15 +123,7 @@ def run(job: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--job', required=True, help='the JSON press_bench writes')
-  parser.add_argument('--out', required=True, help='where the results go (JSON)')
-  args = parser.parse_args(argv)
-  with open(args.job, encoding='utf-8') as f:
-    job = json.load(f)
-  result = run(job)
-  with open(args.out, 'w', encoding='utf-8') as f:
-    json.dump(result, f)
+  kvpress_peer.serve(run, argv, __doc__.split('\n')[0], 'press_bench')
 
 
 if __name__ == '__main__':

@@ -230,16 +230,22 @@ def run(job: dict) -> dict:
   )
 
 
-def main(argv: list[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--job', required=True, help='the JSON press_agreement writes')
+def serve(run_job, argv: list[str] | None, description: str, writer: str) -> None:
+  """A peer script's command line: `--job` (the JSON `writer` writes), `run_job(job)`'s result
+  to `--out` (JSON)."""
+  parser = argparse.ArgumentParser(description=description)
+  parser.add_argument('--job', required=True, help=f'the JSON {writer} writes')
   parser.add_argument('--out', required=True, help='where the results go (JSON)')
   args = parser.parse_args(argv)
   with open(args.job, encoding='utf-8') as f:
     job = json.load(f)
-  result = run(job)
+  result = run_job(job)
   with open(args.out, 'w', encoding='utf-8') as f:
     json.dump(result, f)
+
+
+def main(argv: list[str] | None = None) -> None:
+  serve(run, argv, __doc__.split('\n')[0], 'press_agreement')
 
 
 if __name__ == '__main__':

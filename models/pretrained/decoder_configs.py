@@ -46,15 +46,23 @@ def _rope(base: float) -> dict[str, Any]:
   return {'rope_type': 'default', 'rope_theta': base}
 
 
+def _llama_family(args: dict[str, Any], model_type: str, architecture: str) -> dict[str, Any]:
+  """What Llama, Mistral and Qwen2 write alike: the common fields, the activation, rotary."""
+  stack = args['stack']
+  return {
+    'model_type': model_type,
+    **_common(args, architecture),
+    'hidden_act': _activation(stack, _LLAMA_ACTIVATIONS),
+    'rope_theta': stack.rope_base,
+    'rope_parameters': _rope(stack.rope_base),
+  }
+
+
 def llama(args: dict[str, Any]) -> dict[str, Any]:
   """LlamaForCausalLM: biases on all four attention projections or none (`attention_bias`)."""
   stack = args['stack']
   return {
-    'model_type': 'llama',
-    **_common(args, 'LlamaForCausalLM'),
-    'hidden_act': _activation(stack, _LLAMA_ACTIVATIONS),
-    'rope_theta': stack.rope_base,
-    'rope_parameters': _rope(stack.rope_base),
+    **_llama_family(args, 'llama', 'LlamaForCausalLM'),
     'attention_bias': stack.qkv_bias,
     'mlp_bias': stack.mlp_bias,
   }
@@ -62,29 +70,16 @@ def llama(args: dict[str, Any]) -> dict[str, Any]:
 
 def mistral(args: dict[str, Any]) -> dict[str, Any]:
   """MistralForCausalLM: Llama's without biases, with a window over every layer."""
-  stack = args['stack']
   return {
-    'model_type': 'mistral',
-    **_common(args, 'MistralForCausalLM'),
-    'hidden_act': _activation(stack, _LLAMA_ACTIVATIONS),
-    'rope_theta': stack.rope_base,
-    'rope_parameters': _rope(stack.rope_base),
-    'sliding_window': stack.window or None,
+    **_llama_family(args, 'mistral', 'MistralForCausalLM'),
+    'sliding_window': args['stack'].window or None,
   }
 
 
 def qwen2(args: dict[str, Any]) -> dict[str, Any]:
   """Qwen2ForCausalLM: biases on the queries, keys and values only; no window (the reader
   refuses Qwen2's `use_sliding_window`)."""
-  stack = args['stack']
-  return {
-    'model_type': 'qwen2',
-    **_common(args, 'Qwen2ForCausalLM'),
-    'hidden_act': _activation(stack, _LLAMA_ACTIVATIONS),
-    'rope_theta': stack.rope_base,
-    'rope_parameters': _rope(stack.rope_base),
-    'use_sliding_window': False,
-  }
+  return {**_llama_family(args, 'qwen2', 'Qwen2ForCausalLM'), 'use_sliding_window': False}
 
 
 def _scalar(query_scale: float | None, head_size: int) -> float | int:
