@@ -71,10 +71,11 @@ class Checkpointer:
         ),
         # The PyTree handler (what Orbax's standard one wraps, the same files) reads a part of
         # a checkpoint: the parameters without the optimizer's moments (`restore`). Written
-        # uncompressed: trained float32 weights shrink about 12% under zstd, while compressing
-        # holds every compressed array in memory until the write (about 1 GB more peak memory
-        # for SmolLM2's 1.5 GB state) and takes about 3x as long. Compressed checkpoints written
-        # before read as before (their metadata says how they were written).
+        # uncompressed: float32 weights shrink about 12% under zstd (measured on random normal
+        # ones of SmolLM2's shapes), while compressing holds every compressed array in memory
+        # until the write (about 1 GB more peak memory for SmolLM2's 1.5 GB state) and takes
+        # about 3x as long. Compressed checkpoints written before read as before (their
+        # metadata says how they were written).
         item_handlers=dict(
           state=ocp.PyTreeCheckpointHandler(use_compression=False),
           meta=ocp.JsonCheckpointHandler(),
