@@ -14,7 +14,7 @@ from configs import pretrained_lm
 from models import pretrained
 import tasks
 import training
-from training import init_from
+from training import init_from, loop, sharding
 from training.checkpoints import CheckpointMismatchError
 from training.setup import build_state
 
@@ -128,3 +128,19 @@ def test_a_swap_the_weights_were_not_trained_for_or_that_changes_nothing_says_so
     'config.model.window=16 covers every 16-token row (config.dataset.seq_length): the window '
     'changes nothing here.',
   ]  # dropout changes how it trains, not what the weights compute: no line
+
+
+def test_a_fine_tune_compiles_its_train_step_once(llama):
+  """The first state a fine-tune builds is placed as the steps' outputs are: the train step is
+  traced and compiled once, not again at the second step."""
+  config = _config(llama)
+  mesh = sharding.make_mesh(config.mesh)
+  with init_from.vocab_source(config.init_from) as source:
+    task = tasks.build(config, source)
+    state = init_from.initial_state(config, task, mesh)
+  step_fn = loop.jit_train_step(config, task, state, mesh)
+  batches = task.batches(config.dataset.train_split, batch_size=4, shuffle=True, seed=0)
+  for _ in range(2):
+    state, _ = step_fn(state, sharding.shard_batch(next(batches), mesh), jax.random.key(1))
+  assert int(state.step) == 2
+  assert step_fn._cache_size() == 1

@@ -85,7 +85,12 @@ def fresh_moments(state: TrainState) -> TrainState:
   shardings = [getattr(x, 'sharding', None) for x in leaves]
   placed = dict(out_shardings=treedef.unflatten(shardings)) if all(shardings) else {}
   init = jax.jit(state.tx.init, **placed)
-  return state.replace(step=jnp.zeros((), jnp.int32), opt_state=init(state.params))
+  # Committed where the state's step lives, as every later step is: an uncommitted first step
+  # made jit compile the train step a second time at step 2 (SmolLM2: 16 s, two programs held).
+  step = jnp.zeros((), jnp.int32)
+  if getattr(state.step, 'sharding', None) is not None:
+    step = jax.device_put(step, state.step.sharding)
+  return state.replace(step=step, opt_state=init(state.params))
 
 
 def readable_state(config, task, mesh: Mesh | None = None) -> TrainState:
