@@ -10,9 +10,10 @@ An allocator is chosen when the process starts (LD_PRELOAD), so the entry points
 `ATTEND_ALLOCATOR=system` keeps the system allocator; without the `cmeel-mimalloc` package, or off
 Linux, nothing changes.
 
-Compiling is the exception (`purging`): XLA frees hundreds of MB of its own working memory across
-its threads' heaps, which with purging off would stay resident for the rest of the run, so the
-first (compiling) call of a train step runs with purging on.
+Compiling and evaluating are the exceptions (`purging`): XLA frees hundreds of MB of its own
+working memory across its threads' heaps, and an evaluation allocates buffers the train step
+never reuses, which with purging off would stay resident for the rest of the run, so the first
+(compiling) call of a train step and every evaluation run with purging on.
 """
 
 import contextlib
