@@ -180,20 +180,24 @@ def test_what_no_architecture_holds_is_one_sentence_naming_the_field(change, fie
   _one_sentence(error, f'config.model.{field}', 'Hugging Face folder', 'GGUF')
 
 
-@pytest.fixture(scope='module')
-def workdir(tmp_path_factory):
-  """A workdir convert.py made of a tiny Llama GGUF (grouped-query heads, a byte-level BPE
-  vocabulary that adds <bos>), and that file."""
+def _converted(base, origin: str) -> tuple[str, str]:
+  """`(workdir, origin)`: the workdir convert.py makes of the GGUF file `origin`."""
   from configs import pretrained_lm
   from training import pretrained_workdir
 
-  base = tmp_path_factory.mktemp('export')
-  origin = tiny_gguf.write_llama(str(base / 'llama.gguf'), {})
   checkpoint = pretrained.read(origin)
   pretrained_workdir.write_workdir(
     str(base / 'wd'), checkpoint, pretrained_lm.converted(checkpoint)
   )
   return str(base / 'wd'), origin
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+  """A workdir convert.py made of a tiny Llama GGUF (grouped-query heads, a byte-level BPE
+  vocabulary that adds <bos>), and that file."""
+  base = tmp_path_factory.mktemp('export')
+  return _converted(base, tiny_gguf.write_llama(str(base / 'llama.gguf'), {}))
 
 
 def test_a_gguf_export_reads_back_bit_for_bit_at_float32(workdir, tmp_path):
@@ -222,6 +226,24 @@ def test_a_gguf_export_reads_back_bit_for_bit_at_float32(workdir, tmp_path):
   ours, theirs = (PretrainedTokenizer(pretrained.read(p).tokenizer_json) for p in (out, origin))
   for text in tiny_gguf.TEXTS:
     assert ours.encode(text) == theirs.encode(text), text
+
+
+def test_a_gemma3_gguf_export_reads_back_bit_for_bit_with_its_own_tokenizer(tmp_path):
+  """Gemma 3 (a SentencePiece vocabulary, sliding-window layers, norms stored as 1 + w): the
+  file's metadata is copied, so its tokenizer comes back as it was; without that file there is
+  no byte-level tokenizer.json to write one from, and the refusal says so."""
+  path, origin = _converted(tmp_path, tiny_gguf.write_gemma3(str(tmp_path / 'gemma3.gguf')))
+  out = str(tmp_path / 'back.gguf')
+  pretrained_export.export(pretrained_export.Request(path, out, 'gguf'))
+  source, back = pretrained.read(origin), pretrained.read(out)
+  assert back.config == source.config and back.tokenizer_json == source.tokenizer_json
+  for name, tensor in source.tensors.items():
+    np.testing.assert_array_equal(back.tensors[name], tensor, err_msg=name)
+  os.rename(origin, origin + '.moved')
+  with pytest.raises(ValueError) as error:
+    pretrained_export.export(pretrained_export.Request(path, str(tmp_path / 'no.gguf'), 'gguf'))
+  _one_sentence(error, 'byte-level BPE tokenizer.json', '--format=hf')
+  assert not os.path.exists(tmp_path / 'no.gguf')
 
 
 def test_a_workdir_exports_a_folder_transformers_and_its_tokenizer_read(workdir, tmp_path):

@@ -58,7 +58,8 @@ MERGES = [
   ('Ġ', 'x'),
 ]
 # Gemma-style pieces after its specials and 256 byte pieces: user-defined runs of newlines, a tab
-# and spaces (stored with real spaces), '▁' pieces whose splits make the merges.
+# and spaces (stored with real spaces; as in Gemma 3, no '▁' piece spells a run of spaces too, so
+# the two never name one piece), '▁' pieces whose splits make the merges.
 GEMMA_PIECES = [
   ('[multimodal]', 4),
   ('\n', 4),
@@ -66,7 +67,7 @@ GEMMA_PIECES = [
   ('\t', 4),
   ('  ', 4),
   ('   ', 4),
-  *[(piece, 1) for piece in '▁ ▁▁ t h e a n d o r w l i s'.split(' ')],
+  *[(piece, 1) for piece in '▁ t h e a n d o r w l i s'.split(' ')],
   *[(p, 1) for p in ['th', 'he', '▁t', '▁th', '▁the', 'an', '▁a', '▁an', 'nd', '▁and']],
   *[(p, 1) for p in ['or', 'wor', '▁w', '▁wor', 'ld', '▁world', 'll', 'ell', 'hell', '▁hell']],
   *[(p, 1) for p in ['is', '▁is', 'é', '<h1>']],
