@@ -221,21 +221,28 @@ def evict(
     head, set here for the slots still to be written (position `length + j // W` in slot M + j),
     so a decoding step writes keys and values only; `first` = length, `base` = M.
 
+  An entry below 0 is an empty slot (position -1, which no query reads): rows of one batch may
+  then keep different counts in one shape (a study's presses at several ratios, answered as one
+  batch), every row decoding on from slot M.
+
   With `rerotate` (the rotary `(base, layout)` the keys were rotated with), every head's kept
   keys move to positions 0 .. M-1 in their order, rotated on by the difference (rotations
-  compose), and new positions start at M: kvpress's KeyRerotationPress. Every head keeps M.
+  compose), and new positions start at M: kvpress's KeyRerotationPress. Every head keeps M (no
+  empty entries).
   """
   b, k = state['k'].shape[:2]
+  kept_slot = entries >= 0
+  index = jnp.where(kept_slot, entries, 0)
 
   def gather(buffer: Array) -> Array:
     flat = buffer[:, :, :length].reshape(b, 1, k * length, buffer.shape[-1])
-    return jnp.take_along_axis(flat, entries[..., None], axis=2)  # [B, K', M, X]
+    return jnp.take_along_axis(flat, index[..., None], axis=2)  # [B, K', M, X]
 
   kept = {
     'k': gather(state['k']),
     'v': gather(state['v']),
-    'positions': (entries % length).astype(jnp.int32),
-    'heads': (entries // length).astype(jnp.int32),
+    'positions': jnp.where(kept_slot, entries % length, -1).astype(jnp.int32),
+    'heads': jnp.where(kept_slot, entries // length, -1).astype(jnp.int32),
   }
   if rerotate is None:
     return _with_room(kept, jnp.full((b,), length, jnp.int32), room, k)

@@ -15,9 +15,10 @@ the output): a press cannot be judged where the model fails without one.
 Every prompt of a length has one shape, so XLA compiles each program once per length, not once
 per prompt: contexts shorter than the length's longest end in newline tokens, and questions
 shorter than the longest start with them (a few dozen at most: the tasks fit their haystacks
-sentence by sentence, and their questions differ). The presses whose caches have one shape at a
-ratio (the uniform budgets; the per-head ones, AdaKV's and KVzip's) answer as one batch, and
-KVzip's repeat block is read once per prompt for every ratio.
+sentence by sentence, and their questions differ). The presses whose caches have one shape (the
+uniform budgets; the per-layer ones; the per-head ones, AdaKV's and KVzip's) answer as one batch
+at every ratio at once (a row keeping fewer positions ends in empty slots), each press is scored
+once for all ratios, and KVzip's repeat block is read once per prompt for every ratio.
 
 Writes `presses.json` (every answer and score, the times, the dropped tasks), `presses.md` (rows:
 presses; columns: ratios; the mean score over the kept tasks), `presses.png` (score against
@@ -27,6 +28,7 @@ the needle marked) into `--out`, and prints the table.
 
 import argparse
 import functools
+import inspect
 import json
 import os
 import time
@@ -119,19 +121,26 @@ def _entries(graphdef, state, cache, queries, *, name, ratios, context, prefix):
   repeat block for KVzip, whose scores read the `context` positions after the template's
   `prefix`): one program per press, whatever the ratios."""
   model = nnx.merge(graphdef, state)
-  where = dict(context=context, prefix=prefix) if PRESSES[name].repeat else {}
+  press = PRESSES[name]
+  where = dict(context=context, prefix=prefix) if press.repeat else {}
+  # Scored once where the score does not read the ratio (every press but StreamingLLM): observed
+  # attention's full weights were otherwise formed again at every ratio (11 s a 1k prompt).
+  by_ratio = 'ratio' in inspect.signature(press.score).parameters
+  scores = {}
+  for ratio in ratios:
+    if (ratio if by_ratio else None) not in scores:
+      scores[ratio if by_ratio else None] = compression.layer_scores(
+        model, cache, queries, name, ratio, **where
+      )
   return [
-    compression.kept_entries(
-      compression.layer_scores(model, cache, queries, name, ratio, **where), name, ratio
-    )
-    for ratio in ratios
+    compression.kept_entries(scores[ratio if by_ratio else None], name, ratio) for ratio in ratios
   ]
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('length', 'room', 'max_new', 'eos'))
 def _answer(graphdef, state, cache, entries, question, *, length, room, max_new, eos):
   """Greedy answers after `question [1, Q]` on the prompt's cache, whole (`entries` None) or
-  evicted to `entries` (per layer `[B, K', M]`: B presses at once, each a row of one batch).
+  evicted to `entries` (per layer `[B, K', M]`: B presses or ratios at once, a row each).
   An evicted layer is grown with empty slots to the whole cache's size, so that one program
   answers at every ratio (slots that no query reads change no answer)."""
   model = nnx.merge(graphdef, state)
@@ -201,8 +210,14 @@ def _prompts(tokenizer, tasks: list[str], length: int, args) -> list[tuple]:
 
 
 def _stacked(entries: list[list]) -> list:
-  """Several presses' entries per layer as one batch, a press per row."""
-  return [None if layer[0] is None else jnp.concatenate(layer, axis=0) for layer in zip(*entries)]
+  """Several presses' (or ratios') entries per layer as one batch, one per row; a row keeping
+  fewer positions than the layer's most ends in empty entries (-1: `attention.evict`)."""
+  def rows(layer):
+    most = max(kept.shape[-1] for kept in layer)
+    pad = lambda kept: [(0, 0)] * (kept.ndim - 1) + [(0, most - kept.shape[-1])]
+    return jnp.concatenate([jnp.pad(kept, pad(kept), constant_values=-1) for kept in layer])
+
+  return [None if layer[0] is None else rows(layer) for layer in zip(*entries)]
 
 
 def run(args) -> dict:
@@ -262,15 +277,15 @@ def run(args) -> dict:
       )
       for name in presses
     }
-    for at, ratio in enumerate(ratios):
-      for batch in _batches(presses):
-        entries = _stacked([kept[name][at] for name in batch])
-        answers = _answer(graphdef, state, cache, entries, question_ids, **settings)
-        for name, answer in zip(batch, answers):
-          row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer if i])
-          if row['sample'] == 0 and ratio == max(ratios):  # what each head kept: the figure
-            masks = _kept_masks(kept[name][at], settings['length'], kv_heads)
-            row.setdefault('kept', {})[name] = masks
+    for batch in _batches(presses):  # one call for every ratio of the group's presses
+      pairs = [(at, ratio, name) for at, ratio in enumerate(ratios) for name in batch]
+      entries = _stacked([kept[name][at] for at, _, name in pairs])
+      answers = _answer(graphdef, state, cache, entries, question_ids, **settings)
+      for (at, ratio, name), answer in zip(pairs, answers):
+        row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer if i])
+        if row['sample'] == 0 and ratio == max(ratios):  # what each head kept: the figure
+          masks = _kept_masks(kept[name][at], settings['length'], kv_heads)
+          row.setdefault('kept', {})[name] = masks
     row['correct'] = {
       key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
     }

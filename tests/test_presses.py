@@ -239,6 +239,18 @@ def test_evicted_cache_attends_to_each_heads_own_positions():
       _decode_evicted(entries, ref.entries_mask(entries, (B, K, C)), slots)
 
 
+def test_empty_entries_let_rows_keep_different_counts_in_one_shape():
+  """A row keeping fewer positions than another fills its entries with -1 (empty slots no
+  query reads): each row's outputs are attention over its own kept positions alone."""
+  positions = np.array([[[0, 2, 5, 7], [1, 3, 4, 6]], [[0, 6, -1, -1], [4, -1, -1, -1]]])
+  entries = np.where(positions >= 0, positions + np.arange(K)[:, None] * C, -1)
+  kept = np.zeros((B, K, C), bool)
+  for b, k, i in zip(*np.nonzero(positions >= 0)):
+    kept[b, k, positions[b, k, i]] = True
+  with jax.enable_x64(True):
+    _decode_evicted(entries, kept, 20)
+
+
 def test_evicted_cache_bytes_drop_by_the_ratio():
   """Keys and values take `1 - ratio` of the full cache's bytes, in either layout; the eviction
   adds an int32 position and head per slot and two int32 per batch row (8 bytes per slot, 1.6%

@@ -4,6 +4,7 @@ says): the framing, one prefill for every press, the JSON, table and figures."""
 
 import contextlib
 from io import StringIO
+import itertools
 import json
 import os
 
@@ -76,8 +77,9 @@ def test_a_task_the_model_fails_uncompressed_is_dropped_before_any_press(checkpo
 
 
 def test_presses_answer_as_one_batch_as_each_would_alone(study):
-  """The study answers the presses of one cache shape as rows of one batch: each row's greedy
-  ids equal that press's answer on its own cache."""
+  """The study answers the presses of one cache shape at every ratio as rows of one batch (a row
+  keeping fewer positions ends in empty entries): each row's greedy ids equal that press's answer
+  on its own cache; and a press scored once for all ratios keeps what it keeps at each alone."""
   decoder = loading.load_decoder(study[3])
   assert decoder.tokenizer.chat_template == TEMPLATE  # the study frames prompts with it
   model = decoder.model
@@ -86,14 +88,21 @@ def test_presses_answer_as_one_batch_as_each_would_alone(study):
   question = jnp.asarray([[5, 6, 7]], jnp.int32)
   settings = dict(length=99, room=12, max_new=8, eos=-1)
   cache, queries = presses._prefill(graphdef, state, prompt, room=12)
-  kept = [
-    presses._entries(
-      graphdef, state, cache, queries, name=name, ratios=(0.5,), context=99, prefix=0
-    )[0]
-    for name in ('knorm', 'snapkv', 'streaming_llm')
+  entries = lambda name, ratios: presses._entries(
+    graphdef, state, cache, queries, name=name, ratios=ratios, context=99, prefix=0
+  )
+  ratios, names = (0.5, 0.875), ('knorm', 'snapkv', 'streaming_llm')
+  kept = {name: entries(name, ratios) for name in names}
+  for name, (at, ratio) in itertools.product(names, enumerate(ratios)):
+    for ours, alone in zip(kept[name][at], entries(name, (ratio,))[0]):
+      np.testing.assert_array_equal(ours, alone)
+  pairs = [(name, at) for at in range(len(ratios)) for name in names]
+  stacked = presses._stacked([kept[name][at] for name, at in pairs])
+  together = presses._answer(graphdef, state, cache, stacked, question, **settings)
+  alone = [
+    presses._answer(graphdef, state, cache, kept[name][at], question, **settings)[0]
+    for name, at in pairs
   ]
-  together = presses._answer(graphdef, state, cache, presses._stacked(kept), question, **settings)
-  alone = [presses._answer(graphdef, state, cache, k, question, **settings)[0] for k in kept]
   np.testing.assert_array_equal(together, np.stack(alone))
   assert len({tuple(map(int, row)) for row in alone}) > 1  # the presses' caches do differ
 
