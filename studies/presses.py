@@ -212,6 +212,7 @@ def _prompts(tokenizer, tasks: list[str], length: int, args) -> list[tuple]:
 def _stacked(entries: list[list]) -> list:
   """Several presses' (or ratios') entries per layer as one batch, one per row; a row keeping
   fewer positions than the layer's most ends in empty entries (-1: `attention.evict`)."""
+
   def rows(layer):
     most = max(kept.shape[-1] for kept in layer)
     pad = lambda kept: [(0, 0)] * (kept.ndim - 1) + [(0, most - kept.shape[-1])]
