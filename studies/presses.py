@@ -126,15 +126,12 @@ def _entries(graphdef, state, cache, queries, *, name, ratios, context, prefix):
   # Scored once where the score does not read the ratio (every press but StreamingLLM): observed
   # attention's full weights were otherwise formed again at every ratio (11 s a 1k prompt).
   by_ratio = 'ratio' in inspect.signature(press.score).parameters
-  scores = {}
-  for ratio in ratios:
-    if (ratio if by_ratio else None) not in scores:
-      scores[ratio if by_ratio else None] = compression.layer_scores(
-        model, cache, queries, name, ratio, **where
-      )
-  return [
-    compression.kept_entries(scores[ratio if by_ratio else None], name, ratio) for ratio in ratios
-  ]
+  scored_at = {ratio: ratio if by_ratio else ratios[0] for ratio in ratios}
+  scores = {
+    ratio: compression.layer_scores(model, cache, queries, name, ratio, **where)
+    for ratio in dict.fromkeys(scored_at.values())
+  }
+  return [compression.kept_entries(scores[scored_at[r]], name, r) for r in ratios]
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('length', 'room', 'max_new', 'eos'))
