@@ -36,7 +36,6 @@ from attention.kv_cache import (
   kept_rotary_scores,
   kept_step,
   window_mask,
-  with_empty_slots,
 )
 from attention.linear import (
   elu_feature_map,
@@ -167,5 +166,4 @@ __all__ = [
   't5_bias_at',
   't5_buckets',
   'window_mask',
-  'with_empty_slots',
 ]

@@ -265,28 +265,6 @@ def evict_again(state: State, slots: Array, *, room: int, kv_heads: int) -> Stat
   return _with_room(kept, written + 1, room, kv_heads)
 
 
-def with_empty_slots(state: State, slots: int) -> State:
-  """An evicted cache (`evict`) grown to `slots` slots per row with empty ones (position -1,
-  which no query reads) after its room: the same decoding, in one shape for every budget, so
-  that decoding compiles once for many ratios (a study's). Decoding writes from `base` on, as
-  before, so the empty slots stay empty."""
-  extra = slots - state['positions'].shape[2]
-  if extra < 0:
-    raise ValueError(
-      f'The cache holds {state["positions"].shape[2]} slots a row, more than {slots}.'
-    )
-  grow = lambda x, value: jnp.pad(
-    x, ((0, 0), (0, 0), (0, extra)) + ((0, 0),) * (x.ndim - 3), constant_values=value
-  )
-  return {
-    **state,
-    'k': grow(state['k'], 0),
-    'v': grow(state['v'], 0),
-    'positions': grow(state['positions'], -1),
-    'heads': grow(state['heads'], 0),
-  }
-
-
 def kept_mask(q_positions: Array, state: State, num_heads: int, kv_heads: int) -> Array:
   """Which slots of an evicted cache each query may read, `[B, N, T, L]`: a slot written at a
   position not after the query's, holding the key/value head the query head reads."""

@@ -107,7 +107,10 @@ def observed_scores(queries, keys, values, *, scale: float, **unused) -> Array:
   query, divided by the number of queries that see it, averaged over a head's query heads."""
   s = keys.shape[-2]
   weights = _window_weights(queries, keys, scale, s)  # [B, N, S, S]
-  return _group_mean(weights.sum(axis=2) / jnp.arange(s, 0, -1), keys.shape[1])
+  # The sum over queries as a product with ones: XLA:CPU sums the non-minor axis of this array
+  # 10x slower than it multiplies (2.4 s against 0.21 s a layer at 2,098 tokens).
+  drawn = jnp.einsum('bnts,t->bns', weights, jnp.ones(s, weights.dtype))
+  return _group_mean(drawn / jnp.arange(s, 0, -1), keys.shape[1])
 
 
 def expected_scores(

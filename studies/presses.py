@@ -38,7 +38,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import attention
 from attention import PRESSES
 from data import retrieval_tasks
 from data.chat import chat_text
@@ -137,21 +136,14 @@ def _entries(graphdef, state, cache, queries, *, name, ratios, context, prefix):
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('length', 'room', 'max_new', 'eos'))
 def _answer(graphdef, state, cache, entries, question, *, length, room, max_new, eos):
   """Greedy answers after `question [1, Q]` on the prompt's cache, whole (`entries` None) or
-  evicted to `entries` (per layer `[B, K', M]`: B presses or ratios at once, a row each).
-  An evicted layer is grown with empty slots to the whole cache's size, so that one program
-  answers at every ratio (slots that no query reads change no answer)."""
+  evicted to `entries` (per layer `[B, K', M]`: B presses or ratios at once, a row each; a row
+  keeping fewer than M ends in empty entries, `_stacked`)."""
   model = nnx.merge(graphdef, state)
   if entries is not None:
     rows = next(kept.shape[0] for kept in entries if kept is not None)
     cache = jax.tree.map(lambda x: jnp.broadcast_to(x, (rows, *x.shape[1:])), cache)
     question = jnp.broadcast_to(question, (rows, question.shape[1]))
-    whole = [layer['k'].shape[1] * (length + room) for layer in cache['layers']]  # K heads'
     cache = compression.compress(cache, entries, length, room)
-    layers = [  # K' rows of the whole cache's slots over K'
-      layer if kept is None else attention.with_empty_slots(layer, slots // kept.shape[1])
-      for layer, kept, slots in zip(cache['layers'], entries, whole)
-    ]
-    cache = {**cache, 'layers': layers}
   return compression.answer(model, cache, question, max_length=max_new, eos_id=eos)
 
 

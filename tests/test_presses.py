@@ -177,15 +177,12 @@ def _attend_at(q, keys, values, q_positions, k_positions):
 WHOLE = dict(window=0, sink_tokens=0, attend_at=_attend_at, options={})  # `kv_step`'s full cache
 
 
-@functools.partial(jax.jit, static_argnames=('evicted', 'slots'))
-def _decode(cache, entries, queries, keys, values, *, evicted: bool, slots: int = 0):
+@functools.partial(jax.jit, static_argnames='evicted')
+def _decode(cache, entries, queries, keys, values, *, evicted: bool):
   """Positions C .. C+T-1, then C+T .. C+2T-1 (`queries [2, B, N, T, H]`, `keys`, `values`
-  `[2, B, K, T, H|Dv]`) on the context's cache evicted to `entries` (grown with empty slots
-  to `slots` a row, where given), or on the whole cache."""
+  `[2, B, K, T, H|Dv]`) on the context's cache evicted to `entries`, or on the whole cache."""
   if evicted:
     cache = attention.evict(cache, entries, length=C, room=ROOM)
-  if slots:
-    cache = attention.with_empty_slots(cache, slots)
   outputs = []
   for i in range(2):
     block = (cache, queries[i], keys[i], values[i], jnp.int32(C + i * T))
@@ -196,8 +193,8 @@ def _decode(cache, entries, queries, keys, values, *, evicted: bool, slots: int 
   return jnp.stack(outputs)  # [2, B, N, T, Dv]
 
 
-def _decode_evicted(entries, kept: np.ndarray, slots: int = 0):
-  """Decodes over a random context's cache evicted to `entries` (and grown to `slots`); each
+def _decode_evicted(entries, kept: np.ndarray):
+  """Decodes over a random context's cache evicted to `entries`; each
   output must be NumPy's attention over exactly the kept positions of its key/value head
   (`kept [B, K, C]`) and the new ones. Returns the inputs and the outputs."""
   rng = np.random.default_rng(2)
@@ -207,7 +204,7 @@ def _decode_evicted(entries, kept: np.ndarray, slots: int = 0):
   written = np.arange(C + ROOM)[:, None] < C  # the room is not written yet
   cache = {'k': np.where(written, keys, 0), 'v': np.where(written, values, 0)}
   blocks = [np.moveaxis(x[:, :, C:].reshape(B, K, 2, T, -1), 2, 0) for x in (keys, values)]
-  outputs = _decode(cache, entries, queries, *blocks, evicted=True, slots=slots)
+  outputs = _decode(cache, entries, queries, *blocks, evicted=True)
   own = np.concatenate([kept, np.ones((B, K, ROOM), bool)], axis=-1)  # [B, K, C + ROOM]
   own = np.repeat(own, N // K, axis=1)[:, :, None]  # [B, N, 1, C + ROOM]
   for i in range(2):
@@ -226,17 +223,14 @@ def test_evicted_cache_at_ratio_zero_is_the_full_cache():
 
 def test_evicted_cache_attends_to_each_heads_own_positions():
   """Different kept positions per head and per batch row, uniform (one row per head) and AdaKV's
-  flat layout (one row of all heads' entries: 6 + 2 and 1 + 7 per head); and the same grown
-  with empty slots to one shape for both (`with_empty_slots`), which no query reads."""
+  flat layout (one row of all heads' entries: 6 + 2 and 1 + 7 per head)."""
   uniform = np.array([[[0, 2, 5, 7], [1, 3, 4, 6]], [[0, 1, 2, 3], [4, 5, 6, 7]]])
   flat = np.array(
     [[0, 1, 2, 4, 5, 7, C + 3, C + 6], [7, C, C + 1, C + 2, C + 3, C + 5, C + 6, C + 7]]
   )
   with jax.enable_x64(True):
-    for entries, slots in itertools.product(
-      (uniform + np.arange(K)[:, None] * C, flat[:, None]), (0, 20)
-    ):
-      _decode_evicted(entries, ref.entries_mask(entries, (B, K, C)), slots)
+    for entries in (uniform + np.arange(K)[:, None] * C, flat[:, None]):
+      _decode_evicted(entries, ref.entries_mask(entries, (B, K, C)))
 
 
 def test_empty_entries_let_rows_keep_different_counts_in_one_shape():
@@ -248,7 +242,7 @@ def test_empty_entries_let_rows_keep_different_counts_in_one_shape():
   for b, k, i in zip(*np.nonzero(positions >= 0)):
     kept[b, k, positions[b, k, i]] = True
   with jax.enable_x64(True):
-    _decode_evicted(entries, kept, 20)
+    _decode_evicted(entries, kept)
 
 
 def test_evicted_cache_bytes_drop_by_the_ratio():
