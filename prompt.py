@@ -7,6 +7,7 @@
   python prompt.py attribute --workdir=runs/smollm2 --prompt="..." --target=" Mary" --versus=" John"
   python prompt.py attention --workdir=runs/smollm2 --prompt="..." --layers=0,9,18,29
   python prompt.py attention --workdir=runs/default --prompt="three hundred and twelve"
+  python prompt.py attention --workdir=runs/smollm2 --prompt="$(cat notes.txt)" --press=snapkv
 
 heads: each head's output replaced (--ablation zero, mean over a --reference text, or patched
 from a --source prompt of as many tokens), and the change in --metric: logprob (of --target
@@ -17,9 +18,11 @@ language models. attention: the attention pictures and the explorer page of some
 (--layers, default 4 evenly spaced; 'all') of a language model; on a run of translation,
 classification or question answering, the prompt read as one of its examples (a source
 sentence; a text; a story whose last sentence is the question), predicted, and drawn as eval.py
-draws an example (--layers: the one layer drawn). Targets are single tokens (' Mary', its space
-included). Files go to --out (default WORKDIR/prompt/); a refused
-command writes nothing. docs/interventions.md has the walk-through.
+draws an example (--layers: the one layer drawn). With --press (and --press_ratio), attention's
+page also shows which tokens each key/value head of a causal language model keeps under that
+KV-cache press. Targets are single tokens (' Mary', its space included). Files go to --out
+(default WORKDIR/prompt/); a refused command writes nothing. docs/interventions.md has the
+walk-through.
 """
 
 from training import allocator
@@ -47,6 +50,10 @@ _HEADS = flags.DEFINE_string('heads', '', 'heads: LAYER.HEAD,... (default every 
 _LAYERS = flags.DEFINE_string(
   'layers', '', "attention: L,L,... or 'all' (default: 4, or the last)."
 )
+_PRESS = flags.DEFINE_string(
+  'press', '', 'attention: also show what this press keeps of the cache (attention.PRESSES).'
+)
+_PRESS_RATIO = flags.DEFINE_float('press_ratio', 0.5, 'With --press: the share dropped, [0, 1).')
 _CACHE = flags.DEFINE_string(
   'compilation_cache', training.DEFAULT_COMPILATION_CACHE, training.COMPILATION_CACHE_HELP
 )
@@ -74,6 +81,8 @@ def main(argv):
     reference=_REFERENCE.value,
     heads=_HEADS.value,
     layers=_LAYERS.value,
+    press=_PRESS.value,
+    press_ratio=_PRESS_RATIO.value,
   )
   training.failures.run(f'prompt.py {argv[1]}', lambda: prompt_commands.COMMANDS[argv[1]](request))
 

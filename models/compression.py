@@ -43,6 +43,30 @@ def pressed(layer: nnx.Module) -> bool:
   return not layer.config.window
 
 
+def check_settings(name: str, ratio: float, context: int, every: int = 0, repeat: bool = False):
+  """What can be refused before a model is read, one sentence each: an unknown press (naming
+  those there are), a ratio outside [0, 1), a context of fewer than 2 tokens, KVzip without its
+  repeat block, a negative `every`, or compressing while decoding with a press that reads queries
+  (see `check_press`)."""
+  press = get_press(name)
+  kept_count(context, ratio)
+  if context < 2:
+    raise ValueError(f'press: the context must hold at least 2 tokens, got {context}.')
+  if press.repeat and not repeat:
+    raise ValueError(
+      f'press {name!r} scores the context by how the model repeats it; it needs that repeat '
+      'block (studies.presses forms it; in Python, compression.kept_positions(repeat=...)).'
+    )
+  if every < 0:
+    raise ValueError(f'press_every must be 0 (never) or more, got {every}.')
+  if every and (press.queries or press.budget != 'uniform'):
+    keys_alone = ', '.join(sorted(n for n, p in PRESSES.items() if not p.queries))
+    raise ValueError(
+      f"press {name!r} reads the prompt's queries or splits its budget unevenly; compressing "
+      f'while decoding (every {every} tokens) takes a press that scores keys alone: {keys_alone}.'
+    )
+
+
 def check_press(
   model: nnx.Module,
   name: str,
@@ -57,28 +81,13 @@ def check_press(
   `settings`: the press's, e.g. SnapKV's `window`, which the context must exceed).
 
   Raises:
-    ValueError: an unknown press (naming those there are), a ratio outside [0, 1), a context of
-      fewer than 2 tokens, a variant with no key/value cache (linear attention), a press that
-      reads attention weights on a variant that forms no softmax weights, a position bias (ALiBi,
-      T5: a kept key's bias would need its offset per head), no layer to press, a context no
-      longer than the press's window, KVzip without its repeat block, or compressing while
-      decoding with a press that reads queries.
+    ValueError: what `check_settings` refuses; a variant with no key/value cache (linear
+      attention), a press that reads attention weights on a variant that forms no softmax
+      weights, a position bias (ALiBi, T5: a kept key's bias would need its offset per head), no
+      layer to press, or a context no longer than the press's window.
   """
   press = get_press(name)
-  kept_count(context, ratio)
-  if context < 2:
-    raise ValueError(f'press: the context must hold at least 2 tokens, got {context}.')
-  if press.repeat and not repeat:
-    raise ValueError(
-      f'press {name!r} scores the context by how the model repeats it; it needs that repeat '
-      'block (studies.presses forms it; in Python, compression.kept_positions(repeat=...)).'
-    )
-  if every and (press.queries or press.budget != 'uniform'):
-    keys_alone = ', '.join(sorted(n for n, p in PRESSES.items() if not p.queries))
-    raise ValueError(
-      f"press {name!r} reads the prompt's queries or splits its budget unevenly; compressing "
-      f'while decoding (every {every} tokens) takes a press that scores keys alone: {keys_alone}.'
-    )
+  check_settings(name, ratio, context, every, repeat)
   layers = _attention_layers(model)
   for layer in layers:
     config = layer.config

@@ -6,7 +6,7 @@ const SVGNS = 'http://www.w3.org/2000/svg';
 const MAX_LINES = 2000;   // lines drawn without a hovered token, the strongest first
 const HOVER_LINES = 64;   // lines drawn from or to a hovered token
 const state = {example: 0, map: 0, layer: 0, head: -1, tab: null, errorsFirst: false,
-               image: 0, threshold: 0.1};
+               image: 0, threshold: 0.1, keptRow: -1};
 
 function el(tag, attrs, text, ns) {
   const e = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
@@ -65,7 +65,7 @@ function sidebar() {
   add(side, el('h4', {}, 'metrics'), metrics);
 }
 
-function select(i) { Object.assign(state, {example: i, map: 0, layer: 0, head: -1, tab: null, image: 0}); render(); }
+function select(i) { Object.assign(state, {example: i, map: 0, layer: 0, head: -1, tab: null, image: 0, keptRow: -1}); render(); }
 
 function render() {
   sidebar();
@@ -300,7 +300,46 @@ function timeView(view) {
   return box;
 }
 
-const VIEWS = {attention: attentionView, document: documentView, image: imageView, hops: hopsView, time: timeView};
+// A press's kept positions: rows are the layers' key/value heads, columns the context's tokens,
+// dark = kept; the tokens below are shaded by the share of heads that kept them, or, with a head
+// picked (or its row clicked), that head's kept tokens dark and its dropped ones struck through.
+function keptView(view) {
+  const box = el('div', {class: 'kept'}), R = view.rows.length, S = view.tokens.length;
+  const kept = view.kept.map(r => [...r].map(c => c === '1' ? 1 : 0));
+  const share = view.tokens.map((_, s) => kept.reduce((n, r) => n + r[s], 0) / Math.max(1, R));
+  const total = kept.reduce((n, r) => n + r.reduce((a, b) => a + b, 0), 0);
+  const pick = v => { state.keptRow = v; render(); };
+  add(box, el('div', {id: 'kept-summary'}, `${view.name}: ${total} of ${R * S} head positions kept ` +
+                                           `(${(100 * total / Math.max(1, R * S)).toFixed(1)}%)`),
+      add(el('div', {class: 'controls'}),
+          picker('head', 'kept-row', [[-1, 'share of heads'], ...view.rows.map((n, i) => [i, n])], state.keptRow, pick),
+          colourBar('kept')));
+  const cell = Math.max(1, Math.min(12, Math.floor(900 / Math.max(1, S))));
+  const height = Math.max(2, Math.min(12, Math.floor(480 / Math.max(1, R))));
+  const canvas = el('canvas', {id: 'kept', style: `width:${S * cell}px;height:${R * height}px;image-rendering:pixelated;display:block`});
+  paint(canvas, kept);
+  const readout = el('div', {class: 'readout', id: 'readout'}, 'hover a cell: the head, the position and its token; click: that head');
+  const at = e => [Math.min(R - 1, Math.floor(e.offsetY / height)), Math.min(S - 1, Math.floor(e.offsetX / cell))];
+  canvas.onmousemove = e => {
+    const [r, s] = at(e);
+    readout.textContent = `${view.rows[r]}, position ${s} ${JSON.stringify(view.tokens[s])}: ` +
+      `${kept[r][s] ? 'kept' : 'dropped'}; kept by ${Math.round(100 * share[s])}% of heads`;
+  };
+  canvas.onclick = e => pick(at(e)[0]);
+  const text = el('div', {id: 'kept-tokens', style: 'font:12px monospace;white-space:pre-wrap;margin-top:8px;line-height:1.6'});
+  view.tokens.forEach((t, s) => {
+    const w = state.keptRow < 0 ? share[s] : kept[state.keptRow][s];
+    const style = state.keptRow >= 0 && !w ? 'color:#999;text-decoration:line-through'
+      : `background:${colour(w)};color:${w > 0.55 ? '#fff' : '#000'}`;
+    text.appendChild(el('span', {style, 'data-kept': state.keptRow < 0 ? share[s].toFixed(3) : String(w),
+                                 title: `position ${s}: kept by ${Math.round(100 * share[s])}% of heads`}, t));
+  });
+  add(box, readout, canvas, text);
+  return box;
+}
+
+const VIEWS = {attention: attentionView, document: documentView, image: imageView, hops: hopsView, time: timeView,
+               kept: keptView};
 window.explorer = {state, render, select, row,
                    set(changes) { Object.assign(state, changes); render(); }};
 document.title = `attention explorer: ${DATA.title}`;

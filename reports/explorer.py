@@ -15,7 +15,9 @@ A record (one per example) is `{'index', 'reference', 'prediction', 'correct' (b
   - `{'kind': 'image', 'pixels': uint8 [H, W, C], 'maps': [(name, weights [gh, gw]), ...]}`:
     the image with one map at a time drawn over it as patches;
   - `{'kind': 'hops', 'sentences', 'weights': [K, M], 'supporting': [indices]}`;
-  - `{'kind': 'time', 'panels': [(name, values [rows, T]), ...]}`: values over time (NTM).
+  - `{'kind': 'time', 'panels': [(name, values [rows, T]), ...]}`: values over time (NTM);
+  - `{'kind': 'kept', 'name', 'tokens': [S tokens], 'rows': [R names], 'kept': bool [R, S]}`:
+    which context positions each key/value head kept under a press (KV-cache compression).
 """
 
 import base64
@@ -129,8 +131,22 @@ def encode_view(view: dict[str, Any]) -> dict[str, Any]:
         dict(name=str(name), shape=list(np.shape(v)), w=quantize(v)) for name, v in view['panels']
       ],
     )
+  if kind == 'kept':
+    kept = np.asarray(view['kept'], bool)
+    if kept.shape != (len(view['rows']), len(view['tokens'])):
+      raise ValueError(
+        f'Kept view {view["name"]!r}: kept of shape {kept.shape} does not match '
+        f'{len(view["rows"])} rows and {len(view["tokens"])} tokens.'
+      )
+    return dict(
+      kind=kind,
+      name=str(view['name']),
+      tokens=[str(t) for t in view['tokens']],
+      rows=[str(r) for r in view['rows']],
+      kept=[''.join('1' if k else '0' for k in row) for row in kept],  # a row: 1 kept, 0 dropped
+    )
   raise ValueError(
-    f'Explorer view kind {kind!r} is not one of attention, document, image, hops, time.'
+    f'Explorer view kind {kind!r} is not one of attention, document, image, hops, time, kept.'
   )
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from interpret import attribution, effects, figures, loading
 from interpret import heads as heads_lib
-from models import interventions
+from models import compression, interventions
 from reports import explorer
 import tasks
 from tasks import pictures
@@ -43,6 +43,8 @@ class Request:
   reference: str = ''
   heads: str = ''  # 'LAYER.HEAD,...' for `heads`; ignored elsewhere
   layers: str = ''  # 'all' or 'L,L,...' for `attention`
+  press: str = ''  # `attention`: the press whose kept positions the page shows too
+  press_ratio: float = 0.5
 
 
 class Prompt:
@@ -241,6 +243,11 @@ def run_attention(request: Request) -> dict:
       f'--workdir={request.workdir} holds a run of {source.config.task}, whose examples are not '
       f'text; prompt.py attention reads runs of {readers}.'
     )
+  if request.press and not getattr(source.task, 'causal', False):
+    raise ValueError(
+      f"--press compresses a causal language model's key/value cache; --workdir="
+      f'{request.workdir} holds a {source.config.task} run of {source.config.model.name}.'
+    )
   if isinstance(source.task, LanguageModeling):
     return _token_attention(request, source)
   return _example_attention(request, source)
@@ -274,6 +281,8 @@ def _token_attention(request: Request, source: restore.Source) -> dict:
   """The chosen layers' attention on the prompt: attention.png and explorer.html."""
   prompt = Prompt(request, source)
   layers = _layers(request.layers, prompt.config.model.num_layers)
+  if request.press:  # what the press's settings alone refuse, before the model is read
+    compression.check_settings(request.press, request.press_ratio, prompt.ids.shape[1])
   weights = np.asarray(
     interventions.attention(prompt.model, 'self', prompt.ids, method='token_logits')[0]
   )  # [L, N, T, T]
@@ -302,9 +311,26 @@ def _token_attention(request: Request, source: restore.Source) -> dict:
       )
     ],
   )
+  if request.press:
+    record['views'].append(_kept_view(prompt, request))
   page = explorer.write(out, [record], title=f'attention on "{_short(request.prompt)}"')
   print(f'Wrote {picture} and {page} (layers {", ".join(map(str, layers))}; --layers=all).')
-  return dict(layers=layers, picture=picture, explorer=page)
+  return dict(layers=layers, picture=picture, explorer=page, views=record['views'])
+
+
+def _kept_view(prompt: Prompt, request: Request) -> dict:
+  """The explorer's view of what `--press` keeps of the prompt's cache, a row per pressed layer's
+  key/value head (`compression.kept_positions`; a layer with a window keeps its ring and is
+  not a row)."""
+  masks = compression.kept_positions(prompt.model, prompt.ids, request.press, request.press_ratio)
+  rows, kept = [], []
+  for layer, mask in enumerate(masks):
+    for head, row in enumerate(np.asarray(mask[0]) if mask is not None else []):
+      rows.append(f'layer {layer} kv head {head}')
+      kept.append(row)
+  name = f'{request.press} at ratio {request.press_ratio:g}'
+  print(f'{name}: kept {np.mean(kept):.1%} of {len(rows)} heads x {len(prompt.tokens)} positions.')
+  return dict(kind='kept', name=name, tokens=prompt.tokens, rows=rows, kept=np.asarray(kept))
 
 
 COMMANDS = {'heads': run_heads, 'attribute': run_attribute, 'attention': run_attention}

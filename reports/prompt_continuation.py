@@ -19,7 +19,7 @@ import jax
 from attention import presses
 from data.chat import chat_ids
 from interpret import loading
-from models import generation
+from models import compression, generation
 from training import restore
 from training.steps import merge_model
 
@@ -54,11 +54,11 @@ def check_request(request: Request, config, ids: list[int]) -> None:
     raise ValueError('--prompt is empty; give the text to continue.')
   if not ids:
     raise ValueError(f'--prompt={request.prompt!r} encodes to no tokens.')
-  if request.press:  # the press's name and ratio alone; the model's own limits once it is built
-    presses.get_press(request.press)
-    presses.kept_count(len(ids), request.press_ratio)
-    if request.press_every < 0:
-      raise ValueError(f'--press_every must be 0 or more, got {request.press_every}.')
+  if request.press:  # what the press's settings alone refuse; the model's limits once it is built
+    # The cache holds the prompt but its last token, decoding's first input.
+    compression.check_settings(
+      request.press, request.press_ratio, len(ids) - 1, request.press_every
+    )
   if request.max_new_tokens < 1:
     raise ValueError(f'--max_new_tokens must be at least 1, got {request.max_new_tokens}.')
   limit = config.model.get('max_length')

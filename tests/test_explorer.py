@@ -201,15 +201,36 @@ def _records(rng):
         )
       ],
     ),
+    dict(
+      index=5,
+      reference='3453889',
+      prediction='34',
+      correct=False,
+      views=[
+        dict(
+          kind='kept',
+          name='snapkv at ratio 0.5',
+          tokens=[XSS[0], ' the', ' needle', ' is', ' 345'],
+          rows=['layer 0 kv head 0', 'layer 0 kv head 1'],
+          kept=[[1, 0, 0, 1, 1], [1, 1, 0, 0, 0]],
+        )
+      ],
+    ),
   ]
 
 
 VIEW_SCRIPT = """
 const out = {kinds: [], errorsFirst: null};
-for (let i = 0; i < 5; i++) {
+for (let i = 0; i < 6; i++) {
   explorer.select(i);
   out.kinds.push(document.querySelector('#main > div:last-child').className);
 }
+const shades = () => [...document.querySelectorAll('#kept-tokens span')].map(e => e.dataset.kept);
+out.keptShares = shades();  // the share of heads that kept each token
+explorer.set({keptRow: 1});
+out.keptRow = shades();
+out.struck = document.querySelectorAll('#kept-tokens span[style*="line-through"]').length;
+out.keptSummary = document.getElementById('kept-summary').textContent;
 explorer.select(1);
 out.sentences = document.querySelectorAll('.sentence').length;
 const box = document.getElementById('errors-first');
@@ -229,12 +250,15 @@ def test_every_view_kind_renders_and_users_markup_stays_text(rng, tmp_path):
   page = page.replace('<script>\n', f'<script>{spy}\n', 1)
   dom, console, out = browse(page, tmp_path, 'views', VIEW_SCRIPT, shot=True)
   assert console == []
-  assert out['kinds'] == ['attention', 'document', 'image', 'hops', 'time']
-  assert out['sentences'] == 2 and out['errorsFirst'] == [1, 3, 0, 2, 4]
+  assert out['kinds'] == ['attention', 'document', 'image', 'hops', 'time', 'kept']
+  assert out['keptShares'] == ['1.000', '0.500', '0.000', '0.500', '0.500']
+  assert out['keptRow'] == ['1', '1', '0', '0', '0'] and out['struck'] == 3
+  assert out['keptSummary'] == 'snapkv at ratio 0.5: 5 of 10 head positions kept (50.0%)'
+  assert out['sentences'] == 2 and out['errorsFirst'] == [1, 3, 5, 0, 2, 4]
   assert out['alerted'] == 0
   assert '<img' not in dom and 'alert(2)</script>' not in dom
   assert html.escape(XSS[0], quote=False) in dom  # shown, as text
-  for kind in range(1, 5):  # a screenshot per view kind
+  for kind in range(1, 6):  # a screenshot per view kind
     screenshot(page, tmp_path, f'view_{kind}', f'explorer.select({kind});')
 
 

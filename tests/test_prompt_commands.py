@@ -20,7 +20,7 @@ from tiny_decoders import write_checkpoint
 
 from data import chat
 from interpret import effects as effects_lib
-from models import generation
+from models import compression, generation
 from reports import prompt_commands, prompt_continuation
 from training import pretrained_workdir, restore
 from training.steps import merge_model
@@ -146,8 +146,9 @@ def test_a_press_that_keeps_everything_changes_nothing(workdir):
     (dict(top_p=0.0), 'top_p'),
     (dict(press='h2o'), "Unknown press 'h2o'; the presses are adakv, "),
     (dict(press='knorm', press_ratio=1.0), r'press ratio must be in \[0, 1\), got 1.0'),
-    (dict(press='knorm', press_every=-1), '--press_every must be 0 or more'),
+    (dict(prompt='w5 w6 w7', press='knorm', press_every=-1), r'press_every must be 0 \(never\)'),
     (dict(prompt='w5 w6 w7', press='snapkv', press_every=2), 'takes a press that scores keys'),
+    (dict(press='knorm'), 'the context must hold at least 2 tokens, got 0'),
   ],
 )
 def test_a_bad_request_is_refused(workdir, changes, message):
@@ -199,8 +200,17 @@ def test_prompt_commands_write_their_files(workdir, tmp_path, capsys):
   assert saved['clean'] == pytest.approx(clean, abs=1e-6)
   lens = prompt_commands.run_attribute(_request(path, 'attribute', out, **words, target='w30'))
   assert len(lens['lens']) == 2
-  shown = prompt_commands.run_attention(_request(path, 'attention', out, **words, layers='1'))
+  press = dict(press='knorm', press_ratio=0.5)
+  shown = prompt_commands.run_attention(
+    _request(path, 'attention', out, **words, layers='1', **press)
+  )
   assert shown['layers'] == [1]
+  # The page's kept view: a row per layer's key/value head, what `kept_positions` keeps there.
+  kept = shown['views'][-1]
+  masks = compression.kept_positions(merge_model(run.state), ids, 'knorm', 0.5)
+  assert kept['rows'] == [f'layer {l} kv head {h}' for l in range(2) for h in range(2)]
+  np.testing.assert_array_equal(kept['kept'], np.concatenate([m[0] for m in masks]))
+  assert kept['kept'].sum(axis=1).tolist() == [ids.shape[1] // 2] * 4  # half of each head's
   for name in ('heads.png', 'attribute.png', 'attention.png'):
     assert (out / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert (out / 'explorer.html').stat().st_size > 1000
@@ -213,6 +223,8 @@ def test_prompt_commands_write_their_files(workdir, tmp_path, capsys):
     ('heads', dict(target='w30', heads='5.0'), 'layer 5, head 0 is not in the model'),
     ('heads', dict(target='w30', ablation='patch', source='w1'), '--source encodes to 1'),
     ('attention', dict(layers='7'), 'layer 7 is not in the model'),
+    ('attention', dict(press='kvzip'), "press 'kvzip' scores the context by how the model repeats"),
+    ('attention', dict(press='h2o'), "Unknown press 'h2o'; the presses are adakv, "),
     ('attribute', {}, 'attribute needs --target'),
   ],
 )
