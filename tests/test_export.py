@@ -14,6 +14,7 @@ output path is left as it was.
 import dataclasses
 import json
 import os
+import shutil
 
 from flax import nnx
 import float64
@@ -24,12 +25,13 @@ import pytest
 import tiny_decoders
 import tiny_gguf
 
+from benchmarks import export_agreement
 from data.pretrained_tokenizer import PretrainedTokenizer
 from models import DecoderLM, generation, pretrained
 from models.pretrained import fitting, gguf_writer, writer
 from models.pretrained.gguf_file import read_header
 from models.stack_config import StackConfig
-from training import pretrained_export
+from training import layout, pretrained_export
 
 transformers = pytest.importorskip('transformers', reason='the reference (test extra)')
 torch = pytest.importorskip('torch', reason='the reference (test extra)')
@@ -239,6 +241,18 @@ def test_a_gemma3_gguf_export_reads_back_bit_for_bit_with_its_own_tokenizer(tmp_
   assert back.config == source.config and back.tokenizer_json == source.tokenizer_json
   for name, tensor in source.tensors.items():
     np.testing.assert_array_equal(back.tensors[name], tensor, err_msg=name)
+  # A fine-tune's workdir names its start in config.init_from (the file, or a workdir made of
+  # it): the file's metadata is found through it.
+  for start in (origin, path):
+    tuned = str(tmp_path / f'tuned_{len(start)}')
+    shutil.copytree(path, tuned)
+    os.remove(os.path.join(tuned, layout.PRETRAINED_FILE))
+    with open(os.path.join(tuned, 'config.json'), encoding='utf-8') as f:
+      config = json.load(f)
+    with open(os.path.join(tuned, 'config.json'), 'w', encoding='utf-8') as f:
+      json.dump({**config, 'init_from': start}, f)
+    pretrained_export.export(pretrained_export.Request(tuned, tuned + '.gguf', 'gguf'))
+    assert pretrained.read(tuned + '.gguf').tokenizer_json == source.tokenizer_json
   os.rename(origin, origin + '.moved')
   with pytest.raises(ValueError) as error:
     pretrained_export.export(pretrained_export.Request(path, str(tmp_path / 'no.gguf'), 'gguf'))
@@ -261,6 +275,18 @@ def test_a_workdir_exports_a_folder_transformers_and_its_tokenizer_read(workdir,
   state = {k: v.numpy() for k, v in model.state_dict().items()}
   for name, tensor in pretrained.read(origin).tensors.items():
     np.testing.assert_array_equal(state[name], tensor, err_msg=name)
+  # The benchmark that checks a real export (docs/export.md), on this one: float32 logits on
+  # the held-out split within float32 rounding, the same greedy tokens.
+  agreed = export_agreement.compare(path, out, tiny_gguf.TEXTS[:1], windows=2, max_new=8)
+  assert agreed['windows'][0] == 2 and agreed['max_abs_difference'] < 1e-4
+  assert agreed['same_next_token'] == 1.0
+  assert [row['equal'] for row in agreed['greedy']] == [True] and agreed['greedy'][0]['attend']
+  for dtype in ('f32', 'q8_0'):  # the f32 file holds the folder's tensors; Q8_0 rounds them
+    gguf = str(tmp_path / f'{dtype}.gguf')
+    pretrained_export.export(pretrained_export.Request(path, gguf, 'gguf', dtype=dtype))
+    read = export_agreement.gguf_against_folder(gguf, out)
+    assert read['tensors'] == len(pretrained.read(origin).tensors), read
+    assert (read['differ'] == {}) == (dtype == 'f32'), read
 
 
 def _tree(path: str):

@@ -87,12 +87,19 @@ def _source(request: Request) -> restore.Source:
 
 
 def _origin(workdir: str) -> str | None:
-  """The checkpoint convert.py read the workdir from (pretrained.json), if it is still there."""
+  """The checkpoint the workdir's weights came from, if it is still there: the one convert.py
+  read (pretrained.json), or the one train.py's `init_from` started from (followed through a
+  workdir it names), so that a fine-tuned GGUF model keeps its file's metadata."""
   path = os.path.join(workdir, layout.PRETRAINED_FILE)
-  if not os.path.isfile(path):
+  if os.path.isfile(path):
+    with open(path, encoding='utf-8') as f:
+      name = json.load(f).get('checkpoint', '')
+  else:
+    name = read_config(workdir).get('init_from', '')
+    if name and layout.holds_checkpoints(name):
+      return _origin(name)
+  if not name:
     return None
-  with open(path, encoding='utf-8') as f:
-    name = json.load(f).get('checkpoint', '')
   try:
     located = locate(name)  # a short name's packaged file, or the path itself
   except ValueError:  # its package is no longer installed
