@@ -78,6 +78,11 @@ def _reference(q, k, v, *, dropout_rate, dropout_rng, groups=1, **options):
     groups = q.shape[-3]  # one key/value head serves every query head (multi-query attention)
   weights = _weights(q, k, groups=groups, **options)  # [..., T, S]
   dropped = drop_weights(weights, dropout_rate, dropout_rng)
+  if groups > 1 and q.shape[-2] == 1:
+    # One query a head (a decoding step): the weights meet the values by group, so that each
+    # key/value head's values are read once, not once per query head (SmolLM2's heads, 28 rows
+    # of 1,600 cached positions: 10.6 ms a layer against 44.2 with the values repeated).
+    return _unstack_groups(attend(_stack_groups(dropped, groups), v), groups)
   if groups > 1:
     # The values are repeated to the query heads, so that the weights meet them in the layout
     # the softmax made. Meeting the values by group, [..., K, G*T, S], XLA:CPU formed the

@@ -118,6 +118,7 @@ REFERENCE_CASES = {
   'alibi': dict(t=6, s=9, slopes=True),
   'gqa': dict(t=5, s=6, kv_heads=2),
   'mqa': dict(t=5, s=6, kv_heads=1),
+  'gqa_one_query': dict(t=1, s=6, kv_heads=2, mask=True),  # a decoding step: values by group
   'all': dict(
     t=11, s=11, window=3, is_causal=True, softcap=1.5, sink=True, slopes=True, kv_heads=2
   ),
