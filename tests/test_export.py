@@ -243,8 +243,8 @@ def test_a_gemma3_gguf_export_reads_back_bit_for_bit_with_its_own_tokenizer(tmp_
     np.testing.assert_array_equal(back.tensors[name], tensor, err_msg=name)
   # A fine-tune's workdir names its start in config.init_from (the file, or a workdir made of
   # it): the file's metadata is found through it.
-  for start in (origin, path):
-    tuned = str(tmp_path / f'tuned_{len(start)}')
+  for count, start in enumerate((origin, path)):
+    tuned = str(tmp_path / f'tuned_{count}')
     shutil.copytree(path, tuned)
     os.remove(os.path.join(tuned, layout.PRETRAINED_FILE))
     with open(os.path.join(tuned, 'config.json'), encoding='utf-8') as f:
