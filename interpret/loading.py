@@ -25,13 +25,18 @@ def language_source(workdir: str, checkpoint: str = '') -> restore.Source:
   """The workdir's checkpoint chosen and its run's config and tokenizer, nothing read yet
   (`restore.restored` reads it); ValueError unless it is a causal language model's."""
   source = restore.resolve(workdir, checkpoint=checkpoint)
+  check_causal(source)
+  return source
+
+
+def check_causal(source: restore.Source, reader: str = 'this command') -> None:
+  """ValueError, one sentence naming `reader`, unless `source` is a causal language model's."""
   if not getattr(source.task, 'causal', False):
     raise ValueError(
-      f'--workdir={workdir} holds a {source.config.task} run of {source.config.model.name}; '
-      'this command reads a causal language model (configs/pretrained_lm.py, '
-      'configs/gpt_text.py, ...).'
+      f'--workdir={source.workdir} holds a {source.config.task} run of '
+      f'{source.config.model.name}; {reader} reads a causal language model '
+      '(configs/pretrained_lm.py, configs/gpt_text.py, ...).'
     )
-  return source
 
 
 @dataclasses.dataclass(frozen=True)

@@ -243,11 +243,8 @@ def run_attention(request: Request) -> dict:
       f'--workdir={request.workdir} holds a run of {source.config.task}, whose examples are not '
       f'text; prompt.py attention reads runs of {readers}.'
     )
-  if request.press and not getattr(source.task, 'causal', False):
-    raise ValueError(
-      f"--press compresses a causal language model's key/value cache; --workdir="
-      f'{request.workdir} holds a {source.config.task} run of {source.config.model.name}.'
-    )
+  if request.press:
+    loading.check_causal(source, '--press')
   if isinstance(source.task, LanguageModeling):
     return _token_attention(request, source)
   return _example_attention(request, source)

@@ -413,6 +413,10 @@ def test_prompt_attention_reads_a_typed_source_through_a_translation_run(
     prompt_commands.run_attention(
       prompt_commands.Request('attention', translation_run, typed, out=str(refused), layers='0,-1')
     )
+  with pytest.raises(ValueError, match=f'--workdir={translation_run} holds a translation run'):
+    prompt_commands.run_attention(
+      prompt_commands.Request('attention', translation_run, typed, out=str(refused), press='knorm')
+    )
   assert not refused.exists()
 
 
