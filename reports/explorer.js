@@ -326,17 +326,15 @@ function keptView(view) {
       `${kept[r][s] ? 'kept' : 'dropped'}; kept by ${Math.round(100 * share[s])}% of heads`;
   };
   canvas.onclick = e => pick(at(e)[0]);
-  // The rows' layers down the left (a label at least 12 px from the last), positions below.
-  const labels = el('div', {style: `position:relative;width:80px;height:${R * height}px;font:10px monospace;flex:none`});
+  // Row names down the left, each at least 12 px below the last one shown; positions below.
+  const labels = el('div', {style: `position:relative;width:130px;height:${R * height}px;font:10px monospace;flex:none`});
   let last = -12;
   view.rows.forEach((name, r) => {
-    const layer = name.split(' kv head')[0];
-    if ((r === 0 || view.rows[r - 1].split(' kv head')[0] !== layer) && r * height - last >= 12) {
-      labels.appendChild(el('div', {style: `position:absolute;top:${r * height}px;right:6px`}, layer));
-      last = r * height;
-    }
+    if (r * height - last < 12) return;
+    labels.appendChild(el('div', {style: `position:absolute;top:${r * height}px;right:6px`}, name));
+    last = r * height;
   });
-  const axis = el('div', {style: 'margin-left:80px;font:10px monospace;color:#666'}, `positions 0 .. ${S - 1}, left to right`);
+  const axis = el('div', {style: 'margin-left:130px;font:10px monospace;color:#666'}, `positions 0 .. ${S - 1}, left to right`);
   const text = el('div', {id: 'kept-tokens', style: 'font:12px monospace;white-space:pre-wrap;margin-top:8px;line-height:1.6'});
   view.tokens.forEach((t, s) => {
     const w = state.keptRow < 0 ? share[s] : kept[state.keptRow][s];
