@@ -102,14 +102,36 @@ def tova_scores(queries, keys, values, *, scale: float, **unused) -> Array:
   return _keep_last(jnp.broadcast_to(weights[:, None], (*keys.shape[:2], s - 1)), 1)
 
 
-def observed_scores(queries, keys, values, *, scale: float, **unused) -> Array:
+def _drawn(queries: Array, keys: Array, scale: float, reduce: str, block: int) -> Array:
+  """The weight each key draws from the queries, `[B, N, S]`, reduced over them by `reduce`
+  ('sum' or 'max'). `queries [B, N, T, H]` are the last T positions of `keys [B, K, S, H]`'s
+  sequence, each seeing the keys up to its own (causal softmax). Formed `block` queries at a
+  time, each block over the keys it can see: about half of the whole square's work, and a
+  block's weights stay in cache (1.5x faster than the whole square at 2,048 tokens on CPU)."""
+  t, s, n, k = queries.shape[2], keys.shape[2], queries.shape[1], keys.shape[1]
+  q = queries.astype(_wide(queries))
+  keys = jnp.repeat(keys.astype(q.dtype), n // k, axis=1)
+  drawn = jnp.zeros((*q.shape[:2], s), q.dtype)
+  for start in range(0, t, block):
+    end = min(start + block, t)
+    seen = s - t + end  # the keys the block's last query sees
+    logits = jnp.einsum('bnth,bnsh->bnts', q[:, :, start:end], keys[:, :, :seen]) * scale
+    visible = jnp.arange(seen)[None, :] <= (s - t + start + jnp.arange(end - start))[:, None]
+    weights = jax.nn.softmax(jnp.where(visible, logits, -jnp.inf), axis=-1)
+    if reduce == 'sum':  # as a product with ones: XLA:CPU sums a non-minor axis 10x slower
+      part = jnp.einsum('bnts,t->bns', weights, jnp.ones(end - start, weights.dtype))
+      drawn = drawn.at[..., :seen].add(part)
+    else:
+      drawn = drawn.at[..., :seen].max(weights.max(axis=2))
+  return drawn
+
+
+def observed_scores(queries, keys, values, *, scale: float, block: int = 128, **unused) -> Array:
   """Observed attention (H2O-like, Zhang et al. 2023): the weight each key draws from every
-  query, divided by the number of queries that see it, averaged over a head's query heads."""
+  query, divided by the number of queries that see it, averaged over a head's query heads
+  (formed `block` queries at a time)."""
   s = keys.shape[-2]
-  weights = _window_weights(queries, keys, scale, s)  # [B, N, S, S]
-  # The sum over queries as a product with ones: XLA:CPU sums the non-minor axis of this array
-  # 10x slower than it multiplies (2.4 s against 0.21 s a layer at 2,098 tokens).
-  drawn = jnp.einsum('bnts,t->bns', weights, jnp.ones(s, weights.dtype))
+  drawn = _drawn(queries, keys, scale, 'sum', block)
   return _group_mean(drawn / jnp.arange(s, 0, -1), keys.shape[1])
 
 
@@ -164,7 +186,16 @@ def expected_scores(
 
 
 def kvzip_scores(
-  queries, keys, values, *, scale: float, context: int, prefix: int = 0, sink: int = 4, **unused
+  queries,
+  keys,
+  values,
+  *,
+  scale: float,
+  context: int,
+  prefix: int = 0,
+  sink: int = 4,
+  block: int = 128,
+  **unused,
 ) -> Array:
   """KVzip (Kim et al. 2025): how much the model attends to each context pair while it repeats
   the context. `queries [B, N, R, H]` are those of a repeat block read right after the context
@@ -172,19 +203,14 @@ def kvzip_scores(
   opening before it left out), `keys [B, K, context + R, H]` the context's then the block's.
   Each repeating query's softmax runs over the first `min(sink, prefix)` keys, the context's from
   `prefix` and the block's own (causal); a pair's score is the largest weight any query of its
-  key/value head gives it. The first `sink` positions score 1 and the rest of the opening 0,
-  as kvpress scores them."""
+  key/value head gives it (formed `block` queries at a time). The first `sink` positions score 1
+  and the rest of the opening 0, as kvpress scores them."""
   r, n, kv = queries.shape[2], queries.shape[1], keys.shape[1]
   first = min(sink, prefix)
   chosen = jnp.concatenate(
     [keys[:, :, :first], keys[:, :, prefix:context], keys[:, :, context : context + r]], axis=2
   )
-  q = queries.astype(_wide(queries))
-  logits = jnp.einsum('bnth,bnsh->bnts', q, jnp.repeat(chosen.astype(q.dtype), n // kv, axis=1))
-  column = jnp.arange(chosen.shape[2]) - (chosen.shape[2] - r)  # the block's own keys: 0 .. R-1
-  visible = column[None, :] <= jnp.arange(r)[:, None]
-  weights = jax.nn.softmax(jnp.where(visible, logits * scale, -jnp.inf), axis=-1)
-  drawn = weights[..., first : first + context - prefix].max(axis=2)  # [B, N, context - prefix]
+  drawn = _drawn(queries, chosen, scale, 'max', block)[..., first : first + context - prefix]
   drawn = drawn.reshape(drawn.shape[0], kv, n // kv, -1).max(axis=2)
   opening = jnp.where(jnp.arange(prefix) < sink, 1.0, 0.0).astype(drawn.dtype)
   return jnp.concatenate([jnp.broadcast_to(opening, (*drawn.shape[:2], prefix)), drawn], axis=2)

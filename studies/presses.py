@@ -12,13 +12,15 @@ PyramidKV: per layer), the question is read, and the answer is greedy, scored by
 substring match. A task the uncompressed model scores below `--floor` on is dropped (named in
 the output): a press cannot be judged where the model fails without one.
 
-Every prompt of a length has one shape, so XLA compiles each program once per length, not once
-per prompt: contexts shorter than the length's longest end in newline tokens, and questions
-shorter than the longest start with them (a few dozen at most: the tasks fit their haystacks
-sentence by sentence, and their questions differ). The presses whose caches have one shape (the
-uniform budgets; the per-layer ones; the per-head ones, AdaKV's and KVzip's) answer as one batch
-at every ratio at once (a row keeping fewer positions ends in empty slots), each press is scored
-once for all ratios, and KVzip's repeat block is read once per prompt for every ratio.
+The prompts of a length have one context length, and a task's prompts one question length, so
+XLA compiles each program once per length and question length, not once per prompt: contexts
+shorter than the length's longest end in newline tokens, and questions shorter than their task's
+longest start with them (a few dozen at most: the tasks fit their haystacks sentence by sentence,
+and their questions differ: with SmolLM2 the needles' are 40-42 tokens, variable tracking's 61).
+The presses whose caches have one shape (the uniform budgets; the per-layer ones; the per-head
+ones, AdaKV's and KVzip's) answer as one batch at every ratio at once (a row keeping fewer
+positions ends in empty slots), each press is scored once for all ratios, and KVzip's repeat
+block is read once per prompt for every ratio.
 
 Writes `presses.json` (every answer and score, the times, the dropped tasks), `presses.md` (rows:
 presses; columns: ratios; the mean score over the kept tasks), `presses.png` (score against
@@ -90,8 +92,9 @@ def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
 
 def padded(ids: dict, context: int, question: int, filler: int) -> dict:
   """`framed`'s ids with the context ending in `filler` tokens up to `context` ids and the
-  question starting with them up to `question` ids (one shape per length: one compile), and
-  KVzip's `repeat` block: its request, then the padded context without the template's opening."""
+  question starting with them up to `question` ids (one shape per length and task: one
+  compile), and KVzip's `repeat` block: its request, then the padded context without the
+  template's opening."""
   body = ids['context'] + [filler] * (context - len(ids['context']))
   return dict(
     ids,
@@ -180,7 +183,8 @@ def _needle_position(tokenizer, sample: retrieval_tasks.Sample, ids: dict) -> in
 
 
 def _prompts(tokenizer, tasks: list[str], length: int, args) -> list[tuple]:
-  """Every (task, index, sample, ids) of a length, ids padded to the length's one shape."""
+  """Every (task, index, sample, ids) of a length, ids padded to the length's context length and
+  the task's question length."""
   count = lambda text: len(tokenizer.encode(text))
   prompts = [
     (task, index, sample, framed(tokenizer, sample))
@@ -190,10 +194,12 @@ def _prompts(tokenizer, tasks: list[str], length: int, args) -> list[tuple]:
     )
   ]
   context = max(len(ids['context']) for *_, ids in prompts)
-  question = max(len(ids['question']) for *_, ids in prompts)
+  question = {}  # per task: a long question (variable tracking's) does not pad the others'
+  for task, _, _, ids in prompts:
+    question[task] = max(question.get(task, 0), len(ids['question']))
   newline = tokenizer.encode_pieces('\n')  # none in a word-level vocabulary: its last word
   return [
-    (t, i, sample, padded(ids, context, question, (newline or ids['context'])[-1]))
+    (t, i, sample, padded(ids, context, question[t], (newline or ids['context'])[-1]))
     for t, i, sample, ids in prompts
   ]
 

@@ -38,9 +38,17 @@ def test_kvzip_scores_equal_kvpress_formula():
   queries = rng.normal(size=(b, n, r, h))
   keys = rng.normal(size=(b, kv, context + r, h))
   with jax.enable_x64(True):
-    for prefix in (2, 7):  # an opening shorter and longer than the sink
+    # An opening shorter and longer than the sink; the repeating queries in one block and in
+    # three, the last one short.
+    for prefix, block in ((2, 128), (7, 128), (7, 5)):
       got = presses.kvzip_scores(
-        jnp.asarray(queries), jnp.asarray(keys), None, scale=0.3, context=context, prefix=prefix
+        jnp.asarray(queries),
+        jnp.asarray(keys),
+        None,
+        scale=0.3,
+        context=context,
+        prefix=prefix,
+        block=block,
       )
       expected = kvzip_reference(queries, keys, scale=0.3, context=context, prefix=prefix, sink=4)
       np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10, atol=1e-12)

@@ -25,7 +25,7 @@ B, N, K, S, H, DV = 2, 6, 2, 12, 8, 5  # grouped heads: 3 query heads per key/va
 SCALE = 0.3  # the layer's query scale, not kvpress's 1/sqrt(H) = 0.354: the press must use it
 BASE = 100.0  # not the default 10,000: a press that ignored the layer's rope base would differ
 RATIO = 0.25
-SETTINGS = dict(window=4, kernel=3, sink=2, future=5)
+SETTINGS = dict(window=4, kernel=3, sink=2, future=5, block=5)  # 3 blocks of queries, one short
 # Float64 scores: sums of at most S * H = 96 products of unit-normal numbers, then softmax and
 # means; two summation orders differ by about 100 * 1.1e-16 relative (measured: <= 3e-16). A
 # formula's difference (a rope base ignored, a window off by one, a missing 1/2) moves scores
