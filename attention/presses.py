@@ -12,8 +12,9 @@ original positions: the kept keys stay rotated where they were (kvpress's defaul
 `PRESSES` maps a name to a `Press`: its score, whether it forms attention weights (a kernel that
 forms none cannot serve it), and how the budget is split: `'uniform'` (every head of every layer
 keeps `int(S * (1 - ratio))` positions, kvpress's rule), `'pyramid'` (PyramidKV: more in lower
-layers, `pyramid_budget`) or `'adaptive'` (AdaKV: one ranking over a layer's heads, each head
-keeping at least a share, `adaptive_entries`; KVzip's too, with no floor). KVzip alone reads
+layers, `pyramid_budget`), `'adaptive'` (AdaKV: one ranking over a layer's heads, each head
+keeping at least a share, `adaptive_entries`) or `'layer'` (KVzip's: one ranking over a layer's
+heads, no floor, kvpress's count, `layer_entries`). KVzip alone reads
 other queries: those of a block that repeats the context, read after it (`kvzip_scores`). The
 formulas follow kvpress 0.5 (NVIDIA), each press's paper cited on its function. Ties keep the
 lower position (`jax.lax.top_k` order).
@@ -250,7 +251,23 @@ def adaptive_entries(scores: Array, count: int, floor: float = 0.2) -> Array:
     safe = jax.lax.top_k(scores, int(count * floor))[1]  # [B, K, count * floor]
     top = jnp.finfo(scores.dtype).max
     scores = jax.vmap(jax.vmap(lambda row, idx: row.at[idx].set(top)))(scores, safe)
-  return jnp.sort(jax.lax.top_k(scores.reshape(b, k * s), k * count)[1], axis=-1)
+  return _ranked_over_heads(scores, k * count)
+
+
+def layer_entries(scores: Array, ratio: float) -> Array:
+  """KVzip's budget, as kvpress's `KVzipPress(layerwise=True)` counts it: a layer drops its
+  `int(K * S * ratio)` lowest entries ranked over all its heads at once (so it keeps up to K - 1
+  more than K x the per-head budget). Indices into the layer's `[K * S]` cache, increasing."""
+  b, k, s = scores.shape
+  kept_count(s, ratio)  # the ratio's check
+  return _ranked_over_heads(scores, k * s - int(k * s * ratio))
+
+
+def _ranked_over_heads(scores: Array, count: int) -> Array:
+  """The `count` best entries of a layer's `[B, K, S]` scores ranked over all its heads, as
+  indices into its head-major `[K * S]` cache, `[B, count]` increasing."""
+  b, k, s = scores.shape
+  return jnp.sort(jax.lax.top_k(scores.reshape(b, k * s), count)[1], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,7 +281,7 @@ class Press:
       top of the context's cache, where the others read the context's own.
     queries: whether it reads the prompt's queries at all (not: it scores keys and values
       alone, so it can also compress while decoding, `compression.press_again`).
-    budget: `'uniform'`, `'pyramid'` or `'adaptive'` (see the module docstring).
+    budget: `'uniform'`, `'pyramid'`, `'adaptive'` or `'layer'` (see the module docstring).
     settings: its options and their defaults, each a keyword of `score`.
   """
 
@@ -299,15 +316,9 @@ PRESSES: dict[str, Press] = {
     budget='adaptive',
     settings=(('window', 64), ('kernel', 5), ('floor', 0.2)),
   ),
-  # kvpress's KVzipPress(layerwise=True): a layer keeps K x the per-head budget, ranked over all
-  # its heads (its default ranks over every layer at once; a budget per layer keeps shapes fixed).
-  'kvzip': Press(
-    kvzip_scores,
-    weights=True,
-    repeat=True,
-    budget='adaptive',
-    settings=(('sink', 4), ('floor', 0.0)),
-  ),
+  # kvpress's KVzipPress(layerwise=True): a budget per layer, ranked over all its heads (its
+  # default ranks over every layer at once; a budget per layer keeps shapes fixed).
+  'kvzip': Press(kvzip_scores, weights=True, repeat=True, budget='layer', settings=(('sink', 4),)),
 }
 
 

@@ -24,6 +24,7 @@ from attention.presses import (
   adaptive_entries,
   get_press,
   kept_count,
+  layer_entries,
   pyramid_budget,
   top_positions,
 )
@@ -220,6 +221,8 @@ def kept_entries(scores: list[Array | None], name: str, ratio: float, **settings
       )
     if press.budget == 'adaptive':
       entries.append(adaptive_entries(layer_scores, count, options['floor'])[:, None])
+    elif press.budget == 'layer':
+      entries.append(layer_entries(layer_scores, ratio)[:, None])
     else:
       entries.append(top_positions(layer_scores, count) + (jnp.arange(k) * s)[:, None])
   return entries

@@ -17,8 +17,8 @@ XLA compiles each program once per length and question length, not once per prom
 shorter than the length's longest end in newline tokens, and questions shorter than their task's
 longest start with them (a few dozen at most: the tasks fit their haystacks sentence by sentence,
 and their questions differ: with SmolLM2 the needles' are 40-42 tokens, variable tracking's 61).
-The presses whose caches have one shape (the uniform budgets; the per-layer ones; the per-head
-ones, AdaKV's and KVzip's) answer as one batch at every ratio at once (a row keeping fewer
+The presses under one budget rule (the uniform budgets; PyramidKV's per layer; AdaKV's; KVzip's)
+answer as one batch at every ratio at once (a row keeping fewer
 positions ends in empty slots), each press is scored once for all ratios, and KVzip's repeat
 block is read once per prompt for every ratio.
 
@@ -152,7 +152,7 @@ def _answer(graphdef, state, cache, entries, question, *, length, room, max_new,
 
 def _batches(presses: list[str]) -> list[list[str]]:
   """The presses in groups whose evicted caches have one shape at a ratio: each budget rule's
-  (uniform, per layer, per head), KVzip's with AdaKV's."""
+  (`attention.presses.Press.budget`)."""
   groups = {}
   for name in presses:
     groups.setdefault(PRESSES[name].budget, []).append(name)

@@ -119,9 +119,11 @@ def test_continue_prompt_with_a_press_that_keeps_everything_changes_nothing(mode
 
 
 def test_kvzip_keeps_a_layers_budget_over_its_heads_and_the_sink(model):
-  context = jnp.asarray(np.random.default_rng(0).integers(1, 50, (1, 60)), jnp.int32)
+  context = jnp.asarray(np.random.default_rng(0).integers(1, 50, (1, 61)), jnp.int32)
   repeat = jnp.concatenate([jnp.asarray([[7, 8, 9]]), context[:, 5:]], axis=1)
-  masks = compression.kept_positions(model, context, 'kvzip', 0.5, repeat=repeat, prefix=5)
+  masks = compression.kept_positions(model, context, 'kvzip', 0.25, repeat=repeat, prefix=5)
   for mask in masks:
-    assert int(mask.sum()) == 2 * 30  # K x the per-head budget, split as the scores fall
+    # kvpress's count: K * S - int(K * S * ratio) = 122 - 30, two more than K x the per-head
+    # budget (2 x int(45.75)); split over the heads as the scores fall.
+    assert int(mask.sum()) == 92
     assert bool(mask[0, :, :4].all()) and not bool(mask[0, :, 4].any())  # sink kept, opening 0
