@@ -19,8 +19,9 @@ EOS). The token ids the pipeline builds are recorded, so that Attend reads exact
 PyramidKV's question is read one token at a time (see `run`). What a press keeps is read from
 the press itself: a score press's `score` is wrapped and its kept positions are
 `scores.topk(n_kept).indices` as `ScorerPress.compress` takes them (PyramidKV's `n_kept` from its
-`get_layer_budget`), checked against the keys `compress` returns; AdaKV's from the
-`masked_key_indices` it leaves on each attention module.
+`get_layer_budget`), checked against the keys `compress` returns; AdaKV's and KVzip's from the
+`masked_key_indices` they leave on each attention module. KVzip's repeat block (its ids, and the
+length of the chat template's opening it leaves out) is recorded too: Attend reads the same.
 """
 
 import argparse
@@ -35,6 +36,7 @@ from kvpress import (
   ExpectedAttentionPress,
   KnormPress,
   KVPressTextGenerationPipeline,
+  KVzipPress,
   ObservedAttentionPress,
   PyramidKVPress,
   SnapKVPress,
@@ -59,6 +61,8 @@ PRESSES = {
     lambda r: AdaKVPress(SnapKVPress(compression_ratio=r), alpha_safeguard=0.2),
     'sdpa',
   ),
+  # A budget per layer, as Attend's KVzip (kvpress's default ranks over every layer at once).
+  'kvzip': (lambda r: KVzipPress(compression_ratio=r, layerwise=True), 'sdpa'),
 }
 
 
@@ -80,6 +84,35 @@ def bits(mask: torch.Tensor) -> list[str]:
   return [''.join('1' if kept else '0' for kept in row.tolist()) for row in mask]
 
 
+def masked(module, keys_shape) -> list[str]:
+  """The kept mask a masking press (AdaKV, KVzip) leaves on an attention module: every position
+  but its `masked_key_indices` (batch 1)."""
+  mask = torch.ones(keys_shape, dtype=torch.bool)
+  batch, head, position = module.masked_key_indices
+  mask[batch, head, position] = False
+  return bits(mask[0])
+
+
+def instrument_kvzip(press: KVzipPress, kept: dict[int, list[str]], repeat: dict) -> None:
+  """Wraps KVzip's `prepare` (its repeat block's ids and the chat template's opening, which
+  Attend then reads) and `compress_post` (the kept positions it masks, per layer)."""
+  prepare, compress_post = press.prepare, press.compress_post
+
+  def recorded_prepare(model, tokenizer, *args, **kwargs):
+    pairs = prepare(model, tokenizer, *args, **kwargs)
+    repeat['ids'] = [ids[0].tolist() for _, ids in pairs]
+    repeat['prefix'] = press.prefix_length
+    return pairs
+
+  def recorded_compress_post(model):
+    compress_post(model)
+    k, s = model.config.num_key_value_heads, press.context_length
+    for layer in model.model.layers:
+      kept[layer.self_attn.layer_idx] = masked(layer.self_attn, (1, k, s))
+
+  press.prepare, press.compress_post = recorded_prepare, recorded_compress_post
+
+
 def instrument(press, kept: dict[int, list[str]]) -> None:
   """Wraps the press's `score` and `compress` so that every layer's kept positions land in
   `kept[layer]` (batch 1), as the press itself chose them."""
@@ -95,11 +128,10 @@ def instrument(press, kept: dict[int, list[str]]) -> None:
   def recorded_compress(module, hidden_states, keys, values, attentions, kwargs):
     new_keys, new_values = compress(module, hidden_states, keys, values, attentions, kwargs)
     b, k, s, _ = keys.shape
-    mask = torch.ones((b, k, s), dtype=torch.bool)
     if isinstance(press, AdaKVPress):
-      batch, head, position = module.masked_key_indices
-      mask[batch, head, position] = False
+      kept[module.layer_idx] = masked(module, (b, k, s))
     else:
+      mask = torch.zeros((b, k, s), dtype=torch.bool)
       n_kept = int(s * (1 - press.compression_ratio))
       if isinstance(press, PyramidKVPress):
         n_kept = press.get_layer_budget(module, s)
@@ -107,9 +139,8 @@ def instrument(press, kept: dict[int, list[str]]) -> None:
       gathered = keys.gather(2, indices.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1]))
       if not torch.equal(gathered, new_keys):
         raise RuntimeError(f'layer {module.layer_idx}: the recomputed top-k is not what was kept.')
-      mask[:] = False
       mask.scatter_(-1, indices, True)
-    kept[module.layer_idx] = bits(mask[0])
+      kept[module.layer_idx] = bits(mask[0])
     return new_keys, new_values
 
   scorer.score = recorded_score
@@ -188,8 +219,11 @@ def run(job: dict) -> dict:
       make, attention = PRESSES[name]
       pipe = pipeline(attention)
       for ratio in job['ratios']:
-        press, kept = make(ratio), {}
-        instrument(press, kept)
+        press, kept, repeat = make(ratio), {}, {}
+        if isinstance(press, KVzipPress):
+          instrument_kvzip(press, kept, repeat)
+        else:
+          instrument(press, kept)
         pipe.answers = []
         # PyramidKV leaves layers of different lengths; a question of several tokens then gets
         # transformers' causal mask sized by the first layer, which the shorter layers do not
@@ -207,6 +241,7 @@ def run(job: dict) -> dict:
             attention=attention,
             question_one_by_one=pipe.one_by_one,
             kept=[kept[layer] for layer in sorted(kept)],
+            repeat=repeat,  # KVzip's: its repeat blocks' ids and the template's opening
             answer=pipe.answers[0],
             seconds=time.perf_counter() - start,
           )

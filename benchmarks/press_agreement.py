@@ -25,7 +25,8 @@ and every press keeps the same positions in every layer and head but where score
 first layer, where the keys of one token at different positions differ by their rotation alone
 (norms equal or one float32 ulp apart; the sides keep different copies of the same token), and
 on needle_noise expected attention at 0.25 in one head, whose softmax underflows to exactly 0 for
-177 of 500 positions, the budget's cut falling among them.
+177 of 500 positions, the budget's cut falling among them. KVzip (`KVzipPress(layerwise=True)`,
+reading the repeat block kvpress recorded): identical kept sets and answers on both prompts.
 """
 
 import argparse
@@ -37,6 +38,7 @@ import sys
 import tempfile
 import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -58,6 +60,7 @@ PRESSES = (
   'expected_attention',
   'pyramidkv',
   'adakv',
+  'kvzip',
 )
 RATIOS = (0.25, 0.5, 0.75)
 SHOWN = 6  # differing heads listed per press x ratio
@@ -198,24 +201,48 @@ def run_peer(job: dict, saved: str) -> tuple[dict, float]:
   return peer, peer['seconds']
 
 
-def attend_side(model, context_ids, question_ids, press_names, ratios, max_new, eos_id) -> list:
-  """Attend's kept sets, boundary ties and answers for one context, per press x ratio."""
+def kvzip_block(runs: list[dict]) -> dict:
+  """KVzip's repeat block as kvpress read it for one context (any ratio's run): `repeat` ids
+  `[1, R]` and the chat template's `prefix` it leaves out, for `kept_positions`."""
+  block = next(run['repeat'] for run in runs if run['press'] == 'kvzip')
+  if len(block['ids']) != 1:
+    raise SystemExit(
+      f'kvpress repeated this context in {len(block["ids"])} chunks of 2,048 tokens; Attend '
+      'reads one repeat block: compare contexts up to 2,048 tokens.'
+    )
+  return dict(repeat=jnp.asarray(block['ids'], jnp.int32), prefix=block['prefix'])
+
+
+def attend_side(
+  model, context_ids, question_ids, press_names, ratios, max_new, eos_id, kvzip=None
+) -> list:
+  """Attend's kept sets, boundary ties and answers for one context, per press x ratio;
+  `kvzip`: the repeat block KVzip reads (`kvzip_block`)."""
   context = jnp.asarray([context_ids], jnp.int32)
   question = jnp.asarray([question_ids], jnp.int32)
   s, room = context.shape[1], question.shape[1] + max_new
-  cache, queries = compression.prefill(model, jnp.pad(context, ((0, 0), (0, 1))), room)
+  read = max(room, kvzip['repeat'].shape[1]) if kvzip else room  # room for the repeat block
+  cache, queries = compression.prefill(model, jnp.pad(context, ((0, 0), (0, 1))), read)
+  if kvzip:
+    repeat_queries, repeat_cache = compression.repeated(model, cache, kvzip['repeat'])
   rows = []
   for name in press_names:
     for ratio in ratios:
       start = time.perf_counter()
-      masks = compression.kept_positions(model, context, name, ratio)
-      scores = compression.layer_scores(model, cache, queries, name, ratio)
+      if get_press(name).repeat:
+        masks = compression.kept_positions(model, context, name, ratio, **kvzip)
+        scores = compression.layer_scores(
+          model, repeat_cache, repeat_queries, name, ratio, context=s, prefix=kvzip['prefix']
+        )
+      else:
+        masks = compression.kept_positions(model, context, name, ratio)
+        scores = compression.layer_scores(model, cache, queries, name, ratio)
       entries = compression.kept_entries(scores, name, ratio)
       pressed = compression.compress(cache, entries, s, room)
       answer = compression.answer(model, pressed, question, max_length=max_new, eos_id=eos_id)
       press, ties = get_press(name), 0
       for layer, layer_scores in enumerate(scores):
-        if press.budget == 'adaptive':
+        if press.budget in ('adaptive', 'layer'):
           continue  # one ranking over a layer's heads: no per-head boundary
         count = kept_count(s, ratio)
         if press.budget == 'pyramid':
@@ -303,9 +330,15 @@ def main(argv: list[str] | None = None) -> dict:
         answer=tokenizer.decode([t for t in theirs['answer'] if t not in eos_ids]),
       )
     )
-    peer_runs = {(r['press'], r['ratio']): r for r in peer['runs'] if r['sample'] == index}
+    # Each sample's shapes differ, so its programs serve no other; dropped, as thousands of
+    # small ones (Attend's side runs op by op) exhaust the process's memory maps (LLVM: 'Cannot
+    # allocate memory', then a crash, on the 54th press x ratio of two samples).
+    jax.clear_caches()
+    mine = [r for r in peer['runs'] if r['sample'] == index]
+    peer_runs = {(r['press'], r['ratio']): r for r in mine}
+    kvzip = kvzip_block(mine) if 'kvzip' in presses else None
     for row in attend_side(
-      model, context, question, presses, ratios, args.max_new_tokens, eos_ids[0]
+      model, context, question, presses, ratios, args.max_new_tokens, eos_ids[0], kvzip
     ):
       their = peer_runs[(row['press'], row['ratio'])]
       results.append(

@@ -7,6 +7,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 from benchmarks import press_agreement
 
@@ -78,3 +79,15 @@ def test_the_kvpress_side_imports_neither_jax_nor_attend():
   names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
   outside = {name.split('.')[0] for name in names} - set(sys.stdlib_module_names)
   assert outside == {'torch', 'transformers', 'kvpress'}
+
+
+def test_kvzip_block_is_kvpress_repeat_block_or_a_refusal_for_several_chunks():
+  runs = [
+    dict(press='knorm', repeat={}),
+    dict(press='kvzip', repeat=dict(ids=[[4, 5, 6]], prefix=2)),
+  ]
+  block = press_agreement.kvzip_block(runs)
+  assert block['prefix'] == 2 and np.asarray(block['repeat']).tolist() == [[4, 5, 6]]
+  runs[1]['repeat']['ids'].append([7, 8])
+  with pytest.raises(SystemExit, match='in 2 chunks'):
+    press_agreement.kvzip_block(runs)
