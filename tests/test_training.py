@@ -22,7 +22,7 @@ from reports import reordering, run_eval
 import tasks
 from tasks.translation import teacher_forced_loss
 import training
-from training import sharding, workdir
+from training import checkpoints, sharding, workdir
 from training.checkpoints import Checkpointer
 from training.config import read_config
 from training.config import validate as validate_config
@@ -372,6 +372,28 @@ def test_a_checkpoint_that_named_its_arrays_by_nnx_variable_still_restores(tmp_p
   assert int(restored.step) == 3
   assert jax.tree.structure(restored.opt_state) == jax.tree.structure(fresh.opt_state)
   for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(old.params)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_a_host_restore_reads_numpy_arrays_in_parts_equal_to_the_device_restore(
+  tmp_path, monkeypatch
+):
+  """Export's restore: the parameters alone, as NumPy arrays, read a few at a time (here
+  about 24 bytes a part)."""
+  checkpointer = Checkpointer(str(tmp_path), max_to_keep=1)
+  saved = _toy_state()
+  checkpointer.save(saved.replace(step=saved.step + 2), {})
+  checkpointer.wait()
+  like = _toy_state().replace(opt_state=None)
+  monkeypatch.setattr(checkpoints, 'HOST_PART_BYTES', 24)
+  wanted = checkpoints._abstract(checkpoints.flat_state(like))
+  parts = checkpoints._in_parts(wanted, 24)
+  assert len(parts) >= 3 and sorted(sum(parts, [])) == sorted(wanted)
+  host, _ = checkpointer.restore(like, host=True)
+  device, _ = checkpointer.restore(like)
+  assert int(host.step) == 2
+  for a, b in zip(jax.tree.leaves(host.params), jax.tree.leaves(device.params), strict=True):
+    assert isinstance(a, np.ndarray) and isinstance(b, jax.Array)
     np.testing.assert_array_equal(a, b)
 
 

@@ -102,7 +102,7 @@ class Checkpointer:
       force=True,
     )
 
-  def restore(self, like: TrainState, step: int | None = None):
+  def restore(self, like: TrainState, step: int | None = None, *, host: bool = False):
     """Restores the newest readable checkpoint (or `step`) into the structure of `like`.
 
     An unreadable checkpoint is skipped with one logged line in favour of the one before it; a
@@ -113,6 +113,8 @@ class Checkpointer:
         with `opt_state` None (`training.setup.readable_state`) the step and parameters alone
         are read, and the optimizer's moments stay on disk.
       step: the step to restore; None = the newest readable one.
+      host: every array read as a NumPy array in host memory, placed on no device (for a
+        command that only reads the values, e.g. export: no device copy beside the host one).
 
     Returns:
       (state, meta), or None when the directory holds no checkpoint.
@@ -132,21 +134,30 @@ class Checkpointer:
     wanted = _abstract(flat_state(like))
     partial = like.opt_state is None
 
-    def read(candidate: int):
-      stored = self._check(candidate, wanted, partial=partial)
-      item = {stored[k]: v for k, v in wanted.items()}
+    def read_part(candidate: int, stored: dict, keys: list[str], partial: bool):
+      item = {stored[k]: wanted[k] for k in keys}
+      if host:
+        arguments = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+      else:
+        arguments = ocp.checkpoint_utils.construct_restore_args(item)
       restored = self._manager.restore(
         candidate,
         args=ocp.args.Composite(
-          state=ocp.args.PyTreeRestore(
-            item,
-            restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-            partial_restore=partial,
-          ),
+          state=ocp.args.PyTreeRestore(item, restore_args=arguments, partial_restore=partial),
           meta=ocp.args.JsonRestore(),
         ),
       )
-      return {key: restored['state'][stored[key]] for key in wanted}, dict(restored['meta'])
+      return {key: restored['state'][stored[key]] for key in keys}, dict(restored['meta'])
+
+    def read(candidate: int):
+      stored = self._check(candidate, wanted, partial=partial)
+      if not host:
+        return read_part(candidate, stored, list(wanted), partial)
+      arrays = {}
+      for keys in _in_parts(wanted, HOST_PART_BYTES):
+        part, meta = read_part(candidate, stored, keys, partial=True)
+        arrays.update(part)
+      return arrays, meta
 
     _, (arrays, meta) = self.first_readable([step] if step is not None else steps[::-1], read)
     return from_flat(arrays, like), meta
@@ -238,6 +249,25 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+# A host restore reads the arrays in parts of about this many bytes, one after the other: Orbax
+# holds each array's bytes twice while it reads (the bytes read, then the array), so a part at a
+# time bounds that, and the memory a part freed serves the next.
+HOST_PART_BYTES = 64 * 2**20
+
+
+def _in_parts(wanted: dict, limit: int) -> list[list[str]]:
+  """`wanted`'s keys in runs of about `limit` bytes (an array larger than `limit` alone)."""
+  parts, size = [[]], 0
+  for key, spec in wanted.items():
+    nbytes = int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
+    if parts[-1] and size + nbytes > limit:
+      parts.append([])
+      size = 0
+    parts[-1].append(key)
+    size += nbytes
+  return parts
 
 
 def _abstract(flat: dict) -> dict:

@@ -147,7 +147,7 @@ def export(request: Request) -> str:
     origin = None  # only a GGUF origin's metadata is copied
   if request.format == 'gguf':
     gguf_writer.check(fit, vocabulary, origin)
-  restored = restore.restored(source)
+  restored = restore.restored(source, host=True)  # read, not computed with: no device copy
   model = merge_model(restored.state)
   if request.format == 'hf':
     with writer.staged(request.out, folder=True) as folder:

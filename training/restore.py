@@ -131,10 +131,10 @@ def resolve(
   return Source(workdir, config, task, chosen, average_last)
 
 
-def restored(source: Source) -> Restored:
+def restored(source: Source, *, host: bool = False) -> Restored:
   """`source`'s checkpoint read straight into the model's shapes (`readable_state`: no random
   init, no optimizer state), its parameters averaged over the `average_last` newest checkpoints
-  up to it.
+  up to it; with `host`, as NumPy arrays on no device (`Checkpointer.restore`).
 
   Raises:
     ValueError: too few checkpoints to average.
@@ -146,7 +146,7 @@ def restored(source: Source) -> Restored:
   if chosen == 'best':
     best = reader(layout.best_dir(source.workdir))
     try:
-      state, _ = best.restore(like)
+      state, _ = best.restore(like, host=host)
     finally:
       best.close()
     step = int(jax.device_get(state.step))
@@ -154,7 +154,7 @@ def restored(source: Source) -> Restored:
     checkpoints = reader(layout.checkpoints_dir(source.workdir))
     try:
       step = None if chosen == 'latest' else int(chosen)
-      state, step = averaged(like, checkpoints, step, source.average_last)
+      state, step = averaged(like, checkpoints, step, source.average_last, host=host)
     finally:
       checkpoints.close()
   logging.info('Evaluating step %d (--checkpoint=%s).', step, chosen)
@@ -182,14 +182,16 @@ def for_evaluation(
   )
 
 
-def averaged(like, checkpoints: Checkpointer, step: int | None, average_last: int):
+def averaged(
+  like, checkpoints: Checkpointer, step: int | None, average_last: int, *, host: bool = False
+):
   """The state of `step` (default: the newest readable checkpoint), its parameters averaged with
   those of the `average_last - 1` checkpoints before it, and its step.
 
   Raises:
     ValueError: fewer than `average_last` checkpoints up to that step.
   """
-  state, _ = checkpoints.restore(like, step)
+  state, _ = checkpoints.restore(like, step, host=host)
   step = int(jax.device_get(state.step))
   chosen = [s for s in checkpoints.steps() if s <= step][-average_last:]
   if len(chosen) < average_last:
@@ -199,7 +201,8 @@ def averaged(like, checkpoints: Checkpointer, step: int | None, average_last: in
     )
   if len(chosen) > 1:
     # `step` is restored already; only the earlier checkpoints are read again.
-    params = [checkpoints.restore(like, s)[0].params for s in chosen[:-1]] + [state.params]
+    params = [checkpoints.restore(like, s, host=host)[0].params for s in chosen[:-1]]
+    params += [state.params]
     state = state.replace(params=jax.tree.map(lambda *p: sum(p) / len(p), *params))
     logging.info('Averaged the parameters of steps %s.', chosen)
   return state, step
