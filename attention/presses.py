@@ -14,10 +14,10 @@ forms none cannot serve it), and how the budget is split: `'uniform'` (every hea
 keeps `int(S * (1 - ratio))` positions, kvpress's rule), `'pyramid'` (PyramidKV: more in lower
 layers, `pyramid_budget`), `'adaptive'` (AdaKV: one ranking over a layer's heads, each head
 keeping at least a share, `adaptive_entries`) or `'layer'` (KVzip's: one ranking over a layer's
-heads, no floor, kvpress's count, `layer_entries`). KVzip alone reads
-other queries: those of a block that repeats the context, read after it (`kvzip_scores`). The
-formulas follow kvpress 0.5 (NVIDIA), each press's paper cited on its function. Ties keep the
-lower position (`jax.lax.top_k` order).
+heads, no floor, kvpress's count, `layer_entries`). KVzip alone reads other queries: those of a
+block that repeats the context, read after it (`kvzip_scores`). The formulas follow kvpress 0.5
+(NVIDIA), each press's paper cited on its function. Ties keep the lower position
+(`jax.lax.top_k` order).
 """
 
 import dataclasses
@@ -108,7 +108,8 @@ def _drawn(queries: Array, keys: Array, scale: float, reduce: str, block: int) -
   ('sum' or 'max'). `queries [B, N, T, H]` are the last T positions of `keys [B, K, S, H]`'s
   sequence, each seeing the keys up to its own (causal softmax). Formed `block` queries at a
   time, each block over the keys it can see: about half of the whole square's work, and a
-  block's weights stay in cache (1.5x faster than the whole square at 2,048 tokens on CPU)."""
+  block's weights stay in cache (SmolLM2 at 2,048 tokens on CPU: observed attention 2.3x and
+  KVzip 1.2x faster than over the whole square)."""
   t, s, n, k = queries.shape[2], keys.shape[2], queries.shape[1], keys.shape[1]
   q = queries.astype(_wide(queries))
   keys = jnp.repeat(keys.astype(q.dtype), n // k, axis=1)

@@ -18,9 +18,9 @@ shorter than the length's longest end in newline tokens, and questions shorter t
 longest start with them (a few dozen at most: the tasks fit their haystacks sentence by sentence,
 and their questions differ: with SmolLM2 the needles' are 40-42 tokens, variable tracking's 61).
 The presses under one budget rule (the uniform budgets; PyramidKV's per layer; AdaKV's; KVzip's)
-answer as one batch at every ratio at once (a row keeping fewer
-positions ends in empty slots), each press is scored once for all ratios, and KVzip's repeat
-block is read once per prompt for every ratio.
+answer as one batch at every ratio at once (a row keeping fewer positions ends in empty slots),
+each press is scored once for all ratios, and KVzip's repeat block is read once per prompt for
+every ratio.
 
 Writes `presses.json` (every answer and score, the times, the dropped tasks), `presses.md` (rows:
 presses; columns: ratios; the mean score over the kept tasks), `presses.png` (score against
