@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from models.pretrained.files import runs_of_bytes
 from training.steps import TrainState
 
 
@@ -259,16 +260,11 @@ HOST_PART_BYTES = 64 * 2**20
 
 
 def _in_parts(wanted: dict, limit: int) -> list[list[str]]:
-  """`wanted`'s keys in runs of about `limit` bytes (an array larger than `limit` alone)."""
-  parts, size = [[]], 0
-  for key, spec in wanted.items():
-    nbytes = int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
-    if parts[-1] and size + nbytes > limit:
-      parts.append([])
-      size = 0
-    parts[-1].append(key)
-    size += nbytes
-  return parts
+  """`wanted`'s keys in runs of at most `limit` bytes (an array larger than `limit` alone)."""
+  sizes = {
+    key: int(np.prod(spec.shape)) * np.dtype(spec.dtype).itemsize for key, spec in wanted.items()
+  }
+  return runs_of_bytes(sizes, limit)
 
 
 def _abstract(flat: dict) -> dict:

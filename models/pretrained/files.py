@@ -28,6 +28,19 @@ CHAT_FILES = ('chat_template.jinja', 'tokenizer_config.json')  # where a chat te
 INDEX = 'model.safetensors.index.json'  # a sharded checkpoint's map of tensors to files
 
 
+def runs_of_bytes(sizes: Mapping[str, int], limit: int) -> list[list[str]]:
+  """`sizes`' names in order, cut into runs of at most `limit` bytes (a name larger than `limit`
+  alone), as transformers cuts a checkpoint into shards."""
+  runs, size = [[]], 0
+  for name, nbytes in sizes.items():
+    if runs[-1] and size + nbytes > limit:
+      runs.append([])
+      size = 0
+    runs[-1].append(name)
+    size += nbytes
+  return runs
+
+
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
   """A checkpoint's parsed contents: `config.json`, its tensors, `tokenizer.json` (text) and its

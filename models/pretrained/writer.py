@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from models.pretrained.files import INDEX
+from models.pretrained.files import INDEX, runs_of_bytes
 from models.pretrained.fitting import Fit, HFTensors
 
 SHARD_BYTES = 50 * 10**9  # transformers 5's `save_pretrained(max_shard_size='50GB')`
@@ -94,17 +94,8 @@ def _write_safetensors(path: str, tensors: HFTensors, names: list[str]) -> int:
 
 
 def _shards(tensors: HFTensors, limit: int) -> list[list[str]]:
-  """The tensors' names in table order, cut into runs of at most `limit` bytes (a tensor larger
-  than `limit` alone), as transformers cuts them."""
-  shards, size = [[]], 0
-  for name in tensors:
-    nbytes = int(np.prod(tensors.shape(name))) * 4
-    if shards[-1] and size + nbytes > limit:
-      shards.append([])
-      size = 0
-    shards[-1].append(name)
-    size += nbytes
-  return shards
+  """The tensors' names in table order, cut into runs of at most `limit` bytes of float32."""
+  return runs_of_bytes({name: int(np.prod(tensors.shape(name))) * 4 for name in tensors}, limit)
 
 
 def write_weights(folder: str, tensors: HFTensors, shard_bytes: int = SHARD_BYTES) -> None:
