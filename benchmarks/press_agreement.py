@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     # Each sample's shapes differ, so its programs serve no other; dropped, as thousands of
     # small ones (Attend's side runs op by op) exhausted the process's memory maps (LLVM: 'Cannot
-    # allocate memory', then a crash, in the second sample's 26th press x ratio of 27).
+    # allocate memory', then a crash, in the second sample's 25th press x ratio of 27).
     jax.clear_caches()
     mine = [r for r in peer['runs'] if r['sample'] == index]
     peer_runs = {(r['press'], r['ratio']): r for r in mine}
