@@ -7,9 +7,10 @@ logits on held-out text, both in float32, and the greedy tokens of some prompts.
 
 Held-out text: the first --windows rows of the workdir's validation split, at its own
 `dataset.seq_length`. The folder is read by `from_pretrained` alone. Greedy: each --prompt's ids
-(Attend's tokenizer) continued --max_new_tokens tokens by Attend (`continue_prompt`, temperature
-0) and by transformers (`generate`, no sampling), compared up to the first special token (an end
-of text or of a turn), where transformers stops. With --gguf (export.py --format=gguf of the same
+(Attend's tokenizer; whether the folder's own tokenizer gives the same ids is recorded) continued
+--max_new_tokens tokens by Attend (`continue_prompt`, temperature 0) and by transformers
+(`generate`, no sampling), compared up to the first special token (an end of text or of a turn),
+where transformers stops. With --gguf (export.py --format=gguf of the same
 checkpoint), that file read back by Attend against the folder, tensor by tensor. Writes JSON: the
 largest logit difference beside the largest logit, the share of positions whose next token
 agrees, each prompt's tokens and text on both sides, and the GGUF's tensors that differ from the
@@ -76,6 +77,7 @@ def compare(workdir: str, folder: str, prompts: list[str], windows: int, max_new
   model = merge_model(restore.restored(source).state)
   tokenizer = source.task.tokenizer
   theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+  their_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
   ids = _held_out(source, windows)
   ours = np.asarray(model.token_logits(jnp.asarray(ids)), np.float32)
   with torch.no_grad():
@@ -100,6 +102,7 @@ def compare(workdir: str, folder: str, prompts: list[str], windows: int, max_new
     greedy.append(
       dict(
         prompt=prompt,
+        same_prompt_ids=their_tokenizer(prompt)['input_ids'] == prompt_ids,
         attend=mine,
         transformers=other,
         equal=mine == other,
@@ -146,6 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
   )
   for row in result['greedy']:
     verdict = 'equal' if row['equal'] else 'DIFFERENT'
+    if not row['same_prompt_ids']:
+      verdict += " (the folder's tokenizer encodes the prompt differently)"
     print(
       f'{row["prompt"]!r}: {len(row["attend"])} greedy tokens {verdict}: {row["attend_text"]!r}'
     )

@@ -118,6 +118,16 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
   return ml_collections.FrozenConfigDict(merged)
 
 
+def text_options(config: ml_collections.FrozenConfigDict) -> TextOptions:
+  """The preprocessing a validated `config.dataset` asks for, applied to every text before it is
+  encoded (and written into an exported tokenizer.json: data.tokenizer_json)."""
+  return TextOptions(
+    lowercase=config.lowercase,
+    split_punctuation=config.split_punctuation,
+    keep_whitespace=config.keep_whitespace,
+  )
+
+
 class LanguageData(BatchSource):
   """A language-modelling dataset with its tokenizer.
 
@@ -139,11 +149,7 @@ class LanguageData(BatchSource):
     """Wraps a split reader; `build` is the usual way to get one."""
     self.name = name
     self.config = config
-    self.preprocess = TextOptions(
-      lowercase=config.lowercase,
-      split_punctuation=config.split_punctuation,
-      keep_whitespace=config.keep_whitespace,
-    )
+    self.preprocess = text_options(config)
     self.tokenizer: Tokenizer | None = None
     self.mask_id: int | None = None
     self._read = read

@@ -227,6 +227,10 @@ class SentencePieceTokenizer(SpecialIds):
     """Text of `ids` up to the first EOS, PAD and BOS skipped; UNK reads `<unk>`."""
     return self._sp.decode([i if 0 <= i < self.vocab_size else UNK_ID for i in _ints(ids)])
 
+  def scored_pieces(self) -> list[tuple[str, float]]:
+    """Every piece with its unigram log-probability, in id order (`▁` marks a word start)."""
+    return [(self._sp.id_to_piece(i), self._sp.get_score(i)) for i in range(self.vocab_size)]
+
   def tokens(self, ids: Iterable[int]) -> list[str]:
     """The piece of each id (`▁` marks a word start), for attention heatmap axes."""
     size = self.vocab_size

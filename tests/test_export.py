@@ -27,6 +27,7 @@ import tiny_gguf
 
 from benchmarks import export_agreement
 from data.pretrained_tokenizer import PretrainedTokenizer
+from data.tokenizers import load_tokenizers
 from models import DecoderLM, generation, pretrained
 from models.pretrained import fitting, gguf_writer, writer
 from models.pretrained.gguf_file import read_header
@@ -338,3 +339,39 @@ def test_each_fault_is_one_sentence_and_leaves_the_output_as_it_was(workdir, tmp
       pretrained_export.export(request(tmp_path / fmt, format=fmt))
     _one_sentence(error, str(tmp_path / fmt), 'No space left on device', 'nothing was written')
   assert _tree(tmp_path) == before
+
+
+def test_a_run_on_its_own_vocabulary_exports_with_a_tokenizer_that_gives_its_ids(tmp_path):
+  """configs/gpt_text.py in the shape GPT-2 holds (learned positions, no output bias, embeddings
+  not scaled), trained on a character vocabulary: the folder's tokenizer gives the pipeline's
+  ids, transformers gives Attend's logits and greedy tokens; GGUF has no tokenizer for it."""
+  from configs import gpt_text
+  import models
+  import training
+
+  text = tmp_path / 'book.txt'
+  text.write_text('It was the best of times, it was the worst of times.\n' * 40)
+  config = gpt_text.get_config()
+  config.model = models.default_config(
+    'decoder_lm', num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64,
+    positions='learned', output_bias=False, scale_embeddings=False,
+  )  # fmt: skip
+  config.dataset.update(text_path=str(text), seq_length=32, batch_size=8, eval_batch_size=8)
+  config.update(num_train_steps=2, checkpoint_every_steps=2, eval_every_steps=0, warmup_steps=1)
+  config.update(num_eval_decode=0, eval_at_start=False)
+  workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
+  training.train_and_evaluate(config, workdir)
+  said = pretrained_export.export(pretrained_export.Request(workdir, out, 'hf'))
+  assert said.startswith('Wrote step 2 of') and 'gpt2 model' in said
+  ours = load_tokenizers(layout.vocab_dir(workdir))[0]
+  theirs = transformers.AutoTokenizer.from_pretrained(out)
+  for sample in tiny_gguf.TEXTS:
+    assert theirs(sample)['input_ids'] == ours.encode(sample), sample
+  agreed = export_agreement.compare(workdir, out, ['It was the'], windows=2, max_new=8)
+  assert agreed['windows'] == [2, 32] and agreed['max_abs_difference'] < 1e-5
+  assert agreed['same_next_token'] == 1.0
+  assert [row['equal'] for row in agreed['greedy']] == [True] and agreed['greedy'][0]['attend']
+  assert agreed['greedy'][0]['same_prompt_ids']
+  with pytest.raises(ValueError) as error:
+    pretrained_export.export(pretrained_export.Request(workdir, str(tmp_path / 'x.gguf'), 'gguf'))
+  _one_sentence(error, '--format=hf')

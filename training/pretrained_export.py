@@ -5,14 +5,17 @@ The checkpoint is chosen as eval.py chooses it (the best, else the latest; or 'b
 a step, or a path WORKDIR/checkpoints/STEP) and its parameters are restored straight into the
 model's shapes. The model's shapes need the vocabulary alone, so the run's text is not read
 (it may have moved since). What can be refused is refused before the parameters are read: an
-output that exists and is not empty, a workdir without a checkpoint, a tokenizer that is not a
-checkpoint's, a model no architecture holds exactly (models.pretrained.fitting).
+output that exists and is not empty, a workdir without a checkpoint, a preprocessing no
+tokenizer.json expresses (data.tokenizer_json), a model no architecture holds exactly
+(models.pretrained.fitting).
 """
 
 import dataclasses
 import json
 import os
 
+from data import language
+from data.tokenizer_json import tokenizer_json
 from data.tokenizers import load_tokenizers
 import models
 from models import pretrained
@@ -77,11 +80,9 @@ def _source(request: Request) -> restore.Source:
     finally:
       checkpoints.close()
   tokenizers = load_tokenizers(layout.vocab_dir(workdir))
-  if tokenizers is None or tokenizers[0].kind != 'pretrained':
-    kind = 'none' if tokenizers is None else tokenizers[0].kind
-    raise ValueError(
-      f"{workdir}'s tokenizer is {kind!r}; a checkpoint's own tokenizer.json "
-      "(config.dataset.vocab='pretrained') is what exports with the model."
+  if tokenizers is None:
+    raise FileNotFoundError(
+      f'{workdir} holds no vocabulary (vocab/); it is not a training workdir.'
     )
   return restore.Source(workdir, read_config(workdir), _Vocabulary(tokenizers[0]), chosen)
 
@@ -107,10 +108,17 @@ def _origin(workdir: str) -> str | None:
   return located if os.path.exists(located) else None
 
 
-def _vocabulary(tokenizer, origin: str | None) -> writer.Vocabulary:
-  """The writer's view of a data.pretrained_tokenizer.PretrainedTokenizer, its special ids
-  those of the origin's config.json where it is readable (a GGUF's metadata names them; the
-  tokenizer's own guess is by the tokens' spelling)."""
+def _vocabulary(tokenizer, origin: str | None, dataset) -> writer.Vocabulary:
+  """The writer's view of the workdir's tokenizer. Attend's own vocabulary (character, word,
+  SentencePiece) becomes a tokenizer.json that applies the run's preprocessing
+  (`config.dataset`), with Attend's special ids. A checkpoint's own (a
+  data.pretrained_tokenizer.PretrainedTokenizer) is written as it is, its special ids those of
+  the origin's config.json where it is readable (a GGUF's metadata names them; the tokenizer's
+  own guess is by the tokens' spelling)."""
+  if tokenizer.kind != 'pretrained':
+    preprocess = language.text_options(language.validate_config(dataset))
+    text = tokenizer_json(tokenizer, preprocess)
+    return writer.Vocabulary(text, '', tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
   ids = dict(
     bos=tokenizer.bos_id, eos=tokenizer.eos_id, pad=tokenizer.pad_id if tokenizer.has_pad else None
   )
@@ -142,7 +150,7 @@ def export(request: Request) -> str:
   args = fitting.decoder_arguments(source.config.model, tokenizer.vocab_size)
   fit = fitting.fit(args)
   origin = _origin(source.workdir)
-  vocabulary = _vocabulary(tokenizer, origin)
+  vocabulary = _vocabulary(tokenizer, origin, source.config.dataset)
   if origin is not None and not is_gguf(origin):
     origin = None  # only a GGUF origin's metadata is copied
   if request.format == 'gguf':
