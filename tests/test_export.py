@@ -7,7 +7,8 @@ alone, gives Attend's logits in float64 and the same greedy tokens; a converted 
 back with its tensors bit for bit. A GGUF file of a workdir converted from a tiny GGUF
 (tests/tiny_gguf.py) reads back through Attend's reader with every tensor bit for bit at float32
 and within each format's rounding otherwise, with the origin's metadata, or a tokenizer built
-anew that gives the same ids. What no format holds, and each fault, is one sentence, and the
+anew that gives the same ids; transformers reads it as its origin too. A run on Attend's own
+character vocabulary leaves with a tokenizer.json that gives its ids. What no format holds, and each fault, is one sentence, and the
 output path is left as it was.
 """
 
@@ -195,6 +196,20 @@ def _converted(base, origin: str) -> tuple[str, str]:
   return str(base / 'wd'), origin
 
 
+def _transformers_reads(gguf_path: str, source) -> None:
+  """transformers reads the GGUF file (`from_pretrained(..., gguf_file=)`) as the checkpoint
+  `source`: every tensor bit for bit, and its tokenizer gives the same ids."""
+  folder, name = os.path.split(gguf_path)
+  model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+  state = {k: v.numpy() for k, v in model.state_dict().items()}
+  for tensor, value in source.tensors.items():
+    np.testing.assert_array_equal(state[tensor], value, err_msg=tensor)
+  theirs = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+  ours = PretrainedTokenizer(source.tokenizer_json)
+  for text in tiny_gguf.TEXTS:
+    assert theirs(text)['input_ids'] == ours.encode(text), text
+
+
 @pytest.fixture(scope='module')
 def workdir(tmp_path_factory):
   """A workdir convert.py made of a tiny Llama GGUF (grouped-query heads, a byte-level BPE
@@ -229,6 +244,7 @@ def test_a_gguf_export_reads_back_bit_for_bit_at_float32(workdir, tmp_path):
   ours, theirs = (PretrainedTokenizer(pretrained.read(p).tokenizer_json) for p in (out, origin))
   for text in tiny_gguf.TEXTS:
     assert ours.encode(text) == theirs.encode(text), text
+  _transformers_reads(out, source)  # the metadata written anew, read by another reader
 
 
 def test_a_gemma3_gguf_export_reads_back_bit_for_bit_with_its_own_tokenizer(tmp_path):
@@ -242,6 +258,7 @@ def test_a_gemma3_gguf_export_reads_back_bit_for_bit_with_its_own_tokenizer(tmp_
   assert back.config == source.config and back.tokenizer_json == source.tokenizer_json
   for name, tensor in source.tensors.items():
     np.testing.assert_array_equal(back.tensors[name], tensor, err_msg=name)
+  _transformers_reads(out, source)
   # A fine-tune's workdir names its start in config.init_from (the file, or a workdir made of
   # it): the file's metadata is found through it.
   for count, start in enumerate((origin, path)):
