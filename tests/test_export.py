@@ -7,9 +7,10 @@ alone, gives Attend's logits in float64 and the same greedy tokens; a converted 
 back with its tensors bit for bit. A GGUF file of a workdir converted from a tiny GGUF
 (tests/tiny_gguf.py) reads back through Attend's reader with every tensor bit for bit at float32
 and within each format's rounding otherwise, with the origin's metadata, or a tokenizer built
-anew that gives the same ids; transformers reads it as its origin too. A run on Attend's own
-character vocabulary leaves with a tokenizer.json that gives its ids. What no format holds, and each fault, is one sentence, and the
-output path is left as it was.
+anew that gives the same ids; transformers reads it as its origin too, and so a Qwen2 and a
+GPT-2 file. A run on Attend's own character vocabulary leaves with a tokenizer.json that gives
+its ids. What no format holds, and each fault, is one sentence, and the output path is left as
+it was.
 """
 
 import dataclasses
@@ -392,3 +393,37 @@ def test_a_run_on_its_own_vocabulary_exports_with_a_tokenizer_that_gives_its_ids
   with pytest.raises(ValueError) as error:
     pretrained_export.export(pretrained_export.Request(workdir, str(tmp_path / 'x.gguf'), 'gguf'))
   _one_sentence(error, '--format=hf')
+
+
+@pytest.mark.parametrize('model_type', ['qwen2', 'gpt2'])
+def test_a_qwen2_or_gpt2_gguf_export_reads_back_in_attend_and_transformers(tmp_path, model_type):
+  """Qwen2 (biases on its queries, keys and values; halves rotated as llama.cpp rotates them, so
+  no rows reordered) and GPT-2 (a fused c_attn, block matrices stored transposed, learned
+  positions), each from a Hugging Face folder with a byte-level BPE vocabulary split as its
+  family splits, exported to GGUF: Attend's reader gives back the same model and every tensor
+  bit for bit, and so does transformers', with the same ids."""
+  tokenizer = tiny_gguf.byte_level_tokenizer_json(model_type)  # its pre-tokenizer's GGUF name
+  # transformers 5 reads a gpt2 file's context length into no field its GPT-2 reads, so it
+  # reads only files of GPT-2's own 1,024 positions.
+  positions = dict(n_positions=1024) if model_type == 'gpt2' else {}
+  folder = tiny_decoders.write_checkpoint(
+    model_type, str(tmp_path / 'folder'), tokenizer_json=tokenizer, **positions
+  )
+  path, _ = _converted(tmp_path, folder)
+  out = str(tmp_path / f'{model_type}.gguf')
+  pretrained_export.export(pretrained_export.Request(path, out, 'gguf'))
+  assert read_header(out).metadata['general.architecture'] == model_type
+  source, back = pretrained.read(folder), pretrained.read(out)
+  ours, theirs = (pretrained.decoders.decoder_args(c.config)[0] for c in (source, back))
+  assert fitting.differences(ours, theirs) == []
+  # GPT-2's tied head is written again as output.weight, as llama.cpp's converter writes it.
+  head = (
+    {'lm_head.weight': source.tensors['transformer.wte.weight']} if model_type == 'gpt2' else {}
+  )
+  assert set(back.tensors) == set(source.tensors) | set(head)
+  for name, tensor in {**source.tensors, **head}.items():
+    np.testing.assert_array_equal(back.tensors[name], tensor, err_msg=name)
+  ours, theirs = (PretrainedTokenizer(c.tokenizer_json) for c in (source, back))
+  for text in tiny_gguf.TEXTS:  # digits tell Qwen2's split from Llama 3's
+    assert ours.encode(text) == theirs.encode(text), text
+  _transformers_reads(out, source)

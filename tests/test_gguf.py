@@ -117,13 +117,15 @@ def test_query_and_key_rows_are_unpermuted_as_transformers_does():
   np.testing.assert_array_equal(gguf_checkpoint.unpermute(stored[:, 0], 3), hf[:, 0])  # a bias
 
 
-@pytest.mark.parametrize('architecture', ['llama', 'gemma3'])
+@pytest.mark.parametrize('architecture', sorted(gguf_checkpoint.BLOCK))
 def test_tensor_names_are_ggufs_own_mapping_read_backwards(architecture):
   mapping = gguf.get_tensor_name_map(gguf.MODEL_ARCH[architecture.upper()], 2)
-  for ours, hf in gguf_checkpoint.TOP.items():
-    assert mapping.get_name(hf) == ours
-  for ours, hf in gguf_checkpoint.BLOCK[architecture].items():
-    assert mapping.get_name(f'model.layers.1.{hf}') == f'blk.1.{ours}'
+  names = gguf_checkpoint.hf_names(architecture, 2)
+  assert len(names) == 2 * (
+    len(gguf_checkpoint.TOP[architecture]) + 2 * len(gguf_checkpoint.BLOCK[architecture])
+  )
+  for ours, hf in names.items():
+    assert mapping.get_name(hf, try_suffixes=('.weight', '.bias')) == ours, hf
 
 
 @pytest.fixture(scope='module')
@@ -450,7 +452,7 @@ def test_each_fault_is_one_sentence_naming_the_file_and_writes_nothing(tiny, tmp
   (tmp_path / 'data.gguf').write_bytes(llama[:-64])
   (tmp_path / 'zip.gguf').write_bytes(b'PK\x03\x04' + llama[4:])
   f32 = (np.zeros((2, 32), np.float32), Q.F32)
-  tiny_gguf.write(str(tmp_path / 'gpt2.gguf'), 'gpt2', {}, {'token_embd.weight': f32})
+  tiny_gguf.write(str(tmp_path / 'falcon.gguf'), 'falcon', {}, {'token_embd.weight': f32})
   q8_1 = np.zeros((2, gguf.GGML_QUANT_SIZES[Q.Q8_1][1]), np.uint8)
   tiny_gguf.write(str(tmp_path / 'q8_1.gguf'), 'llama', {}, {'blk.0.attn_q.weight': (q8_1, Q.Q8_1)})
   folder = tmp_path / 'folder'
@@ -467,7 +469,7 @@ def test_each_fault_is_one_sentence_naming_the_file_and_writes_nothing(tiny, tmp
     'header.gguf': 'it ends at byte 1000, inside its header',
     'data.gguf': "tensor 'output.weight' ends past the end of the file",
     'zip.gguf': 'does not start with the GGUF magic bytes',
-    'gpt2.gguf': "architecture 'gpt2', which Attend does not convert; supported: llama, gemma3",
+    'falcon.gguf': "architecture 'falcon', which Attend does not convert; supported: llama, qwen2",
     'q8_1.gguf': "tensor 'blk.0.attn_q.weight' as Q8_1, which the installed gguf package cannot",
     'cut': 'model.safetensors is not a readable safetensors file',
     'folder': 'config.json of',

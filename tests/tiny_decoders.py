@@ -74,15 +74,27 @@ CONFIGS = {
 }
 
 
-def write_checkpoint(model_type: str, folder: str, *, shard_size: str | None = None) -> str:
+def write_checkpoint(
+  model_type: str,
+  folder: str,
+  *,
+  shard_size: str | None = None,
+  tokenizer_json: str = '',
+  **fields,
+) -> str:
   """Writes a seeded random `model_type` checkpoint into `folder` (sharded when `shard_size`,
-  e.g. '20KB', is given) and returns the folder."""
+  e.g. '20KB', is given) and returns the folder. Its tokenizer is `tokenizer_json` where given
+  (the vocabulary then its size), else `VOCAB` words `w0`, `w1`, ...; `fields` change its
+  config."""
   import tokenizers
   import torch
   import transformers
 
   torch.manual_seed(0)
-  config = transformers.AutoConfig.for_model(model_type, **CONFIGS[model_type])
+  fields = {**CONFIGS[model_type], **fields}
+  if tokenizer_json:
+    fields['vocab_size'] = tokenizers.Tokenizer.from_str(tokenizer_json).get_vocab_size()
+  config = transformers.AutoConfig.for_model(model_type, **fields)
   model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation='eager')
   with torch.no_grad():
     for name, parameter in model.named_parameters():
@@ -90,6 +102,10 @@ def write_checkpoint(model_type: str, folder: str, *, shard_size: str | None = N
         parameter.add_(0.1 * torch.randn_like(parameter))
   options = {} if shard_size is None else dict(max_shard_size=shard_size)
   model.save_pretrained(folder, **options)
+  if tokenizer_json:
+    with open(os.path.join(folder, 'tokenizer.json'), 'w', encoding='utf-8') as f:
+      f.write(tokenizer_json)
+    return folder
   words = tokenizers.models.WordLevel({f'w{i}': i for i in range(VOCAB)}, unk_token='w0')
   tokenizer = tokenizers.Tokenizer(words)
   tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()

@@ -121,6 +121,23 @@ def byte_level_vocab() -> tuple[list[str], list[int], list[str]]:
   return tokens, types, [f'{a} {b}' for a, b in MERGES]
 
 
+def byte_level_tokenizer_json(pre: str) -> str:
+  """`byte_level_vocab` as a tokenizer.json splitting text as GGUF's `tokenizer.ggml.pre` names
+  (Attend's reading of such a file's metadata), for a Hugging Face folder of another family."""
+  from models.pretrained.gguf_tokenizer import tokenizer_json
+
+  tokens, types, merges = byte_level_vocab()
+  meta = {
+    'tokenizer.ggml.model': 'gpt2',
+    'tokenizer.ggml.pre': pre,
+    'tokenizer.ggml.tokens': tokens,
+    'tokenizer.ggml.token_type': types,
+    'tokenizer.ggml.merges': merges,
+    'tokenizer.ggml.eos_token_id': 0,
+  }
+  return tokenizer_json(meta, 'llama', f'a {pre} vocabulary')
+
+
 def sentencepiece_vocab() -> tuple[list[str], list[int], list[float]]:
   """`(tokens, token types, scores)` of Gemma's layout: specials, bytes, `GEMMA_PIECES`."""
   specials = [('<pad>', 3), ('<eos>', 3), ('<bos>', 3), ('<unk>', 3), ('<mask>', 3)]

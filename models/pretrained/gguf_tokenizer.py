@@ -5,7 +5,7 @@ It gives the ids transformers' tokenizer of the same file gives
 (`AutoTokenizer.from_pretrained(folder, gguf_file=name)`):
 
 - `tokenizer.ggml.model` 'gpt2': byte-level BPE from the file's tokens and merges, text split by
-  GPT-2's pattern or, for `tokenizer.ggml.pre` 'llama-bpe' (Llama 3), Llama 3's;
+  GPT-2's pattern or, for `tokenizer.ggml.pre` 'llama-bpe' (Llama 3) and 'qwen2', theirs;
 - 'llama' in a Gemma 3 file: SentencePiece pieces as BPE with byte fallback and no prefix space.
   The file lists no merges, so they are rebuilt from the vocabulary: every split of a piece into
   two pieces, best first in the order of the pieces in the file (Gemma's scores do not follow
@@ -25,6 +25,8 @@ LLAMA3_SPLIT = (
   r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
   r'| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+'
 )
+# Qwen2's: Llama 3's, with numbers cut into single digits.
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r'\p{N}{1,3}', r'\p{N}')
 # `tokenizer.ggml.pre` -> the pattern that splits text before byte-level BPE (None: GPT-2's).
 PRE_TOKENIZERS = {
   'default': None,
@@ -32,6 +34,7 @@ PRE_TOKENIZERS = {
   'smollm': None,
   'llama-bpe': LLAMA3_SPLIT,
   'llama3': LLAMA3_SPLIT,
+  'qwen2': QWEN2_SPLIT,
 }
 
 

@@ -2,13 +2,15 @@
 
     write_gguf(path, fit, model, vocabulary, 'f32', origin)   # Attend's `read` reads it back
 
-The model's Hugging Face tensors (fitting.HFTensors) go under GGUF's names, with llama.cpp's
-changes made as its converter makes them: Llama's query and key rows into rope-interleaved
-order, Gemma's RMSNorm weights stored as 1 + w (gguf_checkpoint.py undoes both on the way in).
-Tensors are float32, float16, bfloat16 or Q8_0 (`TYPES`); one-dimensional ones (norms, biases)
-stay float32, as llama.cpp keeps them. The metadata: when the workdir came from a GGUF file
-(`origin`), that file's, with only the architecture's keys the model sets written anew; else
-the architecture's keys and the tokenizer's, built from a byte-level BPE tokenizer.json.
+The architectures: `llama`, `qwen2`, `gemma3`, `gpt2` (`ARCHITECTURES`). The model's Hugging Face
+tensors (fitting.HFTensors) go under GGUF's names, with llama.cpp's changes made as its
+converter makes them (gguf_checkpoint.transform, which also undoes them on the way in): Llama's
+query and key rows into rope-interleaved order, Gemma's RMSNorm weights stored as 1 + w, GPT-2's
+block matrices transposed and its tied head written again as output.weight. Tensors are float32,
+float16, bfloat16 or Q8_0 (`TYPES`); one-dimensional ones (norms, biases) stay float32, as
+llama.cpp keeps them. The metadata: when the workdir came from a GGUF file (`origin`), that
+file's, with only the architecture's keys the model sets written anew; else the architecture's
+keys and the tokenizer's, built from a byte-level BPE tokenizer.json.
 
 `check` refuses before anything is read what the file cannot hold: it reads the metadata it
 would write back as Attend's reader does (gguf_checkpoint.hf_config) and compares the model it
@@ -23,15 +25,15 @@ import numpy as np
 
 from models.pretrained.decoders import decoder_args
 from models.pretrained.fitting import FORMATS, Fit, HFTensors, differences
-from models.pretrained.gguf_checkpoint import BLOCK, TOP, gemma3_norm_stored, hf_config, permute
+from models.pretrained.gguf_checkpoint import hf_config, hf_names, stored_shape, transform
 from models.pretrained.gguf_file import Header, Tensor, _gguf, read_header
-from models.pretrained.gguf_tokenizer import CONTROL, LLAMA3_SPLIT, USER_DEFINED
+from models.pretrained.gguf_tokenizer import CONTROL, PRE_TOKENIZERS, USER_DEFINED
 from models.pretrained.writer import Vocabulary
 
 # --dtype -> (ggml type name, llama.cpp's general.file_type for it).
 TYPES = {'f32': ('F32', 0), 'f16': ('F16', 1), 'bf16': ('BF16', 32), 'q8_0': ('Q8_0', 7)}
 # model_type -> the GGUF architecture Attend reads back.
-ARCHITECTURES = {'llama': 'llama', 'gemma3_text': 'gemma3'}
+ARCHITECTURES = {'llama': 'llama', 'qwen2': 'qwen2', 'gemma3_text': 'gemma3', 'gpt2': 'gpt2'}
 NORMAL = 1  # tokenizer.ggml.token_type of a plain token
 
 
@@ -42,18 +44,26 @@ def check_dtype(dtype: str) -> None:
     raise ValueError(f'--dtype={dtype!r}: the installed gguf package has no {TYPES[dtype][0]}.')
 
 
-def _names(architecture: str, num_layers: int) -> dict[str, str]:
-  """Hugging Face tensor name -> GGUF's (gguf_checkpoint's maps read the other way)."""
-  names = {f'{hf}{s}': f'{g}{s}' for g, hf in TOP.items() for s in ('.weight', '.bias')}
-  for i in range(num_layers):
-    for g, hf in BLOCK[architecture].items():
-      names |= {f'model.layers.{i}.{hf}{s}': f'blk.{i}.{g}{s}' for s in ('.weight', '.bias')}
-  return names
+def _names(architecture: str, config: dict[str, Any]) -> dict[str, str]:
+  """Hugging Face tensor name -> GGUF's (gguf_checkpoint's map read the other way)."""
+  layers = config.get('num_hidden_layers') or config['n_layer']
+  return {hf: ours for ours, hf in hf_names(architecture, layers).items()}
 
 
 def _model_metadata(fit: Fit, architecture: str) -> dict[str, Any]:
   """The architecture's keys, as llama.cpp's converter writes them for this config."""
   c = fit.config
+  if architecture == 'gpt2':
+    keys = {
+      'context_length': c['n_positions'],
+      'embedding_length': c['n_embd'],
+      'block_count': c['n_layer'],
+      'feed_forward_length': c['n_inner'],
+      'attention.head_count': c['n_head'],
+      'attention.layer_norm_epsilon': c['layer_norm_epsilon'],
+      'vocab_size': c['vocab_size'],
+    }
+    return {f'{architecture}.{key}': value for key, value in keys.items()}
   keys = {
     'context_length': c['max_position_embeddings'],
     'embedding_length': c['hidden_size'],
@@ -66,7 +76,7 @@ def _model_metadata(fit: Fit, architecture: str) -> dict[str, Any]:
     'attention.value_length': c['head_dim'],
     'vocab_size': c['vocab_size'],
   }
-  if architecture == 'llama':
+  if architecture in ('llama', 'qwen2'):
     keys |= {'rope.dimension_count': c['head_dim'], 'rope.freq_base': c['rope_theta']}
   else:
     if 'full_attention' in c['layer_types']:  # else no layer reads it: the origin's stays
@@ -79,6 +89,27 @@ def _model_metadata(fit: Fit, architecture: str) -> dict[str, Any]:
     if c['attn_logit_softcapping']:
       keys['attn_logit_softcapping'] = c['attn_logit_softcapping']
   return {f'{architecture}.{key}': value for key, value in keys.items()}
+
+
+def _pre_tokenizer(pre_tokenizer: dict | None) -> str:
+  """`tokenizer.ggml.pre` of a byte-level tokenizer.json's pre-tokenizer: 'gpt2' where the byte
+  level splits by GPT-2's own pattern, else the name of the one pattern it splits by
+  (gguf_tokenizer.PRE_TOKENIZERS); ValueError for any other split or step (digits cut apart),
+  which a GGUF reader would not make."""
+  steps = (pre_tokenizer or {}).get('pretokenizers', [pre_tokenizer or {}])
+  patterns = [step['pattern'].get('Regex') for step in steps if step.get('type') == 'Split']
+  own = [step.get('use_regex', True) for step in steps if step.get('type') == 'ByteLevel']
+  plain = len(patterns) + len(own) == len(steps)  # no other step (Digits, ...)
+  if plain and own == [True] and not patterns:
+    return 'gpt2'
+  names = [name for name, split in PRE_TOKENIZERS.items() if split and [split] == patterns]
+  if plain and own == [False] and names:
+    return names[0]
+  raise ValueError(
+    'The tokenizer.json splits text before its byte-level BPE by a pattern no GGUF '
+    f'pre-tokenizer name Attend writes stands for ({", ".join(PRE_TOKENIZERS)}); export it '
+    'with --format=hf.'
+  )
 
 
 def _tokenizer_metadata(vocabulary: Vocabulary) -> dict[str, Any]:
@@ -103,7 +134,7 @@ def _tokenizer_metadata(vocabulary: Vocabulary) -> dict[str, Any]:
   merges = [m if isinstance(m, str) else ' '.join(m) for m in model.get('merges', ())]
   meta = {
     'tokenizer.ggml.model': 'gpt2',
-    'tokenizer.ggml.pre': 'llama-bpe' if json.dumps(LLAMA3_SPLIT)[1:-1] in pre else 'gpt2',
+    'tokenizer.ggml.pre': _pre_tokenizer(spec.get('pre_tokenizer')),
     'tokenizer.ggml.tokens': tokens,
     'tokenizer.ggml.token_type': types,
     'tokenizer.ggml.merges': merges,
@@ -165,15 +196,6 @@ def check(fit: Fit, vocabulary: Vocabulary, origin: str | None) -> None:
     )
 
 
-def _stored(name: str, values: np.ndarray, architecture: str, config: dict) -> np.ndarray:
-  """A Hugging Face tensor as llama.cpp stores it (see the module docstring)."""
-  if architecture == 'gemma3':
-    return gemma3_norm_stored(name, values)
-  heads = {'q_proj': config['num_attention_heads'], 'k_proj': config['num_key_value_heads']}
-  projection = name.split('.')[-2]
-  return permute(values, heads[projection]) if projection in heads else values
-
-
 def _value_type(gguf, value: Any, kind: int | None):
   """`(GGUFValueType, item type, value)` for `GGUFWriter.add_key_value`; `kind`: the type the
   value had in the origin file (None: a Python value's usual type, as llama.cpp writes it)."""
@@ -211,21 +233,28 @@ def write_gguf(
     writer.add_key_value(key, packed, vtype, sub)
   writer.add_file_type(file_type)
   tensors = HFTensors(model, fit)
-  names = _names(architecture, fit.config['num_hidden_layers'])
+  names = _names(architecture, fit.config)
+  stored = transform(architecture, fit.config, stored=True)
+  # `(GGUF name, Hugging Face name)`: llama.cpp's converter writes GPT-2's tied head again as
+  # output.weight, and so does this writer, for the readers that expect it.
+  entries = [(names[name], name) for name in tensors]
+  if architecture == 'gpt2':
+    embedding = next(name for name in tensors if names[name] == 'token_embd.weight')
+    entries.insert(1, ('output.weight', embedding))
   kinds = {}
-  for name in tensors:
-    shape = tensors.shape(name)
+  for gguf_name, name in entries:
+    shape = stored_shape(architecture, name, tensors.shape(name))
     qtype = gguf.GGMLQuantizationType[qtype_name]
     block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
     if len(shape) == 1 or shape[-1] % block:  # norms and biases stay float32
       qtype, block, block_bytes = gguf.GGMLQuantizationType.F32, 1, 4
     kinds[name] = qtype
     nbytes = int(np.prod(shape)) // block * block_bytes
-    writer.add_tensor_info(names[name], shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
+    writer.add_tensor_info(gguf_name, shape, np.dtype(np.float32), nbytes, raw_dtype=qtype)
   writer.write_header_to_file()
   writer.write_kv_data_to_file()
   writer.write_ti_data_to_file()
-  for name in tensors:
-    values = _stored(name, tensors[name], architecture, fit.config)
+  for _, name in entries:
+    values = stored(name, tensors[name])
     writer.write_tensor_data(np.ascontiguousarray(gguf.quants.quantize(values, kinds[name])))
   writer.close()
