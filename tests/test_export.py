@@ -88,11 +88,11 @@ def _export(model, args: dict, out: str, tokenizer_json: str, **options) -> fitt
   return fit
 
 
-def _args(model_args: dict) -> dict:
+def _args(model_args: dict, vocab_size: int = tiny_decoders.VOCAB) -> dict:
   """A model's arguments as a workdir's config.model keeps them, read back by the exporter."""
   flat = pretrained.tables.config_fields({**model_args, 'pad_id': 0, 'vocab_size': 0})
   fields = {'name': 'decoder_lm', **flat}
-  return fitting.decoder_arguments(fields, tiny_decoders.VOCAB)
+  return fitting.decoder_arguments(fields, vocab_size)
 
 
 def _assert_transformers_equals_attend(model, folder: str, name: str) -> None:
@@ -119,12 +119,16 @@ def _assert_transformers_equals_attend(model, folder: str, name: str) -> None:
   assert len(np.unique(greedy)) > 2  # a text, not one token repeated
 
 
-@pytest.mark.parametrize('name', ['llama', 'gemma3_text', 'gpt2'])
+@pytest.mark.parametrize('name', ['llama', 'mistral', 'qwen2', 'gemma3_text', 'gpt2'])
 def test_a_converted_checkpoint_exports_as_transformers_reads_it(tmp_path, name):
-  source = tiny_decoders.write_checkpoint(name, str(tmp_path / 'source'))
+  # transformers builds a Qwen2 folder's tokenizer as Qwen2's byte-level BPE, whatever the folder
+  # says (writer.REBUILT_TOKENIZERS): this one has such a vocabulary.
+  tokenizer = tiny_gguf.byte_level_tokenizer_json('qwen2') if name == 'qwen2' else ''
+  source = tiny_decoders.write_checkpoint(name, str(tmp_path / 'source'), tokenizer_json=tokenizer)
   checkpoint = pretrained.read(source)
   model, _ = pretrained.load_decoder(checkpoint)
-  args = _args(pretrained.decoders.decoder_args(checkpoint.config)[0])
+  args = pretrained.decoders.decoder_args(checkpoint.config)[0]
+  args = _args(args, checkpoint.config['vocab_size'])
   out = str(tmp_path / 'out')
   assert _export(model, args, out, checkpoint.tokenizer_json).model_type == name
   _assert_transformers_equals_attend(model, out, name)
@@ -132,8 +136,21 @@ def test_a_converted_checkpoint_exports_as_transformers_reads_it(tmp_path, name)
   assert set(exported.tensors) == set(checkpoint.tensors)
   for tensor in checkpoint.tensors:
     np.testing.assert_array_equal(exported.tensors[tensor], checkpoint.tensors[tensor])
-  tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-  assert tokenizer('w3 w5 w96')['input_ids'] == [3, 5, 96]
+  theirs = transformers.AutoTokenizer.from_pretrained(out)
+  ours = PretrainedTokenizer(checkpoint.tokenizer_json)
+  for text in tiny_gguf.TEXTS if tokenizer else ['w3 w5 w96']:
+    assert theirs(text)['input_ids'] == ours.encode(text), text
+
+
+def test_a_qwen2_folder_holds_only_a_tokenizer_transformers_builds_as_qwen2s():
+  stack = dataclasses.replace(SCRATCH['llama']['stack'], qkv_bias=True)  # no output bias: Qwen2
+  fit = fitting.fit(_args({**SCRATCH['llama'], 'stack': stack}))
+  assert fit.model_type == 'qwen2'
+  writer.check_tokenizer(fit, _vocabulary(tiny_gguf.byte_level_tokenizer_json('qwen2')))
+  for other in ('llama-bpe', 'gpt2'):  # byte-level BPE split otherwise
+    with pytest.raises(ValueError) as error:
+      writer.check_tokenizer(fit, _vocabulary(tiny_gguf.byte_level_tokenizer_json(other)))
+    _one_sentence(error, 'qwen2 folder', "split by qwen2's pattern", '(BPE)')
 
 
 @pytest.mark.parametrize('name', sorted(SCRATCH))

@@ -155,6 +155,8 @@ def export(request: Request) -> str:
     origin = None  # only a GGUF origin's metadata is copied
   if request.format == 'gguf':
     gguf_writer.check(fit, vocabulary, origin)
+  else:
+    writer.check_tokenizer(fit, vocabulary)
   restored = restore.restored(source, host=True)  # read, not computed with: no device copy
   model = merge_model(restored.state)
   if request.format == 'hf':

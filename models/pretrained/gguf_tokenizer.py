@@ -38,6 +38,22 @@ PRE_TOKENIZERS = {
 }
 
 
+def pre_tokenizer_name(pre_tokenizer: dict | None) -> str | None:
+  """The `tokenizer.ggml.pre` of a byte-level tokenizer.json's pre-tokenizer (its JSON): 'gpt2'
+  where the byte level splits by GPT-2's own pattern, else the name of the one pattern it splits
+  by (`PRE_TOKENIZERS`); None for another split or another step (digits cut apart), which no
+  name stands for."""
+  steps = (pre_tokenizer or {}).get('pretokenizers', [pre_tokenizer or {}])
+  patterns = [step['pattern'].get('Regex') for step in steps if step.get('type') == 'Split']
+  own = [step.get('use_regex', True) for step in steps if step.get('type') == 'ByteLevel']
+  if len(patterns) + len(own) != len(steps):
+    return None
+  if own == [True] and not patterns:
+    return 'gpt2'
+  names = [name for name, split in PRE_TOKENIZERS.items() if split and [split] == patterns]
+  return names[0] if own == [False] and names else None
+
+
 def _byte_level(meta: dict[str, Any], path: str):
   """Byte-level BPE: GPT-2's printable stand-in for each byte, the file's merges."""
   from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers

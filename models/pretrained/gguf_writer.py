@@ -27,7 +27,12 @@ from models.pretrained.decoders import decoder_args
 from models.pretrained.fitting import FORMATS, Fit, HFTensors, differences
 from models.pretrained.gguf_checkpoint import hf_config, hf_names, stored_shape, transform
 from models.pretrained.gguf_file import Header, Tensor, _gguf, read_header
-from models.pretrained.gguf_tokenizer import CONTROL, PRE_TOKENIZERS, USER_DEFINED
+from models.pretrained.gguf_tokenizer import (
+  CONTROL,
+  PRE_TOKENIZERS,
+  USER_DEFINED,
+  pre_tokenizer_name,
+)
 from models.pretrained.writer import Vocabulary
 
 # --dtype -> (ggml type name, llama.cpp's general.file_type for it).
@@ -91,27 +96,6 @@ def _model_metadata(fit: Fit, architecture: str) -> dict[str, Any]:
   return {f'{architecture}.{key}': value for key, value in keys.items()}
 
 
-def _pre_tokenizer(pre_tokenizer: dict | None) -> str:
-  """`tokenizer.ggml.pre` of a byte-level tokenizer.json's pre-tokenizer: 'gpt2' where the byte
-  level splits by GPT-2's own pattern, else the name of the one pattern it splits by
-  (gguf_tokenizer.PRE_TOKENIZERS); ValueError for any other split or step (digits cut apart),
-  which a GGUF reader would not make."""
-  steps = (pre_tokenizer or {}).get('pretokenizers', [pre_tokenizer or {}])
-  patterns = [step['pattern'].get('Regex') for step in steps if step.get('type') == 'Split']
-  own = [step.get('use_regex', True) for step in steps if step.get('type') == 'ByteLevel']
-  plain = len(patterns) + len(own) == len(steps)  # no other step (Digits, ...)
-  if plain and own == [True] and not patterns:
-    return 'gpt2'
-  names = [name for name, split in PRE_TOKENIZERS.items() if split and [split] == patterns]
-  if plain and own == [False] and names:
-    return names[0]
-  raise ValueError(
-    'The tokenizer.json splits text before its byte-level BPE by a pattern no GGUF '
-    f'pre-tokenizer name Attend writes stands for ({", ".join(PRE_TOKENIZERS)}); export it '
-    'with --format=hf.'
-  )
-
-
 def _tokenizer_metadata(vocabulary: Vocabulary) -> dict[str, Any]:
   """`tokenizer.ggml.*` of a byte-level BPE tokenizer.json; ValueError for any other."""
   spec = json.loads(vocabulary.tokenizer_json)
@@ -121,6 +105,12 @@ def _tokenizer_metadata(vocabulary: Vocabulary) -> dict[str, Any]:
       "A GGUF file's tokenizer is written from a byte-level BPE tokenizer.json, or copied from "
       'the GGUF file the workdir was converted from; this workdir has neither, so export it '
       'with --format=hf.'
+    )
+  pre = pre_tokenizer_name(spec.get('pre_tokenizer'))
+  if pre is None:
+    raise ValueError(
+      'The tokenizer.json splits text before its byte-level BPE in a way no GGUF pre-tokenizer '
+      f'name Attend writes stands for ({", ".join(PRE_TOKENIZERS)}); export it with --format=hf.'
     )
   added = {token['id']: token for token in spec.get('added_tokens', ())}
   vocab = {**model['vocab'], **{token['content']: i for i, token in added.items()}}
@@ -134,7 +124,7 @@ def _tokenizer_metadata(vocabulary: Vocabulary) -> dict[str, Any]:
   merges = [m if isinstance(m, str) else ' '.join(m) for m in model.get('merges', ())]
   meta = {
     'tokenizer.ggml.model': 'gpt2',
-    'tokenizer.ggml.pre': _pre_tokenizer(spec.get('pre_tokenizer')),
+    'tokenizer.ggml.pre': pre,
     'tokenizer.ggml.tokens': tokens,
     'tokenizer.ggml.token_type': types,
     'tokenizer.ggml.merges': merges,

@@ -25,6 +25,7 @@ import numpy as np
 
 from models.pretrained.files import INDEX, runs_of_bytes
 from models.pretrained.fitting import Fit, HFTensors
+from models.pretrained.gguf_tokenizer import pre_tokenizer_name
 
 SHARD_BYTES = 50 * 10**9  # transformers 5's `save_pretrained(max_shard_size='50GB')`
 
@@ -39,6 +40,28 @@ class Vocabulary:
   bos_id: int | None
   eos_id: int | None
   pad_id: int | None
+
+
+# model_type -> the tokenizer transformers builds for such a folder whatever its tokenizer.json
+# and tokenizer_config.json say (transformers 5's Qwen2Tokenizer: a byte-level BPE of the file's
+# vocabulary and merges, split by Qwen2's pattern): a folder holds only a tokenizer of that kind.
+REBUILT_TOKENIZERS = {'qwen2': 'qwen2'}
+
+
+def check_tokenizer(fit_: Fit, vocabulary: Vocabulary) -> None:
+  """ValueError, one sentence, where `AutoTokenizer` would read the folder's tokenizer as another
+  one (`REBUILT_TOKENIZERS`)."""
+  split = REBUILT_TOKENIZERS.get(fit_.model_type)
+  if split is None:
+    return
+  spec = json.loads(vocabulary.tokenizer_json)
+  kind = (spec.get('model') or {}).get('type')
+  if kind != 'BPE' or pre_tokenizer_name(spec.get('pre_tokenizer')) != split:
+    raise ValueError(
+      f"transformers reads a {fit_.model_type} folder's tokenizer as a byte-level BPE split by "
+      f"{split}'s pattern whatever its tokenizer.json holds, and this workdir's ({kind}) is not "
+      'one, so no Hugging Face folder holds this model with its tokenizer.'
+    )
 
 
 def refuse_existing(out: str) -> None:
