@@ -127,15 +127,9 @@ def byte_level_tokenizer_json(pre: str) -> str:
   from models.pretrained.gguf_tokenizer import tokenizer_json
 
   tokens, types, merges = byte_level_vocab()
-  meta = {
-    'tokenizer.ggml.model': 'gpt2',
-    'tokenizer.ggml.pre': pre,
-    'tokenizer.ggml.tokens': tokens,
-    'tokenizer.ggml.token_type': types,
-    'tokenizer.ggml.merges': merges,
-    'tokenizer.ggml.eos_token_id': 0,
-  }
-  return tokenizer_json(meta, 'llama', f'a {pre} vocabulary')
+  keys = dict(model='gpt2', pre=pre, tokens=tokens, token_type=types, merges=merges)
+  meta = {f'tokenizer.ggml.{key}': value for key, value in keys.items()}
+  return tokenizer_json({**meta, 'tokenizer.ggml.eos_token_id': 0}, 'llama', f'a {pre} vocabulary')
 
 
 def sentencepiece_vocab() -> tuple[list[str], list[int], list[float]]:
