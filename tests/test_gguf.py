@@ -120,7 +120,7 @@ def test_query_and_key_rows_are_unpermuted_as_transformers_does():
 @pytest.mark.parametrize('architecture', sorted(gguf_checkpoint.BLOCK))
 def test_tensor_names_are_ggufs_own_mapping_read_backwards(architecture):
   mapping = gguf.get_tensor_name_map(gguf.MODEL_ARCH[architecture.upper()], 2)
-  names = gguf_checkpoint.hf_names(architecture, 2)
+  names = gguf_checkpoint.hf_names(architecture, {'num_hidden_layers': 2})
   assert len(names) == 2 * (
     len(gguf_checkpoint.TOP[architecture]) + 2 * len(gguf_checkpoint.BLOCK[architecture])
   )

@@ -69,8 +69,10 @@ TOP = {architecture: _MODEL_TOP for architecture in BLOCK} | {'gpt2': _GPT2_TOP}
 LAYERS = {architecture: 'model.layers' for architecture in BLOCK} | {'gpt2': 'transformer.h'}
 
 
-def hf_names(architecture: str, num_layers: int) -> dict[str, str]:
-  """GGUF tensor name -> Hugging Face name, weights and biases, for a model of `num_layers`."""
+def hf_names(architecture: str, config: dict[str, Any]) -> dict[str, str]:
+  """GGUF tensor name -> Hugging Face name, weights and biases, for a model of the Hugging Face
+  `config`'s layers (GPT-2 names them `n_layer`)."""
+  num_layers = config.get('num_hidden_layers') or config['n_layer']
   names = {
     f'{g}{s}': f'{hf}{s}' for g, hf in TOP[architecture].items() for s in ('.weight', '.bias')
   }
@@ -259,7 +261,8 @@ def read_gguf(path: str) -> tuple[dict[str, Any], GGUFTensors, str, str]:
   architecture = _architecture(header)
   check_readable(header)
   config = hf_config(header, architecture)
-  names = hf_names(architecture, config.get('num_hidden_layers') or config['n_layer'])
-  tensors = GGUFTensors(header, names, transform(architecture, config, stored=False))
+  tensors = GGUFTensors(
+    header, hf_names(architecture, config), transform(architecture, config, stored=False)
+  )
   chat_template = header.metadata.get('tokenizer.chat_template', '')
   return config, tensors, tokenizer_json(header.metadata, architecture, path), chat_template

@@ -51,8 +51,7 @@ def check_dtype(dtype: str) -> None:
 
 def _names(architecture: str, config: dict[str, Any]) -> dict[str, str]:
   """Hugging Face tensor name -> GGUF's (gguf_checkpoint's map read the other way)."""
-  layers = config.get('num_hidden_layers') or config['n_layer']
-  return {hf: ours for ours, hf in hf_names(architecture, layers).items()}
+  return {hf: ours for ours, hf in hf_names(architecture, config).items()}
 
 
 def _model_metadata(fit: Fit, architecture: str) -> dict[str, Any]:
