@@ -51,12 +51,12 @@ ALLOWED = {
 # Packages whose modules are imported, never run: a command is an entry point at the root (flags,
 # then one call), or a benchmark's or study's `python -m` (argparse). A module whose command
 # moved keeps only a `__main__` block raising SystemExit with one sentence that names the new
-# command last (`python NEW.py`, `python -m studies.NEW`), which must exist.
+# command last (`python NEW.py`), which must exist.
 LIBRARY = ('attention', 'models', 'data', 'tasks', 'training', 'interpret', 'reports', 'configs')
 # `python -m training.allocator PROGRAM ARGS` re-executes another program (the test suite) under
 # mimalloc: a launcher of programs that are not Attend's commands, with no flags of its own.
 LAUNCHERS = ('training/allocator.py',)
-POINTER = re.compile(r'\bpython (?:(\w+\.py)\b|-m ((?:\w+\.)*\w+))')
+POINTER = re.compile(r'\bpython (\w+\.py)\b')
 # Folders under the root whose Python files are not modules of the project.
 SKIPPED = ('build', 'runs', 'site', 'node_modules', '__pycache__')
 
@@ -280,8 +280,7 @@ def _is_main_block(node: ast.stmt) -> bool:
 
 def _pointer(block: ast.If) -> str | None:
   """What a `__main__` block names when all it does is `raise SystemExit('...')`: the last
-  command of its sentence, a root file (`python NEW.py`) or a module (`python -m studies.NEW`),
-  else None."""
+  root file of its sentence (`python NEW.py`), else None."""
   if len(block.body) != 1 or not isinstance(block.body[0], ast.Raise):
     return None
   call = block.body[0].exc
@@ -291,13 +290,13 @@ def _pointer(block: ast.If) -> str | None:
   if not (isinstance(sentence, ast.Constant) and isinstance(sentence.value, str)):
     return None
   named = POINTER.findall(sentence.value)
-  return (named[-1][0] or named[-1][1]) if named else None
+  return named[-1] if named else None
 
 
 def command_violations(root: str, modules: dict[str, str]) -> list[str]:
   """One line per command hidden in a library package: a flag defined (absl's `DEFINE_*`),
   argparse imported, or a `__main__` block that does more than name the new command; and one per
-  moved command, in any package, whose pointer names a root file or a module that is not there."""
+  moved command, in any package, whose pointer names a root file that is not there."""
   problems = []
   for module, path in modules.items():
     if path in LAUNCHERS:
@@ -323,10 +322,8 @@ def command_violations(root: str, modules: dict[str, str]) -> list[str]:
           f'{path}:{node.lineno}: runs as __main__ (a command is a root entry point; a moved '
           "one's module only raises SystemExit naming 'python NEW.py')"
         )
-      elif named and named.endswith('.py') and not os.path.isfile(os.path.join(root, named)):
+      elif named and not os.path.isfile(os.path.join(root, named)):
         problems.append(f'{path}:{node.lineno}: names python {named}, which is not a root file')
-      elif named and not named.endswith('.py') and named not in modules:
-        problems.append(f'{path}:{node.lineno}: names python -m {named}, which is not a module')
   return problems
 
 
@@ -424,11 +421,10 @@ def test_each_rule_of_the_table(tmp_path):
 
 
 def test_a_command_in_a_library_package_is_named(tmp_path):
-  """Flags, argparse and a `__main__` that runs are the root's; a pointer to a root file is not;
-  a benchmark's command may run, or name the study it moved to, which must exist."""
+  """Flags, argparse and a `__main__` that runs are the root's; a pointer to a root file that is
+  not there is named; a benchmark's command may run."""
   main = "\n\nif __name__ == '__main__':\n  "
   moved = main + "raise SystemExit('python -m data.{} is now python {}.py.')\n"
-  study = main + "raise SystemExit('python -m benchmarks.{} is now python -m studies.{}.')\n"
   write_tree(
     tmp_path,
     {
@@ -440,15 +436,10 @@ def test_a_command_in_a_library_package_is_named(tmp_path):
       'data/lost.py': 'X = 1' + moved.format('lost', 'gone'),
       'benchmarks/__init__.py': '',
       'benchmarks/bench.py': f'import argparse{main}argparse.ArgumentParser()\n',
-      'benchmarks/found.py': '"""Moved."""' + study.format('found', 'found'),
-      'benchmarks/lost.py': '"""Moved."""' + study.format('lost', 'gone'),
-      'studies/__init__.py': '',
-      'studies/found.py': f'import argparse{main}argparse.ArgumentParser()\n',
       'moved.py': 'from absl import flags\n\nX = flags.DEFINE_string("x", None, "x")\n',
     },
   )
   assert check(tmp_path) == [
-    'benchmarks/lost.py:3: names python -m studies.gone, which is not a module',
     'data/flagged.py:3: defines a flag (only root entry points do)',
     'data/lost.py:3: names python gone.py, which is not a root file',
     'data/parsed.py:1: imports argparse (commands are root entry points)',

@@ -1,4 +1,0 @@
-"""Moved to studies/streaming.py."""
-
-if __name__ == '__main__':
-  raise SystemExit('python -m benchmarks.streaming is now python -m studies.streaming.')
