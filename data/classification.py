@@ -25,7 +25,8 @@ import tensorflow_datasets as tfds
 
 from data.batch_source import BatchPlan, BatchSource
 from data.builders import key_sentence
-from data.pipeline import PaddedBatches, placeholder_split
+from data.encoded_split import placeholder_split
+from data.pipeline import PaddedBatches
 from data.readers import tsv_classification
 from data.schema import checked_fields
 from data.sentences import split_sentences

@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 
 from data.batch_source import BatchPlan, BatchSource
+from data.encoded_split import placeholder_split
 from data.language_sources import (
   TEXT_FILE,
   Example,
@@ -35,7 +36,7 @@ from data.language_sources import (
   read_tfds,
   split_text_file,
 )
-from data.pipeline import PaddedBatches, placeholder_split
+from data.pipeline import PaddedBatches
 from data.schema import checked_fields
 from data.text import TextOptions
 from data.tfds_reading import make_builder

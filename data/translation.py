@@ -20,7 +20,8 @@ import tensorflow_datasets as tfds
 from data.batch_source import BatchPlan, BatchSource
 from data.builders.dates import Dates
 from data.builders.number_words import NumberWords
-from data.pipeline import EncodedSplit, PaddedBatches, encode_split
+from data.encoded_split import EncodedSplit, encode_split
+from data.pipeline import PaddedBatches
 from data.placeholders import TAGS, label_tags, protect, protect_pair, restore, source_items
 from data.readers import tsv_parallel
 from data.schema import checked_fields

@@ -6,7 +6,8 @@ import logging
 import numpy as np
 import pytest
 
-from data.pipeline import PaddedBatches, encode_split
+from data.encoded_split import encode_split
+from data.pipeline import PaddedBatches
 
 # Example k has source length SOURCE_LENGTHS[k] filled with id 5 + k (EOS comes on top).
 SOURCE_LENGTHS = [3, 9, 1, 5, 2]
