@@ -6,8 +6,9 @@
 
 The `config.dataset` schema of translation is `default_config()` / `validate_config()` here. The
 dataset is read through `tfds` data sources (array_record files, no TensorFlow): Attend's own
-builders (`number_words`, `dates`, `tsv_parallel`) are prepared offline on first use; any other
-registered TFDS dataset is prepared by TFDS as usual (which may need the internet).
+builders (`number_words`, `dates`, `tsv_parallel`: data.translation_sources) are prepared offline
+on first use; any other registered TFDS dataset is prepared by TFDS as usual (which may need the
+internet).
 """
 
 import functools
@@ -18,15 +19,12 @@ import ml_collections
 import tensorflow_datasets as tfds
 
 from data.batch_source import BatchPlan, BatchSource
-from data.builders.dates import Dates
-from data.builders.number_words import NumberWords
 from data.encoded_split import EncodedSplit, encode_split
 from data.pipeline import PaddedBatches
 from data.placeholders import TAGS, label_tags, protect, protect_pair, restore, source_items
-from data.readers import tsv_parallel
 from data.schema import checked_fields
 from data.text import TextOptions
-from data.tfds_reading import as_text, make_builder, read_split
+from data.tfds_reading import as_text, read_split
 from data.tokenizers import (
   EOS_ID,
   VOCAB_KINDS,
@@ -35,12 +33,7 @@ from data.tokenizers import (
   load_tokenizers,
   save_tokenizers,
 )
-
-OWN_BUILDERS = {
-  'dates': Dates,
-  'number_words': NumberWords,
-  'tsv_parallel': tsv_parallel.TsvParallel,
-}
+from data.translation_sources import translation_builder
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -131,29 +124,6 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
         f"{merged['name']!r}; leave it '' or read the corpus as tsv_parallel."
       )
   return ml_collections.FrozenConfigDict(merged)
-
-
-def _translation_builder(config: ml_collections.FrozenConfigDict) -> tfds.core.DatasetBuilder:
-  """`make_builder` for a translation dataset; an unknown name lists TFDS's translation sets."""
-  if config.name not in OWN_BUILDERS:
-    # The legacy translation builders (wmt14_translate, ...) register only when imported.
-    import tensorflow_datasets.translate  # noqa: F401  pylint: disable=g-import-not-at-top
-  file_config = (
-    tsv_parallel.config_for_path(  # Its config is the files'.
-      config.tsv_path, validation_path=config.validation_path, test_path=config.test_path
-    )
-    if config.name == 'tsv_parallel'
-    else None
-  )
-  return make_builder(
-    config,
-    OWN_BUILDERS,
-    kind='translation',
-    builder_config=file_config,
-    examples=lambda: (
-      n for n in tfds.list_builders(with_community_datasets=False) if 'translate' in n
-    ),
-  )
 
 
 class TranslationData(BatchSource):
@@ -323,7 +293,7 @@ def build(dataset_config: Any, vocab_dir: str) -> TranslationData:
     FileNotFoundError: if `tsv_path` names no file.
   """
   config = validate_config(dataset_config)
-  builder = _translation_builder(config)
+  builder = translation_builder(config)
   builder.download_and_prepare()
   prepared = TranslationData(builder, config)
   loaded = load_tokenizers(vocab_dir)
