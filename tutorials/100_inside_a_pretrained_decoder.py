@@ -93,9 +93,11 @@ print('IO - S logit difference per prompt:', np.asarray(logit_diff))
 # A `Metric` reads the logits; here the logit difference, one target pair per prompt.
 # `head_effects` replaces each head's output (zero, a mean, or the corrupted twin's) and returns
 # the change, a `[layers, heads]` map, NaN where a head was not asked for. The engine runs nine
-# edited passes per compiled call. We patch the heads of layers 19-25, where Wang et al. found
-# the circuit's later heads in GPT-2 (a whole sweep is `heads=None`: 270 heads, about a minute
-# here), and zero three heads at once with `ablated_metric`.
+# edited passes per compiled call. We patch SmolLM2's heads of layers 19-25, where the IOI study
+# (docs/llm_studies.md) found its S-inhibition heads (19.2, 20.0), name movers (layer 23) and
+# negative name mover (24.4); in GPT-2 small, whose 12 layers are fewer than SmolLM2's 30, Wang
+# et al. found the name movers in layers 9-10. A whole sweep is `heads=None`: 270 heads, about a
+# minute here. Then we zero three heads at once with `ablated_metric`.
 
 # %%
 metric = effects.Metric('logit_diff', io, s)
