@@ -20,17 +20,14 @@ heads than the queries). cuDNN runs grouped queries and causal windows; on a GPU
 the others but dropout and the combinations `fused_unsupported` names.
 """
 
-import math
-import numbers
-
 import jax
 import jax.numpy as jnp
 
 from attention.biases import alibi_bias_at, relative_positions
-from attention.core import attend, check_kv, check_mask, drop_weights, masked_softmax, repeat_kv
+from attention.core import attend, drop_weights, masked_softmax, repeat_kv
 from attention.dispatch import FAST_KERNELS, UNSUPPORTED, chosen_implementation, log_choice
 from attention.masks import causal_mask, combine_masks, sliding_window_mask
-from attention.scores import check_qk
+from attention.sdpa_checks import check_call, check_variants
 
 Array = jax.Array
 
@@ -160,103 +157,6 @@ def _sink_softmax(scores: Array, mask: Array | None, sink: Array) -> Array:
 KERNELS = {'reference': _reference, **FAST_KERNELS}  # every implementation, by name
 
 
-def _lead_and_groups(q, k, v) -> tuple[tuple[int, ...], int]:
-  """(leading dims of the output, query heads G per key/value head).
-
-  Axis -3 holds the heads. Keys and values with K heads there, 1 < K < N and K dividing the
-  query's N, serve G = N // K query heads each (grouped-query attention); otherwise G = 1 and
-  all leading dims broadcast as usual (K = 1 is multi-query attention).
-  """
-  name = 'scaled_dot_product_attention'
-  n = q.shape[-3] if q.ndim >= 3 else 1
-  kv_heads = {x.shape[-3] for x in (k, v) if x.ndim >= 3} - {1}
-  groups = 1
-  if n > 1 and kv_heads and min(kv_heads) < n:
-    if len(kv_heads) > 1:
-      raise ValueError(
-        f'{name}: grouped-query keys and values need the same number of heads, '
-        f'got k{tuple(k.shape)} and v{tuple(v.shape)}.'
-      )
-    heads = kv_heads.pop()
-    if n % heads:
-      raise ValueError(
-        f'{name}: q has N={n} heads, not a multiple of the K={heads} key/value heads of '
-        f'k{tuple(k.shape)}, v{tuple(v.shape)}; grouped-query attention needs N % K == 0.'
-      )
-    groups = n // heads
-  # Grouped heads count as N for broadcasting the other leading dims.
-  widen = lambda x: (
-    x.shape[:-3] + (n,) if groups > 1 and x.ndim >= 3 and x.shape[-3] > 1 else x.shape[:-2]
-  )
-  try:
-    lead = jnp.broadcast_shapes(q.shape[:-2], widen(k), widen(v))
-  except ValueError:
-    raise ValueError(
-      f'{name}: leading dims of q{tuple(q.shape)}, k{tuple(k.shape)}, '
-      f'v{tuple(v.shape)} do not broadcast.'
-    ) from None
-  return lead, groups
-
-
-def _validate_variants(lead, window, softcap, sink, alibi_slopes):
-  """Raises ValueError on a bad window, softcap, sink or alibi_slopes."""
-  name = 'scaled_dot_product_attention'
-  if isinstance(window, bool) or not isinstance(window, numbers.Integral) or window < 0:
-    raise ValueError(f'{name}: window must be a non-negative int (0 = no window), got {window!r}.')
-  if (
-    isinstance(softcap, bool)
-    or not isinstance(softcap, numbers.Real)
-    or not 0.0 <= softcap < math.inf
-  ):
-    raise ValueError(
-      f'{name}: softcap must be a non-negative finite number (0 = off), got {softcap!r}.'
-    )
-  for arg, x in (('sink', sink), ('alibi_slopes', alibi_slopes)):
-    if x is None:
-      continue
-    try:
-      fits = jnp.broadcast_shapes(tuple(x.shape), lead) == tuple(lead)
-    except ValueError:
-      fits = False
-    if not fits:
-      raise ValueError(
-        f'{name}: {arg} of shape {tuple(x.shape)} does not broadcast to the leading dims '
-        f'{tuple(lead)} of q, k, v (e.g. [N], one per head, for q [B, N, T, H]).'
-      )
-
-
-def _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation):
-  """Raises ValueError, before any tracing, on inputs no implementation could handle.
-
-  Returns `_lead_and_groups(q, k, v)`.
-  """
-  check_qk(q, k, 'scaled_dot_product_attention')
-  check_kv(k, v, 'scaled_dot_product_attention')
-  lead, groups = _lead_and_groups(q, k, v)
-  scores_shape = (*lead, q.shape[-2], k.shape[-2])
-  check_mask(mask, scores_shape, 'scaled_dot_product_attention')
-  if bias is not None:
-    check_mask(bias, scores_shape, 'scaled_dot_product_attention (bias)')
-  if mask is not None and mask.dtype != jnp.bool_:
-    raise ValueError(f'scaled_dot_product_attention: mask must be boolean, got {mask.dtype}.')
-  if not 0.0 <= dropout_rate < 1.0:
-    raise ValueError(
-      f'scaled_dot_product_attention: dropout_rate must be in [0, 1), got {dropout_rate}.'
-    )
-  if dropout_rate > 0.0 and dropout_rng is None:
-    raise ValueError('scaled_dot_product_attention: dropout_rate > 0 needs a dropout_rng.')
-  if scale is not None and not isinstance(scale, numbers.Real):
-    raise ValueError(
-      f'scaled_dot_product_attention: scale must be a number, got {type(scale).__name__}.'
-    )
-  if implementation is not None and implementation not in KERNELS:
-    raise ValueError(
-      f'Unknown attention implementation {implementation!r}; valid implementations: '
-      f'{", ".join(KERNELS)} (or None to pick automatically).'
-    )
-  return lead, groups
-
-
 def scaled_dot_product_attention(
   q: Array,
   k: Array,
@@ -311,15 +211,42 @@ def scaled_dot_product_attention(
   # Converted here, before any kernel traces them: 'chunked' indexes the mask and bias with traced
   # head indices inside custom_vjp and lax.map, which a NumPy array cannot take.
   q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-  mask, bias, sink, alibi_slopes = (
-    None if x is None else jnp.asarray(x) for x in (mask, bias, sink, alibi_slopes)
+  mask, bias, sink, alibi_slopes = _optional_arrays(mask, bias, sink, alibi_slopes)
+  lead, groups = check_call(
+    q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation, KERNELS
   )
-  lead, groups = _validate(q, k, v, mask, bias, scale, dropout_rate, dropout_rng, implementation)
-  _validate_variants(lead, window, softcap, sink, alibi_slopes)
+  check_variants(lead, window, softcap, sink, alibi_slopes)
   window, softcap = int(window), float(softcap)
   variants = dict(
     is_causal=is_causal, window=window, softcap=softcap, sink=sink, alibi_slopes=alibi_slopes
   )
+  implementation = _implementation(
+    implementation, q, k, v, mask=mask, bias=bias, dropout_rate=dropout_rate, variants=variants
+  )
+  if implementation in FAST_KERNELS:
+    q, k, v = _broadcast_leading(q, k, v, lead, groups)
+  return KERNELS[implementation](
+    q,
+    k,
+    v,
+    mask=mask,
+    bias=bias,
+    scale=q.shape[-1] ** -0.5 if scale is None else float(scale),
+    dropout_rate=float(dropout_rate),
+    dropout_rng=dropout_rng,
+    groups=groups,
+    **variants,
+  )
+
+
+def _optional_arrays(*arrays) -> tuple[Array | None, ...]:
+  """Each of `arrays` as a JAX array, None staying None."""
+  return tuple(None if x is None else jnp.asarray(x) for x in arrays)
+
+
+def _implementation(implementation, q, k, v, *, mask, bias, dropout_rate, variants) -> str:
+  """The kernel that runs the call: for None the dispatcher's choice (logged); a named one as it
+  is, unless it cannot run the call (ValueError, saying why)."""
   call = dict(mask=mask, bias=bias, dropout_rate=dropout_rate, **variants)
   if implementation is None:
     implementation, why = chosen_implementation(q, k, v, **call)
@@ -332,24 +259,18 @@ def scaled_dot_product_attention(
       raise ValueError(
         f'scaled_dot_product_attention: implementation={implementation!r} unavailable: {reason}.'
       )
-  if implementation in FAST_KERNELS:
-    # Grouped keys and values keep their K heads: the kernels expand or group them themselves.
-    kv_lead = (*lead[:-1], lead[-1] // groups) if groups > 1 else lead
-    q = jnp.broadcast_to(q, (*lead, *q.shape[-2:]))
-    k, v = (jnp.broadcast_to(x, (*kv_lead, *x.shape[-2:])) for x in (k, v))
-  scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-  return KERNELS[implementation](
-    q,
-    k,
-    v,
-    mask=mask,
-    bias=bias,
-    scale=scale,
-    dropout_rate=float(dropout_rate),
-    dropout_rng=dropout_rng,
-    groups=groups,
-    **variants,
-  )
+  return implementation
+
+
+def _broadcast_leading(q, k, v, lead, groups) -> tuple[Array, Array, Array]:
+  """q, k, v broadcast to the output's leading dims `lead`, as the fast kernels take them.
+
+  Grouped keys and values keep their K heads: the kernels expand or group them themselves.
+  """
+  kv_lead = (*lead[:-1], lead[-1] // groups) if groups > 1 else lead
+  q = jnp.broadcast_to(q, (*lead, *q.shape[-2:]))
+  k, v = (jnp.broadcast_to(x, (*kv_lead, *x.shape[-2:])) for x in (k, v))
+  return q, k, v
 
 
 def attention_weights(
@@ -372,11 +293,9 @@ def attention_weights(
   query heads, `[..., N, T, S]`. For reading weights out of a model, see `models.interventions`.
   """
   q, k = jnp.asarray(q), jnp.asarray(k)
-  mask, bias, sink, alibi_slopes = (
-    None if x is None else jnp.asarray(x) for x in (mask, bias, sink, alibi_slopes)
-  )
-  lead, groups = _validate(q, k, k, mask, bias, scale, 0.0, None, None)
-  _validate_variants(lead, window, softcap, sink, alibi_slopes)
+  mask, bias, sink, alibi_slopes = _optional_arrays(mask, bias, sink, alibi_slopes)
+  lead, groups = check_call(q, k, k, mask, bias, scale, 0.0, None, None, KERNELS)
+  check_variants(lead, window, softcap, sink, alibi_slopes)
   if groups == 1 and q.ndim >= 3 and q.shape[-3] > 1 and k.shape[-3] == 1:
     groups = q.shape[-3]  # one key head serves every query head (multi-query attention)
   return _weights(
