@@ -50,21 +50,12 @@ if __name__ == '__main__':
 import argparse
 import functools
 import json
-import types
 
-import jax
 import numpy as np
 
-from benchmarks import linen_peer_train, machine, peers, timing
+from benchmarks import machine, peers, timing, train_runners
 from benchmarks.attention_bench import matmul_peak_gflops
 from configs import default, seq2seq_bahdanau, transformer_base
-from data.tokenizers import BOS_ID, PAD_ID
-import models
-from tasks.translation import teacher_forced_loss
-from training import sharding
-from training.loop import jit_train_step
-from training.setup import build_state
-from training.steps import parameter_count
 
 SIZES = {
   'default': dict(
@@ -143,67 +134,6 @@ def train_flops(model_config, size: dict) -> float:
   return 3.0 * size['batch'] * (2 * weights + scores)
 
 
-def _jax_runner(step_fn, state, batch, dropout_key):
-  """`run(n)`: n steps of `step_fn` threading the (donated) state, then waits for the device.
-
-  Every call gets the same key, as in training/loop.py: both steps fold in their state's step.
-  """
-  carry = {'state': state}
-
-  def run(n: int) -> None:
-    state = carry['state']
-    for _ in range(n):
-      state, metrics = step_fn(state, batch, dropout_key)
-    jax.block_until_ready((state, metrics))
-    carry.update(state=state)
-
-  return run
-
-
-def attend_runner(config, size: dict, batch: dict):
-  """(parameter count, run) for Attend's train step, set up as training/loop.py does."""
-  data_args = dict(
-    input_vocab_size=size['input_vocab'], output_vocab_size=size['output_vocab'], pad_id=PAD_ID
-  )
-  # The parts of the translation task that the train state and step read; the data is synthetic.
-  task = types.SimpleNamespace(
-    build_model=lambda model_config, rngs: models.build(model_config, rngs=rngs, **data_args),
-    loss=functools.partial(
-      teacher_forced_loss, bos_id=BOS_ID, pad_id=PAD_ID, label_smoothing=config.label_smoothing
-    ),
-  )
-  mesh = sharding.make_mesh(config.mesh)
-  state = build_state(config, task, mesh)
-  params = parameter_count(state.params)
-  step_fn = jit_train_step(config, task, state, mesh)
-  return params, _jax_runner(
-    step_fn,
-    state,
-    sharding.shard_batch(batch, mesh),
-    jax.random.key(config.seed + 1),
-  )
-
-
-def linen_runner(config, size: dict, batch: dict):
-  """(parameter count, run) for the flax.linen peer, placed on the devices as Attend is."""
-  state, step_fn, mesh = linen_peer_train.from_config(config, size, batch)
-  return parameter_count(state.params), _jax_runner(
-    step_fn,
-    state,
-    sharding.shard_batch(batch, mesh),
-    jax.random.key(config.seed + 1),
-  )
-
-
-def torch_runner(config, size: dict, batch: dict, total_steps: int, compile_model: bool):
-  """(parameter count, run) for `torch.nn.Transformer`, or None when torch is not installed."""
-  try:
-    from benchmarks import torch_peer  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    return None
-  return torch_peer.from_config(config, size, batch, total_steps, compile_model)
-
-
 def time_steps(runs: dict, steps: int, repeats: int, calls: int) -> timing.Timing:
   """Per run, the seconds of `steps` steps (`benchmarks.timing.compare`): after one untimed call,
   the runs take `repeats` turns of `calls` calls each, alternating, so that a slow spell of a
@@ -229,10 +159,10 @@ def run_size(size_name: str, args: argparse.Namespace) -> list[dict]:
   )
   total = (1 + args.repeats * args.calls) * args.steps  # the warm-up call, then the turns
   builders = {
-    'attend': lambda: attend_runner(config, size, batch),
-    'linen': lambda: linen_runner(config, size, batch),
-    'torch': lambda: torch_runner(config, size, batch, total, args.torch_compile),
-    'seq2seq': lambda: attend_runner(
+    'attend': lambda: train_runners.attend_runner(config, size, batch),
+    'linen': lambda: train_runners.linen_runner(config, size, batch),
+    'torch': lambda: train_runners.torch_runner(config, size, batch, total, args.torch_compile),
+    'seq2seq': lambda: train_runners.attend_runner(
       experiment_config(size_name, 'seq2seq', args.dtype), size, batch
     ),
   }
