@@ -44,6 +44,7 @@ import numpy as np
 
 from attention.presses import get_press, kept_count, pyramid_budget
 from benchmarks import machine
+from benchmarks.kept_agreement import bits, boundary_ties, same_answer, summarise
 from data import retrieval_tasks
 from data.pretrained_tokenizer import PretrainedTokenizer
 from models import compression, pretrained
@@ -63,89 +64,7 @@ PRESSES = (
   'kvzip',
 )
 RATIOS = (0.25, 0.5, 0.75)
-SHOWN = 6  # differing heads listed per press x ratio
 FOLDER = '~/.cache/attend/kvpress/SmolLM2-135M-Instruct-float32'  # transformers' copy of the GGUF
-
-
-def bits(mask: np.ndarray) -> list[str]:
-  """A `[K, S]` kept mask as one '0'/'1' string per head, as the peer writes them."""
-  return [''.join('1' if kept else '0' for kept in row) for row in np.asarray(mask, bool)]
-
-
-def compare_kept(ours: list[list[str]], theirs: list[list[str]]) -> dict:
-  """Two sides' kept sets of one context (per layer, per head a '0'/'1' string): per layer the
-  share of `(head, position)` flags that agree, and per differing layer and head the positions
-  only Attend keeps and those only kvpress keeps."""
-  if len(ours) != len(theirs):
-    raise ValueError(f'The sides pressed {len(ours)} and {len(theirs)} layers.')
-  shares, differ = [], {}
-  for layer, (a, b) in enumerate(zip(ours, theirs)):
-    a, b = np.array([list(h) for h in a]) == '1', np.array([list(h) for h in b]) == '1'
-    if a.shape != b.shape:
-      raise ValueError(f'layer {layer}: kept masks of shapes {a.shape} and {b.shape}.')
-    shares.append(float(np.mean(a == b)))
-    for head in np.flatnonzero((a != b).any(axis=1)):
-      differ.setdefault(layer, {})[int(head)] = (
-        np.flatnonzero(a[head] & ~b[head]).tolist(),
-        np.flatnonzero(b[head] & ~a[head]).tolist(),
-      )
-  return dict(shares=shares, differ=differ)
-
-
-def same_answer(ours: list[int], theirs: list[int], eos_ids: list[int]) -> bool:
-  """Whether two greedy answers are the same tokens up to the first EOS (included); Attend's
-  answer is padded after its EOS, kvpress's stops there."""
-
-  def cut(ids: list[int]) -> list[int]:
-    for i, token in enumerate(ids):
-      if token in eos_ids:
-        return ids[: i + 1]
-    return ids
-
-  return cut(list(ours)) == cut(list(theirs))
-
-
-def boundary_ties(scores: np.ndarray, counts: list[int]) -> int:
-  """Heads of one layer `[K, S]` whose `count`-th and `count+1`-th best scores are equal: where
-  which position is kept depends on the tie rule. `counts` per head."""
-  ordered = -np.sort(-scores, axis=-1)
-  return int(sum(c < s.size and s[c - 1] == s[c] for s, c in zip(ordered, counts)))
-
-
-def summarise(results: list[dict], eos_ids: list[int]) -> dict:
-  """`results` (one per sample x press x ratio: ours, theirs, answers, ties) -> the table."""
-  table = {}
-  for row in results:
-    key = f'{row["press"]}@{row["ratio"]}'
-    entry = table.setdefault(key, dict(press=row['press'], ratio=row['ratio'], rows=[]))
-    entry['rows'].append(row)
-  out = {}
-  for key, entry in table.items():
-    shares, identical, differ, ties, answers = [], [], [], 0, []
-    for row in entry['rows']:
-      kept = compare_kept(row['ours'], row['theirs'])
-      shares += kept['shares']
-      identical += [share == 1.0 for share in kept['shares']]
-      differ += [
-        f'sample {row["sample"]} layer {layer} head {head}: only Attend keeps {mine[:4]}, '
-        f'only kvpress {yours[:4]}'
-        for layer, heads in kept['differ'].items()
-        for head, (mine, yours) in heads.items()
-      ]
-      ties += row.get('boundary_ties', 0)
-      answers.append(same_answer(row['answer'], row['peer_answer'], eos_ids))
-    out[key] = dict(
-      press=entry['press'],
-      ratio=entry['ratio'],
-      equal_share_mean=float(np.mean(shares)),
-      equal_share_min=float(np.min(shares)),
-      layers_identical=float(np.mean(identical)),
-      differ=differ[:SHOWN],
-      differing_heads=len(differ),
-      boundary_ties=ties,
-      answers_identical=float(np.mean(answers)),
-    )
-  return out
 
 
 def make_samples(tokenizer, lengths: list[int], tasks: list[str], seed: int, book: str) -> list:
@@ -263,7 +182,7 @@ def attend_side(
   return rows
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--lengths', default='512', help='prompt lengths in tokens, comma-separated')
   parser.add_argument('--tasks', default='needle_book,needle_noise', help='retrieval_tasks names')
@@ -284,7 +203,41 @@ def main(argv: list[str] | None = None) -> dict:
     default='runs/press_agreement.json',
     help="the table; kvpress's side is kept beside it (OUT.kvpress.json), reused for one job",
   )
-  args = parser.parse_args(argv)
+  return parser.parse_args(argv)
+
+
+def unpressed_baseline(model, tokenizer, sample: dict, theirs: dict, max_new: int, eos_ids) -> dict:
+  """One sample's greedy answer without a press on Attend's side, read from the token ids
+  kvpress built: whether it is kvpress's, and kvpress's as text."""
+  context, question = theirs['context_ids'], theirs['question_ids']
+  full = compression.answer(
+    model,
+    compression.prefill(model, jnp.asarray([context + question[:1]]), len(question) + max_new)[0],
+    jnp.asarray([question]),
+    max_length=max_new,
+    eos_id=eos_ids[0],
+  )
+  return dict(
+    task=sample['task'],
+    length=len(context),
+    tokenizers_agree=theirs['tokenizers_agree'],
+    answers_identical=same_answer(np.asarray(full[0]).tolist(), theirs['answer'], eos_ids),
+    answer=tokenizer.decode([t for t in theirs['answer'] if t not in eos_ids]),
+  )
+
+
+def print_table(table: dict) -> None:
+  """One line per press x ratio of `summarise`'s table."""
+  for entry in table.values():
+    print(
+      f'{entry["press"]:>20} {entry["ratio"]:.2f}  equal {entry["equal_share_mean"]:.4f} '
+      f'(min {entry["equal_share_min"]:.4f})  layers identical {entry["layers_identical"]:.3f}  '
+      f'ties {entry["boundary_ties"]:3d}  answers {entry["answers_identical"]:.2f}'
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+  args = parse_args(argv)
   presses, ratios = args.presses.split(','), [float(r) for r in args.ratios.split(',')]
   for name in presses:
     get_press(name)
@@ -312,23 +265,8 @@ def main(argv: list[str] | None = None) -> dict:
   start, results, baselines = time.perf_counter(), [], []
   for index, (sample, theirs) in enumerate(zip(samples, peer['samples'])):
     context, question = theirs['context_ids'], theirs['question_ids']
-    full = compression.answer(
-      model,
-      compression.prefill(
-        model, jnp.asarray([context + question[:1]]), len(question) + args.max_new_tokens
-      )[0],
-      jnp.asarray([question]),
-      max_length=args.max_new_tokens,
-      eos_id=eos_ids[0],
-    )
     baselines.append(
-      dict(
-        task=sample['task'],
-        length=len(context),
-        tokenizers_agree=theirs['tokenizers_agree'],
-        answers_identical=same_answer(np.asarray(full[0]).tolist(), theirs['answer'], eos_ids),
-        answer=tokenizer.decode([t for t in theirs['answer'] if t not in eos_ids]),
-      )
+      unpressed_baseline(model, tokenizer, sample, theirs, args.max_new_tokens, eos_ids)
     )
     # Each sample's shapes differ, so its programs serve no other; dropped, as thousands of
     # small ones (Attend's side runs op by op) exhausted the process's memory maps (LLVM: 'Cannot
@@ -346,12 +284,7 @@ def main(argv: list[str] | None = None) -> dict:
       )
   attend_seconds = time.perf_counter() - start
   table = summarise(results, eos_ids)
-  for entry in table.values():
-    print(
-      f'{entry["press"]:>20} {entry["ratio"]:.2f}  equal {entry["equal_share_mean"]:.4f} '
-      f'(min {entry["equal_share_min"]:.4f})  layers identical {entry["layers_identical"]:.3f}  '
-      f'ties {entry["boundary_ties"]:3d}  answers {entry["answers_identical"]:.2f}'
-    )
+  print_table(table)
   result = dict(
     checkpoint=CHECKPOINT,
     samples=baselines,

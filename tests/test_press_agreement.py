@@ -1,6 +1,6 @@
-"""benchmarks/press_agreement.py's comparison of kept sets and answers, on hand-made pairs (no
-kvpress: its side runs in .venv-kvpress, minutes of work, outside the suite), and the peer
-script's promise to import nothing of Attend's."""
+"""benchmarks/press_agreement.py's comparison of kept sets and answers (kept_agreement.py), on
+hand-made pairs (no kvpress: its side runs in .venv-kvpress, minutes of work, outside the suite),
+and the peer script's promise to import nothing of Attend's."""
 
 import ast
 import os
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import press_agreement
+from benchmarks import kept_agreement, press_agreement
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -17,13 +17,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_compare_kept_counts_agreeing_flags_per_layer_and_names_differing_heads():
   ours = [['1100', '0011'], ['1010', '1010']]
   theirs = [['1100', '0011'], ['1001', '1010']]  # layer 1, head 0: positions 2 and 3 swapped
-  compared = press_agreement.compare_kept(ours, theirs)
+  compared = kept_agreement.compare_kept(ours, theirs)
   assert compared['shares'] == [1.0, 6 / 8]
   assert compared['differ'] == {1: {0: ([2], [3])}}  # only Attend keeps 2, only kvpress 3
 
 
 def test_bits_writes_the_peer_format():
-  assert press_agreement.bits(np.array([[True, False, True], [False, False, True]])) == [
+  assert kept_agreement.bits(np.array([[True, False, True], [False, False, True]])) == [
     '101',
     '001',
   ]
@@ -31,16 +31,16 @@ def test_bits_writes_the_peer_format():
 
 def test_answers_compare_up_to_the_first_eos():
   eos = [2]
-  assert press_agreement.same_answer([5, 7, 2, 0, 0], [5, 7, 2], eos)  # Attend pads after EOS
-  assert not press_agreement.same_answer([5, 7, 2], [5, 8, 2], eos)
-  assert not press_agreement.same_answer([5, 7, 9], [5, 7], eos)  # no EOS: every token counts
+  assert kept_agreement.same_answer([5, 7, 2, 0, 0], [5, 7, 2], eos)  # Attend pads after EOS
+  assert not kept_agreement.same_answer([5, 7, 2], [5, 8, 2], eos)
+  assert not kept_agreement.same_answer([5, 7, 9], [5, 7], eos)  # no EOS: every token counts
 
 
 def test_boundary_ties_finds_equal_scores_at_the_cut():
   scores = np.array([[3.0, 1.0, 1.0, 0.0], [3.0, 2.0, 1.0, 0.0]])
   # Keeping 2: head 0's 2nd and 3rd best are equal (1.0), head 1's are not.
-  assert press_agreement.boundary_ties(scores, [2, 2]) == 1
-  assert press_agreement.boundary_ties(scores, [4, 4]) == 0  # all kept: no cut
+  assert kept_agreement.boundary_ties(scores, [2, 2]) == 1
+  assert kept_agreement.boundary_ties(scores, [4, 4]) == 0  # all kept: no cut
 
 
 def test_summarise_takes_means_minima_and_answers_over_samples():
@@ -63,7 +63,7 @@ def test_summarise_takes_means_minima_and_answers_over_samples():
       'peer_answer': [3, 2],
     },
   ]
-  (entry,) = press_agreement.summarise(results, [2]).values()
+  (entry,) = kept_agreement.summarise(results, [2]).values()
   assert entry['equal_share_mean'] == 0.75 and entry['equal_share_min'] == 0.0
   assert entry['layers_identical'] == 0.75 and entry['differing_heads'] == 1
   assert entry['differ'] == ['sample 0 layer 1 head 0: only Attend keeps [1], only kvpress [0]']
