@@ -1,11 +1,14 @@
 """The documentation: the config reference matches the schema, the site builds strictly with a
 page per tutorial showing what the tutorial printed and drew, lists and tables are written so
-that they render, and the README stays short with every link pointing at a file that exists and
-every figure it reports stated on a docs page."""
+that they render, the README stays short with every link pointing at a file that exists and
+every figure it reports stated on a docs page, and a table that names its JSON file (a line
+"Figures: docs/results/NAME.json" above it) shows only numbers that file holds."""
 
+import bisect
 import glob
 import html
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -361,3 +364,209 @@ def test_the_figure_check_tells_measurements_from_settings():
   assert _stated('4.3 GB', prose) and _stated('-2.00', prose) and _stated('5.07', prose)
   assert not _stated('1.0', prose) and not _stated('9.0', prose) and not _stated('4.3 MiB', prose)
   assert not _stated('1.01-1.08x', prose)
+
+
+# A table's figures read from a committed JSON file. The convention, one line on its own in a
+# docs page, a blank line, then the table (nothing but blank lines between):
+#
+#     Figures: docs/results/NAME.json
+#
+# The path is relative to the repository root and ends in .json. Any other line that starts with
+# "Figures:" or "Figure:" (any case) is a misspelling and fails, as does a Figures line with no
+# table under it.
+_FIGURES_LINE = re.compile(r'Figures: (?P<path>[\w./-]+\.json)')
+_FIGURES_LOOSE = re.compile(r'\s*figures?\s*:', flags=re.I)
+# A number as a table or a JSON string prints it: a sign, thousands separators, decimals, an
+# exponent (-0.88, +0.16, 1,075, 2.4e-5, the 1.78 of 1.78x, the 92 of 92%). A digit glued to a
+# word (SmolLM2) is none, and a range's hyphen is no sign (0.98-1.11: 0.98 and 1.11).
+_TABLE_NUMBER = re.compile(
+  r'(?<![\w.])(?P<sign>[-−+]?)(?P<digits>\d+(?:,\d{3})*)(?P<decimals>\.\d+)?(?P<exp>e[-+]?\d+)?'
+)
+
+
+def _table_numbers(text: str) -> list[tuple[str, float, float]]:
+  """(as printed, value, half its last printed unit) of every number in `text`."""
+  found = []
+  for m in _TABLE_NUMBER.finditer(text):
+    sign = '-' if m.group('sign') in ('-', '−') else ''
+    decimals = m.group('decimals') or ''
+    exponent = int(m.group('exp')[1:]) if m.group('exp') else 0
+    value = float(f'{sign}{m.group("digits").replace(",", "")}{decimals}e{exponent}')
+    half_unit = 0.5 * 10.0 ** (exponent - max(len(decimals) - 1, 0))
+    found.append((m.group(), value, half_unit))
+  return found
+
+
+def _json_numbers(data) -> list[float]:
+  """Every number in a JSON document, sorted: its values (booleans are none), and the numbers
+  its keys and strings print (a study's JSON may hold its printed tables)."""
+  out = []
+
+  def walk(node):
+    if isinstance(node, bool) or node is None:
+      return
+    if isinstance(node, (int, float)):
+      out.append(float(node))
+    elif isinstance(node, str):
+      out.extend(value for _, value, _ in _table_numbers(node))
+    elif isinstance(node, dict):
+      for key, value in node.items():
+        walk(key)
+        walk(value)
+    else:
+      for value in node:
+        walk(value)
+
+  walk(data)
+  return sorted(v for v in out if v == v)  # NaN matches nothing
+
+
+def _in_json(value: float, half_unit: float, numbers: list[float]) -> bool:
+  """Whether a JSON number prints as `value` at its precision (within half its last unit), as
+  it is or as a share of 1 printed per cent."""
+  tolerance = half_unit * (1 + 1e-9)
+  for low, high in (
+    (value - tolerance, value + tolerance),
+    ((value - tolerance) / 100, (value + tolerance) / 100),
+  ):
+    at = bisect.bisect_left(numbers, low)
+    if at < len(numbers) and numbers[at] <= high:
+      return True
+  return False
+
+
+def _figures_problems(
+  pages: list[tuple[str, str]], root: str, committed=None
+) -> tuple[int, list[str]]:
+  """(tables checked, problems) of every `Figures: PATH.json` line in `pages` ((name, Markdown
+  text) pairs), PATH read under `root`: a misspelt line, a line with no table under it, a file
+  that is missing, not committed (`committed(path)` false, when given) or not JSON, a table with
+  no number, and each number of the table (code spans, links and HTML tags aside) that no number
+  of the file prints."""
+  checked, problems = 0, []
+  for page, text in pages:
+    lines, fenced = text.splitlines(), False
+    for index, line in enumerate(lines):
+      if line.lstrip().startswith(('```', '~~~')):
+        fenced = not fenced
+      if fenced or not _FIGURES_LOOSE.match(line):
+        continue
+      where = f'{page}:{index + 1}'
+      spelled = _FIGURES_LINE.fullmatch(line.rstrip())
+      if not spelled:
+        problems.append(f'{where}: write the line as "Figures: docs/results/NAME.json": {line!r}')
+        continue
+      path = spelled.group('path')
+      after = index + 1
+      while after < len(lines) and not lines[after].strip():
+        after += 1
+      table = []
+      while after + len(table) < len(lines) and lines[after + len(table)].startswith('|'):
+        table.append(lines[after + len(table)])
+      if not table:
+        problems.append(f'{where}: no table under the Figures line (a blank line, then the table)')
+        continue
+      full = os.path.join(root, path)
+      if not os.path.isfile(full):
+        problems.append(f'{where}: {path} does not exist')
+        continue
+      if committed is not None and not committed(path):
+        problems.append(f'{where}: {path} is not committed')
+        continue
+      try:
+        with open(full, encoding='utf-8') as f:
+          numbers = _json_numbers(json.load(f))
+      except ValueError as error:
+        problems.append(f'{where}: {path} is not JSON ({error})')
+        continue
+      checked += 1
+      cells = '\n'.join(table)
+      for pattern in _NOT_PROSE:
+        cells = pattern.sub(' ', cells)
+      printed = _table_numbers(cells)
+      if not printed:
+        problems.append(f'{where}: the table under the Figures line has no number')
+      for shown, value, half_unit in printed:
+        if not _in_json(value, half_unit, numbers):
+          problems.append(f'{where}: the table shows {shown}, which {path} does not hold')
+  return checked, problems
+
+
+def _committed(path: str) -> bool:
+  """Whether git tracks `path` in this checkout."""
+  result = subprocess.run(
+    ['git', 'ls-files', '--error-unmatch', path], cwd=ROOT, capture_output=True, text=True
+  )
+  return result.returncode == 0
+
+
+def test_every_table_that_names_its_json_is_in_it():
+  """A table whose figures a command wrote names that command's JSON on the line above it:
+
+      Figures: docs/results/NAME.json
+
+  (one line on its own, the path from the repository root, a blank line, then the table). Every
+  number in that table, its header included (code spans, links and HTML tags aside), must be one
+  the JSON holds at the precision the table prints it (within half its last printed unit), as it
+  is or, for a share of 1, per cent; the JSON's numbers are its values and those its keys and
+  strings print. The file must exist and, in a git checkout, be committed: only the commands of
+  studies/ and benchmarks/ write these files, from their runs. Nothing is skipped: a misspelt
+  Figures line, one with no table under it, a missing or unreadable file, or a table without a
+  number fails."""
+  pages = []
+  for path in sorted(glob.glob(os.path.join(ROOT, 'docs', '**', '*.md'), recursive=True)):
+    with open(path, encoding='utf-8') as f:
+      pages.append((os.path.relpath(path, ROOT), f.read()))
+  git = os.path.isdir(os.path.join(ROOT, '.git'))
+  _, problems = _figures_problems(pages, ROOT, committed=_committed if git else None)
+  assert problems == [], '\n'.join(problems)
+
+
+def test_the_json_check_finds_a_figure_the_file_does_not_hold(tmp_path):
+  results = tmp_path / 'docs' / 'results'
+  results.mkdir(parents=True)
+  (results / 'study.json').write_text(
+    json.dumps(
+      {
+        'ratios': [0.25, 0.5],
+        'share': {'knorm': [0.9166, 0.5], 'tova': [1.0, 0.4166]},
+        'seconds': 1075.4,
+        'ratio': [1.0987, 0.98, 1.11],
+        'effect': -0.0012,
+        'tiny': 2.43e-5,
+        'ok': True,
+        'table': '| head | 23.3 |',
+      }
+    ),
+    encoding='utf-8',
+  )
+  good = (
+    'Intro.\n\nFigures: docs/results/study.json\n\n'
+    '| press (`--ratio=9`) | 0.25 | 0.5 |\n|---|---|---|\n'
+    '| knorm | 92% | 50 |\n| tova | 100 | 42 |\n'
+    '| time | 1,075 s | 1.10 (0.98-1.11), -0.00, 2.4e-5, head 23.3 |\n'
+  )
+  assert _figures_problems([('good.md', good)], str(tmp_path)) == (1, [])
+  bad = good.replace('| 42 |', '| 43 |').replace('1.10 (', '1.09 (')
+  checked, problems = _figures_problems([('bad.md', bad)], str(tmp_path))
+  assert checked == 1 and len(problems) == 2, problems
+  assert 'shows 43' in problems[0] and 'shows 1.09' in problems[1]
+  assert _table_numbers('0.98-1.11, −0.5, +0.16, SmolLM2, 1,075, 2.4e-5') == [
+    ('0.98', 0.98, pytest.approx(0.005)),
+    ('1.11', 1.11, pytest.approx(0.005)),
+    ('−0.5', -0.5, pytest.approx(0.05)),
+    ('+0.16', 0.16, pytest.approx(0.005)),
+    ('1,075', 1075.0, pytest.approx(0.5)),
+    ('2.4e-5', pytest.approx(2.4e-5), pytest.approx(5e-7)),
+  ]
+  nothing_skipped = [
+    ('a.md', 'figures: docs/results/study.json\n\n| 1 |\n'),  # misspelt
+    ('b.md', 'Figures: docs/results/study.json\n\nNo table.\n'),
+    ('c.md', 'Figures: docs/results/missing.json\n\n| 1 |\n'),
+    ('d.md', 'Figures: docs/results/study.json\n\n| press | knorm |\n'),  # no number
+  ]
+  checked, problems = _figures_problems(nothing_skipped, str(tmp_path))
+  assert checked == 1 and len(problems) == 4, problems
+  assert [p.split(':')[0] for p in problems] == ['a.md', 'b.md', 'c.md', 'd.md']
+  _, problems = _figures_problems([('good.md', good)], str(tmp_path), committed=lambda p: False)
+  assert problems == ['good.md:3: docs/results/study.json is not committed']
