@@ -8,36 +8,37 @@ Layout 'document' splits each text into sentences (`data.sentences`) and encodes
 `max_sentences` sentences of up to `max_words` word ids, for hierarchical models (attention over
 words, then over sentences); layout 'sentence' encodes the whole text as one sequence of up to
 `max_length` word ids. Ids are word-level (`WordTokenizer`), 0 is padding; no BOS/EOS is added.
-Datasets: Attend's `key_sentence_docs` and `tsv_classification` (prepared offline), or any TFDS
-text classification dataset (imdb_reviews, ag_news_subset, ...), prepared by TFDS as usual.
+Datasets (data.classification_sources): Attend's `key_sentence_docs` and `tsv_classification`
+(prepared offline), or any TFDS text classification dataset (imdb_reviews, ag_news_subset, ...),
+prepared by TFDS as usual. The vocabulary is saved with the label names
+(data.classification_vocabulary).
 """
 
-from collections.abc import Mapping
 import dataclasses
-import json
 from typing import Any
 
 from absl import logging
-from etils import epath
 import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
 from data.batch_source import BatchPlan, BatchSource
-from data.builders import key_sentence
+from data.classification_sources import (
+  Example,
+  check_tsv_fields,
+  classification_builder,
+  feature_keys,
+  label_names,
+)
+from data.classification_vocabulary import new_vocabulary, saved_vocabulary
 from data.encoded_split import placeholder_split
 from data.pipeline import PaddedBatches
-from data.readers import tsv_classification
 from data.schema import checked_fields
 from data.sentences import split_sentences
 from data.text import TextOptions
-from data.tfds_reading import as_text, make_builder, read_all, read_split
-from data.tokenizers import MANIFEST, PAD_ID, WordTokenizer, load_tokenizers, save_tokenizers
+from data.tfds_reading import as_text, read_split
+from data.tokenizers import PAD_ID, WordTokenizer
 
-OWN_BUILDERS = {
-  'key_sentence_docs': key_sentence.KeySentenceDocs,
-  'tsv_classification': tsv_classification.TsvClassification,
-}
 LAYOUTS = ('document', 'sentence')
 
 
@@ -98,68 +99,8 @@ def validate_config(config: Any) -> ml_collections.FrozenConfigDict:
       f'config.dataset.layout={merged["layout"]!r} is not a layout; valid: {list(LAYOUTS)}.'
     )
   if merged['name'] == 'tsv_classification':
-    _check_tsv_fields(merged)
+    check_tsv_fields(merged)
   return ml_collections.FrozenConfigDict(merged)
-
-
-def _check_tsv_fields(merged: dict[str, Any]) -> None:
-  """Raises ValueError naming the first tsv_classification field that cannot make the splits."""
-  if not merged['tsv_path']:
-    raise ValueError(
-      "config.dataset.tsv_path must name a file when config.dataset.name is 'tsv_classification'."
-    )
-  for field in ('validation_fraction', 'test_fraction'):
-    if not 0 < merged[field] < 1:
-      raise ValueError(f'config.dataset.{field}={merged[field]!r} must be in (0, 1).')
-  folds, fold = merged['num_folds'], merged['fold']
-  if folds < 0 or folds == 1:
-    raise ValueError(f'config.dataset.num_folds={folds} must be 0 (off) or at least 2.')
-  if folds and not 0 <= fold < folds:
-    raise ValueError(
-      f'config.dataset.fold={fold} must be in 0 .. {folds - 1} (config.dataset.num_folds={folds}).'
-    )
-  if folds and merged['test_path']:
-    raise ValueError(
-      "config.dataset.test_path must be '' with config.dataset.num_folds="
-      f'{folds}: cross-validation tests on the folds of tsv_path.'
-    )
-
-
-def tsv_builder_config(config: Any) -> tsv_classification.TsvClassificationConfig:
-  """The builder config of a validated tsv_classification `config.dataset`: its files and splits.
-
-  Raises:
-    FileNotFoundError: a named file does not exist.
-  """
-  return tsv_classification.config_for_path(
-    config.tsv_path,
-    config.validation_path,
-    config.test_path,
-    validation_fraction=config.validation_fraction,
-    test_fraction=config.test_fraction,
-    num_folds=config.num_folds,
-    fold=config.fold if config.num_folds else 0,
-    split_seed=config.split_seed,
-  )
-
-
-@dataclasses.dataclass(frozen=True)
-class Example:
-  """One labeled text.
-
-  Attributes:
-    text: the text as stored in the dataset.
-    label: index into `LabeledText.label_names`; None for a new text (`unlabeled`).
-    sentences: the preprocessed pieces that are tokenized: `split_sentences(text)`, each
-      preprocessed, for the document layout; `(preprocessed text,)` for the sentence layout.
-    key_sentences: positions in `split_sentences(text)` of the sentences that carry the label;
-      empty when the dataset does not say.
-  """
-
-  text: str
-  label: int | None
-  sentences: tuple[str, ...]
-  key_sentences: tuple[int, ...]
 
 
 def _extent(mask: np.ndarray) -> np.ndarray:
@@ -359,27 +300,6 @@ class ClassificationBatches(PaddedBatches):
     return batch
 
 
-def _feature_keys(
-  config: ml_collections.FrozenConfigDict, features: Mapping[str, Any], name: str
-) -> str:
-  """Checks the configured features exist; returns the key sentences feature ('' = none)."""
-  for field in ('text_key', 'label_key'):
-    if config[field] not in features:
-      raise ValueError(
-        f'config.dataset.{field}={config[field]!r} is not a feature of {name}; '
-        f'valid: {sorted(features)}.'
-      )
-  key = config.key_sentences_key
-  if key and key not in features:
-    if key != default_config().key_sentences_key:
-      raise ValueError(
-        f'config.dataset.key_sentences_key={key!r} is not a feature of {name}; '
-        f"valid: {sorted(features)} or '' (none)."
-      )
-    return ''
-  return key
-
-
 def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
   """Prepares the dataset and its word tokenizer.
 
@@ -401,63 +321,21 @@ def build(dataset_config: Any, vocab_dir: str) -> LabeledText:
     FileNotFoundError: if `tsv_path` names no file.
   """
   config = validate_config(dataset_config)
-  file_config = (
-    tsv_builder_config(config)  # Its config is the files' and the splits'.
-    if config.name == 'tsv_classification'
-    else None
-  )
-  builder = make_builder(
-    config,
-    OWN_BUILDERS,
-    kind='text classification',
-    examples=('ag_news_subset', 'imdb_reviews', 'yelp_polarity_reviews'),
-    builder_config=file_config,
-  )
+  builder = classification_builder(config)
   builder.download_and_prepare()
   name = builder.info.full_name.rsplit('/', 1)[0]
-  features = builder.info.features
-  key_sentences_key = _feature_keys(config, features, name)
-  label_feature = features[config.label_key]
-  if isinstance(label_feature, tfds.features.ClassLabel):
-    label_names = list(label_feature.names)
-  elif isinstance(label_feature, tfds.features.Text):
-    records = read_all(builder.as_data_source(split=config.train_split))
-    label_names = sorted({as_text(r[config.label_key]) for r in records})
-  else:
-    raise ValueError(
-      f'config.dataset.label_key={config.label_key!r} is a '
-      f'{type(label_feature).__name__} feature of {name}; valid: a ClassLabel or '
-      'Text feature.'
+  key_sentences_key = feature_keys(config, builder.info.features, name, default_config())
+  names = label_names(config, builder, name)
+  labeled = LabeledText(builder, config, names, key_sentences_key)
+  labeled.tokenizer = saved_vocabulary(vocab_dir, name, names)
+  if labeled.tokenizer is None:
+    train = labeled.examples(config.train_split)
+    labeled.tokenizer = new_vocabulary(
+      (s for e in train for s in e.sentences),
+      vocab_dir,
+      name=name,
+      split=config.train_split,
+      label_names=names,
+      max_size=config.vocab_size,
     )
-  labeled = LabeledText(builder, config, label_names, key_sentences_key)
-  loaded = load_tokenizers(vocab_dir)
-  if loaded:
-    saved = json.loads((epath.Path(vocab_dir) / MANIFEST).read_text()).get('labels')
-    # A pretrained checkpoint's tokenizer (data.pretrained_tokenizer) stands in for a word
-    # vocabulary.
-    if loaded[0].kind not in ('word', 'pretrained') or saved not in (None, label_names):
-      raise ValueError(
-        f'The vocabulary saved in {vocab_dir} is not a word vocabulary for labels '
-        f'{label_names} (it has {loaded[0].kind!r}, {saved}); use another '
-        'directory.'
-      )
-    labeled.tokenizer = loaded[0]
-    if saved is None:  # A pretraining run's vocabulary (data.language), copied for fine-tuning.
-      save_tokenizers(
-        vocab_dir, labeled.tokenizer, labeled.tokenizer, dataset=name, labels=label_names
-      )
-    logging.info('Loaded the vocabulary from %s.', vocab_dir)
-    return labeled
-  train = labeled.examples(config.train_split)
-  labeled.tokenizer = WordTokenizer.build(
-    (s for e in train for s in e.sentences), max_size=config.vocab_size
-  )
-  save_tokenizers(vocab_dir, labeled.tokenizer, labeled.tokenizer, dataset=name, labels=label_names)
-  logging.info(
-    'Built a vocabulary of %d words from %s %s and saved it in %s.',
-    labeled.tokenizer.vocab_size,
-    name,
-    config.train_split,
-    vocab_dir,
-  )
   return labeled
