@@ -9,7 +9,8 @@ A row holds `seq_length + 1` tokens: the model reads `inputs = row[:-1]` and pre
 each) and cuts the stream into windows, every target weighted. Packing 'example' gives each
 example a PAD-filled row of its own, weighted at its real targets or, when the dataset marks
 answers (`mqar`), only where an answer is predicted; 'support' then says, per weighted target,
-which input position holds the evidence, so attention maps can be checked against it.
+which input position holds the evidence, so attention maps can be checked against it (rows are
+cut in data.language_rows).
 Datasets: Attend's `mqar` and `key_sentence_docs` (prepared offline), a local UTF-8 file
 (`text_file`), or any TFDS text dataset (tiny_shakespeare, lm1b), prepared by TFDS as usual.
 Vocabulary 'pretrained' is a checkpoint's own tokenizer (data.pretrained_tokenizer, written by
@@ -17,7 +18,7 @@ convert.py), saved in the vocabulary directory by `config.init_from`; its rows a
 checkpoint was trained, `[CLS] pieces [SEP]`, and its `[MASK]` is the mask id.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 import functools
 import textwrap
 from typing import Any
@@ -27,7 +28,7 @@ import ml_collections
 import numpy as np
 
 from data.batch_source import BatchPlan, BatchSource
-from data.encoded_split import placeholder_split
+from data.language_rows import LanguageBatches, example_rows, framed_rows, stream_rows
 from data.language_sources import (
   TEXT_FILE,
   Example,
@@ -36,13 +37,11 @@ from data.language_sources import (
   read_tfds,
   split_text_file,
 )
-from data.pipeline import PaddedBatches
 from data.schema import checked_fields
 from data.text import TextOptions
 from data.tfds_reading import make_builder
 from data.tokenizers import (
   EOS_ID,
-  PAD_ID,
   VOCAB_KINDS,
   Tokenizer,
   build_tokenizer,
@@ -193,138 +192,30 @@ class LanguageData(BatchSource):
         answer or support positions outside its examples.
     """
     if split not in self._rows:
-      rows = (self._stream_rows if self.config.packing == 'stream' else self._example_rows)(split)
+      rows = self._cut(split)
       rows['index'] = np.arange(len(rows['tokens']), dtype=np.int32)
       self._rows[split] = rows
     return self._rows[split]
 
-  def _stream_rows(self, split: str) -> dict[str, np.ndarray]:
-    length = self.config.seq_length
-    if self.tokenizer.kind == PRETRAINED:
-      if self.mask_id is not None:  # a masked LM reads windows as BERT was pretrained on them
-        return self._framed_rows(split)
-      # A pretrained decoder reads its own pieces, each text closed by its end token if any.
-      end = [] if self.tokenizer.eos_id is None else [self.tokenizer.eos_id]
-      pieces = lambda e: self.tokenizer.encode_pieces(self.preprocess(e.text))
-      ids = np.fromiter((i for e in self.examples(split) for i in [*pieces(e), *end]), np.int32)
-    else:
-      ids = np.fromiter(
-        (i for e in self.examples(split) for i in [*self._ids(e), EOS_ID]), np.int32
-      )
-    count = (len(ids) - 1) // length  # Windows overlap by one token: none is lost as a target.
-    if count < 1:
-      raise ValueError(
-        f'config.dataset.seq_length={length} makes a window longer than the '
-        f'corpus: split {split!r} of {self.name} has {len(ids)} tokens, fewer '
-        f'than seq_length + 1.'
-      )
-    starts = np.arange(count)[:, None] * length  # [N, 1]
-    return {
-      'tokens': ids[starts + np.arange(length + 1)],  # [N, L + 1]
-      'weights': np.ones((count, length), np.float32),
-      'support': np.full((count, length), -1, np.int32),
-    }
-
-  def _framed_rows(self, split: str) -> dict[str, np.ndarray]:
-    """Stream rows for a pretrained tokenizer: each window of `seq_length - 2` pieces framed
-    `[CLS] pieces [SEP]` as in its pretraining, then a PAD (the last target, weight 0)."""
-    length, tokenizer = self.config.seq_length, self.tokenizer
-    pieces = np.fromiter(
-      (i for e in self.examples(split) for i in tokenizer.encode_pieces(self.preprocess(e.text))),
-      np.int32,
-    )
-    count = len(pieces) // max(length - 2, 1)
-    if length < 3 or count < 1:
-      raise ValueError(
-        f'config.dataset.seq_length={length} must hold [CLS], at least one piece '
-        f'and [SEP], and fit in split {split!r} of {self.name} ({len(pieces)} '
-        'pieces).'
-      )
-    tokens = np.full((count, length + 1), PAD_ID, np.int32)  # [N, L + 1]
-    tokens[:, 0], tokens[:, length - 1] = tokenizer.bos_id, tokenizer.eos_id
-    tokens[:, 1 : length - 1] = pieces[: count * (length - 2)].reshape(count, length - 2)
-    weights = np.ones((count, length), np.float32)
-    weights[:, -1] = 0
-    return {'tokens': tokens, 'weights': weights, 'support': np.full((count, length), -1, np.int32)}
-
-  def _example_rows(self, split: str) -> dict[str, np.ndarray]:
-    examples, length = self.examples(split), self.config.seq_length
-    if not examples:
-      raise ValueError(f'Split {split!r} of {self.name} has no examples.')
-    tokens = np.full((len(examples), length + 1), PAD_ID, np.int32)
-    weights = np.zeros((len(examples), length), np.float32)
-    support = np.full((len(examples), length), -1, np.int32)
-    truncated = answers_cut = 0
-    for i, example in enumerate(examples):
-      ids = self._ids(example)
-      truncated += len(ids) > length + 1
-      tokens[i, : min(len(ids), length + 1)] = ids[: length + 1]
-      if not example.answers:
-        weights[i, : max(0, min(len(ids), length + 1) - 1)] = 1
-        continue
-      answers, sources = example.answers, example.support or (-1,) * len(example.answers)
-      if not (
-        len(sources) == len(answers)
-        and all(0 < p < len(ids) for p in answers)
-        and all(-1 <= s < len(ids) for s in sources)
-      ):
-        raise ValueError(
-          f'Example {i} of {self.name} {split} has answers {example.answers} and '
-          f'support {example.support} (config.dataset.answers_key, support_key) '
-          f'that do not fit its {len(ids)} tokens.'
-        )
-      for p, s in zip(answers, sources):
-        if p > length:  # Its target fell off the row.
-          answers_cut += 1
-          continue
-        weights[i, p - 1] = 1  # The answer at p is predicted from the input at p - 1.
-        support[i, p - 1] = s if s < length else -1
-    if truncated:
-      logging.warning(
-        '%s %s: truncated %d of %d examples to seq_length + 1 = %d tokens (%d answers cut).',
-        self.name,
-        split,
-        truncated,
-        len(examples),
-        length + 1,
-        answers_cut,
-      )
-    return {'tokens': tokens, 'weights': weights, 'support': support}
+  def _cut(self, split: str) -> dict[str, np.ndarray]:
+    """The split's rows, cut as the packing and the tokenizer say (data.language_rows)."""
+    length, tokenizer, where = self.config.seq_length, self.tokenizer, (self.name, split)
+    if self.config.packing != 'stream':
+      return example_rows(self.examples(split), self._ids, length, *where)
+    if tokenizer.kind != PRETRAINED:
+      ids = (i for e in self.examples(split) for i in [*self._ids(e), EOS_ID])
+      return stream_rows(np.fromiter(ids, np.int32), length, *where)
+    pieces = lambda e: tokenizer.encode_pieces(self.preprocess(e.text))
+    if self.mask_id is not None:  # a masked LM reads windows as BERT was pretrained on them
+      ids = np.fromiter((i for e in self.examples(split) for i in pieces(e)), np.int32)
+      return framed_rows(ids, length, tokenizer.bos_id, tokenizer.eos_id, *where)
+    # A pretrained decoder reads its own pieces, each text closed by its end token if any.
+    end = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
+    ids = (i for e in self.examples(split) for i in [*pieces(e), *end])
+    return stream_rows(np.fromiter(ids, np.int32), length, *where)
 
   def _batches(self, split: str, plan: BatchPlan) -> 'LanguageBatches':
     return LanguageBatches(self.rows(split), **plan.iterator_args())
-
-
-class LanguageBatches(PaddedBatches):
-  """Batches of one split's rows, planned and resumed as `PaddedBatches` does.
-
-  Every row is given the same placeholder length: rows have one fixed shape, so sorting by
-  length would save no padding and only make training batches less random. The plan thus keeps
-  the shuffled order (or, without shuffling, the split's).
-  """
-
-  def __init__(self, rows: Mapping[str, np.ndarray], **kwargs):
-    """See `LanguageData.batches`; `rows` is `LanguageData.rows(split)`."""
-    same = np.zeros(len(rows['tokens']), np.int64)
-    super().__init__(placeholder_split(same, same), bucket_step=1, **kwargs)
-    self._rows = rows
-
-  def _assemble(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-    mine = rows[self._first_row : self._first_row + self._host_rows]
-    n, (b, length) = len(mine), (self._host_rows, self._rows['weights'].shape[1])
-    tokens = np.full((b, length + 1), PAD_ID, np.int32)
-    tokens[:n] = self._rows['tokens'][mine]
-    # Copies, so a task that masks the inputs in place leaves the targets alone.
-    batch = {
-      'inputs': tokens[:, :-1].copy(),
-      'targets': tokens[:, 1:].copy(),
-      'weights': np.zeros((b, length), np.float32),
-      'support': np.full((b, length), -1, np.int32),
-      'index': np.full(b, -1, np.int32),
-    }
-    for key in ('weights', 'support', 'index'):
-      batch[key][:n] = self._rows[key][mine]
-    return batch
 
 
 def _own_builders() -> dict[str, type]:
@@ -365,56 +256,17 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
       'mask_token=True (masked language modelling) needs config.dataset.vocab='
       "'char' or 'word', got 'sentencepiece'."
     )
-  if config.name == TEXT_FILE:
-    texts = split_text_file(config)
-    data = LanguageData(TEXT_FILE, config, functools.partial(read_text_file, texts))
-  else:
-    builder = make_builder(
-      config,
-      _own_builders(),
-      kind='text',
-      extra_names=[TEXT_FILE],
-      examples=('lm1b', 'tiny_shakespeare'),
-    )
-    builder.download_and_prepare()
-    name = builder.info.full_name.rsplit('/', 1)[0]
-    keys = feature_keys(config, builder.info.features, name, default_config())
-    data = LanguageData(name, config, functools.partial(read_tfds, builder, config.text_key, *keys))
+  data = _language_data(config)
   loaded = load_tokenizers(vocab_dir)
-  if loaded:
-    tokenizer = loaded[0]
-    if tokenizer.kind != config.vocab:
+  tokenizer = _saved_tokenizer(config, loaded[0], vocab_dir) if loaded else _new_tokenizer(data)
+  if tokenizer.kind == PRETRAINED:  # the checkpoint's own [MASK]: nothing to add or save
+    if mask_token and tokenizer.mask_id is None:
       raise ValueError(
-        f'config.dataset.vocab={config.vocab!r} but the vocabulary saved in '
-        f'{vocab_dir} is {tokenizer.kind!r}; use that or another directory.'
+        "config.dataset.vocab='pretrained': the checkpoint's tokenizer has no "
+        '[MASK] token, so it cannot serve a masked language model.'
       )
-    logging.info('Loaded the vocabulary from %s.', vocab_dir)
-    if tokenizer.kind == PRETRAINED:  # the checkpoint's own [MASK]: nothing to add or save
-      if mask_token and tokenizer.mask_id is None:
-        raise ValueError(
-          "config.dataset.vocab='pretrained': the checkpoint's tokenizer has no "
-          '[MASK] token, so it cannot serve a masked language model.'
-        )
-      data.tokenizer, data.mask_id = tokenizer, tokenizer.mask_id if mask_token else None
-      return data
-  elif config.vocab == PRETRAINED:
-    raise ValueError(
-      "config.dataset.vocab='pretrained' reads the checkpoint's tokenizer from "
-      'config.init_from, which holds none; set it to a workdir written by '
-      'python convert.py.'
-    )
-  else:
-    texts = [data.preprocess(t) for t in data.texts(config.train_split)]
-    if config.vocab == 'sentencepiece':
-      texts = [chunk for t in texts for chunk in textwrap.wrap(t, _SPM_CHUNK_CHARS)]
-    tokenizer = build_tokenizer(config.vocab, texts, config.vocab_size)
-    logging.info(
-      'Built a %s vocabulary of %d from %s %s.',
-      config.vocab,
-      tokenizer.vocab_size,
-      data.name,
-      config.train_split,
-    )
+    data.tokenizer, data.mask_id = tokenizer, tokenizer.mask_id if mask_token else None
+    return data
   data.tokenizer = tokenizer
   if mask_token and MASK_TOKEN not in tokenizer.vocab:
     data.tokenizer = type(tokenizer)([*tokenizer.vocab, MASK_TOKEN])
@@ -423,3 +275,71 @@ def build(dataset_config: Any, vocab_dir: str, *, mask_token: bool = False) -> L
   if mask_token:
     data.mask_id = data.tokenizer.vocab.index(MASK_TOKEN)
   return data
+
+
+def _language_data(config: ml_collections.FrozenConfigDict) -> LanguageData:
+  """The dataset a validated `config.dataset` names, with no tokenizer yet: a text file cut into
+  its splits, or a TFDS dataset prepared into `config.data_dir` if it is not there yet.
+
+  Raises:
+    ValueError: for an unknown dataset, or features the dataset does not have.
+    FileNotFoundError: if `text_path` names no file.
+  """
+  if config.name == TEXT_FILE:
+    texts = split_text_file(config)
+    return LanguageData(TEXT_FILE, config, functools.partial(read_text_file, texts))
+  builder = make_builder(
+    config,
+    _own_builders(),
+    kind='text',
+    extra_names=[TEXT_FILE],
+    examples=('lm1b', 'tiny_shakespeare'),
+  )
+  builder.download_and_prepare()
+  name = builder.info.full_name.rsplit('/', 1)[0]
+  keys = feature_keys(config, builder.info.features, name, default_config())
+  return LanguageData(name, config, functools.partial(read_tfds, builder, config.text_key, *keys))
+
+
+def _saved_tokenizer(
+  config: ml_collections.FrozenConfigDict, tokenizer: Tokenizer, vocab_dir: str
+) -> Tokenizer:
+  """The tokenizer saved in `vocab_dir`, if it is of the kind `config.dataset.vocab` names.
+
+  Raises:
+    ValueError: if it is of another kind.
+  """
+  if tokenizer.kind != config.vocab:
+    raise ValueError(
+      f'config.dataset.vocab={config.vocab!r} but the vocabulary saved in '
+      f'{vocab_dir} is {tokenizer.kind!r}; use that or another directory.'
+    )
+  logging.info('Loaded the vocabulary from %s.', vocab_dir)
+  return tokenizer
+
+
+def _new_tokenizer(data: LanguageData) -> Tokenizer:
+  """A tokenizer of the kind `config.dataset.vocab` names, built from the train split's texts.
+
+  Raises:
+    ValueError: for vocab 'pretrained', whose tokenizer only a checkpoint can give.
+  """
+  config = data.config
+  if config.vocab == PRETRAINED:
+    raise ValueError(
+      "config.dataset.vocab='pretrained' reads the checkpoint's tokenizer from "
+      'config.init_from, which holds none; set it to a workdir written by '
+      'python convert.py.'
+    )
+  texts = [data.preprocess(t) for t in data.texts(config.train_split)]
+  if config.vocab == 'sentencepiece':
+    texts = [chunk for t in texts for chunk in textwrap.wrap(t, _SPM_CHUNK_CHARS)]
+  tokenizer = build_tokenizer(config.vocab, texts, config.vocab_size)
+  logging.info(
+    'Built a %s vocabulary of %d from %s %s.',
+    config.vocab,
+    tokenizer.vocab_size,
+    data.name,
+    config.train_split,
+  )
+  return tokenizer
