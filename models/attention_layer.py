@@ -5,15 +5,13 @@ leading dim: queries `[B, N, T, H]`, keys and values `[B, K, S, H]` with K key/v
 (K = N unless grouped); masks broadcast to `[B, N, T, S]` with True = may attend.
 """
 
-import functools
-from typing import Any
-
 from flax import nnx
 import jax
 import jax.numpy as jnp
 
 import attention
 from models import interventions
+from models.attention_options import AttentionOptions
 from models.layers import (
   dense,
   merge_project_heads,
@@ -27,7 +25,7 @@ Array = jax.Array
 KV = dict[str, Array]
 
 
-class MultiHeadAttention(nnx.Module):
+class MultiHeadAttention(AttentionOptions):
   """Multi-head attention `concat_n(attend(x W_Q^n, c W_K^n, c W_V^n)) W_O` (Vaswani et al. 3.2.2).
 
   Configured by one frozen `AttentionConfig`, kept as `config`. How heads attend is its attention
@@ -119,10 +117,6 @@ class MultiHeadAttention(nnx.Module):
   @property
   def d_v(self) -> int:
     return self.config.value_size
-
-  @property
-  def registered_score(self) -> attention.Score:
-    return attention.get_score(self.config.score)
 
   def _heads(self, x: Array, positions: Array | None, norm: nnx.Param | None) -> Array:
     """Per-head queries or keys `[B, N|K, L, H]`: qk-norm, then RoPE at `positions`."""
@@ -261,91 +255,6 @@ class MultiHeadAttention(nnx.Module):
     out = attention.attend(dropped, values).astype(q.dtype)
     return interventions.tap(self, 'heads', out)
 
-  def _options(self) -> dict[str, Any]:
-    """The variant's options this configuration sets that do not depend on positions: each one
-    the variant declares (the configuration refused any other when it was made)."""
-    config, options = self.config, {}
-    if config.score != 'scaled_dot':
-      options['scores'] = self._scores
-    if config.attention_impl is not None:
-      options['implementation'] = config.attention_impl
-    if config.softcap:
-      options['softcap'] = float(config.softcap)
-    if config.query_scale is not None:
-      options['scale'] = float(config.query_scale)
-    if self.sink is not None:
-      options['sink'] = self.sink[...]
-    if config.window:
-      options['window'] = config.window
-    if self.query_features is not None:
-      options['feature_weights'] = (self.query_features[...], self.key_features[...])
-    return options
-
-  def _position_options(
-    self, t: int, s: int, positions: Array | None, is_causal: bool
-  ) -> dict[str, Array]:
-    """The position bias of a whole-sequence call of T queries and S keys, if any.
-
-    ALiBi at the default positions goes to a variant that takes slopes as slopes, so the chunked
-    kernel forms it block by block instead of as a `[N, T, S]` array.
-    """
-    bias = self.config.position_bias
-    if bias is None:
-      return {}
-    slopes = 'alibi_slopes' in self.variant.options
-    if bias == 'alibi' and slopes and positions is None and not self.config.sink_tokens:
-      return {'alibi_slopes': attention.alibi_slopes(self.num_heads)}
-    q_positions, k_positions = self._whole_positions(t, s, positions)
-    return {'bias': self._position_bias(q_positions, k_positions, causal=is_causal)}
-
-  def _kept_rotary(self, options: dict[str, Any], q_positions: Array, k_positions: Array) -> None:
-    """With rope and kept first tokens, `options['scores']` scores each kept key from where a
-    streaming cache's query sits (`attention.kept_rotary_scores`); other positions: no change."""
-    config = self.config
-    if config.positions != 'rope' or not config.sink_tokens:
-      return
-    scores = options.get('scores')
-    if scores is None:  # the scaled dot product, as the kernels would form it
-      scores = functools.partial(attention.scaled_dot_scores, scale=options.pop('scale', None))
-    options['scores'] = attention.kept_rotary_scores(
-      scores,
-      q_positions,
-      k_positions,
-      config.window,
-      config.sink_tokens,
-      base=config.rope_base,
-      layout=config.rope_layout,
-    )
-
-  @staticmethod
-  def _whole_positions(t: int, s: int, positions: Array | None) -> tuple[Array, Array]:
-    """Query and key positions of a whole-sequence call (self-attention keys share `positions`)."""
-    if positions is None:
-      return jnp.arange(t), jnp.arange(s)
-    return jnp.asarray(positions), jnp.asarray(positions)
-
-  def _position_bias(self, q_positions: Array, k_positions: Array, *, causal: bool) -> Array:
-    """ALiBi or T5 bias `[..., N, T, S]` for queries and keys at the given positions (the kept
-    first tokens at their offsets in a streaming cache, `attention.cache_offsets`)."""
-    window, sink_tokens = self.config.window, self.config.sink_tokens
-    if sink_tokens:
-      relative = attention.cache_offsets(q_positions, k_positions, window, sink_tokens)
-    else:
-      relative = attention.relative_positions(q_positions, k_positions)
-    if self.config.position_bias == 'alibi':
-      return attention.alibi_bias_at(attention.alibi_slopes(self.num_heads), relative)
-    return attention.t5_bias_at(self.relative_bias[...], relative, bidirectional=not causal)
-
-  def _scores(self, q: Array, k: Array) -> Array:
-    """The registered score of q `[B, N, T, H]` and k `[B, N, S, H]`, `[B, N, T, S]`."""
-    params = {
-      param.name: getattr(self, score_param_attr(param.name))[...]
-      for param in self.registered_score.params
-    }  # each [N, ...]
-    # Per-head parameters lead with N; vmap pairs them with the heads axis (-3) of q and k.
-    per_head = lambda q, k, params: self.registered_score(q, k, **params)
-    return jax.vmap(per_head, in_axes=(-3, -3, 0), out_axes=-3)(q, k, params)
-
   def _attend_at(
     self, q: Array, keys: Array, values: Array, q_positions: Array, k_positions: Array
   ) -> Array:
@@ -369,7 +278,8 @@ class MultiHeadAttention(nnx.Module):
 
   def _attend_kept(self, q: Array, keys: Array, values: Array, mask: Array) -> Array:
     """The variant over an evicted cache's slots, visibility given whole by `mask [B, N, T, L]`
-    (a press runs only on layers with no window and no position bias: `models.presses`)."""
+    (a press runs only on layers with no window and no position bias:
+    `models.compression.check_press`)."""
     options = self._options()
     options.pop('window', None)
     return self.variant.attend(
@@ -408,7 +318,8 @@ class MultiHeadAttention(nnx.Module):
     """
     positions = step + jnp.arange(x.shape[1])  # [T]
     q, new = self._project_self(x, positions)  # [B, N|K, T, H]
-    # What a press scores a prefill by (`models.presses`); a no-op outside a capture.
+    # What a press scores a prefill by (read by `models.compression.prefill`, scored by
+    # `attention.presses`); a no-op outside a capture.
     q = interventions.tap(self, 'queries', q)
     if 'positions' in cache:  # a cache a press evicted from: slots at explicit positions
       out, cache = attention.kept_step(cache, q, new['k'], new['v'], step, attend=self._attend_kept)
