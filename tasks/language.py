@@ -13,7 +13,6 @@ on free text), the predicted answers (MQAR) or the filled-in masks (MLM), and a 
 layer's and head's attention over one sequence.
 """
 
-import functools
 import math
 import os
 from typing import Any
@@ -27,19 +26,23 @@ import numpy as np
 from data import language
 from data.tokenizers import SpecialIds
 import models
-from models import generation, interventions
+from models import generation
 from models.embeddings import ATTENTION_POSITIONS
 from models.interfaces import LanguageModel
-from tasks import picture_weights, pictures
+from tasks import picture_weights
 from tasks.base import VOCAB_DIR, Batch, EvalOptions, Task
+from tasks.language_attention import (
+  attention_hits,
+  explorer_records,
+  logits_and_last_weights,
+  save_head_grids,
+  self_attention,
+)
 from tasks.losses import summed_cross_entropy
 from tasks.teacher_forcing import hit_counts, loss_metrics, token_scores
 
 Array = jax.Array
 MASK_RATE = 0.15  # BERT: the share of tokens the model must predict
-# Layers of a deep model the explorer page holds (evenly spaced): SmolLM2's 30 layers of 256-token
-# rows made a 26 MB page; prompt.py attention --layers=all shows every layer of a prompt.
-EXPLORED_LAYERS = 8
 
 
 def bert_mask(
@@ -82,39 +85,6 @@ def bert_mask(
     random_ids = random_ids + (random_ids >= skipped)
   corrupted = jnp.where(kind < 0.8, mask_id, jnp.where(kind < 0.9, random_ids, ids))
   return jnp.where(picked, corrupted, ids), picked
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _forward(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
-  """`(logits [B, T, V], last layer's weights [B, N, T, T])` without dropout."""
-  model = nnx.merge(graphdef, state)
-  logits, captured = interventions.capture(model, inputs, method='token_logits')
-  return logits, interventions.stack(captured, model.attention_names['self'])[:, -1]
-
-
-def _self_attention(model, ids: Array) -> Array:
-  """Every layer's self-attention weights `[B, L, N, T, T]` over ids `[B, T]` (no dropout)."""
-  return interventions.attention(model, 'self', ids, method='token_logits')
-
-
-def attention_hits(weights: Array, support: Array) -> Array:
-  """Per head, the queries whose strongest weight lands where the data says it should.
-
-  A hit is the support position (MQAR: the matching key) or the one right after it (its value):
-  in a causal model only the value's state, which has read its key in the layer below, can hold
-  the answer, so an induction head looks there.
-
-  Args:
-    weights: `[B, N, T, S]` attention weights of one layer.
-    support: int `[B, T]`, the position each query should find, -1 = no such query.
-
-  Returns:
-    int32 `[B, N]` hit counts.
-  """
-  strongest = jnp.argmax(weights, axis=-1)  # [B, N, T]
-  target = support[:, None, :]  # [B, 1, T]
-  hit = (target >= 0) & ((strongest == target) | (strongest == target + 1))
-  return hit.sum(-1).astype(jnp.int32)
 
 
 class LanguageModeling(Task):
@@ -210,7 +180,7 @@ class LanguageModeling(Task):
 
   def predict(self, model, batch, options: EvalOptions):
     inputs, targets, weights = self._objective(batch, self._eval_rng(batch))
-    logits, last = _forward(*nnx.split(model), inputs)
+    logits, last = logits_and_last_weights(*nnx.split(model), inputs)
     out = dict(
       model_inputs=inputs,
       model_targets=targets,
@@ -300,57 +270,18 @@ class LanguageModeling(Task):
     """Every head's attention over each drawn sample's sequence, one PNG each: every layer, or
     for a deep model `pictures.spread_layers` of them (prompt.py attention draws any layers)."""
     drawn = samples[: options.num_pictures]
-    paths = []
-    for sample, weights in zip(drawn, self.attention(model, drawn)):
-      queries = [(t, s) for t, s in enumerate(sample['support']) if s >= 0]
-      path = os.path.join(out_dir, f'attention_heads_{sample["index"]:04d}.png')
-      layers = pictures.spread_layers(len(weights))
-      which = 'every layer' if len(layers) == len(weights) else f'layers {layers}'
-      pictures.save_head_grid(
-        path,
-        weights[layers],
-        self.tokenizer.tokens(sample['inputs']),
-        marks=queries,
-        title=f'example {sample["index"]}: attention of {which}, every '
-        'head' + (' (squares: the matching key)' if queries else ''),
-        layers=layers,
-      )
-      paths.append(path)
-    return paths
+    return save_head_grids(drawn, self.attention(model, drawn), self.tokenizer.tokens, out_dir)
 
   def explore(self, model, samples, options):
     """Per sample, its self-attention of every head over its model inputs: of every layer, or
-    for a deep model of `EXPLORED_LAYERS` evenly spaced, one map each."""
+    for a deep model of `language_attention.EXPLORED_LAYERS` evenly spaced, one map each."""
     del options
-    records = []
-    for sample, weights in zip(samples, self.attention(model, samples)):
-      tokens = self.tokenizer.tokens(sample['inputs'])
-      layers = pictures.spread_layers(len(weights), EXPLORED_LAYERS)
-      maps = (
-        [('self-attention', weights)]
-        if len(layers) == len(weights)
-        else [(f'self-attention, layer {layer}', weights[layer : layer + 1]) for layer in layers]
-      )
-      records.append(
-        dict(
-          index=sample['index'],
-          reference=sample['reference'],
-          prediction=sample['prediction'],
-          correct=sample['correct'],
-          views=[
-            dict(
-              kind='attention',
-              maps=[dict(name=n, rows=tokens, cols=tokens, weights=w) for n, w in maps],
-            )
-          ],
-        )
-      )
-    return records
+    return explorer_records(samples, self.attention(model, samples), self.tokenizer.tokens)
 
   def attention(self, model, samples):
     """Per sample, in order, its self-attention weights `[L, N, T, T]` (one jitted forward)."""
     return picture_weights.batched_weights(
-      _self_attention,
+      self_attention,
       model,
       [(sample['inputs'],) for sample in samples],
       pad_ids=(self.tokenizer.pad_id,),
