@@ -99,7 +99,7 @@ def _set_maps(student: nnx.Module, paths: list[str], maps: dict[str, jax.Array])
       getattr(modules[path], name).value = stacked[i]
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--checkpoint', required=True, help='what models.pretrained.read reads')
   parser.add_argument('--text', required=True, help='a plain UTF-8 text file')
@@ -111,10 +111,13 @@ def main(argv: list[str] | None = None) -> dict:
   args = parser.parse_args(argv)
   if args.steps < 1 or args.batch < 1 or args.seq_length < 2:
     raise ValueError('--steps and --batch must be at least 1, --seq_length at least 2.')
-  training.quiet_library_logs()
-  pretrained_workdir.refuse_used(args.workdir)  # before anything is read
-  read = pretrained.read(args.checkpoint)
-  conversion = pretrained_lm.converted(read)
+  return args
+
+
+def linear_student(read, conversion: pretrained.Conversion, args: argparse.Namespace):
+  """`(task, student_config, student)`: the language-modelling task over `--text` (its config's
+  dataset set from the flags), and the converted model with linear attention and Hedgehog's maps
+  at the identity, every other weight the softmax model's."""
   config = conversion.config
   config.dataset.update(
     text_path=os.path.abspath(args.text),
@@ -127,22 +130,20 @@ def main(argv: list[str] | None = None) -> dict:
   with tempfile.TemporaryDirectory(prefix='.attend-transfer-') as staged:
     pretrained_workdir.save_vocab(staged, read)
     task = tasks.build(config, staged)
-  teacher = conversion.model
   student = task.build_model(student_config.model, nnx.Rngs(config.seed))
-  nnx.update(student, nnx.state(teacher, nnx.Param))  # every weight but the new maps
-  paths = interventions.layer_paths(student)
-  taps_of = softmax_taps(teacher)
-  pad_id = task.tokenizer.pad_id
+  nnx.update(student, nnx.state(conversion.model, nnx.Param))  # every weight but the new maps
+  return task, student_config, student
 
-  def inputs_of(batch):
-    ids = jnp.asarray(batch['inputs'])
-    return ids, (ids != pad_id)[:, None, None, :]
 
-  held_out = inputs_of(
-    next(task.batches(config.dataset.eval_split, batch_size=args.batch, shuffle=False, seed=0))
-  )
-  held_out_taps = taps_of(held_out[0])
-  evaluate = jax.jit(lambda maps: transfer_loss(maps, held_out_taps, held_out[1]))
+def _inputs(batch: dict, pad_id: int) -> tuple[jax.Array, jax.Array]:
+  """A batch's `(ids [B, T], key_mask [B, 1, 1, T])`, the mask True at real tokens."""
+  ids = jnp.asarray(batch['inputs'])
+  return ids, (ids != pad_id)[:, None, None, :]
+
+
+def train_maps(maps: dict, taps_of, batches, pad_id: int, args: argparse.Namespace) -> dict:
+  """`--steps` AdamW steps of the stacked maps towards the softmax model's outputs on `batches`,
+  with a progress line every `PROGRESS_EVERY` steps; returns the trained maps."""
   tx = optax.adamw(args.learning_rate, weight_decay=0.0)
 
   @jax.jit
@@ -151,18 +152,10 @@ def main(argv: list[str] | None = None) -> dict:
     updates, opt_state = tx.update(grads, opt_state, maps)
     return optax.apply_updates(maps, updates), opt_state, loss
 
-  maps = _student_maps(student, paths)
   opt_state = tx.init(maps)
-  before, before_layers = evaluate(maps)
-  print(
-    f'Attention transfer of {read.name} ({len(paths)} layers): held-out loss {float(before):.4g} '
-    f'at the identity maps; {args.steps} steps of {args.batch} x {args.seq_length} tokens.',
-    flush=True,
-  )
-  batches = task.batches(config.dataset.train_split, batch_size=args.batch, shuffle=True, seed=0)
-  started = first_done = time.perf_counter()
+  first_done = time.perf_counter()
   for i in range(1, args.steps + 1):
-    ids, key_mask = inputs_of(next(batches))
+    ids, key_mask = _inputs(next(batches), pad_id)
     maps, opt_state, loss = step(maps, opt_state, taps_of(ids), key_mask)
     if i == 1:  # the rates leave out compiling
       jax.block_until_ready(loss)
@@ -175,6 +168,50 @@ def main(argv: list[str] | None = None) -> dict:
         f'ETA {duration((args.steps - i) / max(rate, 1e-9))}',
         flush=True,
       )
+  return maps
+
+
+def write_transferred(workdir: str, read, conversion, student_config, student, result: dict):
+  """WORKDIR as convert.py writes it, the student with its trained maps, and transfer.json."""
+  report = dict(conversion.report, attention_transfer=result)
+  pretrained_workdir.write_workdir(
+    workdir,
+    read,
+    pretrained.Conversion(
+      student_config, student, report, 'its output layer; feature maps from attention transfer'
+    ),
+  )
+  with open(os.path.join(workdir, 'transfer.json'), 'w', encoding='utf-8') as f:
+    json.dump(result, f, indent=1)
+
+
+def main(argv: list[str] | None = None) -> dict:
+  args = parse_args(argv)
+  training.quiet_library_logs()
+  pretrained_workdir.refuse_used(args.workdir)  # before anything is read
+  read = pretrained.read(args.checkpoint)
+  conversion = pretrained_lm.converted(read)
+  config = conversion.config
+  task, student_config, student = linear_student(read, conversion, args)
+  paths = interventions.layer_paths(student)
+  taps_of = softmax_taps(conversion.model)
+  pad_id = task.tokenizer.pad_id
+  held_out = _inputs(
+    next(task.batches(config.dataset.eval_split, batch_size=args.batch, shuffle=False, seed=0)),
+    pad_id,
+  )
+  held_out_taps = taps_of(held_out[0])
+  evaluate = jax.jit(lambda maps: transfer_loss(maps, held_out_taps, held_out[1]))
+  maps = _student_maps(student, paths)
+  before, before_layers = evaluate(maps)
+  print(
+    f'Attention transfer of {read.name} ({len(paths)} layers): held-out loss {float(before):.4g} '
+    f'at the identity maps; {args.steps} steps of {args.batch} x {args.seq_length} tokens.',
+    flush=True,
+  )
+  batches = task.batches(config.dataset.train_split, batch_size=args.batch, shuffle=True, seed=0)
+  started = time.perf_counter()
+  maps = train_maps(maps, taps_of, batches, pad_id, args)
   after, after_layers = evaluate(maps)
   _set_maps(student, paths, maps)
   result = dict(
@@ -191,16 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
       after=np.asarray(after_layers).round(6).tolist(),
     ),
   )
-  report = dict(conversion.report, attention_transfer=result)
-  pretrained_workdir.write_workdir(
-    args.workdir,
-    read,
-    pretrained.Conversion(
-      student_config, student, report, 'its output layer; feature maps from attention transfer'
-    ),
-  )
-  with open(os.path.join(args.workdir, 'transfer.json'), 'w', encoding='utf-8') as f:
-    json.dump(result, f, indent=1)
+  write_transferred(args.workdir, read, conversion, student_config, student, result)
   print(f'Held-out transfer loss {float(before):.4g} -> {float(after):.4g}.')
   return result
 
