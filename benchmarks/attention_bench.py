@@ -235,7 +235,7 @@ def gflops(batch, length, backward):
   return forward * (3.0 if backward else 1.0) / 1e9
 
 
-def main():
+def parse_args() -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--sizes', default=f'512,2048,{LONG}', help='comma-separated lengths')
   parser.add_argument('--batch', type=int, default=8, help=f'batch below S={LONG}')
@@ -251,29 +251,17 @@ def main():
   parser.add_argument('--cases', default='', help='comma-separated case names (default: all)')
   parser.add_argument('--json', default='', help='also write the results to this JSON file')
   parser.add_argument('--memory-child', default='', help=argparse.SUPPRESS)
-  args = parser.parse_args()
-  if args.memory_child:
-    print(peak_memory_child(*json.loads(args.memory_child)))
-    return
+  return parser.parse_args()
 
-  cases = available_cases(args.dtype)
-  if args.cases:
-    cases = [c for c in cases if c in args.cases.split(',')]
-  peak = matmul_peak_gflops(args.dtype)
-  device = jax.devices()[0].device_kind
-  print(
-    f'# attention, {args.dtype}, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()} '
-    f'({device}), {os.cpu_count()} CPUs, jax {jax.__version__}, allocator '
-    f'{"mimalloc" if allocator.active() else "system"}; {args.dtype} matmul peak '
-    f'{peak:.0f} GFLOP/s',
-    flush=True,
-  )
-  results = [dict(case=f'{args.dtype} matmul peak', gflops=peak, device=device)]
+
+def timed_rows(cases: list[str], args: argparse.Namespace, peak: float) -> list[dict]:
+  """Every case timed at each of `--sizes`, forward, then with backward: the table printed."""
   print(
     '| case | B | S | pass | ms | GFLOP/s | x peak | x torch time |\n'
     '|---|---|---|---|---|---|---|---|',
     flush=True,
   )
+  results = []
   for length in (int(s) for s in args.sizes.split(',') if s):
     batch = args.long_batch if length >= LONG else args.batch
     for backward in (False, True):
@@ -307,23 +295,52 @@ def main():
             x_torch_time=None if vs_torch is None else vs_torch._asdict(),
           )
         )
+  return results
+
+
+def memory_rows(cases: list[str], memory_lengths: list[int], dtype: str) -> list[dict]:
+  """The peak memory one call of each case adds, B=1, a fresh process each: the table printed."""
+  print(
+    f'\n# peak memory added by one call, B=1 (MB)\n'
+    f'| case | pass | {" | ".join(f"S={n}" for n in memory_lengths)} |\n'
+    f'|---|---|{"---|" * len(memory_lengths)}',
+    flush=True,
+  )
+  results = []
+  for c in cases:
+    for backward in (False, True):
+      mode = 'fwd+bwd' if backward else 'fwd'
+      shown = []
+      for length in memory_lengths:
+        peak = peak_memory(c, 1, length, backward, dtype)
+        shown.append(f'{peak / 2**20:.0f}' if isinstance(peak, int) else peak)
+        results.append(dict(case=c, length=length, mode=mode, peak_bytes=peak))
+      print(f'| {c} | {mode} | {" | ".join(shown)} |', flush=True)
+  return results
+
+
+def main():
+  args = parse_args()
+  if args.memory_child:
+    print(peak_memory_child(*json.loads(args.memory_child)))
+    return
+  cases = available_cases(args.dtype)
+  if args.cases:
+    cases = [c for c in cases if c in args.cases.split(',')]
+  peak = matmul_peak_gflops(args.dtype)
+  device = jax.devices()[0].device_kind
+  print(
+    f'# attention, {args.dtype}, N={HEADS}, H={HEAD_DIM}, backend={jax.default_backend()} '
+    f'({device}), {os.cpu_count()} CPUs, jax {jax.__version__}, allocator '
+    f'{"mimalloc" if allocator.active() else "system"}; {args.dtype} matmul peak '
+    f'{peak:.0f} GFLOP/s',
+    flush=True,
+  )
+  results = [dict(case=f'{args.dtype} matmul peak', gflops=peak, device=device)]
+  results += timed_rows(cases, args, peak)
   memory_lengths = [int(s) for s in args.memory_lengths.split(',') if s]
   if memory_lengths:
-    print(
-      f'\n# peak memory added by one call, B=1 (MB)\n'
-      f'| case | pass | {" | ".join(f"S={n}" for n in memory_lengths)} |\n'
-      f'|---|---|{"---|" * len(memory_lengths)}',
-      flush=True,
-    )
-    for c in cases:
-      for backward in (False, True):
-        mode = 'fwd+bwd' if backward else 'fwd'
-        shown = []
-        for length in memory_lengths:
-          peak = peak_memory(c, 1, length, backward, args.dtype)
-          shown.append(f'{peak / 2**20:.0f}' if isinstance(peak, int) else peak)
-          results.append(dict(case=c, length=length, mode=mode, peak_bytes=peak))
-        print(f'| {c} | {mode} | {" | ".join(shown)} |', flush=True)
+    results += memory_rows(cases, memory_lengths, args.dtype)
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(results, f, indent=1)
