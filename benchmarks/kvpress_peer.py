@@ -175,8 +175,9 @@ class RecordingPipeline(KVPressTextGenerationPipeline):
     return text
 
 
-def run(job: dict) -> dict:
-  """Every sample x press x ratio of `job` (see the module docstring) -> the peer's results."""
+def load_peer(job: dict):
+  """transformers made quiet and seeded, the model folder saved once; returns its tokenizer and
+  `pipeline(attention)`, kvpress's pipeline on an attention implementation, loaded once each."""
   torch.manual_seed(0)
   transformers.logging.set_verbosity_error()
   transformers.logging.disable_progress_bar()
@@ -192,47 +193,67 @@ def run(job: dict) -> dict:
       pipelines[attention] = RecordingPipeline(model=model, tokenizer=tokenizer, device='cpu')
     return pipelines[attention]
 
+  return tokenizer, pipeline
+
+
+def unpressed_sample(pipe: RecordingPipeline, tokenizer, sample: dict, max_new_tokens: int):
+  """The pipeline's inputs of one sample, and what the sample's record holds: the token ids the
+  pipeline built, whether the plain tokenizer agrees with Attend's, the answer without a press."""
+  inputs = pipe.preprocess(
+    sample['context'],
+    questions=[sample['question']],
+    answer_prefix=sample['answer_prefix'],
+    max_context_length=int(1e10),
+  )
+  plain = [
+    tokenizer.encode(sample[key], add_special_tokens=False) for key in ('context', 'question')
+  ]
+  pipe.answers = []
+  with torch.no_grad():
+    pipe._forward(inputs, max_new_tokens=max_new_tokens, press=None)
+  return inputs, dict(
+    context_ids=inputs['context_ids'][0].tolist(),
+    question_ids=inputs['questions_ids'][0][0].tolist(),
+    tokenizers_agree=plain == [sample['context_ids'], sample['question_ids']],
+    answer=pipe.answers[0],
+  )
+
+
+def pressed_answer(pipe: RecordingPipeline, inputs: dict, press, max_new_tokens: int) -> tuple:
+  """The context prefilled under `press`, then the greedy answer: `(kept, repeat, answer,
+  seconds)`, the positions kept per layer, KVzip's repeat block, the answer's ids, its time."""
+  kept, repeat = {}, {}
+  if isinstance(press, KVzipPress):
+    instrument_kvzip(press, kept, repeat)
+  else:
+    instrument(press, kept)
+  pipe.answers = []
+  # PyramidKV leaves layers of different lengths; a question of several tokens then gets
+  # transformers' causal mask sized by the first layer, which the shorter layers do not
+  # fit (sdpa: a size error; eager would let a question token see later ones). One token
+  # at a time needs no mask: the same causal reading.
+  pipe.one_by_one = isinstance(press, PyramidKVPress)
+  start = time.perf_counter()
+  with torch.no_grad():
+    pipe._forward(inputs, max_new_tokens=max_new_tokens, press=press)
+  seconds = time.perf_counter() - start
+  return [kept[layer] for layer in sorted(kept)], repeat, pipe.answers[0], seconds
+
+
+def run(job: dict) -> dict:
+  """Every sample x press x ratio of `job` (see the module docstring) -> the peer's results."""
+  tokenizer, pipeline = load_peer(job)
   samples, runs = [], []
   for index, sample in enumerate(job['samples']):
-    pipe = pipeline('sdpa')
-    inputs = pipe.preprocess(
-      sample['context'],
-      questions=[sample['question']],
-      answer_prefix=sample['answer_prefix'],
-      max_context_length=int(1e10),
-    )
-    plain = [
-      tokenizer.encode(sample[key], add_special_tokens=False) for key in ('context', 'question')
-    ]
-    pipe.answers = []
-    with torch.no_grad():
-      pipe._forward(inputs, max_new_tokens=job['max_new_tokens'], press=None)
-    samples.append(
-      dict(
-        context_ids=inputs['context_ids'][0].tolist(),
-        question_ids=inputs['questions_ids'][0][0].tolist(),
-        tokenizers_agree=plain == [sample['context_ids'], sample['question_ids']],
-        answer=pipe.answers[0],
-      )
-    )
+    inputs, unpressed = unpressed_sample(pipeline('sdpa'), tokenizer, sample, job['max_new_tokens'])
+    samples.append(unpressed)
     for name in job['presses']:
       make, attention = PRESSES[name]
       pipe = pipeline(attention)
       for ratio in job['ratios']:
-        press, kept, repeat = make(ratio), {}, {}
-        if isinstance(press, KVzipPress):
-          instrument_kvzip(press, kept, repeat)
-        else:
-          instrument(press, kept)
-        pipe.answers = []
-        # PyramidKV leaves layers of different lengths; a question of several tokens then gets
-        # transformers' causal mask sized by the first layer, which the shorter layers do not
-        # fit (sdpa: a size error; eager would let a question token see later ones). One token
-        # at a time needs no mask: the same causal reading.
-        pipe.one_by_one = isinstance(press, PyramidKVPress)
-        start = time.perf_counter()
-        with torch.no_grad():
-          pipe._forward(inputs, max_new_tokens=job['max_new_tokens'], press=press)
+        kept, repeat, answer, seconds = pressed_answer(
+          pipe, inputs, make(ratio), job['max_new_tokens']
+        )
         runs.append(
           dict(
             sample=index,
@@ -240,10 +261,10 @@ def run(job: dict) -> dict:
             ratio=ratio,
             attention=attention,
             question_one_by_one=pipe.one_by_one,
-            kept=[kept[layer] for layer in sorted(kept)],
+            kept=kept,
             repeat=repeat,  # KVzip's: its repeat blocks' ids and the template's opening
-            answer=pipe.answers[0],
-            seconds=time.perf_counter() - start,
+            answer=answer,
+            seconds=seconds,
           )
         )
         print(
