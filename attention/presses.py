@@ -284,9 +284,10 @@ def _ranked_over_heads(scores: Array, count: int) -> Array:
 
 @dataclasses.dataclass(frozen=True)
 class Press:
-  """A registered press.
+  """A registered press: what an entry point resolves a name to (`get_press`), passed below.
 
   Attributes:
+    name: its name in `PRESSES`, as the flags and the refusals spell it.
     score: `(queries, keys, values, *, scale, rope, ratio, layer, **settings) -> [B, K, S]`.
     weights: whether it forms attention weights from the queries (softmax attention only).
     repeat: whether it reads the queries of a block that repeats the context (KVzip), read on
@@ -297,6 +298,7 @@ class Press:
     settings: its options and their defaults, each a keyword of `score`.
   """
 
+  name: str
   score: Callable[..., Array]
   weights: bool = False
   repeat: bool = False
@@ -304,33 +306,31 @@ class Press:
   budget: str = 'uniform'
   settings: tuple[tuple[str, Any], ...] = ()
 
+  def options(self, **settings) -> dict[str, Any]:
+    """Its settings' defaults overridden by `settings`: the keywords `score` is called with."""
+    return {**dict(self.settings), **settings}
 
+
+_SNAPKV = (('window', 64), ('kernel', 5))  # SnapKV's settings, PyramidKV's and AdaKV's too
+_PYRAMIDKV, _ADAKV = (*_SNAPKV, ('beta', 20)), (*_SNAPKV, ('floor', 0.2))
+_EXPECTED, _SINK = (('future', 512), ('sink', 4), ('covariance', True)), (('sink', 4),)
 PRESSES: dict[str, Press] = {
-  'random': Press(random_scores, queries=False, settings=(('seed', 0),)),
-  'streaming_llm': Press(streaming_scores, queries=False, settings=(('sink', 4),)),
-  'knorm': Press(knorm_scores, queries=False),
-  'snapkv': Press(snapkv_scores, weights=True, settings=(('window', 64), ('kernel', 5))),
-  'tova': Press(tova_scores, weights=True),
-  'observed_attention': Press(observed_scores, weights=True),
-  'expected_attention': Press(
-    expected_scores, settings=(('future', 512), ('sink', 4), ('covariance', True))
-  ),
-  'pyramidkv': Press(
-    snapkv_scores,
-    weights=True,
-    budget='pyramid',
-    settings=(('window', 64), ('kernel', 5), ('beta', 20)),
-  ),
-  # AdaKV's budgets over SnapKV's scores (Ada-SnapKV, the paper's main pairing).
-  'adakv': Press(
-    snapkv_scores,
-    weights=True,
-    budget='adaptive',
-    settings=(('window', 64), ('kernel', 5), ('floor', 0.2)),
-  ),
-  # kvpress's KVzipPress(layerwise=True): a budget per layer, ranked over all its heads (its
-  # default ranks over every layer at once; a budget per layer keeps shapes fixed).
-  'kvzip': Press(kvzip_scores, weights=True, repeat=True, budget='layer', settings=(('sink', 4),)),
+  press.name: press
+  for press in (
+    Press('random', random_scores, queries=False, settings=(('seed', 0),)),
+    Press('streaming_llm', streaming_scores, queries=False, settings=_SINK),
+    Press('knorm', knorm_scores, queries=False),
+    Press('snapkv', snapkv_scores, weights=True, settings=_SNAPKV),
+    Press('tova', tova_scores, weights=True),
+    Press('observed_attention', observed_scores, weights=True),
+    Press('expected_attention', expected_scores, settings=_EXPECTED),
+    Press('pyramidkv', snapkv_scores, weights=True, budget='pyramid', settings=_PYRAMIDKV),
+    # AdaKV's budgets over SnapKV's scores (Ada-SnapKV, the paper's main pairing).
+    Press('adakv', snapkv_scores, weights=True, budget='adaptive', settings=_ADAKV),
+    # kvpress's KVzipPress(layerwise=True): a budget per layer, ranked over all its heads (its
+    # default ranks over every layer at once; a budget per layer keeps shapes fixed).
+    Press('kvzip', kvzip_scores, weights=True, repeat=True, budget='layer', settings=_SINK),
+  )
 }
 
 

@@ -133,10 +133,10 @@ def kvzip_block(runs: list[dict]) -> dict:
 
 
 def attend_side(
-  model, context_ids, question_ids, press_names, ratios, max_new, eos_id, kvzip=None
+  model, context_ids, question_ids, presses, ratios, max_new, eos_id, kvzip=None
 ) -> list:
-  """Attend's kept sets, boundary ties and answers for one context, per press x ratio;
-  `kvzip`: the repeat block KVzip reads (`kvzip_block`)."""
+  """Attend's kept sets, boundary ties and answers for one context, per press (`attention.Press`)
+  x ratio; `kvzip`: the repeat block KVzip reads (`kvzip_block`)."""
   context = jnp.asarray([context_ids], jnp.int32)
   question = jnp.asarray([question_ids], jnp.int32)
   s, room = context.shape[1], question.shape[1] + max_new
@@ -145,21 +145,21 @@ def attend_side(
   if kvzip:
     repeat_queries, repeat_cache = compression.repeated(model, cache, kvzip['repeat'])
   rows = []
-  for name in press_names:
+  for press in presses:
     for ratio in ratios:
       start = time.perf_counter()
-      if get_press(name).repeat:
-        masks = compression.kept_positions(model, context, name, ratio, **kvzip)
+      if press.repeat:
+        masks = compression.kept_positions(model, context, press, ratio, **kvzip)
         scores = compression.layer_scores(
-          model, repeat_cache, repeat_queries, name, ratio, context=s, prefix=kvzip['prefix']
+          model, repeat_cache, repeat_queries, press, ratio, context=s, prefix=kvzip['prefix']
         )
       else:
-        masks = compression.kept_positions(model, context, name, ratio)
-        scores = compression.layer_scores(model, cache, queries, name, ratio)
-      entries = compression.kept_entries(scores, name, ratio)
+        masks = compression.kept_positions(model, context, press, ratio)
+        scores = compression.layer_scores(model, cache, queries, press, ratio)
+      entries = compression.kept_entries(scores, press, ratio)
       pressed = compression.compress(cache, entries, s, room)
       answer = compression.answer(model, pressed, question, max_length=max_new, eos_id=eos_id)
-      press, ties = get_press(name), 0
+      ties = 0
       for layer, layer_scores in enumerate(scores):
         if press.budget in ('adaptive', 'layer'):
           continue  # one ranking over a layer's heads: no per-head boundary
@@ -170,7 +170,7 @@ def attend_side(
         ties += boundary_ties(layer_scores, [count] * layer_scores.shape[0])
       rows.append(
         dict(
-          press=name,
+          press=press.name,
           ratio=ratio,
           ours=[bits(mask[0]) for mask in masks],
           answer=np.asarray(answer[0]).tolist(),
@@ -178,7 +178,7 @@ def attend_side(
           seconds=time.perf_counter() - start,
         )
       )
-      print(f'attend: {name} {ratio}', file=sys.stderr, flush=True)
+      print(f'attend: {press.name} {ratio}', file=sys.stderr, flush=True)
   return rows
 
 
@@ -239,13 +239,16 @@ def print_table(table: dict) -> None:
 def main(argv: list[str] | None = None) -> dict:
   args = parse_args(argv)
   presses, ratios = args.presses.split(','), [float(r) for r in args.ratios.split(',')]
-  for name in presses:
-    get_press(name)
+  lengths = [int(n) for n in args.lengths.split(',')]
+  resolved = [get_press(name) for name in presses]  # the names and settings, before any work
+  for press in resolved:
+    for ratio in ratios:
+      compression.check_settings(press, ratio, min(lengths), repeat=True)
   checkpoint = pretrained.read(CHECKPOINT)
   tokenizer = PretrainedTokenizer(checkpoint.tokenizer_json)
   samples = make_samples(
     tokenizer,
-    [int(n) for n in args.lengths.split(',')],
+    lengths,
     args.tasks.split(','),
     args.seed,
     args.book,
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
     peer_runs = {(r['press'], r['ratio']): r for r in mine}
     kvzip = kvzip_block(mine) if 'kvzip' in presses else None
     for row in attend_side(
-      model, context, question, presses, ratios, args.max_new_tokens, eos_ids[0], kvzip
+      model, context, question, resolved, ratios, args.max_new_tokens, eos_ids[0], kvzip
     ):
       their = peer_runs[(row['press'], row['ratio'])]
       results.append(

@@ -9,7 +9,8 @@ holds a bounded ring and is left as it is; its budget is its window.
 
 One prefill serves any number of presses: `prefill` returns the cache and the queries,
 `layer_scores` scores them, `compress` builds each press's cache (`tasks`-free, pure functions of
-arrays).
+arrays). A press arrives as an `attention.Press`: an entry point turns its name into one
+(`attention.get_press`) and checks its settings once (`check_settings`), before a model is read.
 """
 
 from typing import Any
@@ -21,22 +22,18 @@ import jax.numpy as jnp
 import attention
 from attention.presses import (
   PRESSES,
+  Press,
   adaptive_entries,
-  get_press,
   kept_count,
   layer_entries,
   pyramid_budget,
   top_positions,
 )
 from models import interventions
+from models.attention_paths import attention_layers
 from models.decoding import greedy_search
 
 Array = jax.Array
-
-
-def _attention_layers(model: nnx.Module) -> list[nnx.Module]:
-  """The decoder's self-attention modules, first layer first."""
-  return [layer.self_attn for layer in model.layers]
 
 
 def pressed(layer: nnx.Module) -> bool:
@@ -44,18 +41,19 @@ def pressed(layer: nnx.Module) -> bool:
   return not layer.config.window
 
 
-def check_settings(name: str, ratio: float, context: int, every: int = 0, repeat: bool = False):
-  """What can be refused before a model is read, one sentence each: an unknown press (naming
-  those there are), a ratio outside [0, 1), a context of fewer than 2 tokens, KVzip without its
-  repeat block, a negative `every`, or compressing while decoding with a press that reads queries
-  (see `check_press`)."""
-  press = get_press(name)
+def check_settings(
+  press: Press, ratio: float, context: int, every: int = 0, repeat: bool = False
+) -> None:
+  """What an entry point refuses before a model is read, one sentence each: a ratio outside
+  [0, 1), a context of fewer than 2 tokens, KVzip without its repeat block (`repeat`: the caller
+  forms it), a negative `every` (compressing again every that many decoded tokens,
+  `press_again`), or compressing while decoding with a press that reads queries."""
   kept_count(context, ratio)
   if context < 2:
     raise ValueError(f'press: the context must hold at least 2 tokens, got {context}.')
   if press.repeat and not repeat:
     raise ValueError(
-      f'press {name!r} scores the context by how the model repeats it; it needs that repeat '
+      f'press {press.name!r} scores the context by how the model repeats it; it needs that repeat '
       'block (studies.presses forms it; in Python, compression.kept_positions(repeat=...)).'
     )
   if every < 0:
@@ -63,33 +61,23 @@ def check_settings(name: str, ratio: float, context: int, every: int = 0, repeat
   if every and (press.queries or press.budget != 'uniform'):
     keys_alone = ', '.join(sorted(n for n, p in PRESSES.items() if not p.queries))
     raise ValueError(
-      f"press {name!r} reads the prompt's queries or splits its budget unevenly; compressing "
+      f"press {press.name!r} reads the prompt's queries or splits its budget unevenly; compressing "
       f'while decoding (every {every} tokens) takes a press that scores keys alone: {keys_alone}.'
     )
 
 
-def check_press(
-  model: nnx.Module,
-  name: str,
-  ratio: float,
-  context: int,
-  every: int = 0,
-  repeat: bool = False,
-  **settings,
-) -> None:
-  """One sentence before any work for what no press can do here (`every`: compressing again
-  every that many decoded tokens, `press_again`; `repeat`: the caller forms KVzip's block;
-  `settings`: the press's, e.g. SnapKV's `window`, which the context must exceed).
+def check_press(model: nnx.Module, press: Press, context: int, **settings) -> None:
+  """One sentence before any work for what the press cannot do on this model and a `context` of
+  that many tokens (`settings`: the press's, e.g. SnapKV's `window`, which the context must
+  exceed); its own settings are the entry point's to check (`check_settings`).
 
   Raises:
-    ValueError: what `check_settings` refuses; a variant with no key/value cache (linear
-      attention), a press that reads attention weights on a variant that forms no softmax
-      weights, a position bias (ALiBi, T5: a kept key's bias would need its offset per head), no
-      layer to press, or a context no longer than the press's window.
+    ValueError: a variant with no key/value cache (linear attention), a press that reads
+      attention weights on a variant that forms no softmax weights, a position bias (ALiBi, T5:
+      a kept key's bias would need its offset per head), no layer to press, or a context no
+      longer than the press's window.
   """
-  press = get_press(name)
-  check_settings(name, ratio, context, every, repeat)
-  layers = _attention_layers(model)
+  layers = list(attention_layers(model).values())
   for layer in layers:
     config = layer.config
     if config.attention == 'linear':
@@ -99,9 +87,9 @@ def check_press(
       )
     if press.weights and config.attention != 'softmax':
       raise ValueError(
-        f'press {name!r} reads softmax attention weights, which attention={config.attention!r} '
-        'does not form; choose a press that scores keys alone (knorm, expected_attention, random, '
-        'streaming_llm).'
+        f'press {press.name!r} reads softmax attention weights, which '
+        f'attention={config.attention!r} does not form; choose a press that scores keys alone '
+        '(knorm, expected_attention, random, streaming_llm).'
       )
     if config.position_bias is not None:
       raise ValueError(
@@ -110,11 +98,11 @@ def check_press(
       )
   if not any(pressed(layer) for layer in layers):
     raise ValueError('press: every layer has a window, so no cache holds the whole context.')
-  window = {**dict(press.settings), **settings}.get('window', 0)
+  window = press.options(**settings).get('window', 0)
   if context <= window:
     raise ValueError(
-      f'press {name!r} scores by the last {window} queries; the context ({context} tokens) must '
-      'be longer.'
+      f'press {press.name!r} scores by the last {window} queries; the context ({context} '
+      'tokens) must be longer.'
     )
 
 
@@ -129,10 +117,9 @@ def prefill(model: nnx.Module, prompt: Array, room: int) -> tuple[dict[str, Any]
 
 def _tapped_queries(model: nnx.Module, captured: dict[str, Array]) -> list[Array | None]:
   """Each pressed layer's `queries` tap from a capture of `model`, None for the others."""
-  paths = interventions.module_paths(model)
   return [
-    captured[f'{paths[id(layer)]}/queries'] if pressed(layer) else None
-    for layer in _attention_layers(model)
+    captured[f'{path}/queries'] if pressed(layer) else None
+    for path, layer in attention_layers(model).items()
   ]
 
 
@@ -140,18 +127,18 @@ def pressed_prefill(
   model: nnx.Module,
   prompt: Array,
   room: int,
-  press: tuple[str, float] | None,
+  pressing: tuple[Press, float] | None,
   rerotate: bool = False,
 ) -> dict[str, Any]:
-  """`init_decode_cache(prompt, room)`, the prompt's cache then pressed by `press` =
-  `(name, ratio)` (None: kept whole); `rerotate`: its kept keys moved to 0 .. M-1 (`compress`).
+  """`init_decode_cache(prompt, room)`, the prompt's cache then pressed by `pressing` =
+  `(press, ratio)` (None: kept whole); `rerotate`: its kept keys moved to 0 .. M-1 (`compress`).
   What generation reads a prompt with (`models.generation`)."""
-  if press is None:
+  if pressing is None:
     return model.init_decode_cache(prompt, room)
-  name, ratio = press
+  press, ratio = pressing
   cache, queries = prefill(model, prompt, room)
-  entries = kept_entries(layer_scores(model, cache, queries, name, ratio), name, ratio)
-  rotary = rerotation(model, name) if rerotate else None
+  entries = kept_entries(layer_scores(model, cache, queries, press, ratio), press, ratio)
+  rotary = rerotation(model, press) if rerotate else None
   return compress(cache, entries, prompt.shape[1] - 1, room, rotary)
 
 
@@ -168,7 +155,7 @@ def layer_scores(
   model: nnx.Module,
   cache: dict[str, Any],
   queries: list[Array],
-  name: str,
+  press: Press,
   ratio: float,
   *,
   context: int = 0,
@@ -177,10 +164,9 @@ def layer_scores(
   """The press's scores `[B, K, S]` of every pressed layer (None elsewhere), S the `context`
   (default: as many positions as the queries). A press on a repeat block (KVzip) takes the
   block's queries and the cache it extended (`repeated`), and `context`."""
-  press = get_press(name)
-  options = {**dict(press.settings), **settings}
+  options = press.options(**settings)
   scores = []
-  for index, (layer, q) in enumerate(zip(_attention_layers(model), queries)):
+  for index, (layer, q) in enumerate(zip(attention_layers(model).values(), queries)):
     if q is None:
       scores.append(None)
       continue
@@ -203,10 +189,9 @@ def layer_scores(
   return scores
 
 
-def kept_entries(scores: list[Array | None], name: str, ratio: float, **settings) -> list:
+def kept_entries(scores: list[Array | None], press: Press, ratio: float, **settings) -> list:
   """Each pressed layer's kept entries for `attention.evict`, `[B, K', M]` (see there)."""
-  press = get_press(name)
-  options = {**dict(press.settings), **settings}
+  options = press.options(**settings)
   num_layers = len(scores)
   entries = []
   for index, layer_scores in enumerate(scores):
@@ -236,7 +221,7 @@ def compress(
   rerotate: list[tuple[float, str] | None] | None = None,
 ) -> dict[str, Any]:
   """The cache of a `length`-token context with each pressed layer evicted to its entries, and
-  room for `room` more positions. `rerotate` (per layer, `rerotation(model, name)`) moves every
+  room for `room` more positions. `rerotate` (per layer, `rerotation(model, press)`) moves every
   head's kept keys to positions 0 .. M-1 and decoding on from M (`attention.evict`)."""
   rerotate = rerotate or [None] * len(entries)
   layers = [
@@ -251,7 +236,7 @@ def compress(
   return {'offset': jnp.full_like(cache['offset'], count), 'layers': layers}
 
 
-def rerotation(model: nnx.Module, name: str) -> list[tuple[float, str] | None]:
+def rerotation(model: nnx.Module, press: Press) -> list[tuple[float, str] | None]:
   """Per layer, the rotary `(base, layout)` that `compress` re-rotates the kept keys with.
 
   Raises:
@@ -259,10 +244,10 @@ def rerotation(model: nnx.Module, name: str) -> list[tuple[float, str] | None]:
       positions), a layer keeps a window (its ring stays at true positions), or a layer's
       positions are not rotary.
   """
-  press, layers = get_press(name), _attention_layers(model)
+  layers = list(attention_layers(model).values())
   if press.budget != 'uniform':
     raise ValueError(
-      f'rerotate: press {name!r} gives heads or layers different budgets, so their kept keys '
+      f'rerotate: press {press.name!r} gives heads or layers different budgets, so their kept keys '
       'could not share positions; re-rotation takes a uniform budget.'
     )
   if not all(pressed(layer) for layer in layers):
@@ -276,16 +261,16 @@ def rerotation(model: nnx.Module, name: str) -> list[tuple[float, str] | None]:
 
 
 def press_again(
-  model: nnx.Module, cache: dict[str, Any], name: str, count: int, room: int, **settings
+  model: nnx.Module, cache: dict[str, Any], press: Press, count: int, room: int, **settings
 ) -> dict[str, Any]:
   """Every evicted layer of `cache`, its room full, back to `count` positions per head with room
   for `room` more: compression while decoding (kvpress's DecodingPress), every `room` tokens, so
   that a long generation runs in `count + room` slots per head. For a press that scores keys and
-  values alone (`Press.queries` False) on uniform budgets (`check_press(..., every=room)`)."""
-  press = get_press(name)
-  options = {**dict(press.settings), **settings}
+  values alone (`Press.queries` False) on uniform budgets (`check_settings(..., every=room)`)."""
+  options = press.options(**settings)
   layers = []
-  for index, (layer, layer_cache) in enumerate(zip(_attention_layers(model), cache['layers'])):
+  pairs = zip(attention_layers(model).values(), cache['layers'])
+  for index, (layer, layer_cache) in enumerate(pairs):
     if 'positions' not in layer_cache:
       layers.append(layer_cache)
       continue
@@ -329,7 +314,7 @@ def answer(
 def kept_positions(
   model: nnx.Module,
   context: Array,
-  name: str,
+  press: Press,
   ratio: float,
   *,
   repeat: Array | None = None,
@@ -337,21 +322,24 @@ def kept_positions(
 ) -> list:
   """What the press keeps of `context [B, S]`: per layer a boolean `[B, K, S]` (True: kept), or
   None for a layer it leaves whole. KVzip also takes its `repeat [B, R]` block (and `prefix`,
-  see `attention.presses.kvzip_scores`). For inspection: the explorer, tests against kvpress."""
+  see `attention.presses.kvzip_scores`). For inspection: the explorer, tests against kvpress
+  (the press's settings are its caller's to check, `check_settings`)."""
   context = jnp.asarray(context)
   s = context.shape[1]
-  check_press(model, name, ratio, s, repeat=repeat is not None, **settings)
+  check_press(model, press, s, **settings)
   prompt = jnp.pad(context, ((0, 0), (0, 1)))  # a last token that is never read
-  if get_press(name).repeat:
+  if press.repeat:
     if repeat is None:
-      raise ValueError(f'press {name!r} reads a block that repeats the context: pass repeat=.')
+      raise ValueError(
+        f'press {press.name!r} reads a block that repeats the context: pass repeat=.'
+      )
     cache, _ = prefill(model, prompt, jnp.shape(repeat)[1])
     queries, cache = repeated(model, cache, jnp.asarray(repeat))
   else:
     cache, queries = prefill(model, prompt, 1)
-  scores = layer_scores(model, cache, queries, name, ratio, context=s, **settings)
+  scores = layer_scores(model, cache, queries, press, ratio, context=s, **settings)
   masks = []
-  for kept in kept_entries(scores, name, ratio, **settings):
+  for kept in kept_entries(scores, press, ratio, **settings):
     if kept is None:
       masks.append(None)
       continue

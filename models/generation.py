@@ -20,7 +20,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
-from attention.presses import kept_count
+from attention.presses import Press, kept_count
 from models import compression
 from models.decoding import (
   beam_search,
@@ -128,7 +128,7 @@ def _continue(
   top_p: float,
   eos_id: int,
   pad_id: int,
-  press: tuple[str, float] | None = None,
+  press: tuple[Press, float] | None = None,
 ) -> Array:
   """The compiled body of `continue_prompt`; jax.jit caches it per graphdef and static settings."""
   model = nnx.merge(graphdef, state)
@@ -160,7 +160,7 @@ def continue_prompt(
   top_p: float = 1.0,
   eos_id: int = -1,
   pad_id: int = 0,
-  press: tuple[str, float] | None = None,
+  press: tuple[Press, float] | None = None,
 ) -> Array:
   """Continues each prompt with a language model by sampling (temperature 0: greedy search).
 
@@ -178,7 +178,8 @@ def continue_prompt(
     top_p: keep only the nucleus of this probability mass; 1 keeps all (see `filter_logits`).
     eos_id: the end token; the default -1 never occurs, so every row gets `max_length` tokens.
     pad_id: fills each row after its EOS.
-    press: `(name, ratio)`: the prompts' cache compressed by that press first (`stream_prompt`).
+    press: `(press, ratio)`: the prompts' cache compressed by that press first (`stream_prompt`),
+      its settings checked here: eval.py's continuations know their prompt's length only here.
 
   Returns:
     ids int32 [B, max_length]: the generated tokens after the prompt, `pad_id` after any EOS.
@@ -191,7 +192,8 @@ def continue_prompt(
   check_sizes(prompt.shape[0], max_length)
   check_sampling(top_k, top_p, temperature)
   if press is not None:
-    compression.check_press(model, press[0], press[1], prompt.shape[1] - 1)
+    compression.check_settings(press[0], press[1], prompt.shape[1] - 1)
+    compression.check_press(model, press[0], prompt.shape[1] - 1)
   graphdef, state = nnx.split(model)
   return _continue(
     graphdef,
@@ -215,7 +217,7 @@ def _prefill(
   prompt: Array,
   *,
   max_length: int,
-  press: tuple[str, float] | None = None,
+  press: tuple[Press, float] | None = None,
   rerotate: bool = False,
 ):
   """`stream_prompt`'s cache, the prompt's positions 0..P-2 read in one pass (then pressed to a
@@ -228,11 +230,11 @@ def _prefill(
 
 
 @functools.partial(
-  jax.jit, static_argnums=0, static_argnames=('name', 'count', 'room'), donate_argnames='cache'
+  jax.jit, static_argnums=0, static_argnames=('press', 'count', 'room'), donate_argnames='cache'
 )
-def _press_again(graphdef: nnx.GraphDef, state: nnx.State, cache, *, name, count, room):
+def _press_again(graphdef: nnx.GraphDef, state: nnx.State, cache, *, press, count, room):
   """`stream_prompt`'s compression while decoding (`compression.press_again`)."""
-  return compression.press_again(nnx.merge(graphdef, state), cache, name, count, room)
+  return compression.press_again(nnx.merge(graphdef, state), cache, press, count, room)
 
 
 @functools.partial(
@@ -269,7 +271,7 @@ def stream_prompt(
   top_k: int = 0,
   top_p: float = 1.0,
   stop_ids: tuple[int, ...] = (),
-  press: tuple[str, float] | None = None,
+  press: tuple[Press, float] | None = None,
   press_every: int = 0,
   press_rerotate: bool = False,
 ) -> Iterator[int]:
@@ -286,9 +288,10 @@ def stream_prompt(
     rng: a JAX PRNG key.
     temperature, top_k, top_p: as `continue_prompt`'s.
     stop_ids: token ids that end the continuation (yielded, then it stops).
-    press: `(name, ratio)` of a press in `attention.PRESSES`: the prompt's cache is compressed
-      to `int(P' * (1 - ratio))` positions per head (P' = P - 1, what the prefill read) before
-      the first token (`models.compression`); None keeps every position.
+    press: `(press, ratio)`, an `attention.Press` whose settings (with `press_every`) the entry
+      point checked (`compression.check_settings`): the prompt's cache is compressed to
+      `int(P' * (1 - ratio))` positions per head (P' = P - 1, what the prefill read) before the
+      first token (`models.compression`); None keeps every position.
     press_every: with a press that scores keys alone, compress back to that budget every this
       many tokens (`compression.press_again`): the cache then holds `budget + press_every` slots
       per head however long the continuation. 0: only after the prompt.
@@ -303,7 +306,7 @@ def stream_prompt(
   check_sizes(1, max_length)
   check_sampling(top_k, top_p, temperature)
   if press is not None:
-    compression.check_press(model, press[0], press[1], prompt.shape[1] - 1, press_every)
+    compression.check_press(model, press[0], prompt.shape[1] - 1)
     if press_rerotate:
       if press_every:
         raise ValueError("press_rerotate moves the prompt's kept keys once; not with press_every.")
@@ -317,7 +320,7 @@ def stream_prompt(
   for step in range(max_length):
     if step and room < max_length and step % room == 0:  # the room is full: press again
       count = kept_count(prompt.shape[1] - 1, press[1])
-      cache = _press_again(graphdef, state, cache, name=press[0], count=count, room=room)
+      cache = _press_again(graphdef, state, cache, press=press[0], count=count, room=room)
     token, cache = _next_token(graphdef, state, token, jnp.int32(step), cache, rng, **settings)
     chosen = int(token[0])
     yield chosen

@@ -18,6 +18,7 @@ from flax import nnx
 import jax
 import ml_collections
 
+from attention import Press
 from data.batch_source import BatchSource
 import models
 
@@ -43,8 +44,9 @@ class EvalOptions:
     top_k: sampling keeps only the k most likely tokens (0 = all).
     top_p: sampling keeps the smallest set of most likely tokens with this mass (1 = all).
     seed: the sampling seed (the same seed samples the same text).
-    press: `(name, ratio)` of a KV-cache press the continuations' prompts are compressed by,
-      or None (`models.compression`).
+    press: `(press, ratio)`: the KV-cache press (an `attention.Press`, resolved from its name by
+      the entry point) the continuations' prompts are compressed by, or None
+      (`models.compression`).
   """
 
   max_examples: int = 0
@@ -57,7 +59,7 @@ class EvalOptions:
   top_k: int = 0
   top_p: float = 1.0
   seed: int = 0
-  press: tuple[str, float] | None = None
+  press: tuple[Press, float] | None = None
 
 
 class BatchIterator(Protocol):

@@ -299,8 +299,9 @@ def test_answer_at_ratio_zero_is_greedy_continuation(name):
   def pressed(context, question):
     head = jnp.concatenate([context, question[:, :1]], axis=1)  # its last token is not read
     cache, queries = compression.prefill(model, head, room)
-    scores = compression.layer_scores(model, cache, queries, name, 0.0, **settings)
-    entries = compression.kept_entries(scores, name, 0.0, **settings)
+    press = presses.get_press(name)
+    scores = compression.layer_scores(model, cache, queries, press, 0.0, **settings)
+    entries = compression.kept_entries(scores, press, 0.0, **settings)
     cache = compression.compress(cache, entries, context.shape[1], room)
     assert all('positions' in layer for layer in cache['layers'])  # really evicted
     return compression.answer(model, cache, question, max_length=answer)
@@ -311,7 +312,8 @@ def test_answer_at_ratio_zero_is_greedy_continuation(name):
 
 def _kept_positions(model, context, name: str, ratio: float, **settings) -> list:
   """`compression.kept_positions` as one compiled program (eagerly it compiles every operation)."""
-  kept = jax.jit(lambda ids: compression.kept_positions(model, ids, name, ratio, **settings))
+  press = presses.get_press(name)
+  kept = jax.jit(lambda ids: compression.kept_positions(model, ids, press, ratio, **settings))
   return kept(context)
 
 
@@ -342,7 +344,8 @@ def test_kept_positions_score_the_prefill_as_the_reference():
 
     @jax.jit
     def kept_and_prefill(context):
-      masks = compression.kept_positions(wide, context, 'expected_attention', ratio, **settings)
+      expected = presses.get_press('expected_attention')
+      masks = compression.kept_positions(wide, context, expected, ratio, **settings)
       cache, queries = compression.prefill(wide, jnp.pad(context, ((0, 0), (0, 1))), 1)
       return masks, queries, cache['layers']
 
@@ -354,6 +357,13 @@ def test_kept_positions_score_the_prefill_as_the_reference():
       np.asarray(q), k, v, scale=4**-0.5, rope=(500.0, 'halves'), covariance=True, **settings
     )
     np.testing.assert_array_equal(mask, ref.scorer_kept(scores, ratio))
+
+
+def _checked(model, name: str, ratio: float, context: int) -> None:
+  """An entry point's checks: the name resolved, the settings, then what the model refuses."""
+  press = presses.get_press(name)
+  compression.check_settings(press, ratio, context)
+  compression.check_press(model, press, context)
 
 
 @pytest.mark.parametrize(
@@ -371,7 +381,7 @@ def test_kept_positions_score_the_prefill_as_the_reference():
 def test_check_press_refuses_in_one_sentence(overrides, name, ratio, field):
   model = _decoder(**overrides)
   with pytest.raises(ValueError) as error:
-    compression.check_press(model, name, ratio, 10)
+    _checked(model, name, ratio, 10)
   message = str(error.value)
   assert field in message and message.endswith('.'), message
   assert not re.search(r'[.;:]\s+[A-Z]', message), message  # one sentence
@@ -382,6 +392,6 @@ def test_check_press_refuses_in_one_sentence(overrides, name, ratio, field):
 def test_check_press_accepts_what_it_can_press():
   """The refusals above are each for their reason: the same models pass a press they can serve."""
   for name in (*REFERENCES, 'random'):
-    compression.check_press(_decoder(), name, 0.5, 65)  # past SnapKV's window of 64
-  compression.check_press(_decoder(attention='sigmoid'), 'knorm', 0.5, 10)
-  compression.check_press(_decoder(window=4, global_every=2), 'knorm', 0.5, 10)
+    _checked(_decoder(), name, 0.5, 65)  # past SnapKV's window of 64
+  _checked(_decoder(attention='sigmoid'), 'knorm', 0.5, 10)
+  _checked(_decoder(window=4, global_every=2), 'knorm', 0.5, 10)
