@@ -36,7 +36,8 @@ from models.blocks import EPS, DecoderLayer, decoder_step, init_decoder_cache, r
 from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
 from models.layers import check_choice, check_positive_ints, check_vocab, dense, is_int
 from models.seq2seq import bahdanau_step
-from models.stack_config import StackConfig, VariantConfig
+from models.stack_config import StackConfig
+from models.variant_config import VariantConfig
 from models.vision import (
   GridPositions,
   PatchEncoder,
