@@ -9,8 +9,9 @@
   `PACKAGES` (short names of checkpoints that ship in registry packages), a Hugging Face folder
   or `.zip`, whole or sharded, or a GGUF file (gguf_file.py, gguf_checkpoint.py,
   gguf_tokenizer.py).
-- bert.py and decoders.py are the families' tables: config.json -> the model's arguments, and
-  each tensor -> an Attend parameter. They share tables.py and never import each other.
+- bert.py and decoders.py (its tensor tables in decoder_tables.py) are the families' tables:
+  config.json -> the model's arguments, and each tensor -> an Attend parameter. They share
+  tables.py and never import each other.
 - `ARCHITECTURES` here is the registry of every architecture Attend reads, by config.json's
   `model_type`, each with its family; `family(config)` refuses any other, naming them.
 

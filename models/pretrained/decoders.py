@@ -1,14 +1,12 @@
 """Pretrained decoder language models as Attend `DecoderLM`s: `load_decoder(checkpoint)`.
 
-The checkpoint (files.py's `read`: a folder, a `.zip` or a GGUF file) holds config.json, the
-tensors and tokenizer.json. Its `model_type` picks one `Architecture` of `ARCHITECTURES`, the
-registry of the decoders Attend converts: how config.json becomes `DecoderLM`'s options, the
-config values Attend cannot compute (refused, naming the key), and one table mapping each tensor
-(`{i}` runs over the layers) with the transform it needs. A new architecture is one entry there.
-Torch `Linear` weights are `[out, in]` and are transposed; GPT-2's `Conv1D` weights are stored
-input-major and are not, and its fused `c_attn` is split into queries, keys and values. Rotary
-positions keep Hugging Face's layout (`rope_layout='halves'`), so captured queries and keys are
-Hugging Face's too. Config keys that do not change the computation (token ids, dtypes,
+The checkpoint (files.py's `read`: a folder, a `.zip` or a GGUF file) holds config.json, the tensors
+and tokenizer.json. Its `model_type` picks one `Architecture` of `ARCHITECTURES`, the registry of
+the decoders Attend converts: how config.json becomes `DecoderLM`'s options, the config values
+Attend cannot compute (refused, naming the key), and one table mapping each tensor (`{i}` runs over
+the layers) with the transform it needs (decoder_tables.py). A new architecture is one entry there.
+Rotary positions keep Hugging Face's layout (`rope_layout='halves'`), so captured queries and keys
+are Hugging Face's too. Config keys that do not change the computation (token ids, dtypes,
 `initializer_range`, ...) are ignored and reported.
 """
 
@@ -21,9 +19,9 @@ import jax
 
 from models import traced_rngs
 from models.language import DecoderLM
-from models.pretrained import decoder_configs
+from models.pretrained import decoder_configs, decoder_tables
 from models.pretrained.files import Checkpoint
-from models.pretrained.tables import PAD_ID, SAME, TRANSPOSED, Part, Row, assign
+from models.pretrained.tables import PAD_ID, Row, assign
 from models.stack_config import StackConfig
 
 # config.json's hidden activation -> Attend's (transformers' 'gelu' is the erf form).
@@ -75,38 +73,6 @@ def _gpt2_args(config: dict[str, Any]) -> dict[str, Any]:
   return dict(stack=stack, tie_output=True, scale_embeddings=False)
 
 
-def _gpt2_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
-  del config
-  layer = [
-    ('norms.0.scale', 'ln_1.weight', SAME),
-    ('norms.0.bias', 'ln_1.bias', SAME),
-    *[
-      (f'self_attn.w_{part}.{kind}', f'attn.c_attn.{name}', Part(k, 3))
-      for k, part in enumerate('qkv')
-      for kind, name in (('kernel', 'weight'), ('bias', 'bias'))
-    ],
-    ('self_attn.w_o.kernel', 'attn.c_proj.weight', SAME),
-    ('self_attn.w_o.bias', 'attn.c_proj.bias', SAME),
-    ('norms.1.scale', 'ln_2.weight', SAME),
-    ('norms.1.bias', 'ln_2.bias', SAME),
-    ('ffn.w_1.kernel', 'mlp.c_fc.weight', SAME),
-    ('ffn.w_1.bias', 'mlp.c_fc.bias', SAME),
-    ('ffn.w_2.kernel', 'mlp.c_proj.weight', SAME),
-    ('ffn.w_2.bias', 'mlp.c_proj.bias', SAME),
-  ]
-  return [
-    ('embed.embed.embedding', 'transformer.wte.weight', SAME),
-    ('positions.embed.embedding', 'transformer.wpe.weight', SAME),
-    *[
-      (f'layers.{i}.{ours}', f'transformer.h.{i}.{theirs}', t)
-      for i in range(num_layers)
-      for ours, theirs, t in layer
-    ],
-    ('final_norm.scale', 'transformer.ln_f.weight', SAME),
-    ('final_norm.bias', 'transformer.ln_f.bias', SAME),
-  ]
-
-
 def _rope_base(config: dict[str, Any]) -> float:
   """The rotary base: `rope_theta`, or in newer configs `rope_parameters['rope_theta']`."""
   parameters = config.get('rope_parameters') or {}
@@ -143,43 +109,6 @@ def _llama_args(config: dict[str, Any], *, qkv_bias: bool = False) -> dict[str, 
   )
   tied = bool(config.get('tie_word_embeddings', False))
   return dict(stack=stack, tie_output=tied, output_bias=False, scale_embeddings=False)
-
-
-def _llama_rows(num_layers: int, config: dict[str, Any], *, qkv_bias: bool = False) -> list[Row]:
-  biases = ('q', 'k', 'v') if qkv_bias or config.get('attention_bias') else ()
-  layer = [
-    ('norms.0.scale', 'input_layernorm.weight', SAME),
-    *[(f'self_attn.w_{p}.kernel', f'self_attn.{p}_proj.weight', TRANSPOSED) for p in 'qkv'],
-    *[(f'self_attn.w_{p}.bias', f'self_attn.{p}_proj.bias', SAME) for p in biases],
-    ('self_attn.w_o.kernel', 'self_attn.o_proj.weight', TRANSPOSED),
-    ('norms.1.scale', 'post_attention_layernorm.weight', SAME),
-    ('ffn.w_gate.kernel', 'mlp.gate_proj.weight', TRANSPOSED),
-    ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
-    ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
-  ]
-  if config.get('attention_bias'):
-    layer.append(('self_attn.w_o.bias', 'self_attn.o_proj.bias', SAME))
-  if config.get('mlp_bias'):
-    layer += [
-      (f'ffn.{w}.bias', f'mlp.{n}.bias', SAME)
-      for w, n in (('w_gate', 'gate_proj'), ('w_1', 'up_proj'), ('w_2', 'down_proj'))
-    ]
-  return _model_rows(num_layers, layer, tied=config.get('tie_word_embeddings', False))
-
-
-def _model_rows(num_layers: int, layer: list[Row], *, tied: bool) -> list[Row]:
-  """A `model.`-prefixed checkpoint's table (Llama's layout, which Gemma 3 shares): the token
-  embeddings, `layer`'s rows for every layer, the final norm, and `lm_head` unless `tied`."""
-  rows = [
-    ('embed.embed.embedding', 'model.embed_tokens.weight', SAME),
-    *[
-      (f'layers.{i}.{ours}', f'model.layers.{i}.{theirs}', t)
-      for i in range(num_layers)
-      for ours, theirs, t in layer
-    ],
-    ('final_norm.scale', 'model.norm.weight', SAME),
-  ]
-  return rows if tied else [*rows, ('output_proj.kernel', 'lm_head.weight', TRANSPOSED)]
 
 
 def _gemma3_layers(config: dict[str, Any]) -> tuple[int, int]:
@@ -263,24 +192,6 @@ def _gemma3_args(config: dict[str, Any]) -> dict[str, Any]:
   return dict(stack=stack, tie_output=tied, output_bias=False, scale_embeddings=True)
 
 
-def _gemma3_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
-  biases = 'qkvo' if config.get('attention_bias') else ''
-  layer = [
-    ('norms.0.scale', 'input_layernorm.weight', SAME),
-    *[(f'self_attn.w_{p}.kernel', f'self_attn.{p}_proj.weight', TRANSPOSED) for p in 'qkvo'],
-    *[(f'self_attn.w_{p}.bias', f'self_attn.{p}_proj.bias', SAME) for p in biases],
-    ('self_attn.q_norm', 'self_attn.q_norm.weight', SAME),
-    ('self_attn.k_norm', 'self_attn.k_norm.weight', SAME),
-    ('post_norms.0.scale', 'post_attention_layernorm.weight', SAME),  # the sandwich's
-    ('norms.1.scale', 'pre_feedforward_layernorm.weight', SAME),
-    ('post_norms.1.scale', 'post_feedforward_layernorm.weight', SAME),
-    ('ffn.w_gate.kernel', 'mlp.gate_proj.weight', TRANSPOSED),
-    ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
-    ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
-  ]
-  return _model_rows(num_layers, layer, tied=config.get('tie_word_embeddings', True))
-
-
 _LLAMA_REFUSED = {'rope_scaling': None, 'pretraining_tp': 1}
 # qk-norm's epsilon is attention.rms_normalize's 1e-6.
 _GEMMA3_REFUSED = {
@@ -298,19 +209,23 @@ ARCHITECTURES = {
       'add_cross_attention': False,
       'tie_word_embeddings': True,
     },
-    _gpt2_rows,
+    decoder_tables.gpt2_rows,
     decoder_configs.gpt2,
   ),
-  'llama': Architecture(_llama_args, _LLAMA_REFUSED, _llama_rows, decoder_configs.llama),
-  'mistral': Architecture(_llama_args, _LLAMA_REFUSED, _llama_rows, decoder_configs.mistral),
+  'llama': Architecture(
+    _llama_args, _LLAMA_REFUSED, decoder_tables.llama_rows, decoder_configs.llama
+  ),
+  'mistral': Architecture(
+    _llama_args, _LLAMA_REFUSED, decoder_tables.llama_rows, decoder_configs.mistral
+  ),
   'qwen2': Architecture(
     lambda config: _llama_args(config, qkv_bias=True),
     {**_LLAMA_REFUSED, 'use_sliding_window': False},
-    functools.partial(_llama_rows, qkv_bias=True),
+    functools.partial(decoder_tables.llama_rows, qkv_bias=True),
     decoder_configs.qwen2,
   ),
   'gemma3_text': Architecture(
-    _gemma3_args, _GEMMA3_REFUSED, _gemma3_rows, decoder_configs.gemma3_text
+    _gemma3_args, _GEMMA3_REFUSED, decoder_tables.gemma3_rows, decoder_configs.gemma3_text
   ),
 }
 
