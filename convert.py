@@ -21,6 +21,7 @@ from absl import app, flags, logging
 
 from configs import minilm_mlm, pretrained_lm
 from models import pretrained
+import sources
 import training
 from training import pretrained_workdir
 
@@ -47,7 +48,13 @@ def _convert(checkpoint: str, workdir: str) -> None:
   config.json's model_type (`pretrained.family`, which refuses one Attend does not read): an
   encoder is step 0 of configs/minilm_mlm.py, a decoder of configs/pretrained_lm.py."""
   pretrained_workdir.refuse_used(workdir)  # before the checkpoint is read
-  read = pretrained.read(checkpoint)
+  source = sources.resolve(checkpoint, flag='--checkpoint')
+  if source.workdir is not None:
+    raise ValueError(
+      f'--checkpoint={checkpoint} is a training workdir already: train.py continues it, eval.py '
+      'reads it, export.py writes it out.'
+    )
+  read = source.checkpoint
   encoder = pretrained.family(read.config).kind == 'encoder'
   config_module = minilm_mlm if encoder else pretrained_lm
   pretrained_workdir.write_workdir(workdir, read, config_module.converted(read))

@@ -21,6 +21,7 @@ if __name__ == '__main__':
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+import sources
 import training
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and vocab.')
@@ -56,9 +57,12 @@ def main(argv):
   training.enable_compilation_cache(_CACHE.value)
   training.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   logging.info('Allocator: %s.', 'mimalloc' if allocator.active() else 'the system allocator')
-  training.failures.run(
-    'train.py', lambda: training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  )
+  training.failures.run('train.py', lambda: _train(_CONFIG.value, _WORKDIR.value))
+
+
+def _train(config, workdir: str) -> None:
+  """`config.init_from` resolved once, here (nothing is written before), then the run."""
+  training.train_and_evaluate(config, workdir, sources.resolve_init_from(config))
 
 
 if __name__ == '__main__':

@@ -26,15 +26,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from interpret import loading
 from models import generation, pretrained
-from training import restore
-from training.steps import merge_model
+import sources
 
 PROMPTS = ('The capital of France is', 'An attention head')
 
 
-def _held_out(source: restore.Source, windows: int) -> np.ndarray:
+def _held_out(source: sources.Source, windows: int) -> np.ndarray:
   """The first `windows` rows `[W, T]` of the run's validation split."""
   split = source.config.dataset.eval_split
   batches = source.task.batches(split, batch_size=windows, shuffle=False, seed=0, num_epochs=1)
@@ -73,9 +71,9 @@ def compare(workdir: str, folder: str, prompts: list[str], windows: int, max_new
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 
-  source = loading.language_source(workdir)
-  model = merge_model(restore.restored(source).state)
-  tokenizer = source.task.tokenizer
+  source = sources.require_causal(sources.resolve(workdir))
+  model = source.model()
+  tokenizer = source.tokenizer
   theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
   their_tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
   ids = _held_out(source, windows)

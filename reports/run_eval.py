@@ -1,6 +1,7 @@
 """eval.py's evaluation of a workdir: a `Request` (what its flags say) and `evaluate`, which
-restores the chosen checkpoint (training/restore.py), runs the task's metrics and predictions, and
-writes the outputs: metrics, samples, pictures, the explorer page and the head ablation.
+resolves the workdir (sources.resolve), restores the chosen checkpoint, runs the task's metrics
+and predictions, and writes the outputs: metrics, samples, pictures, the explorer page and the
+head ablation.
 """
 
 from contextlib import nullcontext
@@ -11,8 +12,10 @@ import os
 import jax
 from ml_collections import ConfigDict
 
+from attention import get_press
 from interpret import split_sweep
 from reports import explorer
+import sources
 import tasks
 from training import evaluation, layout, restore
 from training import workdir as workdir_lib
@@ -96,28 +99,30 @@ def evaluate(request: Request) -> dict:
     The metrics written to metrics.json.
   """
   with workdir_lib.run_log() as log:
-    run = restore.for_evaluation(
+    source = sources.resolve(
       request.workdir,
-      request.config,
+      config=request.config,
       checkpoint=request.checkpoint,
       average_last=request.average_last,
       eval_lengths=request.eval_lengths,
     )
+    task = source.task  # its data read first: a bad split fails before the parameters are read
+    run = source.restore()
     out_dir = os.path.join(request.workdir, request.output)
     os.makedirs(out_dir, exist_ok=True)
     log.to_file(os.path.join(out_dir, layout.EVAL_LOG_FILE))
     options = _options(request, run.config)
     traced = jax.profiler.trace(layout.profile_dir(out_dir)) if request.profile else nullcontext()
     with traced:
-      metrics, samples = _measure(request, run, options)
-    _write(out_dir, run, metrics, samples)
+      metrics, samples = _measure(request, run, task, options)
+    _write(out_dir, run, task, metrics, samples)
     model = merge_model(run.state)
-    drawn = run.task.draw(model, samples, out_dir, options)
+    drawn = task.draw(model, samples, out_dir, options)
     shown = request.num_heatmaps if request.explorer_examples is None else request.explorer_examples
     name = os.path.basename(os.path.abspath(request.workdir))
     explorer.write(
       out_dir,
-      run.task.explore(model, samples[:shown], options),
+      task.explore(model, samples[:shown], options),
       metrics=metrics,
       title=f'{run.config.task}, {name}, step {run.step}, {request.split}',
     )
@@ -125,14 +130,14 @@ def evaluate(request: Request) -> dict:
       batch_size = run.config.dataset.eval_batch_size
       sweep = split_sweep.sweep(
         run.state,
-        run.task,
+        task,
         request.split,
         batch_size=batch_size,
         mesh=run.mesh,
         max_examples=request.max_examples,
       )
       split_sweep.write(sweep, out_dir)
-    _print_summary(metrics, out_dir, run.task.samples_file, pictures=len(drawn or ()))
+    _print_summary(metrics, out_dir, task.samples_file, pictures=len(drawn or ()))
   return metrics
 
 
@@ -148,21 +153,21 @@ def _options(request: Request, config) -> tasks.EvalOptions:
     top_k=config.top_k,
     top_p=config.top_p,
     seed=config.seed,
-    press=(config.press, config.press_ratio) if config.get('press') else None,
+    press=(get_press(config.press), config.press_ratio) if config.get('press') else None,
   )
 
 
-def _measure(request: Request, run: restore.Restored, options) -> tuple[dict, list[dict]]:
+def _measure(
+  request: Request, run: restore.Restored, task: tasks.Task, options
+) -> tuple[dict, list[dict]]:
   """The split's counted metrics, its predicted examples and their metrics, with what each
   metric was computed on ('population') and what was evaluated."""
   split, batch_size = request.split, run.config.dataset.eval_batch_size
-  metrics = evaluation.split_metrics(
-    run.state, run.task, split, batch_size=batch_size, mesh=run.mesh
-  )
+  metrics = evaluation.split_metrics(run.state, task, split, batch_size=batch_size, mesh=run.mesh)
   samples = evaluation.predict_split(
-    run.state, run.task, split, batch_size=batch_size, mesh=run.mesh, options=options
+    run.state, task, split, batch_size=batch_size, mesh=run.mesh, options=options
   )
-  predicted = run.task.prediction_metrics(samples)
+  predicted = task.prediction_metrics(samples)
   # The counted metrics cover the whole split, the predicted ones only what was predicted.
   population = {key: f'all of {split}' for key in metrics}
   subset = f'the first {len(samples)} examples of {split}' if request.max_examples else None
@@ -176,20 +181,22 @@ def _measure(request: Request, run: restore.Restored, options) -> tuple[dict, li
     examples=len(samples),
     population=population,
   )
-  if signatures := run.task.metric_signatures():
+  if signatures := task.metric_signatures():
     metrics['signatures'] = signatures
   return metrics, samples
 
 
-def _write(out_dir: str, run: restore.Restored, metrics: dict, samples: list[dict]) -> None:
+def _write(
+  out_dir: str, run: restore.Restored, task: tasks.Task, metrics: dict, samples: list[dict]
+) -> None:
   """metrics.json, config.json (what was evaluated: --config, --eval_length), the task's samples
   file, and samples.jsonl: the same records for programs (text fields are not split on '|')."""
   with open(os.path.join(out_dir, layout.EVAL_METRICS_FILE), 'w', encoding='utf-8') as f:
     json.dump(metrics, f, indent=2)
   with open(os.path.join(out_dir, layout.CONFIG_FILE), 'w', encoding='utf-8') as f:
     f.write(run.config.to_json_best_effort(indent=2))
-  with open(os.path.join(out_dir, run.task.samples_file), 'w', encoding='utf-8') as f:
-    f.write(run.task.samples_header + '\n')
+  with open(os.path.join(out_dir, task.samples_file), 'w', encoding='utf-8') as f:
+    f.write(task.samples_header + '\n')
     f.writelines(sample['line'] + '\n' for sample in samples)
   with open(os.path.join(out_dir, layout.SAMPLES_JSONL), 'w', encoding='utf-8') as f:
     for sample in samples:

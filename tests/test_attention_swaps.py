@@ -10,8 +10,8 @@ import pytest
 from tiny_decoders import VOCAB, write_checkpoint
 
 import attention
+import sources
 from studies import attention_swaps, attention_transfer
-from training import restore
 
 TRANSFERRED = 'linear (Hedgehog) after attention transfer'
 
@@ -49,7 +49,7 @@ def test_the_study_trains_each_variant_from_the_weights_and_reads_a_finished_one
     assert len(report['per_layer']['after']) == 2  # the tiny model's layers
     config = json.loads((transferred / 'config.json').read_text())
     assert (config['model']['attention'], config['model']['feature_map']) == ('linear', 'hedgehog')
-    state = restore.for_evaluation(str(transferred), None).state
+    state = sources.resolve(str(transferred)).restore().state
     maps = state.params['layers'][0]['self_attn']['query_features']
     assert maps.shape == (4, 8, 8) and not np.allclose(maps, np.eye(8))
     tuned = out / 'linear_Hedgehog_after_attention_transfer'

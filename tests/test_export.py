@@ -14,10 +14,12 @@ it was.
 """
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
 
+from fine_tunes import train
 from flax import nnx
 import float64
 import jax
@@ -34,7 +36,8 @@ from models import DecoderLM, generation, pretrained
 from models.pretrained import fitting, gguf_writer, writer
 from models.pretrained.gguf_file import read_header
 from models.stack_config import StackConfig
-from training import layout, pretrained_export
+from reports import export
+from training import layout
 
 transformers = pytest.importorskip('transformers', reason='the reference (test extra)')
 torch = pytest.importorskip('torch', reason='the reference (test extra)')
@@ -67,6 +70,11 @@ SCRATCH = {
     tie_output=True, scale_embeddings=False,
   ),
 }  # fmt: skip
+
+
+def _run_export(reference: str, out: str, fmt: str = 'hf', dtype: str = 'f32') -> str:
+  """export.py's work: its flags resolved, then the export."""
+  return export.export(export.request(reference, '', fmt, out, dtype))
 
 
 def _one_sentence(error: pytest.ExceptionInfo, *names: str) -> None:
@@ -245,7 +253,7 @@ def test_a_gguf_export_reads_back_bit_for_bit_at_float32(workdir, tmp_path):
   bounds |= dict(bf16=lambda w: 2**-8 * np.abs(w), q8_0=lambda w: np.abs(w).max() / 127)
   for dtype, bound in bounds.items():
     out = str(tmp_path / f'{dtype}.gguf')
-    pretrained_export.export(pretrained_export.Request(path, out, 'gguf', dtype=dtype))
+    _run_export(path, out, 'gguf', dtype=dtype)
     back = pretrained.read(out)
     assert back.config == source.config and back.tokenizer_json == source.tokenizer_json
     for name, tensor in source.tensors.items():
@@ -256,7 +264,7 @@ def test_a_gguf_export_reads_back_bit_for_bit_at_float32(workdir, tmp_path):
   os.rename(origin, moved)
   try:
     out = str(tmp_path / 'rebuilt.gguf')
-    pretrained_export.export(pretrained_export.Request(path, out, 'gguf'))
+    _run_export(path, out, 'gguf')
   finally:
     os.rename(moved, origin)
   ours, theirs = (PretrainedTokenizer(pretrained.read(p).tokenizer_json) for p in (out, origin))
@@ -271,7 +279,7 @@ def test_a_gemma3_gguf_export_reads_back_bit_for_bit_with_its_own_tokenizer(tmp_
   no byte-level tokenizer.json to write one from, and the refusal says so."""
   path, origin = _converted(tmp_path, tiny_gguf.write_gemma3(str(tmp_path / 'gemma3.gguf')))
   out = str(tmp_path / 'back.gguf')
-  pretrained_export.export(pretrained_export.Request(path, out, 'gguf'))
+  _run_export(path, out, 'gguf')
   source, back = pretrained.read(origin), pretrained.read(out)
   assert back.config == source.config and back.tokenizer_json == source.tokenizer_json
   for name, tensor in source.tensors.items():
@@ -287,11 +295,11 @@ def test_a_gemma3_gguf_export_reads_back_bit_for_bit_with_its_own_tokenizer(tmp_
       config = json.load(f)
     with open(os.path.join(tuned, 'config.json'), 'w', encoding='utf-8') as f:
       json.dump({**config, 'init_from': start}, f)
-    pretrained_export.export(pretrained_export.Request(tuned, tuned + '.gguf', 'gguf'))
+    _run_export(tuned, tuned + '.gguf', 'gguf')
     assert pretrained.read(tuned + '.gguf').tokenizer_json == source.tokenizer_json
   os.rename(origin, origin + '.moved')
   with pytest.raises(ValueError) as error:
-    pretrained_export.export(pretrained_export.Request(path, str(tmp_path / 'no.gguf'), 'gguf'))
+    _run_export(path, str(tmp_path / 'no.gguf'), 'gguf')
   _one_sentence(error, 'byte-level BPE tokenizer.json', '--format=hf')
   assert not os.path.exists(tmp_path / 'no.gguf')
 
@@ -299,7 +307,7 @@ def test_a_gemma3_gguf_export_reads_back_bit_for_bit_with_its_own_tokenizer(tmp_
 def test_a_workdir_exports_a_folder_transformers_and_its_tokenizer_read(workdir, tmp_path):
   path, origin = workdir
   out = str(tmp_path / 'hf')
-  said = pretrained_export.export(pretrained_export.Request(path, out, 'hf'))
+  said = _run_export(path, out, 'hf')
   assert said.startswith('Wrote step 0 of') and 'llama' in said
   ours = PretrainedTokenizer(pretrained.read(origin).tokenizer_json)
   theirs = transformers.AutoTokenizer.from_pretrained(out)
@@ -319,7 +327,7 @@ def test_a_workdir_exports_a_folder_transformers_and_its_tokenizer_read(workdir,
   assert [row['equal'] for row in agreed['greedy']] == [True] and agreed['greedy'][0]['attend']
   for dtype in ('f32', 'q8_0'):  # the f32 file holds the folder's tensors; Q8_0 rounds them
     gguf = str(tmp_path / f'{dtype}.gguf')
-    pretrained_export.export(pretrained_export.Request(path, gguf, 'gguf', dtype=dtype))
+    _run_export(path, gguf, 'gguf', dtype=dtype)
     read = export_agreement.gguf_against_folder(gguf, out)
     assert read['tensors'] == len(pretrained.read(origin).tensors), read
     assert (read['differ'] == {}) == (dtype == 'f32'), read
@@ -331,7 +339,9 @@ def _tree(path: str):
 
 def test_each_fault_is_one_sentence_and_leaves_the_output_as_it_was(workdir, tmp_path, monkeypatch):
   path, _ = workdir
-  request = lambda out, **kw: pretrained_export.Request(kw.pop('workdir', path), str(out), **kw)
+  request = lambda out, **kw: functools.partial(
+    _run_export, kw.pop('workdir', path), str(out), **kw
+  )
   full = tmp_path / 'full'
   full.mkdir()
   (full / 'keep.txt').write_text('mine')
@@ -347,13 +357,13 @@ def test_each_fault_is_one_sentence_and_leaves_the_output_as_it_was(workdir, tmp
   before = _tree(tmp_path)
   faults = [
     (request(full), (ValueError,), ('--out=', 'exists and is not empty')),
-    (request(tmp_path / 'a', workdir=str(empty)), (FileNotFoundError,), ('no checkpoint',)),
+    (request(tmp_path / 'a', workdir=str(empty)), (FileNotFoundError,), ('No checkpoint in',)),
     (request(tmp_path / 'b', workdir=str(alibi)), (ValueError,), ("positions='alibi'",)),
-    (request(tmp_path / 'c', format='gguf', dtype='q2'), (ValueError,), ("--dtype='q2'",)),
+    (request(tmp_path / 'c', fmt='gguf', dtype='q2'), (ValueError,), ("--dtype='q2'",)),
   ]
   for fault, kinds, words in faults:
     with pytest.raises(kinds) as error:
-      pretrained_export.export(fault)
+      fault()
     _one_sentence(error, *words)
   assert _tree(tmp_path) == before
 
@@ -371,7 +381,7 @@ def test_each_fault_is_one_sentence_and_leaves_the_output_as_it_was(workdir, tmp
   monkeypatch.setattr(writer, '_write_safetensors', half_written)
   for fmt in ('hf', 'gguf'):
     with pytest.raises(ValueError) as error:
-      pretrained_export.export(request(tmp_path / fmt, format=fmt))
+      request(tmp_path / fmt, fmt=fmt)()
     _one_sentence(error, str(tmp_path / fmt), 'No space left on device', 'nothing was written')
   assert _tree(tmp_path) == before
 
@@ -382,7 +392,6 @@ def test_a_run_on_its_own_vocabulary_exports_with_a_tokenizer_that_gives_its_ids
   ids, transformers gives Attend's logits and greedy tokens; GGUF has no tokenizer for it."""
   from configs import gpt_text
   import models
-  import training
 
   text = tmp_path / 'book.txt'
   text.write_text('It was the best of times, it was the worst of times.\n' * 40)
@@ -395,8 +404,8 @@ def test_a_run_on_its_own_vocabulary_exports_with_a_tokenizer_that_gives_its_ids
   config.update(num_train_steps=2, checkpoint_every_steps=2, eval_every_steps=0, warmup_steps=1)
   config.update(num_eval_decode=0, eval_at_start=False)
   workdir, out = str(tmp_path / 'run'), str(tmp_path / 'hf')
-  training.train_and_evaluate(config, workdir)
-  said = pretrained_export.export(pretrained_export.Request(workdir, out, 'hf'))
+  train(config, workdir)
+  said = _run_export(workdir, out, 'hf')
   assert said.startswith('Wrote step 2 of') and 'gpt2 model' in said
   ours = load_tokenizers(layout.vocab_dir(workdir))[0]
   theirs = transformers.AutoTokenizer.from_pretrained(out)
@@ -408,7 +417,7 @@ def test_a_run_on_its_own_vocabulary_exports_with_a_tokenizer_that_gives_its_ids
   assert [row['equal'] for row in agreed['greedy']] == [True] and agreed['greedy'][0]['attend']
   assert agreed['greedy'][0]['same_prompt_ids']
   with pytest.raises(ValueError) as error:
-    pretrained_export.export(pretrained_export.Request(workdir, str(tmp_path / 'x.gguf'), 'gguf'))
+    _run_export(workdir, str(tmp_path / 'x.gguf'), 'gguf')
   _one_sentence(error, '--format=hf')
 
 
@@ -428,7 +437,7 @@ def test_a_qwen2_or_gpt2_gguf_export_reads_back_in_attend_and_transformers(tmp_p
   )
   path, _ = _converted(tmp_path, folder)
   out = str(tmp_path / f'{model_type}.gguf')
-  pretrained_export.export(pretrained_export.Request(path, out, 'gguf'))
+  _run_export(path, out, 'gguf')
   assert read_header(out).metadata['general.architecture'] == model_type
   source, back = pretrained.read(folder), pretrained.read(out)
   ours, theirs = (pretrained.decoders.decoder_args(c.config)[0] for c in (source, back))

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+import sources
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = (
   'attention',
@@ -16,6 +18,7 @@ PACKAGES = (
   'interpret',
   'models',
   'reports',
+  'sources',
   'tasks',
   'training',
 )
@@ -53,7 +56,7 @@ def test_entry_points_ignore_a_users_own_packages_of_the_same_names(tmp_path):
   }
   expected = {
     'train.py': 'train.py: config.num_train_steps=0 must be a positive integer.',
-    'eval.py': 'eval.py: --workdir=nowhere does not exist; give a training workdir.',
+    'eval.py': 'eval.py: ' + sources.unknown('--workdir', 'nowhere'),
   }
   for script, flags in commands.items():
     result = subprocess.run(

@@ -3,16 +3,15 @@ by name and shape, initialises the rest, copies the vocabulary, and rejects what
 
 import os
 
+from fine_tunes import matching_params, train
 import jax
 import numpy as np
 import pytest
 from test_training import get_config, tiny
 
 import tasks
-import training
 from training import layout
 from training.checkpoints import Checkpointer, CheckpointMismatchError
-from training.init_from import load_matching_params
 from training.setup import build_state
 
 
@@ -22,7 +21,7 @@ def pretrained(tfds_dir, tmp_path_factory):
   data_dir = tfds_dir
   workdir = str(tmp_path_factory.mktemp('pretrained'))
   config = tiny(get_config('default'), data_dir)
-  training.train_and_evaluate(config, workdir)
+  train(config, workdir)
   return workdir, config
 
 
@@ -48,7 +47,7 @@ def test_loads_exactly_the_matching_names_and_initialises_the_rest(pretrained, t
   task = tasks.build(deeper, workdir)
   fresh = build_state(deeper, task)
   deeper.init_from = workdir
-  state, loaded, initialised = load_matching_params(fresh, deeper)
+  state, loaded, initialised = matching_params(fresh, deeper)
 
   saved, _ = Checkpointer(os.path.join(workdir, 'checkpoints'), max_to_keep=None).restore(
     build_state(config, tasks.build(config, workdir))
@@ -74,11 +73,11 @@ def test_a_step_of_the_workdir_loads_that_step(pretrained):
   task = tasks.build(config, workdir)
   step_4 = config.copy_and_resolve_references()
   step_4.init_from = os.path.join(workdir, 'checkpoints', '4')
-  state, loaded, initialised = load_matching_params(build_state(config, task), step_4)
+  state, loaded, initialised = matching_params(build_state(config, task), step_4)
   assert loaded and not initialised
   step_4.init_from = os.path.join(workdir, 'checkpoints', '3')
   with pytest.raises(FileNotFoundError, match='holds no checkpoint at step 3'):
-    load_matching_params(state, step_4)
+    matching_params(state, step_4)
 
 
 def test_a_shape_that_differs_for_an_existing_name_is_one_clear_error(pretrained):
@@ -87,14 +86,14 @@ def test_a_shape_that_differs_for_an_existing_name_is_one_clear_error(pretrained
   wider.model.d_ff = 64
   wider.init_from = workdir
   with pytest.raises(CheckpointMismatchError, match=r'config.init_from=.*other shapes.*w_1'):
-    load_matching_params(build_state(wider, tasks.build(wider, workdir)), wider)
+    matching_params(build_state(wider, tasks.build(wider, workdir)), wider)
 
 
 def test_a_fine_tuning_run_starts_from_the_weights_and_the_vocabulary(pretrained, tmp_path):
   workdir, config = pretrained
   tuned = config.copy_and_resolve_references()
   tuned.update(init_from=workdir, num_train_steps=1)
-  training.train_and_evaluate(tuned, str(tmp_path))
+  train(tuned, str(tmp_path))
   vocab = os.path.join(workdir, tasks.VOCAB_DIR, 'vocab.json')
   with (
     open(vocab, encoding='utf-8') as f,
@@ -109,6 +108,8 @@ def test_init_from_without_a_checkpoint_is_one_sentence_before_anything_is_built
   _, config = pretrained
   config = config.copy_and_resolve_references()
   config.init_from = str(tmp_path / 'nothing_here')
-  with pytest.raises(FileNotFoundError, match='is not a training workdir'):
-    training.train_and_evaluate(config, str(tmp_path / 'run'))
+  with pytest.raises(
+    FileNotFoundError, match='names nothing Attend reads: give a training workdir'
+  ):
+    train(config, str(tmp_path / 'run'))
   assert not os.path.exists(tmp_path / 'run' / tasks.VOCAB_DIR)

@@ -5,6 +5,7 @@ written."""
 
 import os
 
+from fine_tunes import train
 import jax
 import numpy as np
 import pytest
@@ -12,8 +13,8 @@ from tiny_decoders import VOCAB, write_checkpoint
 
 from configs import pretrained_lm
 from models import pretrained
+import sources
 import tasks
-import training
 from training import init_from, loop, sharding
 from training.checkpoints import CheckpointMismatchError
 from training.setup import build_state
@@ -41,9 +42,12 @@ def _config(llama, **model):
 
 def _started(config) -> tuple[dict[str, np.ndarray], list[str]]:
   """The parameters a run of `config` starts from, and those it initialises."""
-  with init_from.vocab_source(config.init_from) as source:
-    task = tasks.build(config, source)
-    state, _, initialised = init_from.load_matching_params(build_state(config, task), config)
+  source = sources.resolve_init_from(config)
+  with source.vocabulary() as vocabulary:
+    task = tasks.build(config, vocabulary)
+    state, _, initialised = init_from.load_matching_params(
+      build_state(config, task), config, source
+    )
   leaves = jax.tree_util.tree_flatten_with_path(state.params)[0]
   params = {jax.tree_util.keystr(p, simple=True, separator='.'): np.asarray(v) for p, v in leaves}
   return params, initialised
@@ -64,7 +68,7 @@ def test_train_py_starts_from_the_checkpoint_itself(llama, tmp_path):
   np.testing.assert_array_equal(
     ours['layers.1.self_attn.w_k.kernel'], np.asarray(model.layers[1].self_attn.w_k.kernel[...])
   )
-  metrics = training.train_and_evaluate(config, str(tmp_path / 'run'))
+  metrics = train(config, str(tmp_path / 'run'))
   assert 4 < metrics['bits_per_token'] < 9  # a random model: about log2(97) = 6.6 bits
   assert os.path.isfile(tmp_path / 'run' / 'vocab' / 'shared.tokenizer.json')  # its own
 
@@ -103,15 +107,16 @@ def test_a_change_the_checkpoint_cannot_fill_is_one_sentence_and_writes_nothing(
 ):
   workdir = tmp_path / 'refused'
   with pytest.raises(CheckpointMismatchError, match=message):
-    training.train_and_evaluate(_config(llama, **changes), str(workdir))
+    train(_config(llama, **changes), str(workdir))
   assert not workdir.exists() or sorted(os.listdir(workdir)) == []
 
 
 def test_a_name_that_is_neither_a_workdir_nor_a_checkpoint_is_one_sentence(llama, tmp_path):
   config = _config(llama)
   config.init_from = str(tmp_path / 'nowhere')
-  with pytest.raises(FileNotFoundError, match='is not a training workdir .* nor a pretrained'):
-    training.train_and_evaluate(config, str(tmp_path / 'run'))
+  said = r'config.init_from=.*nowhere names nothing Attend reads: give a training workdir'
+  with pytest.raises(FileNotFoundError, match=said):
+    train(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists() or os.listdir(tmp_path / 'run') == []
 
 
@@ -120,7 +125,7 @@ def test_a_swap_the_weights_were_not_trained_for_or_that_changes_nothing_says_so
 ):
   config = _config(llama, attention='sigmoid', window=16, dropout_rate=0.1)
   with caplog.at_level('WARNING', logger='absl'):
-    training.train_and_evaluate(config, str(tmp_path / 'swapped'))
+    train(config, str(tmp_path / 'swapped'))
   notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith('config.model.')]
   assert notes == [
     "config.model.attention='sigmoid', where the weights were trained with 'softmax': they "
@@ -136,9 +141,10 @@ def test_a_fine_tune_compiles_its_train_step_once(llama):
   parameters over the donated ones, the first included."""
   config = _config(llama)
   mesh = sharding.make_mesh(config.mesh)
-  with init_from.vocab_source(config.init_from) as source:
-    task = tasks.build(config, source)
-    state = init_from.initial_state(config, task, mesh)
+  source = sources.resolve_init_from(config)
+  with source.vocabulary() as vocabulary:
+    task = tasks.build(config, vocabulary)
+    state = init_from.initial_state(config, task, mesh, source)
   step_fn = loop.jit_train_step(config, task, state, mesh)
   batches = task.batches(config.dataset.train_split, batch_size=4, shuffle=True, seed=0)
   buffers = lambda state: [x.unsafe_buffer_pointer() for x in jax.tree.leaves(state.params)]

@@ -4,6 +4,7 @@ runs of both objectives through train.py's and eval.py's code (metrics, samples,
 import json
 import os
 
+from fine_tunes import matching_params, train
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,10 +15,9 @@ from data.tokenizers import SPECIAL_TOKENS
 import models
 from reports.run_eval import Request, evaluate
 import tasks
-from tasks.language import _continuation_length, attention_hits, bert_mask
-import training
+from tasks.language import _continuation_length, bert_mask
+from tasks.language_attention import attention_hits
 from training import restore
-from training.init_from import load_matching_params
 from training.setup import build_state
 
 TINY = dict(num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=64)
@@ -81,7 +81,7 @@ def _tiny_lm(config_name, data_dir, **dataset):
 def test_gpt_on_mqar_trains_evaluates_and_draws(tmp_path, tfds_dir, capsys):
   config = _tiny_lm('gpt_mqar', tfds_dir)
   workdir = str(tmp_path / 'run')
-  training.train_and_evaluate(config, workdir)
+  train(config, workdir)
   metrics = evaluate(Request(workdir, max_examples=16, num_heatmaps=1))
   assert 'samples.txt, 1 attention picture and explorer.html.' in capsys.readouterr().out
   assert metrics['examples'] == 16 and 0 <= metrics['accuracy'] <= 1
@@ -98,7 +98,7 @@ def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(t
   text.write_text('It was the best of times, it was the worst of times.\n' * 40)
   config = _tiny_lm('gpt_text', tfds_dir, text_path=str(text), seq_length=32, eval_lengths=(16,))
   workdir = str(tmp_path / 'run')
-  validation = training.train_and_evaluate(config, workdir)
+  validation = train(config, workdir)
   assert validation['bits_per_char@16'] == pytest.approx(validation['loss@16'] / np.log(2))
   # eval.py --eval_length: rows of other lengths; at the trained length, the same rows as usual.
   metrics = evaluate(Request(workdir, num_heatmaps=1, eval_lengths=['32', '64']))
@@ -112,7 +112,7 @@ def test_gpt_on_a_text_file_reports_bits_per_char_and_samples_each_temperature(t
 def test_bert_pretraining_scores_the_masked_tokens(tmp_path, tfds_dir, capsys):
   config = _tiny_lm('bert_pretrain', tfds_dir, builder_config='default', seq_length=32)
   workdir = str(tmp_path / 'run')
-  training.train_and_evaluate(config, workdir)
+  train(config, workdir)
   with open(os.path.join(workdir, 'vocab', 'vocab.json'), encoding='utf-8') as f:
     assert json.load(f)['shared']['vocab'][-1] == '<mask>'
   metrics = evaluate(Request(workdir, max_examples=8, num_heatmaps=0))
@@ -182,7 +182,7 @@ def test_global_layers_among_windowed_ones_keep_continuations_within_the_trained
 def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_path, tfds_dir):
   pretrain = _tiny_lm('bert_pretrain', tfds_dir, builder_config='default', seq_length=32)
   pretrained = str(tmp_path / 'pretrained')
-  training.train_and_evaluate(pretrain, pretrained)
+  train(pretrain, pretrained)
   config = get_config('bert_finetune')
   config.model = pretrain.model
   # bucket_step = max_length: one padded shape, so each step compiles once.
@@ -191,13 +191,13 @@ def test_bert_finetune_starts_from_the_pretrained_encoder_and_vocabulary(tmp_pat
   )
   config.update(init_from=pretrained, num_train_steps=2, eval_every_steps=0, num_eval_decode=0)
   workdir = str(tmp_path / 'tuned')
-  training.train_and_evaluate(config, workdir)
+  train(config, workdir)
   # The classification data adopted the pretraining vocabulary (with its <mask>) and its labels.
   with open(os.path.join(workdir, 'vocab', 'vocab.json'), encoding='utf-8') as f:
     saved = json.load(f)
   assert saved['shared']['vocab'][-1] == '<mask>' and saved['labels'][0] == 'sports'
   task = tasks.build(config, workdir)
-  _, loaded, initialised = load_matching_params(build_state(config, task), config)
+  _, loaded, initialised = matching_params(build_state(config, task), config)
   assert initialised == [
     'params.classifier.bias',
     'params.classifier.kernel',

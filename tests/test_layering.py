@@ -22,6 +22,7 @@ PACKAGES = (
   'data',
   'tasks',
   'training',
+  'sources',
   'interpret',
   'reports',
   'configs',
@@ -38,8 +39,9 @@ ALLOWED = {
   'data': (),
   'tasks': ('models', 'data', 'attention'),
   'training': ('tasks', 'models', 'data', 'attention'),
+  'sources': ('training', 'tasks', 'models', 'data', 'attention'),
   'interpret': ('training', 'tasks', 'models', 'data', 'attention'),
-  'reports': ('interpret', 'training', 'tasks', 'models', 'data', 'attention'),
+  'reports': ('interpret', 'sources', 'training', 'tasks', 'models', 'data', 'attention'),
   'configs': ('training.config', 'models', 'data', 'attention'),
   'benchmarks': PACKAGES,
   'studies': PACKAGES,
@@ -52,7 +54,17 @@ ALLOWED = {
 # then one call), or a benchmark's or study's `python -m` (argparse). A module whose command
 # moved keeps only a `__main__` block raising SystemExit with one sentence that names the new
 # command last (`python NEW.py`), which must exist.
-LIBRARY = ('attention', 'models', 'data', 'tasks', 'training', 'interpret', 'reports', 'configs')
+LIBRARY = (
+  'attention',
+  'models',
+  'data',
+  'tasks',
+  'training',
+  'sources',
+  'interpret',
+  'reports',
+  'configs',
+)
 # `python -m training.allocator PROGRAM ARGS` re-executes another program (the test suite) under
 # mimalloc: a launcher of programs that are not Attend's commands, with no flags of its own.
 LAUNCHERS = ('training/allocator.py',)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import zipfile
 
+from fine_tunes import train
 import float64
 import jax.numpy as jnp
 import numpy as np
@@ -384,7 +385,6 @@ def test_convert_py_writes_a_workdir_and_refuses_a_used_one_in_one_sentence(tiny
 def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tiny, tmp_path):
   from data import language  # pylint: disable=import-outside-toplevel
   from reports.run_eval import Request, evaluate  # pylint: disable=import-outside-toplevel
-  import training  # pylint: disable=import-outside-toplevel
   from training.config import read_config as load_config  # pylint: disable=import-outside-toplevel
 
   folder, converted = str(tiny[0]), str(tmp_path / 'converted')
@@ -409,7 +409,7 @@ def test_a_converted_checkpoint_evaluates_frozen_and_minilm_mlm_continues_it(tin
   config = _mlm_config(folder, converted, text, seq_length=12)
   with pytest.raises(ValueError, match="vocab='pretrained' reads the checkpoint's tokenizer"):
     language.build(config.dataset, str(tmp_path / 'no_vocab'), mask_token=True)
-  training.train_and_evaluate(config, str(tmp_path / 'mlm'))
+  train(config, str(tmp_path / 'mlm'))
   data = language.build(config.dataset, str(tmp_path / 'mlm' / 'vocab'), mask_token=True)
   rows = data.rows('train')['tokens']
   # Rows of 12 inputs: [CLS] (2), 10 pieces, [SEP] (3); then the unread last target, [PAD] (0).

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 
+from fine_tunes import train
 import float64
 import jax
 import jax.numpy as jnp
@@ -165,7 +166,6 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
   from configs import pretrained_lm
   from reports.run_eval import Request, evaluate
   from studies import decoder_heads
-  import training
   from training import pretrained_workdir
   from training.config import read_config as load_config
 
@@ -195,7 +195,7 @@ def test_a_converted_decoder_is_evaluated_continued_and_studied_by_the_commands(
   config.update(
     init_from=converted, num_train_steps=2, eval_every_steps=0, num_eval_decode=0, warmup_steps=1
   )
-  training.train_and_evaluate(config, str(tmp_path / 'continued'))
+  train(config, str(tmp_path / 'continued'))
   after = evaluate(Request(str(tmp_path / 'continued'), num_heatmaps=0, max_examples=1))
   assert after['step'] == 2 and np.isfinite(after['loss'])
   studied = decoder_heads.main(['--checkpoint', folder, '--out', str(tmp_path / 'heads')])

@@ -314,8 +314,8 @@ def test_eval_without_checkpoint_says_so(data_dir, tmp_path):
   )
   assert result.returncode == 1
   assert result.stderr.strip().splitlines()[-1] == (
-    f'eval.py: No checkpoint in {workdir}/checkpoints; train first with '
-    f'python train.py --config=... --workdir={workdir}.'
+    f'eval.py: No checkpoint in {workdir}/checkpoints; train first (python train.py '
+    f'--config=CONFIG --workdir={workdir}) or convert a checkpoint into it (convert.py).'
   )
   assert 'Traceback' not in result.stderr
 

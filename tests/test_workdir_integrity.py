@@ -13,6 +13,7 @@ import threading
 
 from absl import flags
 from absl import logging as absl_logging
+from fine_tunes import matching_params, train
 import ml_collections
 from ml_collections import config_flags
 import numpy as np
@@ -25,11 +26,9 @@ from data import language_sources
 from data.readers import image_folder
 from reports import run_eval
 import tasks
-import training
-from training import failures, layout, loop, metrics
+from training import failures, layout, loop, metrics, run_phases
 from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer, CheckpointMismatchError
-from training.init_from import load_matching_params
 from training.setup import build_state
 
 
@@ -57,7 +56,7 @@ def trained(tmp_path_factory):
   config = tiny(get_config('tsv'), data_dir, checkpoint_every_steps=2)
   config.dataset.tsv_path = str(corpus)
   workdir = str(tmp_path_factory.mktemp('trained'))
-  training.train_and_evaluate(config, workdir)
+  train(config, workdir)
   return workdir, config
 
 
@@ -82,9 +81,9 @@ def test_item1_a_refused_run_leaves_the_workdir_byte_for_byte(trained):
   workdir, config = trained
   before = _snapshot(workdir)
   with pytest.raises(ValueError, match="score must be one of .* got 'dott'"):
-    training.train_and_evaluate(_changed(config, **{'model.score': 'dott'}), workdir)
+    train(_changed(config, **{'model.score': 'dott'}), workdir)
   with pytest.raises(CheckpointMismatchError, match='checkpoint at step 4 does not match'):
-    training.train_and_evaluate(_changed(config, **{'model.d_model': 32}), workdir)
+    train(_changed(config, **{'model.d_model': 32}), workdir)
   assert _snapshot(workdir) == before
 
 
@@ -92,7 +91,7 @@ def test_item1_an_accepted_change_keeps_the_previous_config(trained, tmp_path, c
   workdir = _copy(trained, tmp_path)
   old = open(os.path.join(workdir, 'config.json'), encoding='utf-8').read()
   with caplog.at_level('INFO', logger='absl'):  # what train.py logs
-    training.train_and_evaluate(_changed(trained[1], num_train_steps=6), workdir)
+    train(_changed(trained[1], num_train_steps=6), workdir)
   assert (
     open(os.path.join(workdir, 'config_history', 'config.4.json'), encoding='utf-8').read() == old
   )
@@ -109,7 +108,7 @@ def test_item2_a_refused_init_from_leaves_no_vocabulary(trained, tmp_path):
   pretrained, config = trained
   tuned = _changed(config, init_from=pretrained, **{'model.d_ff': 64})
   with pytest.raises(CheckpointMismatchError, match='init_from=.*other shapes'):
-    training.train_and_evaluate(tuned, str(tmp_path / 'tuned'))
+    train(tuned, str(tmp_path / 'tuned'))
   assert not os.path.exists(tmp_path / 'tuned')
 
 
@@ -129,9 +128,7 @@ def test_item3_eval_and_init_from_skip_a_truncated_newest_checkpoint(trained, tm
   with caplog.at_level('INFO', logger='absl'):
     tuned = config.copy_and_resolve_references()
     tuned.init_from = workdir
-    state, loaded, _ = load_matching_params(
-      build_state(config, tasks.build(config, workdir)), tuned
-    )
+    state, loaded, _ = matching_params(build_state(config, tasks.build(config, workdir)), tuned)
   assert loaded and int(state.step) == 0
   assert 'init_from' in caplog.text and '(step 2): loaded' in caplog.text
   # item 6: each metric names its examples
@@ -147,7 +144,7 @@ def test_item3_training_skips_a_truncated_checkpoint_and_resumes_bit_for_bit(
   workdir = _copy(trained, tmp_path)
   truncate_checkpoint(workdir, 4)
   with caplog.at_level('INFO', logger='absl'):  # what train.py logs
-    training.train_and_evaluate(trained[1], workdir)
+    train(trained[1], workdir)
   assert 'Resumed from step 2' in caplog.text
   resumed_step, resumed = _final_params(workdir, trained[1])
   straight_step, straight = _final_params(trained[0], trained[1])
@@ -165,7 +162,7 @@ def test_item4_one_train_py_per_workdir(trained, tmp_path):
     with pytest.raises(
       workdir_lib.WorkdirBusyError, match=f'in use by train.py \\(pid {os.getpid()}'
     ):
-      training.train_and_evaluate(config, workdir)
+      train(config, workdir)
   finally:
     holder.release()
   assert _snapshot(workdir) == before
@@ -280,7 +277,7 @@ def test_item5_non_finite_loss_names_the_newest_checkpoint_with_the_traceback_in
     FloatingPointError,
     match='at step 5; .*the newest checkpoint is step 4; a rerun resumes from it',
   ):
-    training.train_and_evaluate(_changed(trained[1], num_train_steps=8, log_every_steps=1), workdir)
+    train(_changed(trained[1], num_train_steps=8, log_every_steps=1), workdir)
   log = open(os.path.join(workdir, layout.LOG_FILE), encoding='utf-8').read()
   assert 'Traceback' in log and 'FloatingPointError: Non-finite loss' in log
 
@@ -298,9 +295,7 @@ def test_item5_a_full_disk_is_one_sentence_and_keeps_the_checkpoints(
   with pytest.raises(
     workdir_lib.DiskFullError, match='is full .* at step 5; .*newest checkpoint is step 4'
   ):
-    training.train_and_evaluate(
-      _changed(trained[1], num_train_steps=6, checkpoint_every_steps=1), workdir
-    )
+    train(_changed(trained[1], num_train_steps=6, checkpoint_every_steps=1), workdir)
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
 
 
@@ -340,7 +335,7 @@ def test_item6_eval_flags_and_populations(trained, tmp_path):
 def test_item6_a_batch_larger_than_the_split_warns(caplog):
   config = get_config('default')
   with caplog.at_level('WARNING'):
-    loop._warn_if_batch_exceeds_split(config, dict(index=np.array([0, 1, 2, 0, 1, 2])))
+    run_phases._warn_if_batch_exceeds_split(config, dict(index=np.array([0, 1, 2, 0, 1, 2])))
   assert 'larger than the 3 example(s) of the train split' in caplog.text
 
 

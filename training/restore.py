@@ -1,11 +1,10 @@
 """Which checkpoint of a workdir a command reads, and the train state restored from it.
 
-eval.py asks for 'best' (WORKDIR/best/, chosen on validation), 'latest' or a step, possibly
-averaging the newest few (`for_evaluation`): the choice and the run's config and task are
-resolved first (`resolve`, a `Source` a command checks its request against), then its
-parameters are read (`restored`); the studies read the newest (`newest`). A damaged
-newest checkpoint is skipped for the one before it (`Checkpointer.first_readable`). Fine-tuning
-from another run (`config.init_from`) is in training/init_from.py.
+A command asks for 'best' (WORKDIR/best/, chosen on validation), 'latest' or a step, possibly
+averaging the newest few (`choose`, `check_has_checkpoint`), then reads its parameters straight
+into the model's shapes (`read_state`). A damaged newest checkpoint is skipped for the one before
+it (`Checkpointer.first_readable`). A checkpoint reference becomes a source in sources/, which
+calls these; a fine-tune's conversions are training/init_from.py's.
 """
 
 import dataclasses
@@ -17,10 +16,8 @@ import ml_collections
 
 import tasks
 from training import layout, sharding
-from training import workdir as workdir_lib
 from training.checkpoints import Checkpointer
-from training.config import read_config, swap_notes, validate
-from training.setup import readable_state
+from training.config import validate
 from training.steps import TrainState
 
 CHOICES = ('best', 'latest')  # or a step number
@@ -28,12 +25,11 @@ CHOICES = ('best', 'latest')  # or a step number
 
 @dataclasses.dataclass(frozen=True)
 class Restored:
-  """A workdir's run rebuilt for evaluation: its config (as evaluated), task, device mesh, and
-  the train state of the chosen checkpoint (`checkpoint`: 'best', 'latest' or a step): its
+  """A workdir's run rebuilt for evaluation: its config (as evaluated), device mesh, and the
+  train state of the chosen checkpoint (`checkpoint`: 'best', 'latest' or a step): its
   parameters, restored straight into the model's shapes, and no optimizer state."""
 
   config: ml_collections.ConfigDict
-  task: tasks.Task
   mesh: jax.sharding.Mesh
   state: TrainState
   step: int
@@ -73,113 +69,52 @@ def choose(workdir: str, checkpoint: str, average_last: int = 1) -> str:
   return checkpoint
 
 
-@dataclasses.dataclass(frozen=True)
-class Source:
-  """A workdir's checkpoint chosen and its run's config and task built, no array read yet: what
-  a command checks a request against (a prompt's tokens, a head's number) before the slow load
-  (`restored`)."""
-
-  workdir: str
-  config: ml_collections.ConfigDict
-  task: tasks.Task
-  checkpoint: str  # 'best', 'latest' or a step, as `choose` resolved it
-  average_last: int = 1
-
-
-def resolve(
-  workdir: str,
-  config: ml_collections.ConfigDict | None = None,
-  *,
-  checkpoint: str = '',
-  average_last: int = 1,
-  eval_lengths=(),
-) -> Source:
-  """The checkpoint of `workdir` a command reads (see `choose`) and the run's config and task.
-  Nothing is written to the workdir: the task is built in a staging copy of its vocabulary.
-
-  Args:
-    workdir: a training workdir.
-    config: the config to build the model with; None = the workdir's (`read_config`).
-    checkpoint: 'best', 'latest', a step or '' (see `choose`).
-    average_last: how many newest checkpoints to average (1 = none).
-    eval_lengths: language models: also evaluate rows of these lengths (see `eval_config`).
-
-  Raises:
-    FileNotFoundError: `workdir` is not a directory or holds no checkpoint.
-    ValueError: a bad choice, a config that does not validate.
-  """
-  if not os.path.isdir(workdir):
-    raise FileNotFoundError(f'--workdir={workdir} does not exist; give a training workdir.')
-  chosen = choose(workdir, checkpoint, average_last)
-  # A run stopped before its first regular checkpoint may have a best one only.
-  if chosen != 'best':
-    checkpoints = reader(layout.checkpoints_dir(workdir))
-    try:
-      if not checkpoints.steps():
-        raise FileNotFoundError(
-          f'No checkpoint in {checkpoints.directory}; train first with '
-          f'python train.py --config=... --workdir={workdir}.'
-        )
-    finally:
-      checkpoints.close()
-  trained = read_config(workdir)
-  config = eval_config(config or trained, eval_lengths)
-  for note in swap_notes(trained.model, config.model, config.dataset.get('seq_length')):
-    logging.warning('%s', note)
-  with workdir_lib.staging(workdir) as staged:  # eval.py writes into eval/ only
-    task = tasks.build(config, staged)
-  return Source(workdir, config, task, chosen, average_last)
+def check_has_checkpoint(workdir: str, chosen: str) -> None:
+  """FileNotFoundError unless `workdir` holds the checkpoint `choose` chose (a run stopped before
+  its first regular checkpoint may have a best one only)."""
+  if chosen == 'best':
+    return
+  checkpoints = reader(layout.checkpoints_dir(workdir))
+  try:
+    steps = checkpoints.steps()
+  finally:
+    checkpoints.close()
+  if not steps:
+    raise FileNotFoundError(
+      f'No checkpoint in {checkpoints.directory}; train first (python train.py '
+      f'--config=CONFIG --workdir={workdir}) or convert a checkpoint into it (convert.py).'
+    )
+  if chosen.isdigit() and int(chosen) not in steps:
+    raise FileNotFoundError(
+      f'{workdir} holds no checkpoint at step {chosen} (saved steps: {steps}).'
+    )
 
 
-def restored(source: Source, *, host: bool = False) -> Restored:
-  """`source`'s checkpoint read straight into the model's shapes (`readable_state`: no random
-  init, no optimizer state), its parameters averaged over the `average_last` newest checkpoints
-  up to it; with `host`, as NumPy arrays on no device (`Checkpointer.restore`).
+def read_state(workdir: str, chosen: str, like, *, average_last: int = 1, host: bool = False):
+  """`(state, step)`: the checkpoint `chosen` ('best', 'latest' or a step) of `workdir` read into
+  `like`'s shapes (`setup.readable_state`: no optimizer state), its parameters averaged over the
+  `average_last` newest checkpoints up to it; with `host`, as NumPy arrays on no device.
 
   Raises:
     ValueError: too few checkpoints to average.
-    CheckpointMismatchError: the checkpoint is of another model than the config's.
+    CheckpointMismatchError: the checkpoint is of another model than `like`'s.
   """
-  config, chosen = source.config, source.checkpoint
-  mesh = sharding.make_mesh(config.mesh)
-  like = readable_state(config, source.task, mesh)
   if chosen == 'best':
-    best = reader(layout.best_dir(source.workdir))
+    best = reader(layout.best_dir(workdir))
     try:
       state, _ = best.restore(like, host=host)
     finally:
       best.close()
     step = int(jax.device_get(state.step))
   else:
-    checkpoints = reader(layout.checkpoints_dir(source.workdir))
+    checkpoints = reader(layout.checkpoints_dir(workdir))
     try:
       step = None if chosen == 'latest' else int(chosen)
-      state, step = averaged(like, checkpoints, step, source.average_last, host=host)
+      state, step = averaged(like, checkpoints, step, average_last, host=host)
     finally:
       checkpoints.close()
   logging.info('Evaluating step %d (--checkpoint=%s).', step, chosen)
-  return Restored(config, source.task, mesh, state, step, chosen)
-
-
-def for_evaluation(
-  workdir: str,
-  config: ml_collections.ConfigDict | None,
-  *,
-  checkpoint: str = '',
-  average_last: int = 1,
-  eval_lengths=(),
-) -> Restored:
-  """The run of `workdir` rebuilt and restored at `checkpoint`: `restored(resolve(...))`, for a
-  command with nothing to check in between."""
-  return restored(
-    resolve(
-      workdir,
-      config,
-      checkpoint=checkpoint,
-      average_last=average_last,
-      eval_lengths=eval_lengths,
-    )
-  )
+  return state, step
 
 
 def averaged(
@@ -238,18 +173,3 @@ def eval_config(config: ml_collections.ConfigDict, eval_lengths=()) -> ml_collec
       config.mesh = sharding.mesh_config()
   validate(config)
   return config
-
-
-def newest(workdir: str):
-  """`(task, train state, mesh)` of the newest readable checkpoint of a training workdir (its
-  parameters: no optimizer state)."""
-  config = read_config(workdir)
-  with workdir_lib.staging(workdir) as staged:
-    task = tasks.build(config, staged)
-  mesh = sharding.make_mesh(config.mesh)
-  checkpoints = reader(layout.checkpoints_dir(workdir))
-  try:
-    state, _ = checkpoints.restore(readable_state(config, task, mesh))
-  finally:
-    checkpoints.close()
-  return task, state, mesh

@@ -30,22 +30,23 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from interpret import attribution, effects, figures, loading, patching
+from interpret import attribution, effects, figures, patching
 from models import interventions
+import sources
 
 np.set_printoptions(precision=3, suppress=True)
 
 # %% [markdown]
 # ## The model, once
 #
-# `loading.load_decoder` reads a checkpoint (a short name, a Hugging Face folder, a `.gguf`) or
+# `sources.load_decoder` reads a checkpoint (a short name, a Hugging Face folder, a `.gguf`) or
 # a workdir of Attend's (e.g. a fine-tune) straight into the model's shapes. The prompts are the
 # indirect-object task of Wang et al. (2022): the model should name the person who did *not*
 # repeat (IO), not the one who did (S). Each has a corrupted twin with three other names, of
 # the same length, for patching.
 
 # %%
-smol = loading.load_decoder('SmolLM2-135M-Instruct')
+smol = sources.load_decoder('SmolLM2-135M-Instruct')
 model, tok = smol.model, smol.tokenizer
 cases = [  # (prompt, IO, S, corrupted twin)
   ('When Mary and John went to the store, John gave a drink to', 'Mary', 'John',

@@ -29,7 +29,9 @@ from models.stack_config import StackConfig
 # The order architectures are tried in: the plainest first, so that a Llama is written as Llama
 # and not as Mistral with no window.
 ORDER = ('llama', 'mistral', 'qwen2', 'gemma3_text', 'gpt2')
-FORMATS = 'a Hugging Face folder (--format=hf) or a GGUF file (--format=gguf)'
+# export.py's --format names and what each writes (formats.py gives each its writer).
+FORMATS = {'hf': 'a Hugging Face folder', 'gguf': 'a GGUF file'}
+_AS = ' or '.join(f'{what} (--format={name})' for name, what in FORMATS.items())
 # Fields that decide how the model trains or runs, not what it computes.
 _TRAINING_ONLY = dict(
   dropout_rate=0.0, attention_dropout_rate=0.0, attention_impl=None, cache_dtype='float32'
@@ -69,7 +71,7 @@ def decoder_arguments(fields: Mapping[str, Any], vocab_size: int) -> dict[str, A
   if fields.get('name') != 'decoder_lm':
     raise ValueError(
       f"config.model.name={fields.get('name')!r}: a decoder language model ('decoder_lm') is "
-      f'what exports as {FORMATS}.'
+      f'what exports as {_AS}.'
     )
   names = {field.name for field in dataclasses.fields(StackConfig)}
   stack = StackConfig(**{key: value for key, value in fields.items() if key in names})
@@ -137,11 +139,11 @@ def _refuse_variants(stack: StackConfig) -> None:
   for field, (off, home) in _VARIANTS.items():
     if getattr(stack, field) != off:
       raise ValueError(
-        f'config.model.{field}={getattr(stack, field)!r} cannot be written as {FORMATS}: {home}.'
+        f'config.model.{field}={getattr(stack, field)!r} cannot be written as {_AS}: {home}.'
       )
   if stack.positions in _POSITION_HOMES:
     raise ValueError(
-      f'config.model.positions={stack.positions!r} cannot be written as {FORMATS}: '
+      f'config.model.positions={stack.positions!r} cannot be written as {_AS}: '
       f'{_POSITION_HOMES[stack.positions]}; {_NO_HOME}.'
     )
 
@@ -167,7 +169,7 @@ def fit(args: dict[str, Any]) -> Fit:
     raise ValueError(f'The nearest architecture, {nearest}, cannot hold this model: {ours}')
   raise ValueError(
     f'config.model.{field}={ours!r} fits none of {", ".join(ORDER)} (the nearest, {nearest}, '
-    f'has {field}={theirs!r}), so the model cannot be written as {FORMATS}; {_NO_HOME}.'
+    f'has {field}={theirs!r}), so the model cannot be written as {_AS}; {_NO_HOME}.'
   )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from models.pretrained.decoders import decoder_args
-from models.pretrained.fitting import FORMATS, Fit, HFTensors, differences
+from models.pretrained.fitting import Fit, HFTensors, differences
 from models.pretrained.gguf_checkpoint import hf_config, hf_names, stored_shape, transform
 from models.pretrained.gguf_file import Header, Tensor, _gguf, read_header
 from models.pretrained.gguf_tokenizer import (
@@ -181,7 +181,7 @@ def check(fit: Fit, vocabulary: Vocabulary, origin: str | None) -> None:
     field, value, theirs = missed[0]
     raise ValueError(
       f'config.model.{field}={value!r} has no place in a {architecture} GGUF file (Attend reads '
-      f'it back as {theirs!r}); of {FORMATS}, export it with --format=hf.'
+      f'it back as {theirs!r}); export it as a Hugging Face folder (--format=hf).'
     )
 
 
