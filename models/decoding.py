@@ -18,17 +18,16 @@ tokens (no BOS), EOS included, padding after EOS. `models.generation` runs a mod
 through these searches.
 """
 
-import math
-import numbers
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from models.sampling import NEG_INF, check_sampling, filter_logits
+
 Array = jax.Array
 Cache = Any
 TokensToLogits = Callable[[Array, Array, Cache], tuple[Array, Cache]]
-NEG_INF = float('-inf')
 
 
 def check_sizes(batch_size: int, max_length: int, beam_size: int = 1) -> None:
@@ -40,18 +39,6 @@ def check_sizes(batch_size: int, max_length: int, beam_size: int = 1) -> None:
   ):
     if not isinstance(value, int) or value < 1:
       raise ValueError(f'Decoding: {field} must be an integer >= 1, got {value!r}.')
-
-
-def check_sampling(top_k: int, top_p: float, temperature: float = 1.0) -> None:
-  """Raises ValueError for sampling settings outside their ranges."""
-  if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
-    raise ValueError(f'Sampling: top_k must be an integer >= 0 (0 keeps all), got {top_k!r}.')
-  if not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1:
-    raise ValueError(f'Sampling: top_p must be a number in (0, 1], got {top_p!r}.')
-  if not isinstance(temperature, numbers.Real) or not 0 <= temperature < math.inf:
-    raise ValueError(
-      f'Sampling: temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}.'
-    )
 
 
 def _first_tokens(bos_id: int | Array, batch_size: int) -> Array:
@@ -84,47 +71,6 @@ def argmax(logits: Array) -> Array:
 def length_penalty(length: Array | int, alpha: float) -> Array:
   """GNMT length penalty `((5 + length) / 6) ** alpha` (Wu et al. 2016); scores divide by it."""
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
-
-
-def filter_logits(logits: Array, *, top_k: int = 0, top_p: float = 1.0) -> Array:
-  """Top-k and nucleus (top-p, Holtzman et al. 2019) filtering; dropped tokens get -inf.
-
-  `top_k > 0` keeps the k largest logits of each row (all of them if k >= V). `top_p < 1` then
-  keeps the smallest set of most likely tokens whose probability, renormalised over what top-k left,
-  reaches p: token i of the descending order stays if the mass strictly before it is < p, so the
-  most likely token always stays. Ties go to the lower token id, so exactly k (or the smallest set)
-  survive. Kept logits are returned unchanged, not renormalised.
-
-  Args:
-    logits: float [..., V].
-    top_k: how many tokens to keep; 0 keeps all.
-    top_p: the probability mass to keep, in (0, 1]; 1 keeps all.
-
-  Returns:
-    float32 [..., V]: `logits` with the dropped tokens at -inf.
-  """
-  check_sampling(top_k, top_p)
-  logits = jnp.asarray(logits, jnp.float32)
-  vocab = logits.shape[-1]
-  if (top_k == 0 or top_k >= vocab) and top_p == 1:
-    return logits
-  # lax.top_k over the whole row is a stable descending sort: equal logits keep the lower id first.
-  ordered, order = jax.lax.top_k(logits, vocab)  # [..., V]
-  keep = jnp.arange(vocab) < (top_k or vocab)  # [V], by rank
-  if top_p < 1:
-    probs = jax.nn.softmax(jnp.where(keep, ordered, NEG_INF), axis=-1)  # renormalised, [..., V]
-    # An exclusive cumsum, not cumsum - p, which would add a rounding error at the boundary.
-    before = jnp.cumsum(probs, axis=-1)[..., :-1]
-    before = jnp.concatenate([jnp.zeros_like(probs[..., :1]), before], axis=-1)
-    keep = keep & (before < top_p)
-  keep = jnp.put_along_axis(
-    jnp.zeros(logits.shape, bool),
-    order,  # back to id order, [..., V]
-    jnp.broadcast_to(keep, order.shape),
-    axis=-1,
-    inplace=False,
-  )
-  return jnp.where(keep, logits, NEG_INF)
 
 
 def _search(
@@ -292,10 +238,27 @@ def beam_search(
     `(ids int32 [B, K, max_length], scores float32 [B, K])`, best first.
   """
   check_sizes(batch_size, max_length, beam_size)
-  b, k, length = batch_size, beam_size, max_length
+  init = _initial_beams(cache, bos_id, pad_id, batch_size, beam_size, max_length)
+  best_penalty = jnp.maximum(length_penalty(1, alpha), length_penalty(max_length, alpha))
+
+  def cond(s: _Beams) -> Array:
+    best_live = jnp.max(s.live_logp, axis=1) / best_penalty  # [B]
+    worst_done = jnp.min(jnp.where(s.done_flags, s.done_scores, NEG_INF), axis=1)
+    return (s.step < max_length) & ~jnp.all(best_live < worst_done)
+
+  def body(s: _Beams) -> _Beams:
+    return _beam_step(s, tokens_to_logits, eos_id=eos_id, alpha=alpha)
+
+  return _best_hypotheses(jax.lax.while_loop(cond, body, init), beam_size, alpha)
+
+
+def _initial_beams(
+  cache: Cache, bos_id: int | Array, pad_id: int, b: int, k: int, length: int
+) -> _Beams:
+  """The state before the first step: B sequences of K empty beams, the cache repeated per beam."""
   # Only beam 0 starts alive; K identical copies would fill the beam with duplicates.
   start_logp = jnp.where(jnp.arange(k) == 0, 0.0, NEG_INF)
-  init = _Beams(
+  return _Beams(
     step=jnp.int32(0),
     live_ids=jnp.full((b, k, length), pad_id, jnp.int32),
     live_logp=jnp.tile(start_logp, (b, 1)),
@@ -305,46 +268,47 @@ def beam_search(
     done_flags=jnp.zeros((b, k), bool),
     cache=jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), cache),
   )
-  best_penalty = jnp.maximum(length_penalty(1, alpha), length_penalty(length, alpha))
 
-  def cond(s: _Beams) -> Array:
-    best_live = jnp.max(s.live_logp, axis=1) / best_penalty  # [B]
-    worst_done = jnp.min(jnp.where(s.done_flags, s.done_scores, NEG_INF), axis=1)
-    return (s.step < length) & ~jnp.all(best_live < worst_done)
 
-  def body(s: _Beams) -> _Beams:
-    logits, cache = tokens_to_logits(s.prev.reshape(b * k), s.step, s.cache)
-    vocab = logits.shape[-1]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, k, vocab)
-    cand_logp = (s.live_logp[:, :, None] + logp).reshape(b, k * vocab)  # [B, K*V]
-    # 2K candidates leave K that do not end in EOS: each beam has only one EOS extension.
-    top_logp, top = jax.lax.top_k(cand_logp, min(2 * k, k * vocab))  # [B, 2K]
-    source, token = top // vocab, (top % vocab).astype(jnp.int32)
-    seqs = jnp.take_along_axis(s.live_ids, source[:, :, None], axis=1)  # [B, 2K, L]
-    seqs = seqs.at[:, :, s.step].set(token)
-    ends = (token == eos_id) & jnp.isfinite(top_logp)
+def _beam_step(s: _Beams, tokens_to_logits: TokensToLogits, *, eos_id: int, alpha: float) -> _Beams:
+  """One step: every live beam extended by every token, the 2K best candidates split into those
+  ending in EOS (competing for the finished slots) and the K best others (the new live beams)."""
+  b, k = s.live_logp.shape
+  logits, cache = tokens_to_logits(s.prev.reshape(b * k), s.step, s.cache)
+  vocab = logits.shape[-1]
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, k, vocab)
+  cand_logp = (s.live_logp[:, :, None] + logp).reshape(b, k * vocab)  # [B, K*V]
+  # 2K candidates leave K that do not end in EOS: each beam has only one EOS extension.
+  top_logp, top = jax.lax.top_k(cand_logp, min(2 * k, k * vocab))  # [B, 2K]
+  source, token = top // vocab, (top % vocab).astype(jnp.int32)
+  seqs = jnp.take_along_axis(s.live_ids, source[:, :, None], axis=1)  # [B, 2K, L]
+  seqs = seqs.at[:, :, s.step].set(token)
+  ends = (token == eos_id) & jnp.isfinite(top_logp)
 
-    live_logp, pick = jax.lax.top_k(jnp.where(ends, NEG_INF, top_logp), k)  # [B, K]
-    beam = jnp.take_along_axis(source, pick, axis=1)  # [B, K]
-    flat = (jnp.arange(b)[:, None] * k + beam).reshape(b * k)  # rows of the cache
-    cache = jax.tree.map(lambda x: x[flat], cache)
+  live_logp, pick = jax.lax.top_k(jnp.where(ends, NEG_INF, top_logp), k)  # [B, K]
+  beam = jnp.take_along_axis(source, pick, axis=1)  # [B, K]
+  flat = (jnp.arange(b)[:, None] * k + beam).reshape(b * k)  # rows of the cache
+  cache = jax.tree.map(lambda x: x[flat], cache)
 
-    new_scores = jnp.where(ends, top_logp / length_penalty(s.step + 1, alpha), NEG_INF)
-    all_scores = jnp.concatenate([s.done_scores, new_scores], axis=1)  # [B, 3K]
-    done_scores, keep = jax.lax.top_k(all_scores, k)  # [B, K]
-    all_ids = jnp.concatenate([s.done_ids, seqs], axis=1)  # [B, 3K, L]
-    return _Beams(
-      step=s.step + 1,
-      live_ids=jnp.take_along_axis(seqs, pick[:, :, None], axis=1),
-      live_logp=live_logp,
-      prev=jnp.take_along_axis(token, pick, axis=1),
-      done_ids=jnp.take_along_axis(all_ids, keep[:, :, None], axis=1),
-      done_scores=done_scores,
-      done_flags=jnp.take_along_axis(jnp.concatenate([s.done_flags, ends], 1), keep, axis=1),
-      cache=cache,
-    )
+  new_scores = jnp.where(ends, top_logp / length_penalty(s.step + 1, alpha), NEG_INF)
+  all_scores = jnp.concatenate([s.done_scores, new_scores], axis=1)  # [B, 3K]
+  done_scores, keep = jax.lax.top_k(all_scores, k)  # [B, K]
+  all_ids = jnp.concatenate([s.done_ids, seqs], axis=1)  # [B, 3K, L]
+  return _Beams(
+    step=s.step + 1,
+    live_ids=jnp.take_along_axis(seqs, pick[:, :, None], axis=1),
+    live_logp=live_logp,
+    prev=jnp.take_along_axis(token, pick, axis=1),
+    done_ids=jnp.take_along_axis(all_ids, keep[:, :, None], axis=1),
+    done_scores=done_scores,
+    done_flags=jnp.take_along_axis(jnp.concatenate([s.done_flags, ends], 1), keep, axis=1),
+    cache=cache,
+  )
 
-  s = jax.lax.while_loop(cond, body, init)
+
+def _best_hypotheses(s: _Beams, k: int, alpha: float) -> tuple[Array, Array]:
+  """The K best hypotheses of the final state and their scores: finished ones first, then live
+  beams scored as if they ended at the last step."""
   scores = jnp.concatenate([s.done_scores, s.live_logp / length_penalty(s.step, alpha)], 1)
   flags = jnp.concatenate([s.done_flags, jnp.zeros_like(s.done_flags)], axis=1)  # [B, 2K]
   order = jnp.lexsort((-scores, ~flags), axis=-1)[:, :k]  # finished first, then by score

@@ -24,12 +24,12 @@ from attention.presses import Press, kept_count
 from models import compression
 from models.decoding import (
   beam_search,
-  check_sampling,
   check_sizes,
   greedy_search,
   sample_search,
   sample_tokens,
 )
+from models.sampling import check_sampling
 
 Array = jax.Array
 

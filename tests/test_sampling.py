@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from test_decoding import BOS, EOS, IDS, PAD, VOCAB, A, first_order, second_order
 
-from models.decoding import beam_search, filter_logits, greedy_search, sample_search
+from models.decoding import beam_search, greedy_search, sample_search
 from models.generation import continue_prompt
+from models.sampling import filter_logits
 
 NUCLEUS = np.array([0.5, 0.3, 0.15, 0.05])  # sorted, so the kept sets are easy to read
 
