@@ -192,13 +192,7 @@ def chunked_attention(
   if q.ndim >= 3:
     k, v = _repeat_heads(k, q.shape[-3]), _repeat_heads(v, q.shape[-3])
   t, s, lead = q.shape[-2], k.shape[-2], q.shape[:-2]
-  # Bring mask and bias to q's rank so that blocks slice and reduce along matching axes; sink
-  # and slopes (over leading dims) too, as [..., 1, 1], so `_head_of` slices them per head.
-  to_rank = lambda x: None if x is None else x.reshape((1,) * (q.ndim - x.ndim) + x.shape)
-  mask, bias = to_rank(mask), to_rank(bias)
-  sink, slopes = (
-    None if x is None else to_rank(_floating(x)[..., None, None]) for x in (sink, alibi_slopes)
-  )
+  mask, bias, sink, slopes = _to_rank(q.ndim, mask, bias, sink, alibi_slopes)
   bq, bk = _block_sizes(t, s, q_block, kv_block, window)
   st = Static(
     q_len=t,
@@ -211,11 +205,7 @@ def chunked_attention(
     window=int(window),
     softcap=float(softcap),
   )
-  tp, sp = st.num_q_blocks * st.q_block, st.num_kv_blocks * st.kv_block
-  q = _pad_axis(q, -2, tp)
-  k, v = _pad_axis(k, -2, sp), _pad_axis(v, -2, sp)
-  bias = _pad_axis(_pad_axis(bias, -2, tp), -1, sp)
-  mask = _pad_axis(_pad_axis(mask, -2, tp, False), -1, sp, False)
+  q, k, v, bias, mask = _padded(st, q, k, v, bias, mask)
   if dropout_rate == 0.0:
     dropout_rng = None
   heads = math.prod(lead)
@@ -223,10 +213,40 @@ def chunked_attention(
     head_block = 1 if jax.default_backend() == 'cpu' else heads
   if head_block >= heads:
     return _chunked(st, q, k, v, bias, mask, dropout_rng, sink, slopes)[..., :t, :]
+  out = _by_head(st, q, k, v, bias, mask, dropout_rng, sink, slopes, head_block)
+  return out[..., :t, :]
+
+
+def _to_rank(rank: int, mask, bias, sink, alibi_slopes) -> tuple[Array | None, ...]:
+  """Mask and bias brought to q's `rank`, so that blocks slice and reduce along matching axes;
+  sink and slopes (over leading dims) too, as `[..., 1, 1]`, so `_head_of` slices them per head."""
+  to_rank = lambda x: None if x is None else x.reshape((1,) * (rank - x.ndim) + x.shape)
+  mask, bias = to_rank(mask), to_rank(bias)
+  sink, slopes = (
+    None if x is None else to_rank(_floating(x)[..., None, None]) for x in (sink, alibi_slopes)
+  )
+  return mask, bias, sink, slopes
+
+
+def _padded(st: Static, q, k, v, bias, mask) -> tuple[Array | None, ...]:
+  """q, k, v, bias and mask padded to whole blocks: `Tp` query rows and `Sp` keys."""
+  tp, sp = st.num_q_blocks * st.q_block, st.num_kv_blocks * st.kv_block
+  q = _pad_axis(q, -2, tp)
+  k, v = _pad_axis(k, -2, sp), _pad_axis(v, -2, sp)
+  bias = _pad_axis(_pad_axis(bias, -2, tp), -1, sp)
+  mask = _pad_axis(_pad_axis(mask, -2, tp, False), -1, sp, False)
+  return q, k, v, bias, mask
+
+
+def _by_head(st: Static, q, k, v, bias, mask, rng, sink, slopes, head_block: int) -> Array:
+  """`_chunked` over the flat (batch, head) slices of padded q, k, v `[..., Tp|Sp, D]`,
+  `head_block` at a time (`lax.map`), each slice's dropout from `fold_in(rng, h)`."""
+  lead = q.shape[:-2]
+  heads = math.prod(lead)
 
   def one_head(args):
     h, q_h, k_h, v_h = args
-    rng_h = None if dropout_rng is None else jax.random.fold_in(dropout_rng, h)
+    rng_h = None if rng is None else jax.random.fold_in(rng, h)
     of_h = lambda x: _head_of(x, h, lead)
     return _chunked(st, q_h, k_h, v_h, of_h(bias), of_h(mask), rng_h, of_h(sink), of_h(slopes))
 
@@ -236,7 +256,7 @@ def chunked_attention(
     (jnp.arange(heads), flat(q), flat(k), flat(v)),
     batch_size=None if head_block == 1 else head_block,
   )
-  return out.reshape(*lead, *out.shape[-2:])[..., :t, :]
+  return out.reshape(*lead, *out.shape[-2:])
 
 
 def _repeat_heads(x: Array, num_heads: int) -> Array:

@@ -159,6 +159,26 @@ def _power_of_two_at_least(x: int, floor: int) -> int:
   return max(floor, 1 << (x - 1).bit_length())
 
 
+def _check(q, k, v, window, sink_tokens, softcap, block_q, block_k) -> None:
+  """Raises ValueError on shapes or settings `flash_attention` cannot run, one sentence each."""
+  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+    raise ValueError(
+      f'flash_attention: needs q [B, N, T, H], k and v [B, K, S, H|Dv]; got q{q.shape}, '
+      f'k{k.shape}, v{v.shape}.'
+    )
+  (b, n, _, h), kv_heads = q.shape, k.shape[1]
+  if k.shape[:3] != v.shape[:3] or k.shape[0] != b or k.shape[3] != h or n % kv_heads:
+    raise ValueError(
+      f'flash_attention: k and v must share [B, K, S] with K dividing N, and k the head size of '
+      f'q; got q{q.shape}, k{k.shape}, v{v.shape}.'
+    )
+  if window < 0 or sink_tokens < 0 or softcap < 0:
+    raise ValueError('flash_attention: window, sink_tokens and softcap must be non-negative.')
+  for block in (block_q, block_k):
+    if block < MIN_BLOCK or block & (block - 1):
+      raise ValueError(f'flash_attention: block sizes must be powers of two >= 16, got {block}.')
+
+
 def flash_attention(
   q: Array,
   k: Array,
@@ -198,23 +218,8 @@ def flash_attention(
     is on the sink's zero value) and passes no gradient back.
   """
   q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
-  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-    raise ValueError(
-      f'flash_attention: needs q [B, N, T, H], k and v [B, K, S, H|Dv]; got q{q.shape}, '
-      f'k{k.shape}, v{v.shape}.'
-    )
-  (b, n, t, h), (kv_heads, s) = q.shape, k.shape[1:3]
-  if k.shape[:3] != v.shape[:3] or k.shape[0] != b or k.shape[3] != h or n % kv_heads:
-    raise ValueError(
-      f'flash_attention: k and v must share [B, K, S] with K dividing N, and k the head size of '
-      f'q; got q{q.shape}, k{k.shape}, v{v.shape}.'
-    )
-  if window < 0 or sink_tokens < 0 or softcap < 0:
-    raise ValueError('flash_attention: window, sink_tokens and softcap must be non-negative.')
-  for block in (block_q, block_k):
-    if block < MIN_BLOCK or block & (block - 1):
-      raise ValueError(f'flash_attention: block sizes must be powers of two >= 16, got {block}.')
-  dv = v.shape[3]
+  _check(q, k, v, window, sink_tokens, softcap, block_q, block_k)
+  (n, t, h), (kv_heads, s), dv = q.shape[1:], k.shape[1:3], v.shape[3]
   per_head = lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float32), (n,))[:, None]  # [N, 1]
   cfg = Config(
     scale=h**-0.5 if scale is None else float(scale),
