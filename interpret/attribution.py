@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from interpret.heads import attention_layers, grid
+from interpret.heads import grid
 from models import interventions
+from models.attention_paths import attention_layers
 from models.layers import merge_project_heads
 
 Array = jax.Array

@@ -28,6 +28,7 @@ import numpy as np
 
 from interpret import heads as heads_lib
 from models import interventions
+from models.attention_paths import attention_layers
 
 Array = jax.Array
 METRICS = ('logprob', 'logit_diff', 'loss')
@@ -90,7 +91,7 @@ def replacements(
   as many tokens as `ids`), or its output on the source ids `other` (the shape of `ids`)."""
   if ablation not in ABLATIONS:
     raise ValueError(f'--ablation must be one of {", ".join(ABLATIONS)}; got {ablation!r}.')
-  paths = list(heads_lib.attention_layers(model))
+  paths = list(attention_layers(model))
   if ablation == 'zero':
     return [jnp.zeros((1, 1, 1, 1))] * len(paths)  # broadcast over every head's output
   if other is None:

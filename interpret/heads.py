@@ -1,8 +1,8 @@
 """A model's attention heads, and the one engine that replaces them.
 
-`attention_layers(model)` lists the multi-head attention layers, `{path: heads}` in the model's
-order: the rows of every layers x heads map (`[L, N]`, N the most heads of a layer), and the
-numbering `--heads=LAYER.HEAD` uses.
+`grid(model)` gives the rows of every layers x heads map (`[L, N]`, N the most heads of a
+layer): the model's multi-head attention layers in its order, as `models.attention_paths` lists
+them, numbered as `--heads=LAYER.HEAD` numbers them.
 
 `program(model, read)` compiles `read(model, inputs)` (a metric of the logits, a task's counts)
 with heads replaced, once per row of masks `[P, L, N]` (vmapped: P edited passes in one call,
@@ -12,8 +12,10 @@ output on another input. Taps in `kept` are replaced by the given values (a bloc
 `residual`): what only they read is then computed by nobody, and XLA drops it, so a batch of
 masks that touches layers i and later costs the layers from i on.
 
-`one_at_a_time` drives a program head by head, N heads a call, the clean run in the first call,
-with progress lines: the loop of every per-head map (ablation, patching, path patching).
+`measure_rows` is the one loop around a program: rows of heads replaced together (none: the
+clean run), N rows a call, with progress lines (`Pace`). Every per-head map (ablation, patching,
+path patching: `one_at_a_time`), a split's ablation sweep and the ablated sets of heads of a study
+run through it.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -26,28 +28,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import interventions
-from models.attention_layer import MultiHeadAttention
+from models.attention_paths import attention_layers
 from training.metrics import Progress, duration
 
 Array = jax.Array
 Head = tuple[int, int]  # (layer, head)
 
 
-def attention_layers(model: nnx.Module) -> dict[str, int]:
-  """`{path: heads}` of the model's multi-head attention layers, in the model's order (the paths
-  `interventions.module_paths` names, read in one walk of the model)."""
-  return {
-    '/'.join(str(part) for part in path): module.num_heads
-    for path, module in nnx.iter_modules(model)
-    if isinstance(module, MultiHeadAttention)
-  }
-
-
 def grid(model: nnx.Module) -> tuple[list[str], int]:
   """`(the attention layers' paths, N)`: the rows of a layers x heads map and its width, the
   most heads a layer has."""
   layers = attention_layers(model)
-  return list(layers), max(layers.values())
+  return list(layers), max(layer.num_heads for layer in layers.values())
 
 
 def check_heads(num_layers: int, num_heads: int, heads: Sequence[Head]) -> None:
@@ -99,7 +91,7 @@ def program(
   clean run's, for path patching). Each structure of `kept` and `unmasked` compiles once.
   """
   graphdef, state = nnx.split(model)
-  layers = attention_layers(model)
+  layers = {path: layer.num_heads for path, layer in attention_layers(model).items()}
 
   @jax.jit
   def run(state, inputs, masks, replaced, kept, unmasked):
@@ -124,6 +116,54 @@ def program(
   return call
 
 
+class Pace:
+  """Progress lines over `total` heads: one every `Progress.EVERY_SECONDS` and one at the end,
+  `'<what> | <rate> heads/s | ETA <time>'`, the rate in heads of `per` counts each (a head over
+  every batch of a sweep)."""
+
+  def __init__(self, total: int, say: Callable[[str], None], per: int = 1):
+    self.total, self.say, self.per, self.done = total, say, per, 0
+    self.started = self.last = time.perf_counter()
+
+  def add(self, count: int, what: Callable[[int], str]) -> None:
+    """Counts `count` more; a line beginning `what(the count so far)` when one is due."""
+    self.done += count
+    now = time.perf_counter()
+    if now - self.last >= Progress.EVERY_SECONDS or self.done == self.total:
+      rate, self.last = self.done / (now - self.started), now
+      eta = duration((self.total - self.done) / rate)
+      self.say(f'{what(self.done)} | {rate / self.per:.2f} heads/s | ETA {eta}')
+
+
+def measure_rows(
+  rows: Sequence[Sequence[Head]],
+  shape: tuple[int, int],
+  measure: Callable[[np.ndarray], Any],
+  *,
+  pace: Pace | None = None,
+  what: Callable[[int, Sequence[Sequence[Head]]], str] | None = None,
+) -> Any:
+  """`measure(masks [N, L, N])` over `rows`, N rows a call (`shape` = `(L, N)`).
+
+  Each row is a set of heads replaced together (`()`: none, the clean run); the last call is
+  padded with clean rows, so that every call has one compiled shape. `pace` counts the rows
+  that replace heads, its lines beginning `what(the count so far, the call's rows)`.
+
+  Returns:
+    `measure`'s outputs (an array or a dict of them, `[N, ...]` a call) on the host, joined over
+    the rows: `[len(rows), ...]`.
+  """
+  layers, n = shape
+  padded = [*rows, *[()] * (-len(rows) % n)]
+  parts = []
+  for start in range(0, len(padded), n):
+    call = padded[start : start + n]
+    parts.append(jax.device_get(measure(masks(call, layers, n))))
+    if pace is not None:
+      pace.add(sum(1 for row in call if row), lambda done, call=call: what(done, call))
+  return jax.tree.map(lambda *values: np.concatenate(values)[: len(rows)], *parts)
+
+
 def one_at_a_time(
   heads: Sequence[Head],
   shape: tuple[int, int],
@@ -134,28 +174,19 @@ def one_at_a_time(
 ) -> tuple[float, np.ndarray]:
   """`(the clean value, [L, N] each head's value less it)`, NaN for heads not in `heads`.
 
-  `measure(masks [P, L, N]) -> [P, B]` is called with N rows of masks a call (N = `shape[1]`),
-  each replacing one head of `heads` or none: the clean run first, then padding to N, so every
-  call has one compiled shape. The values are means over B; a `progress` line (`what`: what
-  is counted) comes every `Progress.EVERY_SECONDS` and at the end.
+  `measure(masks [P, L, N]) -> [P, B]` is called by `measure_rows` on the clean row, then a row
+  per head of `heads`. The values are means over B; a `progress` line (`what`: what is counted)
+  comes every `Progress.EVERY_SECONDS` and at the end.
   """
-  layers, n = shape
+
+  def line(done: int, call) -> str:
+    reached = max((row[0][0] for row in call if row), default=0)
+    return f'{what}: {done}/{len(heads)} (layer {reached})'
+
   rows = [(), *[(head,) for head in heads]]
-  rows += [()] * (-len(rows) % n)
-  values = np.full(len(rows), np.nan)
-  started = last = time.perf_counter()
-  for start in range(0, len(rows), n):
-    values[start : start + n] = np.asarray(measure(masks(rows[start : start + n], layers, n))).mean(
-      axis=-1
-    )
-    done, now = min(start + n - 1, len(heads)), time.perf_counter()
-    if now - last >= Progress.EVERY_SECONDS or done == len(heads):
-      rate, last = done / (now - started), now
-      reached = max((row[0][0] for row in rows[start : start + n] if row), default=0)
-      progress(
-        f'{what}: {done}/{len(heads)} (layer {reached}) | {rate:.2f} heads/s | '
-        f'ETA {duration((len(heads) - done) / rate)}'
-      )
+  pace = Pace(len(heads), progress)
+  values = measure_rows(rows, shape, measure, pace=pace, what=line).mean(axis=-1)
+  values = values.astype(np.float64)  # the clean value subtracted in float64
   clean = float(values[0])
   effects = np.full(shape, np.nan)
   for (layer, head), value in zip(heads, values[1:]):

@@ -31,6 +31,7 @@ import numpy as np
 from interpret import heads as heads_lib
 from interpret.effects import Metric, patch_lengths_differ
 from models import interventions
+from models.attention_paths import attention_layers
 
 Array = jax.Array
 INPUTS = ('queries', 'keys', 'values')
@@ -88,7 +89,34 @@ def path_patching(
   ids, other = jnp.asarray(ids), jnp.asarray(other)
   if other.shape != ids.shape:
     raise ValueError(patch_lengths_differ(other.shape[1], ids.shape[1]))
-  layers = heads_lib.attention_layers(model)
+  paths, n, senders = _senders(model, receivers, into, senders)
+  clean_outputs = _outputs(model, ids, paths)  # step 1
+  corrupted = _outputs(model, other, paths)
+  wanted = _receiver_masks(model, paths, receivers, into) if receivers else {}
+
+  def record(model, inputs):  # step 2: the receivers' inputs, or the metric itself
+    if not wanted:
+      return metric.read(model, inputs)
+    _, captured = interventions.capture(model, inputs[0], method='token_logits')
+    return {name: captured[name] for name in wanted}
+
+  sent, received = heads_lib.program(model, record), _receiving(model, metric, wanted)
+  inputs = metric.inputs(ids)  # the targets as data: another target, the same programs
+
+  def measure(masks):  # the clean run (nothing sent: every head frozen clean), then senders
+    out = sent(inputs, masks, corrupted, unmasked=clean_outputs)
+    return received(inputs, out) if wanted else out
+
+  return heads_lib.one_at_a_time(
+    senders, (len(paths), n), measure, what='Path patching', progress=progress
+  )
+
+
+def _senders(model, receivers, into, senders) -> tuple[list[str], int, list[tuple[int, int]]]:
+  """`(the attention layers' paths, N, the senders)` of `path_patching`'s arguments (default
+  senders: every head of the layers before the first receiver's, or every head without
+  receivers), refused in one sentence where they are not the model's."""
+  layers = {path: layer.num_heads for path, layer in attention_layers(model).items()}
   paths, n = list(layers), max(layers.values())
   unknown = sorted(set(into) - set(INPUTS))
   if receivers and (unknown or not into):
@@ -103,21 +131,17 @@ def path_patching(
       f'sender layer {late[0][0]}, head {late[0][1]} is not before the receivers (layer '
       f'{first}): a head reaches only the layers after its own.'
     )
-  clean_outputs = _outputs(model, ids, paths)
-  corrupted = _outputs(model, other, paths)
-  wanted = _receiver_masks(model, paths, receivers, into) if receivers else {}
+  return paths, n, senders
 
-  def record(model, inputs):  # step 2: the receivers' inputs, or the metric itself
-    if not wanted:
-      return metric.read(model, inputs)
-    _, captured = interventions.capture(model, inputs[0], method='token_logits')
-    return {name: captured[name] for name in wanted}
 
-  sent = heads_lib.program(model, record)
+def _receiving(model: nnx.Module, metric: Metric, wanted: dict[str, np.ndarray]):
+  """Step 3, compiled: `received(inputs, records) -> [P, B]`, the metric on the clean prompt
+  with only the receivers' inputs (`wanted`: which heads of which input taps) replaced by each
+  row of `records` (step 2's)."""
   graphdef, state = nnx.split(model)
 
   @jax.jit
-  def received(state, inputs, records):  # step 3, one row per record
+  def received(state, inputs, records):
     def one(record):
       edits = {
         name: lambda v, mask=mask, new=record[name]: jnp.where(
@@ -131,12 +155,4 @@ def path_patching(
 
     return jax.vmap(one)(records)
 
-  inputs = metric.inputs(ids)  # the targets as data: another target, the same programs
-
-  def measure(masks):  # the clean run (nothing sent: every head frozen clean), then senders
-    out = sent(inputs, masks, corrupted, unmasked=clean_outputs)
-    return received(state, inputs, out) if wanted else out
-
-  return heads_lib.one_at_a_time(
-    senders, (len(paths), n), measure, what='Path patching', progress=progress
-  )
+  return lambda inputs, records: received(state, inputs, records)

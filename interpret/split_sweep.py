@@ -3,16 +3,16 @@
 A head is ablated by zeroing its output (`<layer>/heads`, before the output projection), so the
 layer goes on with the other heads' contributions only. Batch by batch, a clean pass keeps what
 each block passes on (its `residual` tap); then each layer's heads run as one call of the
-engine (`interpret.heads.program`: a mask per head, vmapped), the blocks below the layer's
-segment given their clean outputs, which XLA then does not compute. A segment is a quarter of
-the layers: one compile each, where a program per layer would trace the model once per layer.
+engine (`interpret.heads.program`: a mask per head, vmapped, driven by the engine's loop
+`measure_rows`), the blocks below the layer's segment given their clean outputs, which XLA then
+does not compute. A segment is a quarter of the layers: one compile each, where a program per
+layer would trace the model once per layer.
 """
 
 import functools
 import json
 import math
 import os
-import time
 
 from absl import logging
 import jax
@@ -22,9 +22,9 @@ import numpy as np
 from interpret import figures
 from interpret import heads as heads_lib
 from models import interventions
+from models.attention_paths import attention_layers
 from tasks import Task
 from training import evaluation, sharding
-from training.metrics import Progress, duration
 from training.steps import TrainState, merge_model
 
 MAIN_METRICS = ('accuracy', 'token_accuracy', 'sequence_accuracy', 'loss')  # the first present
@@ -59,7 +59,7 @@ def sweep(
     ValueError: the model has no multi-head attention layer.
   """
   model = merge_model(state)
-  layers = heads_lib.attention_layers(model)
+  layers = {path: layer.num_heads for path, layer in attention_layers(model).items()}
   if not layers:
     raise ValueError(
       '--ablate_heads needs a model with multi-head attention layers (the '
@@ -78,26 +78,27 @@ def sweep(
   run = heads_lib.program(model, task.eval_counts)
   zeros = [jnp.zeros((1, 1, 1, 1))] * len(paths)
   every = math.ceil(len(paths) / SEGMENTS)
+  rows = [[(layer, head)] for layer, heads in enumerate(layers.values()) for head in range(heads)]
+  say = lambda line: logging.info('%s', line)  # a real model has 270 heads: lines as it goes
+  pace = heads_lib.Pace(heads_total * len(batches), say, per=len(batches))  # heads over the split
   base_totals, totals = {}, {path: [{} for _ in range(heads)] for path, heads in layers.items()}
-  total, done, started, last = heads_total * len(batches), 0, time.perf_counter(), 0.0
   for number, batch in enumerate(batches, 1):
     batch = sharding.shard_batch(batch, mesh)
     counts, residuals = _clean(state, batch, counts_fn=task.eval_counts)
     evaluation.add_counts(base_totals, counts)
-    for layer, (path, heads) in enumerate(layers.items()):
-      kept = heads_lib.residuals_below(paths[layer - layer % every], residuals)
-      rows = [[(layer, head)] for head in range(heads)] + [[]] * (n - heads)
-      counts = jax.device_get(run(batch, heads_lib.masks(rows, len(paths), n), zeros, kept))
-      for head in range(heads):
-        evaluation.add_counts(totals[path][head], {k: v[head] for k, v in counts.items()})
-      done, now = done + heads, time.perf_counter()
-      if now - last >= Progress.EVERY_SECONDS or done == total:  # a real model has 270 heads
-        rate, last = done / (now - started), now
-        line = (
-          f'Head ablation: batch {number}/{len(batches)}, {path} | '
-          f'{rate / len(batches):.2f} heads/s'
-        )
-        logging.info('%s | ETA %s', line, duration((total - done) / rate))
+
+    def measure(masks, batch=batch, residuals=residuals):  # a call's first layer's segment kept
+      first = int(np.flatnonzero(masks.any(axis=(0, 2)))[0])
+      kept = heads_lib.residuals_below(paths[first - first % every], residuals)
+      return run(batch, masks, zeros, kept)
+
+    def line(done, call, number=number):  # the layer the call reached
+      path = paths[max(row[0][0] for row in call if row)]
+      return f'Head ablation: batch {number}/{len(batches)}, {path}'
+
+    counts = heads_lib.measure_rows(rows, (len(paths), n), measure, pace=pace, what=line)
+    for row, ((layer, head),) in enumerate(rows):
+      evaluation.add_counts(totals[paths[layer]][head], {k: v[row] for k, v in counts.items()})
   summarize = lambda counts: {k: float(v) for k, v in task.summarize(counts).items()}
   base = summarize(base_totals)
   metric = next(name for name in MAIN_METRICS if name in base)

@@ -128,24 +128,6 @@ def modules_by_path(model: nnx.Module) -> dict[str, nnx.Module]:
   return {'/'.join(str(part) for part in path): module for path, module in nnx.iter_modules(model)}
 
 
-def layer_paths(model: nnx.Module, role: str = 'self') -> list[str]:
-  """The paths of the attention layers the model lists under `role` in its `attention_names`, in
-  layer order (`'layers/0/self_attn'`, `'layers/1/self_attn'`, ...): each one's taps are
-  `PATH/queries`, `PATH/heads`, ...
-
-  Raises:
-    KeyError: the model lists no such role.
-  """
-  pattern = model.attention_names[role].rsplit('/', 1)[0].split('/')  # 'layers/*/self_attn'
-  paths = [
-    path
-    for path in module_paths(model).values()
-    if len(path.split('/')) == len(pattern)
-    and all(w in ('*', p) for p, w in zip(path.split('/'), pattern))
-  ]
-  return sorted(paths, key=_natural_order)
-
-
 def _natural_order(name: str) -> list:
   """Numbers compare as numbers: layers/10 after layers/2, hop_10 after hop_2."""
   return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', name)]

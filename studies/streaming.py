@@ -41,7 +41,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
-from models.attention_layer import MultiHeadAttention
+from models.attention_paths import attention_layers
 from studies.decoder_runs import first_token_weight, integers, load_with_stream, per_head
 from training import failures
 
@@ -51,9 +51,8 @@ def with_cache(model: nnx.Module, window: int, sink_tokens: int) -> nnx.Module:
   set: `window=0` sees every earlier token."""
   graphdef, state = nnx.split(model)
   copy = nnx.merge(graphdef, state)
-  for _, module in nnx.iter_modules(copy):
-    if isinstance(module, MultiHeadAttention):
-      module.config = dataclasses.replace(module.config, window=window, sink_tokens=sink_tokens)
+  for layer in attention_layers(copy).values():
+    layer.config = dataclasses.replace(layer.config, window=window, sink_tokens=sink_tokens)
   return copy
 
 

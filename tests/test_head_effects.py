@@ -12,6 +12,7 @@ from tiny_decoders import HOOKED_TOLERANCE, VOCAB, _model, written_and_converted
 from interpret import attribution
 from interpret import effects as effects_lib
 from models import interventions
+from models.attention_paths import attention_layers
 
 pytest.importorskip('transformers', reason='the reference implementation (test extra)')
 IDS = np.random.default_rng(1).integers(1, VOCAB, (1, 12))
@@ -115,7 +116,7 @@ def test_the_batched_sweep_is_one_edit_at_a_time_and_sets_add_up(checkpoint):
   metric = effects_lib.Metric('loss')
   ids = jnp.asarray(IDS)
   clean, effects = effects_lib.head_effects(model, ids, metric, heads=[(0, 1), (1, 0)])
-  paths = interventions.layer_paths(model)
+  paths = list(attention_layers(model))
   for layer, head in [(0, 1), (1, 0)]:
     edits = {f'{paths[layer]}/heads': interventions.zero_head(head)}
     logits, _ = interventions.capture(model, ids, edits=edits, method='token_logits')
