@@ -1,10 +1,11 @@
 """The layers x heads map: one value per head, rows the attention layers, with its colour bar.
 
 Every command and study that reports a number per head draws it here (prompt.py heads and
-attribute, eval.py --ablate_heads, the head and IOI studies): a diverging scale centred at 0 for
-changes and attributions, a sequential one for scores and metrics; grey where a head was not
-computed (NaN); the values written in the cells while they stay legible; marks (e.g. a head's
-class in a circuit) over the cells.
+attribute, eval.py --ablate_heads, the head, IOI and attention distance studies): a diverging
+scale centred at 0 for changes and attributions, a sequential one for scores, metrics and
+distances; grey where a head was not computed (NaN); the values written in the cells while they
+stay legible; marks (e.g. a head's class in a circuit) over the cells; row labels in bold where a
+row stands apart (a global layer among local ones).
 """
 
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ def draw_head_map(
   diverging: bool = True,
   limits: tuple[float, float] | None = None,
   marks: Mapping[tuple[int, int], str] | None = None,
+  bold: Sequence[int] = (),
 ) -> None:
   """Draws `values [L, N]` on `axes` of `figure` with its colour bar.
 
@@ -47,6 +49,7 @@ def draw_head_map(
     diverging: a blue-red scale symmetric about 0 (changes); else viridis (scores, metrics).
     limits: the colour scale's (min, max); default the data's (symmetric when diverging).
     marks: text drawn over some cells, `{(layer, head): text}`.
+    bold: rows whose labels are set in bold (e.g. Gemma 3's global layers among local ones).
   """
   from matplotlib import colormaps  # pylint: disable=import-outside-toplevel
 
@@ -64,6 +67,9 @@ def draw_head_map(
   step = 1 if rows is not None or layers <= 32 else max(1, layers // 16)
   names = list(rows) if rows is not None else [str(layer) for layer in range(layers)]
   axes.set_yticks(range(0, layers, step), names[::step], fontsize=7)
+  for row in bold:
+    if row % step == 0:  # a row with a label
+      axes.get_yticklabels()[row // step].set_fontweight('bold')
   axes.set(xlabel=xlabel, ylabel='layer' if rows is None else '')
   axes.set_title(title, fontsize=9, wrap=True)
   if layers * heads <= ANNOTATED_CELLS and not marks:

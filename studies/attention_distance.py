@@ -30,6 +30,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
+from interpret import figures
+from models.attention_paths import attention_layers
 from studies.decoder_runs import first_token_weight, load_with_stream, per_head
 from training import failures
 
@@ -61,28 +63,29 @@ def head_distances(model: nnx.Module, ids: np.ndarray, first_query: int) -> dict
 
 def layer_windows(model: nnx.Module) -> list[int]:
   """Each layer's self-attention window (0: global, every earlier key)."""
-  return [layer.self_attn.config.window for layer in model.layers]
+  return [layer.config.window for layer in attention_layers(model).values()]
 
 
 def save_figure(path: str, result: dict, title: str) -> str:
-  """The distance per layer and head as a grid, and per layer with local and global layers
-  apart, with the first token's part."""
+  """The distance per layer and head as a grid (`interpret.figures`' layers x heads map, global
+  layers in bold), and per layer with local and global layers apart, with the first token's
+  part."""
   grid = np.asarray(result['distance'])  # [L, N]
   without = np.asarray(result['distance without the first token'])
   windows, (layers, heads) = result['windows'], grid.shape
   figure = Figure(figsize=(14, max(4.5, 0.25 * layers + 1.5)))
   FigureCanvasAgg(figure)
   cells, lines = figure.subplots(1, 2, width_ratios=[max(3.0, 0.5 * heads + 2), 7])
-  image = cells.imshow(grid, cmap='magma', aspect='auto')
-  cells.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=8)
-  labels = [f'{i} ({"global" if not w else f"local {w}"})' for i, w in enumerate(windows)]
-  cells.set_yticks(range(layers), labels, fontsize=7)
-  for i, window in enumerate(windows):
-    if not window:
-      cells.get_yticklabels()[i].set_fontweight('bold')
-  cells.set_xlabel('head')
-  cells.set_title('mean attention distance (tokens)', fontsize=10)
-  figure.colorbar(image, ax=cells, fraction=0.08, label='tokens back')
+  figures.draw_head_map(
+    figure,
+    cells,
+    grid,
+    title='mean attention distance (tokens)',
+    label='tokens back',
+    rows=[f'{i} ({"global" if not w else f"local {w}"})' for i, w in enumerate(windows)],
+    diverging=False,
+    bold=[i for i, window in enumerate(windows) if not window],
+  )
   x = np.arange(layers)
   local = np.array([bool(w) for w in windows])
   for mask, colour, name in ((local, 'tab:blue', 'local'), (~local, 'tab:red', 'global')):
