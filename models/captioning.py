@@ -8,7 +8,8 @@ weights are read by name through `models.interventions` (`Captioner.attention_na
 
 Encoders (`encoder`):
 
-- `'cnn'`: `ConvEncoder`, a small CNN whose cells are the regions (Xu et al. 2015 use VGG's).
+- `'cnn'`: `ConvEncoder` (`models.conv_encoder`), a small CNN whose cells are the regions (Xu
+  et al. 2015 use VGG's).
 - `'vit'`: the ViT's `PatchEncoder` without a class token; the patches are the regions.
 
 Both add 2-D positions (learned or sinusoidal), so the decoder can look for "the next digit to the
@@ -33,13 +34,13 @@ import jax.numpy as jnp
 
 from models import interventions, rnn_attention
 from models.blocks import EPS, DecoderLayer, decoder_step, init_decoder_cache, run_decoder
+from models.conv_encoder import ConvEncoder, check_cnn
 from models.embeddings import SinusoidalPositions, TokenEmbedding, lookup
-from models.layers import check_choice, check_positive_ints, check_vocab, dense, is_int
+from models.layers import check_choice, check_positive_ints, check_vocab, dense
 from models.seq2seq import bahdanau_step
 from models.stack_config import StackConfig
 from models.variant_config import VariantConfig
 from models.vision import (
-  GridPositions,
   PatchEncoder,
   check_dropout,
   check_image_shape,
@@ -55,60 +56,23 @@ DECODERS = ('gru', 'transformer')
 _STACK = dict(norm='pre', activation='gelu', positions='sinusoidal')
 
 
-def _check_cnn(image_shape: tuple[int, int, int], channels: Any) -> None:
-  """Raises ValueError unless `channels` are positive ints whose stages fit the image."""
-  if not (
-    isinstance(channels, (tuple, list)) and channels and all(is_int(c) and c > 0 for c in channels)
-  ):
-    raise ValueError(
-      f'cnn_channels must be a non-empty sequence of positive integers; got {channels!r}.'
+def _image_encoder(
+  encoder: str,
+  image_shape: tuple[int, int, int],
+  cnn_channels: tuple[int, ...],
+  patch_size: int,
+  layers: int,
+  positions: str,
+  stack: StackConfig,
+  rngs: nnx.Rngs,
+) -> ConvEncoder | PatchEncoder:
+  """The `encoder` of the regions, `'cnn'` or `'vit'` (its stack `layers` deep)."""
+  if encoder == 'cnn':
+    return ConvEncoder(
+      image_shape, tuple(cnn_channels), stack.d_model, positions=positions, rngs=rngs
     )
-  scale = 2 ** len(channels)
-  if image_shape[0] % scale or image_shape[1] % scale:
-    raise ValueError(
-      f"encoder='cnn' with {len(channels)} stages (cnn_channels) halves H and W "
-      f'{len(channels)} times, so both must be divisible by {scale}; got '
-      f'image_shape={image_shape}.'
-    )
-
-
-class ConvEncoder(nnx.Module):
-  """Regions from a small CNN: per stage a 3x3 convolution, ReLU and 2x2 max pooling.
-
-  k stages give a `H/2^k x W/2^k` grid; a linear layer (a 1x1 convolution) maps each cell to D and
-  `GridPositions` add where it is. The receptive field stays small (10 x 10 pixels around a
-  4 x 4 cell for two stages), so a region describes its own part of the image, which is what lets
-  attention point at it.
-  """
-
-  def __init__(
-    self,
-    image_shape: tuple[int, int, int],
-    channels: tuple[int, ...],
-    d_model: int,
-    *,
-    positions: str,
-    rngs: nnx.Rngs,
-  ):
-    h, w, c = image_shape
-    self.grid = (h // 2 ** len(channels), w // 2 ** len(channels))
-    self.convs = nnx.List(
-      [
-        nnx.Conv(c_in, c_out, kernel_size=(3, 3), padding='SAME', rngs=rngs)
-        for c_in, c_out in zip((c, *channels[:-1]), channels)
-      ]
-    )
-    self.proj = dense(channels[-1], d_model, rngs=rngs)
-    self.positions = GridPositions(positions, self.grid, d_model, rngs=rngs)
-
-  def __call__(self, images: Array) -> Array:
-    """Images `[B, H, W, C]` -> region features `[B, gh*gw, D]`, row-major."""
-    x = images
-    for conv in self.convs:  # each stage: [B, h, w, c_in] -> [B, h/2, w/2, c_out]
-      x = nnx.max_pool(jax.nn.relu(conv(x)), window_shape=(2, 2), strides=(2, 2))
-    x = self.proj(x)  # [B, gh, gw, D]
-    x = jnp.reshape(x, (x.shape[0], -1, x.shape[-1]))  # [B, R, D]
-    return x + self.positions().astype(x.dtype)
+  vit = dataclasses.replace(stack, num_layers=layers, positions=positions)
+  return PatchEncoder(image_shape, patch_size, class_token=False, stack=vit, rngs=rngs)
 
 
 class Captioner(nnx.Module):
@@ -205,7 +169,7 @@ class Captioner(nnx.Module):
       **dataclasses.asdict(variant),
     )
     if encoder == 'cnn':
-      _check_cnn(image_shape, cnn_channels)
+      check_cnn(image_shape, cnn_channels)
     if decoder == 'gru':
       rnn_attention.check_score(score)
 
@@ -213,35 +177,37 @@ class Captioner(nnx.Module):
     self.image_shape = image_shape
     self.decoder_kind = decoder
     self.dropout_rate = dropout_rate
-    if encoder == 'cnn':
-      self.image_encoder = ConvEncoder(
-        image_shape, tuple(cnn_channels), d_model, positions=positions, rngs=rngs
-      )
-    else:
-      self.image_encoder = PatchEncoder(
-        image_shape,
-        patch_size,
-        class_token=False,
-        rngs=rngs,
-        stack=dataclasses.replace(stack, num_layers=encoder_layers, positions=positions),
-      )
+    self.image_encoder = _image_encoder(
+      encoder, image_shape, cnn_channels, patch_size, encoder_layers, positions, stack, rngs
+    )
     self.grid = self.image_encoder.grid
     self.dropout = nnx.Dropout(dropout_rate)
-    if decoder == 'gru':
+    # Built after the encoder, so that the parameters draw their keys in the order they always did.
+    features = self._build_decoder(stack, vocab_size, embed_dim, decoder_layers, score, rngs)
+    self.output = dense(features, vocab_size, rngs=rngs)
+
+  def _build_decoder(
+    self,
+    stack: StackConfig,
+    vocab_size: int,
+    embed_dim: int,
+    layers: int,
+    score: str,
+    rngs: nnx.Rngs,
+  ) -> int:
+    """Builds the `decoder_kind` decoder's layers; returns the width of the output's features."""
+    d_model = stack.d_model
+    if self.decoder_kind == 'gru':
       self.embed = nnx.Embed(vocab_size, embed_dim, rngs=rngs)
       self.attn = rnn_attention.make_attention(score, query_dim=d_model, key_dim=d_model, rngs=rngs)
       self.bridge = nnx.Linear(d_model, d_model, rngs=rngs)  # h_0 = tanh(W mean_r a_r)
       self.cells = nnx.List([nnx.GRUCell(embed_dim + d_model, d_model, rngs=rngs)])
-      features = 2 * d_model + embed_dim  # [h_t; c_t; E y_{t-1}]
-    else:
-      self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
-      self.token_positions = SinusoidalPositions(d_model)
-      self.decoder_layers = nnx.List(
-        [DecoderLayer(stack, rngs=rngs) for _ in range(decoder_layers)]
-      )
-      self.decoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
-      features = d_model
-    self.output = dense(features, vocab_size, rngs=rngs)
+      return 2 * d_model + embed_dim  # [h_t; c_t; E y_{t-1}]
+    self.embed = TokenEmbedding(vocab_size, d_model, rngs=rngs)
+    self.token_positions = SinusoidalPositions(d_model)
+    self.decoder_layers = nnx.List([DecoderLayer(stack, rngs=rngs) for _ in range(layers)])
+    self.decoder_norm = nnx.LayerNorm(d_model, epsilon=EPS, rngs=rngs)
+    return d_model
 
   def _encode(
     self, images: Array, *, deterministic: bool = True, rngs: nnx.Rngs | None = None
