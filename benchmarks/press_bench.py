@@ -32,9 +32,10 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 
+from attention import get_press
 from benchmarks import machine, press_agreement, timing
-from interpret import loading
 from models import compression, pretrained
+import sources
 from training import layout
 
 BOOK = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data', 'books')
@@ -42,10 +43,10 @@ BOOK = os.path.join(BOOK, 'pride_and_prejudice.txt')
 PRESSES = ('knorm', 'snapkv', 'tova', 'expected_attention', 'adakv', 'pyramidkv', 'streaming_llm')
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames=('room', 'name', 'ratio'))
-def _prefill(graphdef, state, prompt, *, room, name, ratio):
-  press = None if name is None else (name, ratio)
-  return compression.pressed_prefill(nnx.merge(graphdef, state), prompt, room, press)
+@functools.partial(jax.jit, static_argnums=0, static_argnames=('room', 'pressing'))
+def _prefill(graphdef, state, prompt, *, room, pressing):
+  """The prompt's cache, pressed by `pressing` = `(press, ratio)` (None: whole)."""
+  return compression.pressed_prefill(nnx.merge(graphdef, state), prompt, room, pressing)
 
 
 @functools.partial(jax.jit, static_argnums=0, donate_argnames='cache')
@@ -129,7 +130,9 @@ def attend_over_kvpress(attend: dict, peer: dict) -> dict:
 
 
 def run(args) -> dict:
-  decoder = loading.load_decoder(args.checkpoint)
+  presses = args.presses.split(',')
+  resolved = {name: get_press(name) for name in presses}  # an unknown name before any work
+  decoder = sources.load_decoder(args.checkpoint)
   graphdef, state = nnx.split(decoder.model)
   with open(args.text, encoding='utf-8') as f:  # real text: scores as a press meets them
     ids = decoder.tokenizer.encode(f.read(8 * args.length))[: args.length + 1]
@@ -138,13 +141,12 @@ def run(args) -> dict:
   prompt = jnp.asarray([ids], jnp.int32)
   room = args.tokens + 1
   prefill = functools.partial(_prefill, graphdef, state, prompt, room=room)
-  presses = args.presses.split(',')
-  sides = {'prefill': lambda: prefill(name=None, ratio=0.0)}
-  for name in presses:
-    sides[name] = functools.partial(prefill, name=name, ratio=args.ratio)
+  sides = {'prefill': lambda: prefill(pressing=None)}
+  for name, press in resolved.items():
+    sides[name] = functools.partial(prefill, pressing=(press, args.ratio))
   timed = timing.compare(sides, turns=args.turns, warmup=1)
   token = prompt[:, -1]
-  caches = {'full': lambda: prefill(name=None, ratio=0.0), 'pressed': sides[args.decode]}
+  caches = {'full': lambda: prefill(pressing=None), 'pressed': sides[args.decode]}
   rates = {side: [] for side in caches}
   _decode(graphdef, state, caches['pressed'](), token, args.tokens)  # compile both caches' steps
   _decode(graphdef, state, caches['full'](), token, args.tokens)

@@ -13,15 +13,15 @@ from flax import nnx
 import jax.numpy as jnp
 import numpy as np
 
-from interpret import attribution, effects, figures, loading
+from attention import Press, get_press
+from interpret import attribution, effects, figures
 from interpret import heads as heads_lib
 from models import compression, interventions
 from reports import explorer
+import sources
 import tasks
 from tasks import pictures
 from tasks.language import LanguageModeling
-from training import restore
-from training.steps import merge_model
 
 TOP = 10  # heads listed on the terminal
 
@@ -52,15 +52,15 @@ class Prompt:
   `source`, or of the workdir's causal language model. The parameters are read when `model` is
   first asked for, so that every flag is checked against the config and the tokenizer first."""
 
-  def __init__(self, request: Request, source: restore.Source | None = None):
-    self.source = source or loading.language_source(request.workdir, request.checkpoint)
-    self.config, self.tokenizer = self.source.config, self.source.task.tokenizer
+  def __init__(self, request: Request, source: sources.Source | None = None):
+    self.source = source or sources.require_causal(resolve(request))
+    self.config, self.tokenizer = self.source.config, self.source.tokenizer
     self.ids = self.encode(request.prompt, '--prompt')
     self.tokens = self.tokenizer.tokens(self.ids[0])
 
   @functools.cached_property
   def model(self) -> nnx.Module:
-    return merge_model(restore.restored(self.source).state)
+    return self.source.model()
 
   def encode(self, text: str, flag: str) -> jnp.ndarray:
     if not text.strip():
@@ -95,6 +95,18 @@ def _heads(text: str) -> list[tuple[int, int]] | None:
     return [tuple(int(n) for n in item.split('.')) for item in text.split(',')]
   except ValueError:
     raise ValueError(f'--heads={text!r}: give LAYER.HEAD pairs, e.g. --heads=9.6,10.0') from None
+
+
+def resolve(request: Request) -> sources.Source:
+  """The source `--workdir` names (any reference `sources.resolve` takes); a pretrained
+  checkpoint, not a workdir to write into, needs --out."""
+  source = sources.resolve(request.workdir, checkpoint=request.checkpoint)
+  if source.workdir is None and not request.out:
+    raise ValueError(
+      f'--workdir={request.workdir} is a pretrained checkpoint, not a workdir to write into; '
+      'give --out.'
+    )
+  return source
 
 
 def _out(request: Request) -> str:
@@ -236,21 +248,22 @@ def _reads_prompts(task: type[tasks.Task]) -> bool:
 def run_attention(request: Request) -> dict:
   """The attention of a run of any task that reads text on the prompt: a language model's
   chosen layers, or what the task draws and explores for an example (`Task.text_sample`)."""
-  source = restore.resolve(request.workdir, checkpoint=request.checkpoint)
-  if not _reads_prompts(type(source.task)):
+  source = resolve(request)
+  task = tasks.task_class(source.config.task)
+  if not _reads_prompts(task):
     readers = ', '.join(name for name, task in tasks.TASKS.items() if _reads_prompts(task))
     raise ValueError(
       f'--workdir={request.workdir} holds a run of {source.config.task}, whose examples are not '
       f'text; prompt.py attention reads runs of {readers}.'
     )
   if request.press:
-    loading.check_causal(source, '--press')
-  if isinstance(source.task, LanguageModeling):
+    sources.require_causal(source, '--press')
+  if issubclass(task, LanguageModeling):
     return _token_attention(request, source)
   return _example_attention(request, source)
 
 
-def _example_attention(request: Request, source: restore.Source) -> dict:
+def _example_attention(request: Request, source: sources.Source) -> dict:
   """The prompt read as one of the task's examples, predicted, drawn as eval.py draws an example
   (its --layers one layer, default the last; the mean over heads), and its explorer page."""
   if not request.prompt.strip():
@@ -261,25 +274,26 @@ def _example_attention(request: Request, source: restore.Source) -> dict:
       f'--layers={request.layers!r}: a {source.config.task} run draws one layer; give one number.'
     )
   options = tasks.EvalOptions(num_pictures=1, layer=layers[0])
-  run = restore.restored(source)
-  model = merge_model(run.state)
-  sample = run.task.text_sample(model, request.prompt, options)
-  records = run.task.explore(model, [sample], options)
+  task = source.task
+  model = source.model()
+  sample = task.text_sample(model, request.prompt, options)
+  records = task.explore(model, [sample], options)
   out = _out(request)
   os.makedirs(out, exist_ok=True)
-  drawn = run.task.draw(model, [sample], out, options)
-  page = explorer.write(out, records, title=f'{run.config.task} on "{_short(request.prompt)}"')
+  drawn = task.draw(model, [sample], out, options)
+  page = explorer.write(out, records, title=f'{source.config.task} on "{_short(request.prompt)}"')
   print(f'Prediction: {records[0]["prediction"] if records else sample["line"]}')
   print(f'Wrote {", ".join([*drawn, page])}.')
   return dict(sample=sample, pictures=drawn, explorer=page)
 
 
-def _token_attention(request: Request, source: restore.Source) -> dict:
+def _token_attention(request: Request, source: sources.Source) -> dict:
   """The chosen layers' attention on the prompt: attention.png and explorer.html."""
   prompt = Prompt(request, source)
   layers = _layers(request.layers, prompt.config.model.num_layers)
-  if request.press:  # what the press's settings alone refuse, before the model is read
-    compression.check_settings(request.press, request.press_ratio, prompt.ids.shape[1])
+  press = get_press(request.press) if request.press else None
+  if press:  # what the press's settings alone refuse, before the model is read
+    compression.check_settings(press, request.press_ratio, prompt.ids.shape[1])
   weights = np.asarray(
     interventions.attention(prompt.model, 'self', prompt.ids, method='token_logits')[0]
   )  # [L, N, T, T]
@@ -308,24 +322,24 @@ def _token_attention(request: Request, source: restore.Source) -> dict:
       )
     ],
   )
-  if request.press:
-    record['views'].append(_kept_view(prompt, request))
+  if press:
+    record['views'].append(_kept_view(prompt, press, request.press_ratio))
   page = explorer.write(out, [record], title=f'attention on "{_short(request.prompt)}"')
   print(f'Wrote {picture} and {page} (layers {", ".join(map(str, layers))}; --layers=all).')
   return dict(layers=layers, picture=picture, explorer=page, views=record['views'])
 
 
-def _kept_view(prompt: Prompt, request: Request) -> dict:
+def _kept_view(prompt: Prompt, press: Press, ratio: float) -> dict:
   """The explorer's view of what `--press` keeps of the prompt's cache, a row per pressed layer's
   key/value head (`compression.kept_positions`; a layer with a window keeps its ring and is
   not a row)."""
-  masks = compression.kept_positions(prompt.model, prompt.ids, request.press, request.press_ratio)
+  masks = compression.kept_positions(prompt.model, prompt.ids, press, ratio)
   rows, kept = [], []
   for layer, mask in enumerate(masks):
     for head, row in enumerate(np.asarray(mask[0]) if mask is not None else []):
       rows.append(f'layer {layer} kv head {head}')
       kept.append(row)
-  name = f'{request.press} at ratio {request.press_ratio:g}'
+  name = f'{press.name} at ratio {ratio:g}'
   print(f'{name}: kept {np.mean(kept):.1%} of {len(rows)} heads x {len(prompt.tokens)} positions.')
   return dict(kind='kept', name=name, tokens=prompt.tokens, rows=rows, kept=np.asarray(kept))
 

@@ -18,10 +18,8 @@ import jax
 
 from attention import presses
 from data.chat import chat_ids
-from interpret import loading
 from models import compression, generation
-from training import restore
-from training.steps import merge_model
+import sources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,17 +46,17 @@ def prompt_ids(tokenizer, prompt: str, chat: bool) -> list[int]:
   return chat_ids(tokenizer, prompt) if chat else list(tokenizer.encode(prompt))
 
 
-def check_request(request: Request, config, ids: list[int]) -> None:
-  """ValueError, one sentence naming the flag, for what the model cannot continue."""
+def check_request(request: Request, config, ids: list[int]) -> presses.Press | None:
+  """The press asked for, resolved from its name (None: none); ValueError, one sentence naming
+  the flag, for what the model cannot continue."""
   if not request.prompt.strip():
     raise ValueError('--prompt is empty; give the text to continue.')
   if not ids:
     raise ValueError(f'--prompt={request.prompt!r} encodes to no tokens.')
-  if request.press:  # what the press's settings alone refuse; the model's limits once it is built
+  press = presses.get_press(request.press) if request.press else None
+  if press:  # what the press's settings alone refuse; the model's limits once it is built
     # The cache holds the prompt but its last token, decoding's first input.
-    compression.check_settings(
-      request.press, request.press_ratio, len(ids) - 1, request.press_every
-    )
+    compression.check_settings(press, request.press_ratio, len(ids) - 1, request.press_every)
   if request.max_new_tokens < 1:
     raise ValueError(f'--max_new_tokens must be at least 1, got {request.max_new_tokens}.')
   limit = config.model.get('max_length')
@@ -68,6 +66,7 @@ def check_request(request: Request, config, ids: list[int]) -> None:
       f"{len(ids) + request.max_new_tokens} positions, past the model's context of {limit} "
       '(config.model.max_length); shorten the prompt or ask for fewer tokens.'
     )
+  return press
 
 
 def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
@@ -81,12 +80,12 @@ def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
   Raises:
     ValueError: the workdir is not a language model's, or a flag it cannot honour.
   """
-  source = loading.language_source(request.workdir, request.checkpoint)
-  tokenizer = source.task.tokenizer
+  source = sources.require_causal(sources.resolve(request.workdir, checkpoint=request.checkpoint))
+  tokenizer = source.tokenizer
   ids = prompt_ids(tokenizer, request.prompt, request.chat)
-  check_request(request, source.config, ids)  # before the parameters are read
+  press = check_request(request, source.config, ids)  # before the parameters are read
   stream = generation.stream_prompt(
-    merge_model(restore.restored(source).state),
+    source.model(),
     [ids],
     max_length=request.max_new_tokens,
     rng=jax.random.key(request.seed),
@@ -94,7 +93,7 @@ def continue_prompt(request: Request, out: TextIO = sys.stdout) -> dict:
     top_k=request.top_k,
     top_p=request.top_p,
     stop_ids=tuple(tokenizer.special_ids),
-    press=(request.press, request.press_ratio) if request.press else None,
+    press=(press, request.press_ratio) if press else None,
     press_every=request.press_every,
     press_rerotate=request.press_rerotate,
   )

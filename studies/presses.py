@@ -29,79 +29,28 @@ the needle marked) into `--out`, and prints the table.
 """
 
 import argparse
+import dataclasses
 import functools
 import inspect
 import json
 import os
 import time
+from typing import Any
 
 from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention import PRESSES
+from attention import PRESSES, Press, get_press
 from data import retrieval_tasks
-from data.chat import chat_text
-from interpret import loading
 from models import compression
-from studies import presses_report
+import sources
+from studies import press_prompts, presses_report
 import training
 
-BOOK = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data', 'books')
-BOOK = os.path.join(BOOK, 'pride_and_prejudice.txt')
 MAX_NEW = {'variable_tracking': 30}  # tokens to generate; the needles' 7 digits need fewer
 MAX_NEW_DEFAULT = 16
-
-
-REPEAT = '\n\nRepeat the previous context exactly.'  # KVzip's request, as kvpress words it
-
-
-def framed(tokenizer, sample: retrieval_tasks.Sample) -> dict:
-  """kvpress's framing of a sample: `context` ids (what a press compresses), `question` ids (the
-  question closing the user's turn, then the answer prefix), `turn_end` (the id that ends the
-  answer: the template's end of turn, else the end of text), and KVzip's `request` (the turn's
-  end after it; `padded` appends the context again, without the template's `opening`, `prefix`
-  tokens long)."""
-  if not getattr(tokenizer, 'chat_template', ''):
-    # What the tokenizer puts before any text (Gemma's BOS) opens the context, and is left out
-    # of KVzip's repeat block as a template's opening is: a BOS inside a text derails it.
-    opening, context = tokenizer.encode(''), tokenizer.encode(sample.context)
-    return dict(
-      context=context,
-      question=tokenizer.encode_pieces(f'{sample.question}\n{sample.answer_prefix}'),
-      turn_end=tokenizer.eos_id,
-      prefix=len(opening) if context[: len(opening)] == opening else 0,
-      opening='',
-      request=tokenizer.encode_pieces(REPEAT + '\n'),
-    )
-  marker = '#' * 16
-  opened, suffix = chat_text(tokenizer, sample.context + marker).split(marker)
-  opening = opened[: len(opened) - len(sample.context)]
-  context, prefix = tokenizer.encode_pieces(opened), len(tokenizer.encode_pieces(opening))
-  first = tokenizer.encode_pieces(suffix)[0]
-  return dict(
-    context=context,
-    question=tokenizer.encode_pieces(sample.question + suffix + sample.answer_prefix),
-    turn_end=first if first in tokenizer.special_ids else tokenizer.eos_id,
-    prefix=prefix,
-    opening=opening,
-    request=tokenizer.encode_pieces(REPEAT + suffix),
-  )
-
-
-def padded(ids: dict, context: int, question: int, filler: int) -> dict:
-  """`framed`'s ids with the context ending in `filler` tokens up to `context` ids and the
-  question starting with them up to `question` ids (one shape per length and task: one
-  compile), and KVzip's `repeat` block: its request, then the padded context without the
-  template's opening."""
-  body = ids['context'] + [filler] * (context - len(ids['context']))
-  return dict(
-    ids,
-    context=body,
-    question=[filler] * (question - len(ids['question'])) + ids['question'],
-    repeat=ids['request'] + body[ids['prefix'] :],
-  )
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames='room')
@@ -116,24 +65,23 @@ def _repeated(graphdef, state, cache, repeat):
 
 
 @functools.partial(
-  jax.jit, static_argnums=0, static_argnames=('name', 'ratios', 'context', 'prefix')
+  jax.jit, static_argnums=0, static_argnames=('press', 'ratios', 'context', 'prefix')
 )
-def _entries(graphdef, state, cache, queries, *, name, ratios, context, prefix):
+def _entries(graphdef, state, cache, queries, *, press, ratios, context, prefix):
   """A press's kept entries per layer at each of `ratios` (`cache` and `queries` after the
   repeat block for KVzip, whose scores read the `context` positions after the template's
   `prefix`): one program per press, whatever the ratios."""
   model = nnx.merge(graphdef, state)
-  press = PRESSES[name]
   where = dict(context=context, prefix=prefix) if press.repeat else {}
   # Scored once where the score does not read the ratio (every press but StreamingLLM): observed
   # attention's full weights were otherwise formed again at every ratio (11 s a 1k prompt).
   by_ratio = 'ratio' in inspect.signature(press.score).parameters
   scored_at = {ratio: ratio if by_ratio else ratios[0] for ratio in ratios}
   scores = {
-    ratio: compression.layer_scores(model, cache, queries, name, ratio, **where)
+    ratio: compression.layer_scores(model, cache, queries, press, ratio, **where)
     for ratio in dict.fromkeys(scored_at.values())
   }
-  return [compression.kept_entries(scores[scored_at[r]], name, r) for r in ratios]
+  return [compression.kept_entries(scores[scored_at[r]], press, r) for r in ratios]
 
 
 @functools.partial(jax.jit, static_argnums=0, static_argnames=('length', 'room', 'max_new', 'eos'))
@@ -150,12 +98,12 @@ def _answer(graphdef, state, cache, entries, question, *, length, room, max_new,
   return compression.answer(model, cache, question, max_length=max_new, eos_id=eos)
 
 
-def _batches(presses: list[str]) -> list[list[str]]:
+def _batches(presses: list[Press]) -> list[list[Press]]:
   """The presses in groups whose evicted caches have one shape at a ratio: each budget rule's
   (`attention.presses.Press.budget`)."""
   groups = {}
-  for name in presses:
-    groups.setdefault(PRESSES[name].budget, []).append(name)
+  for press in presses:
+    groups.setdefault(press.budget, []).append(press)
   return list(groups.values())
 
 
@@ -172,38 +120,6 @@ def _kept_masks(entries: list, length: int, kv_heads: int) -> list[list[str]]:
   return masks
 
 
-def _needle_position(tokenizer, sample: retrieval_tasks.Sample, ids: dict) -> int | None:
-  """The context token where the answer's value first appears (None where it does not)."""
-  where = sample.context.find(sample.answers[0])
-  if where < 0:
-    return None
-  if not ids['opening']:  # no template: the tokenizer's own opening (a BOS), then the text
-    return ids['prefix'] + len(tokenizer.encode_pieces(sample.context[:where]))
-  return len(tokenizer.encode_pieces(ids['opening'] + sample.context[:where]))
-
-
-def _prompts(tokenizer, tasks: list[str], length: int, args) -> list[tuple]:
-  """Every (task, index, sample, ids) of a length, ids padded to the length's context length and
-  the task's question length."""
-  count = lambda text: len(tokenizer.encode(text))
-  prompts = [
-    (task, index, sample, framed(tokenizer, sample))
-    for task in tasks
-    for index, sample in enumerate(
-      retrieval_tasks.samples(task, count, length, args.samples, args.seed, BOOK)
-    )
-  ]
-  context = max(len(ids['context']) for *_, ids in prompts)
-  question = {}  # per task: a long question (variable tracking's) does not pad the others'
-  for task, _, _, ids in prompts:
-    question[task] = max(question.get(task, 0), len(ids['question']))
-  newline = tokenizer.encode_pieces('\n')  # none in a word-level vocabulary: its last word
-  return [
-    (t, i, sample, padded(ids, context, question[t], (newline or ids['context'])[-1]))
-    for t, i, sample, ids in prompts
-  ]
-
-
 def _stacked(entries: list[list]) -> list:
   """Several presses' (or ratios') entries per layer as one batch, one per row; a row keeping
   fewer positions than the layer's most ends in empty entries (-1: `attention.evict`)."""
@@ -216,108 +132,138 @@ def _stacked(entries: list[list]) -> list:
   return [None if layer[0] is None else rows(layer) for layer in zip(*entries)]
 
 
-def run(args) -> dict:
-  decoder = loading.load_decoder(args.checkpoint)
-  model, tokenizer = decoder.model, decoder.tokenizer
-  graphdef, state = nnx.split(model)
-  kv_heads = model.layers[0].self_attn.num_kv_heads
-  presses = args.presses.split(',') if args.presses else list(PRESSES)
-  ratios = [float(r) for r in args.ratios.split(',')]
-  lengths = [int(n) for n in args.lengths.split(',')]
-  tasks = args.tasks.split(',') if args.tasks else list(retrieval_tasks.TASKS)
-  for task in tasks:
+@dataclasses.dataclass(frozen=True)
+class _Study:
+  """What every prompt of a run reads: the model split for the compiled calls, its tokenizer,
+  the presses (resolved from `--presses`), the ratios, and the answer's room (any task's)."""
+
+  graphdef: nnx.GraphDef
+  state: nnx.State
+  tokenizer: Any
+  presses: list[Press]
+  ratios: list[float]
+  longest: int
+
+
+def _choices(args) -> dict:
+  """The flags' presses (resolved), ratios, lengths and tasks, refused in one sentence each
+  before the model is read."""
+  names = args.presses.split(',') if args.presses else list(PRESSES)
+  chosen = dict(
+    presses=[get_press(name) for name in names],
+    ratios=[float(r) for r in args.ratios.split(',')],
+    lengths=[int(n) for n in args.lengths.split(',')],
+    tasks=args.tasks.split(',') if args.tasks else list(retrieval_tasks.TASKS),
+  )
+  for task in chosen['tasks']:
     if task not in retrieval_tasks.TASKS:
       raise SystemExit(
         f'--tasks: no task {task!r}; the tasks are {", ".join(retrieval_tasks.TASKS)}.'
       )
-  for name in presses:  # every refusal before the first prefill
-    compression.check_press(model, name, max(ratios), min(lengths), repeat=True)
-  longest = max(MAX_NEW.get(task, MAX_NEW_DEFAULT) for task in tasks)  # one shape: any task's
-  results, started = [], time.perf_counter()
+  for press in chosen['presses']:
+    compression.check_settings(press, max(chosen['ratios']), min(chosen['lengths']), repeat=True)
+  return chosen
 
-  def read(length, task, index, sample, ids):
-    """A prompt's prefill (one for every press) and its uncompressed answer."""
-    context, question = ids['context'], ids['question']
-    prompt = jnp.asarray([context + question[:1]], jnp.int32)
-    settings = dict(
-      length=len(context),
-      room=len(question) + longest,
-      max_new=MAX_NEW.get(task, MAX_NEW_DEFAULT),
-      eos=ids['turn_end'],
+
+def _unpressed(study: _Study, length, task, index, sample, ids) -> tuple:
+  """A prompt's prefill (one for every press) and its uncompressed answer: its row, the
+  prefill, the question's ids and the settings `_answer` takes."""
+  context, question = ids['context'], ids['question']
+  prompt = jnp.asarray([context + question[:1]], jnp.int32)
+  settings = dict(
+    length=len(context),
+    room=len(question) + study.longest,
+    max_new=MAX_NEW.get(task, MAX_NEW_DEFAULT),
+    eos=ids['turn_end'],
+  )
+  # Room in the full cache for the answer, and for KVzip's repeat block.
+  room = max(settings['room'], len(ids['repeat']))
+  prefilled = _prefill(study.graphdef, study.state, prompt, room=room)
+  question_ids = jnp.asarray([question], jnp.int32)
+  full = _answer(study.graphdef, study.state, prefilled[0], None, question_ids, **settings)
+  row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
+  row['answers'] = {'none': study.tokenizer.decode([int(i) for i in full[0] if i])}
+  row['correct'] = {'none': retrieval_tasks.is_correct(row['answers']['none'], sample)}
+  return row, prefilled, question_ids, settings
+
+
+def _pressed(study: _Study, row, sample, ids, prefilled, question_ids, settings) -> None:
+  """Every press's answers at every ratio on the prompt's prefill, into `row`."""
+  graphdef, state, ratios = study.graphdef, study.state, study.ratios
+  cache, queries = prefilled
+  if any(press.repeat for press in study.presses):
+    repeat = jnp.asarray([ids['repeat']], jnp.int32)
+    repeat_queries, repeat_cache = _repeated(graphdef, state, cache, repeat)
+  kept = {  # a press: its entries at each ratio
+    press.name: _entries(
+      graphdef,
+      state,
+      *((repeat_cache, repeat_queries) if press.repeat else (cache, queries)),
+      press=press,
+      ratios=tuple(ratios),
+      context=settings['length'],
+      prefix=ids['prefix'],
     )
-    # Room in the full cache for the answer, and for KVzip's repeat block.
-    prefilled = _prefill(graphdef, state, prompt, room=max(settings['room'], len(ids['repeat'])))
-    question_ids = jnp.asarray([question], jnp.int32)
-    full = _answer(graphdef, state, prefilled[0], None, question_ids, **settings)
-    row = dict(task=task, length=length, sample=index, tokens=len(context) + len(question))
-    row['answers'] = {'none': tokenizer.decode([int(i) for i in full[0] if i])}
-    row['correct'] = {'none': retrieval_tasks.is_correct(row['answers']['none'], sample)}
-    return row, prefilled, question_ids, settings
+    for press in study.presses
+  }
+  for batch in _batches(study.presses):  # one call for every ratio of the group's presses
+    pairs = [(at, ratio, press.name) for at, ratio in enumerate(ratios) for press in batch]
+    entries = _stacked([kept[name][at] for at, _, name in pairs])
+    answers = _answer(graphdef, state, cache, entries, question_ids, **settings)
+    for (at, ratio, name), answer in zip(pairs, answers):
+      row['answers'][f'{name}@{ratio}'] = study.tokenizer.decode([int(i) for i in answer if i])
+      if row['sample'] == 0 and ratio == max(ratios):  # what each head kept: the figure
+        kv_heads = cache['layers'][0]['k'].shape[1]
+        masks = _kept_masks(kept[name][at], settings['length'], kv_heads)
+        row.setdefault('kept', {})[name] = masks
+  row['correct'] = {
+    key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
+  }
+  if row['sample'] == 0:
+    row['needle'] = press_prompts.needle_position(study.tokenizer, sample, ids)
 
-  def press(row, sample, ids, prefilled, question_ids, settings):
-    """Every press's answers at every ratio on the prompt's prefill, into `row`."""
-    cache, queries = prefilled
-    if any(PRESSES[name].repeat for name in presses):
-      repeat_queries, repeat_cache = _repeated(
-        graphdef, state, cache, jnp.asarray([ids['repeat']], jnp.int32)
-      )
-    kept = {  # a press: its entries at each ratio
-      name: _entries(
-        graphdef,
-        state,
-        *((repeat_cache, repeat_queries) if PRESSES[name].repeat else (cache, queries)),
-        name=name,
-        ratios=tuple(ratios),
-        context=settings['length'],
-        prefix=ids['prefix'],
-      )
-      for name in presses
-    }
-    for batch in _batches(presses):  # one call for every ratio of the group's presses
-      pairs = [(at, ratio, name) for at, ratio in enumerate(ratios) for name in batch]
-      entries = _stacked([kept[name][at] for at, _, name in pairs])
-      answers = _answer(graphdef, state, cache, entries, question_ids, **settings)
-      for (at, ratio, name), answer in zip(pairs, answers):
-        row['answers'][f'{name}@{ratio}'] = tokenizer.decode([int(i) for i in answer if i])
-        if row['sample'] == 0 and ratio == max(ratios):  # what each head kept: the figure
-          masks = _kept_masks(kept[name][at], settings['length'], kv_heads)
-          row.setdefault('kept', {})[name] = masks
-    row['correct'] = {
-      key: retrieval_tasks.is_correct(text, sample) for key, text in row['answers'].items()
-    }
-    if row['sample'] == 0:
-      row['needle'] = _needle_position(tokenizer, sample, ids)
 
-  for length in lengths:
-    prompts = _prompts(tokenizer, tasks, length, args)
-    for task in tasks:
-      mine = [
-        (sample, ids, *read(length, task, i, sample, ids))
-        for t, i, sample, ids in prompts
-        if t == task
-      ]
-      score = float(np.mean([row['correct']['none'] for _, _, row, *_ in mine]))
-      if score < args.floor:  # no press is judged where the model fails without one
-        results += [row for _, _, row, *_ in mine]
-        print(
-          f'[{time.perf_counter() - started:.0f} s] {task} {length}: uncompressed '
-          f'{100 * score:.0f}% < --floor={args.floor:g}, dropped',
-          flush=True,
-        )
-        continue
-      for sample, ids, row, *prefill in mine:
-        press(row, sample, ids, *prefill)
-        results.append(row)
-        print(
-          f'[{time.perf_counter() - started:.0f} s] {task} {length} #{row["sample"]}: '
-          f'{sum(row["correct"].values())}/{len(row["correct"])} right; '
-          f'uncompressed {row["answers"]["none"]!r}',
-          flush=True,
-        )
+def _task_rows(study: _Study, task: str, length: int, prompts: list, floor: float, say) -> list:
+  """A task's rows at a length: every prompt uncompressed, then pressed, unless the model
+  scores below `floor` uncompressed (then no press is judged: where it fails without one)."""
+  mine = [
+    (sample, ids, *_unpressed(study, length, task, i, sample, ids))
+    for t, i, sample, ids in prompts
+    if t == task
+  ]
+  score = float(np.mean([row['correct']['none'] for _, _, row, *_ in mine]))
+  if score < floor:
+    say(f'{task} {length}: uncompressed {100 * score:.0f}% < --floor={floor:g}, dropped')
+    return [row for _, _, row, *_ in mine]
+  for sample, ids, row, *prefill in mine:
+    _pressed(study, row, sample, ids, *prefill)
+    say(
+      f'{task} {length} #{row["sample"]}: {sum(row["correct"].values())}/'
+      f'{len(row["correct"])} right; uncompressed {row["answers"]["none"]!r}'
+    )
+  return [row for _, _, row, *_ in mine]
+
+
+def run(args) -> dict:
+  """Every press at every ratio on every task and length of the flags (the module docstring)."""
+  chosen = _choices(args)
+  decoder = sources.load_decoder(args.checkpoint)
+  model, tokenizer = decoder.model, decoder.tokenizer
+  for press in chosen['presses']:  # what the model refuses, before the first prefill
+    compression.check_press(model, press, min(chosen['lengths']))
+  graphdef, state = nnx.split(model)
+  longest = max(MAX_NEW.get(task, MAX_NEW_DEFAULT) for task in chosen['tasks'])  # one shape
+  study = _Study(graphdef, state, tokenizer, chosen['presses'], chosen['ratios'], longest)
+  results, started = [], time.perf_counter()
+  say = lambda line: print(f'[{time.perf_counter() - started:.0f} s] {line}', flush=True)
+  for length in chosen['lengths']:
+    prompts = press_prompts.prompts(tokenizer, chosen['tasks'], length, args.samples, args.seed)
+    for task in chosen['tasks']:
+      results += _task_rows(study, task, length, prompts, args.floor, say)
   return dict(
     checkpoint=args.checkpoint,
-    presses=presses,
-    ratios=ratios,
+    presses=[press.name for press in chosen['presses']],
+    ratios=chosen['ratios'],
     results=results,
     seconds=time.perf_counter() - started,
   )

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from tiny_decoders import write_checkpoint
 
+from attention import get_press
 from data import retrieval_tasks
-from interpret import loading
-from studies import presses
+import sources
+from studies import press_prompts, presses
 
 TEMPLATE = "{% for m in messages %}w1 {{ m['role'] }} {{ m['content'] }} w2\n{% endfor %}w3 "
 
@@ -80,7 +81,7 @@ def test_presses_answer_as_one_batch_as_each_would_alone(study):
   """The study answers the presses of one cache shape at every ratio as rows of one batch (a row
   keeping fewer positions ends in empty entries): each row's greedy ids equal that press's answer
   on its own cache; and a press scored once for all ratios keeps what it keeps at each alone."""
-  decoder = loading.load_decoder(study[3])
+  decoder = sources.load_decoder(study[3])
   assert decoder.tokenizer.chat_template == TEMPLATE  # the study frames prompts with it
   model = decoder.model
   graphdef, state = nnx.split(model)
@@ -89,7 +90,7 @@ def test_presses_answer_as_one_batch_as_each_would_alone(study):
   settings = dict(length=99, room=12, max_new=8, eos=-1)
   cache, queries = presses._prefill(graphdef, state, prompt, room=12)
   entries = lambda name, ratios: presses._entries(
-    graphdef, state, cache, queries, name=name, ratios=ratios, context=99, prefix=0
+    graphdef, state, cache, queries, press=get_press(name), ratios=ratios, context=99, prefix=0
   )
   ratios, names = (0.5, 0.875), ('knorm', 'snapkv', 'streaming_llm')
   kept = {name: entries(name, ratios) for name in names}
@@ -123,7 +124,7 @@ def test_kvzips_repeat_block_leaves_out_the_tokenizers_bos():
   """Without a template, the BOS the tokenizer opens the context with is its opening (KVzip's
   `prefix`): the repeat block repeats the text after it, never a BOS in mid-sequence."""
   sample = retrieval_tasks.Sample('needle_noise', 'one two three', 'Which?', 'It is', ('7',))
-  ids = presses.framed(_WordsWithBos(), sample)
+  ids = press_prompts.framed(_WordsWithBos(), sample)
   assert ids['context'] == [2, 13, 13, 15] and ids['prefix'] == 1
-  full = presses.padded(ids, 6, len(ids['question']), filler=0)
+  full = press_prompts.padded(ids, 6, len(ids['question']), filler=0)
   assert full['repeat'] == ids['request'] + [13, 13, 15, 0, 0] and 2 not in full['repeat']

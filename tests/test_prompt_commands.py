@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 from tiny_decoders import write_checkpoint
 
+from attention import get_press
 from data import chat
 from interpret import effects as effects_lib
 from models import compression, generation
 from reports import prompt_commands, prompt_continuation
-from training import pretrained_workdir, restore
-from training.steps import merge_model
+import sources
+from training import pretrained_workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Words of the tiny checkpoint's vocabulary around the turn, and its BOS (which it lacks).
@@ -109,15 +110,12 @@ def test_generate_prints_the_greedy_continuation_and_its_speed(workdir):
   out = io.StringIO()
   request = prompt_continuation.Request(workdir=path, prompt='w5 w6', chat=True, max_new_tokens=6)
   result = prompt_continuation.continue_prompt(request, out)
-  from training import restore
-
-  run = restore.for_evaluation(path, None)
-  ids = run.task.tokenizer.encode_pieces('w1 user w5 w6 w2\nw3 ')
+  source = sources.resolve(path)
+  ids = source.tokenizer.encode_pieces('w1 user w5 w6 w2\nw3 ')
   assert result['prompt_tokens'] == len(ids) == 6  # 'user' is not a word of it: w0
-  from training.steps import merge_model
 
   expected = generation.continue_prompt(
-    merge_model(run.state), np.asarray([ids]), max_length=6, rng=jax.random.key(0), temperature=0
+    source.model(), np.asarray([ids]), max_length=6, rng=jax.random.key(0), temperature=0
   )
   assert result['ids'] == np.asarray(expected)[0].tolist()
   text = out.getvalue()
@@ -191,11 +189,10 @@ def test_prompt_commands_write_their_files(workdir, tmp_path, capsys):
   saved = prompt_commands.run_heads(_request(path, 'heads', out, **words, **diff))
   printed = capsys.readouterr().out
   assert 'Heads zero: 8/8' in printed and 'Heads by effect (zero):' in printed
-  run = restore.for_evaluation(path, None)
-  ids = np.asarray([run.task.tokenizer.encode('w5 w9 w12 w30 w7')])
-  clean, effects = effects_lib.head_effects(
-    merge_model(run.state), ids, effects_lib.Metric('logit_diff', 30, 7)
-  )
+  source = sources.resolve(path)
+  ids = np.asarray([source.tokenizer.encode('w5 w9 w12 w30 w7')])
+  model = source.model()
+  clean, effects = effects_lib.head_effects(model, ids, effects_lib.Metric('logit_diff', 30, 7))
   np.testing.assert_allclose(json.loads((out / 'heads.json').read_text())['effects'], effects)
   assert saved['clean'] == pytest.approx(clean, abs=1e-6)
   lens = prompt_commands.run_attribute(_request(path, 'attribute', out, **words, target='w30'))
@@ -207,7 +204,7 @@ def test_prompt_commands_write_their_files(workdir, tmp_path, capsys):
   assert shown['layers'] == [1]
   # The page's kept view: a row per layer's key/value head, what `kept_positions` keeps there.
   kept = shown['views'][-1]
-  masks = compression.kept_positions(merge_model(run.state), ids, 'knorm', 0.5)
+  masks = compression.kept_positions(model, ids, get_press('knorm'), 0.5)
   assert kept['rows'] == [f'layer {l} kv head {h}' for l in range(2) for h in range(2)]
   np.testing.assert_array_equal(kept['kept'], np.concatenate([m[0] for m in masks]))
   assert kept['kept'].sum(axis=1).tolist() == [ids.shape[1] // 2] * 4  # half of each head's
