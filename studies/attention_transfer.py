@@ -38,6 +38,7 @@ import optax
 import attention
 from configs import pretrained_lm
 from models import interventions, pretrained
+from models.attention_paths import attention_layers
 import tasks
 import training
 from training import failures, pretrained_workdir
@@ -52,7 +53,7 @@ def softmax_taps(teacher: nnx.Module):
   """A compiled `ids [B, T] -> {tap: [L, B, N|K, T, H]}` of the softmax model's queries, keys,
   values and per-head outputs, layer by layer."""
   graphdef, state = nnx.split(teacher)
-  paths = interventions.layer_paths(teacher)
+  paths = list(attention_layers(teacher))
 
   @jax.jit
   def run(state, ids):
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
   conversion = pretrained_lm.converted(read)
   config = conversion.config
   task, student_config, student = linear_student(read, conversion, args)
-  paths = interventions.layer_paths(student)
+  paths = list(attention_layers(student))
   taps_of = softmax_taps(conversion.model)
   pad_id = task.tokenizer.pad_id
   held_out = _inputs(

@@ -37,9 +37,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
-from interpret import figures, loading
+from interpret import figures
 from interpret import heads as heads_lib
 from models import interventions
+from models.attention_paths import attention_layers
+import sources
 from studies.decoder_runs import first_token_weight, integers
 from training import failures
 
@@ -286,9 +288,9 @@ def main(argv: list[str] | None = None) -> dict:
   if args.draws < 1:
     raise ValueError(f'--draws must be at least 1, got {args.draws}.')
   start = time.perf_counter()
-  decoder = loading.load_decoder(args.checkpoint)
+  decoder = sources.load_decoder(args.checkpoint)
   model, vocab = decoder.model, decoder.tokenizer.vocab_size
-  heads = sum(heads_lib.attention_layers(model).values())
+  heads = sum(layer.num_heads for layer in attention_layers(model).values())
   if max(sizes) > heads:
     raise ValueError(f'--ablate={args.ablate} asks for more heads than the model has ({heads}).')
   ids = repeated_tokens(vocab, args.sequences, args.length, args.seed)

@@ -27,72 +27,27 @@ import numpy as np
 
 from interpret import split_sweep
 from models import interventions
-from studies import documents_study
+from models.attention_paths import attention_layers
+import sources
+from studies import documents_study, trained_runs
 from studies.trained_runs import SPLIT, in_batches, split_arrays
-from training import failures, restore
+from training import failures
 from training.steps import merge_model
 
 
 def mqar(workdir: str) -> dict:
-  task, state, mesh = restore.newest(workdir)
+  source = sources.resolve(workdir, newest=True)
+  task, run = source.task, source.restore()
+  state, mesh = run.state, run.mesh
+  model = merge_model(state)
   ablation = split_sweep.sweep(state, task, SPLIT, batch_size=250, mesh=mesh)
   data = split_arrays(task)
-  inputs, targets, support = data['inputs'], data['targets'], data['support']
-  n = len(inputs)
-  query = 16 + 2 * (np.arange(n) % 8)  # one scored query position per example
-  answer = targets[np.arange(n), query]
-  keys = np.unique(inputs[:, 0:16:2])  # the key names of the split
-  rng = np.random.default_rng(0)
-  corrupted = inputs.copy()
-  for i in range(n):
-    absent = np.setdiff1d(keys, inputs[i, 0:16:2])
-    corrupted[i, support[i, query[i]]] = rng.choice(absent)
-  graphdef, params = nnx.split(merge_model(state))
-  name = 'layers/{}/self_attn/heads'
-
-  @jax.jit
-  def heads_of(ids):
-    return interventions.capture(nnx.merge(graphdef, params), ids, method='token_logits')[1]
-
-  @jax.jit
-  def answers(ids, q, layer_heads, patch):  # patch [B, L, N]: which heads to patch
-    t = jnp.arange(ids.shape[1])
-    edits = {
-      name.format(layer): (
-        lambda v, layer=layer: jnp.where(
-          (patch[:, layer, :, None] & (t[None, None] == q[:, None, None]))[..., None],
-          layer_heads[name.format(layer)],
-          v,
-        )
-      )
-      for layer in range(patch.shape[1])
-    }
-    logits, _ = interventions.capture(
-      nnx.merge(graphdef, params), ids, method='token_logits', edits=edits
-    )
-    return jnp.argmax(logits[jnp.arange(ids.shape[0]), q], axis=-1)
-
-  clean_heads = {
-    key: in_batches(lambda ids: heads_of(ids)[key], inputs)
-    for key in (name.format(0), name.format(1))
-  }
-  layers, heads = 2, clean_heads[name.format(0)].shape[1]
-
-  def run(ids, patch):
-    patch = np.broadcast_to(patch, (n, layers, heads))
-    return in_batches(
-      lambda *a: answers(a[0], a[1], {name.format(0): a[2], name.format(1): a[3]}, a[4]),
-      ids,
-      query,
-      clean_heads[name.format(0)],
-      clean_heads[name.format(1)],
-      patch,
-    )
-
-  none = np.zeros((layers, heads), bool)
-  clean, broken = run(inputs, none) == answer, run(corrupted, none) == answer
+  query, answer, corrupted = _corrupted(data)
+  answers, shape = _patched_answers(model, data['inputs'], query)
+  none = np.zeros(shape, bool)
+  clean, broken = answers(data['inputs'], none) == answer, answers(corrupted, none) == answer
   result = dict(
-    examples=n,
+    examples=len(answer),
     head_ablation=dict(
       metric=ablation['metric'], unablated=ablation['unablated'], layers=ablation['layers']
     ),
@@ -112,9 +67,73 @@ def mqar(workdir: str) -> dict:
   patches['layer 1, head 1'][1, 1] = True
   patches['layer 0, both heads (control)'][0] = True
   result['fraction_restored'] = {
-    label: float((run(corrupted, patch) == answer)[lost].mean()) for label, patch in patches.items()
+    label: float((answers(corrupted, patch) == answer)[lost].mean())
+    for label, patch in patches.items()
   }
   return result
+
+
+def _corrupted(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """`(query, answer, corrupted)`: one scored query position per example, its answer, and the
+  inputs with the context key that query asks for replaced by a key the example does not hold
+  (so the query no longer finds it)."""
+  inputs, targets, support = data['inputs'], data['targets'], data['support']
+  n = len(inputs)
+  query = 16 + 2 * (np.arange(n) % 8)
+  answer = targets[np.arange(n), query]
+  keys = np.unique(inputs[:, 0:16:2])  # the key names of the split
+  rng = np.random.default_rng(0)
+  corrupted = inputs.copy()
+  for i in range(n):
+    absent = np.setdiff1d(keys, inputs[i, 0:16:2])
+    corrupted[i, support[i, query[i]]] = rng.choice(absent)
+  return query, answer, corrupted
+
+
+def _patched_answers(model, inputs: np.ndarray, query: np.ndarray):
+  """`(answers, (L, N))`: `answers(ids, patch [L, N]) -> [B]`, the greedy answer at each
+  example's `query` position, the heads `patch` marks given their outputs there on the clean
+  `inputs` (activation patching at the query)."""
+  graphdef, params = nnx.split(model)
+  names = [f'{path}/heads' for path in attention_layers(model)]
+
+  @jax.jit
+  def heads_of(ids):
+    return interventions.capture(nnx.merge(graphdef, params), ids, method='token_logits')[1]
+
+  @jax.jit
+  def patched(ids, q, layer_heads, patch):  # patch [B, L, N]: which heads to patch
+    t = jnp.arange(ids.shape[1])
+    edits = {
+      names[layer]: (
+        lambda v, layer=layer: jnp.where(
+          (patch[:, layer, :, None] & (t[None, None] == q[:, None, None]))[..., None],
+          layer_heads[names[layer]],
+          v,
+        )
+      )
+      for layer in range(patch.shape[1])
+    }
+    logits, _ = interventions.capture(
+      nnx.merge(graphdef, params), ids, method='token_logits', edits=edits
+    )
+    return jnp.argmax(logits[jnp.arange(ids.shape[0]), q], axis=-1)
+
+  clean_heads = [in_batches(lambda ids, name=name: heads_of(ids)[name], inputs) for name in names]
+
+  shape = (len(names), clean_heads[0].shape[1])
+
+  def answers(ids, patch):
+    patch = np.broadcast_to(patch, (len(inputs), *shape))
+    return in_batches(
+      lambda ids, q, patch, *heads: patched(ids, q, dict(zip(names, heads)), patch),
+      ids,
+      query,
+      patch,
+      *clean_heads,
+    )
+
+  return answers, shape
 
 
 FIELDS = {'year': slice(0, 4), 'month': slice(5, 7), 'day': slice(8, 10)}  # in YYYY-MM-DD
@@ -122,12 +141,12 @@ SHIFT = 3
 
 
 def dates(workdir: str) -> dict:
-  task, state, _ = restore.newest(workdir)
+  task, model = trained_runs.newest(workdir)
   data = split_arrays(task)
   inputs, targets = data['inputs'], data['targets']
   n, steps = targets.shape
   bos = task.target_tokenizer.bos_id
-  graphdef, params = nnx.split(merge_model(state))
+  graphdef, params = nnx.split(model)
 
   @jax.jit
   def step_outputs(source, decoder_inputs, forced, field_steps):

@@ -3,14 +3,15 @@ Wild") looked for in a pretrained decoder, on the paper's templates.
 
     python -m studies.ioi --checkpoint=SmolLM2-135M-Instruct --out=runs/ioi_smollm2
 
-Prompts: the paper's 16 templates (`TEMPLATES`), each in both name orders, the indirect object
-IO first (ABBA: "When Mary and John went to the store, John gave a drink to") or second (BABA:
-"When John and Mary ..."); the subject S comes twice (S1, S2). A *draw* gives every template two
-names, a place and an object, in both orders: `--draws` draws make 32 x draws prompts. Names,
-places and objects are the paper's lists, kept where they are one token after a space, so the
-prompts of a template share one length; a batch is the prompts of one length (nothing is
-padded). Each prompt has an ABC twin, its IO, S1 and S2 replaced by three other names. The
-metric is the logit difference IO - S after the prompt; a head's effect is a fraction of it.
+Prompts (`studies.ioi_prompts`): the paper's 16 templates, each in both name orders, the
+indirect object IO first (ABBA: "When Mary and John went to the store, John gave a drink to") or
+second (BABA: "When John and Mary ..."); the subject S comes twice (S1, S2). A *draw* gives every
+template two names, a place and an object, in both orders: `--draws` draws make 32 x draws
+prompts. Names, places and objects are the paper's lists, kept where they are one token after a
+space, so the prompts of a template share one length; a batch is the prompts of one length
+(nothing is padded). Each prompt has an ABC twin, its IO, S1 and S2 replaced by three other
+names. The metric is the logit difference IO - S after the prompt; a head's effect is a fraction
+of it.
 
 Heads are chosen on the even draws (the selection half) and tested on the odd ones (held out):
 
@@ -37,46 +38,12 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
-from interpret import attribution, effects, loading, patching
+from interpret import attribution, effects, patching
 from interpret import heads as heads_lib
 from models import interventions
-from studies import ioi_report
+import sources
+from studies import ioi_prompts, ioi_report
 from training import failures
-
-# Wang et al.'s templates in their BABA form, cut before the answer, from their code
-# (redwoodresearch/Easy-Transformer, easy_transformer/ioi_dataset.py, BABA_TEMPLATES; the first
-# is the paper's running example, commented out there). ABBA swaps the first {A} and {B}.
-TEMPLATES = (
-  'When {B} and {A} went to the {place}, {B} gave a {object} to',
-  'Then, {B} and {A} went to the {place}. {B} gave a {object} to',
-  'Then, {B} and {A} had a lot of fun at the {place}. {B} gave a {object} to',
-  'Then, {B} and {A} were working at the {place}. {B} decided to give a {object} to',
-  'Then, {B} and {A} were thinking about going to the {place}. {B} wanted to give a {object} to',
-  'Then, {B} and {A} had a long argument, and afterwards {B} said to',
-  'After {B} and {A} went to the {place}, {B} gave a {object} to',
-  'When {B} and {A} got a {object} at the {place}, {B} decided to give it to',
-  'When {B} and {A} got a {object} at the {place}, {B} decided to give the {object} to',
-  'While {B} and {A} were working at the {place}, {B} gave a {object} to',
-  'While {B} and {A} were commuting to the {place}, {B} gave a {object} to',
-  'After the lunch, {B} and {A} went to the {place}. {B} gave a {object} to',
-  'Afterwards, {B} and {A} went to the {place}. {B} gave a {object} to',
-  'Then, {B} and {A} had a long argument. Afterwards {B} said to',
-  'The {place} {B} and {A} went to had a {object}. {B} gave it to',
-  'Friends {B} and {A} found a {object} at the {place}. {B} gave it to',
-)
-# The same file's names (as copied into ArthurConmy/Automatic-Circuit-Discovery), places, objects.
-NAMES = (
-  'Michael Christopher Jessica Matthew Ashley Jennifer Joshua Amanda Daniel David James Robert '
-  'John Joseph Andrew Ryan Brandon Jason Justin Sarah William Jonathan Stephanie Brian Nicole '
-  'Nicholas Anthony Heather Eric Elizabeth Adam Megan Melissa Kevin Steven Thomas Timothy '
-  'Christina Kyle Rachel Laura Lauren Amber Brittany Danielle Richard Kimberly Jeffrey Amy '
-  'Crystal Michelle Tiffany Jeremy Benjamin Mark Emily Aaron Charles Rebecca Jacob Stephen '
-  'Patrick Sean Erin Jamie Kelly Samantha Nathan Sara Dustin Paul Angela Tyler Scott Katherine '
-  'Andrea Gregory Erica Mary Travis Lisa Kenneth Bryan Lindsey Kristen Jose Alexander Jesse '
-  'Katie Lindsay Shannon Vanessa Courtney Christine Alicia Cody Allison Bradley Samuel'
-).split()
-PLACES = 'store garden restaurant school hospital office house station'.split()
-OBJECTS = 'ring kiss bone basketball computer necklace drink snack'.split()
 
 # The class rules' thresholds, fixed before any run (fractions of the clean IO - S; weights).
 DIRECT = 0.10  # a name mover's direct effect on IO - S, at least
@@ -85,41 +52,6 @@ PATH = 0.05  # a path carries IO - S when path patching it costs at least this m
 ATTENDS = 0.3  # an attention weight this large on one token counts as attending to it
 INDIRECT = 0.5  # an S-inhibition head's |direct effect| stays under this share of its cost
 Head = tuple[int, int]
-
-
-def slots(template: str) -> str:
-  """`{B} and {A} ... {B}` -> `{0} and {1} ... {2}`: the three names in their order."""
-  return template.replace('{B}', '{0}', 1).replace('{A}', '{1}', 1).replace('{B}', '{2}', 1)
-
-
-def prompts(tokenizer, draws: int, seed: int, abc: int) -> dict:
-  """`items`: per draw, template and order, the prompt's `text`, `ids`, its ABC twin `abc`, the
-  `io` and `s` ids and `positions` (IO, S1, S2); `reference`: per template, `abc` ABC sentences'
-  ids `[abc, T]`."""
-  one = lambda words: [w for w in words if len(tokenizer.encode_pieces(' ' + w)) == 1]
-  names, places, objects = one(NAMES), one(PLACES), one(OBJECTS)
-  if len(names) < 5 or not places or not objects:
-    raise ValueError('The tokenizer makes one token of fewer than 5 names, or of no place/object.')
-  rng, token = np.random.default_rng(seed), lambda name: tokenizer.encode_pieces(' ' + name)[0]
-  nouns = lambda: dict(place=rng.choice(places), object=rng.choice(objects))
-  encode = lambda form, three, words: np.asarray(tokenizer.encode(form.format(*three, **words)))
-  items = []
-  for draw in range(draws):
-    for index, form in enumerate(map(slots, TEMPLATES)):
-      (io, s, *others), words = rng.choice(names, 5, replace=False), nouns()
-      twin = encode(form, others, words)
-      for order, three in (('ABBA', (io, s, s)), ('BABA', (s, io, s))):
-        ids = encode(form, three, words)
-        at_io, at_s = np.flatnonzero(ids == token(io)), np.flatnonzero(ids == token(s))
-        if len(at_s) != 2 or len(at_io) != 1 or len(twin) != len(ids):
-          raise ValueError(f'Template {index} with {io} and {s} does not encode name by name.')
-        text, where = form.format(*three, **words), (int(at_io[0]), int(at_s[0]), int(at_s[1]))
-        items.append(dict(draw=draw, template=index, order=order, text=text, positions=where))
-        items[-1].update(ids=ids, abc=twin, io=token(io), s=token(s))
-  sentence = lambda form: encode(form, rng.choice(names, 3, replace=False), nouns())
-  forms = enumerate(map(slots, TEMPLATES))
-  reference = {index: np.stack([sentence(form) for _ in range(abc)]) for index, form in forms}
-  return dict(items=items, reference=reference)
 
 
 def batches(items: list[dict]) -> list[list[int]]:
@@ -245,25 +177,22 @@ def choose(model, items: list[dict], scores: dict, *, top: int, say) -> dict:
 def ablated(model, items, reference, head_sets: list[list[Head]]) -> np.ndarray:
   """`[1 + S, P]`: each prompt's IO - S with no head replaced (row 0) and with each set of
   `head_sets` mean-ablated together, a head's output replaced position by position by its mean
-  over the ABC sentences of the prompt's template (`reference`)."""
-  layers = heads_lib.attention_layers(model)
-  n = max(layers.values())
+  over the ABC sentences of the prompt's template (`reference`), N sets a call of the engine
+  (`interpret.heads.measure_rows`)."""
+  paths, n = heads_lib.grid(model)
   mean_of = lambda ids: effects.replacements(model, ids, 'mean', ids, per_position=True)
   means = {t: mean_of(jnp.asarray(ids)) for t, ids in reference.items()}  # per layer [1, N, T, H]
-  rows_of_masks = [(), *head_sets]
-  rows_of_masks += [()] * (-len(rows_of_masks) % n)  # N a call, as the engine's sweeps
-  out = np.zeros((len(rows_of_masks), len(items)))
+  out = np.zeros((1 + len(head_sets), len(items)))
   for rows in batches(items):
     b = batch(items, rows)
     replaced = [
       jnp.concatenate([means[items[i]['template']][layer] for i in rows])  # [B, N, T, H]
-      for layer in range(len(layers))
+      for layer in range(len(paths))
     ]
     run = effects.metric_program(model, b['metric'])
-    for start in range(0, len(rows_of_masks), n):
-      masks = heads_lib.masks(rows_of_masks[start : start + n], len(layers), n)
-      out[start : start + n, rows] = np.asarray(run(b['ids'], masks, replaced))
-  return out[: 1 + len(head_sets)]
+    measure = lambda masks: run(b['ids'], masks, replaced)
+    out[:, rows] = heads_lib.measure_rows([(), *head_sets], (len(paths), n), measure)
+  return out
 
 
 def split(items: list[dict]) -> dict[str, list[int]]:
@@ -273,7 +202,7 @@ def split(items: list[dict]) -> dict[str, list[int]]:
 
 
 def study(model, data: dict, *, top: int, random_sets: int, seed: int, say) -> dict:
-  """The numbers of the module docstring for `prompts`' `data`, JSON-ready."""
+  """The numbers of the module docstring for `ioi_prompts.prompts`' `data`, JSON-ready."""
   items, part = data['items'], split(data['items'])
   pick = lambda rows: [items[i] for i in rows]
   say(f'IO - S and attention of all {len(items)} prompts')
@@ -305,7 +234,7 @@ def study(model, data: dict, *, top: int, random_sets: int, seed: int, say) -> d
   first = 1 + len(compared) * (1 + random_sets)
   return dict(
     thresholds=dict(DIRECT=DIRECT, COST=COST, PATH=PATH, ATTENDS=ATTENDS, INDIRECT=INDIRECT),
-    templates=list(TEMPLATES),
+    templates=list(ioi_prompts.TEMPLATES),
     prompts=[
       {k: item[k] for k in ('text', 'draw', 'template', 'order')} | dict(logit_diff=float(diffs[i]))
       for i, item in enumerate(items)
@@ -335,8 +264,8 @@ def main(argv: list[str] | None = None) -> dict:
     raise ValueError('--draws must be even and at least 2; --top, --random, --abc at least 1.')
   started = time.perf_counter()
   say = lambda line: print(f'[{time.perf_counter() - started:4.0f} s] {line}', flush=True)
-  decoder = loading.load_decoder(args.checkpoint, log=say)
-  data = prompts(decoder.tokenizer, args.draws, args.seed, args.abc)
+  decoder = sources.load_decoder(args.checkpoint, log=say)
+  data = ioi_prompts.prompts(decoder.tokenizer, args.draws, args.seed, args.abc)
   result = study(
     decoder.model, data, top=args.top, random_sets=args.random, seed=args.seed, say=say
   )

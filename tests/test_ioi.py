@@ -13,9 +13,10 @@ import pytest
 from tiny_decoders import write_checkpoint
 
 from data.pretrained_tokenizer import PretrainedTokenizer
-from interpret import effects, loading
+from interpret import effects
 from models import pretrained
-from studies import ioi, ioi_report
+import sources
+from studies import ioi, ioi_prompts, ioi_report
 
 TINY_WORDS = dict(
   NAMES=[f'w{i}' for i in range(20, 40)], PLACES=['w41', 'w42'], OBJECTS=['w43', 'w44']
@@ -29,27 +30,27 @@ def llama(tmp_path_factory):
 
 def test_every_template_puts_io_s1_and_s2_where_its_words_are(llama, monkeypatch):
   for name, words in TINY_WORDS.items():
-    monkeypatch.setattr(ioi, name, words)
+    monkeypatch.setattr(ioi_prompts, name, words)
   tokenizer = PretrainedTokenizer(pretrained.read(llama).tokenizer_json)
-  data = ioi.prompts(tokenizer, draws=2, seed=0, abc=3)
+  data = ioi_prompts.prompts(tokenizer, draws=2, seed=0, abc=3)
   items = data['items']
-  assert len(items) == 2 * 2 * len(ioi.TEMPLATES) and len(ioi.TEMPLATES) >= 10
+  assert len(items) == 2 * 2 * len(ioi_prompts.TEMPLATES) and len(ioi_prompts.TEMPLATES) >= 10
   for item in items:
-    form = ioi.TEMPLATES[item['template']].split()  # BABA: {B} and {A} ... {B}
+    form = ioi_prompts.TEMPLATES[item['template']].split()  # BABA: {B} and {A} ... {B}
     first, second = form.index('{B}'), form.index('{A}')
     s2 = len(form) - 1 - form[::-1].index('{B}')
     io, s1 = (first, second) if item['order'] == 'ABBA' else (second, first)
     assert item['positions'] == (io, s1, s2)
     ids, words = item['ids'], item['text'].split()
     assert len(ids) == len(words) and ids[io] == item['io'] and ids[s1] == ids[s2] == item['s']
-    assert words[s1] == words[s2] != words[io] and words[io] in ioi.NAMES
+    assert words[s1] == words[s2] != words[io] and words[io] in ioi_prompts.NAMES
     # The ABC twin: the same sentence, its three names other ones, none of the prompt's.
     names = [first, second, s2]
     assert len(item['abc']) == len(ids)
     assert np.array_equal(np.delete(item['abc'], names), np.delete(ids, names))
     assert len({*item['abc'][names]}) == 3 and not {*item['abc'][names]} & {item['io'], item['s']}
   orders = {(item['template'], item['order']) for item in items}
-  assert len(orders) == 2 * len(ioi.TEMPLATES)
+  assert len(orders) == 2 * len(ioi_prompts.TEMPLATES)
   for template, rows in data['reference'].items():
     assert rows.shape[0] == 3 and rows.shape[1] == len(items[2 * template]['ids'])
   # A batch is the prompts of one length, each prompt in one batch.
@@ -106,14 +107,16 @@ def study(llama, tmp_path_factory):
   out = tmp_path_factory.mktemp('ioi')
   with pytest.MonkeyPatch.context() as patch:
     for name, words in TINY_WORDS.items():
-      patch.setattr(ioi, name, words)
-    patch.setattr(ioi, 'TEMPLATES', ioi.TEMPLATES[9:11])  # "While ... working / commuting ..."
+      patch.setattr(ioi_prompts, name, words)
+    patch.setattr(
+      ioi_prompts, 'TEMPLATES', ioi_prompts.TEMPLATES[9:11]
+    )  # "While ... working / commuting ..."
     patch.setattr(ioi, 'classes', fixed)
     args = ['--checkpoint', llama, '--out', str(out), '--top=2', '--random=2', '--abc=4']
     with contextlib.redirect_stdout(StringIO()) as printed:
       result = ioi.main(args)
     tokenizer = PretrainedTokenizer(pretrained.read(llama).tokenizer_json)
-    data = ioi.prompts(tokenizer, draws=2, seed=0, abc=4)
+    data = ioi_prompts.prompts(tokenizer, draws=2, seed=0, abc=4)
   return out, result, data, printed.getvalue()
 
 
@@ -124,7 +127,7 @@ def test_heads_are_chosen_on_one_half_and_tested_on_the_other(llama, study):
   assert sorted(part['selection'] + part['held-out']) == list(range(len(items)))
   assert {items[i]['draw'] for i in part['held-out']} == {1}
   # The patching map and the top heads are those of the selection half, not of the other.
-  model = loading.load_decoder(llama).model
+  model = sources.load_decoder(llama).model
   sweep = lambda b: effects.head_effects(
     model, b['ids'], b['metric'], ablation='patch', other=b['abc']
   )
