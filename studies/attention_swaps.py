@@ -41,6 +41,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
 from reports import runs
+import sources
 import training
 from training import evaluation, failures, restore
 
@@ -135,13 +136,14 @@ def _run(name: str, module_and_args: list[str], failed: str) -> None:
 def score(args, name: str, workdir: str) -> dict:
   """Variant `name`'s validation curve, and the test split's bits per token of its final
   weights."""
-  final = restore.for_evaluation(workdir, None, checkpoint='latest')
+  source = sources.resolve(workdir, checkpoint='latest')
+  final = source.restore()
   run = runs.load_run(workdir)
   curve = [
     (line['step'], line['bits_per_token']) for line in run.lines[final.config.dataset.eval_split]
   ]
   test = evaluation.split_metrics(
-    final.state, final.task, 'test', batch_size=args.batch, mesh=final.mesh
+    final.state, source.task, 'test', batch_size=args.batch, mesh=final.mesh
   )
   return dict(
     name=name,

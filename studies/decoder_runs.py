@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from interpret import loading
 from models import interventions
+import sources
 
 
 def read_stream(path: str, tokenizer, tokens: int) -> np.ndarray:
@@ -30,9 +30,9 @@ def read_stream(path: str, tokenizer, tokens: int) -> np.ndarray:
 
 
 def load_with_stream(checkpoint: str, text: str, tokens: int):
-  """The checkpoint or workdir (`interpret.loading.load_decoder`) as a causal language model, and
+  """The checkpoint or workdir (`sources.load_decoder`) as a causal language model, and
   the first `tokens` ids of the `text` file in its own tokenizer (`read_stream`)."""
-  decoder = loading.load_decoder(checkpoint)
+  decoder = sources.load_decoder(checkpoint)
   return decoder.model, read_stream(text, decoder.tokenizer, tokens)
 
 

@@ -21,9 +21,8 @@ import numpy as np
 from scipy import stats
 
 from models import interventions
+from studies import trained_runs
 from studies.trained_runs import SPLIT, in_batches, split_arrays
-from training import restore
-from training.steps import merge_model
 
 POOLS = {'han': 'sentence_pool/weights', 'transformer_classifier': 'pool/weights'}
 
@@ -42,8 +41,7 @@ def _new_masses(
 
 
 def classifier(workdir: str, rng: np.random.Generator) -> dict:
-  task, state, _ = restore.newest(workdir)
-  model = merge_model(state)
+  task, model = trained_runs.newest(workdir)
   kind = type(model).__name__
   pool = next(
     name

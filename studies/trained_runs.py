@@ -1,11 +1,19 @@
 """A trained workdir's test split as arrays run in batches: what the intervention studies
-(interventions_study.py, documents_study.py) share; they restore the workdir with
-`training.restore.newest`.
+(interventions_study.py, documents_study.py) share, and the workdir's newest readable checkpoint
+(`newest`).
 """
 
 import numpy as np
 
+import sources
+
 SPLIT = 'test'
+
+
+def newest(workdir: str):
+  """`(task, model)` of the newest readable checkpoint of a training workdir."""
+  source = sources.resolve(workdir, newest=True)
+  return source.task, source.model()
 
 
 def split_arrays(task, batch_size: int = 250) -> dict[str, np.ndarray]:

@@ -115,11 +115,15 @@ def test_prompt_heads_builds_no_task_and_reads_no_training_rows(forms, tmp_path,
 
   monkeypatch.setattr(tasks, 'build', refused)
   request = prompt_commands.Request(
-    command='heads', workdir=forms['workdir'], prompt='w5 w9 w12', out=str(tmp_path / 'heads')
+    command='heads',
+    workdir=forms['workdir'],
+    prompt='w5 w9 w12',
+    target='w13',
+    out=str(tmp_path / 'heads'),
   )
   saved = prompt_commands.run_heads(request)
   assert len(saved['effects']) == 2  # the tiny model's layers
   with pytest.raises(ValueError, match='is a pretrained checkpoint, not a workdir to write into'):
     prompt_commands.run_heads(
-      prompt_commands.Request(command='heads', workdir=forms['gguf'], prompt='w5 w9')
+      prompt_commands.Request(command='heads', workdir=forms['gguf'], prompt='w5', target='w9')
     )
