@@ -152,38 +152,15 @@ def _float(value: Any) -> Any:
 def hf_config(header: Header, architecture: str) -> dict[str, Any]:
   """The Hugging Face config.json of a GGUF file of `architecture` (one of `BLOCK`), the keys
   transformers reads."""
-  meta, path = header.metadata, header.path
-
-  def key(name: str, default: Any = KeyError) -> Any:
-    full = f'{architecture}.{name}'
-    if full not in meta and default is KeyError:
-      raise ValueError(f'{path} has no metadata {full!r}, which a {architecture} GGUF gives.')
-    return _float(meta.get(full, default))
-
+  meta, key = header.metadata, _metadata_key(header, architecture)
   tokens = {
     f'{token}_token_id': meta[f'tokenizer.ggml.{gguf}_token_id']
     for token, gguf in (('bos', 'bos'), ('eos', 'eos'), ('unk', 'unknown'), ('pad', 'padding'))
     if f'tokenizer.ggml.{gguf}_token_id' in meta
   }
   vocab_size = key('vocab_size', len(meta.get('tokenizer.ggml.tokens', ())))
-  # llama.cpp writes an output matrix only when it is not the embedding matrix.
-  tied = 'output.weight' not in header.tensors
   if architecture == 'gpt2':
-    return {
-      'model_type': 'gpt2',
-      'n_embd': key('embedding_length'),
-      'n_inner': key('feed_forward_length'),
-      'n_layer': key('block_count'),
-      'n_head': key('attention.head_count'),
-      'n_positions': key('context_length'),
-      'layer_norm_epsilon': key('attention.layer_norm_epsilon'),
-      'activation_function': 'gelu_new',  # llama.cpp's GPT-2 computes the tanh GELU
-      'vocab_size': vocab_size,
-      # GPT-2's head is its embedding: llama.cpp's converter writes it again as output.weight,
-      # which transformers reads as the same tied head.
-      'tie_word_embeddings': True,
-      **tokens,
-    }
+    return _gpt2_config(key, vocab_size, tokens)
   hidden, heads = key('embedding_length'), key('attention.head_count')
   config = {
     'hidden_size': hidden,
@@ -195,7 +172,8 @@ def hf_config(header: Header, architecture: str) -> dict[str, Any]:
     'rms_norm_eps': key('attention.layer_norm_rms_epsilon'),
     'rope_theta': key('rope.freq_base', 10000.0),
     'vocab_size': vocab_size,
-    'tie_word_embeddings': tied,
+    # llama.cpp writes an output matrix only when it is not the embedding matrix.
+    'tie_word_embeddings': 'output.weight' not in header.tensors,
     **tokens,
   }
   scaling = key('rope.scaling.type', 'none')
@@ -208,6 +186,47 @@ def hf_config(header: Header, architecture: str) -> dict[str, Any]:
   if architecture == 'llama':
     head_dim = key('rope.dimension_count', hidden // heads)
     return {'model_type': 'llama', **config, 'head_dim': head_dim, 'hidden_act': 'silu'}
+  return _gemma3_config(key, config)
+
+
+def _metadata_key(header: Header, architecture: str) -> Callable[..., Any]:
+  """`key(name, default)`: the file's `{architecture}.{name}` metadata (`_float`), or `default`;
+  with no default a missing key is a ValueError naming the file and the key."""
+  meta, path = header.metadata, header.path
+
+  def key(name: str, default: Any = KeyError) -> Any:
+    full = f'{architecture}.{name}'
+    if full not in meta and default is KeyError:
+      raise ValueError(f'{path} has no metadata {full!r}, which a {architecture} GGUF gives.')
+    return _float(meta.get(full, default))
+
+  return key
+
+
+def _gpt2_config(
+  key: Callable[..., Any], vocab_size: int, tokens: dict[str, int]
+) -> dict[str, Any]:
+  """GPT-2's config.json: its own key names, and llama.cpp's tanh GELU."""
+  return {
+    'model_type': 'gpt2',
+    'n_embd': key('embedding_length'),
+    'n_inner': key('feed_forward_length'),
+    'n_layer': key('block_count'),
+    'n_head': key('attention.head_count'),
+    'n_positions': key('context_length'),
+    'layer_norm_epsilon': key('attention.layer_norm_epsilon'),
+    'activation_function': 'gelu_new',  # llama.cpp's GPT-2 computes the tanh GELU
+    'vocab_size': vocab_size,
+    # GPT-2's head is its embedding: llama.cpp's converter writes it again as output.weight,
+    # which transformers reads as the same tied head.
+    'tie_word_embeddings': True,
+    **tokens,
+  }
+
+
+def _gemma3_config(key: Callable[..., Any], config: dict[str, Any]) -> dict[str, Any]:
+  """Gemma 3's config.json: the Llama family's `config` and the values llama.cpp fixes in code."""
+  hidden, heads = config['hidden_size'], config['num_attention_heads']
   head_dim, window = key('attention.key_length'), key('attention.sliding_window', 0)
   layers = config['num_hidden_layers']
   # Without a window every layer is global; with one, llama.cpp fixes Gemma 3's layers as five
