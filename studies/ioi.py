@@ -3,7 +3,8 @@ Wild") looked for in a pretrained decoder, on the paper's templates.
 
     python -m studies.ioi --checkpoint=SmolLM2-135M-Instruct --out=runs/ioi_smollm2
 
-Prompts (`studies.ioi_prompts`): the paper's 16 templates, each in both name orders, the
+Prompts (`studies.ioi_prompts`): 16 templates (the 15 of the paper's code and its running
+example), each in both name orders, the
 indirect object IO first (ABBA: "When Mary and John went to the store, John gave a drink to") or
 second (BABA: "When John and Mary ..."); the subject S comes twice (S1, S2). A *draw* gives every
 template two names, a place and an object, in both orders: `--draws` draws make 32 x draws
@@ -45,7 +46,9 @@ import sources
 from studies import ioi_prompts, ioi_report
 from training import failures
 
-# The class rules' thresholds, fixed before any run (fractions of the clean IO - S; weights).
+# The class rules' thresholds (fractions of the clean IO - S; weights). DIRECT, COST, ATTENDS and
+# INDIRECT were in the study's first version; the name movers' END -> IO >= ATTENDS condition came
+# after its first run, PATH with the results (docs/llm_studies.md, indirect object identification).
 DIRECT = 0.10  # a name mover's direct effect on IO - S, at least
 COST = 0.05  # a head costs IO - S when patched from the ABC twin: at least this much
 PATH = 0.05  # a path carries IO - S when path patching it costs at least this much
