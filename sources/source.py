@@ -112,8 +112,7 @@ class Source:
     if not self.reference.is_workdir:
       raise ValueError(
         f'{self.reference.flag}={self.reference.text} is a pretrained checkpoint, which holds no '
-        'run to evaluate on its data; convert it first: python convert.py --checkpoint=... '
-        '--workdir=....'
+        'run to evaluate on its data; convert it into a workdir first (convert.py) and give that.'
       )
     with workdir_lib.staging(self.reference.path) as staged:
       return tasks.build(self.config, staged)
@@ -128,7 +127,11 @@ class Source:
   def restore(self, *, host: bool = False) -> restore.Restored:
     """A workdir's chosen checkpoint read straight into the model's shapes (no random init, no
     optimizer state); with `host`, as NumPy arrays on no device (`restore.read_state`)."""
-    self._require_workdir('its train state')
+    if not self.reference.is_workdir:
+      raise ValueError(
+        f'{self.reference.flag}={self.reference.text} is a pretrained checkpoint, with no train '
+        'state to restore; Source.model reads its weights.'
+      )
     mesh = sharding.make_mesh(self.config.mesh)
     like = readable_state(self.config, self.builder(), mesh)
     state, step = restore.read_state(
@@ -201,10 +204,6 @@ class Source:
     with tempfile.TemporaryDirectory(prefix='attend-source-') as directory:
       save_vocab(directory, self.checkpoint)
       yield directory
-
-  def _require_workdir(self, what: str) -> None:
-    if not self.reference.is_workdir:
-      raise ValueError(f'{self.reference.flag}={self.reference.text} has no {what}.')
 
 
 def resolve(

@@ -22,10 +22,10 @@ answer as one batch at every ratio at once (a row keeping fewer positions ends i
 each press is scored once for all ratios, and KVzip's repeat block is read once per prompt for
 every ratio.
 
-Writes `presses.json` (every answer and score, the times, the dropped tasks), `presses.md` (rows:
-presses; columns: ratios; the mean score over the kept tasks), `presses.png` (score against
-ratio, one curve per press) and `kept.png` (which positions each head kept at the largest ratio,
-the needle marked) into `--out`, and prints the table.
+Writes `presses.json` (every answer and score, the times, the dropped tasks, the table's curves),
+`presses.md` (rows: presses; columns: ratios; the mean score over the kept tasks), `presses.png`
+(score against ratio, one curve per press) and `kept.png` (which positions each head kept at the
+largest ratio, the needle marked) into `--out`, and prints the table.
 """
 
 import argparse
@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
   training.enable_compilation_cache(training.DEFAULT_COMPILATION_CACHE)  # a rerun compiles nothing
   report = run(args)
   text, curves = presses_report.table(report, args.floor)
+  report['curves'] = curves  # the table's figures: {press: [share right per ratio]}
   print(text)
   with open(os.path.join(args.out, 'presses.md'), 'w', encoding='utf-8') as f:
     f.write(text + '\n')

@@ -6,22 +6,11 @@ import subprocess
 import sys
 
 import pytest
+from test_layering import PACKAGES  # the one list of Attend's packages
 
 import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = (
-  'attention',
-  'benchmarks',
-  'configs',
-  'data',
-  'interpret',
-  'models',
-  'reports',
-  'sources',
-  'tasks',
-  'training',
-)
 
 
 def test_nothing_of_ours_is_installed_into_site_packages():

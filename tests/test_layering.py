@@ -54,17 +54,8 @@ ALLOWED = {
 # then one call), or a benchmark's or study's `python -m` (argparse). A module whose command
 # moved keeps only a `__main__` block raising SystemExit with one sentence that names the new
 # command last (`python NEW.py`), which must exist.
-LIBRARY = (
-  'attention',
-  'models',
-  'data',
-  'tasks',
-  'training',
-  'sources',
-  'interpret',
-  'reports',
-  'configs',
-)
+RUNNABLE = ('benchmarks', 'studies')  # their modules run as `python -m PACKAGE.NAME`
+LIBRARY = tuple(name for name in PACKAGES if name not in RUNNABLE)
 # `python -m training.allocator PROGRAM ARGS` re-executes another program (the test suite) under
 # mimalloc: a launcher of programs that are not Attend's commands, with no flags of its own.
 LAUNCHERS = ('training/allocator.py',)
