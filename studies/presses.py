@@ -23,6 +23,7 @@ each press is scored once for all ratios, and KVzip's repeat block is read once 
 every ratio.
 
 Writes `presses.json` (every answer and score, the times, the dropped tasks, the table's curves),
+`summary.json` (all of it but the answers: what a docs page commits beside its table),
 `presses.md` (rows: presses; columns: ratios; the mean score over the kept tasks), `presses.png`
 (score against ratio, one curve per press) and `kept.png` (which positions each head kept at the
 largest ratio, the needle marked) into `--out`, and prints the table.
@@ -271,7 +272,7 @@ def run(args) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--checkpoint', required=True, help='what interpret.loading reads')
+  parser.add_argument('--checkpoint', required=True, help='a workdir, a short name, a folder or a .gguf (sources.resolve)')
   parser.add_argument('--out', required=True, help='the folder for presses.json, .md, .png')
   parser.add_argument('--lengths', default='1024', help='context lengths in tokens, commas')
   parser.add_argument('--tasks', default='', help='names in data.retrieval_tasks (default all)')
@@ -291,6 +292,8 @@ def main(argv: list[str] | None = None) -> dict:
     f.write(text + '\n')
   with open(os.path.join(args.out, 'presses.json'), 'w', encoding='utf-8') as f:
     json.dump(report, f, indent=1)
+  with open(os.path.join(args.out, 'summary.json'), 'w', encoding='utf-8') as f:
+    json.dump(presses_report.summary(report), f, indent=1)
   presses_report.figure(report, curves, os.path.join(args.out, 'presses.png'))
   presses_report.kept_figure(report, os.path.join(args.out, 'kept.png'))
   return report

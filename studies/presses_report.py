@@ -38,6 +38,12 @@ def table(report: dict, floor: float) -> tuple[str, dict]:
   return '\n'.join(lines), curves
 
 
+def summary(report: dict) -> dict:
+  """`report` without its per-prompt answers (`results`, megabytes): the table's curves, the
+  kept and dropped tasks, the settings and the time, small enough to commit beside a page."""
+  return {key: value for key, value in report.items() if key != 'results'}
+
+
 def figure(report: dict, curves: dict, path: str) -> None:
   import matplotlib  # pylint: disable=import-outside-toplevel
 

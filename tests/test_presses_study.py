@@ -53,6 +53,9 @@ def test_every_press_answers_after_one_prefill_and_the_files_say_so(study):
   assert row['tokens'] <= 100 + 40  # the context, then the question under the template
   saved = json.loads((out / 'presses.json').read_text())
   assert saved['dropped_tasks'] == {} and saved['kept_tasks'] == ['needle_noise']
+  summary = json.loads((out / 'summary.json').read_text())  # what a page commits: no answers
+  assert summary == {key: value for key, value in saved.items() if key != 'results'}
+  assert summary['curves'] == {'knorm': [0.0], 'adakv': [0.0]}
   table = (out / 'presses.md').read_text()
   assert '| knorm | 0 |' in table and 'Uncompressed: 0% on needle_noise' in table
   assert table.strip() in printed
