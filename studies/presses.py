@@ -272,7 +272,11 @@ def run(args) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--checkpoint', required=True, help='a workdir, a short name, a folder or a .gguf (sources.resolve)')
+  parser.add_argument(
+    '--checkpoint',
+    required=True,
+    help='a workdir, a short name, a folder or a .gguf (sources.resolve)',
+  )
   parser.add_argument('--out', required=True, help='the folder for presses.json, .md, .png')
   parser.add_argument('--lengths', default='1024', help='context lengths in tokens, commas')
   parser.add_argument('--tasks', default='', help='names in data.retrieval_tasks (default all)')
