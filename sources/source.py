@@ -151,18 +151,22 @@ class Source:
     """`(step, {'params.PATH': shape}, {'params.PATH': array} or None)`: the parameters a
     fine-tune starts from, as Attend names them. A workdir's damaged checkpoint is skipped for
     the one before it; `check(shapes)` raises (CheckpointMismatchError) on parameters of another
-    model, before any array is read. A pretrained checkpoint is step 0.
+    model, before any array is read. A pretrained checkpoint is step 0: without `arrays` its
+    shapes come from its config alone; with them, from the arrays read (`init_from.check` ran
+    the metadata check before), so its model is not traced a second time.
 
     Raises:
       FileNotFoundError: the workdir holds no checkpoint (or not the chosen step).
     """
     if not self.reference.is_workdir:
-      shapes = self._pretrained_shapes()
-      check(shapes)
       if not arrays:
+        shapes = self._pretrained_shapes()
+        check(shapes)
         return 0, shapes, None
-      model, _ = pretrained.family(self.checkpoint.config).load(self.checkpoint)
-      return 0, shapes, flatten(dict(params=nnx.to_pure_dict(nnx.state(model, nnx.Param))))
+      params = flatten(dict(params=nnx.to_pure_dict(nnx.state(self.model(), nnx.Param))))
+      shapes = {key: tuple(np.shape(value)) for key, value in params.items()}
+      check(shapes)
+      return 0, shapes, params
     best = self.choice == 'best'
     directory = (layout.best_dir if best else layout.checkpoints_dir)(self.reference.path)
     checkpointer = Checkpointer(directory, max_to_keep=None, create=False, local=not arrays)
