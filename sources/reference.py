@@ -40,13 +40,17 @@ class Reference:
     return self.kind == WORKDIR
 
 
+def _forms() -> str:
+  """What a reference may be, as every sentence about one says it."""
+  return (
+    'a training workdir (or WORKDIR/checkpoints/STEP), a packaged checkpoint '
+    f'({", ".join(pretrained.PACKAGES)}), a Hugging Face folder or .zip, or a .gguf file'
+  )
+
+
 def unknown(flag: str, text: str) -> str:
   """The one sentence every command gives for a reference that names nothing."""
-  return (
-    f'{flag}={text} names nothing Attend reads: give a training workdir (or '
-    f'WORKDIR/checkpoints/STEP), a packaged checkpoint ({", ".join(pretrained.PACKAGES)}), a '
-    'Hugging Face folder or .zip, or a .gguf file.'
-  )
+  return f'{flag}={text} names nothing Attend reads: give {_forms()}.'
 
 
 def parse(text: str, *, flag: str = '--workdir', checkpoint: str = '') -> Reference:
@@ -58,7 +62,7 @@ def parse(text: str, *, flag: str = '--workdir', checkpoint: str = '') -> Refere
     ValueError: a checkpoint choice for a pretrained checkpoint, or one of another workdir.
   """
   if not text:
-    raise ValueError(f'{flag} is empty; {unknown(flag, text).split(": ", 1)[1]}')
+    raise ValueError(f'{flag} is empty; give {_forms()}.')
   workdir, step = layout.checkpoint_step(text)
   chosen_dir, chosen_step = layout.checkpoint_step(checkpoint) if checkpoint else ('', None)
   if chosen_step is not None:  # --checkpoint=WORKDIR/checkpoints/STEP
