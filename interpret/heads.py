@@ -35,11 +35,16 @@ Array = jax.Array
 Head = tuple[int, int]  # (layer, head)
 
 
+def heads_per_layer(model: nnx.Module) -> dict[str, int]:
+  """`{path: heads}` of the model's attention layers, in its order (`attention_layers`)."""
+  return {path: layer.num_heads for path, layer in attention_layers(model).items()}
+
+
 def grid(model: nnx.Module) -> tuple[list[str], int]:
   """`(the attention layers' paths, N)`: the rows of a layers x heads map and its width, the
   most heads a layer has."""
-  layers = attention_layers(model)
-  return list(layers), max(layer.num_heads for layer in layers.values())
+  layers = heads_per_layer(model)
+  return list(layers), max(layers.values())
 
 
 def check_heads(num_layers: int, num_heads: int, heads: Sequence[Head]) -> None:
@@ -91,7 +96,7 @@ def program(
   clean run's, for path patching). Each structure of `kept` and `unmasked` compiles once.
   """
   graphdef, state = nnx.split(model)
-  layers = {path: layer.num_heads for path, layer in attention_layers(model).items()}
+  layers = heads_per_layer(model)
 
   @jax.jit
   def run(state, inputs, masks, replaced, kept, unmasked):

@@ -31,7 +31,6 @@ import numpy as np
 from interpret import heads as heads_lib
 from interpret.effects import Metric, patch_lengths_differ
 from models import interventions
-from models.attention_paths import attention_layers
 
 Array = jax.Array
 INPUTS = ('queries', 'keys', 'values')
@@ -116,7 +115,7 @@ def _senders(model, receivers, into, senders) -> tuple[list[str], int, list[tupl
   """`(the attention layers' paths, N, the senders)` of `path_patching`'s arguments (default
   senders: every head of the layers before the first receiver's, or every head without
   receivers), refused in one sentence where they are not the model's."""
-  layers = {path: layer.num_heads for path, layer in attention_layers(model).items()}
+  layers = heads_lib.heads_per_layer(model)
   paths, n = list(layers), max(layers.values())
   unknown = sorted(set(into) - set(INPUTS))
   if receivers and (unknown or not into):

@@ -22,7 +22,6 @@ import numpy as np
 from interpret import figures
 from interpret import heads as heads_lib
 from models import interventions
-from models.attention_paths import attention_layers
 from tasks import Task
 from training import evaluation, sharding
 from training.steps import TrainState, merge_model
@@ -59,7 +58,7 @@ def sweep(
     ValueError: the model has no multi-head attention layer.
   """
   model = merge_model(state)
-  layers = {path: layer.num_heads for path, layer in attention_layers(model).items()}
+  layers = heads_lib.heads_per_layer(model)
   if not layers:
     raise ValueError(
       '--ablate_heads needs a model with multi-head attention layers (the '
