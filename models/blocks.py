@@ -85,7 +85,7 @@ class EncoderLayer(_Block):
 
   def __init__(self, stack: StackConfig, *, rngs: nnx.Rngs):
     super().__init__(stack, num_sublayers=2, rngs=rngs)
-    self.self_attn = MultiHeadAttention(stack, rngs=rngs)
+    self.self_attn = self_attention(stack, rngs=rngs)
     self.ffn = feed_forward(stack, rngs=rngs)
 
   def __call__(
@@ -122,6 +122,14 @@ def encoder_stack(stack: StackConfig, *, rngs: nnx.Rngs) -> tuple[nnx.List, nnx.
     [EncoderLayer(stack.layer_config(i), rngs=rngs) for i in range(stack.num_layers)]
   )
   return layers, final_norm(stack, rngs=rngs)
+
+
+def self_attention(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module:
+  """The self-attention sublayer a layer's configuration asks for: every variant of
+  `attention.VARIANTS` runs in `MultiHeadAttention`, but for the two that need a layer of their
+  own. Each has the same methods (`__call__`, `init_cache`, `decode_step`) and the module path
+  `self_attn`, so a stack, its decoding and its taps do not ask which one runs."""
+  return MultiHeadAttention(stack, rngs=rngs)
 
 
 def final_norm(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module | None:

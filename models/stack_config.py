@@ -18,6 +18,7 @@ import attention
 from attention.positions import ROPE_LAYOUTS
 from models.embeddings import ATTENTION_POSITIONS, POSITIONS
 from models.layers import ACTIVATIONS, check_choice, check_positive_ints, check_rate, is_int
+from models.mechanism_config import MechanismConfig
 from models.variant_config import VariantConfig
 
 NORMS = ('post', 'pre')
@@ -34,10 +35,11 @@ def _check_optional(name: str, value: Any, *, above: float) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionConfig(VariantConfig):
-  """A multi-head attention layer's configuration: its sizes, score, kernel and positions, and
-  its variant (see `VariantConfig`). Frozen and validated once, when it is made; the layer keeps
-  it as it is, and a cross-attention layer's is `cross_attention()` of its self-attention's.
+class AttentionConfig(MechanismConfig, VariantConfig):
+  """A multi-head attention layer's configuration: its sizes, score, kernel and positions, its
+  variant (see `VariantConfig`) and the 2025 mechanisms' fields (see `MechanismConfig`). Frozen
+  and validated once, when it is made; the layer keeps it as it is, and a cross-attention
+  layer's is `cross_attention()` of its self-attention's.
 
   Attributes:
     d_model: model width D, the layer's input and output size.
@@ -127,6 +129,7 @@ class AttentionConfig(VariantConfig):
       )
     self.kv_heads(self.num_heads)
     self._check_variant_options()
+    self.check_mechanisms()
 
   @property
   def head_size(self) -> int:
@@ -168,7 +171,17 @@ class AttentionConfig(VariantConfig):
   def cross_attention(self) -> 'AttentionConfig':
     """This configuration for a layer attending to a memory: a query and the memory it reads
     share no positions, so positions, windows and the variant (softmax) are self-attention's."""
-    return dataclasses.replace(self, positions='none', attention='softmax', **self._no_window())
+    return dataclasses.replace(
+      self,
+      positions='none',
+      attention='softmax',
+      rope_dims=None,
+      kv_lora_rank=0,
+      q_lora_rank=0,
+      rope_head_dim=0,
+      index_topk=0,
+      **self._no_window(),
+    )
 
   def _no_window(self) -> dict[str, Any]:
     """The fields that turn every window off."""
@@ -203,6 +216,9 @@ class StackConfig(AttentionConfig):
       to every key, the others to the window (Gemma 3: 6); 0 = every layer the window.
     rope_base_global: the rotary base of `global_every`'s global layers (Gemma 3: 1,000,000);
       None = `rope_base` in every layer.
+    layer_pattern: a hybrid stack: comma-separated `attention.VARIANTS` names that the layers
+      take in turn, e.g. `'gated_deltanet,gated_deltanet,gated_deltanet,softmax'` (Qwen3-Next's
+      three delta-rule layers to one softmax layer); '' = every layer `attention`.
   """
 
   num_layers: int = 6
@@ -219,6 +235,7 @@ class StackConfig(AttentionConfig):
   sandwich_norm: bool = False
   global_every: int = 0
   rope_base_global: float | None = None
+  layer_pattern: str = ''
 
   def __post_init__(self):
     check_positive_ints(num_layers=self.num_layers, d_ff=self.d_ff, max_length=self.max_length)
@@ -263,19 +280,53 @@ class StackConfig(AttentionConfig):
         'window > 0 too.'
       )
     _check_optional('rope_base_global', self.rope_base_global, above=1)
+    self._check_layer_pattern()
     if self.rope_base_global is not None and not (self.global_every and self.positions == 'rope'):
       raise ValueError(
         f'rope_base_global={self.rope_base_global!r} is the rotary base of global layers; it '
         "needs global_every > 0 and positions='rope'."
       )
 
+  @property
+  def pattern(self) -> tuple[str, ...]:
+    """`layer_pattern`'s variant names in order; `(attention,)` without one."""
+    if not self.layer_pattern:
+      return (self.attention,)
+    return tuple(name.strip() for name in self.layer_pattern.split(','))
+
+  def _check_layer_pattern(self) -> None:
+    """Refuses a pattern that names an unknown variant, or sets `attention` too, and builds each
+    kind of layer's configuration once, so that a field one of them cannot take is refused now."""
+    if not self.layer_pattern:
+      return
+    if not isinstance(self.layer_pattern, str):
+      raise ValueError(f'layer_pattern must be a string; got {self.layer_pattern!r}.')
+    unknown = [name for name in self.pattern if name not in attention.VARIANTS]
+    if unknown:
+      raise ValueError(
+        f'layer_pattern={self.layer_pattern!r} names {unknown[0]!r}, which is not an attention '
+        f'variant; valid: {", ".join(sorted(attention.VARIANTS))}.'
+      )
+    if self.attention != 'softmax':
+      raise ValueError(
+        f"layer_pattern={self.layer_pattern!r} sets every layer's attention; leave "
+        f'attention at its default instead of {self.attention!r}.'
+      )
+    for i in range(min(len(self.pattern), self.num_layers)):
+      self.layer_config(i)
+
   def layer_config(self, i: int) -> 'StackConfig':
-    """Layer i's configuration: with `global_every`, a global layer's has no window and the base
+    """Layer i's configuration: its variant from `layer_pattern`, its depth for the mechanisms
+    that read it; with `global_every`, a global layer's has no window and the base
     `rope_base_global`; every other layer's is this one."""
+    config = self
+    variant = self.pattern[i % len(self.pattern)]
+    if self.layer_pattern or variant == 'differential':
+      config = dataclasses.replace(self, layer_pattern='', attention=variant, layer_index=i)
     if not self.global_every or (i + 1) % self.global_every:
-      return self
+      return config
     base = self.rope_base if self.rope_base_global is None else self.rope_base_global
-    return dataclasses.replace(self, rope_base=base, **self._no_window())
+    return dataclasses.replace(config, rope_base=base, **self._no_window())
 
   def _no_window(self) -> dict[str, Any]:
     return dict(super()._no_window(), global_every=0, rope_base_global=None)
