@@ -28,6 +28,22 @@ from attention.core import (
   rms_normalize,
   split_heads,
 )
+from attention.delta_rule import (
+  delta_rule_chunked,
+  delta_rule_recurrent,
+  delta_rule_step,
+  delta_rule_weights,
+  l2_normalize,
+)
+from attention.differential import (
+  Differential,
+  differential_attention,
+  differential_from_weights,
+  differential_lambda,
+  differential_weights,
+  lambda_init,
+)
+from attention.gates import gate_heads, head_gates
 from attention.kv_cache import (
   cache_offsets,
   evict,
@@ -37,6 +53,7 @@ from attention.kv_cache import (
   kept_step,
   window_mask,
 )
+from attention.latent import expand_latent, latent_attention, latent_weights
 from attention.linear import (
   elu_feature_map,
   hedgehog_feature_map,
@@ -83,6 +100,7 @@ from attention.sdpa import (
   scaled_dot_product_attention,
 )
 from attention.sigmoid import sigmoid_attention, sigmoid_attention_weights
+from attention.sparse import index_scores, top_k_mask
 from attention.variants import (
   OPTIONS,
   RUN_OPTIONS,
@@ -93,6 +111,7 @@ from attention.variants import (
 )
 
 __all__ = [
+  'Differential',
   'KERNELS',
   'KeyPrep',
   'OPTIONS',
@@ -124,22 +143,38 @@ __all__ = [
   'combine_masks',
   'copy_logits',
   'cosine_scores',
+  'delta_rule_chunked',
+  'delta_rule_recurrent',
+  'delta_rule_step',
+  'delta_rule_weights',
+  'differential_attention',
+  'differential_from_weights',
+  'differential_lambda',
+  'differential_weights',
   'dot_scores',
   'doubly_stochastic_penalty',
   'drop_weights',
   'elu_feature_map',
   'evict',
   'evict_again',
+  'expand_latent',
+  'gate_heads',
   'general_scores',
   'get_press',
   'get_score',
   'get_score_fn',
   'get_variant',
   'group_queries',
+  'head_gates',
+  'index_scores',
   'kept_mask',
+  'l2_normalize',
+  'lambda_init',
   'kept_rotary_scores',
   'kept_step',
   'hedgehog_feature_map',
+  'latent_attention',
+  'latent_weights',
   'linear_attention',
   'linear_attention_weights',
   'masked_softmax',
@@ -165,5 +200,6 @@ __all__ = [
   't5_bias',
   't5_bias_at',
   't5_buckets',
+  'top_k_mask',
   'window_mask',
 ]

@@ -13,14 +13,16 @@ Attend takes n per query, the number of keys that query may see (with a causal m
 i + 1), so causal and windowed rows start normalised too, and a decoding step, which sees the
 same keys, computes the same weights as the whole sequence.
 
-Shapes: queries `[..., T, H]`, keys `[..., S, H]`, values `[..., S, Dv]`; leading dims broadcast.
-Masks broadcast to `[..., T, S]` with True = may attend; a masked key gets weight exactly 0.
+Shapes: queries `[..., T, H]`, keys `[..., S, H]`, values `[..., S, Dv]`; leading dims broadcast,
+and keys and values with fewer heads (axis -3) than the queries are grouped-query heads, each
+read by `N / K` query heads (`attention.repeat_kv`). Masks broadcast to `[..., T, S]` with
+True = may attend; a masked key gets weight exactly 0.
 """
 
 import jax
 import jax.numpy as jnp
 
-from attention.core import attend, drop_weights
+from attention.core import attend, drop_weights, repeat_kv
 from attention.masks import causal_mask, combine_masks, sliding_window_mask
 
 Array = jax.Array
@@ -47,6 +49,7 @@ def sigmoid_attention_weights(
     window: if > 0, query i sees key j only if `|i - j| < window` (causal: the last `window`).
   """
   t, s = q.shape[-2], k.shape[-2]
+  k = _ungrouped(k, q)
   scores = jnp.einsum('...td,...sd->...ts', q, k, preferred_element_type=jnp.float32)
   scores = scores * q.shape[-1] ** -0.5
   if bias is not None:
@@ -78,4 +81,11 @@ def sigmoid_attention(
   weights = sigmoid_attention_weights(
     q, k, mask=mask, is_causal=is_causal, bias=bias, window=window
   )
-  return attend(drop_weights(weights, dropout_rate, dropout_rng), v)
+  return attend(drop_weights(weights, dropout_rate, dropout_rng), _ungrouped(v, q))
+
+
+def _ungrouped(x: Array, q: Array) -> Array:
+  """Keys or values `[..., K, S, D]` repeated to q's N heads where K < N (grouped-query)."""
+  if q.ndim < 3 or x.ndim < 3 or x.shape[-3] == q.shape[-3]:
+    return x
+  return repeat_kv(x, q.shape[-3])

@@ -15,6 +15,13 @@ one:
   no scores, so it takes no other option.
 - `'sigmoid'`: `attention.sigmoid_attention`, each weight its own sigmoid (no normalisation over
   the keys); it takes a bias, a window and dropout, and decodes with softmax's K/V cache.
+- `'differential'`: `attention.differential_attention` (Ye et al. 2025), `(A_n - λ A_{n+N/2})`
+  over pair values, RMS-normalised; outputs `[B, N/2, T, 2 Dv]`, weights `[B, N/2, T, S]`. It
+  needs the option `differential` (λ, λ_init, eps), which its layer sets.
+- `'deltanet'`, `'gated_deltanet'`: the (gated) delta rule (`attention.delta_rule`, Yang et al.
+  2024, 2025), a recurrence whose state `[B, H, Dk, Dv]` each token corrects; causal only. It
+  needs the options `beta` (write strengths `[B, H, T]`) and, gated, `decay` (log-decays), which
+  its layer (`models.delta_net`) computes from the input. Its weights are the attention form.
 
 The options (`bias`, `alibi_slopes`, `window`, `softcap`, `sink`, ...) mean what
 `scaled_dot_product_attention` documents. Shapes: queries `[B, N, T, H]`, keys and values
@@ -29,6 +36,15 @@ import jax
 
 from attention.core import attend as weighted_sum
 from attention.core import drop_weights, repeat_kv
+from attention.delta_rule import (
+  delta_attend,
+  delta_step,
+  delta_weights,
+  gated_delta_attend,
+  gated_delta_weights,
+  init_delta_state,
+)
+from attention.differential import differential_attention, differential_weights
 from attention.kv_cache import AttendAt, State, init_kv_cache, kv_step
 from attention.linear import (
   ELU_MAPS,
@@ -215,32 +231,12 @@ def _linear_step(
   return out.reshape(*q.shape[:-1], v.shape[-1]).astype(q.dtype), state
 
 
-def _sigmoid_attend(q, k, v, *, mask=None, is_causal=False, bias=None, window=0, **dropout):
-  """Sigmoid attention with grouped key/value heads; `dropout`: `dropout_rate`, `dropout_rng`."""
-  heads = q.shape[-3]
-  return sigmoid_attention(
-    q,
-    repeat_kv(k, heads),
-    repeat_kv(v, heads),
-    mask=mask,
-    is_causal=is_causal,
-    bias=bias,
-    window=window,
-    **dropout,
-  )
-
-
-def _sigmoid_weights(q, k, *, mask=None, is_causal=False, bias=None, window=0):
-  """The weights `_sigmoid_attend` averages with, `[B, N, T, S]`."""
-  k = repeat_kv(k, q.shape[-3])
-  return sigmoid_attention_weights(q, k, mask=mask, is_causal=is_causal, bias=bias, window=window)
-
-
 # Every option a variant may take besides `mask` and `is_causal`, as its `attend` and `weights`
 # name them (`scaled_dot_product_attention` documents each; `scores` is a score of
 # `attention.SCORES` replacing the scaled dot product; `feature_weights` is linear attention's
-# learned feature maps, `(W_q [N, H, F], W_k [K, H, F])`). `weights` takes them all but the last
-# two.
+# learned feature maps, `(W_q [N, H, F], W_k [K, H, F])`; `differential` is differential
+# attention's `attention.differential.Differential`; `beta` and `decay` are the delta rule's
+# write strengths and log-decays, `[B, H, T]`). `weights` takes them all but RUN_OPTIONS.
 OPTIONS = (
   'feature_weights',
   'scores',
@@ -252,6 +248,9 @@ OPTIONS = (
   'scale',
   'dropout_rate',
   'implementation',
+  'differential',
+  'beta',
+  'decay',
 )
 RUN_OPTIONS = ('dropout_rate', 'implementation')  # how the output is computed, not the weights
 
@@ -293,7 +292,7 @@ VARIANTS: dict[str, Variant] = {
     _softmax_weights,
     init_kv_cache,
     kv_step,
-    options=frozenset(OPTIONS) - {'feature_weights'},
+    options=frozenset(OPTIONS) - {'feature_weights', 'differential', 'beta', 'decay'},
   ),
   'linear': Variant(
     _linear_attend,
@@ -304,11 +303,36 @@ VARIANTS: dict[str, Variant] = {
   ),
   # Decodes as softmax does: a K/V cache, read by the layer's own variant over explicit positions.
   'sigmoid': Variant(
-    _sigmoid_attend,
-    _sigmoid_weights,
+    sigmoid_attention,
+    sigmoid_attention_weights,
     init_kv_cache,
     kv_step,
     options=frozenset({'bias', 'window', 'dropout_rate'}),
+  ),
+  # `attention.differential`: pairs of softmax maps, `[B, N/2, T, 2 Dv]` outputs and
+  # `[B, N/2, T, S]` weights; decodes with softmax's K/V cache. No dropout (the paper defines none).
+  'differential': Variant(
+    differential_attention,
+    differential_weights,
+    init_kv_cache,
+    kv_step,
+    options=frozenset({'differential', 'bias', 'window', 'softcap', 'scale', 'implementation'}),
+  ),
+  # `attention.delta_rule`: causal only; queries and keys `[B, Hk, T, Dk]` with Hk dividing the
+  # value heads H of values `[B, H, T, Dv]`; decodes from a fixed state `[B, H, Dk, Dv]`.
+  'deltanet': Variant(
+    delta_attend,
+    delta_weights,
+    init_delta_state,
+    delta_step,
+    options=frozenset({'beta'}),
+  ),
+  'gated_deltanet': Variant(
+    gated_delta_attend,
+    gated_delta_weights,
+    init_delta_state,
+    delta_step,
+    options=frozenset({'beta', 'decay'}),
   ),
 }
 

@@ -5,13 +5,15 @@ leading dim: queries `[B, N, T, H]`, keys and values `[B, K, S, H]` with K key/v
 (K = N unless grouped); masks broadcast to `[B, N, T, S]` with True = may attend.
 """
 
+from typing import Any
+
 from flax import nnx
 import jax
 import jax.numpy as jnp
 
 import attention
 from models import interventions
-from models.attention_options import AttentionOptions
+from models.attention_decoding import AttentionDecoding
 from models.layers import (
   dense,
   merge_project_heads,
@@ -25,7 +27,7 @@ Array = jax.Array
 KV = dict[str, Array]
 
 
-class MultiHeadAttention(AttentionOptions):
+class MultiHeadAttention(AttentionDecoding):
   """Multi-head attention `concat_n(attend(x W_Q^n, c W_K^n, c W_V^n)) W_O` (Vaswani et al. 3.2.2).
 
   Configured by one frozen `AttentionConfig`, kept as `config`. How heads attend is its attention
@@ -61,6 +63,14 @@ class MultiHeadAttention(AttentionOptions):
   - `query_scale`: the dot product's multiplier instead of `1/sqrt(d_k)`.
   - `softcap`: scores soft-capped `softcap · tanh(s / softcap)`. `sink`: a learned `sink [N]`
     logit, a null key of value zero that every query may attend to instead.
+  - `rope_dims`: RoPE on the first `rope_dims` features of each query and key head only.
+  - `output_gate` (gated attention, Qiu et al. 2025): per-head outputs times `sigmoid(x W_gate)`
+    (`w_gate`, `[D, N d_v]`, biased with `qkv_bias`) before `W_O`; the gate `[B, N, T, d_v]` is
+    the tap `gate`.
+  - `attention='differential'` (`attention.differential`): the scalars `lambda_q1`, `lambda_k1`,
+    `lambda_q2`, `lambda_k2 [H]` make λ; the pairs' RMS norm takes the stack's `norm_eps`
+    (DiffLlama's `rms_norm_eps`; 1e-5, DiffLlama's default, for a config without one). Its
+    weights and per-head outputs are per pair of heads, `[B, N/2, T, S]` and `[B, N/2, T, 2 d_v]`.
 
   Inside `interventions.capture` the layer also forms the weights (`variant.weights`) and taps
   them with its queries, keys, values and per-head outputs; outside, none of that is traced.
@@ -77,6 +87,16 @@ class MultiHeadAttention(AttentionOptions):
     self.w_k = dense(d_model, kv * h, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
     self.w_v = dense(d_model, kv * self.d_v, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
     self.w_o = dense(n * self.d_v, d_model, use_bias=out_bias, axes=('heads', 'embed'), rngs=rngs)
+    self.w_gate = (
+      dense(d_model, n * self.d_v, use_bias=bias, axes=('embed', 'heads'), rngs=rngs)
+      if config.output_gate
+      else None
+    )
+    # Differential attention's λ; small, as DiffLlama starts them (normal, std 0.1).
+    differential = config.attention == 'differential'
+    for name in ('lambda_q1', 'lambda_k1', 'lambda_q2', 'lambda_k2'):
+      value = nnx.initializers.normal(0.1)(rngs.params(), (h,)) if differential else None
+      setattr(self, name, None if value is None else nnx.Param(value))
     sizes = attention.ScoreSizes(q=h, k=h, a=h)
     for param in self.registered_score.params:
       # Each head on its own: on the whole [N, ...] a variance-scaling initialiser would count N
@@ -119,7 +139,8 @@ class MultiHeadAttention(AttentionOptions):
     return self.config.value_size
 
   def _heads(self, x: Array, positions: Array | None, norm: nnx.Param | None) -> Array:
-    """Per-head queries or keys `[B, N|K, L, H]`: qk-norm, then RoPE at `positions`."""
+    """Per-head queries or keys `[B, N|K, L, H]`: qk-norm, then RoPE at `positions` (on the
+    first `rope_dims` features only, where set)."""
     if norm is not None:
       scale = 1.0 + norm[...] if self.config.norm_plus_one else norm[...]
       x = (attention.rms_normalize(x) * scale).astype(x.dtype)
@@ -128,9 +149,33 @@ class MultiHeadAttention(AttentionOptions):
     positions = jnp.arange(x.shape[-2]) if positions is None else jnp.asarray(positions)
     if positions.ndim == 2:
       positions = positions[:, None, :]  # [B, 1, L]: every head
-    return attention.rotary_embedding(
-      x, positions, base=self.config.rope_base, layout=self.config.rope_layout
+    rotate = lambda y: attention.rotary_embedding(
+      y, positions, base=self.config.rope_base, layout=self.config.rope_layout
     )
+    dims = self.config.rope_dims
+    if dims is None or dims == x.shape[-1]:
+      return rotate(x)
+    return jnp.concatenate([rotate(x[..., :dims]), x[..., dims:]], axis=-1)  # [B, N|K, L, H]
+
+  def _options(self) -> dict[str, Any]:
+    """The variant's options (`AttentionOptions._options`), with differential attention's λ."""
+    options = super()._options()
+    if self.lambda_q1 is not None:
+      init = attention.lambda_init(self.config.layer_index)
+      lambdas = (self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2)
+      lam = attention.differential_lambda(*(p[...] for p in lambdas), init)
+      eps = getattr(self.config, 'norm_eps', 1e-5)  # a stack's; see the class docstring
+      options['differential'] = attention.Differential(lam, init, eps)
+    return options
+
+  def _gate(self, x: Array, out: Array) -> Array:
+    """Per-head outputs `out [B, N, T, d_v]` gated by `sigmoid(x W_gate)` of the layer's input
+    `x [B, T, D]` (tapped as `gate`), where `output_gate` is set; else `out`."""
+    if self.w_gate is None:
+      return out
+    gates = attention.head_gates(project_heads(self.w_gate, x, self.num_heads))  # [B, N, T, d_v]
+    gates = interventions.tap(self, 'gate', gates)
+    return attention.gate_heads(out, gates).astype(out.dtype)
 
   def project_kv(self, context: Array, positions: Array | None = None) -> KV:
     """Keys and values of `context [B, S, D]`: `{'k': [B, K, S, d_k], 'v': [B, K, S, d_v]}`.
@@ -240,7 +285,7 @@ class MultiHeadAttention(AttentionOptions):
       out = self._attend_tapped(q, k, v, mask, is_causal, options, dropout)
     else:
       out = self.variant.attend(q, k, v, mask=mask, is_causal=is_causal, **options, **dropout)
-    return merge_project_heads(self.w_o, out)  # [B, T, D]
+    return merge_project_heads(self.w_o, self._gate(x, out))  # [B, T, D]
 
   def _attend_tapped(self, q, k, v, mask, is_causal, options, dropout) -> Array:
     """Per-head outputs `[B, N, T, d_v]` as `weights @ values`, the weights (before dropout) and
@@ -251,88 +296,9 @@ class MultiHeadAttention(AttentionOptions):
     dropped = attention.drop_weights(
       weights, dropout.get('dropout_rate', 0.0), dropout.get('dropout_rng')
     )
-    values = attention.repeat_kv(v, self.num_heads).astype(weights.dtype)  # [B, N, S, d_v]
-    out = attention.attend(dropped, values).astype(q.dtype)
-    return interventions.tap(self, 'heads', out)
-
-  def _attend_at(
-    self, q: Array, keys: Array, values: Array, q_positions: Array, k_positions: Array
-  ) -> Array:
-    """The variant's causal attention of `q [B, N, T, H]` over cached keys at explicit positions
-    (decoding). Visibility (causal, the window, empty slots) and position biases come from the
-    positions."""
-    options = self._options()
-    options.pop('window', None)  # in the mask below
-    if self.config.position_bias is not None:
-      options['bias'] = self._position_bias(q_positions, k_positions, causal=True)
-    self._kept_rotary(options, q_positions, k_positions)
-    return self.variant.attend(
-      q,
-      keys.astype(q.dtype),
-      values.astype(q.dtype),
-      mask=attention.window_mask(
-        q_positions, k_positions, self.config.window, self.config.sink_tokens
-      ),
-      **options,
-    )
-
-  def _attend_kept(self, q: Array, keys: Array, values: Array, mask: Array) -> Array:
-    """The variant over an evicted cache's slots, visibility given whole by `mask [B, N, T, L]`
-    (a press runs only on layers with no window and no position bias:
-    `models.compression.check_press`)."""
-    options = self._options()
-    options.pop('window', None)
-    return self.variant.attend(
-      q, keys.astype(q.dtype), values.astype(q.dtype), mask=mask, **options
-    )
-
-  def init_cache(self, batch_size: int, max_length: int) -> dict[str, Array]:
-    """The variant's empty decoding state for `max_length` positions (see `attention.variants`):
-    K/V buffers `[B, K, L, H]` in `cache_dtype`, a ring of `window` slots, or running sums."""
-    # Linear attention sums over features: Hedgehog's map has two per column of its W.
-    features = self.d_k if self.query_features is None else 2 * self.d_k
-    return self.variant.init_state(
-      batch_size,
-      self.num_kv_heads,
-      features,
-      self.d_v,
-      max_length=max_length,
-      window=self.config.window,
-      sink_tokens=self.config.sink_tokens,
-      dtype=jnp.dtype(self.config.cache_dtype),
-    )
-
-  def decode_step(
-    self, x: Array, cache: dict[str, Array], step: Array
-  ) -> tuple[Array, dict[str, Array]]:
-    """Causal self-attention for new positions, without recomputing the earlier ones.
-
-    Args:
-      x: the inputs at positions `step .. step+T-1`, `[B, T, D]`: T = 1 when decoding token by
-        token, a whole prompt when prefilling the cache in one parallel pass.
-      cache: the state from `init_cache` after positions `0 .. step-1`.
-      step: int32 scalar, the 0-based position of x's first row; may be traced.
-
-    Returns:
-      `(output [B, T, D], the state after positions step .. step+T-1)`; no dropout.
-    """
-    positions = step + jnp.arange(x.shape[1])  # [T]
-    q, new = self._project_self(x, positions)  # [B, N|K, T, H]
-    # What a press scores a prefill by (read by `models.compression.prefill`, scored by
-    # `attention.presses`); a no-op outside a capture.
-    q = interventions.tap(self, 'queries', q)
-    if 'positions' in cache:  # a cache a press evicted from: slots at explicit positions
-      out, cache = attention.kept_step(cache, q, new['k'], new['v'], step, attend=self._attend_kept)
-      return merge_project_heads(self.w_o, out.astype(x.dtype)), cache
-    out, cache = self.variant.step(
-      cache,
-      q,
-      new['k'],
-      new['v'],
-      step,
-      window=self.config.window,
-      sink_tokens=self.config.sink_tokens,
-      attend_at=self._attend_at,
-      options=self._options(),
-    )
-    return merge_project_heads(self.w_o, out.astype(x.dtype)), cache
+    if 'differential' in scoring:  # pairs of heads: `[B, N/2, T, S]` maps, `2 d_v` values
+      out = attention.differential_from_weights(dropped, v, scoring['differential'])
+    else:
+      values = attention.repeat_kv(v, self.num_heads).astype(weights.dtype)  # [B, N, S, d_v]
+      out = attention.attend(dropped, values)
+    return interventions.tap(self, 'heads', out.astype(q.dtype))

@@ -26,7 +26,10 @@ import jax
 
 from models import interventions
 from models.attention_layer import MultiHeadAttention
+from models.delta_net import DeltaNet
+from models.latent_attention import LatentAttention
 from models.layers import FeedForward, RMSNorm
+from models.mechanism_config import DELTA_RULE
 from models.stack_config import StackConfig
 
 Array = jax.Array
@@ -129,6 +132,10 @@ def self_attention(stack: StackConfig, *, rngs: nnx.Rngs) -> nnx.Module:
   `attention.VARIANTS` runs in `MultiHeadAttention`, but for the two that need a layer of their
   own. Each has the same methods (`__call__`, `init_cache`, `decode_step`) and the module path
   `self_attn`, so a stack, its decoding and its taps do not ask which one runs."""
+  if stack.kv_lora_rank:  # multi-head latent attention (and DeepSeek Sparse Attention)
+    return LatentAttention(stack, rngs=rngs)
+  if stack.attention in DELTA_RULE:  # (gated) DeltaNet: a recurrence with its own projections
+    return DeltaNet(stack, rngs=rngs)
   return MultiHeadAttention(stack, rngs=rngs)
 
 

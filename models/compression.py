@@ -30,8 +30,13 @@ from attention.presses import (
   top_positions,
 )
 from models import interventions
+from models.attention_layer import MultiHeadAttention
 from models.attention_paths import attention_layers
 from models.decoding import greedy_search
+
+# The variants whose decoding cache a press evicts from: per-head keys and values, one map each
+# (not linear attention's running sums, a delta rule's state, latents or differential pairs).
+PRESSABLE = ('softmax', 'sigmoid')
 
 Array = jax.Array
 
@@ -72,19 +77,21 @@ def check_press(model: nnx.Module, press: Press, context: int, **settings) -> No
   exceed); its own settings are the entry point's to check (`check_settings`).
 
   Raises:
-    ValueError: a variant with no key/value cache (linear attention), a press that reads
-      attention weights on a variant that forms no softmax weights, a position bias (ALiBi, T5:
-      a kept key's bias would need its offset per head), no layer to press, or a context no
-      longer than the press's window.
+    ValueError: a layer whose cache is no per-head keys and values (`PRESSABLE`), a weights
+      press on a variant without softmax weights, a position bias (a kept key's would need its
+      offset per head), no layer to press, or a context no longer than the press's window.
   """
+  for path, module in interventions.modules_by_path(model).items():
+    runs = module.config.attention if isinstance(module, MultiHeadAttention) else None
+    if path.endswith('self_attn') and runs not in PRESSABLE:
+      kind = type(module).__name__ if runs is None else f'attention={runs!r}'
+      raise ValueError(
+        f'press: {path} is a {kind} layer, whose cache holds no per-head keys and values a '
+        'press can evict; a press takes softmax or sigmoid multi-head attention.'
+      )
   layers = list(attention_layers(model).values())
   for layer in layers:
     config = layer.config
-    if config.attention == 'linear':
-      raise ValueError(
-        "press: config.model.attention='linear' keeps running sums, not keys and values; a press "
-        'needs a key/value cache (softmax or sigmoid attention).'
-      )
     if press.weights and config.attention != 'softmax':
       raise ValueError(
         f'press {press.name!r} reads softmax attention weights, which '

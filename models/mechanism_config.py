@@ -41,13 +41,15 @@ class MechanismConfig:
     rope_head_dim: with a latent, the decoupled rotary key's size, one key shared by the heads.
     index_topk: DeepSeek Sparse Attention: each query attends to the `index_topk` keys its
       lightning indexer scores highest; 0 = off.
-    index_heads: the indexer's heads.
-    index_head_dim: the indexer's per-head size.
+    index_heads: the lightning indexer's heads (with index_topk).
+    index_head_dim: the lightning indexer's per-head size.
     delta_heads: a delta-rule layer's value heads; None = num_heads.
-    delta_key_heads: its query/key heads, dividing delta_heads; None = delta_heads.
-    delta_key_dim: its per-head query/key size; None = the head size.
-    delta_value_dim: its per-head value size; None = the value size.
-    conv_size: its short causal convolution's width over queries, keys and values (Qwen3-Next: 4).
+    delta_key_heads: a delta-rule layer's query/key heads, dividing delta_heads; None =
+      delta_heads.
+    delta_key_dim: a delta-rule layer's per-head query/key size; None = the head size.
+    delta_value_dim: a delta-rule layer's per-head value size; None = the value size.
+    conv_size: a delta-rule layer's short causal convolution's width over its queries, keys and
+      values (Qwen3-Next: 4).
     layer_index: the layer's 0-based depth, set by the stack (differential attention's initial
       lambda depends on it).
   """
@@ -80,6 +82,7 @@ class MechanismConfig:
       if getattr(self, name) is not None:
         check_positive_ints(**{name: getattr(self, name)})
     self._check_rope_dims()
+    self._check_differential()
     self._check_latent()
     self._check_delta_rule()
 
@@ -92,6 +95,20 @@ class MechanismConfig:
         f'rope_dims={self.rope_dims} rotates the first features of each head; it needs '
         f"positions='rope' and an even number at most the head size {self.head_size}."
       )
+    if self.sink_tokens:  # kept first tokens are re-rotated over every feature of the head
+      raise ValueError(f'rope_dims={self.rope_dims} cannot be combined with sink_tokens.')
+
+  def _check_differential(self) -> None:
+    if self.attention != 'differential':
+      return
+    kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+    if self.num_heads % 2 or kv_heads % 2:
+      raise ValueError(
+        "attention='differential' pairs heads n and n + N/2 and their values: num_heads and "
+        f'num_kv_heads must be even; got {self.num_heads} and {kv_heads}.'
+      )
+    if self.output_gate:
+      raise ValueError("output_gate gates single heads; attention='differential' outputs pairs.")
 
   def _check_latent(self) -> None:
     latent = ('q_lora_rank', 'rope_head_dim', 'index_topk')
@@ -126,6 +143,23 @@ class MechanismConfig:
       raise ValueError(
         f'index_topk={self.index_topk} must be at most the context, {self.max_context} positions.'
       )
+    # What models.latent_attention.LatentAttention does not compute (its cache keeps every
+    # position, its scores are the scaled dot product of the latent and the rotary key).
+    defaults = dict(window=0, sink_tokens=0, qk_norm=False, softcap=0.0, sink=False)
+    defaults.update(score='scaled_dot', rope_dims=None, output_gate=False)
+    if self.position_bias is not None:
+      defaults['positions'] = 'rope'
+    for name, off in defaults.items():
+      if getattr(self, name) != off:
+        raise ValueError(
+          f'{name}={getattr(self, name)!r} is not available with kv_lora_rank > 0 (latent '
+          'attention); leave it at its default.'
+        )
+    if self.index_topk and self.index_head_dim < self.rope_head_dim:
+      raise ValueError(
+        f'index_head_dim={self.index_head_dim} must be at least rope_head_dim='
+        f'{self.rope_head_dim}: the indexer rotates its first rope_head_dim features.'
+      )
 
   def _check_delta_rule(self) -> None:
     if self.attention not in DELTA_RULE:
@@ -136,11 +170,9 @@ class MechanismConfig:
       raise ValueError(
         f'delta_key_heads={key_heads} must divide the delta-rule value heads {heads}.'
       )
-    if self.window or self.kv_lora_rank or self.output_gate:
-      raise ValueError(
-        f'attention={self.attention!r} is a recurrent delta-rule layer; it takes no window, '
-        'latent or output gate (its own output gate is built in).'
-      )
+    # A window is refused as a variant option, a latent by _check_latent. output_gate and
+    # qk_norm stay allowed: a hybrid stack's layers (Qwen3-Next's) share them, and they are its
+    # softmax layers'; a delta-rule layer has its own output gate and L2-normalises q and k.
 
   @property
   def max_context(self) -> int:

@@ -19,7 +19,7 @@ import jax
 
 from models import traced_rngs
 from models.language import DecoderLM
-from models.pretrained import decoder_configs, decoder_tables
+from models.pretrained import decoder_configs, decoder_tables, deepseek, diffllama, qwen3_next
 from models.pretrained.files import Checkpoint
 from models.pretrained.tables import PAD_ID, Row, assign
 from models.stack_config import StackConfig
@@ -226,6 +226,21 @@ ARCHITECTURES = {
   ),
   'gemma3_text': Architecture(
     _gemma3_args, _GEMMA3_REFUSED, decoder_tables.gemma3_rows, decoder_configs.gemma3_text
+  ),
+  'deepseek_v3': Architecture(
+    deepseek.v3_args, deepseek.V3_REFUSED, deepseek.v3_rows, deepseek.v3_config
+  ),
+  'deepseek_v32': Architecture(
+    deepseek.v32_args, deepseek.V32_REFUSED, deepseek.v32_rows, deepseek.v32_config
+  ),
+  'diffllama': Architecture(
+    lambda config: diffllama.args(_llama_args(config)),
+    diffllama.REFUSED,
+    diffllama.rows,
+    diffllama.config,
+  ),
+  'qwen3_next': Architecture(
+    qwen3_next.args, qwen3_next.REFUSED, qwen3_next.rows, qwen3_next.config
   ),
 }
 
