@@ -125,13 +125,20 @@ def _pairwise_decay(cum: Array) -> Array:
 
 
 def _ut_solve(k: Array, beta: Array, decay: Array, rhs: Array) -> Array:
-  """`(I + tril_strict(diag(beta) k k^T * decay))^-1 rhs` per chunk: the UT transform that turns
-  C sequential delta-rule writes into one triangular solve. `k [..., C, Dk]`, `rhs [..., C, F]`."""
+  """`(I + N)^-1 rhs` per chunk, `N = tril_strict(diag(beta) k k^T * decay)`: the UT transform
+  that turns C sequential delta-rule writes into matmuls. `k [..., C, Dk]`, `rhs [..., C, F]`.
+
+  N is strictly lower triangular, so nilpotent (`N^C = 0`), and the inverse is the finite
+  product `(I - N)(I + N^2)(I + N^4)...` over the powers below C: log2(C) squarings, matmuls
+  only. (XLA:CPU's triangular solve, a LAPACK call, took most of a chunked pass's time and hung
+  inside a train step.)"""
   system = (beta[..., None] * k) @ jnp.swapaxes(k, -1, -2) * decay  # [..., C, C]
-  system = jnp.where(_lower(k.shape[-2], strict=True), system, 0.0)  # the unit diagonal implied
-  return jax.lax.linalg.triangular_solve(
-    system, rhs, left_side=True, lower=True, unit_diagonal=True
-  )
+  power = -jnp.where(_lower(k.shape[-2], strict=True), system, 0.0)  # -N: (I + N)^-1 = sum (-N)^i
+  out = rhs + power @ rhs  # (I - N) rhs
+  for _ in range(max(0, (k.shape[-2] - 1).bit_length() - 1)):
+    power = power @ power  # (-N)^(2^j)
+    out = out + power @ out
+  return out
 
 
 def delta_rule_chunked(
