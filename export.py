@@ -1,6 +1,8 @@
 """Writes a decoder's checkpoint as a Hugging Face folder or a GGUF file, which
 transformers, llama.cpp and Attend itself read back (the architectures: Llama, Mistral, Qwen2,
-Gemma 3 and GPT-2, whichever computes the model exactly).
+Gemma 3 and GPT-2, whichever computes the model exactly; a model of differential attention as
+DiffLlama, of latent attention as DeepSeek-V3 or, with its sparse indexer, V3.2, a Gated DeltaNet
+hybrid as Qwen3-Next, each as a Hugging Face folder only).
 
   python export.py --workdir=runs/smollm2_text --format=hf --out=exported/smollm2
   python export.py --workdir=runs/smollm2_text --format=gguf --out=smollm2.gguf --dtype=q8_0

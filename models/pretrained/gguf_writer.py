@@ -152,8 +152,9 @@ def metadata(fit: Fit, vocabulary: Vocabulary, origin: str | None) -> tuple[str,
   architecture = ARCHITECTURES.get(fit.model_type)
   if architecture is None:
     raise ValueError(
-      f'A {fit.model_type} model cannot be written as a GGUF file that Attend reads back (it '
-      f'reads {", ".join(ARCHITECTURES.values())}); export it with --format=hf.'
+      '--format=gguf writes only the architectures whose GGUF files Attend reads back '
+      f'({", ".join(ARCHITECTURES)}), and this model is a {fit.model_type} model; export it '
+      'as a Hugging Face folder with --format=hf.'
     )
   model = _model_metadata(fit, architecture)
   if origin is not None:
