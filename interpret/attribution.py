@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from interpret.heads import grid
+from interpret.heads import grid, heads_per_layer
 from models import interventions
-from models.attention_paths import attention_layers
+from models.attention_paths import head_layers
 from models.layers import merge_project_heads
 
 Array = jax.Array
@@ -39,7 +39,8 @@ def frozen_norm(norm: nnx.Module, part: Array, whole: Array) -> Array:
 def head_attributions(model: nnx.Module, ids: Array, direction: Callable[[Array], Array]):
   """`[L, N]` direct logit attribution of each head at the last position (see the module
   docstring), averaged over the rows; `direction(logits [..., V]) -> [...]` picks the logit or
-  logit difference (it must be linear in the logits). Needs a pre-norm model."""
+  logit difference (it must be linear in the logits), NaN for heads a layer does not have (a
+  differential layer's heads are its pairs). Needs a pre-norm model."""
   ids = jnp.asarray(ids)
   paths, n = grid(model)
   if model.final_norm is None:
@@ -54,27 +55,29 @@ def head_attributions(model: nnx.Module, ids: Array, direction: Callable[[Array]
   along = jax.grad(lambda x: jnp.sum(direction(model.logits_of(x))))(jnp.zeros_like(final))
   unembed = lambda shares: jnp.einsum('nbd,bd->nb', shares, along)  # [N, B, D] -> [N, B]
   rows = []
-  for path, block_path in zip(paths, blocks):
+  for (path, count), block_path in zip(heads_per_layer(model).items(), blocks):
     attention, block = modules[path], modules[block_path]
-    heads = captured[f'{path}/heads'][:, :, -1:]  # [B, N, 1, H]
+    heads = captured[f'{path}/heads'][:, :, -1:]  # [B, N_l, 1, H]: a differential layer's pairs
     no_bias = merge_project_heads(attention.w_o, jnp.zeros_like(heads))
-    one = lambda h, heads=heads, attention=attention, no_bias=no_bias: (
-      merge_project_heads(attention.w_o, heads * (jnp.arange(n) == h)[None, :, None, None])
+    one = lambda h, heads=heads, attention=attention, no_bias=no_bias, count=count: (
+      merge_project_heads(attention.w_o, heads * (jnp.arange(count) == h)[None, :, None, None])
       - no_bias
     )[:, 0]  # [B, D]
-    shares = jax.vmap(one)(jnp.arange(n))  # [N, B, D]
+    shares = jax.vmap(one)(jnp.arange(count))  # [N_l, B, D]
     if block.post_norms is not None:  # a sandwich norm after the attention
       whole = merge_project_heads(attention.w_o, heads)[:, 0]
       shares = frozen_norm(block.post_norms[0], shares, whole)
-    rows.append(jnp.mean(unembed(frozen_norm(model.final_norm, shares, final)), axis=-1))
-  return np.asarray(jnp.stack(rows))  # [L, N]
+    row = np.full(n, np.nan)  # NaN: a head this layer does not have
+    row[:count] = jnp.mean(unembed(frozen_norm(model.final_norm, shares, final)), axis=-1)
+    rows.append(row)
+  return np.stack(rows)  # [L, N]
 
 
 def logit_lens(model: nnx.Module, ids: Array, target: int) -> list[dict]:
   """Layer by layer, the residual stream at the last position read as the output: the
   target's log-probability and rank (0 = top), and the top token (first row)."""
   ids = jnp.asarray(ids)
-  paths = list(attention_layers(model))
+  paths = list(head_layers(model))
   _, captured = interventions.capture(model, ids, method='token_logits')
   out = []
   for layer, path in enumerate(paths):

@@ -12,7 +12,10 @@ next-token loss over the prompt (`'loss'`).
   distribution), or its output on a source prompt of the same length (`'patch'`: activation
   patching, clean into corrupted or back). Heads are replaced at their per-head outputs (the
   taps `PATH/heads`, before the output projection), as TransformerLens's `hook_z`, by the
-  engine of `interpret.heads`: N replaced heads a call of one compiled program.
+  engine of `interpret.heads`: N replaced heads a call of one compiled program. Every layer
+  with per-head outputs takes part: multi-head and latent attention's heads, a delta-rule
+  layer's value heads (its gated norm's output per head), a differential layer's pairs of
+  heads (a pair's output is one vector after its norm: the pair is replaced together).
 - `ablated_metric`: the metric with a set of heads replaced together (a circuit, or random
   heads to compare it with).
 """
@@ -28,7 +31,7 @@ import numpy as np
 
 from interpret import heads as heads_lib
 from models import interventions
-from models.attention_paths import attention_layers
+from models.attention_paths import head_layers
 
 Array = jax.Array
 METRICS = ('logprob', 'logit_diff', 'loss')
@@ -91,7 +94,7 @@ def replacements(
   as many tokens as `ids`), or its output on the source ids `other` (the shape of `ids`)."""
   if ablation not in ABLATIONS:
     raise ValueError(f'--ablation must be one of {", ".join(ABLATIONS)}; got {ablation!r}.')
-  paths = list(attention_layers(model))
+  paths = list(head_layers(model))
   if ablation == 'zero':
     return [jnp.zeros((1, 1, 1, 1))] * len(paths)  # broadcast over every head's output
   if other is None:
@@ -138,13 +141,16 @@ def head_effects(
   progress: Callable[[str], None] = logging.info,
 ) -> tuple[float, np.ndarray]:
   """`(the clean metric, [L, N] each head's replaced metric less the clean one)`, NaN for the
-  heads not asked for (`heads`: `(layer, head)` pairs; default all), N heads a call, with a
+  heads not asked for (`heads`: `(layer, head)` pairs; default all) and those a layer does not
+  have (a differential layer's heads are its pairs), N heads a call, with a
   `progress` line every `Progress.EVERY_SECONDS` and at the end. `other`: the reference ids
   (mean) or the source ids (patch); `per_position`: see `replacements`."""
   ids = jnp.asarray(ids)
+  layers = heads_lib.heads_per_layer(model)
   paths, n = heads_lib.grid(model)
-  wanted = heads if heads is not None else [(l, h) for l in range(len(paths)) for h in range(n)]
-  heads_lib.check_heads(len(paths), n, wanted)
+  every = [(layer, head) for layer, count in enumerate(layers.values()) for head in range(count)]
+  wanted = every if heads is None else heads
+  heads_lib.check_model_heads(model, wanted)
   other = None if other is None else jnp.asarray(other)
   replaced = replacements(model, ids, ablation, other, per_position=per_position)
   run = metric_program(model, metric)
@@ -170,7 +176,7 @@ def ablated_metric(
   """The metric with every head of `heads` replaced at once (`head_effects`' replacements)."""
   ids = jnp.asarray(ids)
   paths, n = heads_lib.grid(model)
-  heads_lib.check_heads(len(paths), n, heads)
+  heads_lib.check_model_heads(model, heads)
   other = None if other is None else jnp.asarray(other)
   replaced = replacements(model, ids, ablation, other, per_position=per_position)
   mask = heads_lib.masks([heads], len(paths), n)

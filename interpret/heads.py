@@ -1,8 +1,11 @@
 """A model's attention heads, and the one engine that replaces them.
 
 `grid(model)` gives the rows of every layers x heads map (`[L, N]`, N the most heads of a
-layer): the model's multi-head attention layers in its order, as `models.attention_paths` lists
-them, numbered as `--heads=LAYER.HEAD` numbers them.
+layer): the model's layers with per-head outputs in its order, as `models.attention_paths`
+lists them (`head_layers`: multi-head, latent and delta-rule layers alike), numbered as
+`--heads=LAYER.HEAD` numbers them. A layer's heads are those of its `heads` tap: a differential
+layer's are its pairs of heads (`attention_paths.head_count`), so a layer may have fewer heads
+than the map is wide; `check_model_heads` refuses a head a layer does not have.
 
 `program(model, read)` compiles `read(model, inputs)` (a metric of the logits, a task's counts)
 with heads replaced, once per row of masks `[P, L, N]` (vmapped: P edited passes in one call,
@@ -28,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import interventions
-from models.attention_paths import attention_layers
+from models.attention_paths import describe, head_count, head_layers
 from training.metrics import Progress, duration
 
 Array = jax.Array
@@ -36,8 +39,9 @@ Head = tuple[int, int]  # (layer, head)
 
 
 def heads_per_layer(model: nnx.Module) -> dict[str, int]:
-  """`{path: heads}` of the model's attention layers, in its order (`attention_layers`)."""
-  return {path: layer.num_heads for path, layer in attention_layers(model).items()}
+  """`{path: heads}` of the model's layers with per-head outputs, in its order (`head_layers`;
+  a differential layer's heads are its pairs)."""
+  return {path: head_count(layer) for path, layer in head_layers(model).items()}
 
 
 def grid(model: nnx.Module) -> tuple[list[str], int]:
@@ -55,6 +59,25 @@ def check_heads(num_layers: int, num_heads: int, heads: Sequence[Head]) -> None:
       raise ValueError(
         f'--heads: layer {layer}, head {head} is not in the model ({num_layers} layers 0 .. '
         f'{num_layers - 1} of {num_heads} heads 0 .. {num_heads - 1}).'
+      )
+
+
+def check_model_heads(model: nnx.Module, heads: Sequence[Head]) -> None:
+  """`check_heads` against the model's own layers, where they have different numbers of heads:
+  ValueError naming the first (layer, head) that is not there, and what that layer's heads are
+  (e.g. a differential layer's pairs)."""
+  layers = head_layers(model)
+  counts = [head_count(layer) for layer in layers.values()]
+  if len(set(counts)) <= 1:
+    check_heads(len(counts), max(counts, default=0), heads)
+    return
+  check_heads(len(counts), max(counts), heads)  # the layer first
+  for layer, head in heads:
+    if head >= counts[layer]:
+      path = list(layers)[layer]
+      raise ValueError(
+        f'--heads: layer {layer}, head {head} is not in the model: layer {layer} ({path}) is '
+        f'{describe(layers[path])}, numbered 0 .. {counts[layer] - 1}.'
       )
 
 

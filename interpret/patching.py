@@ -14,7 +14,11 @@ corrupted one, e.g. the same template with three other names):
 With no receivers, step 2's metric is the sender's direct effect on the logits (the path through
 the residual stream alone). Under grouped-query attention (N query heads, K key/value heads) a
 receiver head i reads key/value head i // (N/K), which the other query heads of its group read
-too: patching a receiver's keys or values patches its group's.
+too: patching a receiver's keys or values patches its group's. A delta-rule layer (`DeltaNet`)
+groups the other way: value head h reads query and key head h // (H/Hk), so patching a
+receiver's queries or keys patches its group's. Latent attention's heads each have their own.
+A differential layer's heads are pairs of query heads whose maps subtract: it is refused as a
+receiver (as a sender, its pairs patch as any head).
 
 Senders run N a call (vmapped), as every head engine of `interpret.heads`.
 """
@@ -31,6 +35,9 @@ import numpy as np
 from interpret import heads as heads_lib
 from interpret.effects import Metric, patch_lengths_differ
 from models import interventions
+from models.attention_paths import describe, differential
+from models.delta_net import DeltaNet
+from models.latent_attention import LatentAttention
 
 Array = jax.Array
 INPUTS = ('queries', 'keys', 'values')
@@ -47,13 +54,25 @@ def _receiver_masks(model, paths, receivers, into) -> dict[str, np.ndarray]:
   modules = interventions.modules_by_path(model)
   out = {}
   for layer, head in receivers:
-    attention = modules[paths[layer]]
     for tap in into:
-      groups = attention.num_heads // attention.num_kv_heads if tap != 'queries' else 1
-      width = attention.num_heads if tap == 'queries' else attention.num_kv_heads
+      width, groups = _input_heads(modules[paths[layer]], tap)
       mask = out.setdefault(f'{paths[layer]}/{tap}', np.zeros(width, bool))
       mask[head // groups] = True
   return out
+
+
+def _input_heads(layer, tap: str) -> tuple[int, int]:
+  """`(the heads of the layer's input tap, the receiver heads that read each)` (module
+  docstring): grouped keys and values, or a delta-rule layer's grouped queries and keys."""
+  if isinstance(layer, LatentAttention):
+    return layer.num_heads, 1
+  if isinstance(layer, DeltaNet):
+    if tap == 'values':
+      return layer.num_heads, 1
+    return layer.num_key_heads, layer.num_heads // layer.num_key_heads
+  if tap == 'queries':
+    return layer.num_heads, 1
+  return layer.num_kv_heads, layer.num_heads // layer.num_kv_heads
 
 
 def path_patching(
@@ -123,7 +142,15 @@ def _senders(model, receivers, into, senders) -> tuple[list[str], int, list[tupl
   first = min((layer for layer, _ in receivers), default=len(paths))
   if senders is None:
     senders = [(layer, head) for layer in range(first) for head in range(layers[paths[layer]])]
-  heads_lib.check_heads(len(paths), n, [*senders, *receivers])
+  heads_lib.check_model_heads(model, [*senders, *receivers])
+  modules = interventions.modules_by_path(model)
+  for layer, _ in receivers:
+    if differential(modules[paths[layer]]):
+      raise ValueError(
+        f'path patching: receiver layer {layer} ({paths[layer]}) is '
+        f'{describe(modules[paths[layer]])}, each pair reading two query heads whose maps '
+        'subtract; patch into the inputs of a multi-head, latent or delta-rule layer.'
+      )
   late = [sender for sender in senders if sender[0] >= first]
   if late:
     raise ValueError(

@@ -6,7 +6,7 @@ const SVGNS = 'http://www.w3.org/2000/svg';
 const MAX_LINES = 2000;   // lines drawn without a hovered token, the strongest first
 const HOVER_LINES = 64;   // lines drawn from or to a hovered token
 const state = {example: 0, map: 0, layer: 0, head: -1, tab: null, errorsFirst: false,
-               image: 0, threshold: 0.1, keptRow: -1};
+               image: 0, threshold: 0.1, keptRow: -1, selectedLayer: 0};
 
 function el(tag, attrs, text, ns) {
   const e = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
@@ -23,6 +23,19 @@ function colourBar(label) {
   const bar = el('span', {class: 'cbar', style: `background:linear-gradient(to right,${colour(0)},${colour(1)})`});
   return add(el('span', {class: 'legend'}), el('span', {}, `${label} 0`), bar, el('span', {}, '1'));
 }
+// Signed maps (a differential layer's A1 - λ A2, a delta rule's attention form): red below 0,
+// blue above, as strong as |w| over the map's peak.
+function signedRgb(w, peak) {
+  const v = Math.min(1, Math.abs(w) / peak);
+  return w < 0 ? [255 - 41 * v, 255 - 216 * v, 255 - 215 * v] : [255 - 224 * v, 255 - 136 * v, 255 - 75 * v];
+}
+function signedBar(peak) {
+  const [lo, hi] = [signedRgb(-peak, peak), signedRgb(peak, peak)].map(c => `rgb(${c.map(Math.round)})`);
+  const bar = el('span', {class: 'cbar', style: `background:linear-gradient(to right,${lo},#fff,${hi})`});
+  return add(el('span', {class: 'legend'}), el('span', {}, `signed weight ${(-peak).toFixed(3)}`), bar,
+             el('span', {}, peak.toFixed(3)));
+}
+function peakOf(m) { return Math.max(1e-9, ...m.w.map(w => Math.abs(w) / 1000)); }
 
 // A map's row t (layer l, head h; h < 0 = mean over heads) as S weights.
 function row(m, l, h, t) {
@@ -65,7 +78,10 @@ function sidebar() {
   add(side, el('h4', {}, 'metrics'), metrics);
 }
 
-function select(i) { Object.assign(state, {example: i, map: 0, layer: 0, head: -1, tab: null, image: 0, keptRow: -1}); render(); }
+function select(i) {
+  Object.assign(state, {example: i, map: 0, layer: 0, head: -1, tab: null, image: 0, keptRow: -1, selectedLayer: 0});
+  render();
+}
 
 function render() {
   sidebar();
@@ -92,7 +108,10 @@ function picker(label, id, options, value, onchange) {
 
 function attentionView(view) {
   const box = el('div', {class: 'attention'});
-  const m = view.maps[state.map], [L, N, T, S] = m.shape;
+  (view.notes || []).forEach(note => box.appendChild(el('div', {class: 'note'}, note)));
+  if (!view.maps.length) return box;
+  const m = view.maps[Math.min(state.map, view.maps.length - 1)], [L, N, T, S] = m.shape;
+  m.peak = m.signed ? peakOf(m) : 1;
   state.tab = state.tab || (L * N === 1 ? 'matrix' : 'head');
   const controls = child(box, el('div', {class: 'controls'}));
   const rerender = () => render();
@@ -109,6 +128,7 @@ function attentionView(view) {
     controls.appendChild(b);
   }
   if (m.topk) controls.appendChild(el('span', {}, `(${S} keys: each row keeps its ${m.topk} largest weights)`));
+  if (m.signed) controls.appendChild(el('span', {id: 'signed'}, '(signed weights: red below 0, blue above)'));
   const body = child(box, el('div', {id: 'view-' + state.tab}));
   if (state.tab === 'head') headView(body, m);
   else if (state.tab === 'model') modelView(body, m);
@@ -140,17 +160,18 @@ function headView(box, m) {
     let pairs = [];
     if (side === 'row') weights[i].forEach((w, s) => pairs.push([i, s, w]));
     else if (side === 'col') weights.forEach((r, t) => pairs.push([t, i, r[i]]));
-    else weights.forEach((r, t) => r.forEach((w, s) => { if (w >= state.threshold) pairs.push([t, s, w]); }));
+    else weights.forEach((r, t) => r.forEach((w, s) => { if (Math.abs(w) / m.peak >= state.threshold) pairs.push([t, s, w]); }));
     if (side) (side === 'row' ? left : right)[i].firstChild.style.fillOpacity = 0.3;  // the hovered
     if (side) (side === 'row' ? right : left).forEach((g, j) => {
       const w = side === 'row' ? weights[i][j] : weights[j][i];
-      g.setAttribute('data-w', w.toFixed(3)); g.firstChild.style.fillOpacity = Math.min(1, w);
+      g.setAttribute('data-w', w.toFixed(3)); g.firstChild.style.fillOpacity = Math.min(1, Math.abs(w) / m.peak);
+      g.firstChild.style.fill = w < 0 ? '#d62728' : '';
     });
-    pairs.sort((a, b) => b[2] - a[2]);
-    pairs = pairs.slice(0, side ? HOVER_LINES : MAX_LINES).filter(p => p[2] >= 0.005);
+    pairs.sort((a, b) => Math.abs(b[2]) - Math.abs(a[2]));
+    pairs = pairs.slice(0, side ? HOVER_LINES : MAX_LINES).filter(p => Math.abs(p[2]) / m.peak >= 0.005);
     for (const [t, s, w] of pairs)
-      lines.appendChild(el('line', {x1: X0, y1: t * RH + 9, x2: X1, y2: s * RH + 9, stroke: '#1f77b4',
-                                    'stroke-width': 2, 'stroke-opacity': w.toFixed(3)}, undefined, SVGNS));
+      lines.appendChild(el('line', {x1: X0, y1: t * RH + 9, x2: X1, y2: s * RH + 9, stroke: w < 0 ? '#d62728' : '#1f77b4',
+                                    'stroke-width': 2, 'stroke-opacity': Math.min(1, Math.abs(w) / m.peak).toFixed(3)}, undefined, SVGNS));
     readout.textContent = side ? `${side === 'row' ? 'from' : 'to'} ${(side === 'row' ? m.rows : m.cols)[i]}: ` +
       (side === 'row' ? weights[i] : weights.map(r => r[i])).map(w => w.toFixed(3)).join(' ') : '';
     readout.setAttribute('data-hover', side ? `${side}:${i}` : '');
@@ -165,14 +186,15 @@ function headView(box, m) {
   hover(null);
 }
 
-function paint(canvas, rows) {  // a [T][S] matrix of weights into a canvas of T x S pixels
+// A [T][S] matrix of weights into a canvas of T x S pixels; `peak` > 0: signed, over that peak.
+function paint(canvas, rows, peak) {
   const T = rows.length, S = rows[0] ? rows[0].length : 0;
   canvas.width = S; canvas.height = T;
   if (!T || !S) return;
   const ctx = canvas.getContext('2d'), img = ctx.createImageData(S, T);
   rows.forEach((r, t) => r.forEach((w, s) => {
     const k = 4 * (t * S + s), v = Math.min(1, w);
-    img.data.set([255 - 224 * v, 255 - 136 * v, 255 - 75 * v, 255], k);
+    img.data.set(peak ? [...signedRgb(w, peak), 255] : [255 - 224 * v, 255 - 136 * v, 255 - 75 * v, 255], k);
   }));
   ctx.putImageData(img, 0, 0);
 }
@@ -187,12 +209,12 @@ function modelView(box, m) {
   for (let l = 0; l < L; l++) for (let h = 0; h < N; h++) {
     const c = el('canvas', {title: `layer ${l}, head ${h}`, 'data-layer': l, 'data-head': h,
                             style: `width:${size}px;height:${Math.round(size * Math.min(2, T / S))}px;image-rendering:pixelated`});
-    c.draw = () => { paint(c, matrix(m, l, h)); c.setAttribute('data-drawn', '1'); };
+    c.draw = () => { paint(c, matrix(m, l, h), m.signed && m.peak); c.setAttribute('data-drawn', '1'); };
     c.onclick = () => { Object.assign(state, {layer: l, head: h, tab: 'head'}); render(); };
     grid.appendChild(c);
     if (lazy) lazy.observe(c); else c.draw();
   }
-  box.prepend(el('div', {}, 'rows: layers, columns: heads; click one to open it'), colourBar('weight'));
+  box.prepend(el('div', {}, 'rows: layers, columns: heads; click one to open it'), m.signed ? signedBar(m.peak) : colourBar('weight'));
 }
 
 // The matrix (a Seq2Seq's alignment): queries down, keys across; hover a cell.
@@ -200,7 +222,7 @@ function matrixView(box, m) {
   const [, , T, S] = m.shape, weights = matrix(m, state.layer, state.head);
   const cell = Math.max(1, Math.min(22, Math.floor(520 / Math.max(T, S))));
   const canvas = el('canvas', {id: 'matrix', style: `width:${S * cell}px;height:${T * cell}px;image-rendering:pixelated`});
-  paint(canvas, weights);
+  paint(canvas, weights, m.signed && m.peak);
   const readout = el('div', {class: 'readout', id: 'readout'}, 'hover a cell');
   const show = (t, s) => {
     readout.textContent = `${m.rows[t]} → ${m.cols[s]}: ${weights[t][s].toFixed(3)}; row: ` +
@@ -211,7 +233,7 @@ function matrixView(box, m) {
   window.explorer.hover = (side, i) => show(side === 'row' ? i : 0, side === 'col' ? i : 0);
   const labels = (tokens, id) => add(el('ol', {id, start: 0, style: 'font:11px monospace;max-height:200px;overflow:auto'}),
                                      ...tokens.map(t => el('li', {}, t)));
-  add(box, add(el('div', {}), colourBar('weight')), readout, canvas,
+  add(box, add(el('div', {}), m.signed ? signedBar(m.peak) : colourBar('weight')), readout, canvas,
       add(el('details', {}), el('summary', {}, `rows (${T}) and columns (${S})`), labels(m.rows, 'rows'), labels(m.cols, 'cols')));
 }
 
@@ -347,8 +369,54 @@ function keptView(view) {
   return box;
 }
 
+// The output gate (gated attention): per layer a strip of heads (rows) x positions (columns),
+// dark = open (the gate's mean over d_v); hovering a cell reads out the head, token and value.
+function gateView(view) {
+  const box = el('div', {class: 'gate'}), T = view.tokens.length;
+  const readout = el('div', {class: 'readout', id: 'gate-readout'}, 'hover a cell: the head, the position and its gate');
+  const cell = Math.max(3, Math.min(18, Math.floor(760 / Math.max(1, T))));
+  add(box, el('div', {}, `${view.name}: rows heads, columns positions`), colourBar('gate'), readout);
+  for (const layer of view.layers) {
+    const [N] = layer.shape, rows = [...Array(N).keys()].map(h => layer.values.slice(h * T, (h + 1) * T).map(v => v / 1000));
+    const canvas = el('canvas', {class: 'gate-strip', 'data-layer': layer.name,
+                                 style: `width:${T * cell}px;height:${N * cell}px;image-rendering:pixelated;display:block`});
+    paint(canvas, rows);
+    canvas.onmousemove = e => {
+      const h = Math.min(N - 1, Math.floor(e.offsetY / cell)), t = Math.min(T - 1, Math.floor(e.offsetX / cell));
+      readout.textContent = `${layer.name}, head ${h}, position ${t} ${JSON.stringify(view.tokens[t])}: gate ${rows[h][t].toFixed(3)}`;
+    };
+    const mean = rows.map(r => r.reduce((a, b) => a + b, 0) / Math.max(1, T));
+    add(box, el('div', {style: 'margin-top:8px'}, `${layer.name} (mean gate per head: ${mean.map(v => v.toFixed(2)).join(' ')})`), canvas);
+  }
+  return box;
+}
+
+// DeepSeek Sparse Attention: the keys each query selected, one layer at a time (queries down,
+// keys across, dark = selected); hovering a query lists its selected keys.
+function selectedView(view) {
+  const box = el('div', {class: 'selected'}), T = view.tokens.length;
+  const layer = view.layers[Math.min(state.selectedLayer, view.layers.length - 1)];
+  const picked = layer.values.map(r => [...r].map(c => c === '1' ? 1 : 0));
+  const counts = picked.map(r => r.reduce((a, b) => a + b, 0));
+  add(box, add(el('div', {class: 'controls'}),
+               picker('layer', 'selected-layer', view.layers.map((x, i) => [i, x.name]), state.selectedLayer,
+                      v => { state.selectedLayer = v; render(); }), colourBar('selected')),
+      el('div', {id: 'selected-summary'}, `${view.name}: each query selected ${Math.min(...counts)} to ${Math.max(...counts)} keys`));
+  const cell = Math.max(2, Math.min(16, Math.floor(520 / Math.max(1, T))));
+  const canvas = el('canvas', {id: 'selected', style: `width:${T * cell}px;height:${T * cell}px;image-rendering:pixelated;display:block`});
+  paint(canvas, picked);
+  const readout = el('div', {class: 'readout', id: 'selected-readout'}, 'hover a query (row): the keys it selected');
+  canvas.onmousemove = e => {
+    const t = Math.min(T - 1, Math.floor(e.offsetY / cell));
+    const keys = picked[t].map((k, s) => k ? JSON.stringify(view.tokens[s]) : null).filter(x => x);
+    readout.textContent = `query ${t} ${JSON.stringify(view.tokens[t])} selected ${keys.length}: ${keys.join(' ')}`;
+  };
+  add(box, readout, canvas);
+  return box;
+}
+
 const VIEWS = {attention: attentionView, document: documentView, image: imageView, hops: hopsView, time: timeView,
-               kept: keptView};
+               kept: keptView, gate: gateView, selected: selectedView};
 window.explorer = {state, render, select, row,
                    set(changes) { Object.assign(state, changes); render(); }};
 document.title = `attention explorer: ${DATA.title}`;

@@ -9,7 +9,10 @@ the page's code puts text into the document with `textContent` only.
 A record (one per example) is `{'index', 'reference', 'prediction', 'correct' (bool or None),
 'views': [view, ...]}`; a view is one of
   - `{'kind': 'attention', 'maps': [{'name', 'rows': [T tokens], 'cols': [S tokens],
-    'weights': [L, N, T, S]}, ...]}`: head view, model view and matrix (alignment) view;
+    'weights': [L, N, T, S]}, ...], 'notes': [sentences] (optional)}`: head view, model view and
+    matrix (alignment) view; a map with negative weights (a differential layer's `A_1 - λ A_2`,
+    a delta rule's attention form) is drawn on a signed scale; a note says what is not a map
+    (a layer that forms no weights);
   - `{'kind': 'document', 'tokens': [[words] per sentence], 'word': [[weights]], 'sentence':
     [weights] or None, 'key': [key sentence indices]}`: the HAN shading;
   - `{'kind': 'image', 'pixels': uint8 [H, W, C], 'maps': [(name, weights [gh, gw]), ...]}`:
@@ -17,7 +20,11 @@ A record (one per example) is `{'index', 'reference', 'prediction', 'correct' (b
   - `{'kind': 'hops', 'sentences', 'weights': [K, M], 'supporting': [indices]}`;
   - `{'kind': 'time', 'panels': [(name, values [rows, T]), ...]}`: values over time (NTM);
   - `{'kind': 'kept', 'name', 'tokens': [S tokens], 'rows': [R names], 'kept': bool [R, S]}`:
-    which context positions each key/value head kept under a press (KV-cache compression).
+    which context positions each key/value head kept under a press (KV-cache compression);
+  - `{'kind': 'gate', 'name', 'tokens': [T tokens], 'layers': [(name, values [N, T]), ...]}`:
+    each layer's output gate (gated attention), a heads x positions strip per layer;
+  - `{'kind': 'selected', 'name', 'tokens': [T tokens], 'layers': [(name, bool [T, S]), ...]}`:
+    the keys each query selected, per layer (DeepSeek Sparse Attention's indexer).
 """
 
 import base64
@@ -42,7 +49,7 @@ body{font:13px system-ui,sans-serif;margin:0;display:flex;color:#222}
 .ex.on{background:#dde8f5}.bad{color:#b00}.good{color:#070}
 .meta td{padding:1px 8px 1px 0;vertical-align:top}.meta td:first-child{color:#666}
 .controls{margin:6px 0}.controls>*{margin-right:10px}
-.tok text{font:12px monospace}.tok rect{fill:#1f77b4;fill-opacity:0}
+.tok text{font:12px monospace}.note{color:#a50;margin:4px 0}.tok rect{fill:#1f77b4;fill-opacity:0}
 .grid{display:grid;gap:4px}.grid canvas{border:1px solid #ccc;cursor:pointer}
 .cbar{display:inline-block;width:120px;height:10px;vertical-align:middle;margin:0 4px}
 .w{padding:1px 2px;margin:0 1px}.bar{display:inline-block;height:10px;background:#1f77b4}
@@ -64,16 +71,21 @@ def encode_map(name: str, rows: Sequence[str], cols: Sequence[str], weights) -> 
       f'Attention map {name!r}: weights of shape {weights.shape} do not match '
       f'{len(rows)} row and {len(cols)} column tokens as [L, N, T, S].'
     )
+  if not np.isfinite(weights).all():
+    raise ValueError(f'Attention map {name!r}: its weights are not all finite.')
+  signed = bool((weights < 0).any())  # drawn on a signed scale; long rows keep their largest |w|
   encoded = dict(
     name=name,
     rows=[str(t) for t in rows],
     cols=[str(t) for t in cols],
     shape=list(weights.shape),
     topk=0,
+    signed=signed,
   )
   if weights.shape[3] <= DENSE_KEYS:
     return dict(encoded, w=quantize(weights))
-  idx = np.argsort(-weights, axis=-1, kind='stable')[..., :TOP_K]  # [L, N, T, K]
+  size = np.abs(weights) if signed else weights
+  idx = np.argsort(-size, axis=-1, kind='stable')[..., :TOP_K]  # [L, N, T, K]
   return dict(
     encoded,
     topk=TOP_K,
@@ -102,7 +114,10 @@ def encode_view(view: dict[str, Any]) -> dict[str, Any]:
     return dict(
       kind=kind,
       maps=[encode_map(m['name'], m['rows'], m['cols'], m['weights']) for m in view['maps']],
+      notes=[str(note) for note in view.get('notes', ())],
     )
+  if kind in ('gate', 'selected'):
+    return _encode_layers(view)
   if kind == 'document':
     sentence = view.get('sentence')
     return dict(
@@ -146,8 +161,30 @@ def encode_view(view: dict[str, Any]) -> dict[str, Any]:
       kept=[''.join('1' if k else '0' for k in row) for row in kept],  # a row: 1 kept, 0 dropped
     )
   raise ValueError(
-    f'Explorer view kind {kind!r} is not one of attention, document, image, hops, time, kept.'
+    f'Explorer view kind {kind!r} is not one of attention, document, image, hops, time, kept, '
+    'gate, selected.'
   )
+
+
+def _encode_layers(view: dict[str, Any]) -> dict[str, Any]:
+  """A gate view's `[N, T]` values per layer (thousandths), or a selected view's `[T, S]` keys
+  per layer (a row a string, 1 selected, 0 not), each checked against the tokens."""
+  kind, tokens = view['kind'], [str(t) for t in view['tokens']]
+  layers = []
+  for name, values in view['layers']:
+    values = np.asarray(values, bool if kind == 'selected' else np.float64)
+    wanted = len(tokens) if kind == 'selected' else values.shape[0]
+    if values.ndim != 2 or values.shape != (wanted, len(tokens)):
+      raise ValueError(
+        f'{kind.capitalize()} view {view["name"]!r}, {name}: values of shape {values.shape} '
+        f'do not match {len(tokens)} tokens.'
+      )
+    if kind == 'selected':
+      encoded = [''.join('1' if k else '0' for k in row) for row in values]
+    else:
+      encoded = quantize(values)
+    layers.append(dict(name=str(name), shape=list(values.shape), values=encoded))
+  return dict(kind=kind, name=str(view['name']), tokens=tokens, layers=layers)
 
 
 def encode_record(record: dict[str, Any]) -> dict[str, Any]:

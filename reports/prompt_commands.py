@@ -16,11 +16,11 @@ import numpy as np
 from attention import Press, get_press
 from interpret import attribution, effects, figures
 from interpret import heads as heads_lib
-from models import compression, interventions
+from models import compression
 from reports import explorer
 import sources
 import tasks
-from tasks import pictures
+from tasks import language_attention, pictures
 from tasks.language import LanguageModeling
 
 TOP = 10  # heads listed on the terminal
@@ -147,9 +147,8 @@ def run_heads(request: Request) -> dict:
   flag = '--source' if request.ablation == 'patch' else '--reference'
   other = prompt.encode(other_text, flag) if request.ablation != 'zero' else None
   heads = _heads(request.heads)
-  if heads is not None:
-    model_config = prompt.config.model
-    heads_lib.check_heads(model_config.num_layers, model_config.num_heads, heads)
+  if heads is not None:  # against the model's layers: a hybrid stack's have different heads
+    heads_lib.check_model_heads(prompt.model, heads)
   if request.ablation == 'patch' and other.shape != prompt.ids.shape:
     raise ValueError(effects.patch_lengths_differ(other.shape[1], prompt.ids.shape[1]))
   clean, changes = effects.head_effects(
@@ -294,9 +293,8 @@ def _token_attention(request: Request, source: sources.Source) -> dict:
   press = get_press(request.press) if request.press else None
   if press:  # what the press's settings alone refuse, before the model is read
     compression.check_settings(press, request.press_ratio, prompt.ids.shape[1])
-  weights = np.asarray(
-    interventions.attention(prompt.model, 'self', prompt.ids, method='token_logits')[0]
-  )  # [L, N, T, T]
+  # [L, N, T, T]: NaN where a layer lacks a head (a differential layer's pairs) or weights.
+  weights = np.asarray(language_attention.self_attention(prompt.model, prompt.ids)[0])
   out = _out(request)
   os.makedirs(out, exist_ok=True)
   picture = os.path.join(out, 'attention.png')
@@ -312,21 +310,25 @@ def _token_attention(request: Request, source: sources.Source) -> dict:
     reference=request.prompt,
     prediction='',
     correct=None,
-    views=[
-      dict(
-        kind='attention',
-        maps=[
-          dict(name=f'layer {layer}', rows=prompt.tokens, cols=prompt.tokens, weights=w[None])
-          for layer, w in zip(layers, weights[layers])
-        ],
-      )
-    ],
+    views=_views(prompt, weights, layers),
   )
   if press:
     record['views'].append(_kept_view(prompt, press, request.press_ratio))
   page = explorer.write(out, [record], title=f'attention on "{_short(request.prompt)}"')
   print(f'Wrote {picture} and {page} (layers {", ".join(map(str, layers))}; --layers=all).')
   return dict(layers=layers, picture=picture, explorer=page, views=record['views'])
+
+
+def _views(prompt: Prompt, weights: np.ndarray, layers: list[int]) -> list[dict]:
+  """The explorer's views of the chosen layers: a map each of `weights [L, N, T, T]`, and their
+  output gates and selected keys where it has them (`tasks.language_attention`)."""
+  sample = dict(inputs=np.asarray(prompt.ids[0]))
+  read = language_attention.mechanism_readings(prompt.model, [sample], prompt.tokenizer)
+  labels, counts = read['labels'], read['counts']
+  first = [None if read[key] is None else read[key][0] for key in ('gate', 'selected')]
+  view = language_attention.attention_view
+  maps = view(weights, prompt.tokens, layers, labels, counts, prefix='', together=False)
+  return [maps, *language_attention.mechanism_views(prompt.tokens, layers, labels, counts, *first)]
 
 
 def _kept_view(prompt: Prompt, press: Press, ratio: float) -> dict:

@@ -35,6 +35,7 @@ from tasks.language_attention import (
   attention_hits,
   explorer_records,
   logits_and_last_weights,
+  mechanism_readings,
   save_head_grids,
   self_attention,
 )
@@ -276,7 +277,10 @@ class LanguageModeling(Task):
     """Per sample, its self-attention of every head over its model inputs: of every layer, or
     for a deep model of `language_attention.EXPLORED_LAYERS` evenly spaced, one map each."""
     del options
-    return explorer_records(samples, self.attention(model, samples), self.tokenizer.tokens)
+    readings = mechanism_readings(model, samples, self.tokenizer)
+    return explorer_records(
+      samples, self.attention(model, samples), self.tokenizer.tokens, readings
+    )
 
   def attention(self, model, samples):
     """Per sample, in order, its self-attention weights `[L, N, T, T]` (one jitted forward)."""

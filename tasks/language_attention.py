@@ -12,9 +12,11 @@ import os
 from flax import nnx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models import interventions
-from tasks import pictures
+from models.attention_paths import describe, gated, head_count, head_layers, sparse, stack_layers
+from tasks import picture_weights, pictures
 
 Array = jax.Array
 # Layers of a deep model the explorer page holds (evenly spaced): SmolLM2's 30 layers of 256-token
@@ -22,17 +24,43 @@ Array = jax.Array
 EXPLORED_LAYERS = 8
 
 
+def self_attention_layers(model) -> dict[str, nnx.Module]:
+  """`{path: layer}` of the model's self-attention layers, whatever their mechanism
+  (`models.attention_paths.head_layers`: a hybrid stack's delta-rule layers too)."""
+  return {path: layer for path, layer in head_layers(model).items() if path.endswith('self_attn')}
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def logits_and_last_weights(graphdef: nnx.GraphDef, state: nnx.State, inputs: Array):
-  """`(logits [B, T, V], last layer's weights [B, N, T, T])` without dropout."""
+  """`(logits [B, T, V], the last layer's weights [B, N, T, T])` without dropout: of the last
+  layer that forms weights (a hybrid stack's layers may have other numbers of heads)."""
   model = nnx.merge(graphdef, state)
   logits, captured = interventions.capture(model, inputs, method='token_logits')
-  return logits, interventions.stack(captured, model.attention_names['self'])[:, -1]
+  names = [f'{path}/weights' for path in self_attention_layers(model)]
+  return logits, captured[[name for name in names if name in captured][-1]]
 
 
 def self_attention(model, ids: Array) -> Array:
-  """Every layer's self-attention weights `[B, L, N, T, T]` over ids `[B, T]` (no dropout)."""
-  return interventions.attention(model, 'self', ids, method='token_logits')
+  """Every layer's self-attention weights `[B, L, N, T, T]` over ids `[B, T]` (no dropout), N
+  the most heads of a layer: NaN for the heads a layer lacks (a differential layer's maps are
+  per pair of heads) and for a layer that forms no weights."""
+  _, captured = interventions.capture(model, ids, method='token_logits')
+  return stack_layers(captured, list(self_attention_layers(model)), 'weights')
+
+
+def gate_means(model, ids: Array) -> Array:
+  """Every layer's output gate (`output_gate`), the mean over its d_v features, `[B, L, N, T]`;
+  NaN for a layer without one."""
+  _, captured = interventions.capture(model, ids, method='token_logits')
+  return jnp.mean(stack_layers(captured, list(self_attention_layers(model)), 'gate'), axis=-1)
+
+
+def selections(model, ids: Array) -> Array:
+  """Every layer's keys chosen per query by DeepSeek Sparse Attention's indexer, `[B, L, T, T]`:
+  1 chosen, 0 not, NaN for a layer without an indexer."""
+  _, captured = interventions.capture(model, ids, method='token_logits')
+  paths = list(self_attention_layers(model))
+  return stack_layers(captured, paths, 'selected', heads=False)
 
 
 def attention_hits(weights: Array, support: Array) -> Array:
@@ -87,25 +115,99 @@ def save_head_grids(samples, weights, tokens, out_dir: str) -> list[str]:
   return paths
 
 
-def explorer_records(samples, weights, tokens) -> list[dict]:
+def mechanism_readings(model, samples, tokenizer) -> dict:
+  """What the explorer shows of each self-attention layer besides its weights (one jitted
+  forward per reading, only where a layer has it): `{'labels': [what each layer is
+  (`attention_paths.describe`)], 'counts': [its heads], 'gate': per sample `[L, N, T]`
+  (`gate_means`) or None, 'selected': per sample `[L, T, T]` (`selections`) or None}`; the
+  samples' inputs are padded with `tokenizer.pad_id`."""
+  layers = list(self_attention_layers(model).values())
+  examples = [(sample['inputs'],) for sample in samples]
+
+  def read(forward, crop):
+    return list(
+      picture_weights.batched_weights(
+        forward, model, examples, pad_ids=(tokenizer.pad_id,), crop=crop
+      )
+    )
+
+  return dict(
+    labels=[describe(layer) for layer in layers],
+    counts=[head_count(layer) for layer in layers],
+    gate=read(gate_means, (0,)) if any(map(gated, layers)) else None,
+    selected=read(selections, (0, 0)) if any(map(sparse, layers)) else None,
+  )
+
+
+def attention_view(
+  weights,
+  tokens: list[str],
+  layers: list[int],
+  labels,
+  counts,
+  *,
+  prefix: str = 'self-attention, ',
+  together: bool = True,
+) -> dict:
+  """The explorer's view of self-attention weights `[L, N, T, T]` (NaN-padded as
+  `self_attention` gives them) over `tokens`, of the `layers` shown: with `together`, one map of
+  them all where they are every layer and each has every head; else a map per layer, named
+  `prefix` + its number, and what it is where the layers differ (`labels`, `counts`: what each
+  layer is and its heads, `mechanism_readings`; empty where unknown). A layer that forms no
+  weights is a note, not a map."""
+  uniform = not np.isnan(weights).any()
+  if together and uniform and len(layers) == len(weights):
+    maps = [dict(name='self-attention', rows=tokens, cols=tokens, weights=weights)]
+    return dict(kind='attention', maps=maps)
+  mixed = bool(labels) and (not uniform or len(set(labels)) > 1)
+  maps, notes = [], []
+  for layer in layers:
+    label = f'layer {layer}' + (f': {labels[layer]}' if mixed else '')
+    present = ~np.isnan(weights[layer]).all(axis=(1, 2))  # [N]: the heads this layer has
+    if not present.any():
+      notes.append(f'{label} forms no attention weights (no map of queries over keys).')
+      continue
+    w = weights[layer : layer + 1, : counts[layer] if counts else int(present.sum())]
+    maps.append(dict(name=prefix + label, rows=tokens, cols=tokens, weights=w))
+  return dict(kind='attention', maps=maps, notes=notes)
+
+
+def mechanism_views(tokens: list[str], layers: list[int], labels, counts, gate, selected):
+  """The explorer's views of the output gates (`gate [L, N, T]`, NaN where a layer has none) and
+  of the keys DeepSeek Sparse Attention selected (`selected [L, T, T]`) of the `layers` shown."""
+  views = []
+  shown = lambda values: [l for l in layers if values is not None and not np.isnan(values[l]).all()]
+  gates = [(f'layer {l}: {labels[l]}', gate[l, : counts[l]]) for l in shown(gate)]
+  if gates:
+    views.append(dict(kind='gate', name='output gate (mean over d_v)', tokens=tokens, layers=gates))
+  chosen = [(f'layer {l}: {labels[l]}', selected[l] > 0.5) for l in shown(selected)]
+  if chosen:
+    views.append(dict(kind='selected', name='keys selected', tokens=tokens, layers=chosen))
+  return views
+
+
+def explorer_records(samples, weights, tokens, readings: dict | None = None) -> list[dict]:
   """Per sample, its self-attention of every head over its model inputs as the explorer page's
-  record: of every layer, or for a deep model of `EXPLORED_LAYERS` evenly spaced, one map each.
+  record: of every layer, or for a deep model of `EXPLORED_LAYERS` evenly spaced (`attention_view`),
+  with the output gates and the sparse attention's chosen keys of those layers where the model
+  has them (`mechanism_views`).
 
   Args:
     samples: the task's sample records.
-    weights: per sample, its self-attention weights `[L, N, T, T]`.
+    weights: per sample, its self-attention weights `[L, N, T, T]` (`self_attention`).
     tokens: ids -> token strings, the maps' rows and columns.
+    readings: `mechanism_readings`, or None (no labels, no gates, no chosen keys).
   """
+  readings = readings or {}
+  labels, counts = readings.get('labels') or [], readings.get('counts') or []
   records = []
-  for sample, sample_weights in zip(samples, weights):
-    labels = tokens(sample['inputs'])
+  for i, (sample, sample_weights) in enumerate(zip(samples, weights)):
+    names = tokens(sample['inputs'])
     layers = pictures.spread_layers(len(sample_weights), EXPLORED_LAYERS)
-    maps = (
-      [('self-attention', sample_weights)]
-      if len(layers) == len(sample_weights)
-      else [
-        (f'self-attention, layer {layer}', sample_weights[layer : layer + 1]) for layer in layers
-      ]
+    views = [attention_view(sample_weights, names, layers, labels, counts)]
+    extra = [readings.get(key) for key in ('gate', 'selected')]
+    views += mechanism_views(
+      names, layers, labels, counts, *(None if x is None else x[i] for x in extra)
     )
     records.append(
       dict(
@@ -113,12 +215,7 @@ def explorer_records(samples, weights, tokens) -> list[dict]:
         reference=sample['reference'],
         prediction=sample['prediction'],
         correct=sample['correct'],
-        views=[
-          dict(
-            kind='attention',
-            maps=[dict(name=n, rows=labels, cols=labels, weights=w) for n, w in maps],
-          )
-        ],
+        views=views,
       )
     )
   return records

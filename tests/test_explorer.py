@@ -431,3 +431,55 @@ def test_the_page_to_open_is_one_file_in_the_eval_folder(translation_run, tmp_pa
 def test_a_negative_explorer_examples_is_one_sentence_naming_the_flag(tmp_path):
   with pytest.raises(ValueError, match=r'^--explorer_examples=-1 must be >= 0'):
     run_eval.evaluate(run_eval.Request(str(tmp_path), explorer_examples=-1))
+
+
+MECHANISM_SCRIPT = """
+const out = {maps: [...document.querySelectorAll('#map option')].map(o => o.textContent)};
+out.notes = [...document.querySelectorAll('.note')].map(e => e.textContent);
+out.signed = !!document.getElementById('signed');
+const c = document.querySelector('.gate-strip');
+c.dispatchEvent(new MouseEvent('mousemove', {clientX: c.getBoundingClientRect().left + 1,
+                                             clientY: c.getBoundingClientRect().top + 1}));
+out.gate = document.getElementById('gate-readout').textContent;
+out.selected = document.getElementById('selected-summary').textContent;
+document.body.appendChild(Object.assign(document.createElement('pre'),
+                                        {id: 'test-out', textContent: JSON.stringify(out)}));
+"""
+
+
+@needs_chromium
+def test_a_hybrid_stacks_maps_gate_and_selected_keys_render(rng, tmp_path):
+  """Layers of other head counts (a differential pair, signed), a layer without weights (a note),
+  a gate strip and a sparse attention's selected keys (tests/test_mechanism_views.py checks the
+  data against the models' taps)."""
+  tokens = ['a', 'b', 'c']
+  pair = rng.dirichlet(np.ones(3), size=(1, 1, 3)) - 0.5 * rng.dirichlet(np.ones(3), size=(1, 1, 3))
+  maps = [
+    dict(name='layer 0: differential', rows=tokens, cols=tokens, weights=pair),
+    dict(
+      name='layer 1: softmax',
+      rows=tokens,
+      cols=tokens,
+      weights=rng.dirichlet(np.ones(3), (1, 2, 3)),
+    ),
+  ]
+  gate = np.asarray([[0.25, 0.5, 0.75], [1.0, 0.0, 0.5]])
+  views = [
+    dict(
+      kind='attention', maps=maps, notes=['layer 2: gated_deltanet forms no attention weights.']
+    ),
+    dict(kind='gate', name='output gate', tokens=tokens, layers=[('layer 1', gate)]),
+    dict(
+      kind='selected',
+      name='keys selected',
+      tokens=tokens,
+      layers=[('layer 0', np.tril(np.ones((3, 3))))],
+    ),
+  ]
+  page = explorer.page([dict(index=0, views=views)], title='mechanisms')
+  _, console, out = browse(page, tmp_path, 'mechanisms', MECHANISM_SCRIPT, shot=True)
+  assert console == []
+  assert out['maps'] == ['layer 0: differential', 'layer 1: softmax'] and out['signed']
+  assert out['notes'] == ['layer 2: gated_deltanet forms no attention weights.']
+  assert out['gate'] == 'layer 1, head 0, position 0 "a": gate 0.250'
+  assert out['selected'] == 'keys selected: each query selected 1 to 3 keys'
