@@ -13,7 +13,7 @@ COLUMNS = (
   ('largest_activation', 'largest activation', '{:.1f}'),
   ('cache_bytes_per_token', 'cache bytes/token', '{:,.0f}'),
   ('train_tokens_per_second', 'train tokens/s', '{:,.0f}'),
-  ('decode_tokens_per_second', 'decode tokens/s at 2k', '{:.1f}'),
+  ('decode_tokens_per_second', 'decode tokens/s at 2,048', '{:.1f}'),
   ('parameters', 'parameters', '{:,}'),
 )
 
