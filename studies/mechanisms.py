@@ -254,7 +254,8 @@ def run(args) -> dict:
       workdir = _workdir(args, f'mqar_{pairs}', name)
       _train(recall_config(name, pairs, args), workdir)
       row[f'recall_{pairs}'] = measure_recall(workdir)
-    print(mechanisms_report.row_line(row, time.perf_counter() - started), flush=True)
+    row['seconds'] = round(time.perf_counter() - started, 1)
+    print(mechanisms_report.row_line(row, row['seconds']), flush=True)
     result['rows'].append(row)
   with open(os.path.join(args.out, 'mechanisms.json'), 'w', encoding='utf-8') as f:
     json.dump(result, f, indent=1)

@@ -74,7 +74,10 @@ def save_figure(path: str, result: dict) -> None:
     recall.bar(positions + k * width, values, width, label=f'{count} key-value pairs')
   recall.set(ylabel='MQAR answer accuracy (%)', title='Associative recall', ylim=(0, 100))
   recall.legend(fontsize=8)
-  sink.bar(positions, [100 * row['sink_share'] for row in rows], color='tab:purple')
+  shares = np.array([100 * row['sink_share'] for row in rows])
+  sink.bar(positions, np.nan_to_num(shares), color='tab:purple')
+  for x in positions[np.isnan(shares)]:  # no softmax-like weights: a delta-rule stack
+    sink.text(x, 0, 'n/a', ha='center', va='bottom', fontsize=8)
   sink.set(ylabel='attention on the first position (%)', title='The attention sink')
   speed.bar(positions, [row['decode_tokens_per_second'] for row in rows], color='tab:green')
   speed.set(
