@@ -10,8 +10,8 @@ becomes the stack's `layer_pattern`. Every RMSNorm but the delta layers' gated o
 The checkpoint fuses what Attend keeps apart, per query/key head: `in_proj_qkvz` holds, for each
 of the Hk key heads, its query, its key, then the values and output gates of its H/Hk value
 heads; `in_proj_ba` the write strengths' then the decays' rows of those value heads; `q_proj` of
-a softmax layer each head's query then its gate. The tables here cut them (`Fused`); writing
-such a checkpoint back (which would join them) is not supported.
+a softmax layer each head's query then its gate. The tables here cut them (`Fused`); export
+joins them again (`fitting.HFTensors`).
 """
 
 import dataclasses
