@@ -23,8 +23,8 @@ def _activation(stack: StackConfig, names: dict[str, str]) -> str:
   return names.get(stack.activation, stack.activation)
 
 
-def _common(args: dict[str, Any], architecture: str) -> dict[str, Any]:
-  """The keys every Llama-layout config shares (Llama, Mistral, Qwen2, Gemma 3)."""
+def common_keys(args: dict[str, Any], architecture: str) -> dict[str, Any]:
+  """The keys every Llama-layout config shares (Llama, Mistral, Qwen2, Gemma 3, Qwen3-Next)."""
   stack: StackConfig = args['stack']
   return {
     'architectures': [architecture],
@@ -51,7 +51,7 @@ def _llama_family(args: dict[str, Any], model_type: str, architecture: str) -> d
   stack = args['stack']
   return {
     'model_type': model_type,
-    **_common(args, architecture),
+    **common_keys(args, architecture),
     'hidden_act': _activation(stack, _LLAMA_ACTIVATIONS),
     'rope_theta': stack.rope_base,
     'rope_parameters': _rope(stack.rope_base),
@@ -104,7 +104,7 @@ def gemma3_text(args: dict[str, Any]) -> dict[str, Any]:
   full = stack.rope_base_global if every and stack.rope_base_global is not None else local
   return {
     'model_type': 'gemma3_text',
-    **_common(args, 'Gemma3ForCausalLM'),
+    **common_keys(args, 'Gemma3ForCausalLM'),
     'hidden_activation': _activation(stack, _LLAMA_ACTIVATIONS),
     'attention_bias': stack.qkv_bias,
     'query_pre_attn_scalar': _scalar(stack.query_scale, stack.head_size),

@@ -43,18 +43,28 @@ def gpt2_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
   ]
 
 
-def llama_rows(num_layers: int, config: dict[str, Any], *, qkv_bias: bool = False) -> list[Row]:
-  biases = ('q', 'k', 'v') if qkv_bias or config.get('attention_bias') else ()
-  layer = [
+def llama_block(attention: list[Row]) -> list[Row]:
+  """A Llama-layout layer's rows: the input RMSNorm, `attention`'s rows, the post-attention
+  RMSNorm and the SwiGLU feed-forward (Llama's layers, DeepSeek's dense ones, Qwen3-Next's)."""
+  return [
     ('norms.0.scale', 'input_layernorm.weight', SAME),
-    *[(f'self_attn.w_{p}.kernel', f'self_attn.{p}_proj.weight', TRANSPOSED) for p in 'qkv'],
-    *[(f'self_attn.w_{p}.bias', f'self_attn.{p}_proj.bias', SAME) for p in biases],
-    ('self_attn.w_o.kernel', 'self_attn.o_proj.weight', TRANSPOSED),
+    *attention,
     ('norms.1.scale', 'post_attention_layernorm.weight', SAME),
     ('ffn.w_gate.kernel', 'mlp.gate_proj.weight', TRANSPOSED),
     ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
     ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
   ]
+
+
+def llama_rows(num_layers: int, config: dict[str, Any], *, qkv_bias: bool = False) -> list[Row]:
+  biases = ('q', 'k', 'v') if qkv_bias or config.get('attention_bias') else ()
+  layer = llama_block(
+    [
+      *[(f'self_attn.w_{p}.kernel', f'self_attn.{p}_proj.weight', TRANSPOSED) for p in 'qkv'],
+      *[(f'self_attn.w_{p}.bias', f'self_attn.{p}_proj.bias', SAME) for p in biases],
+      ('self_attn.w_o.kernel', 'self_attn.o_proj.weight', TRANSPOSED),
+    ]
+  )
   if config.get('attention_bias'):
     layer.append(('self_attn.w_o.bias', 'self_attn.o_proj.bias', SAME))
   if config.get('mlp_bias'):
@@ -62,17 +72,19 @@ def llama_rows(num_layers: int, config: dict[str, Any], *, qkv_bias: bool = Fals
       (f'ffn.{w}.bias', f'mlp.{n}.bias', SAME)
       for w, n in (('w_gate', 'gate_proj'), ('w_1', 'up_proj'), ('w_2', 'down_proj'))
     ]
-  return _model_rows(num_layers, layer, tied=config.get('tie_word_embeddings', False))
+  tied = config.get('tie_word_embeddings', False)
+  return model_rows([layer] * num_layers, tied=tied)
 
 
-def _model_rows(num_layers: int, layer: list[Row], *, tied: bool) -> list[Row]:
-  """A `model.`-prefixed checkpoint's table (Llama's layout, which Gemma 3 shares): the token
-  embeddings, `layer`'s rows for every layer, the final norm, and `lm_head` unless `tied`."""
+def model_rows(layers: list[list[Row]], *, tied: bool) -> list[Row]:
+  """A `model.`-prefixed checkpoint's table (Llama's layout, which Gemma 3, DeepSeek and
+  Qwen3-Next share): the token embeddings, layer i's rows `layers[i]`, the final norm, and
+  `lm_head` unless `tied`."""
   rows = [
     ('embed.embed.embedding', 'model.embed_tokens.weight', SAME),
     *[
       (f'layers.{i}.{ours}', f'model.layers.{i}.{theirs}', t)
-      for i in range(num_layers)
+      for i, layer in enumerate(layers)
       for ours, theirs, t in layer
     ],
     ('final_norm.scale', 'model.norm.weight', SAME),
@@ -95,4 +107,4 @@ def gemma3_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
     ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
     ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
   ]
-  return _model_rows(num_layers, layer, tied=config.get('tie_word_embeddings', True))
+  return model_rows([layer] * num_layers, tied=config.get('tie_word_embeddings', True))

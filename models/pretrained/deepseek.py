@@ -20,6 +20,7 @@ use) is refused too.
 
 from typing import Any
 
+from models.pretrained import decoder_tables
 from models.pretrained.tables import SAME, TRANSPOSED, Row
 from models.stack_config import StackConfig
 
@@ -156,29 +157,10 @@ _INDEXER_ROWS = [
 ]
 
 
-def _rows(num_layers: int, config: dict[str, Any], layer: list[Row]) -> list[Row]:
-  """A whole checkpoint's table: embeddings, every layer's norms, feed-forward and `layer`'s
-  attention rows, the final norm, and `lm_head` unless tied."""
-  layer = [
-    ('norms.0.scale', 'input_layernorm.weight', SAME),
-    *layer,
-    ('norms.1.scale', 'post_attention_layernorm.weight', SAME),
-    ('ffn.w_gate.kernel', 'mlp.gate_proj.weight', TRANSPOSED),
-    ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
-    ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
-  ]
-  rows = [
-    ('embed.embed.embedding', 'model.embed_tokens.weight', SAME),
-    *[
-      (f'layers.{i}.{ours}', f'model.layers.{i}.{theirs}', t)
-      for i in range(num_layers)
-      for ours, theirs, t in layer
-    ],
-    ('final_norm.scale', 'model.norm.weight', SAME),
-  ]
-  if config.get('tie_word_embeddings', False):
-    return rows
-  return [*rows, ('output_proj.kernel', 'lm_head.weight', TRANSPOSED)]
+def _rows(num_layers: int, config: dict[str, Any], attention: list[Row]) -> list[Row]:
+  """A whole checkpoint's table: every layer Llama's block around `attention`'s rows."""
+  layers = [decoder_tables.llama_block(attention)] * num_layers
+  return decoder_tables.model_rows(layers, tied=config.get('tie_word_embeddings', False))
 
 
 def v3_rows(num_layers: int, config: dict[str, Any]) -> list[Row]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from models.pretrained import decoder_configs, decoder_tables
 from models.pretrained.tables import SAME, TRANSPOSED, Row
 from models.stack_config import StackConfig
 
@@ -205,25 +206,11 @@ def _softmax_layer(config: dict[str, Any]) -> list[Row]:
 
 
 def rows(num_layers: int, config: dict[str, Any]) -> list[Row]:
-  """The checkpoint's tensor table (decoders.py's `Architecture.rows`)."""
-  shared = [
-    ('norms.0.scale', 'input_layernorm.weight', SAME),
-    ('norms.1.scale', 'post_attention_layernorm.weight', SAME),
-    ('ffn.w_gate.kernel', 'mlp.gate_proj.weight', TRANSPOSED),
-    ('ffn.w_1.kernel', 'mlp.up_proj.weight', TRANSPOSED),
-    ('ffn.w_2.kernel', 'mlp.down_proj.weight', TRANSPOSED),
-  ]
-  layers = {'linear_attention': _delta_layer(config), 'full_attention': _softmax_layer(config)}
-  table = [('embed.embed.embedding', 'model.embed_tokens.weight', SAME)]
-  for i, kind in enumerate(_layer_types(config)[:num_layers]):
-    table += [
-      (f'layers.{i}.{ours}', f'model.layers.{i}.{theirs}', t)
-      for ours, theirs, t in shared + layers[kind]
-    ]
-  table.append(('final_norm.scale', 'model.norm.weight', SAME))
-  if not config.get('tie_word_embeddings', False):
-    table.append(('output_proj.kernel', 'lm_head.weight', TRANSPOSED))
-  return table
+  """The checkpoint's tensor table (decoders.py's `Architecture.rows`): each layer Llama's block
+  around its kind's mixer rows."""
+  mixers = {'linear_attention': _delta_layer(config), 'full_attention': _softmax_layer(config)}
+  layers = [decoder_tables.llama_block(mixers[kind]) for kind in _layer_types(config)[:num_layers]]
+  return decoder_tables.model_rows(layers, tied=config.get('tie_word_embeddings', False))
 
 
 def config(model_args: dict[str, Any]) -> dict[str, Any]:
@@ -234,20 +221,9 @@ def config(model_args: dict[str, Any]) -> dict[str, Any]:
   head_dim = stack.head_size
   return {
     'model_type': 'qwen3_next',
-    'architectures': ['Qwen3NextForCausalLM'],
-    'vocab_size': model_args['vocab_size'],
-    'hidden_size': stack.d_model,
-    'intermediate_size': stack.d_ff,
-    'num_hidden_layers': stack.num_layers,
-    'num_attention_heads': stack.num_heads,
-    'num_key_value_heads': stack.kv_heads(stack.num_heads),
-    'head_dim': head_dim,
-    'rms_norm_eps': stack.norm_eps,
-    'max_position_embeddings': stack.max_length,
-    'attention_dropout': stack.attention_dropout_rate,
+    **decoder_configs.common_keys(model_args, 'Qwen3NextForCausalLM'),
     'attention_bias': stack.qkv_bias,
     'hidden_act': stack.activation,
-    'tie_word_embeddings': model_args['tie_output'],
     'rope_parameters': {
       'rope_type': 'default',
       'rope_theta': stack.rope_base,
