@@ -37,6 +37,7 @@ from models import interventions
 from models.mechanism_config import DELTA_RULE
 import sources
 from studies import mechanisms_report
+from studies.decoder_runs import first_token_weight
 import training
 from training import evaluation, failures, restore
 
@@ -141,7 +142,7 @@ def _readings(model, ids: np.ndarray) -> dict:
   @jax.jit
   def read(state, ids):
     _, captured = interventions.capture(nnx.merge(graphdef, state), ids, method='encode')
-    sinks = [jnp.mean(captured[name][..., 1:, 0]) for name in weighted if name in captured]
+    sinks = [jnp.mean(first_token_weight(captured[name])) for name in weighted if name in captured]
     largest = jnp.max(
       jnp.stack([jnp.max(jnp.abs(v)) for k, v in captured.items() if k.endswith('/residual')])
     )
