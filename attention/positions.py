@@ -37,7 +37,11 @@ ROPE_LAYOUTS = ('pairs', 'halves')
 
 
 def rotary_embedding(
-  x: Array, positions: Array, base: float = 10000.0, layout: str = 'pairs'
+  x: Array,
+  positions: Array,
+  base: float = 10000.0,
+  layout: str = 'pairs',
+  dims: int | None = None,
 ) -> Array:
   """Rotary position embedding (RoPE; Su et al. 2021), applied to queries or keys.
 
@@ -54,10 +58,18 @@ def rotary_embedding(
     positions: positions of the T rows, `[T]` or broadcastable to `[..., T]`.
     base: wavelength base, as for the sinusoidal encoding (Llama 3: 500000).
     layout: `'pairs'` or `'halves'`, which features form a pair.
+    dims: partial rotary positions: only the first `dims` features are rotated, as a D of `dims`
+      (Qwen3-Next's `partial_rotary_factor`, DeepSeek-V3.2's indexer), the rest pass through;
+      None = all D.
 
   Returns:
     The rotated `x`, same shape and dtype (computed in float32, or float64 for float64 `x`).
   """
+  if dims is not None and dims != x.shape[-1]:
+    if not 0 < dims < x.shape[-1]:
+      raise ValueError(f'rotary_embedding: dims must be in 1 .. {x.shape[-1]}, got {dims}.')
+    rotated = rotary_embedding(x[..., :dims], positions, base, layout)
+    return jnp.concatenate([rotated, x[..., dims:]], axis=-1)
   dim = x.shape[-1]
   if dim <= 0 or dim % 2:
     raise ValueError(

@@ -149,13 +149,10 @@ class MultiHeadAttention(AttentionDecoding):
     positions = jnp.arange(x.shape[-2]) if positions is None else jnp.asarray(positions)
     if positions.ndim == 2:
       positions = positions[:, None, :]  # [B, 1, L]: every head
-    rotate = lambda y: attention.rotary_embedding(
-      y, positions, base=self.config.rope_base, layout=self.config.rope_layout
+    config = self.config
+    return attention.rotary_embedding(
+      x, positions, base=config.rope_base, layout=config.rope_layout, dims=config.rope_dims
     )
-    dims = self.config.rope_dims
-    if dims is None or dims == x.shape[-1]:
-      return rotate(x)
-    return jnp.concatenate([rotate(x[..., :dims]), x[..., dims:]], axis=-1)  # [B, N|K, L, H]
 
   def _options(self) -> dict[str, Any]:
     """The variant's options (`AttentionOptions._options`), with differential attention's λ."""

@@ -56,10 +56,10 @@ class LightningIndexer(nnx.Module):
     if not dr:
       return x
     extra = (None,) * (x.ndim - 3)  # the axes between T and Di
-    rotated = attention.rotary_embedding(
-      x[..., :dr], positions[(..., *extra)], base=self.config.rope_base, layout='halves'
+    positions = positions[(..., *extra)]
+    return attention.rotary_embedding(
+      x, positions, base=self.config.rope_base, layout='halves', dims=dr
     )
-    return jnp.concatenate([rotated, x[..., dr:]], axis=-1)
 
   def keys(self, x: Array, positions: Array) -> Array:
     """The indexer keys `[B, S, Di]` of `x [B, S, D]`."""
