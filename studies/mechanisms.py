@@ -244,6 +244,7 @@ def run(args) -> dict:
     machine=f'{os.cpu_count()} CPU cores, {jax.devices()[0].platform}',
     rows=[],
   )
+  os.makedirs(args.out, exist_ok=True)  # only once every configuration was accepted
   for i, name in enumerate(names):
     started = time.perf_counter()
     print(f'[{i + 1}/{len(names)}] {name}: the book, {args.steps} steps', flush=True)
@@ -278,7 +279,6 @@ def main(argv: list[str] | None = None) -> dict:
   logging.use_absl_handler()
   logging.set_verbosity(logging.INFO)
   training.quiet_library_logs()
-  os.makedirs(args.out, exist_ok=True)
   return run(args)
 
 
